@@ -1,0 +1,83 @@
+#include "data/dataset.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "data/cifar10_binary.h"
+#include "data/image_folder.h"
+
+namespace data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The official tarball unpacks to cifar-10-batches-bin/; a root holding the .bin files directly
+// is accepted as well.
+fs::path binary_dir(const fs::path& root) {
+  const auto nested = root / "cifar-10-batches-bin";
+  return fs::is_directory(nested) ? nested : root;
+}
+
+std::string how_to_get_data(const fs::path& root) {
+  return "run `scripts/get-data.sh --root " + root.string() + "` to download or unpack CIFAR-10";
+}
+
+}  // namespace
+
+Source resolve_source(const DataOptions& options) {
+  if (options.source() != Source::Auto) return options.source();
+  const fs::path root = options.root();
+  std::error_code ec;
+  if (fs::exists(binary_dir(root) / "test_batch.bin", ec) ||
+      fs::exists(binary_dir(root) / "data_batch_1.bin", ec)) {
+    return Source::Binary;
+  }
+  if (fs::is_directory(root / "train", ec) || fs::is_directory(root / "test", ec)) {
+    return Source::Images;
+  }
+  throw DataError(root.string() +
+                  ": no CIFAR-10 found (looked for cifar-10-batches-bin/*.bin and "
+                  "train/<class>/ folders); " + how_to_get_data(root));
+}
+
+Split load_split(const DataOptions& options, SplitName which) {
+  const bool train = which == SplitName::Train;
+  const int64_t limit = train ? options.train_limit() : options.test_limit();
+  const fs::path root = options.root();
+  switch (resolve_source(options)) {
+    case Source::Synthetic: {
+      const int64_t size = train ? options.synthetic_train_size() : options.synthetic_test_size();
+      // Train and test get different streams so a test set never mirrors the training set.
+      return make_synthetic(limit > 0 ? std::min(limit, size) : size,
+                            options.synthetic_seed() * 2 + (train ? 0 : 1));
+    }
+    case Source::Binary: {
+      auto files = binary_batch_files(binary_dir(root), train);
+      if (!fs::exists(files.front())) {
+        throw DataError(files.front().string() + ": file not found; " + how_to_get_data(root));
+      }
+      return read_binary_batches(files, limit);
+    }
+    case Source::Images: {
+      const auto dir = root / (train ? "train" : "test");
+      if (!fs::is_directory(dir)) {
+        throw DataError(dir.string() + ": folder not found; " + how_to_get_data(root));
+      }
+      return read_image_folder(dir, limit);
+    }
+    case Source::Auto:
+      break;
+  }
+  throw DataError("unreachable data source");
+}
+
+Split make_synthetic(int64_t size, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return {torch::randint(0, 256, {size, kChannels, kImageSide, kImageSide}, gen,
+                         torch::TensorOptions(torch::kUInt8)),
+          torch::randint(0, kNumClasses, {size}, gen, torch::TensorOptions(torch::kInt64))};
+}
+
+}  // namespace data

@@ -1,0 +1,125 @@
+#include "data/image_folder.h"
+
+#include "build_config.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <fstream>
+
+#ifdef TRAIN_HAVE_OPENCV
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+#endif
+
+namespace data {
+
+namespace fs = std::filesystem;
+
+bool image_folders_supported() {
+#ifdef TRAIN_HAVE_OPENCV
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::vector<std::string> image_folder_classes(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw DataError(dir.string() + ": folder not found");
+  std::vector<std::string> classes;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const auto name = entry.path().filename().string();
+    if (entry.is_directory() && name.front() != '.') classes.push_back(name);
+  }
+  if (classes.empty()) {
+    throw DataError(dir.string() + ": no class folders, expected <class>/<image> inside");
+  }
+  std::sort(classes.begin(), classes.end());
+  return classes;
+}
+
+namespace {
+
+struct Labelled {
+  fs::path file;
+  int64_t label;
+};
+
+// Round-robin over the classes so that any prefix of the list is class-balanced.
+std::vector<Labelled> list_images(const fs::path& dir) {
+  std::vector<std::vector<fs::path>> per_class;
+  for (const auto& name : image_folder_classes(dir)) {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(dir / name)) {
+      if (entry.is_regular_file() && entry.path().filename().string().front() != '.') {
+        files.push_back(entry.path());
+      }
+    }
+    std::sort(files.begin(), files.end());
+    per_class.push_back(std::move(files));
+  }
+  std::vector<Labelled> images;
+  for (size_t i = 0;; ++i) {
+    bool any = false;
+    for (size_t c = 0; c < per_class.size(); ++c) {
+      if (i < per_class[c].size()) {
+        images.push_back({per_class[c][i], static_cast<int64_t>(c)});
+        any = true;
+      }
+    }
+    if (!any) break;
+  }
+  if (images.empty()) throw DataError(dir.string() + ": class folders hold no images");
+  return images;
+}
+
+#ifdef TRAIN_HAVE_OPENCV
+// Decodes one image into `chw` (3*32*32 bytes, RGB planes).
+void decode_into(const fs::path& file, uint8_t* chw) {
+  std::ifstream in(file, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) throw DataError(file.string() + ": cannot read file");
+  cv::Mat bgr = bytes.empty() ? cv::Mat() : cv::imdecode(bytes, cv::IMREAD_COLOR);
+  if (bgr.empty()) throw DataError(file.string() + ": not a decodable image");
+  if (bgr.rows != kImageSide || bgr.cols != kImageSide) {
+    throw DataError(file.string() + ": image is " + std::to_string(bgr.cols) + "x" +
+                    std::to_string(bgr.rows) + ", expected 32x32");
+  }
+  cv::Mat rgb;
+  cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
+  constexpr int64_t kPlane = kImageSide * kImageSide;
+  for (int64_t p = 0; p < kPlane; ++p) {
+    for (int64_t c = 0; c < kChannels; ++c) chw[c * kPlane + p] = rgb.data[p * kChannels + c];
+  }
+}
+#endif
+
+}  // namespace
+
+Split read_image_folder(const fs::path& dir, int64_t limit) {
+#ifndef TRAIN_HAVE_OPENCV
+  (void)limit;
+  throw DataError(dir.string() +
+                  ": this build has no OpenCV, so image folders cannot be decoded; convert them "
+                  "with `scripts/get-data.sh --from " + dir.parent_path().string() +
+                  " --to-binary` or rebuild with OpenCV");
+#else
+  auto images = list_images(dir);
+  const int64_t count = limit > 0 ? std::min<int64_t>(limit, images.size()) : images.size();
+  Split split{torch::empty({count, kChannels, kImageSide, kImageSide}, torch::kUInt8),
+              torch::empty({count}, torch::kInt64)};
+  auto* pixels = split.images.data_ptr<uint8_t>();
+  auto* labels = split.labels.data_ptr<int64_t>();
+  constexpr int64_t kImageBytes = kChannels * kImageSide * kImageSide;
+  at::parallel_for(0, count, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      decode_into(images[i].file, pixels + i * kImageBytes);
+      labels[i] = images[i].label;
+    }
+  });
+  return split;
+#endif
+}
+
+}  // namespace data

@@ -1,0 +1,25 @@
+// Reader for image folders laid out <dir>/<class>/<image> (e.g. the JPEG CIFAR-10 tarball).
+// Class index = position of the folder name in sorted order, which for CIFAR-10 is its label
+// order. Images are taken round-robin over the classes (1st of each class, then 2nd, ...), so a
+// `limit` subset stays class-balanced. Decoding uses OpenCV; a build without OpenCV refuses.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "data/split.h"
+
+namespace data {
+
+// True when this build can decode images (it was built with OpenCV).
+bool image_folders_supported();
+
+// Sorted class folder names under `dir`.
+std::vector<std::string> image_folder_classes(const std::filesystem::path& dir);
+
+// Decodes up to `limit` images (0 = all). Throws DataError naming the file for an undecodable
+// image, an image that is not 32x32, or a folder with no class sub-folders.
+Split read_image_folder(const std::filesystem::path& dir, int64_t limit = 0);
+
+}  // namespace data

@@ -1,0 +1,130 @@
+#include "data/loader.h"
+
+#include <c10/core/DeviceGuard.h>
+#include <torch/torch.h>
+
+namespace data {
+
+uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t batch) {
+  auto splitmix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  };
+  return splitmix(splitmix(splitmix(seed) ^ epoch) ^ batch);
+}
+
+BatchLoader::BatchLoader(Split split, LoaderOptions options)
+    : split_(std::move(split)),
+      options_(std::move(options)),
+      normalize_(options_.device(), options_.memory_format()) {
+  TORCH_CHECK(options_.batch_size() > 0, "batch_size must be positive");
+  if (options_.device_resident()) {
+    split_.images = split_.images.to(options_.device());
+    split_.labels = split_.labels.to(options_.device());
+  }
+}
+
+BatchLoader::~BatchLoader() { stop_producer(); }
+
+int64_t BatchLoader::batches_per_epoch() const {
+  const int64_t n = split_.size(), b = options_.batch_size();
+  return options_.drop_last() ? n / b : (n + b - 1) / b;
+}
+
+void BatchLoader::start_epoch(int64_t epoch, int64_t first_batch) {
+  stop_producer();
+  epoch_ = epoch;
+  next_batch_ = first_batch;
+  const auto index_options = torch::TensorOptions(torch::kInt64);
+  if (options_.shuffle()) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(mix_seed(options_.seed(), epoch, ~0ULL));
+    order_ = torch::randperm(split_.size(), gen, index_options);
+  } else {
+    order_ = torch::arange(split_.size(), index_options);
+  }
+  order_ = order_.to(split_.images.device());
+  ready_.clear();
+  error_ = nullptr;
+  stopping_ = false;
+  produced_all_ = false;
+  if (options_.prefetch() > 0) producer_ = std::thread([this, first_batch] { produce(first_batch); });
+}
+
+Batch BatchLoader::prepare(int64_t batch_index) const {
+  const int64_t start = batch_index * options_.batch_size();
+  const int64_t count = std::min(options_.batch_size(), split_.size() - start);
+  auto indices = order_.narrow(0, start, count);
+  auto images = split_.images.index_select(0, indices);
+  auto labels = split_.labels.index_select(0, indices);
+  const auto device = options_.device();
+  if (images.device() != device) {
+    // Pinned staging memory lets the copy run asynchronously with the compute stream.
+    if (device.is_cuda()) {
+      images = images.pin_memory();
+      labels = labels.pin_memory();
+    }
+    images = images.to(device, /*non_blocking=*/true);
+    labels = labels.to(device, /*non_blocking=*/true);
+  }
+  if (options_.augment()) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(
+        mix_seed(options_.seed(), epoch_, static_cast<uint64_t>(batch_index)));
+    images = crop_and_flip(images, random_augment_params(count, options_.padding(), gen),
+                           options_.padding());
+  }
+  return {normalize_(images), labels, batch_index};
+}
+
+void BatchLoader::produce(int64_t first_batch) {
+  // A new thread starts on device 0; make it work on the training device.
+  c10::DeviceGuard guard(options_.device());
+  try {
+    for (int64_t b = first_batch; b < batches_per_epoch(); ++b) {
+      Batch batch = prepare(b);
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] {
+        return stopping_ || static_cast<int64_t>(ready_.size()) < options_.prefetch();
+      });
+      if (stopping_) return;
+      ready_.push_back(std::move(batch));
+      changed_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::current_exception();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  produced_all_ = true;
+  changed_.notify_all();
+}
+
+std::optional<Batch> BatchLoader::next() {
+  if (options_.prefetch() == 0) {
+    if (next_batch_ >= batches_per_epoch()) return std::nullopt;
+    return prepare(next_batch_++);
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return !ready_.empty() || produced_all_; });
+  if (!ready_.empty()) {
+    Batch batch = std::move(ready_.front());
+    ready_.pop_front();
+    changed_.notify_all();
+    return batch;
+  }
+  if (error_) std::rethrow_exception(error_);
+  return std::nullopt;
+}
+
+void BatchLoader::stop_producer() {
+  if (!producer_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  producer_.join();
+}
+
+}  // namespace data

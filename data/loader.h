@@ -1,0 +1,84 @@
+// Shuffled, augmented batches from a decoded Split, prepared ahead by a background thread.
+// Every random choice (the epoch's order, each batch's crops and flips) is drawn from a
+// generator seeded by (seed, epoch, batch), so an epoch can be restarted at any batch and yields
+// exactly the same batches: that is what makes mid-epoch resume exact.
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "data/augment.h"
+#include "data/split.h"
+
+namespace data {
+
+struct LoaderOptions {
+  TORCH_ARG(int64_t, batch_size) = 128;
+  TORCH_ARG(bool, shuffle) = true;
+  // Drop the last incomplete batch (training: every step has the same shape).
+  TORCH_ARG(bool, drop_last) = true;
+  TORCH_ARG(bool, augment) = true;
+  TORCH_ARG(int64_t, padding) = 4;
+  TORCH_ARG(torch::Device, device) = torch::kCPU;
+  // Keep the whole uint8 split on `device` and gather batches there (no per-batch host copy).
+  TORCH_ARG(bool, device_resident) = false;
+  // Batches prepared ahead by a background thread; 0 prepares each batch when asked.
+  TORCH_ARG(int64_t, prefetch) = 2;
+  TORCH_ARG(uint64_t, seed) = 0;
+  TORCH_ARG(c10::MemoryFormat, memory_format) = c10::MemoryFormat::Contiguous;
+};
+
+struct Batch {
+  torch::Tensor images;  // float32 [B,3,32,32], normalised, on the device
+  torch::Tensor labels;  // int64 [B], on the device
+  int64_t index = 0;     // position of the batch in its epoch
+};
+
+// A seed for (seed, epoch, batch) that differs for every triple (splitmix64 mixing).
+uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t batch);
+
+class BatchLoader {
+ public:
+  BatchLoader(Split split, LoaderOptions options);
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  int64_t batches_per_epoch() const;
+  int64_t dataset_size() const { return split_.size(); }
+  const LoaderOptions& options() const { return options_; }
+
+  // Starts epoch `epoch` at batch `first_batch` (earlier batches are skipped, not drawn).
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
+  // The next batch of the current epoch, or nullopt at its end. Rethrows a producer's error.
+  std::optional<Batch> next();
+
+ private:
+  Batch prepare(int64_t batch_index) const;
+  void produce(int64_t first_batch);
+  void stop_producer();
+
+  Split split_;         // on the CPU, or on the device when device_resident
+  LoaderOptions options_;
+  Normalizer normalize_;
+  torch::Tensor order_;  // this epoch's sample order, int64 on the split's device
+  int64_t epoch_ = 0;
+  int64_t next_batch_ = 0;
+
+  std::thread producer_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Batch> ready_;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+  bool produced_all_ = false;
+};
+
+}  // namespace data

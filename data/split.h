@@ -1,0 +1,31 @@
+// A decoded CIFAR split: what every data source (binary batches, image folders, synthetic)
+// produces and what the loader consumes. Decoded once; augmentation happens per batch later.
+#pragma once
+
+#include <torch/types.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace data {
+
+inline constexpr int64_t kImageSide = 32;
+inline constexpr int64_t kChannels = 3;
+inline constexpr int64_t kNumClasses = 10;
+
+struct Split {
+  torch::Tensor images;  // uint8 [N, 3, 32, 32], RGB, CHW
+  torch::Tensor labels;  // int64 [N], class indices
+  int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+};
+
+// Bad or missing data files. The message names the file (and record or image) at fault.
+class DataError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The first `limit` samples of `split` (all of them when limit is 0 or >= size).
+Split take_first(const Split& split, int64_t limit);
+
+}  // namespace data

@@ -1,0 +1,152 @@
+#include "models/resnet.h"
+
+#include <map>
+#include <stdexcept>
+
+namespace models {
+namespace {
+
+namespace F = torch::nn::functional;
+
+torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
+  return torch::nn::Conv2d(
+      torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false));
+}
+
+// A 1x1 projection on the shortcut when the block changes resolution or width; null otherwise.
+torch::nn::Sequential make_downsample(int64_t in, int64_t out, int64_t stride) {
+  if (stride == 1 && in == out) return torch::nn::Sequential(nullptr);
+  return torch::nn::Sequential(conv(in, out, 1, stride), torch::nn::BatchNorm2d(out));
+}
+
+struct StageLayout {
+  bool bottleneck;
+  std::vector<int64_t> blocks;  // blocks per stage, layer1..layer4
+};
+
+const std::map<int64_t, StageLayout>& layouts() {
+  static const std::map<int64_t, StageLayout> table = {
+      {18, {false, {2, 2, 2, 2}}},  {34, {false, {3, 4, 6, 3}}},  {50, {true, {3, 4, 6, 3}}},
+      {101, {true, {3, 4, 23, 3}}}, {152, {true, {3, 8, 36, 3}}},
+  };
+  return table;
+}
+
+}  // namespace
+
+const std::vector<int64_t>& supported_depths() {
+  static const std::vector<int64_t> depths = [] {
+    std::vector<int64_t> d;
+    for (const auto& [depth, layout] : layouts()) d.push_back(depth);
+    return d;
+  }();
+  return depths;
+}
+
+BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride) {
+  conv1 = register_module("conv1", conv(in_channels, width, 3, stride));
+  bn1 = register_module("bn1", torch::nn::BatchNorm2d(width));
+  conv2 = register_module("conv2", conv(width, width, 3, 1));
+  bn2 = register_module("bn2", torch::nn::BatchNorm2d(width));
+  downsample = make_downsample(in_channels, width * kExpansion, stride);
+  if (downsample) register_module("downsample", downsample);
+}
+
+torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
+  auto out = torch::relu(bn1(conv1(x)));
+  out = bn2(conv2(out));
+  return torch::relu(out + (downsample ? downsample->forward(x) : x));
+}
+
+BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride) {
+  // torchvision's "ResNet v1.5": the stride sits on the 3x3 conv, not on the first 1x1.
+  conv1 = register_module("conv1", conv(in_channels, width, 1, 1));
+  bn1 = register_module("bn1", torch::nn::BatchNorm2d(width));
+  conv2 = register_module("conv2", conv(width, width, 3, stride));
+  bn2 = register_module("bn2", torch::nn::BatchNorm2d(width));
+  conv3 = register_module("conv3", conv(width, width * kExpansion, 1, 1));
+  bn3 = register_module("bn3", torch::nn::BatchNorm2d(width * kExpansion));
+  downsample = make_downsample(in_channels, width * kExpansion, stride);
+  if (downsample) register_module("downsample", downsample);
+}
+
+torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
+  auto out = torch::relu(bn1(conv1(x)));
+  out = torch::relu(bn2(conv2(out)));
+  out = bn3(conv3(out));
+  return torch::relu(out + (downsample ? downsample->forward(x) : x));
+}
+
+namespace {
+
+template <typename Block>
+torch::nn::Sequential make_stage(int64_t& in_channels, int64_t width, int64_t count,
+                                 int64_t stride) {
+  torch::nn::Sequential stage;
+  for (int64_t i = 0; i < count; ++i) {
+    stage->push_back(Block(in_channels, width, i == 0 ? stride : 1));
+    in_channels = width * Block::Impl::kExpansion;
+  }
+  return stage;
+}
+
+}  // namespace
+
+ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
+  auto layout = layouts().find(options.depth());
+  if (layout == layouts().end()) {
+    throw std::invalid_argument("ResNet depth " + std::to_string(options.depth()) +
+                                " is not one of 18, 34, 50, 101, 152");
+  }
+  if (options.num_classes() < 1) throw std::invalid_argument("ResNet num_classes must be >= 1");
+
+  const bool cifar = options.stem() == Stem::Cifar;
+  conv1 = register_module("conv1", cifar ? conv(3, 64, 3, 1) : conv(3, 64, 7, 2));
+  bn1 = register_module("bn1", torch::nn::BatchNorm2d(64));
+
+  auto build = [&](int64_t& in, int64_t width, int64_t count, int64_t stride) {
+    return layout->second.bottleneck ? make_stage<Bottleneck>(in, width, count, stride)
+                                     : make_stage<BasicBlock>(in, width, count, stride);
+  };
+  int64_t in_channels = 64;
+  const auto& counts = layout->second.blocks;
+  layer1 = register_module("layer1", build(in_channels, 64, counts[0], 1));
+  layer2 = register_module("layer2", build(in_channels, 128, counts[1], 2));
+  layer3 = register_module("layer3", build(in_channels, 256, counts[2], 2));
+  layer4 = register_module("layer4", build(in_channels, 512, counts[3], 2));
+  fc = register_module("fc", torch::nn::Linear(in_channels, options.num_classes()));
+
+  // torchvision's init: He-normal (fan_out) convs, BN weight 1 / bias 0, Linear left at its
+  // default (uniform +-1/sqrt(fan_in)), which LibTorch's Linear already matches.
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* c = module->as<torch::nn::Conv2d>()) {
+      torch::nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+    } else if (auto* bn = module->as<torch::nn::BatchNorm2d>()) {
+      torch::nn::init::ones_(bn->weight);
+      torch::nn::init::zeros_(bn->bias);
+    }
+  }
+  for (auto& layer : {layer1, layer2, layer3, layer4}) {
+    for (const auto& block : *layer) blocks_.push_back(block);
+  }
+  // After the init loop, which would otherwise set these weights back to one.
+  if (options.zero_init_residual()) {
+    for (auto& block : blocks_) {
+      auto basic = std::dynamic_pointer_cast<BasicBlockImpl>(block.ptr());
+      auto bn = basic ? basic->last_bn() : block.ptr<BottleneckImpl>()->last_bn();
+      torch::nn::init::zeros_(bn->weight);
+    }
+  }
+}
+
+torch::Tensor ResNetImpl::forward(torch::Tensor x) {
+  x = torch::relu(bn1(conv1(x)));
+  if (options_.stem() == Stem::ImageNet) {
+    x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
+  }
+  for (auto& block : blocks_) x = runner_ ? runner_(block, x) : block.forward(x);
+  x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)).flatten(1);
+  return fc(x);
+}
+
+}  // namespace models

@@ -1,0 +1,84 @@
+// ResNet-18/34/50/101/152 in the LibTorch C++ frontend style (modules + an options struct).
+// Parameter names follow torchvision (conv1, bn1, layer1.0.conv1, ..., fc), so counts and
+// state-dict keys can be compared one to one.
+#pragma once
+
+#include <torch/nn.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace models {
+
+enum class Stem {
+  Cifar,     // 3x3/1 conv, no max-pool: the standard CIFAR ResNet (32x32 stays 32x32)
+  ImageNet,  // torchvision's 7x7/2 conv + 3x3/2 max-pool (32x32 becomes 8x8 before layer1)
+};
+
+struct ResNetOptions {
+  ResNetOptions(int64_t depth = 50) : depth_(depth) {}
+  TORCH_ARG(int64_t, depth);  // 18, 34, 50, 101 or 152
+  TORCH_ARG(Stem, stem) = Stem::Cifar;
+  TORCH_ARG(int64_t, num_classes) = 10;
+  // Zero the last BN weight of each residual branch, so every block starts as the identity.
+  TORCH_ARG(bool, zero_init_residual) = false;
+};
+
+// The depths torchvision defines; anything else is refused by the ResNet constructor.
+const std::vector<int64_t>& supported_depths();
+
+class BasicBlockImpl : public torch::nn::Module {
+ public:
+  static constexpr int64_t kExpansion = 1;
+  BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::BatchNorm2d last_bn() { return bn2; }
+
+ private:
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  torch::nn::Sequential downsample{nullptr};
+};
+TORCH_MODULE(BasicBlock);
+
+class BottleneckImpl : public torch::nn::Module {
+ public:
+  static constexpr int64_t kExpansion = 4;
+  BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::BatchNorm2d last_bn() { return bn3; }
+
+ private:
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+  torch::nn::Sequential downsample{nullptr};
+};
+TORCH_MODULE(Bottleneck);
+
+// How the residual blocks are run. The default calls block.forward(x); gradient checkpointing
+// installs a runner that recomputes the block in backward instead of keeping its activations.
+using BlockRunner = std::function<torch::Tensor(torch::nn::AnyModule& block, const torch::Tensor& x)>;
+
+class ResNetImpl : public torch::nn::Module {
+ public:
+  explicit ResNetImpl(const ResNetOptions& options);
+  torch::Tensor forward(torch::Tensor x);
+
+  // Every residual block in forward order (layer1.0 ... layer4.N).
+  std::vector<torch::nn::AnyModule>& blocks() { return blocks_; }
+  void set_block_runner(BlockRunner runner) { runner_ = std::move(runner); }
+  const ResNetOptions& options() const { return options_; }
+
+ private:
+  ResNetOptions options_;
+  torch::nn::Conv2d conv1{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr};
+  torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};
+  torch::nn::Linear fc{nullptr};
+  std::vector<torch::nn::AnyModule> blocks_;
+  BlockRunner runner_;
+};
+TORCH_MODULE(ResNet);
+
+}  // namespace models

@@ -1,0 +1,192 @@
+// End-to-end tests of the `train` executable: arguments, exit codes, one-line errors and the
+// run directory it leaves behind.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <torch/cuda.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "test_support.h"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Result run_train(const std::string& arguments) {
+  const std::string command = std::string(TRAIN_BINARY) + " " + arguments + " 2>&1";
+  Result result;
+  FILE* pipe = popen(command.c_str(), "r");
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string read(const fs::path& file) {
+  std::ifstream in(file);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+int count_lines(const std::string& text) {
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+}
+
+// A config for a few seconds of CPU training on synthetic data.
+fs::path write_tiny_config(const test_support::TempDir& dir, int epochs = 1) {
+  std::ofstream(dir / "tiny.yaml") << "model: {arch: resnet18, stem: imagenet}\n"
+                                      "data: {source: synthetic, synthetic_train_size: 128, "
+                                      "synthetic_test_size: 64}\n"
+                                      "training: {device: cpu, epochs: " << epochs
+                                   << ", batch_size: 32, log_every_steps: 1}\n";
+  return dir / "tiny.yaml";
+}
+
+TEST(Cli, HelpShowsExamplesAndExitsZero) {
+  const auto r = run_train("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.output.find("Examples:"), std::string::npos);
+  EXPECT_NE(r.output.find("--resume"), std::string::npos);
+}
+
+TEST(Cli, NoConfigIsABadInput) {
+  const auto r = run_train("");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("no config: pass --config FILE"), std::string::npos) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+}
+
+TEST(Cli, UnknownFlagIsABadInput) {
+  EXPECT_EQ(run_train("--confg x.yaml").code, 2);
+}
+
+TEST(Cli, ConfigErrorIsOneLineNamingTheKey) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir);
+  const auto r = run_train("--config " + config.string() + " --set training.epoch=3 --output-dir " +
+                           (dir / "run").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find("unknown key 'training.epoch' (did you mean 'training.epochs'?)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "run"));  // nothing is created for a refused run
+}
+
+TEST(Cli, MissingDataIsOneLineAndCreatesNoRun) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir);
+  const auto r = run_train("--config " + config.string() + " --set data.source=auto --set data.root=" +
+                           (dir / "nodata").string() + " --output-dir " + (dir / "run").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find("no CIFAR-10 found"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+}
+
+TEST(Cli, CudaWithoutAGpuIsAClearError) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a CUDA device";
+  test_support::TempDir dir;
+  const auto r = run_train("--config " + write_tiny_config(dir).string() + " --device cuda");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find("training.device: 'cuda' requested, but"), std::string::npos) << r.output;
+}
+
+TEST(Cli, PrintConfigShowsTheEffectiveConfig) {
+  test_support::TempDir dir;
+  const auto r = run_train("--config " + write_tiny_config(dir).string() +
+                           " --set training.epochs=7 --print-config");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.output.find("  epochs: 7\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  arch: resnet18\n"), std::string::npos) << r.output;
+}
+
+TEST(Cli, TrainsWritesTheRunDirectoryAndResumes) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  auto r = run_train("--config " + write_tiny_config(dir).string() + " --output-dir " + run.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* file : {"config.yaml", "train.log", "metrics.jsonl", "metrics.csv", "checkpoint.pt"}) {
+    EXPECT_TRUE(fs::exists(run / file)) << file;
+  }
+  EXPECT_EQ(count_lines(read(run / "metrics.jsonl")), 1);
+  EXPECT_EQ(read(run / "metrics.csv").substr(0, 60),
+            std::string("epoch,step,lr,train_loss,train_acc,test_loss,test_acc,epoch_seconds,eval_seconds")
+                .substr(0, 60));
+  EXPECT_NE(read(run / "train.log").find("epoch 1/1  step 4  train loss"), std::string::npos);
+  EXPECT_NE(read(run / "config.yaml").find("source: synthetic"), std::string::npos);
+
+  // Reusing the directory for a new run is refused and changes nothing.
+  const auto metrics_before = read(run / "metrics.jsonl");
+  r = run_train("--config " + write_tiny_config(dir).string() + " --output-dir " + run.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("already holds a run"), std::string::npos) << r.output;
+  EXPECT_EQ(read(run / "metrics.jsonl"), metrics_before);
+
+  // Resume with a longer horizon: the stored config is used, plus the override.
+  r = run_train("--resume " + run.string() + " --set training.epochs=2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(count_lines(read(run / "metrics.jsonl")), 2);
+  EXPECT_EQ(read(run / "metrics.jsonl").substr(0, metrics_before.size()), metrics_before);
+  EXPECT_NE(read(run / "train.log").find("resumed from"), std::string::npos);
+}
+
+TEST(Cli, ResumeOfNothingIsABadInput) {
+  test_support::TempDir dir;
+  const auto r = run_train("--resume " + (dir / "none").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("no checkpoint to resume from"), std::string::npos) << r.output;
+}
+
+TEST(Cli, SigintStopsWithACheckpointThatResumes) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  const std::string config = write_tiny_config(dir, 50).string();
+  const std::string out_dir = run.string();
+  const std::string log = (dir / "out.txt").string();
+  std::vector<std::string> args = {TRAIN_BINARY, "--config", config, "--output-dir", out_dir};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, TRAIN_BINARY, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+
+  // Wait until training is under way (a progress line for step 2 reached train.log).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (read(run / "train.log").find("step 2/4") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << read(log);
+  EXPECT_EQ(WEXITSTATUS(status), 130) << read(log);
+  EXPECT_NE(read(log).find("stopped by signal"), std::string::npos) << read(log);
+  EXPECT_TRUE(fs::exists(run / "checkpoint.pt"));
+
+  const auto r = run_train("--resume " + run.string() + " --set training.epochs=2");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(count_lines(read(run / "metrics.jsonl")), 2);
+}
+
+}  // namespace

@@ -1,0 +1,112 @@
+#include "models/resnet.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace {
+
+int64_t parameter_count(torch::nn::Module& model) {
+  int64_t count = 0;
+  for (const auto& p : model.parameters()) count += p.numel();
+  return count;
+}
+
+models::ResNet make(int64_t depth, models::Stem stem, int64_t classes) {
+  return models::ResNet(models::ResNetOptions(depth).stem(stem).num_classes(classes));
+}
+
+// torchvision.models.resnetXX(num_classes=1000): sum(p.numel() for p in m.parameters()).
+TEST(ResNet, ParameterCountsMatchTorchvision) {
+  const std::vector<std::pair<int64_t, int64_t>> expected = {
+      {18, 11689512}, {34, 21797672}, {50, 25557032}, {101, 44549160}, {152, 60192808}};
+  for (const auto& [depth, count] : expected) {
+    auto model = make(depth, models::Stem::ImageNet, 1000);
+    EXPECT_EQ(parameter_count(*model), count) << "resnet" << depth;
+  }
+}
+
+TEST(ResNet, CifarStemAndTenClassesChangeOnlyStemAndHead) {
+  // The 7x7x3x64 stem (9408) becomes 3x3x3x64 (1728); the head shrinks from 1000 to 10 outputs.
+  auto model = make(50, models::Stem::Cifar, 10);
+  EXPECT_EQ(parameter_count(*model), 25557032 - 9408 + 1728 - (2048 + 1) * 990);
+}
+
+TEST(ResNet, OutputShapesForBothStems) {
+  torch::NoGradGuard no_grad;
+  for (auto stem : {models::Stem::Cifar, models::Stem::ImageNet}) {
+    for (int64_t depth : {18, 50}) {
+      auto model = make(depth, stem, 10);
+      model->eval();
+      EXPECT_EQ(model->forward(torch::randn({2, 3, 32, 32})).sizes(), torch::IntArrayRef({2, 10}));
+    }
+  }
+}
+
+TEST(ResNet, ParameterNamesFollowTorchvision) {
+  auto model = make(50, models::Stem::ImageNet, 1000);
+  auto params = model->named_parameters();
+  for (const char* name : {"conv1.weight", "bn1.weight", "layer1.0.conv3.weight",
+                           "layer1.0.downsample.0.weight", "layer1.0.downsample.1.bias",
+                           "layer4.2.bn3.weight", "fc.weight", "fc.bias"}) {
+    EXPECT_NE(params.find(name), nullptr) << name;
+  }
+  EXPECT_EQ(params["layer2.0.conv2.weight"].sizes(), torch::IntArrayRef({128, 128, 3, 3}));
+  EXPECT_EQ(model->named_buffers().size(), 53u * 3);  // 53 BN layers: mean, var, count
+}
+
+TEST(ResNet, BlocksAreListedInForwardOrder) {
+  EXPECT_EQ(make(18, models::Stem::Cifar, 10)->blocks().size(), 8u);
+  EXPECT_EQ(make(50, models::Stem::Cifar, 10)->blocks().size(), 16u);
+  EXPECT_EQ(make(152, models::Stem::Cifar, 10)->blocks().size(), 50u);
+}
+
+TEST(ResNet, TorchvisionInitialisation) {
+  auto model = make(50, models::Stem::Cifar, 10);
+  auto params = model->named_parameters();
+  // Kaiming normal, fan_out, ReLU gain: std = sqrt(2 / (out_channels * k * k)).
+  auto w = params["layer3.1.conv2.weight"];  // 256 x 256 x 3 x 3
+  EXPECT_NEAR(w.std().item<double>(), std::sqrt(2.0 / (256 * 9)), 0.002);
+  EXPECT_TRUE(params["layer3.1.bn3.weight"].eq(1).all().item<bool>());
+  EXPECT_TRUE(params["layer3.1.bn3.bias"].eq(0).all().item<bool>());
+  const double bound = 1.0 / std::sqrt(2048.0);
+  EXPECT_LE(params["fc.weight"].abs().max().item<double>(), bound);
+}
+
+TEST(ResNet, ZeroInitResidualZeroesTheLastNormOfEveryBlock) {
+  for (int64_t depth : {18, 50}) {
+    auto model =
+        models::ResNet(models::ResNetOptions(depth).zero_init_residual(true).num_classes(10));
+    auto params = model->named_parameters();
+    const std::string last = depth == 18 ? "bn2" : "bn3";
+    EXPECT_TRUE(params["layer1.0." + last + ".weight"].eq(0).all().item<bool>());
+    EXPECT_TRUE(params["layer4.1." + last + ".weight"].eq(0).all().item<bool>());
+    EXPECT_TRUE(params["layer4.1.bn1.weight"].eq(1).all().item<bool>());
+  }
+}
+
+TEST(ResNet, SeededConstructionIsReproducible) {
+  torch::manual_seed(3);
+  auto a = make(18, models::Stem::Cifar, 10);
+  torch::manual_seed(3);
+  auto b = make(18, models::Stem::Cifar, 10);
+  EXPECT_TRUE(a->named_parameters()["layer2.1.conv1.weight"].equal(
+      b->named_parameters()["layer2.1.conv1.weight"]));
+}
+
+TEST(ResNet, RejectsUnknownDepthAndNoClasses) {
+  EXPECT_THROW(models::ResNet(models::ResNetOptions(20)), std::invalid_argument);
+  EXPECT_THROW(models::ResNet(models::ResNetOptions(18).num_classes(0)), std::invalid_argument);
+}
+
+TEST(ResNet, BlockRunnerSeesEveryBlock) {
+  auto model = make(18, models::Stem::Cifar, 10);
+  int calls = 0;
+  model->set_block_runner([&](torch::nn::AnyModule& block, const torch::Tensor& x) {
+    ++calls;
+    return block.forward(x);
+  });
+  model->forward(torch::randn({1, 3, 32, 32}));
+  EXPECT_EQ(calls, 8);
+}
+
+}  // namespace

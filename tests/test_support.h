@@ -1,0 +1,62 @@
+// Shared helpers for the test executables: temporary folders and the real-data switch.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <string>
+
+namespace test_support {
+
+// A fresh folder under the system temp dir, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device random;
+    path_ = std::filesystem::temp_directory_path() /
+            ("train-test-" + std::to_string(random()) + std::to_string(random()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// In CI (CI=true or REQUIRE_REAL_DATA=1) a missing real data set is a failure, elsewhere a skip.
+inline bool real_data_required() {
+  const char* ci = std::getenv("CI");
+  const char* required = std::getenv("REQUIRE_REAL_DATA");
+  return (ci && std::string(ci) == "true") || (required && std::string(required) == "1");
+}
+
+// The real CIFAR-10 JPEG folders prepared by the ctest fixture (CIFAR10_TEST_ROOT), if any.
+inline std::optional<std::filesystem::path> real_data_root() {
+  const char* root = std::getenv("CIFAR10_TEST_ROOT");
+  if (!root || !std::filesystem::is_directory(std::filesystem::path(root) / "train")) {
+    return std::nullopt;
+  }
+  return std::filesystem::path(root);
+}
+
+}  // namespace test_support
+
+// Binds `root` to the real-data folder, or skips (fails in CI) with a clear message.
+#define REAL_DATA_ROOT_OR_SKIP(root)                                                         \
+  const auto root##_found = test_support::real_data_root();                                  \
+  if (!root##_found) {                                                                       \
+    const char* why =                                                                        \
+        "real CIFAR-10 not prepared: ../shared/data/cifar10-jpeg.tar.gz is absent (the "      \
+        "ctest fixture unpacks it into CIFAR10_TEST_ROOT)";                                  \
+    if (test_support::real_data_required()) FAIL() << why;                                   \
+    GTEST_SKIP() << why;                                                                     \
+  }                                                                                          \
+  const std::filesystem::path root = *root##_found

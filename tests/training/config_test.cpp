@@ -1,0 +1,173 @@
+#include "training/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_support.h"
+
+namespace {
+
+using training::Config;
+using training::ConfigError;
+
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    training::parse_config(yaml, "c.yaml", overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Config, EmptyFileGivesDefaults) {
+  const Config c = training::parse_config("", "c.yaml");
+  EXPECT_EQ(c.model.depth(), 50);
+  EXPECT_EQ(c.model.stem(), models::Stem::Cifar);
+  EXPECT_EQ(c.training.device, "auto");
+  EXPECT_EQ(c.schedule.kind(), training::ScheduleKind::Cosine);
+  EXPECT_TRUE(c.checkpoint.enabled);
+}
+
+TEST(Config, ReadsEveryKindOfValue) {
+  const Config c = training::parse_config(R"(
+model: {arch: resnet18, stem: imagenet, num_classes: 7, zero_init_residual: true}
+data: {source: synthetic, root: /x, train_limit: 100, augment: false, prefetch: 0}
+training: {device: "cuda:1", epochs: 3, batch_size: 32, label_smoothing: 0.1, seed: 9}
+optimizer: {lr: 0.2, nesterov: false, weight_decay: 1e-4}
+schedule: {name: step, milestones: [2, 5], gamma: 0.5}
+output: {dir: out, name: exp1}
+)", "c.yaml");
+  EXPECT_EQ(c.model.depth(), 18);
+  EXPECT_EQ(c.model.stem(), models::Stem::ImageNet);
+  EXPECT_EQ(c.model.num_classes(), 7);
+  EXPECT_TRUE(c.model.zero_init_residual());
+  EXPECT_EQ(c.data.dataset.source(), data::Source::Synthetic);
+  EXPECT_EQ(c.data.dataset.train_limit(), 100);
+  EXPECT_FALSE(c.data.augment);
+  EXPECT_EQ(c.training.device, "cuda:1");
+  EXPECT_DOUBLE_EQ(c.training.label_smoothing, 0.1);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay(), 1e-4);
+  EXPECT_EQ(c.schedule.milestones(), (std::vector<int64_t>{2, 5}));
+  EXPECT_EQ(c.output.name, "exp1");
+}
+
+TEST(Config, OverridesApplyInOrderAndCreateSections) {
+  const Config c = training::parse_config("training: {epochs: 3}", "c.yaml",
+                                          {"training.epochs=5", "optimizer.lr=0.01",
+                                           "schedule.milestones=[1, 2]", "training.epochs=6"});
+  EXPECT_EQ(c.training.epochs, 6);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr(), 0.01);
+  EXPECT_EQ(c.schedule.milestones().size(), 2u);
+}
+
+TEST(Config, YamlRoundTripIsExact) {
+  const Config c = training::parse_config(
+      "optimizer: {lr: 0.1, weight_decay: 5.0e-4}\nschedule: {name: onecycle, pct_start: 0.3}\n"
+      "data: {root: 'my data'}\ntraining: {label_smoothing: 0.1}",
+      "c.yaml");
+  const std::string yaml = training::to_yaml(c);
+  const Config back = training::parse_config(yaml, "round-trip");
+  EXPECT_EQ(training::to_yaml(back), yaml);
+  EXPECT_DOUBLE_EQ(back.optimizer.weight_decay(), 5e-4);
+  EXPECT_EQ(back.data.dataset.root(), "my data");
+  EXPECT_NE(yaml.find("lr: 0.1\n"), std::string::npos) << yaml;
+}
+
+TEST(Config, KeysListEverySection) {
+  const auto keys = training::config_keys();
+  for (const char* key : {"model.arch", "data.train_limit", "training.max_steps", "optimizer.lr",
+                          "schedule.milestones", "checkpoint.enabled", "output.dir"}) {
+    EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end()) << key;
+  }
+}
+
+TEST(Config, LoadsAFileAndNamesAMissingOne) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "ok.yaml") << "training: {epochs: 2}\n";
+  EXPECT_EQ(training::load_config((dir / "ok.yaml").string()).training.epochs, 2);
+  try {
+    training::load_config((dir / "nope.yaml").string());
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "nope.yaml").string() + ": cannot open config file");
+  }
+}
+
+// Each bad config and the exact one-line message it must produce.
+struct BadConfig {
+  std::string name;
+  std::string yaml;
+  std::vector<std::string> overrides;
+  std::string message;
+};
+
+void PrintTo(const BadConfig& bad, std::ostream* out) { *out << bad.name; }
+
+class BadConfigs : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(BadConfigs, ProduceTheirMessage) {
+  const auto& bad = GetParam();
+  EXPECT_EQ(error_of(bad.yaml, bad.overrides), bad.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Messages, BadConfigs,
+    ::testing::Values(
+        BadConfig{"UnknownKeySuggestsNearest", "training: {epoch: 3}", {},
+                  "c.yaml: unknown key 'training.epoch' (did you mean 'training.epochs'?)"},
+        BadConfig{"UnknownSection", "modle: {arch: resnet18}", {},
+                  "c.yaml: unknown section 'modle' (did you mean 'model'?)"},
+        BadConfig{"UnknownKeyListsValidOnes", "training: {zzz: 1}", {},
+                  "c.yaml: unknown key 'training.zzz' (valid: device, epochs, max_steps, "
+                  "batch_size, eval_batch_size, seed, label_smoothing, log_every_steps, threads)"},
+        BadConfig{"NotAnInteger", "training: {epochs: three}", {},
+                  "c.yaml: training.epochs: expected an integer in [1, 100000], got 'three'"},
+        BadConfig{"BelowRange", "training: {epochs: 0}", {},
+                  "c.yaml: training.epochs: expected an integer in [1, 100000], got 0"},
+        BadConfig{"FractionForInteger", "training: {batch_size: 2.5}", {},
+                  "c.yaml: training.batch_size: expected an integer in [1, 1048576], got '2.5'"},
+        BadConfig{"NegativeRate", "optimizer: {lr: -1}", {},
+                  "c.yaml: optimizer.lr: expected a number in [1e-12, 1000], got -1"},
+        BadConfig{"NanRate", "optimizer: {lr: .nan}", {},
+                  "c.yaml: optimizer.lr: expected a number in [1e-12, 1000], got '.nan'"},
+        BadConfig{"UnknownChoice", "model: {arch: resnet51}", {},
+                  "c.yaml: model.arch: expected one of resnet18, resnet34, resnet50, resnet101, "
+                  "resnet152, got 'resnet51'"},
+        BadConfig{"NotABoolean", "data: {augment: maybe}", {},
+                  "c.yaml: data.augment: expected true or false, got 'maybe'"},
+        BadConfig{"SectionIsAList", "model: [1, 2]", {}, "c.yaml: model: expected a mapping of keys, got a list"},
+        BadConfig{"ScalarForList", "schedule: {milestones: 3}", {},
+                  "c.yaml: schedule.milestones: expected a list of integers in [1, 100000], got '3'"},
+        BadConfig{"MilestonesNotIncreasing", "schedule: {milestones: [5, 2]}", {},
+                  "c.yaml: schedule.milestones: expected strictly increasing epochs"},
+        BadConfig{"BadDevice", "training: {device: gpu}", {},
+                  "c.yaml: training.device: expected auto, cpu, cuda or cuda:<index>, got 'gpu'"},
+        BadConfig{"OneCycleWithWarmup", "schedule: {name: onecycle, warmup_epochs: 1}", {},
+                  "c.yaml: schedule.warmup_epochs: must be 0 with schedule.name onecycle, which "
+                  "warms up by itself (see schedule.pct_start)"},
+        BadConfig{"NesterovWithoutMomentum", "optimizer: {momentum: 0}", {},
+                  "c.yaml: optimizer.nesterov: true needs optimizer.momentum > 0 (set nesterov: "
+                  "false)"},
+        BadConfig{"NameWithSlash", "output: {name: a/b}", {},
+                  "c.yaml: output.name: expected a folder name without '/', got 'a/b'"},
+        BadConfig{"YamlSyntax", "training: {epochs: [1\n", {},
+                  "c.yaml: YAML syntax error at line 2, column 1: end of sequence flow not found"},
+        BadConfig{"TopLevelList", "- a\n- b\n", {},
+                  "c.yaml: expected a mapping of sections (model, data, training, ...) at the "
+                  "top level, got a list"},
+        BadConfig{"SetWithoutValue", "", {"training.epochs"}, "--set training.epochs: expected key.path=value"},
+        BadConfig{"SetWithoutSection", "", {"epochs=3"},
+                  "--set epochs=3: expected section.key=value, e.g. training.epochs=2"},
+        BadConfig{"SetUnknownKey", "", {"training.epoch=3"},
+                  "--set training.epoch: unknown key 'training.epoch' (did you mean "
+                  "'training.epochs'?)"},
+        BadConfig{"SetOutOfRange", "training: {epochs: 3}", {"training.epochs=-2"},
+                  "--set training.epochs: training.epochs: expected an integer in [1, 100000], "
+                  "got -2"},
+        BadConfig{"SetInvalidYaml", "", {"model.arch=[resnet"},
+                  "--set model.arch=[resnet: value is not valid YAML (end of sequence flow not "
+                  "found)"}),
+    [](const ::testing::TestParamInfo<BadConfig>& info) { return info.param.name; });
+
+}  // namespace

@@ -1,0 +1,99 @@
+#include "training/run_dir.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_support.h"
+#include "training/errors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read(const fs::path& file) {
+  std::ifstream in(file);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+nlohmann::ordered_json row(int epoch, double loss) {
+  nlohmann::ordered_json r;
+  r["epoch"] = epoch;
+  r["train_loss"] = loss;
+  return r;
+}
+
+TEST(RunDirectory, WritesMetricsAsJsonLinesAndCsv) {
+  test_support::TempDir dir;
+  training::RunDirectory run(dir / "run", false);
+  run.record_epoch(row(1, 2.5));
+  run.record_epoch(row(2, 1.25));
+  EXPECT_EQ(read(dir / "run/metrics.jsonl"),
+            "{\"epoch\":1,\"train_loss\":2.5}\n{\"epoch\":2,\"train_loss\":1.25}\n");
+  EXPECT_EQ(read(dir / "run/metrics.csv"), "epoch,train_loss\n1,2.5\n2,1.25\n");
+  EXPECT_TRUE(fs::exists(dir / "run/train.log"));
+}
+
+TEST(RunDirectory, SameEpochReplacesItsRowAndResumeTrimsLaterOnes) {
+  test_support::TempDir dir;
+  {
+    training::RunDirectory run(dir / "run", false);
+    run.record_epoch(row(1, 2.0));
+    run.record_epoch(row(2, 1.0));
+    run.record_epoch(row(2, 0.5));
+    EXPECT_EQ(run.epochs().size(), 2u);
+    run.record_epoch(row(3, 0.25));
+  }
+  training::RunDirectory resumed(dir / "run", true);
+  ASSERT_EQ(resumed.epochs().size(), 3u);
+  resumed.keep_epochs_through(2);
+  EXPECT_EQ(read(dir / "run/metrics.csv"), "epoch,train_loss\n1,2.0\n2,0.5\n");
+}
+
+TEST(RunDirectory, RefusesToReuseADirectoryHoldingARun) {
+  test_support::TempDir dir;
+  {
+    training::RunDirectory run(dir / "run", false);
+    run.write_config("a: 1\n");
+  }
+  try {
+    training::RunDirectory again(dir / "run", false);
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("already holds a run"), std::string::npos);
+  }
+  EXPECT_EQ(read(dir / "run/config.yaml"), "a: 1\n");
+}
+
+TEST(RunDirectory, CorruptMetricsOnResumeAreNamed) {
+  test_support::TempDir dir;
+  fs::create_directories(dir / "run");
+  std::ofstream(dir / "run/metrics.jsonl") << "{\"epoch\":1}\n{broken\n";
+  try {
+    training::RunDirectory run(dir / "run", true);
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind((dir / "run/metrics.jsonl").string() + ": line 2 is not JSON", 0), 0u);
+  }
+}
+
+TEST(RunDirectory, CsvUnionsColumnsInFirstSeenOrder) {
+  nlohmann::ordered_json a, b;
+  a["epoch"] = 1;
+  a["x"] = "s";
+  b["epoch"] = 2;
+  b["y"] = nullptr;
+  b["x"] = 3;
+  EXPECT_EQ(training::rows_to_csv({a, b}), "epoch,x,y\n1,s,\n2,3,\n");
+}
+
+TEST(RunDirectory, NewRunPathsAreNamedOrStampedAndUnique) {
+  test_support::TempDir dir;
+  EXPECT_EQ(training::new_run_path(dir.path(), "exp", "resnet50"), dir / "exp");
+  const auto stamped = training::new_run_path(dir.path(), "", "resnet50");
+  EXPECT_NE(stamped.filename().string().find("-resnet50"), std::string::npos);
+  fs::create_directories(stamped);
+  EXPECT_NE(training::new_run_path(dir.path(), "", "resnet50"), stamped);
+}
+
+}  // namespace

@@ -1,0 +1,140 @@
+#include "training/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+#include "training/stop_signal.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+// A small, fast CPU setup: ResNet-18 with the ImageNet stem on 160 synthetic images, 5 batches
+// of 32 per epoch, a step schedule (its curve does not depend on the run's length).
+training::Config tiny_config() {
+  auto c = training::parse_config(R"(
+model: {arch: resnet18, stem: imagenet}
+data: {source: synthetic, synthetic_train_size: 160, synthetic_test_size: 64}
+training: {device: cpu, epochs: 4, batch_size: 32, eval_batch_size: 64, log_every_steps: 2, seed: 3}
+optimizer: {lr: 0.05}
+schedule: {name: step, milestones: [3], gamma: 0.5, warmup_epochs: 1}
+)", "tiny");
+  return c;
+}
+
+data::Split split_for(const training::Config& c, data::SplitName which) {
+  auto options = c.data.dataset;
+  options.synthetic_seed(static_cast<uint64_t>(c.training.seed));
+  return data::load_split(options, which);
+}
+
+// Trains with `config` in `dir`, resuming from `resume_from` if given; returns the metrics rows.
+std::vector<ordered_json> run(const training::Config& config, const fs::path& dir,
+                              const fs::path& resume_from = {}, bool resuming_dir = false) {
+  training::RunDirectory run_dir(dir, resuming_dir);
+  training::Trainer trainer(config, torch::kCPU, split_for(config, data::SplitName::Train),
+                            split_for(config, data::SplitName::Test), run_dir);
+  if (!resume_from.empty()) trainer.resume(resume_from);
+  trainer.fit();
+  return run_dir.epochs();
+}
+
+// Everything but wall-clock figures must match exactly.
+void expect_same_metrics(const std::vector<ordered_json>& a, const std::vector<ordered_json>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (const char* key : {"epoch", "step", "lr", "train_loss", "train_acc", "test_loss", "test_acc"}) {
+      EXPECT_EQ(a[i].at(key), b[i].at(key)) << "epoch " << i + 1 << " " << key;
+    }
+  }
+}
+
+TEST(Trainer, ReproducibleFromTheSeed) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  config.training.epochs = 1;
+  expect_same_metrics(run(config, dir / "a"), run(config, dir / "b"));
+}
+
+TEST(Trainer, ResumeAtAnEpochBoundaryMatchesAStraightRun) {
+  test_support::TempDir dir;
+  const auto straight = run(tiny_config(), dir / "straight");
+  ASSERT_EQ(straight.size(), 4u);
+
+  auto first_half = tiny_config();
+  first_half.training.epochs = 2;
+  EXPECT_EQ(run(first_half, dir / "resumed").size(), 2u);
+  const auto resumed = run(tiny_config(), dir / "resumed", dir / "resumed/checkpoint.pt", true);
+  expect_same_metrics(straight, resumed);
+  // The loss really moved, so equality is not trivial.
+  EXPECT_NE(straight.front().at("train_loss"), straight.back().at("train_loss"));
+}
+
+TEST(Trainer, ResumeMidEpochAfterMaxStepsMatchesAStraightRun) {
+  test_support::TempDir dir;
+  const auto straight = run(tiny_config(), dir / "straight");
+  auto cut = tiny_config();
+  cut.training.max_steps = 7;  // epoch 2, batch 2 of 5
+  const auto partial = run(cut, dir / "resumed");
+  ASSERT_EQ(partial.size(), 2u);
+  EXPECT_EQ(partial.back().at("step"), 7);
+  const auto resumed = run(tiny_config(), dir / "resumed", dir / "resumed/checkpoint.pt", true);
+  expect_same_metrics(straight, resumed);
+}
+
+TEST(Trainer, AStopSignalCheckpointsAndTheRunContinuesExactly) {
+  test_support::TempDir dir;
+  const auto straight = run(tiny_config(), dir / "straight");
+  {
+    training::RunDirectory run_dir(dir / "stopped", false);
+    auto config = tiny_config();
+    training::Trainer trainer(config, torch::kCPU, split_for(config, data::SplitName::Train),
+                              split_for(config, data::SplitName::Test), run_dir);
+    training::request_stop();
+    EXPECT_EQ(trainer.fit(), training::FitEnd::Stopped);
+    training::clear_stop_request();
+    EXPECT_TRUE(fs::exists(dir / "stopped/checkpoint.pt"));
+    EXPECT_TRUE(run_dir.epochs().empty());
+  }
+  expect_same_metrics(straight,
+                      run(tiny_config(), dir / "stopped", dir / "stopped/checkpoint.pt", true));
+}
+
+TEST(Trainer, RefusesABatchLargerThanTheTrainingSet) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  config.training.batch_size = 1000;
+  EXPECT_THROW(run(config, dir / "r"), training::UserError);
+}
+
+TEST(Trainer, RefusesLabelsBeyondNumClasses) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  config.model.num_classes(5);
+  try {
+    run(config, dir / "r");
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "model.num_classes: the training split has labels up to 9, so num_classes must be "
+              "at least 10, got 5");
+  }
+}
+
+TEST(Trainer, WritesEveryMetricColumnAndACheckpoint) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  config.training.epochs = 1;
+  const auto rows = run(config, dir / "r");
+  ASSERT_EQ(rows.size(), 1u);
+  for (const char* key : {"epoch", "step", "lr", "train_loss", "train_acc", "test_loss",
+                          "test_acc", "epoch_seconds", "eval_seconds", "images_per_second"}) {
+    EXPECT_TRUE(rows[0].contains(key)) << key;
+  }
+  EXPECT_EQ(rows[0].at("step"), 5);
+  EXPECT_GT(rows[0].at("images_per_second").get<double>(), 0.0);
+  EXPECT_TRUE(fs::exists(dir / "r/checkpoint.pt"));
+}
+
+}  // namespace

@@ -1,0 +1,29 @@
+// SGD with momentum (optionally Nesterov) and weight decay, optionally not applied to
+// BatchNorm parameters and biases (the usual practice for ResNets).
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/optim/sgd.h>
+
+#include <memory>
+
+namespace training {
+
+struct OptimizerOptions {
+  TORCH_ARG(double, lr) = 0.1;
+  TORCH_ARG(double, momentum) = 0.9;
+  TORCH_ARG(bool, nesterov) = true;
+  TORCH_ARG(double, weight_decay) = 5e-4;
+  // Also decay 1-d parameters (BatchNorm weights/biases, biases). Off by default.
+  TORCH_ARG(bool, decay_norm_and_bias) = false;
+};
+
+// Parameter group 0 gets weight decay; group 1 (when decay_norm_and_bias is off) holds the 1-d
+// parameters and gets none.
+std::unique_ptr<torch::optim::SGD> make_sgd(torch::nn::Module& model,
+                                            const OptimizerOptions& options);
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+
+}  // namespace training

@@ -1,0 +1,56 @@
+#include "training/progress.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace training {
+
+std::string format_duration(double seconds) {
+  const auto total = static_cast<int64_t>(seconds + 0.5);
+  char text[32];
+  if (total >= 3600) {
+    std::snprintf(text, sizeof text, "%ld:%02ld:%02ld", static_cast<long>(total / 3600),
+                  static_cast<long>(total / 60 % 60), static_cast<long>(total % 60));
+  } else {
+    std::snprintf(text, sizeof text, "%ld:%02ld", static_cast<long>(total / 60),
+                  static_cast<long>(total % 60));
+  }
+  return text;
+}
+
+std::string format_progress(const ProgressSnapshot& s) {
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "epoch %ld/%ld  step %ld/%ld  %.0f img/s  loss %.4f  acc %.2f%%  lr %.4g  ETA %s",
+                static_cast<long>(s.epoch), static_cast<long>(s.epochs), static_cast<long>(s.batch),
+                static_cast<long>(s.batches), s.images_per_second, s.running_loss,
+                100.0 * s.running_acc, s.lr, format_duration(s.eta_seconds).c_str());
+  return text;
+}
+
+ProgressLine::ProgressLine() : live_(::isatty(STDERR_FILENO) == 1) {}
+
+void ProgressLine::show(const ProgressSnapshot& snapshot) {
+  const auto text = format_progress(snapshot);
+  if (!live_) {
+    spdlog::info("{}", text);
+    return;
+  }
+  // The terminal gets one line rewritten in place; train.log still gets every line, at trace
+  // level, which only the file sink lets through (see configure_console_logging).
+  spdlog::trace("{}", text);
+  std::fprintf(stderr, "\r\033[2K%s", text.c_str());
+  std::fflush(stderr);
+  shown_ = true;
+}
+
+void ProgressLine::clear() {
+  if (!shown_) return;
+  std::fprintf(stderr, "\r\033[2K");
+  std::fflush(stderr);
+  shown_ = false;
+}
+
+}  // namespace training

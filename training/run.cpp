@@ -1,0 +1,110 @@
+#include "training/run.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <iostream>
+
+#include "data/dataset.h"
+#include "training/checkpoint_io.h"
+#include "training/config.h"
+#include "training/device.h"
+#include "training/errors.h"
+#include "training/run_dir.h"
+#include "training/stop_signal.h"
+#include "training/trainer.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* source_name(data::Source source) {
+  switch (source) {
+    case data::Source::Binary: return "binary batches";
+    case data::Source::Images: return "image folders";
+    case data::Source::Synthetic: return "synthetic";
+    case data::Source::Auto: break;
+  }
+  return "auto";
+}
+
+Config effective_config(const TrainRequest& request, const fs::path& checkpoint) {
+  auto overrides = request.overrides;
+  if (!request.device.empty()) overrides.push_back("training.device=" + request.device);
+  if (!request.config_path.empty()) return load_config(request.config_path, overrides);
+  if (checkpoint.empty()) {
+    throw UserError("no config: pass --config FILE (or --resume RUN to continue a run)");
+  }
+  return parse_config(checkpoint_config(checkpoint), checkpoint.string() + " (stored config)",
+                      overrides);
+}
+
+int64_t count_parameters(torch::nn::Module& model) {
+  int64_t count = 0;
+  for (const auto& p : model.parameters()) count += p.numel();
+  return count;
+}
+
+}  // namespace
+
+int run_training(const TrainRequest& request) {
+  const fs::path checkpoint = request.resume.empty() ? fs::path() : find_checkpoint(request.resume);
+  const Config config = effective_config(request, checkpoint);
+  const std::string yaml = to_yaml(config);
+  if (request.print_config) {
+    std::cout << yaml;
+    return kExitOk;
+  }
+
+  if (config.training.threads > 0) torch::set_num_threads(static_cast<int>(config.training.threads));
+  const torch::Device device = resolve_device(config.training.device);
+
+  // Everything that can fail on bad input happens before the run directory is created.
+  const auto load_start = std::chrono::steady_clock::now();
+  auto dataset = config.data.dataset;
+  dataset.synthetic_seed(static_cast<uint64_t>(config.training.seed));
+  const data::Source source = data::resolve_source(dataset);
+  data::Split train = data::load_split(dataset, data::SplitName::Train);
+  data::Split test = data::load_split(dataset, data::SplitName::Test);
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+
+  const bool resuming = !checkpoint.empty() && request.output_dir.empty();
+  const fs::path run_path = !request.output_dir.empty() ? fs::path(request.output_dir)
+                            : resuming ? checkpoint.parent_path()
+                                       : new_run_path(config.output.dir, config.output.name,
+                                                      arch_name(config.model));
+  RunDirectory run(run_path, resuming);
+  spdlog::info("run directory: {}", run.path().string());
+  spdlog::info("LibTorch {}, device {}", TORCH_VERSION, describe_device(device));
+  spdlog::info("effective config:\n{}", yaml);
+  run.write_config(yaml);
+  spdlog::info("data: {} from {}: {} train / {} test images, decoded in {:.1f} s",
+               source_name(source), source == data::Source::Synthetic ? "memory" : dataset.root(),
+               train.size(), test.size(), load_seconds);
+
+  Trainer trainer(config, device, std::move(train), std::move(test), run);
+  spdlog::info("model: {} ({} stem), {} parameters, {} steps per epoch, {} steps planned",
+               arch_name(config.model),
+               config.model.stem() == models::Stem::Cifar ? "cifar" : "imagenet",
+               count_parameters(*trainer.model()), trainer.steps_per_epoch(),
+               trainer.total_steps());
+  if (!checkpoint.empty()) trainer.resume(checkpoint);
+
+  install_stop_handlers();
+  const auto start = std::chrono::steady_clock::now();
+  const FitEnd end = trainer.fit();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (end == FitEnd::Stopped) return kExitStopped;
+  const auto& rows = run.epochs();
+  spdlog::info("done: {} epochs, {} steps in {:.1f} s; final test accuracy {:.2f}%",
+               trainer.state().epoch, trainer.state().step, seconds,
+               rows.empty() ? 0.0 : 100.0 * rows.back().at("test_acc").get<double>());
+  return kExitOk;
+}
+
+}  // namespace training

@@ -1,0 +1,26 @@
+// One training run from start to finish: config, device, data, run directory, trainer. The app's
+// `train` command is a thin wrapper around run_training().
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace training {
+
+struct TrainRequest {
+  std::string config_path;             // --config (optional when resuming)
+  std::vector<std::string> overrides;  // --set key.path=value, in order
+  std::string device;                  // --device, overrides training.device when set
+  std::string output_dir;              // --output-dir: the run directory itself
+  std::string resume;                  // --resume: a run directory or a checkpoint file
+  bool print_config = false;           // print the effective config and exit
+};
+
+// Exit codes of a run that did not throw.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitStopped = 130;  // stopped by SIGINT/SIGTERM, checkpoint written
+
+// Throws ConfigError / UserError / data::DataError for problems the user can fix.
+int run_training(const TrainRequest& request);
+
+}  // namespace training

@@ -1,0 +1,151 @@
+#include "training/run_dir.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "training/atomic_file.h"
+#include "training/errors.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+namespace {
+
+bool holds_run(const fs::path& dir) {
+  for (const char* name : {"config.yaml", "metrics.jsonl", "checkpoint.pt"}) {
+    if (fs::exists(dir / name)) return true;
+  }
+  return false;
+}
+
+std::vector<ordered_json> read_rows(const fs::path& file) {
+  std::vector<ordered_json> rows;
+  std::ifstream in(file);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    try {
+      rows.push_back(ordered_json::parse(line));
+    } catch (const nlohmann::json::exception& e) {
+      throw UserError(file.string() + ": line " + std::to_string(number) + " is not JSON (" +
+                      e.what() + ")");
+    }
+  }
+  return rows;
+}
+
+std::string csv_cell(const ordered_json& value) {
+  if (value.is_null()) return "";
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
+}  // namespace
+
+RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
+  std::error_code ec;
+  if (resuming) {
+    if (!fs::is_directory(dir_)) throw UserError(dir_.string() + ": run directory not found");
+    if (fs::exists(dir_ / "metrics.jsonl")) rows_ = read_rows(dir_ / "metrics.jsonl");
+  } else {
+    if (fs::exists(dir_) && holds_run(dir_)) {
+      throw UserError(dir_.string() +
+                      ": already holds a run; choose another --output-dir or continue it with "
+                      "--resume " + dir_.string());
+    }
+    fs::create_directories(dir_, ec);
+    if (ec) throw UserError(dir_.string() + ": cannot create run directory: " + ec.message());
+  }
+  log_sink_ = std::make_shared<spdlog::sinks::basic_file_sink_mt>((dir_ / "train.log").string());
+  spdlog::default_logger()->sinks().push_back(log_sink_);
+}
+
+RunDirectory::~RunDirectory() {
+  // Detach train.log so a later run in the same process logs to its own directory.
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.erase(std::remove(sinks.begin(), sinks.end(), log_sink_), sinks.end());
+}
+
+void RunDirectory::write_config(const std::string& yaml) const {
+  write_file_atomically(dir_ / "config.yaml", yaml);
+}
+
+void RunDirectory::record_epoch(const ordered_json& row) {
+  const auto epoch = row.at("epoch");
+  auto same = std::find_if(rows_.begin(), rows_.end(),
+                           [&](const ordered_json& r) { return r.at("epoch") == epoch; });
+  if (same != rows_.end()) {
+    *same = row;
+  } else {
+    rows_.push_back(row);
+  }
+  write_metrics();
+}
+
+void RunDirectory::keep_epochs_through(int64_t epoch) {
+  rows_.erase(std::remove_if(rows_.begin(), rows_.end(),
+                             [&](const ordered_json& r) { return r.at("epoch").get<int64_t>() > epoch; }),
+              rows_.end());
+  write_metrics();
+}
+
+void RunDirectory::write_metrics() const {
+  std::string jsonl;
+  for (const auto& row : rows_) jsonl += row.dump() + "\n";
+  write_file_atomically(dir_ / "metrics.jsonl", jsonl);
+  write_file_atomically(dir_ / "metrics.csv", rows_to_csv(rows_));
+}
+
+std::string rows_to_csv(const std::vector<ordered_json>& rows) {
+  std::vector<std::string> columns;
+  for (const auto& row : rows) {
+    for (const auto& item : row.items()) {
+      if (std::find(columns.begin(), columns.end(), item.key()) == columns.end()) {
+        columns.push_back(item.key());
+      }
+    }
+  }
+  std::ostringstream out;
+  for (size_t i = 0; i < columns.size(); ++i) out << (i ? "," : "") << columns[i];
+  out << "\n";
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < columns.size(); ++i) {
+      out << (i ? "," : "") << (row.contains(columns[i]) ? csv_cell(row[columns[i]]) : "");
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+void configure_console_logging() {
+  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  console->set_level(spdlog::level::info);
+  auto logger = std::make_shared<spdlog::logger>("train", console);
+  logger->set_level(spdlog::level::trace);
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
+  logger->flush_on(spdlog::level::trace);
+  spdlog::set_default_logger(logger);
+}
+
+fs::path new_run_path(const fs::path& parent, const std::string& name, const std::string& arch) {
+  if (!name.empty()) return parent / name;
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  fs::path path = parent / (std::string(stamp) + "-" + arch);
+  for (int n = 2; fs::exists(path); ++n) {
+    path = parent / (std::string(stamp) + "-" + arch + "-" + std::to_string(n));
+  }
+  return path;
+}
+
+}  // namespace training

@@ -1,0 +1,59 @@
+// The run directory and everything in it. One writer owns it: components hand over records,
+// this class writes files (atomically) and owns train.log.
+//
+//   <run>/config.yaml      effective config (every key)
+//   <run>/train.log        the log (same lines as the console)
+//   <run>/metrics.jsonl    one JSON object per epoch
+//   <run>/metrics.csv      the same rows as CSV
+//   <run>/checkpoint.pt    latest checkpoint (see checkpoint_io.h)
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <spdlog/sinks/sink.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace training {
+
+class RunDirectory {
+ public:
+  // Opens `dir` for a new run (creating it; refusing one that already holds a run) or, when
+  // `resuming`, an existing run whose metrics are read back. Starts logging to train.log.
+  RunDirectory(std::filesystem::path dir, bool resuming);
+  ~RunDirectory();
+  RunDirectory(const RunDirectory&) = delete;
+  RunDirectory& operator=(const RunDirectory&) = delete;
+
+  const std::filesystem::path& path() const { return dir_; }
+  std::filesystem::path checkpoint_path() const { return dir_ / "checkpoint.pt"; }
+
+  void write_config(const std::string& yaml) const;
+
+  // Adds (or replaces, by "epoch") one epoch's row and rewrites metrics.jsonl and metrics.csv.
+  void record_epoch(const nlohmann::ordered_json& row);
+  // Drops rows after `epoch` (on resume: rows written after the checkpoint being resumed).
+  void keep_epochs_through(int64_t epoch);
+  const std::vector<nlohmann::ordered_json>& epochs() const { return rows_; }
+
+ private:
+  void write_metrics() const;
+
+  std::filesystem::path dir_;
+  std::vector<nlohmann::ordered_json> rows_;
+  std::shared_ptr<spdlog::sinks::sink> log_sink_;
+};
+
+// The app's logger: info and above to stderr. The logger itself passes trace level so that
+// train.log, whose sink takes everything, also receives the live progress lines.
+void configure_console_logging();
+
+// <parent>/<name>, or <parent>/<YYYYmmdd-HHMMSS>-<arch>[-N] when name is empty (N makes it new).
+std::filesystem::path new_run_path(const std::filesystem::path& parent, const std::string& name,
+                                   const std::string& arch);
+
+// CSV text for rows of flat JSON objects: the header is the union of keys in first-seen order.
+std::string rows_to_csv(const std::vector<nlohmann::ordered_json>& rows);
+
+}  // namespace training

@@ -1,0 +1,233 @@
+#include "training/trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "training/device.h"
+#include "training/errors.h"
+#include "training/optim.h"
+#include "training/progress.h"
+#include "training/stop_signal.h"
+
+namespace training {
+
+namespace F = torch::nn::functional;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Seeding first makes the initial weights a function of training.seed alone.
+models::ResNet seeded_model(const Config& config, const torch::Device& device) {
+  seed_everything(static_cast<uint64_t>(config.training.seed));
+  models::ResNet model(config.model);
+  model->to(device);
+  return model;
+}
+
+data::BatchLoader make_loader(data::Split split, const Config& config, const torch::Device& device,
+                              bool train) {
+  return data::BatchLoader(std::move(split),
+                           data::LoaderOptions()
+                               .batch_size(train ? config.training.batch_size
+                                                 : config.training.eval_batch_size)
+                               .shuffle(train)
+                               .drop_last(train)
+                               .augment(train && config.data.augment)
+                               .device(device)
+                               .device_resident(config.data.device_resident)
+                               .prefetch(config.data.prefetch)
+                               .seed(static_cast<uint64_t>(config.training.seed)));
+}
+
+void check_labels(const data::Split& split, const char* name, int64_t num_classes) {
+  if (split.size() == 0) throw UserError(std::string("data: the ") + name + " split is empty");
+  const int64_t top = split.labels.max().item<int64_t>();
+  if (top >= num_classes) {
+    throw UserError(std::string("model.num_classes: the ") + name + " split has labels up to " +
+                    std::to_string(top) + ", so num_classes must be at least " +
+                    std::to_string(top + 1) + ", got " + std::to_string(num_classes));
+  }
+}
+
+int64_t planned_steps(const Config& config, int64_t steps_per_epoch) {
+  const int64_t by_epochs = config.training.epochs * steps_per_epoch;
+  return config.training.max_steps > 0 ? std::min(by_epochs, config.training.max_steps)
+                                       : by_epochs;
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& config, torch::Device device, data::Split train, data::Split test,
+                 RunDirectory& run)
+    : config_(config),
+      config_yaml_(to_yaml(config)),
+      device_(device),
+      run_(run),
+      model_(seeded_model(config, device)),
+      train_loader_((check_labels(train, "training", config.model.num_classes()),
+                     make_loader(std::move(train), config, device, /*train=*/true))),
+      test_loader_((check_labels(test, "test", config.model.num_classes()),
+                    make_loader(std::move(test), config, device, /*train=*/false))),
+      optimizer_(make_sgd(*model_, config.optimizer)),
+      total_steps_(planned_steps(config, train_loader_.batches_per_epoch())),
+      schedule_(config.schedule, config.optimizer.lr(), train_loader_.batches_per_epoch(),
+                total_steps_) {
+  if (train_loader_.batches_per_epoch() == 0) {
+    throw UserError("training.batch_size: " + std::to_string(config.training.batch_size) +
+                    " is larger than the training set (" +
+                    std::to_string(train_loader_.dataset_size()) +
+                    " images), so an epoch has no full batch; lower it or raise data.train_limit");
+  }
+}
+
+void Trainer::resume(const std::filesystem::path& checkpoint) {
+  state_ = load_checkpoint(checkpoint, *model_, *optimizer_, device_);
+  run_.keep_epochs_through(state_.epoch);
+  spdlog::info("resumed from {}: {} epochs and {} steps done{}", checkpoint.string(), state_.epoch,
+               state_.step,
+               state_.batch_in_epoch > 0
+                   ? fmt::format(", {} batches into epoch {}", state_.batch_in_epoch,
+                                 state_.epoch + 1)
+                   : "");
+}
+
+FitEnd Trainer::fit() {
+  while (state_.epoch < config_.training.epochs && state_.step < total_steps_) {
+    const bool finished = train_epoch();
+    if (!finished && stop_requested()) {
+      save();
+      spdlog::warn("stopped by signal in epoch {} after step {}; checkpoint written, continue "
+                   "with: train --resume {}",
+                   state_.epoch + 1, state_.step, run_.path().string());
+      return FitEnd::Stopped;
+    }
+    const int64_t epoch = state_.epoch + 1;
+    const Evaluation evaluation = evaluate();
+    record_epoch(epoch, evaluation);
+    if (finished) {
+      state_.epoch = epoch;
+      state_.batch_in_epoch = 0;
+      state_.seen = 0;
+      state_.train_seconds = 0;
+    }
+    save();
+  }
+  return FitEnd::Finished;
+}
+
+bool Trainer::train_epoch() {
+  model_->train();
+  const int64_t epoch = state_.epoch + 1;
+  const int64_t batches = train_loader_.batches_per_epoch();
+  if (state_.batch_in_epoch == 0) {
+    state_.loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device_));
+    state_.correct = torch::zeros({}, torch::TensorOptions(torch::kInt64).device(device_));
+  }
+  train_loader_.start_epoch(epoch, state_.batch_in_epoch);
+
+  ProgressLine progress;
+  synchronize(device_);
+  const auto start = Clock::now();
+  const double seconds_before = state_.train_seconds;
+  auto interval_start = start;
+  int64_t interval_images = 0;
+  const auto loss_options = F::CrossEntropyFuncOptions().label_smoothing(config_.training.label_smoothing);
+
+  while (state_.step < total_steps_ && !stop_requested()) {
+    auto batch = train_loader_.next();
+    if (!batch) break;
+    last_lr_ = schedule_.at(state_.step);
+    set_learning_rate(*optimizer_, last_lr_);
+
+    optimizer_->zero_grad(/*set_to_none=*/true);
+    auto logits = model_->forward(batch->images);
+    auto loss = F::cross_entropy(logits, batch->labels, loss_options);
+    loss.backward();
+    optimizer_->step();
+
+    // Accumulated on the device; read back only at log intervals so steps stay asynchronous.
+    const int64_t count = batch->labels.size(0);
+    torch::NoGradGuard no_grad;
+    state_.loss_sum += loss.detach().to(torch::kFloat64) * count;
+    state_.correct += logits.argmax(1).eq(batch->labels).sum();
+    state_.seen += count;
+    interval_images += count;
+    ++state_.step;
+    ++state_.batch_in_epoch;
+
+    if (state_.batch_in_epoch % config_.training.log_every_steps == 0) {
+      const double seen = static_cast<double>(state_.seen);
+      const double rate = interval_images / std::max(seconds_since(interval_start), 1e-9);
+      const int64_t left = std::min(batches, state_.batch_in_epoch + total_steps_ - state_.step) -
+                           state_.batch_in_epoch;
+      progress.show({epoch, config_.training.epochs, state_.batch_in_epoch, batches, rate,
+                     state_.loss_sum.item<double>() / seen,
+                     static_cast<double>(state_.correct.item<int64_t>()) / seen, last_lr_,
+                     left * static_cast<double>(config_.training.batch_size) / std::max(rate, 1e-9)});
+      interval_start = Clock::now();
+      interval_images = 0;
+    }
+  }
+  synchronize(device_);
+  state_.train_seconds = seconds_before + seconds_since(start);
+  progress.clear();
+  return state_.batch_in_epoch == batches;
+}
+
+Evaluation Trainer::evaluate() {
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  synchronize(device_);
+  const auto start = Clock::now();
+  auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device_));
+  auto correct = torch::zeros({}, torch::TensorOptions(torch::kInt64).device(device_));
+  test_loader_.start_epoch(0);
+  while (auto batch = test_loader_.next()) {
+    auto logits = model_->forward(batch->images);
+    loss_sum += F::cross_entropy(logits, batch->labels,
+                                 F::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .to(torch::kFloat64);
+    correct += logits.argmax(1).eq(batch->labels).sum();
+  }
+  const double n = static_cast<double>(test_loader_.dataset_size());
+  Evaluation evaluation{loss_sum.item<double>() / n, correct.item<int64_t>() / n, 0.0};
+  evaluation.seconds = seconds_since(start);
+  return evaluation;
+}
+
+void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
+  const double seen = static_cast<double>(std::max<int64_t>(state_.seen, 1));
+  const double train_loss = state_.loss_sum.item<double>() / seen;
+  const double train_acc = static_cast<double>(state_.correct.item<int64_t>()) / seen;
+  const double images_per_second = state_.seen / std::max(state_.train_seconds, 1e-9);
+  nlohmann::ordered_json row;
+  row["epoch"] = epoch;
+  row["step"] = state_.step;
+  row["lr"] = last_lr_;
+  row["train_loss"] = train_loss;
+  row["train_acc"] = train_acc;
+  row["test_loss"] = evaluation.loss;
+  row["test_acc"] = evaluation.accuracy;
+  row["epoch_seconds"] = state_.train_seconds;
+  row["eval_seconds"] = evaluation.seconds;
+  row["images_per_second"] = images_per_second;
+  run_.record_epoch(row);
+  spdlog::info("epoch {}/{}  step {}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  "
+               "lr {:.4g}  {:.1f} s  {:.0f} img/s",
+               epoch, config_.training.epochs, state_.step, train_loss, 100 * train_acc,
+               evaluation.loss, 100 * evaluation.accuracy, last_lr_, state_.train_seconds,
+               images_per_second);
+}
+
+void Trainer::save() {
+  if (!config_.checkpoint.enabled) return;
+  save_checkpoint(run_.checkpoint_path(), *model_, *optimizer_, state_, config_yaml_);
+}
+
+}  // namespace training

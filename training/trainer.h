@@ -1,0 +1,63 @@
+// The training loop: train an epoch, evaluate, record, checkpoint; repeat. Reads like
+// pytorch/examples' MNIST loop, with the bookkeeping a study needs around it.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "data/loader.h"
+#include "models/resnet.h"
+#include "training/checkpoint_io.h"
+#include "training/config.h"
+#include "training/run_dir.h"
+#include "training/schedule.h"
+
+namespace training {
+
+struct Evaluation {
+  double loss = 0;      // mean cross-entropy (no label smoothing)
+  double accuracy = 0;  // top-1, in [0,1]
+  double seconds = 0;
+};
+
+enum class FitEnd { Finished, Stopped };  // Stopped: a stop signal, checkpoint written
+
+class Trainer {
+ public:
+  Trainer(const Config& config, torch::Device device, data::Split train, data::Split test,
+          RunDirectory& run);
+
+  // Continues from a checkpoint instead of the fresh initialisation.
+  void resume(const std::filesystem::path& checkpoint);
+  FitEnd fit();
+
+  Evaluation evaluate();
+  models::ResNet& model() { return model_; }
+  const TrainState& state() const { return state_; }
+  int64_t steps_per_epoch() const { return train_loader_.batches_per_epoch(); }
+  int64_t total_steps() const { return total_steps_; }
+
+ private:
+  // Trains epoch state_.epoch + 1 from batch state_.batch_in_epoch; false when it stopped early
+  // (max_steps or a stop signal) with the epoch unfinished.
+  bool train_epoch();
+  void record_epoch(int64_t epoch, const Evaluation& evaluation);
+  void save();
+
+  Config config_;
+  std::string config_yaml_;
+  torch::Device device_;
+  RunDirectory& run_;
+  models::ResNet model_;
+  data::BatchLoader train_loader_;
+  data::BatchLoader test_loader_;
+  std::unique_ptr<torch::optim::SGD> optimizer_;
+  int64_t total_steps_;
+  LrSchedule schedule_;
+  TrainState state_;
+  double last_lr_ = 0;
+};
+
+}  // namespace training
