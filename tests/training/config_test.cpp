@@ -171,3 +171,23 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<BadConfig>& info) { return info.param.name; });
 
 }  // namespace
+
+namespace {
+
+TEST(Config, ReadmeDocumentsEveryKey) {
+  std::ifstream in(std::string(PROJECT_SOURCE_DIR) + "/README.md");
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(readme.empty());
+  for (const auto& key : training::config_keys()) {
+    EXPECT_NE(readme.find("| `" + key + "` |"), std::string::npos) << key << " missing in README";
+  }
+}
+
+TEST(Config, ShippedConfigsAreValid) {
+  for (const char* name : {"resnet50_cifar10.yaml", "quick_cpu.yaml"}) {
+    EXPECT_NO_THROW(training::load_config(std::string(PROJECT_SOURCE_DIR) + "/configs/" + name))
+        << name;
+  }
+}
+
+}  // namespace
