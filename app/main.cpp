@@ -5,49 +5,42 @@
 
 #include "data/split.h"
 #include "training/errors.h"
+#include "training/memory.h"
+#include "training/process.h"
 #include "training/run.h"
 #include "training/run_dir.h"
+#include "training/sweep.h"
 
 namespace {
 
 constexpr int kExitBadInput = 2;
+constexpr int kExitOutOfMemory = 3;
 
 const char* kExamples = R"(Examples:
   train --config configs/resnet50_cifar10.yaml
   train --config configs/quick_cpu.yaml --set training.epochs=2 --set data.train_limit=5000
   train --config configs/resnet50_cifar10.yaml --device cpu --output-dir runs/rn50-cpu
   train --resume runs/rn50-cpu --set training.epochs=40
+  train --config configs/resnet50_cifar10.yaml --set training.precision=bf16 --memory-limit 12GiB
+  train sweep --config configs/sweep_cpu.yaml --find-max --memory-limit 2GiB
   train --config configs/quick_cpu.yaml --print-config
 
 Exit codes: 0 done, 1 internal error, 2 bad input (arguments, config, data),
-130 stopped by Ctrl-C/SIGTERM (checkpoint written; continue with --resume).)";
+3 out of memory (device or memory.limit), 130 stopped by Ctrl-C/SIGTERM (checkpoint written;
+continue with --resume).)";
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
-}  // namespace
+// "a,b,c" -> "[a,b,c]": a sweep flag becomes the YAML list of its key.
+std::string as_list(const std::string& csv) { return "[" + csv + "]"; }
 
-int main(int argc, char** argv) {
-  CLI::App app{"Train ResNet on CIFAR-10 with LibTorch and measure memory and speed."};
-  app.footer(kExamples);
-  training::TrainRequest request;
-  app.add_option("--config", request.config_path, "YAML config file (see configs/)");
-  app.add_option("--set", request.overrides, "Override one config key: section.key=value (repeatable)")
-      ->allow_extra_args(false);
-  app.add_option("--device", request.device, "Training device: auto, cpu, cuda or cuda:N");
-  app.add_option("--output-dir", request.output_dir,
-                 "Run directory to create (default: <output.dir>/<date>-<time>-<arch>)");
-  app.add_option("--resume", request.resume, "Continue a run: its directory or a checkpoint file");
-  app.add_flag("--print-config", request.print_config, "Print the effective config and exit");
+// Runs `action`, mapping every error to its one-line message and exit code.
+int guarded(const std::function<int()>& action) {
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : kExitBadInput;
-  }
-
-  training::configure_console_logging();
-  try {
-    return training::run_training(request);
+    return action();
+  } catch (const training::OutOfMemory& e) {
+    spdlog::error("{}", e.what());
+    return kExitOutOfMemory;
   } catch (const data::DataError& e) {
     spdlog::error("{}", e.what());
   } catch (const training::UserError& e) {
@@ -60,4 +53,87 @@ int main(int argc, char** argv) {
     return 1;
   }
   return kExitBadInput;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train ResNet on CIFAR-10 with LibTorch and measure memory and speed.\n"
+               "Without a subcommand: train. Subcommands: sweep."};
+  app.footer(kExamples);
+  app.require_subcommand(0, 1);
+
+  training::TrainRequest train;
+  app.add_option("--config", train.config_path, "YAML config file (see configs/)");
+  app.add_option("--set", train.overrides, "Override one config key: section.key=value (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--device", train.device, "Training device: auto, cpu, cuda or cuda:N");
+  app.add_option("--output-dir", train.output_dir,
+                 "Run directory to create (default: <output.dir>/<date>-<time>-<arch>)");
+  app.add_option("--resume", train.resume, "Continue a run: its directory or a checkpoint file");
+  app.add_option("--memory-limit", train.memory_limit,
+                 "Emulate a device with this much memory, e.g. 12GiB (sets memory.limit)");
+  app.add_flag("--print-config", train.print_config, "Print the effective config and exit");
+
+  training::SweepRequest sweep;
+  std::string batch_sizes, precisions, checkpointing, formats, predict_for, device, limit;
+  std::string warmup, measure;
+  bool find_max = false;
+  auto* sweep_command = app.add_subcommand(
+      "sweep", "Batch-size sweep: memory and speed per batch size, precision, checkpointing and "
+               "memory format, each trial in its own process (grid: the config's sweep section)");
+  sweep_command->add_option("--config", sweep.config_path, "YAML config file")->required();
+  sweep_command->add_option("--set", sweep.overrides, "Override one config key (repeatable)")
+      ->allow_extra_args(false);
+  sweep_command->add_option("--batch-sizes", batch_sizes, "e.g. 32,64,128 (sweep.batch_sizes)");
+  sweep_command->add_option("--precisions", precisions, "e.g. fp32,bf16,fp16 (sweep.precisions)");
+  sweep_command->add_option("--checkpointing", checkpointing, "e.g. off,on (sweep.checkpointing)");
+  sweep_command->add_option("--memory-formats", formats,
+                            "e.g. contiguous,channels_last (sweep.memory_formats)");
+  sweep_command->add_flag("--find-max", find_max, "Also search the largest batch that fits, per setting");
+  sweep_command->add_option("--predict-for", predict_for,
+                            "Card sizes to predict the largest batch for, e.g. 12GiB,24GiB,80GiB");
+  sweep_command->add_option("--warmup-steps", warmup, "Steps before measuring (sweep.warmup_steps)");
+  sweep_command->add_option("--measure-steps", measure, "Measured steps (sweep.measure_steps)");
+  sweep_command->add_option("--device", device, "auto, cpu, cuda or cuda:N");
+  sweep_command->add_option("--memory-limit", limit, "Emulate a card of this size, e.g. 12GiB");
+  sweep_command->add_option("--output-dir", sweep.output_dir, "Sweep directory to create");
+
+  std::string trial_config, trial_result;
+  auto* trial_command = app.add_subcommand("sweep-trial", "")->group("");  // hidden: run by sweep
+  trial_command->add_option("--config", trial_config)->required();
+  trial_command->add_option("--result", trial_result)->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kExitBadInput;
+  }
+
+  training::configure_console_logging();
+  // Installed before any tensor exists, so CPU memory accounting sees every allocation.
+  training::TrackingCpuAllocator::instance();
+
+  if (*trial_command) {
+    return guarded([&] { return training::run_sweep_trial(trial_config, trial_result); });
+  }
+  if (*sweep_command) {
+    auto add = [&](const std::string& key, const std::string& value) {
+      if (!value.empty()) sweep.overrides.push_back(key + "=" + value);
+    };
+    add("sweep.batch_sizes", batch_sizes.empty() ? "" : as_list(batch_sizes));
+    add("sweep.precisions", precisions.empty() ? "" : as_list(precisions));
+    add("sweep.checkpointing", checkpointing.empty() ? "" : as_list(checkpointing));
+    add("sweep.memory_formats", formats.empty() ? "" : as_list(formats));
+    add("sweep.predict_for", predict_for.empty() ? "" : as_list(predict_for));
+    add("sweep.warmup_steps", warmup);
+    add("sweep.measure_steps", measure);
+    add("sweep.find_max", find_max ? "true" : "");
+    add("training.device", device);
+    add("memory.limit", limit);
+    sweep.executable = training::current_executable();
+    return guarded([&] { return training::run_sweep(sweep); });
+  }
+  return guarded([&] { return training::run_training(train); });
 }

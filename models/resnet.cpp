@@ -139,14 +139,60 @@ ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
   }
 }
 
+std::vector<int64_t> ResNetImpl::stage_sizes() const {
+  return layouts().at(options_.depth()).blocks;
+}
+
+void ResNetImpl::set_segments(const std::vector<int64_t>& sizes, SegmentRunner runner) {
+  segments_.clear();
+  runner_ = std::move(runner);
+  if (sizes.empty()) return;
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    if (size < 1) throw std::invalid_argument("segment sizes must be positive");
+    total += size;
+  }
+  if (total != static_cast<int64_t>(blocks_.size())) {
+    throw std::invalid_argument("segment sizes add up to " + std::to_string(total) + ", the model has " +
+                                std::to_string(blocks_.size()) + " blocks");
+  }
+  size_t begin = 0;
+  for (int64_t size : sizes) {
+    Segment segment;
+    std::vector<torch::nn::AnyModule> members(blocks_.begin() + begin, blocks_.begin() + begin + size);
+    for (auto& member : members) segment.modules.push_back(member.ptr());
+    segment.forward = [members](const torch::Tensor& input) mutable {
+      torch::Tensor x = input;
+      for (auto& block : members) x = block.forward(x);
+      return x;
+    };
+    segments_.push_back(std::move(segment));
+    begin += size;
+  }
+}
+
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
   x = torch::relu(bn1(conv1(x)));
   if (options_.stem() == Stem::ImageNet) {
     x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
   }
-  for (auto& block : blocks_) x = runner_ ? runner_(block, x) : block.forward(x);
+  if (segments_.empty()) {
+    for (auto& block : blocks_) x = block.forward(x);
+  } else {
+    for (const auto& segment : segments_) x = runner_(segment, x);
+  }
   x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)).flatten(1);
   return fc(x);
+}
+
+void convert_memory_format(torch::nn::Module& module, c10::MemoryFormat format) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.parameters()) {
+    if (p.dim() == 4) p.set_data(p.contiguous(format));
+  }
+  for (auto& b : module.buffers()) {
+    if (b.dim() == 4) b.set_data(b.contiguous(format));
+  }
 }
 
 }  // namespace models

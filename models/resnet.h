@@ -56,9 +56,16 @@ class BottleneckImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Bottleneck);
 
-// How the residual blocks are run. The default calls block.forward(x); gradient checkpointing
-// installs a runner that recomputes the block in backward instead of keeping its activations.
-using BlockRunner = std::function<torch::Tensor(torch::nn::AnyModule& block, const torch::Tensor& x)>;
+// A run of consecutive residual blocks, as gradient checkpointing sees it: the modules whose
+// state it must look after and the function that runs them.
+struct Segment {
+  std::vector<std::shared_ptr<torch::nn::Module>> modules;
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+};
+
+// Runs one segment. Gradient checkpointing installs a runner that keeps only the segment's
+// input and recomputes the segment in backward instead of keeping its activations.
+using SegmentRunner = std::function<torch::Tensor(const Segment& segment, const torch::Tensor& x)>;
 
 class ResNetImpl : public torch::nn::Module {
  public:
@@ -67,7 +74,11 @@ class ResNetImpl : public torch::nn::Module {
 
   // Every residual block in forward order (layer1.0 ... layer4.N).
   std::vector<torch::nn::AnyModule>& blocks() { return blocks_; }
-  void set_block_runner(BlockRunner runner) { runner_ = std::move(runner); }
+  // Blocks per stage (layer1..layer4), e.g. {3, 4, 6, 3} for ResNet-50.
+  std::vector<int64_t> stage_sizes() const;
+  // Groups the blocks into consecutive segments of the given sizes (which must add up to the
+  // number of blocks) and runs each through `runner`. An empty list restores the plain forward.
+  void set_segments(const std::vector<int64_t>& sizes, SegmentRunner runner);
   const ResNetOptions& options() const { return options_; }
 
  private:
@@ -77,8 +88,13 @@ class ResNetImpl : public torch::nn::Module {
   torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};
   torch::nn::Linear fc{nullptr};
   std::vector<torch::nn::AnyModule> blocks_;
-  BlockRunner runner_;
+  std::vector<Segment> segments_;
+  SegmentRunner runner_;
 };
 TORCH_MODULE(ResNet);
+
+// Lays out every 4-d parameter and buffer of `module` in `format` (channels_last makes
+// convolutions run NHWC; the inputs must be converted too).
+void convert_memory_format(torch::nn::Module& module, c10::MemoryFormat format);
 
 }  // namespace models

@@ -38,13 +38,13 @@ inline bool real_data_required() {
   return (ci && std::string(ci) == "true") || (required && std::string(required) == "1");
 }
 
-// The real CIFAR-10 JPEG folders prepared by the ctest fixture (CIFAR10_TEST_ROOT), if any.
+// The real CIFAR-10 JPEG folders prepared by the ctest fixture (CIFAR10_TEST_ROOT overrides the
+// build's location), if any.
 inline std::optional<std::filesystem::path> real_data_root() {
-  const char* root = std::getenv("CIFAR10_TEST_ROOT");
-  if (!root || !std::filesystem::is_directory(std::filesystem::path(root) / "train")) {
-    return std::nullopt;
-  }
-  return std::filesystem::path(root);
+  const char* env = std::getenv("CIFAR10_TEST_ROOT");
+  const std::filesystem::path root = env ? env : CIFAR10_TEST_ROOT_DEFAULT;
+  if (!std::filesystem::is_directory(root / "train")) return std::nullopt;
+  return root;
 }
 
 }  // namespace test_support
@@ -55,7 +55,7 @@ inline std::optional<std::filesystem::path> real_data_root() {
   if (!root##_found) {                                                                       \
     const char* why =                                                                        \
         "real CIFAR-10 not prepared: ../shared/data/cifar10-jpeg.tar.gz is absent (the "      \
-        "ctest fixture unpacks it into CIFAR10_TEST_ROOT)";                                  \
+        "ctest fixture unpacks it into " CIFAR10_TEST_ROOT_DEFAULT ")";                                  \
     if (test_support::real_data_required()) FAIL() << why;                                   \
     GTEST_SKIP() << why;                                                                     \
   }                                                                                          \

@@ -82,6 +82,11 @@ void save_checkpoint(const fs::path& file, torch::nn::Module& model,
   archive.write("batch_in_epoch", c10::IValue(state.batch_in_epoch));
   archive.write("seen", c10::IValue(state.seen));
   archive.write("train_seconds", c10::IValue(state.train_seconds));
+  archive.write("skipped_steps", c10::IValue(state.skipped_steps));
+  if (state.grad_scale.defined()) {
+    archive.write("grad_scale", state.grad_scale.detach());
+    archive.write("growth_tracker", state.growth_tracker.detach());
+  }
   const bool partial = state.batch_in_epoch > 0;
   archive.write("loss_sum", partial ? state.loss_sum.detach() : torch::zeros({}, torch::kFloat64));
   archive.write("correct", partial ? state.correct.detach() : torch::zeros({}, torch::kInt64));
@@ -153,6 +158,12 @@ TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
   state.batch_in_epoch = read_value(archive, file, "batch_in_epoch").toInt();
   state.seen = read_value(archive, file, "seen").toInt();
   state.train_seconds = read_value(archive, file, "train_seconds").toDouble();
+  state.skipped_steps = read_value(archive, file, "skipped_steps").toInt();
+  c10::IValue scale, tracker;
+  if (archive.try_read("grad_scale", scale) && archive.try_read("growth_tracker", tracker)) {
+    state.grad_scale = scale.toTensor();
+    state.growth_tracker = tracker.toTensor();
+  }
   state.loss_sum = read_value(archive, file, "loss_sum").toTensor();
   state.correct = read_value(archive, file, "correct").toTensor();
 

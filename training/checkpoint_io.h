@@ -20,6 +20,10 @@ struct TrainState {
   torch::Tensor correct;   // int64 scalar: correctly classified training samples
   int64_t seen = 0;            // training samples seen this epoch
   double train_seconds = 0.0;  // training time spent in this epoch so far
+  int64_t skipped_steps = 0;   // fp16 steps skipped this epoch (inf/NaN gradients)
+  // GradScaler state (fp16 only; undefined otherwise).
+  torch::Tensor grad_scale;
+  torch::Tensor growth_tracker;
 };
 
 // The checkpoint named by a run directory (its checkpoint.pt) or by a file path.

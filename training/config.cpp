@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "training/memory.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +27,13 @@ const Choices<data::Source> kSources = {{"auto", data::Source::Auto},
                                         {"binary", data::Source::Binary},
                                         {"images", data::Source::Images},
                                         {"synthetic", data::Source::Synthetic}};
+const Choices<Precision> kPrecisions = {
+    {"fp32", Precision::FP32}, {"bf16", Precision::BF16}, {"fp16", Precision::FP16}};
+const Choices<c10::MemoryFormat> kMemoryFormats = {
+    {"contiguous", c10::MemoryFormat::Contiguous}, {"channels_last", c10::MemoryFormat::ChannelsLast}};
+const Choices<CheckpointGranularity> kGranularities = {{"block", CheckpointGranularity::Block},
+                                                       {"stage", CheckpointGranularity::Stage},
+                                                       {"segments", CheckpointGranularity::Segments}};
 const Choices<ScheduleKind> kSchedules = {{"constant", ScheduleKind::Constant},
                                           {"cosine", ScheduleKind::Cosine},
                                           {"onecycle", ScheduleKind::OneCycle},
@@ -63,6 +72,8 @@ void walk(V& v, Config& c) {
     v.real("label_smoothing", c.training.label_smoothing, 0.0, 0.99);
     v.integer("log_every_steps", c.training.log_every_steps, 1, 1000000);
     v.integer("threads", c.training.threads, 0, 4096);
+    v.choice("precision", c.training.precision, kPrecisions);
+    v.choice("memory_format", c.training.memory_format, kMemoryFormats);
   });
   v.section("optimizer", [&] {
     v.real("lr", c.optimizer.lr(), 1e-12, 1e3);
@@ -82,10 +93,28 @@ void walk(V& v, Config& c) {
     v.real("div_factor", c.schedule.div_factor(), 1.0, 1e6);
     v.real("final_div_factor", c.schedule.final_div_factor(), 1.0, 1e9);
   });
+  v.section("checkpointing", [&] {
+    v.boolean("enabled", c.checkpointing.enabled());
+    v.choice("granularity", c.checkpointing.granularity(), kGranularities);
+    v.integer("segments", c.checkpointing.segments(), 1, 1000);
+  });
+  v.section("memory", [&] { v.bytes("limit", c.memory.limit); });
   v.section("checkpoint", [&] { v.boolean("enabled", c.checkpoint.enabled); });
   v.section("output", [&] {
     v.text("dir", c.output.dir);
     v.text("name", c.output.name);
+  });
+  v.section("sweep", [&] {
+    v.integers("batch_sizes", c.sweep.batch_sizes, 1, 1 << 20, /*non_empty=*/true);
+    v.choices("precisions", c.sweep.precisions, kPrecisions);
+    v.booleans("checkpointing", c.sweep.checkpointing);
+    v.choices("memory_formats", c.sweep.memory_formats, kMemoryFormats);
+    v.integer("warmup_steps", c.sweep.warmup_steps, 0, 1000);
+    v.integer("measure_steps", c.sweep.measure_steps, 1, 10000);
+    v.boolean("find_max", c.sweep.find_max);
+    v.integer("max_batch", c.sweep.max_batch, 1, 1 << 20);
+    v.byte_sizes("predict_for", c.sweep.predict_for);
+    v.integer("trial_timeout", c.sweep.trial_timeout, 1, 7 * 86400);
   });
 }
 
@@ -236,25 +265,81 @@ class Reader {
     fail(name, "expected one of " + join(names, ", ") + ", got " + describe(*node));
   }
 
-  void integers(const std::string& name, std::vector<int64_t>& out, int64_t lo, int64_t hi) {
+  void integers(const std::string& name, std::vector<int64_t>& out, int64_t lo, int64_t hi,
+                bool non_empty = false) {
+    const std::string expected = std::string("expected a ") + (non_empty ? "non-empty " : "") +
+                                 "list of integers in [" + std::to_string(lo) + ", " +
+                                 std::to_string(hi) + "]";
+    list(name, out, non_empty, expected, [&](const YAML::Node& item, int64_t& value) {
+      return YAML::convert<int64_t>::decode(item, value) && value >= lo && value <= hi;
+    });
+  }
+
+  template <class E>
+  void choices(const std::string& name, std::vector<E>& out, const Choices<E>& choices) {
+    std::vector<std::string> names;
+    for (const auto& choice : choices) names.push_back(choice.first);
+    list(name, out, true, "expected a non-empty list of " + join(names, ", "),
+         [&](const YAML::Node& item, E& value) {
+           for (const auto& [text, option] : choices) {
+             if (item.Scalar() == text) return value = option, true;
+           }
+           return false;
+         });
+  }
+
+  void booleans(const std::string& name, std::vector<bool>& out) {
+    std::vector<int> values(out.begin(), out.end());
+    list(name, values, true, "expected a non-empty list of true/false",
+         [](const YAML::Node& item, int& value) {
+           bool flag = false;
+           if (!YAML::convert<bool>::decode(item, flag)) return false;
+           return value = flag, true;
+         });
+    out.assign(values.begin(), values.end());
+  }
+
+  void bytes(const std::string& name, int64_t& out) {
     const auto node = field(name);
     if (!node) return;
-    const std::string expected =
-        "expected a list of integers in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-    if (node->IsNull()) {
-      out.clear();
-      return;
+    if (node->IsNull()) return void(out = 0);
+    if (!node->IsScalar()) fail(name, "expected a size like 12GiB, got " + describe(*node));
+    if (node->Scalar() == "none") return void(out = 0);
+    try {
+      out = parse_byte_size(node->Scalar());
+    } catch (const std::invalid_argument& e) {
+      fail(name, e.what());
     }
+  }
+
+  void byte_sizes(const std::string& name, std::vector<int64_t>& out) {
+    list(name, out, false, "expected a list of sizes like [12GiB, 24GiB]",
+         [](const YAML::Node& item, int64_t& value) {
+           try {
+             value = parse_byte_size(item.Scalar());
+             return value > 0;
+           } catch (const std::invalid_argument&) {
+             return false;
+           }
+         });
+  }
+
+  // Reads a YAML list whose items `decode` converts (returning false for a bad item).
+  template <class T, class Decode>
+  void list(const std::string& name, std::vector<T>& out, bool non_empty,
+            const std::string& expected, Decode decode) {
+    const auto node = field(name);
+    if (!node) return;
     if (!node->IsSequence()) fail(name, expected + ", got " + describe(*node));
-    std::vector<int64_t> values;
+    std::vector<T> values;
     for (const auto& item : *node) {
-      int64_t value = 0;
-      if (!item.IsScalar() || !YAML::convert<int64_t>::decode(item, value) || value < lo ||
-          value > hi) {
+      T value{};
+      if (!item.IsScalar() || !decode(item, value)) {
         fail(name, expected + ", got " + describe(item) + " in the list");
       }
       values.push_back(value);
     }
+    if (non_empty && values.empty()) fail(name, expected + ", got an empty list");
     out = std::move(values);
   }
 
@@ -324,8 +409,32 @@ class Writer {
       if (option == value) emit(name, text);
     }
   }
-  void integers(const std::string& name, const std::vector<int64_t>& values, int64_t, int64_t) {
+  void integers(const std::string& name, const std::vector<int64_t>& values, int64_t, int64_t,
+                bool = false) {
     out_ << YAML::Key << name << YAML::Value << YAML::Flow << values;
+  }
+  template <class E>
+  void choices(const std::string& name, const std::vector<E>& values, const Choices<E>& choices) {
+    std::vector<std::string> texts;
+    for (const auto& value : values) {
+      for (const auto& [text, option] : choices) {
+        if (option == value) texts.push_back(text);
+      }
+    }
+    out_ << YAML::Key << name << YAML::Value << YAML::Flow << texts;
+  }
+  void booleans(const std::string& name, const std::vector<bool>& values) {
+    out_ << YAML::Key << name << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (bool value : values) out_ << value;
+    out_ << YAML::EndSeq;
+  }
+  void bytes(const std::string& name, int64_t value) {
+    emit(name, value == 0 ? std::string("none") : byte_size_text(value));
+  }
+  void byte_sizes(const std::string& name, const std::vector<int64_t>& values) {
+    std::vector<std::string> texts;
+    for (int64_t value : values) texts.push_back(byte_size_text(value));
+    out_ << YAML::Key << name << YAML::Value << YAML::Flow << texts;
   }
 
  private:
@@ -355,6 +464,14 @@ class KeyLister {
   void choice(const std::string& name, Rest&&...) { add(name); }
   template <class... Rest>
   void integers(const std::string& name, Rest&&...) { add(name); }
+  template <class... Rest>
+  void choices(const std::string& name, Rest&&...) { add(name); }
+  template <class... Rest>
+  void booleans(const std::string& name, Rest&&...) { add(name); }
+  template <class... Rest>
+  void bytes(const std::string& name, Rest&&...) { add(name); }
+  template <class... Rest>
+  void byte_sizes(const std::string& name, Rest&&...) { add(name); }
   std::vector<std::string> keys;
 
  private:
@@ -465,6 +582,19 @@ std::vector<std::string> config_keys() {
   Config config;
   walk(lister, config);
   return lister.keys;
+}
+
+std::string memory_format_name(c10::MemoryFormat format) {
+  return format == c10::MemoryFormat::ChannelsLast ? "channels_last" : "contiguous";
+}
+
+std::string byte_size_text(int64_t bytes) {
+  static const std::pair<const char*, int64_t> kUnits[] = {
+      {"TiB", int64_t{1} << 40}, {"GiB", int64_t{1} << 30}, {"MiB", int64_t{1} << 20}, {"KiB", 1024}};
+  for (const auto& [unit, size] : kUnits) {
+    if (bytes >= size && bytes % size == 0) return std::to_string(bytes / size) + unit;
+  }
+  return std::to_string(bytes);
 }
 
 std::string arch_name(const models::ResNetOptions& model) {

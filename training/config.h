@@ -7,8 +7,10 @@
 
 #include "data/dataset.h"
 #include "models/resnet.h"
+#include "training/amp.h"
 #include "training/errors.h"
 #include "training/optim.h"
+#include "training/recompute.h"
 #include "training/schedule.h"
 
 namespace training {
@@ -30,6 +32,26 @@ struct TrainingConfig {
   double label_smoothing = 0.0;
   int64_t log_every_steps = 50;  // progress line / running-loss read-back interval
   int64_t threads = 0;           // CPU intra-op threads (0 = LibTorch's default)
+  Precision precision = Precision::FP32;  // autocast dtype; fp16 adds the GradScaler
+  c10::MemoryFormat memory_format = c10::MemoryFormat::Contiguous;  // of weights and inputs
+};
+
+struct MemoryConfig {
+  int64_t limit = 0;  // bytes; allocations beyond it fail like a real out-of-memory (0 = none)
+};
+
+// The batch-size sweep grid (train sweep): every combination of the four lists is a cell.
+struct SweepConfig {
+  std::vector<int64_t> batch_sizes = {32, 64, 128};
+  std::vector<Precision> precisions = {Precision::FP32};
+  std::vector<bool> checkpointing = {false};
+  std::vector<c10::MemoryFormat> memory_formats = {c10::MemoryFormat::Contiguous};
+  int64_t warmup_steps = 2;    // steps per trial before measuring
+  int64_t measure_steps = 5;   // measured steps per trial (median step time)
+  bool find_max = false;       // also search the largest batch that fits, per cell
+  int64_t max_batch = 65536;   // find_max stops doubling here
+  std::vector<int64_t> predict_for = {};  // card sizes (bytes) to predict the max batch for
+  int64_t trial_timeout = 1800;           // seconds before a trial is killed
 };
 
 struct CheckpointConfig {
@@ -47,8 +69,11 @@ struct Config {
   TrainingConfig training;
   OptimizerOptions optimizer;
   ScheduleOptions schedule;
+  CheckpointingOptions checkpointing;
+  MemoryConfig memory;
   CheckpointConfig checkpoint;
   OutputConfig output;
+  SweepConfig sweep;
 };
 
 // A config problem: the message names the file (or --set), the key, and what was expected.
@@ -74,5 +99,11 @@ std::vector<std::string> config_keys();
 
 // "resnet50" etc., as written in the config.
 std::string arch_name(const models::ResNetOptions& model);
+
+// "contiguous" / "channels_last".
+std::string memory_format_name(c10::MemoryFormat format);
+
+// A byte size as the config writes it: "12GiB", "512MiB", or plain bytes.
+std::string byte_size_text(int64_t bytes);
 
 }  // namespace training

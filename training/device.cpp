@@ -5,6 +5,8 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <regex>
 
 #include "training/errors.h"
@@ -65,6 +67,56 @@ std::string describe_device(const torch::Device& device) {
 
 void seed_everything(uint64_t seed) {
   torch::manual_seed(seed);  // also seeds every CUDA generator when CUDA is present
+}
+
+MemoryStats memory_stats(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) return cuda::memory_stats(device.index());
+#endif
+  return TrackingCpuAllocator::instance().stats();
+}
+
+void reset_peak_memory(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) return cuda::reset_peak_memory(device.index());
+#endif
+  TrackingCpuAllocator::instance().reset_peak();
+}
+
+int64_t total_memory(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) return cuda::total_memory(device.index());
+#endif
+  return static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+}
+
+void set_memory_limit(const torch::Device& device, int64_t bytes) {
+  const int64_t total = total_memory(device);
+  if (bytes > total) {
+    throw UserError("memory.limit: " + format_bytes(bytes) + " is more than " + device.str() +
+                    " has (" + format_bytes(total) + ")");
+  }
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) {
+    const double fraction = bytes > 0 ? static_cast<double>(bytes) / static_cast<double>(total) : 1.0;
+    return cuda::set_memory_fraction(device.index(), fraction);
+  }
+#endif
+  TrackingCpuAllocator::instance().set_limit(bytes);
+}
+
+void check_precision_supported(const torch::Device& device, Precision precision,
+                               const std::string& key) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda() && precision == Precision::BF16) {
+    const int major = cuda::compute_capability_major(device.index());
+    if (major < 8) {
+      throw UserError(key + ": bf16 needs a GPU of compute capability 8.0 or newer; " +
+                      device.str() + " is " + std::to_string(major) + ".x (use fp16 or fp32)");
+    }
+  }
+#endif
+  (void)device, (void)precision, (void)key;  // every precision runs on the CPU (autocast)
 }
 
 }  // namespace training

@@ -7,6 +7,9 @@
 
 #include <string>
 
+#include "training/amp.h"
+#include "training/memory.h"
+
 namespace training {
 
 // True when this binary was built against a CUDA LibTorch.
@@ -24,5 +27,24 @@ std::string describe_device(const torch::Device& device);
 
 // Seeds every generator that can influence training on `device`.
 void seed_everything(uint64_t seed);
+
+// Memory held on `device`: the CUDA caching allocator's counters, or on the CPU the tracking
+// allocator's (installed by the first call to any of these, if not before).
+MemoryStats memory_stats(const torch::Device& device);
+void reset_peak_memory(const torch::Device& device);
+
+// Makes allocations beyond `bytes` on `device` fail with c10::OutOfMemoryError, as on a card
+// with that much memory (CUDA: the caching allocator's per-process memory fraction; CPU: the
+// tracking allocator). 0 removes the limit. Throws UserError naming memory.limit when the limit
+// exceeds the device's memory.
+void set_memory_limit(const torch::Device& device, int64_t bytes);
+
+// The device's memory: the GPU's total, or the machine's physical memory.
+int64_t total_memory(const torch::Device& device);
+
+// Throws UserError naming `key` when `device` cannot compute in `precision` (bf16 needs a
+// compute capability 8.0+ GPU).
+void check_precision_supported(const torch::Device& device, Precision precision,
+                               const std::string& key);
 
 }  // namespace training

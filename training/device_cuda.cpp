@@ -1,6 +1,7 @@
 #include "training/device_cuda.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 
 #include <cstdio>
 #include <string>
@@ -14,5 +15,27 @@ std::string describe(int index) {
                 static_cast<double>(props->totalGlobalMem) / (1 << 30), props->major, props->minor);
   return std::string(props->name) + ", " + memory;
 }
+
+MemoryStats memory_stats(int index) {
+  using c10::CachingDeviceAllocator::StatType;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
+  const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
+  return {stats.allocated_bytes[aggregate].current, stats.allocated_bytes[aggregate].peak,
+          stats.reserved_bytes[aggregate].current, stats.reserved_bytes[aggregate].peak};
+}
+
+void reset_peak_memory(int index) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
+}
+
+void set_memory_fraction(int index, double fraction) {
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index));
+}
+
+int64_t total_memory(int index) {
+  return static_cast<int64_t>(at::cuda::getDeviceProperties(index)->totalGlobalMem);
+}
+
+int compute_capability_major(int index) { return at::cuda::getDeviceProperties(index)->major; }
 
 }  // namespace training::cuda

@@ -1,12 +1,20 @@
-// Errors the user can fix (bad arguments, config, environment): the app prints the one-line
-// message and exits with code 2. Data file problems use data::DataError, mapped the same way.
+// Errors the app maps to exit codes after printing their one-line message. Data file problems
+// use data::DataError, mapped like UserError.
 #pragma once
 
 #include <stdexcept>
 
 namespace training {
 
+// Something the user can fix (bad arguments, config, environment): exit code 2.
 class UserError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Training ran out of device memory (or of the emulated memory.limit): exit code 3. The message
+// gives the peak reached, the limit and the remedies.
+class OutOfMemory : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

@@ -5,12 +5,14 @@
 
 #include <chrono>
 #include <iostream>
+#include <regex>
 
 #include "data/dataset.h"
 #include "training/checkpoint_io.h"
 #include "training/config.h"
 #include "training/device.h"
 #include "training/errors.h"
+#include "training/memory.h"
 #include "training/run_dir.h"
 #include "training/stop_signal.h"
 #include "training/trainer.h"
@@ -34,6 +36,7 @@ const char* source_name(data::Source source) {
 Config effective_config(const TrainRequest& request, const fs::path& checkpoint) {
   auto overrides = request.overrides;
   if (!request.device.empty()) overrides.push_back("training.device=" + request.device);
+  if (!request.memory_limit.empty()) overrides.push_back("memory.limit=" + request.memory_limit);
   if (!request.config_path.empty()) return load_config(request.config_path, overrides);
   if (checkpoint.empty()) {
     throw UserError("no config: pass --config FILE (or --resume RUN to continue a run)");
@@ -46,6 +49,41 @@ int64_t count_parameters(torch::nn::Module& model) {
   int64_t count = 0;
   for (const auto& p : model.parameters()) count += p.numel();
   return count;
+}
+
+// What the model costs before any activation: weights, their gradients, SGD momentum buffers.
+void log_model_memory(torch::nn::Module& model, const Config& config) {
+  int64_t parameters = 0;
+  for (const auto& p : model.parameters()) parameters += p.numel() * p.element_size();
+  const int64_t momentum = config.optimizer.momentum() > 0 ? parameters : 0;
+  spdlog::info("memory: parameters {}, gradients {}, optimizer state {} (momentum), {} in all "
+               "before activations",
+               format_bytes(parameters), format_bytes(parameters), format_bytes(momentum),
+               format_bytes(2 * parameters + momentum));
+}
+
+std::string out_of_memory_message(const Config& config, const torch::Device& device,
+                                  const TrainState& state, const std::string& allocator_message) {
+  const MemoryStats memory = memory_stats(device);
+  const int64_t limit = config.memory.limit > 0 ? config.memory.limit : total_memory(device);
+  // Both the CUDA caching allocator and ours say how much the failed request was.
+  static const std::regex kRequest("[Tt]ried to allocate ([0-9.]+ [KMGT]?i?B)");
+  std::smatch request;
+  const std::string tried = std::regex_search(allocator_message, request, kRequest)
+                                ? " (tried to allocate " + request[1].str() + ")"
+                                : "";
+  std::string message = "out of memory on " + device.str() + " in epoch " +
+                        std::to_string(state.epoch + 1) + " after " + std::to_string(state.step) +
+                        " steps" + tried + ": peak " +
+                        format_bytes(std::max(memory.peak_allocated, memory.peak_reserved)) +
+                        ", limit " + format_bytes(limit) +
+                        (config.memory.limit > 0 ? " (memory.limit)" : " (device memory)") +
+                        ". Remedies: a smaller training.batch_size (now " +
+                        std::to_string(config.training.batch_size) + ")";
+  if (config.training.precision == Precision::FP32) message += ", training.precision: bf16 or fp16 (now fp32)";
+  if (!config.checkpointing.enabled()) message += ", checkpointing.enabled: true";
+  return message + "; `train sweep --find-max` finds the largest batch that fits. The last "
+                   "checkpoint is intact.";
 }
 
 }  // namespace
@@ -61,6 +99,8 @@ int run_training(const TrainRequest& request) {
 
   if (config.training.threads > 0) torch::set_num_threads(static_cast<int>(config.training.threads));
   const torch::Device device = resolve_device(config.training.device);
+  check_precision_supported(device, config.training.precision, "training.precision");
+  set_memory_limit(device, config.memory.limit);
 
   // Everything that can fail on bad input happens before the run directory is created.
   const auto load_start = std::chrono::steady_clock::now();
@@ -92,11 +132,21 @@ int run_training(const TrainRequest& request) {
                config.model.stem() == models::Stem::Cifar ? "cifar" : "imagenet",
                count_parameters(*trainer.model()), trainer.steps_per_epoch(),
                trainer.total_steps());
+  log_model_memory(*trainer.model(), config);
+  if (config.memory.limit > 0) {
+    spdlog::info("memory: limited to {} on {} (memory.limit)", format_bytes(config.memory.limit),
+                 device.str());
+  }
   if (!checkpoint.empty()) trainer.resume(checkpoint);
 
   install_stop_handlers();
   const auto start = std::chrono::steady_clock::now();
-  const FitEnd end = trainer.fit();
+  FitEnd end = FitEnd::Finished;
+  try {
+    end = trainer.fit();
+  } catch (const c10::OutOfMemoryError& e) {
+    throw OutOfMemory(out_of_memory_message(config, device, trainer.state(), e.what()));
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (end == FitEnd::Stopped) return kExitStopped;

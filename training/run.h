@@ -13,6 +13,7 @@ struct TrainRequest {
   std::string device;                  // --device, overrides training.device when set
   std::string output_dir;              // --output-dir: the run directory itself
   std::string resume;                  // --resume: a run directory or a checkpoint file
+  std::string memory_limit;            // --memory-limit, overrides memory.limit when set
   bool print_config = false;           // print the effective config and exit
 };
 
@@ -20,7 +21,8 @@ struct TrainRequest {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitStopped = 130;  // stopped by SIGINT/SIGTERM, checkpoint written
 
-// Throws ConfigError / UserError / data::DataError for problems the user can fix.
+// Throws ConfigError / UserError / data::DataError for problems the user can fix, and
+// OutOfMemory when training runs out of (emulated) device memory.
 int run_training(const TrainRequest& request);
 
 }  // namespace training

@@ -7,7 +7,9 @@
 #include "training/device.h"
 #include "training/errors.h"
 #include "training/optim.h"
+#include "training/memory.h"
 #include "training/progress.h"
+#include "training/step.h"
 #include "training/stop_signal.h"
 
 namespace training {
@@ -22,14 +24,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Seeding first makes the initial weights a function of training.seed alone.
-models::ResNet seeded_model(const Config& config, const torch::Device& device) {
-  seed_everything(static_cast<uint64_t>(config.training.seed));
-  models::ResNet model(config.model);
-  model->to(device);
-  return model;
-}
-
 data::BatchLoader make_loader(data::Split split, const Config& config, const torch::Device& device,
                               bool train) {
   return data::BatchLoader(std::move(split),
@@ -42,7 +36,8 @@ data::BatchLoader make_loader(data::Split split, const Config& config, const tor
                                .device(device)
                                .device_resident(config.data.device_resident)
                                .prefetch(config.data.prefetch)
-                               .seed(static_cast<uint64_t>(config.training.seed)));
+                               .seed(static_cast<uint64_t>(config.training.seed))
+                               .memory_format(config.training.memory_format));
 }
 
 void check_labels(const data::Split& split, const char* name, int64_t num_classes) {
@@ -69,12 +64,13 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
       config_yaml_(to_yaml(config)),
       device_(device),
       run_(run),
-      model_(seeded_model(config, device)),
+      model_(build_model(config, device)),
       train_loader_((check_labels(train, "training", config.model.num_classes()),
                      make_loader(std::move(train), config, device, /*train=*/true))),
       test_loader_((check_labels(test, "test", config.model.num_classes()),
                     make_loader(std::move(test), config, device, /*train=*/false))),
       optimizer_(make_sgd(*model_, config.optimizer)),
+      scaler_(config.training.precision == Precision::FP16, device),
       total_steps_(planned_steps(config, train_loader_.batches_per_epoch())),
       schedule_(config.schedule, config.optimizer.lr(), train_loader_.batches_per_epoch(),
                 total_steps_) {
@@ -88,6 +84,16 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
 
 void Trainer::resume(const std::filesystem::path& checkpoint) {
   state_ = load_checkpoint(checkpoint, *model_, *optimizer_, device_);
+  // The remaining epochs at this run's batch size (which may differ from the checkpoint's).
+  const int64_t steps_per_epoch = train_loader_.batches_per_epoch();
+  const int64_t by_epochs = state_.step - state_.batch_in_epoch +
+                            (config_.training.epochs - state_.epoch) * steps_per_epoch;
+  total_steps_ = config_.training.max_steps > 0 ? std::min(by_epochs, config_.training.max_steps)
+                                                : by_epochs;
+  schedule_ = LrSchedule(config_.schedule, config_.optimizer.lr(), steps_per_epoch, total_steps_);
+  if (state_.grad_scale.defined() && scaler_.enabled()) {
+    scaler_.load_state(state_.grad_scale, state_.growth_tracker);
+  }
   run_.keep_epochs_through(state_.epoch);
   spdlog::info("resumed from {}: {} epochs and {} steps done{}", checkpoint.string(), state_.epoch,
                state_.step,
@@ -115,6 +121,7 @@ FitEnd Trainer::fit() {
       state_.batch_in_epoch = 0;
       state_.seen = 0;
       state_.train_seconds = 0;
+      state_.skipped_steps = 0;
     }
     save();
   }
@@ -133,11 +140,11 @@ bool Trainer::train_epoch() {
 
   ProgressLine progress;
   synchronize(device_);
+  reset_peak_memory(device_);
   const auto start = Clock::now();
   const double seconds_before = state_.train_seconds;
   auto interval_start = start;
   int64_t interval_images = 0;
-  const auto loss_options = F::CrossEntropyFuncOptions().label_smoothing(config_.training.label_smoothing);
 
   while (state_.step < total_steps_ && !stop_requested()) {
     auto batch = train_loader_.next();
@@ -145,17 +152,15 @@ bool Trainer::train_epoch() {
     last_lr_ = schedule_.at(state_.step);
     set_learning_rate(*optimizer_, last_lr_);
 
-    optimizer_->zero_grad(/*set_to_none=*/true);
-    auto logits = model_->forward(batch->images);
-    auto loss = F::cross_entropy(logits, batch->labels, loss_options);
-    loss.backward();
-    optimizer_->step();
+    const auto result = train_step(model_, *optimizer_, scaler_, config_.training.precision,
+                                   config_.training.label_smoothing, batch->images, batch->labels);
+    if (!result.stepped) ++state_.skipped_steps;
 
     // Accumulated on the device; read back only at log intervals so steps stay asynchronous.
     const int64_t count = batch->labels.size(0);
     torch::NoGradGuard no_grad;
-    state_.loss_sum += loss.detach().to(torch::kFloat64) * count;
-    state_.correct += logits.argmax(1).eq(batch->labels).sum();
+    state_.loss_sum += result.loss.to(torch::kFloat64) * count;
+    state_.correct += result.logits.argmax(1).eq(batch->labels).sum();
     state_.seen += count;
     interval_images += count;
     ++state_.step;
@@ -182,6 +187,7 @@ bool Trainer::train_epoch() {
 
 Evaluation Trainer::evaluate() {
   torch::NoGradGuard no_grad;
+  AutocastGuard autocast(device_.type(), config_.training.precision);
   model_->eval();
   synchronize(device_);
   const auto start = Clock::now();
@@ -190,7 +196,7 @@ Evaluation Trainer::evaluate() {
   test_loader_.start_epoch(0);
   while (auto batch = test_loader_.next()) {
     auto logits = model_->forward(batch->images);
-    loss_sum += F::cross_entropy(logits, batch->labels,
+    loss_sum += F::cross_entropy(logits.to(torch::kFloat32), batch->labels,
                                  F::CrossEntropyFuncOptions().reduction(torch::kSum))
                     .to(torch::kFloat64);
     correct += logits.argmax(1).eq(batch->labels).sum();
@@ -217,16 +223,35 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   row["epoch_seconds"] = state_.train_seconds;
   row["eval_seconds"] = evaluation.seconds;
   row["images_per_second"] = images_per_second;
+  // Peaks since the start of this epoch's training (evaluation included).
+  const MemoryStats memory = memory_stats(device_);
+  row["device"] = device_.str();
+  row["peak_allocated_bytes"] = memory.peak_allocated;
+  row["peak_reserved_bytes"] =
+      device_.is_cuda() ? nlohmann::ordered_json(memory.peak_reserved) : nlohmann::ordered_json();
+  row["skipped_steps"] = state_.skipped_steps;
+  row["grad_scale"] =
+      scaler_.enabled() ? nlohmann::ordered_json(scaler_.current_scale()) : nlohmann::ordered_json();
   run_.record_epoch(row);
   spdlog::info("epoch {}/{}  step {}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  "
-               "lr {:.4g}  {:.1f} s  {:.0f} img/s",
+               "lr {:.4g}  {:.1f} s  {:.0f} img/s  peak {:.1f} MiB allocated{}",
                epoch, config_.training.epochs, state_.step, train_loss, 100 * train_acc,
                evaluation.loss, 100 * evaluation.accuracy, last_lr_, state_.train_seconds,
-               images_per_second);
+               images_per_second, to_mib(memory.peak_allocated),
+               device_.is_cuda() ? fmt::format(" / {:.1f} MiB reserved", to_mib(memory.peak_reserved))
+                                 : std::string());
+  if (scaler_.enabled()) {
+    spdlog::info("fp16 loss scale {:.0f}, {} step(s) skipped this epoch (inf/NaN gradients)",
+                 scaler_.current_scale(), state_.skipped_steps);
+  }
 }
 
 void Trainer::save() {
   if (!config_.checkpoint.enabled) return;
+  if (scaler_.enabled()) {
+    state_.grad_scale = scaler_.scale_state();
+    state_.growth_tracker = scaler_.growth_tracker_state();
+  }
   save_checkpoint(run_.checkpoint_path(), *model_, *optimizer_, state_, config_yaml_);
 }
 

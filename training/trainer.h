@@ -9,6 +9,7 @@
 
 #include "data/loader.h"
 #include "models/resnet.h"
+#include "training/amp.h"
 #include "training/checkpoint_io.h"
 #include "training/config.h"
 #include "training/run_dir.h"
@@ -54,6 +55,7 @@ class Trainer {
   data::BatchLoader train_loader_;
   data::BatchLoader test_loader_;
   std::unique_ptr<torch::optim::SGD> optimizer_;
+  GradScaler scaler_;
   int64_t total_steps_;
   LrSchedule schedule_;
   TrainState state_;

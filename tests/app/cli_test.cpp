@@ -10,7 +10,10 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "test_support.h"
 
@@ -143,6 +146,66 @@ TEST(Cli, TrainsWritesTheRunDirectoryAndResumes) {
   EXPECT_EQ(count_lines(read(run / "metrics.jsonl")), 2);
   EXPECT_EQ(read(run / "metrics.jsonl").substr(0, metrics_before.size()), metrics_before);
   EXPECT_NE(read(run / "train.log").find("resumed from"), std::string::npos);
+}
+
+TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  auto r = run_train("--config " + write_tiny_config(dir).string() + " --output-dir " + run.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto row = nlohmann::json::parse(read(run / "metrics.jsonl"));
+  EXPECT_EQ(row.at("device"), "cpu");
+  const int64_t peak = row.at("peak_allocated_bytes").get<int64_t>();
+  EXPECT_GT(peak, 50 << 20);  // ResNet-18 weights, gradients and momentum alone are ~130 MiB
+  EXPECT_NE(read(run / "train.log").find("memory: parameters 42.65 MiB, gradients 42.65 MiB"),
+            std::string::npos);
+
+  const auto checkpoint_before = read(run / "checkpoint.pt");
+  const auto metrics_before = read(run / "metrics.jsonl");
+  // Eight times the batch under a limit 20% above what batch 32 needed.
+  r = run_train("--resume " + run.string() + " --set training.epochs=2 --set training.batch_size=256" +
+                " --set data.synthetic_train_size=512 --memory-limit " + std::to_string(peak * 6 / 5));
+  EXPECT_EQ(r.code, 3) << r.output;
+  std::string error_line;
+  int errors = 0;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("[error]") != std::string::npos) error_line = line, ++errors;
+  }
+  EXPECT_EQ(errors, 1) << r.output;
+  for (const char* part : {"out of memory on cpu in epoch 2 after 4 steps (tried to allocate ",
+                           "MiB): peak", "(memory.limit)",
+                           "training.batch_size (now 256)", "training.precision: bf16 or fp16",
+                           "checkpointing.enabled: true", "train sweep --find-max"}) {
+    EXPECT_NE(error_line.find(part), std::string::npos) << part << " in " << error_line;
+  }
+  EXPECT_EQ(read(run / "checkpoint.pt"), checkpoint_before);
+  EXPECT_EQ(read(run / "metrics.jsonl"), metrics_before);
+}
+
+TEST(Cli, BadMemoryLimitIsABadInput) {
+  test_support::TempDir dir;
+  const auto r = run_train("--config " + write_tiny_config(dir).string() + " --memory-limit 12apples");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--set memory.limit: memory.limit: expected a size like 12GiB"), std::string::npos)
+      << r.output;
+}
+
+TEST(Cli, SweepRefusesABadGridBeforeAnyTrial) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir).string();
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--batch-sizes 0,8", "sweep.batch_sizes: expected a non-empty list of integers in [1, 1048576], got '0' in the list"},
+           {"--precisions fp32,fp64", "sweep.precisions: expected a non-empty list of fp32, bf16, fp16, got 'fp64' in the list"},
+           {"--checkpointing maybe", "sweep.checkpointing: expected a non-empty list of true/false, got 'maybe' in the list"},
+           {"--predict-for 12GB,lots", "sweep.predict_for: expected a list of sizes like [12GiB, 24GiB], got 'lots' in the list"},
+           {"--find-max", "sweep.find_max: on the CPU there is no device memory to fill"}}) {
+    const auto r = run_train("sweep --config " + config + " " + flags + " --output-dir " + (dir / "sweep").string());
+    EXPECT_EQ(r.code, 2) << flags;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir / "sweep")) << flags;
+  }
 }
 
 TEST(Cli, ResumeOfNothingIsABadInput) {

@@ -98,15 +98,23 @@ TEST(ResNet, RejectsUnknownDepthAndNoClasses) {
   EXPECT_THROW(models::ResNet(models::ResNetOptions(18).num_classes(0)), std::invalid_argument);
 }
 
-TEST(ResNet, BlockRunnerSeesEveryBlock) {
+TEST(ResNet, SegmentsRunEveryBlockOnceAndMatchThePlainForward) {
   auto model = make(18, models::Stem::Cifar, 10);
-  int calls = 0;
-  model->set_block_runner([&](torch::nn::AnyModule& block, const torch::Tensor& x) {
-    ++calls;
-    return block.forward(x);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, 3, 32, 32});
+  const auto plain = model->forward(x);
+  std::vector<size_t> modules_seen;
+  model->set_segments({3, 5}, [&](const models::Segment& segment, const torch::Tensor& input) {
+    modules_seen.push_back(segment.modules.size());
+    return segment.forward(input);
   });
-  model->forward(torch::randn({1, 3, 32, 32}));
-  EXPECT_EQ(calls, 8);
+  EXPECT_TRUE(model->forward(x).equal(plain));
+  EXPECT_EQ(modules_seen, (std::vector<size_t>{3, 5}));
+  EXPECT_EQ(model->stage_sizes(), (std::vector<int64_t>{2, 2, 2, 2}));
+  EXPECT_THROW(model->set_segments({3, 4}, nullptr), std::invalid_argument);
+  model->set_segments({}, nullptr);
+  EXPECT_TRUE(model->forward(x).equal(plain));
 }
 
 }  // namespace

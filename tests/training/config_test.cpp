@@ -64,7 +64,9 @@ TEST(Config, OverridesApplyInOrderAndCreateSections) {
 TEST(Config, YamlRoundTripIsExact) {
   const Config c = training::parse_config(
       "optimizer: {lr: 0.1, weight_decay: 5.0e-4}\nschedule: {name: onecycle, pct_start: 0.3}\n"
-      "data: {root: 'my data'}\ntraining: {label_smoothing: 0.1}",
+      "data: {root: 'my data'}\ntraining: {label_smoothing: 0.1, precision: bf16}\n"
+      "memory: {limit: 12GiB}\nsweep: {checkpointing: [off, on], predict_for: [24GiB, 1.5GB],"
+      " memory_formats: [channels_last], precisions: [fp16, bf16]}",
       "c.yaml");
   const std::string yaml = training::to_yaml(c);
   const Config back = training::parse_config(yaml, "round-trip");
@@ -72,6 +74,13 @@ TEST(Config, YamlRoundTripIsExact) {
   EXPECT_DOUBLE_EQ(back.optimizer.weight_decay(), 5e-4);
   EXPECT_EQ(back.data.dataset.root(), "my data");
   EXPECT_NE(yaml.find("lr: 0.1\n"), std::string::npos) << yaml;
+  EXPECT_EQ(back.memory.limit, int64_t{12} << 30);
+  EXPECT_EQ(back.sweep.checkpointing, (std::vector<bool>{false, true}));
+  EXPECT_EQ(back.sweep.predict_for, (std::vector<int64_t>{int64_t{24} << 30, 1500000000}));
+  EXPECT_EQ(back.sweep.precisions, (std::vector<training::Precision>{training::Precision::FP16,
+                                                                      training::Precision::BF16}));
+  EXPECT_EQ(back.training.precision, training::Precision::BF16);
+  EXPECT_NE(yaml.find("limit: 12GiB\n"), std::string::npos) << yaml;
 }
 
 TEST(Config, KeysListEverySection) {
@@ -120,7 +129,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "c.yaml: unknown section 'modle' (did you mean 'model'?)"},
         BadConfig{"UnknownKeyListsValidOnes", "training: {zzz: 1}", {},
                   "c.yaml: unknown key 'training.zzz' (valid: device, epochs, max_steps, "
-                  "batch_size, eval_batch_size, seed, label_smoothing, log_every_steps, threads)"},
+                  "batch_size, eval_batch_size, seed, label_smoothing, log_every_steps, threads, "
+                  "precision, memory_format)"},
         BadConfig{"NotAnInteger", "training: {epochs: three}", {},
                   "c.yaml: training.epochs: expected an integer in [1, 100000], got 'three'"},
         BadConfig{"BelowRange", "training: {epochs: 0}", {},
@@ -165,6 +175,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"SetOutOfRange", "training: {epochs: 3}", {"training.epochs=-2"},
                   "--set training.epochs: training.epochs: expected an integer in [1, 100000], "
                   "got -2"},
+        BadConfig{"BadByteSize", "memory: {limit: 12 apples}", {},
+                  "c.yaml: memory.limit: expected a size like 12GiB, 512MiB, 1.5GB or a number of "
+                  "bytes, got '12 apples'"},
+        BadConfig{"EmptyGridList", "sweep: {batch_sizes: []}", {},
+                  "c.yaml: sweep.batch_sizes: expected a non-empty list of integers in [1, "
+                  "1048576], got an empty list"},
+        BadConfig{"UnknownPrecision", "training: {precision: fp8}", {},
+                  "c.yaml: training.precision: expected one of fp32, bf16, fp16, got 'fp8'"},
+        BadConfig{"UnknownGranularity", "checkpointing: {granularity: layer}", {},
+                  "c.yaml: checkpointing.granularity: expected one of block, stage, segments, got "
+                  "'layer'"},
         BadConfig{"SetInvalidYaml", "", {"model.arch=[resnet"},
                   "--set model.arch=[resnet: value is not valid YAML (end of sequence flow not "
                   "found)"}),
@@ -184,7 +205,7 @@ TEST(Config, ReadmeDocumentsEveryKey) {
 }
 
 TEST(Config, ShippedConfigsAreValid) {
-  for (const char* name : {"resnet50_cifar10.yaml", "quick_cpu.yaml"}) {
+  for (const char* name : {"resnet50_cifar10.yaml", "quick_cpu.yaml", "sweep_cpu.yaml"}) {
     EXPECT_NO_THROW(training::load_config(std::string(PROJECT_SOURCE_DIR) + "/configs/" + name))
         << name;
   }

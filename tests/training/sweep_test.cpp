@@ -1,0 +1,155 @@
+// Sweeps on the CPU with small models and emulated memory limits, trials in child processes of
+// the real `train` binary.
+#include "training/sweep.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_support.h"
+#include "training/process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json read_json(const fs::path& file) {
+  std::ifstream in(file);
+  return nlohmann::json::parse(in);
+}
+
+// The plots need a Python with matplotlib: the one the build found.
+const bool python_chosen = setenv("TRAIN_PYTHON", TEST_PYTHON, /*overwrite=*/0) == 0;
+
+fs::path write_config(const test_support::TempDir& dir, const std::string& yaml) {
+  std::ofstream(dir / "sweep.yaml") << yaml;
+  return dir / "sweep.yaml";
+}
+
+// Runs `train sweep-trial` on `config` at one batch size, as the sweep would.
+std::string trial_status(const test_support::TempDir& dir, const fs::path& base_config, int64_t batch) {
+  auto config = training::load_config(base_config.string(),
+                                      {"training.batch_size=" + std::to_string(batch)});
+  const auto yaml = dir / ("direct-" + std::to_string(batch) + ".yaml");
+  std::ofstream(yaml) << training::to_yaml(config);
+  const auto result = dir / ("direct-" + std::to_string(batch) + ".json");
+  training::run_process({TRAIN_BINARY, "sweep-trial", "--config", yaml.string(), "--result", result.string()},
+                        dir / "direct.log", 600);
+  return read_json(result).at("status").get<std::string>();
+}
+
+TEST(Sweep, FindMaxFindsTheLargestBatchUnderAnEmulatedLimit) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: imagenet}
+training: {device: cpu}
+memory: {limit: 180MiB}
+sweep: {batch_sizes: [16, 32], warmup_steps: 0, measure_steps: 2, find_max: true}
+)");
+  training::SweepRequest request{config.string(), {}, (dir / "out").string(), TRAIN_BINARY};
+  ASSERT_EQ(training::run_sweep(request), 0);
+  const auto sweep = read_json(dir / "out/sweep.json");
+  EXPECT_TRUE(sweep.at("complete").get<bool>());
+  const auto& cell = sweep.at("cells").at(0);
+  ASSERT_FALSE(cell.at("largest_fitting_batch").is_null());
+  const int64_t max_batch = cell.at("largest_fitting_batch").get<int64_t>();
+  EXPECT_EQ(cell.at("smallest_failing_batch").get<int64_t>(), max_batch + 1);
+  EXPECT_GT(max_batch, 32);
+  // Checked directly: the largest batch fits, one more does not.
+  EXPECT_EQ(trial_status(dir, config, max_batch), "ok");
+  EXPECT_EQ(trial_status(dir, config, max_batch + 1), "oom");
+
+  for (const char* file : {"sweep.csv", "sweep.md", "config.yaml", "trials/001.yaml", "trials/001.json"}) {
+    EXPECT_TRUE(fs::exists(dir / "out" / file)) << file;
+  }
+  for (const char* png : {"peak_memory.png", "throughput.png"}) {
+    std::ifstream in(dir / "out" / png, std::ios::binary);
+    char signature[8] = {};
+    in.read(signature, 8);
+    EXPECT_EQ(std::string(signature + 1, 3), "PNG") << png;
+    EXPECT_GT(fs::file_size(dir / "out" / png), 10000u) << png;
+  }
+  std::ifstream md(dir / "out/sweep.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("| fp32 / checkpointing off / contiguous | " + std::to_string(max_batch) + " | " +
+                      std::to_string(max_batch + 1) + " |"),
+            std::string::npos)
+      << text;
+}
+
+TEST(Sweep, TheFitPredictsAHeldOutBatchWithinTenPercent) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: cifar}
+training: {device: cpu}
+sweep: {batch_sizes: [8, 16, 32], warmup_steps: 1, measure_steps: 1}
+)");
+  training::SweepRequest request{config.string(), {}, (dir / "out").string(), TRAIN_BINARY};
+  ASSERT_EQ(training::run_sweep(request), 0);
+  const auto fit = read_json(dir / "out/sweep.json").at("cells").at(0).at("fit");
+  ASSERT_FALSE(fit.is_null());
+  EXPECT_GT(fit.at("r_squared").get<double>(), 0.99);
+  const double predicted =
+      fit.at("intercept_bytes").get<double>() + 48 * fit.at("bytes_per_sample").get<double>();
+
+  training::run_sweep({config.string(), {"sweep.batch_sizes=[48]"}, (dir / "held-out").string(), TRAIN_BINARY});
+  const auto measured = read_json(dir / "held-out/sweep.json")
+                            .at("trials").at(0).at("peak_reserved_bytes").get<double>();
+  std::cout << "batch 48: predicted " << predicted / (1 << 20) << " MiB, measured "
+            << measured / (1 << 20) << " MiB\n";
+  EXPECT_NEAR(predicted, measured, 0.10 * measured);
+}
+
+TEST(Sweep, ACrashingTrialIsRecordedAndTheSweepGoesOn) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: imagenet}
+training: {device: cpu}
+sweep: {batch_sizes: [8, 16, 24], warmup_steps: 0, measure_steps: 1}
+)");
+  // A stand-in for `train` whose trial at batch 16 dies of a segmentation fault.
+  const auto crashing = dir / "crashing-train.sh";
+  std::ofstream(crashing) << "#!/bin/sh\n"
+                             "if grep -q 'batch_size: 16$' \"$3\"; then echo 'about to crash'; kill -SEGV $$; fi\n"
+                             "exec '" TRAIN_BINARY "' \"$@\"\n";
+  fs::permissions(crashing, fs::perms::owner_all);
+  training::SweepRequest request{config.string(), {}, (dir / "out").string(), crashing};
+  ASSERT_EQ(training::run_sweep(request), 0);
+  const auto trials = read_json(dir / "out/sweep.json").at("trials");
+  ASSERT_EQ(trials.size(), 3u);
+  EXPECT_EQ(trials[0].at("status"), "ok");
+  EXPECT_EQ(trials[1].at("status"), "error");
+  EXPECT_EQ(trials[1].at("message"),
+            "trial process killed by signal 11 (Segmentation fault): about to crash");
+  EXPECT_EQ(trials[2].at("status"), "ok");
+}
+
+TEST(Sweep, ATrialPastItsTimeoutIsKilledAndRecorded) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+training: {device: cpu}
+sweep: {batch_sizes: [8], trial_timeout: 1}
+)");
+  const auto sleepy = dir / "sleepy-train.sh";
+  std::ofstream(sleepy) << "#!/bin/sh\nsleep 30\n";
+  fs::permissions(sleepy, fs::perms::owner_all);
+  training::run_sweep({config.string(), {}, (dir / "out").string(), sleepy});
+  const auto trial = read_json(dir / "out/sweep.json").at("trials").at(0);
+  EXPECT_EQ(trial.at("status"), "error");
+  EXPECT_EQ(trial.at("message").get<std::string>().rfind("trial process timed out after 1 s", 0), 0u);
+}
+
+TEST(Sweep, FindMaxOnTheCpuNeedsALimit) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, "training: {device: cpu}\nsweep: {find_max: true}\n");
+  try {
+    training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY});
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("sweep.find_max: on the CPU there is no device memory"),
+              std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(dir / "out"));  // refused before anything ran
+}
+
+}  // namespace

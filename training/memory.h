@@ -1,0 +1,66 @@
+// Memory accounting that works without a GPU: a CPU allocator that counts the bytes held by CPU
+// tensors (current and peak) and can refuse allocations beyond a limit exactly like a device
+// out of memory, plus byte-size parsing and printing for configs and logs.
+#pragma once
+
+#include <c10/core/Allocator.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace training {
+
+struct MemoryStats {
+  int64_t allocated = 0;       // bytes held by tensors now
+  int64_t peak_allocated = 0;  // most bytes held since the last reset
+  int64_t reserved = 0;        // bytes held by the allocator (CUDA caching allocator; CPU = allocated)
+  int64_t peak_reserved = 0;
+};
+
+// Wraps LibTorch's default CPU allocator. Install it once at start-up, before tensors are
+// made; tensors made earlier are not counted (and are freed correctly all the same).
+// Library-internal scratch memory that does not come from tensors (oneDNN workspaces) is not
+// counted, as cuDNN workspaces outside the caching allocator are not counted on CUDA.
+class TrackingCpuAllocator final : public c10::Allocator {
+ public:
+  // The process-wide instance, installed as LibTorch's CPU allocator on first call.
+  static TrackingCpuAllocator& instance();
+
+  c10::DataPtr allocate(size_t bytes) override;
+  // Simple data pointers (context == data), which raw_allocate() users such as oneDNN need.
+  c10::DeleterFnPtr raw_deleter() const override { return &TrackingCpuAllocator::release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
+
+  MemoryStats stats() const;
+  void reset_peak();
+  // Allocations that would take the held bytes above `bytes` throw c10::OutOfMemoryError
+  // (0 = no limit).
+  void set_limit(int64_t bytes) { limit_.store(bytes); }
+  int64_t limit() const { return limit_.load(); }
+
+ private:
+  explicit TrackingCpuAllocator(c10::Allocator* base)
+      : base_(base), base_deleter_(base->raw_deleter()) {}
+  static void release(void* data);
+
+  c10::Allocator* base_;
+  c10::DeleterFnPtr base_deleter_;  // frees what base_ allocated
+  std::mutex sizes_mutex_;
+  std::unordered_map<void*, int64_t> sizes_;  // live allocations and their sizes
+  std::atomic<int64_t> current_{0};
+  std::atomic<int64_t> peak_{0};
+  std::atomic<int64_t> limit_{0};
+};
+
+// "12GiB", "512MiB", "1.5GB", "64KiB", "1000" (bytes). Binary (KiB, MiB, GiB, TiB) and decimal
+// (KB, MB, GB, TB) units, case-insensitive. Throws std::invalid_argument naming what it expected.
+int64_t parse_byte_size(const std::string& text);
+
+// "1.50 GiB", "512.0 MiB", "12 B": the largest binary unit that keeps the number >= 1.
+std::string format_bytes(int64_t bytes);
+
+inline double to_mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+}  // namespace training

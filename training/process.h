@@ -1,0 +1,31 @@
+// Child processes for isolated sweep trials: a failed, crashed or out-of-memory trial cannot
+// pollute the next one.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace training {
+
+struct ProcessOutcome {
+  int exit_code = -1;  // when the process exited normally
+  int signal = 0;      // when a signal ended it (after a timeout: SIGKILL)
+  bool timed_out = false;
+  double seconds = 0;
+  // "exit code 3", "killed by signal 11 (Segmentation fault)", "timed out after 5 s".
+  std::string describe() const;
+};
+
+// Runs argv[0] (a path) with stdout and stderr appended to `log_file`; kills it after
+// `timeout_seconds`. Throws UserError when it cannot be started.
+ProcessOutcome run_process(const std::vector<std::string>& argv,
+                           const std::filesystem::path& log_file, int64_t timeout_seconds);
+
+// The last non-empty line of a text file ("" when there is none): a crashed child's last words.
+std::string last_line(const std::filesystem::path& file);
+
+// The running executable (/proc/self/exe).
+std::filesystem::path current_executable();
+
+}  // namespace training

@@ -1,0 +1,30 @@
+// One training step, shared by the trainer and the sweep's trials so that what a sweep measures
+// is exactly what training runs.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "models/resnet.h"
+#include "training/amp.h"
+
+namespace training {
+
+struct Config;
+
+// The model as training runs it: seeded by training.seed, on `device`, in the configured memory
+// format, with gradient checkpointing installed when configured.
+models::ResNet build_model(const Config& config, const torch::Device& device);
+
+struct StepResult {
+  torch::Tensor loss;    // float32 scalar, unscaled, detached
+  torch::Tensor logits;  // detached
+  bool stepped = true;   // false when fp16 gradients overflowed and the step was skipped
+};
+
+// Forward under autocast (precision), cross-entropy, (scaled) backward, then the optimizer step
+// unless the GradScaler found inf/NaN gradients; then the scaler's update.
+StepResult train_step(models::ResNet& model, torch::optim::Optimizer& optimizer, GradScaler& scaler,
+                      Precision precision, double label_smoothing, const torch::Tensor& images,
+                      const torch::Tensor& labels);
+
+}  // namespace training

@@ -1,0 +1,74 @@
+// `train sweep`: batch sizes x precision x checkpointing x memory format, each trial in its own
+// child process; optionally the largest batch that fits per cell (doubling, then binary search);
+// a linear memory model per cell with predictions for other card sizes; outputs in one folder:
+//
+//   <sweep>/sweep.csv       one row per trial
+//   <sweep>/sweep.json      trials, per-cell summaries, fits and predictions
+//   <sweep>/sweep.md        the same as readable tables
+//   <sweep>/peak_memory.png, throughput.png   (scripts/plot_sweep.py)
+//   <sweep>/trials/NNN.{yaml,json,log}        each trial's config, result and output
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "training/config.h"
+#include "training/memory_model.h"
+#include "training/trial.h"
+
+namespace training {
+
+struct SweepCell {
+  Precision precision = Precision::FP32;
+  bool checkpointing = false;
+  c10::MemoryFormat memory_format = c10::MemoryFormat::Contiguous;
+  std::string name() const;  // "fp32 / checkpointing off / contiguous"
+  bool operator==(const SweepCell& other) const {
+    return precision == other.precision && checkpointing == other.checkpointing &&
+           memory_format == other.memory_format;
+  }
+};
+
+struct SweepTrial {
+  int64_t id = 0;
+  SweepCell cell;
+  int64_t batch = 0;
+  std::string source;  // grid | find-max
+  TrialResult result;
+  double wall_seconds = 0;  // the whole child process
+};
+
+struct CellSummary {
+  SweepCell cell;
+  std::optional<int64_t> largest_fitting;  // largest batch measured ok
+  std::optional<int64_t> smallest_failing; // smallest batch measured oom
+  bool searched = false;                   // find_max ran for this cell
+  std::optional<int64_t> fastest_batch;
+  double fastest_images_per_second = 0;
+  std::optional<MemoryFit> fit;            // of peak reserved bytes (= allocated on the CPU)
+  std::vector<std::pair<int64_t, std::optional<int64_t>>> predictions;  // bytes -> max batch
+};
+
+// Summaries for each cell from its trials; predictions for `memory_sizes`.
+std::vector<CellSummary> summarize(const std::vector<SweepCell>& cells,
+                                   const std::vector<SweepTrial>& trials,
+                                   const std::vector<int64_t>& memory_sizes, bool searched);
+
+struct SweepRequest {
+  std::string config_path;
+  std::vector<std::string> overrides;  // --set and the sweep flags, as key=value
+  std::string output_dir;              // the sweep directory (default <output.dir>/sweep-...)
+  std::filesystem::path executable;    // the `train` binary that runs each trial
+};
+
+// Runs the whole sweep; returns 0. Throws UserError/ConfigError for a bad grid before any
+// trial runs.
+int run_sweep(const SweepRequest& request);
+
+// The child side: runs the trial in `config_path` and writes its result to `result_path`
+// (atomically). Returns 0 for ok, 3 for oom, 1 for error.
+int run_sweep_trial(const std::string& config_path, const std::string& result_path);
+
+}  // namespace training
