@@ -93,6 +93,34 @@ TEST(ResNet, SeededConstructionIsReproducible) {
       b->named_parameters()["layer2.1.conv1.weight"]));
 }
 
+TEST(ResNet, ChannelsLastGivesTheSameOutputsAndGradients) {
+  torch::manual_seed(1);
+  auto plain = make(18, models::Stem::Cifar, 10);
+  auto nhwc = make(18, models::Stem::Cifar, 10);
+  // Eval mode: BatchNorm on a 4-image batch would amplify the layouts' rounding differences.
+  plain->eval();
+  nhwc->eval();
+  const auto x = torch::randn({4, 3, 32, 32});
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, p] : nhwc->named_parameters().pairs()) p.copy_(plain->named_parameters()[name]);
+  }
+  models::convert_memory_format(*nhwc, c10::MemoryFormat::ChannelsLast);
+  EXPECT_TRUE(nhwc->named_parameters()["layer1.0.conv1.weight"].is_contiguous(c10::MemoryFormat::ChannelsLast));
+  const auto a = plain->forward(x);
+  const auto b = nhwc->forward(x.contiguous(c10::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-4));
+  const auto labels = torch::tensor({1, 5, 7, 2}, torch::kInt64);
+  torch::nn::functional::cross_entropy(a, labels).backward();
+  torch::nn::functional::cross_entropy(b, labels).backward();
+  for (const char* name : {"conv1.weight", "layer3.1.conv2.weight", "fc.weight"}) {
+    const auto g1 = plain->named_parameters()[name].grad();
+    const auto g2 = nhwc->named_parameters()[name].grad();
+    // Summation order differs between layouts: compare against the gradient's own scale.
+    EXPECT_LT((g1 - g2).abs().max().item<float>(), 1e-3f * g1.abs().max().item<float>()) << name;
+  }
+}
+
 TEST(ResNet, RejectsUnknownDepthAndNoClasses) {
   EXPECT_THROW(models::ResNet(models::ResNetOptions(20)), std::invalid_argument);
   EXPECT_THROW(models::ResNet(models::ResNetOptions(18).num_classes(0)), std::invalid_argument);
