@@ -2,11 +2,15 @@
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
+#include <torch/torch.h>
 
 #include "data/split.h"
+#include "training/atomic_file.h"
+#include "training/bench_matmul.h"
 #include "training/errors.h"
 #include "training/memory.h"
 #include "training/process.h"
+#include "training/report.h"
 #include "training/run.h"
 #include "training/run_dir.h"
 #include "training/sweep.h"
@@ -23,6 +27,8 @@ const char* kExamples = R"(Examples:
   train --resume runs/rn50-cpu --set training.epochs=40
   train --config configs/resnet50_cifar10.yaml --set training.precision=bf16 --memory-limit 12GiB
   train sweep --config configs/sweep_cpu.yaml --find-max --memory-limit 2GiB
+  train report runs/rn50-cpu
+  train bench matmul --size 4096 --devices cpu,cuda --dtypes fp32,bf16
   train --config configs/quick_cpu.yaml --print-config
 
 Exit codes: 0 done, 1 internal error, 2 bad input (arguments, config, data),
@@ -59,7 +65,7 @@ int guarded(const std::function<int()>& action) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Train ResNet on CIFAR-10 with LibTorch and measure memory and speed.\n"
-               "Without a subcommand: train. Subcommands: sweep."};
+               "Without a subcommand: train. Subcommands: sweep, report, bench."};
   app.footer(kExamples);
   app.require_subcommand(0, 1);
 
@@ -99,6 +105,26 @@ int main(int argc, char** argv) {
   sweep_command->add_option("--memory-limit", limit, "Emulate a card of this size, e.g. 12GiB");
   sweep_command->add_option("--output-dir", sweep.output_dir, "Sweep directory to create");
 
+  std::string report_dir;
+  auto* report_command = app.add_subcommand("report", "Write <run>/report.md and its plots for a run directory");
+  report_command->add_option("run_dir", report_dir, "The run directory")->required();
+
+  auto* bench_command = app.add_subcommand("bench", "Micro-benchmarks");
+  bench_command->require_subcommand(1);
+  auto* matmul_command = bench_command->add_subcommand(
+      "matmul", "Square matrix multiply per device and dtype: time, GFLOP/s, fraction of peak, memory");
+  std::string sizes = "4096", devices = "cpu", dtypes = "fp32", matmul_output = "matmul.json";
+  int64_t repeats = 5, threads = 0;
+  std::vector<std::string> peaks;
+  matmul_command->add_option("--size", sizes, "Matrix size N (or a list: 1024,4096)");
+  matmul_command->add_option("--devices", devices, "e.g. cpu,cuda");
+  matmul_command->add_option("--dtypes", dtypes, "fp64, fp32, bf16, fp16, e.g. fp32,bf16");
+  matmul_command->add_option("--repeats", repeats, "Timed repetitions (median reported)");
+  matmul_command->add_option("--peak", peaks, "A peak to compare with: device:dtype=GFLOPS (repeatable)")
+      ->allow_extra_args(false);
+  matmul_command->add_option("--threads", threads, "CPU threads (0 = LibTorch's default)");
+  matmul_command->add_option("--output", matmul_output, "JSON results file");
+
   std::string trial_config, trial_result;
   auto* trial_command = app.add_subcommand("sweep-trial", "")->group("");  // hidden: run by sweep
   trial_command->add_option("--config", trial_config)->required();
@@ -115,6 +141,24 @@ int main(int argc, char** argv) {
   // Installed before any tensor exists, so CPU memory accounting sees every allocation.
   training::TrackingCpuAllocator::instance();
 
+  if (*matmul_command) {
+    return guarded([&] {
+      const auto options = training::parse_matmul_options(sizes, devices, dtypes, repeats, peaks);
+      if (threads < 0) throw training::UserError("--threads: expected 0 or more");
+      if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
+      const auto results = training::run_matmul_bench(options);
+      std::printf("%s", training::format_matmul_table(results).c_str());
+      training::write_file_atomically(matmul_output, training::matmul_json(results).dump(2) + "\n");
+      spdlog::info("results written to {}", matmul_output);
+      return 0;
+    });
+  }
+  if (*report_command) {
+    return guarded([&] {
+      spdlog::info("report: {}", training::write_report(report_dir).string());
+      return 0;
+    });
+  }
   if (*trial_command) {
     return guarded([&] { return training::run_sweep_trial(trial_config, trial_result); });
   }

@@ -3,6 +3,8 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
+#include <chrono>
+
 namespace data {
 
 uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t batch) {
@@ -53,6 +55,9 @@ void BatchLoader::start_epoch(int64_t epoch, int64_t first_batch) {
 }
 
 Batch BatchLoader::prepare(int64_t batch_index) const {
+  if (options_.simulated_delay_ms() > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.simulated_delay_ms()));
+  }
   const int64_t start = batch_index * options_.batch_size();
   const int64_t count = std::min(options_.batch_size(), split_.size() - start);
   auto indices = order_.narrow(0, start, count);

@@ -33,6 +33,9 @@ struct LoaderOptions {
   TORCH_ARG(int64_t, prefetch) = 2;
   TORCH_ARG(uint64_t, seed) = 0;
   TORCH_ARG(c10::MemoryFormat, memory_format) = c10::MemoryFormat::Contiguous;
+  // Extra time spent preparing each batch: simulates a slow input pipeline for studies of
+  // prefetching and of the data-wait diagnosis.
+  TORCH_ARG(double, simulated_delay_ms) = 0.0;
 };
 
 struct Batch {

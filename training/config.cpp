@@ -61,6 +61,7 @@ void walk(V& v, Config& c) {
     v.boolean("augment", c.data.augment);
     v.boolean("device_resident", c.data.device_resident);
     v.integer("prefetch", c.data.prefetch, 0, 64);
+    v.real("simulated_delay_ms", c.data.simulated_delay_ms, 0.0, 60000.0);
   });
   v.section("training", [&] {
     v.text("device", c.training.device);
@@ -99,6 +100,17 @@ void walk(V& v, Config& c) {
     v.integer("segments", c.checkpointing.segments(), 1, 1000);
   });
   v.section("memory", [&] { v.bytes("limit", c.memory.limit); });
+  v.section("monitor", [&] {
+    v.real("sample_period", c.monitor.sample_period, 0.0, 3600.0);
+    v.real("data_wait_threshold", c.monitor.data_wait_threshold, 0.0, 1.0);
+    v.real("utilization_threshold", c.monitor.utilization_threshold, 0.0, 1.0);
+  });
+  v.section("profiler", [&] {
+    v.boolean("enabled", c.profiler.enabled);
+    v.integers("steps", c.profiler.steps, 1, kMaxInt, /*non_empty=*/true);
+    v.integer("top", c.profiler.top, 1, 1000);
+    v.boolean("record_shapes", c.profiler.record_shapes);
+  });
   v.section("checkpoint", [&] { v.boolean("enabled", c.checkpoint.enabled); });
   v.section("output", [&] {
     v.text("dir", c.output.dir);
@@ -531,6 +543,10 @@ void validate(const Config& c, const std::string& origin) {
     fail("output.name: expected a folder name without '/', got '" + c.output.name + "'");
   }
   if (c.output.dir.empty()) fail("output.dir: expected a folder path, got an empty string");
+  const auto& window = c.profiler.steps;
+  if (window.size() != 2 || window[0] > window[1]) {
+    fail("profiler.steps: expected [first, last] optimizer steps with first <= last, e.g. [5, 7]");
+  }
   if (c.data.dataset.root().empty() && c.data.dataset.source() != data::Source::Synthetic) {
     fail("data.root: expected a folder path, got an empty string");
   }

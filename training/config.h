@@ -20,6 +20,7 @@ struct DataConfig {
   bool augment = true;          // random crop (4-pixel padding) + horizontal flip when training
   bool device_resident = false; // keep the uint8 training set on the training device
   int64_t prefetch = 2;         // batches prepared ahead by a background thread (0 = inline)
+  double simulated_delay_ms = 0;  // extra time to prepare each training batch (pipeline studies)
 };
 
 struct TrainingConfig {
@@ -54,6 +55,19 @@ struct SweepConfig {
   int64_t trial_timeout = 1800;           // seconds before a trial is killed
 };
 
+struct MonitorConfig {
+  double sample_period = 1.0;         // seconds between device samples (0 = no gpu.jsonl)
+  double data_wait_threshold = 0.10;  // warn when the loop waits for data longer than this share
+  double utilization_threshold = 0.70;  // warn when mean GPU utilisation is below this
+};
+
+struct ProfilerConfig {
+  bool enabled = false;
+  std::vector<int64_t> steps = {5, 7};  // first and last optimizer step (1-based) to trace
+  int64_t top = 15;                     // rows of the operator table in the log
+  bool record_shapes = false;
+};
+
 struct CheckpointConfig {
   bool enabled = true;  // write <run>/checkpoint.pt after every epoch and at the end
 };
@@ -71,6 +85,8 @@ struct Config {
   ScheduleOptions schedule;
   CheckpointingOptions checkpointing;
   MemoryConfig memory;
+  MonitorConfig monitor;
+  ProfilerConfig profiler;
   CheckpointConfig checkpoint;
   OutputConfig output;
   SweepConfig sweep;

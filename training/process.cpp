@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <thread>
 
+#include "build_config.h"
 #include "training/errors.h"
 
 extern char** environ;
@@ -74,5 +76,30 @@ std::string last_line(const fs::path& file) {
 }
 
 fs::path current_executable() { return fs::read_symlink("/proc/self/exe"); }
+
+std::string python_executable() {
+  if (const char* python = std::getenv("TRAIN_PYTHON")) return python;
+  const char* venv = std::getenv("TRAIN_VENV");
+  const char* home = std::getenv("HOME");
+  const fs::path candidate = venv ? fs::path(venv) / "bin/python"
+                                  : fs::path(home ? home : "/") / ".cache/train-studies/venv/bin/python";
+  return fs::exists(candidate) ? candidate.string() : "python3";
+}
+
+std::string run_python_script(const std::string& script, const std::vector<std::string>& arguments,
+                              const fs::path& log_file) {
+  const fs::path path = fs::path(TRAIN_SCRIPTS_DIR) / script;
+  if (!fs::exists(path)) return path.string() + " not found";
+  std::vector<std::string> argv = {python_executable(), path.string()};
+  argv.insert(argv.end(), arguments.begin(), arguments.end());
+  // posix_spawn needs a path: resolve a bare "python3" through PATH with /usr/bin/env.
+  if (argv[0].find('/') == std::string::npos) argv.insert(argv.begin(), "/usr/bin/env");
+  std::error_code ignored;
+  fs::remove(log_file, ignored);
+  const auto outcome = run_process(argv, log_file, 600);
+  if (outcome.exit_code == 0) return "";
+  const std::string last = last_line(log_file);
+  return script + ": " + outcome.describe() + (last.empty() ? "" : " (" + last + ")");
+}
 
 }  // namespace training

@@ -28,4 +28,13 @@ std::string last_line(const std::filesystem::path& file);
 // The running executable (/proc/self/exe).
 std::filesystem::path current_executable();
 
+// The Python that runs the plotting scripts: $TRAIN_PYTHON, else the project's virtualenv
+// ($TRAIN_VENV or ~/.cache/train-studies/venv), else python3.
+std::string python_executable();
+
+// Runs scripts/<script> (from the source tree this binary was built from) with `arguments`,
+// output to `log_file`. Returns an empty string on success, else what went wrong.
+std::string run_python_script(const std::string& script, const std::vector<std::string>& arguments,
+                              const std::filesystem::path& log_file);
+
 }  // namespace training

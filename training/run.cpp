@@ -13,6 +13,7 @@
 #include "training/device.h"
 #include "training/errors.h"
 #include "training/memory.h"
+#include "training/report.h"
 #include "training/run_dir.h"
 #include "training/stop_signal.h"
 #include "training/trainer.h"
@@ -149,8 +150,9 @@ int run_training(const TrainRequest& request) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (end == FitEnd::Stopped) return kExitStopped;
   const auto& rows = run.epochs();
+  if (!rows.empty()) spdlog::info("report: {}", write_report(run.path()).string());
+  if (end == FitEnd::Stopped) return kExitStopped;
   spdlog::info("done: {} epochs, {} steps in {:.1f} s; final test accuracy {:.2f}%",
                trainer.state().epoch, trainer.state().step, seconds,
                rows.empty() ? 0.0 : 100.0 * rows.back().at("test_acc").get<double>());

@@ -3,11 +3,9 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
-#include "build_config.h"
 #include "training/atomic_file.h"
 #include "training/device.h"
 #include "training/errors.h"
@@ -47,21 +45,6 @@ std::vector<SweepCell> grid_cells(const SweepConfig& sweep) {
     }
   }
   return cells;
-}
-
-// Where the plotting script and a Python with matplotlib are.
-std::string plot_command(const fs::path& dir) {
-  std::string python;
-  if (const char* env = std::getenv("TRAIN_PYTHON")) python = env;
-  if (python.empty()) {
-    const char* venv = std::getenv("TRAIN_VENV");
-    const char* home = std::getenv("HOME");
-    const fs::path candidate = venv ? fs::path(venv) / "bin/python"
-                                    : fs::path(home ? home : "/") / ".cache/train-studies/venv/bin/python";
-    python = fs::exists(candidate) ? candidate.string() : "python3";
-  }
-  const fs::path script = fs::path(TRAIN_SCRIPTS_DIR) / "plot_sweep.py";
-  return "'" + python + "' '" + script.string() + "' '" + dir.string() + "'";
 }
 
 class Sweep {
@@ -318,11 +301,8 @@ class Sweep {
   }
 
   void plot() const {
-    const std::string command = plot_command(dir_) + " > '" + (dir_ / "plot.log").string() + "' 2>&1";
-    if (std::system(command.c_str()) != 0) {
-      spdlog::warn("plots skipped: {} failed (see {}); the tables are complete", command,
-                   (dir_ / "plot.log").string());
-    }
+    const std::string problem = run_python_script("plot_sweep.py", {dir_.string()}, dir_ / "plot.log");
+    if (!problem.empty()) spdlog::warn("plots skipped: {}; the tables are complete", problem);
   }
 
   Config config_;

@@ -1,5 +1,6 @@
 #include "training/trainer.h"
 
+#include <ATen/record_function.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -37,7 +38,35 @@ data::BatchLoader make_loader(data::Split split, const Config& config, const tor
                                .device_resident(config.data.device_resident)
                                .prefetch(config.data.prefetch)
                                .seed(static_cast<uint64_t>(config.training.seed))
-                               .memory_format(config.training.memory_format));
+                               .memory_format(config.training.memory_format)
+                               .simulated_delay_ms(train ? config.data.simulated_delay_ms : 0.0));
+}
+
+// NVML on a GPU, /proc on the CPU; none when sampling is off or NVML cannot be loaded (said once).
+std::unique_ptr<Sampler> make_sampler(const MonitorConfig& config, const torch::Device& device,
+                                      const std::filesystem::path& file) {
+  if (config.sample_period <= 0) return nullptr;
+  std::unique_ptr<Probe> probe;
+  if (device.is_cuda()) {
+    std::string why_not;
+    probe = make_nvml_probe(device.index(), "libnvidia-ml.so.1", &why_not);
+    if (!probe) {
+      spdlog::warn("GPU sampling off: {}; training goes on without gpu.jsonl", why_not);
+      return nullptr;
+    }
+  } else {
+    probe = make_cpu_probe();
+  }
+  return std::make_unique<Sampler>(std::move(probe), config.sample_period, file);
+}
+
+ProfilerOptions profiler_options(const ProfilerConfig& config) {
+  return ProfilerOptions()
+      .enabled(config.enabled)
+      .first_step(config.steps.at(0))
+      .last_step(config.steps.at(1))
+      .top(config.top)
+      .record_shapes(config.record_shapes);
 }
 
 void check_labels(const data::Split& split, const char* name, int64_t num_classes) {
@@ -73,7 +102,9 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
       scaler_(config.training.precision == Precision::FP16, device),
       total_steps_(planned_steps(config, train_loader_.batches_per_epoch())),
       schedule_(config.schedule, config.optimizer.lr(), train_loader_.batches_per_epoch(),
-                total_steps_) {
+                total_steps_),
+      sampler_(make_sampler(config.monitor, device, run.path() / "gpu.jsonl")),
+      profiler_(profiler_options(config.profiler), run.path() / "trace.json", device) {
   if (train_loader_.batches_per_epoch() == 0) {
     throw UserError("training.batch_size: " + std::to_string(config.training.batch_size) +
                     " is larger than the training set (" +
@@ -141,19 +172,31 @@ bool Trainer::train_epoch() {
   ProgressLine progress;
   synchronize(device_);
   reset_peak_memory(device_);
+  if (sampler_) sampler_->take_summary();  // the epoch's summary starts now
   const auto start = Clock::now();
   const double seconds_before = state_.train_seconds;
   auto interval_start = start;
   int64_t interval_images = 0;
+  data_seconds_ = 0;
 
   while (state_.step < total_steps_ && !stop_requested()) {
+    // Host time blocked waiting for the next batch: the input pipeline's share of the epoch.
+    const auto wait_start = Clock::now();
     auto batch = train_loader_.next();
+    data_seconds_ += seconds_since(wait_start);
     if (!batch) break;
     last_lr_ = schedule_.at(state_.step);
     set_learning_rate(*optimizer_, last_lr_);
+    if (sampler_) sampler_->set_position(epoch, state_.step + 1);
 
-    const auto result = train_step(model_, *optimizer_, scaler_, config_.training.precision,
-                                   config_.training.label_smoothing, batch->images, batch->labels);
+    profiler_.before_step(state_.step + 1);
+    StepResult result;
+    {
+      RECORD_USER_SCOPE("ProfilerStep#" + std::to_string(state_.step + 1));
+      result = train_step(model_, *optimizer_, scaler_, config_.training.precision,
+                          config_.training.label_smoothing, batch->images, batch->labels);
+    }
+    profiler_.after_step(state_.step + 1);
     if (!result.stepped) ++state_.skipped_steps;
 
     // Accumulated on the device; read back only at log intervals so steps stay asynchronous.
@@ -232,6 +275,23 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   row["skipped_steps"] = state_.skipped_steps;
   row["grad_scale"] =
       scaler_.enabled() ? nlohmann::ordered_json(scaler_.current_scale()) : nlohmann::ordered_json();
+  // Where the training time went. The epoch's wall time is device-synchronised at both ends; the
+  // wait for data is host time blocked in the loader, the rest is forward/backward/step.
+  const double data_wait = std::min(data_seconds_, state_.train_seconds);
+  row["data_seconds"] = data_wait;
+  row["compute_seconds"] = state_.train_seconds - data_wait;
+  row["data_wait_fraction"] = state_.train_seconds > 0 ? data_wait / state_.train_seconds : 0.0;
+  SamplerSummary samples;
+  if (sampler_) {
+    sampler_->sample_now();
+    samples = sampler_->take_summary();
+  }
+  auto optional_number = [](const auto& value) {
+    return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json();
+  };
+  row["utilization_mean"] = optional_number(samples.utilization_mean);
+  row["utilization_max"] = optional_number(samples.utilization_max);
+  row["memory_used_max_bytes"] = optional_number(samples.memory_used_max);
   run_.record_epoch(row);
   spdlog::info("epoch {}/{}  step {}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  "
                "lr {:.4g}  {:.1f} s  {:.0f} img/s  peak {:.1f} MiB allocated{}",
@@ -243,6 +303,28 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   if (scaler_.enabled()) {
     spdlog::info("fp16 loss scale {:.0f}, {} step(s) skipped this epoch (inf/NaN gradients)",
                  scaler_.current_scale(), state_.skipped_steps);
+  }
+  log_verdicts(row["data_wait_fraction"].get<double>(), samples);
+}
+
+void Trainer::log_verdicts(double data_wait_fraction, const SamplerSummary& samples) const {
+  if (data_wait_fraction > config_.monitor.data_wait_threshold) {
+    spdlog::warn("input pipeline: the loop waited for data {:.0f}% of the epoch (threshold {:.0f}%); "
+                 "batches are prepared slower than steps run: try data.device_resident: true, a "
+                 "larger data.prefetch (now {}), or a larger training.batch_size",
+                 100 * data_wait_fraction, 100 * config_.monitor.data_wait_threshold,
+                 config_.data.prefetch);
+  }
+  if (device_.is_cuda() && samples.utilization_mean &&
+      *samples.utilization_mean < config_.monitor.utilization_threshold) {
+    spdlog::warn("GPU utilisation averaged {:.0f}% this epoch (threshold {:.0f}%): the GPU idles "
+                 "between kernels; {}",
+                 100 * *samples.utilization_mean, 100 * config_.monitor.utilization_threshold,
+                 data_wait_fraction > config_.monitor.data_wait_threshold
+                     ? "the input pipeline is the likely cause (see above)"
+                     : "small kernels and per-step host overhead are the likely cause: try a larger "
+                       "training.batch_size, training.precision: bf16, training.memory_format: "
+                       "channels_last");
   }
 }
 

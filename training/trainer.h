@@ -12,6 +12,8 @@
 #include "training/amp.h"
 #include "training/checkpoint_io.h"
 #include "training/config.h"
+#include "training/monitor.h"
+#include "training/profiler.h"
 #include "training/run_dir.h"
 #include "training/schedule.h"
 
@@ -45,6 +47,8 @@ class Trainer {
   // (max_steps or a stop signal) with the epoch unfinished.
   bool train_epoch();
   void record_epoch(int64_t epoch, const Evaluation& evaluation);
+  // One line for each diagnosis that applies: the loop waited for data, or the GPU idled.
+  void log_verdicts(double data_wait_fraction, const SamplerSummary& samples) const;
   void save();
 
   Config config_;
@@ -60,6 +64,9 @@ class Trainer {
   LrSchedule schedule_;
   TrainState state_;
   double last_lr_ = 0;
+  double data_seconds_ = 0;  // this epoch's time waiting for the next batch
+  std::unique_ptr<Sampler> sampler_;  // null when sampling is off or NVML is missing
+  StepProfiler profiler_;
 };
 
 }  // namespace training

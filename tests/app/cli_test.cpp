@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -205,6 +206,58 @@ TEST(Cli, SweepRefusesABadGridBeforeAnyTrial) {
     EXPECT_EQ(count_lines(r.output), 1) << r.output;
     EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(dir / "sweep")) << flags;
+  }
+}
+
+TEST(Cli, ReportRewritesTheReportOfARun) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  ASSERT_EQ(run_train("--config " + write_tiny_config(dir).string() + " --output-dir " + run.string()).code, 0);
+  EXPECT_TRUE(fs::exists(run / "report.md"));  // written at the end of the run
+  fs::remove(run / "report.md");
+  const auto r = run_train("report " + run.string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(read(run / "report.md").find("## Results"), std::string::npos);
+  const auto bad = run_train("report " + (dir / "nothing").string());
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.output.find("no metrics.jsonl with epochs"), std::string::npos) << bad.output;
+}
+
+TEST(Cli, MatmulBenchMatchesTheFloat64Reference) {
+  test_support::TempDir dir;
+  const auto out = dir / "mm.json";
+  const auto r = run_train("bench matmul --size 64,200 --devices cpu,cuda --dtypes fp64,fp32,bf16 --repeats 2 "
+                           "--peak cpu:fp32=1000 --output " + out.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("GFLOP/s"), std::string::npos);
+  const auto results = nlohmann::json::parse(read(out));
+  ASSERT_EQ(results.size(), 12u);
+  const std::map<std::string, double> tolerance = {{"fp64", 1e-12}, {"fp32", 1e-5}, {"bf16", 3e-2}};
+  for (const auto& row : results) {
+    if (row.at("device") == "cuda" && !row.at("available").get<bool>()) {
+      EXPECT_EQ(row.at("note").get<std::string>().rfind("not available: ", 0), 0u);
+      continue;
+    }
+    const auto dtype = row.at("dtype").get<std::string>();
+    EXPECT_LT(row.at("relative_error").get<double>(), tolerance.at(dtype)) << row.dump();
+    EXPECT_GT(row.at("gflops").get<double>(), 0.0);
+    EXPECT_GE(row.at("memory_bytes").get<int64_t>(), 3 * row.at("size").get<int64_t>() * row.at("size").get<int64_t>());
+    if (row.at("device") == "cpu" && dtype == "fp32") {
+      EXPECT_EQ(row.at("peak_source"), "given");
+    }
+  }
+}
+
+TEST(Cli, MatmulBenchRefusesBadArguments) {
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--dtypes fp8", "--dtypes: expected fp64, fp32, bf16 or fp16, got 'fp8'"},
+           {"--size 0", "--size: expected matrix sizes in [1, 65536], got '0'"},
+           {"--devices tpu", "--devices: expected cpu, cuda or cuda:N, got 'tpu'"},
+           {"--peak cpu=5", "--peak: expected device:dtype=GFLOPS"}}) {
+    const auto r = run_train("bench matmul " + flags + " --output /dev/null");
+    EXPECT_EQ(r.code, 2) << flags;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
   }
 }
 

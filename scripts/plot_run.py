@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Plots a run directory written by `train`:
+
+  loss_accuracy.png  train/test loss and accuracy per epoch
+  throughput.png     training images/s per epoch
+  memory.png         allocator peaks per epoch, and device memory sampled over time
+                     (NVML used on a GPU, process RSS on the CPU) from gpu.jsonl
+
+usage: plot_run.py RUN_DIR
+"""
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+MIB = 1 << 20
+
+
+def read_lines(path):
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    run = Path(argv[1])
+    rows = read_lines(run / "metrics.jsonl")
+    if not rows:
+        print(f"plot_run: {run / 'metrics.jsonl'}: no epochs", file=sys.stderr)
+        return 2
+    epochs = [r["epoch"] for r in rows]
+
+    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    loss_ax.plot(epochs, [r["train_loss"] for r in rows], "o-", label="train")
+    loss_ax.plot(epochs, [r["test_loss"] for r in rows], "o-", label="test")
+    loss_ax.set_xlabel("epoch"), loss_ax.set_ylabel("cross-entropy"), loss_ax.set_title("Loss")
+    acc_ax.plot(epochs, [100 * r["train_acc"] for r in rows], "o-", label="train (augmented)")
+    acc_ax.plot(epochs, [100 * r["test_acc"] for r in rows], "o-", label="test")
+    acc_ax.set_xlabel("epoch"), acc_ax.set_ylabel("top-1 (%)"), acc_ax.set_title("Accuracy")
+    for ax in (loss_ax, acc_ax):
+        ax.grid(True, alpha=0.3), ax.legend(), ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout(), fig.savefig(run / "loss_accuracy.png", dpi=110), plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.bar(epochs, [r["images_per_second"] for r in rows], color="tab:blue", label="images/s")
+    if all("data_wait_fraction" in r for r in rows):
+        twin = ax.twinx()
+        twin.plot(epochs, [100 * r["data_wait_fraction"] for r in rows], "o-", color="tab:red")
+        twin.set_ylabel("waiting for data (% of epoch)", color="tab:red")
+        twin.set_ylim(0, 100)
+    ax.set_xlabel("epoch"), ax.set_ylabel("training images / s"), ax.set_title("Throughput per epoch")
+    ax.grid(True, axis="y", alpha=0.3), ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout(), fig.savefig(run / "throughput.png", dpi=110), plt.close(fig)
+
+    samples = read_lines(run / "gpu.jsonl")
+    fig, (epoch_ax, time_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    epoch_ax.plot(epochs, [(r.get("peak_allocated_bytes") or 0) / MIB for r in rows], "o-", label="peak allocated")
+    if any(r.get("peak_reserved_bytes") for r in rows):
+        epoch_ax.plot(epochs, [(r.get("peak_reserved_bytes") or 0) / MIB for r in rows], "o-", label="peak reserved")
+    if any(r.get("memory_used_max_bytes") for r in rows):
+        label = "device used (NVML)" if rows[-1].get("device", "cpu").startswith("cuda") else "process RSS"
+        epoch_ax.plot(epochs, [(r.get("memory_used_max_bytes") or 0) / MIB for r in rows], "o--", label=f"max {label}")
+    epoch_ax.set_xlabel("epoch"), epoch_ax.set_ylabel("MiB"), epoch_ax.set_title("Memory per epoch")
+    epoch_ax.grid(True, alpha=0.3), epoch_ax.legend(fontsize=8)
+    epoch_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    used = [(s["time"], s["memory_used_bytes"]) for s in samples if s.get("memory_used_bytes") is not None]
+    if used:
+        start = used[0][0]
+        time_ax.plot([t - start for t, _ in used], [b / MIB for _, b in used], "-")
+        label = "GPU memory used (NVML)" if samples[0]["device"].startswith("cuda") else "process RSS"
+        time_ax.set_title(f"{label}, sampled")
+    else:
+        time_ax.set_title("no samples (monitor.sample_period: 0)")
+    time_ax.set_xlabel("seconds since start"), time_ax.set_ylabel("MiB"), time_ax.grid(True, alpha=0.3)
+    fig.tight_layout(), fig.savefig(run / "memory.png", dpi=110), plt.close(fig)
+    print(f"wrote loss_accuracy.png, throughput.png, memory.png in {run}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,205 @@
+#include "training/bench_matmul.h"
+
+#include <spdlog/fmt/fmt.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <regex>
+#include <sstream>
+
+#include "training/device.h"
+#include "training/errors.h"
+#include "training/memory.h"
+
+namespace training {
+
+namespace {
+
+const std::map<std::string, torch::ScalarType>& dtype_table() {
+  static const std::map<std::string, torch::ScalarType> table = {
+      {"fp64", torch::kFloat64}, {"fp32", torch::kFloat32}, {"bf16", torch::kBFloat16}, {"fp16", torch::kHalf}};
+  return table;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');) {
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+}  // namespace
+
+MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::string& devices,
+                                        const std::string& dtypes, int64_t repeats,
+                                        const std::vector<std::string>& peaks) {
+  MatmulBenchOptions options;
+  options.sizes.clear();
+  for (const auto& item : split(sizes)) {
+    int64_t size = 0;
+    try {
+      size_t used = 0;
+      size = std::stoll(item, &used);
+      if (used != item.size()) size = 0;
+    } catch (const std::exception&) {
+    }
+    if (size < 1 || size > 65536) {
+      throw UserError("--size: expected matrix sizes in [1, 65536], got '" + item + "'");
+    }
+    options.sizes.push_back(size);
+  }
+  if (options.sizes.empty()) throw UserError("--size: expected at least one size");
+  static const std::regex kDevice("cpu|cuda(:[0-9]+)?");
+  options.devices = split(devices);
+  for (const auto& device : options.devices) {
+    if (!std::regex_match(device, kDevice)) {
+      throw UserError("--devices: expected cpu, cuda or cuda:N, got '" + device + "'");
+    }
+  }
+  options.dtypes = split(dtypes);
+  for (const auto& dtype : options.dtypes) {
+    if (!dtype_table().count(dtype)) {
+      throw UserError("--dtypes: expected fp64, fp32, bf16 or fp16, got '" + dtype + "'");
+    }
+  }
+  if (options.devices.empty() || options.dtypes.empty()) {
+    throw UserError("--devices and --dtypes need at least one entry each");
+  }
+  if (repeats < 1 || repeats > 1000) {
+    throw UserError("--repeats: expected an integer in [1, 1000], got " + std::to_string(repeats));
+  }
+  options.repeats = repeats;
+  static const std::regex kPeak("((cpu|cuda(:[0-9]+)?):(fp64|fp32|bf16|fp16))=([0-9]+(\\.[0-9]*)?)");
+  for (const auto& peak : peaks) {
+    std::smatch match;
+    if (!std::regex_match(peak, match, kPeak)) {
+      throw UserError("--peak: expected device:dtype=GFLOPS, e.g. cuda:bf16=989000, got '" + peak + "'");
+    }
+    options.peak_gflops[match[1].str()] = std::stod(match[5].str());
+  }
+  return options;
+}
+
+std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options) {
+  std::vector<MatmulResult> results;
+  for (const auto& device_name : options.devices) {
+    std::optional<torch::Device> device;
+    std::string why_not;
+    try {
+      device = resolve_device(device_name);
+    } catch (const UserError& e) {
+      why_not = e.what();
+    }
+    for (const auto& dtype_name : options.dtypes) {
+      for (int64_t size : options.sizes) {
+        MatmulResult r;
+        r.device = device_name;
+        r.dtype = dtype_name;
+        r.size = size;
+        if (!device) {
+          r.available = false;
+          // "training.device: 'cuda' requested, but <reason>; use ..." -> "not available: <reason>"
+          const auto reason = why_not.substr(why_not.find("but ") + 4);
+          r.note = "not available: " + reason.substr(0, reason.find(';'));
+          results.push_back(r);
+          continue;
+        }
+        const auto dtype = dtype_table().at(dtype_name);
+        const auto opts = torch::TensorOptions().dtype(dtype).device(*device);
+        torch::manual_seed(0);
+        synchronize(*device);
+        const int64_t before = memory_stats(*device).allocated;
+        reset_peak_memory(*device);
+        auto a = torch::randn({size, size}, opts);
+        auto b = torch::randn({size, size}, opts);
+        torch::Tensor c;
+        for (int64_t i = 0; i < options.warmup; ++i) c = torch::mm(a, b);
+        std::vector<double> seconds;
+        for (int64_t i = 0; i < options.repeats; ++i) {
+          synchronize(*device);
+          const auto start = std::chrono::steady_clock::now();
+          c = torch::mm(a, b);
+          synchronize(*device);
+          seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+        const MemoryStats memory = memory_stats(*device);
+        r.memory_bytes = std::max(memory.peak_allocated, memory.peak_reserved) - before;
+        r.median_seconds = median(seconds);
+        r.gflops = 2.0 * static_cast<double>(size) * size * size / r.median_seconds / 1e9;
+        // Error against float64 on (up to) 64 rows: enough to catch a wrong result cheaply.
+        const int64_t rows = std::min<int64_t>(size, 64);
+        const auto reference = torch::mm(a.narrow(0, 0, rows).to(torch::kCPU, torch::kFloat64),
+                                         b.to(torch::kCPU, torch::kFloat64));
+        const auto got = c.narrow(0, 0, rows).to(torch::kCPU, torch::kFloat64);
+        r.relative_error = ((got - reference).abs().max() / reference.abs().max()).item<double>();
+        results.push_back(r);
+      }
+    }
+  }
+  // Fractions: of the given peak, else of the best this bench measured for that device and dtype.
+  for (auto& r : results) {
+    if (!r.available) continue;
+    const auto given = options.peak_gflops.find(r.device + ":" + r.dtype);
+    if (given != options.peak_gflops.end()) {
+      r.fraction_of_peak = r.gflops / given->second;
+      r.peak_source = "given";
+      continue;
+    }
+    double best = 0;
+    for (const auto& other : results) {
+      if (other.available && other.device == r.device && other.dtype == r.dtype) best = std::max(best, other.gflops);
+    }
+    r.fraction_of_peak = r.gflops / best;
+    r.peak_source = "best measured";
+  }
+  return results;
+}
+
+std::string format_matmul_table(const std::vector<MatmulResult>& results) {
+  std::ostringstream out;
+  out << fmt::format("{:<8} {:<5} {:>7} {:>12} {:>12} {:>16} {:>12} {:>10}\n", "device", "dtype", "size",
+                     "median (s)", "GFLOP/s", "of peak", "memory MiB", "rel. error");
+  for (const auto& r : results) {
+    if (!r.available) {
+      out << fmt::format("{:<8} {:<5} {:>7} {}\n", r.device, r.dtype, r.size, r.note);
+      continue;
+    }
+    out << fmt::format("{:<8} {:<5} {:>7} {:>12.5f} {:>12.1f} {:>16} {:>12.1f} {:>10.2e}\n", r.device,
+                       r.dtype, r.size, r.median_seconds, r.gflops,
+                       fmt::format("{:.1f}% ({})", 100 * r.fraction_of_peak.value_or(0),
+                                   r.peak_source == "given" ? "given" : "best"),
+                       to_mib(r.memory_bytes), r.relative_error);
+  }
+  return out.str();
+}
+
+nlohmann::ordered_json matmul_json(const std::vector<MatmulResult>& results) {
+  auto rows = nlohmann::ordered_json::array();
+  for (const auto& r : results) {
+    nlohmann::ordered_json row = {{"device", r.device}, {"dtype", r.dtype}, {"size", r.size},
+                                  {"available", r.available}};
+    if (!r.available) {
+      row["note"] = r.note;
+    } else {
+      row["median_seconds"] = r.median_seconds;
+      row["gflops"] = r.gflops;
+      row["fraction_of_peak"] = r.fraction_of_peak.value_or(0);
+      row["peak_source"] = r.peak_source;
+      row["memory_bytes"] = r.memory_bytes;
+      row["relative_error"] = r.relative_error;
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace training

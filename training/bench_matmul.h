@@ -1,0 +1,49 @@
+// `train bench matmul`: the seed's CuPy-vs-NumPy experiment in LibTorch. Square random matrices
+// on each device and dtype, warm-up, device-synchronised timing, and per entry the median time,
+// GFLOP/s (2·N³ / t), the fraction of a peak, the memory used, and the error against a float64
+// reference on a sample of rows.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace training {
+
+struct MatmulBenchOptions {
+  std::vector<int64_t> sizes = {4096};
+  std::vector<std::string> devices = {"cpu"};  // cpu, cuda, cuda:N
+  std::vector<std::string> dtypes = {"fp32"};  // fp64, fp32, bf16, fp16
+  int64_t repeats = 5;
+  int64_t warmup = 1;
+  std::map<std::string, double> peak_gflops;  // "cpu:fp32" -> GFLOP/s, given by the user
+};
+
+struct MatmulResult {
+  std::string device, dtype;
+  int64_t size = 0;
+  bool available = true;
+  std::string note;  // why not available
+  double median_seconds = 0, gflops = 0;
+  std::optional<double> fraction_of_peak;
+  std::string peak_source;  // "given" / "best measured"
+  int64_t memory_bytes = 0;  // allocator peak while multiplying (A, B, C and workspace)
+  double relative_error = 0;  // max |C - C64| / max |C64| on the sampled rows
+};
+
+// Parses "--devices cpu,cuda", "--dtypes fp32,bf16", "--peak cpu:fp32=1500"...; throws
+// UserError naming the flag and the allowed values.
+MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::string& devices,
+                                        const std::string& dtypes, int64_t repeats,
+                                        const std::vector<std::string>& peaks);
+
+// Devices without CUDA are reported as not available, not as errors.
+std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options);
+
+std::string format_matmul_table(const std::vector<MatmulResult>& results);
+nlohmann::ordered_json matmul_json(const std::vector<MatmulResult>& results);
+
+}  // namespace training

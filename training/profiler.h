@@ -1,0 +1,64 @@
+// The LibTorch (Kineto) profiler over a window of training steps: a Chrome trace of those steps
+// (CPU ops, and CUDA kernels and copies on a GPU) that opens in Perfetto or chrome://tracing,
+// plus a top-N operator table by self time, like prof.key_averages().table(sort_by=...).
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch::autograd::profiler {
+struct KinetoEvent;
+}
+
+namespace training {
+
+struct ProfilerOptions {
+  TORCH_ARG(bool, enabled) = false;
+  TORCH_ARG(int64_t, first_step) = 5;  // 1-based global optimizer steps, inclusive
+  TORCH_ARG(int64_t, last_step) = 7;
+  TORCH_ARG(int64_t, top) = 15;  // rows of the operator table
+  TORCH_ARG(bool, record_shapes) = false;
+};
+
+struct OperatorStat {
+  std::string name;
+  int64_t calls = 0;
+  double self_us = 0;   // time in the op itself, children excluded (CPU ops) / kernel time (GPU)
+  double total_us = 0;  // time including children
+  bool device = false;  // a GPU kernel or copy, not a CPU op
+};
+
+// Aggregates events by name; self time = duration minus the durations of directly nested events
+// on the same thread. Sorted by self time, largest first.
+std::vector<OperatorStat> operator_table(const std::vector<torch::autograd::profiler::KinetoEvent>& events);
+
+// The table as text, like key_averages().table().
+std::string format_operator_table(const std::vector<OperatorStat>& stats, int64_t top);
+
+class StepProfiler {
+ public:
+  StepProfiler(ProfilerOptions options, std::filesystem::path trace_file, torch::Device device);
+  ~StepProfiler();
+  // Call before and after optimizer step `step` (1-based). Starting, stopping, saving the trace
+  // and logging the table happen inside.
+  void before_step(int64_t step);
+  void after_step(int64_t step);
+  bool active() const { return active_; }
+  bool done() const { return done_; }
+
+ private:
+  void stop();
+
+  ProfilerOptions options_;
+  std::filesystem::path trace_file_;
+  torch::Device device_;
+  bool active_ = false;
+  bool done_ = false;
+};
+
+}  // namespace training
