@@ -21,7 +21,7 @@ enum class SplitName { Train, Test };
 
 struct DataOptions {
   TORCH_ARG(Source, source) = Source::Auto;
-  TORCH_ARG(std::string, root) = "data/cifar10";
+  TORCH_ARG(std::string, root) = "datasets/cifar10";
   TORCH_ARG(int64_t, train_limit) = 0;  // 0 = the whole split
   TORCH_ARG(int64_t, test_limit) = 0;
   TORCH_ARG(int64_t, synthetic_train_size) = 50000;

@@ -52,10 +52,13 @@ BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t strid
   if (downsample) register_module("downsample", downsample);
 }
 
+// In-place ReLU and residual add, as torchvision's blocks do: BatchNorm's backward needs its
+// input, not its output, so overwriting the output saves one activation per ReLU.
 torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
-  auto out = torch::relu(bn1(conv1(x)));
+  auto out = bn1(conv1(x)).relu_();
   out = bn2(conv2(out));
-  return torch::relu(out + (downsample ? downsample->forward(x) : x));
+  out += downsample ? downsample->forward(x) : x;
+  return torch::relu_(out);
 }
 
 BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride) {
@@ -71,10 +74,11 @@ BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t strid
 }
 
 torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
-  auto out = torch::relu(bn1(conv1(x)));
-  out = torch::relu(bn2(conv2(out)));
+  auto out = bn1(conv1(x)).relu_();
+  out = bn2(conv2(out)).relu_();
   out = bn3(conv3(out));
-  return torch::relu(out + (downsample ? downsample->forward(x) : x));
+  out += downsample ? downsample->forward(x) : x;
+  return torch::relu_(out);
 }
 
 namespace {
@@ -172,7 +176,7 @@ void ResNetImpl::set_segments(const std::vector<int64_t>& sizes, SegmentRunner r
 }
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
-  x = torch::relu(bn1(conv1(x)));
+  x = bn1(conv1(x)).relu_();
   if (options_.stem() == Stem::ImageNet) {
     x = F::max_pool2d(x, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Get CIFAR-10 into one data root, in a form `train` reads.
 
-  get-data.sh [--root data/cifar10]                  download the official binary tarball
+  get-data.sh [--root datasets/cifar10]              download the official binary tarball
   get-data.sh --from cifar-10-binary.tar.gz          use a local copy of it
   get-data.sh --from cifar10-jpeg.tar.gz             a JPEG tarball <top>/{train,test}/<class>/*.jpg
   get-data.sh --from /path/to/folder                 a folder with cifar-10-batches-bin/ or train/ test/
@@ -158,7 +158,7 @@ def fill(root, source, to_binary, work):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--root", default="data/cifar10", help="data root (data.root in the config)")
+    parser.add_argument("--root", default="datasets/cifar10", help="data root (data.root in the config)")
     parser.add_argument("--from", dest="source", help="local tarball or folder instead of downloading")
     parser.add_argument("--to-binary", action="store_true", help="store image folders as binary batches")
     parser.add_argument("--force", action="store_true", help="replace data already in the root")

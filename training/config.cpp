@@ -60,7 +60,7 @@ void walk(V& v, Config& c) {
     v.integer("synthetic_test_size", c.data.dataset.synthetic_test_size(), 1, 10000000);
     v.boolean("augment", c.data.augment);
     v.boolean("device_resident", c.data.device_resident);
-    v.integer("prefetch", c.data.prefetch, 0, 64);
+    v.integer_or_auto("prefetch", c.data.prefetch, 0, 64);
     v.real("simulated_delay_ms", c.data.simulated_delay_ms, 0.0, 60000.0);
   });
   v.section("training", [&] {
@@ -75,6 +75,8 @@ void walk(V& v, Config& c) {
     v.integer("threads", c.training.threads, 0, 4096);
     v.choice("precision", c.training.precision, kPrecisions);
     v.choice("memory_format", c.training.memory_format, kMemoryFormats);
+    v.boolean("cudnn_benchmark", c.training.cudnn_benchmark);
+    v.boolean("allow_tf32", c.training.allow_tf32);
   });
   v.section("optimizer", [&] {
     v.real("lr", c.optimizer.lr(), 1e-12, 1e3);
@@ -82,6 +84,7 @@ void walk(V& v, Config& c) {
     v.boolean("nesterov", c.optimizer.nesterov());
     v.real("weight_decay", c.optimizer.weight_decay(), 0.0, 1.0);
     v.boolean("decay_norm_and_bias", c.optimizer.decay_norm_and_bias());
+    v.boolean("fused", c.optimizer.fused());
   });
   v.section("schedule", [&] {
     v.choice("name", c.schedule.kind(), kSchedules);
@@ -226,6 +229,19 @@ class Reader {
       fail(name, expected + ", got " + describe(*node));
     }
     if (value < lo || value > hi) fail(name, expected + ", got " + std::to_string(value));
+    out = value;
+  }
+
+  // "auto" (stored as kAutoPrefetch) or an integer in [lo, hi].
+  void integer_or_auto(const std::string& name, int64_t& out, int64_t lo, int64_t hi) {
+    const auto node = field(name);
+    if (!node) return;
+    if (node->IsScalar() && node->Scalar() == "auto") return void(out = kAutoPrefetch);
+    int64_t value = 0;
+    if (!node->IsScalar() || !YAML::convert<int64_t>::decode(*node, value) || value < lo || value > hi) {
+      fail(name, "expected auto or an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                     "], got " + describe(*node));
+    }
     out = value;
   }
 
@@ -408,6 +424,10 @@ class Writer {
     out_ << YAML::EndMap;
   }
   void integer(const std::string& name, int64_t value, int64_t, int64_t) { emit(name, value); }
+  void integer_or_auto(const std::string& name, int64_t value, int64_t, int64_t) {
+    if (value == kAutoPrefetch) return emit(name, std::string("auto"));
+    emit(name, value);
+  }
   void real(const std::string& name, double value, double, double) {
     emit(name, shortest_double(value));
   }
@@ -468,6 +488,8 @@ class KeyLister {
   void integer(const std::string& name, Rest&&...) { add(name); }
   template <class... Rest>
   void real(const std::string& name, Rest&&...) { add(name); }
+  template <class... Rest>
+  void integer_or_auto(const std::string& name, Rest&&...) { add(name); }
   template <class... Rest>
   void boolean(const std::string& name, Rest&&...) { add(name); }
   template <class... Rest>
@@ -598,6 +620,10 @@ std::vector<std::string> config_keys() {
   Config config;
   walk(lister, config);
   return lister.keys;
+}
+
+int64_t prefetch_for(const DataConfig& data, bool cuda) {
+  return data.prefetch != kAutoPrefetch ? data.prefetch : (cuda ? 2 : 0);
 }
 
 std::string memory_format_name(c10::MemoryFormat format) {

@@ -15,11 +15,16 @@
 
 namespace training {
 
+inline constexpr int64_t kAutoPrefetch = -1;
+
 struct DataConfig {
   data::DataOptions dataset;    // source, root, limits, synthetic sizes
   bool augment = true;          // random crop (4-pixel padding) + horizontal flip when training
   bool device_resident = false; // keep the uint8 training set on the training device
-  int64_t prefetch = 2;         // batches prepared ahead by a background thread (0 = inline)
+  // Batches prepared ahead by a background thread (0 = inline). kAutoPrefetch: 2 on CUDA, 0 on
+  // the CPU, where the extra thread's OpenMP team makes libgomp throttle its spin-waiting (measured:
+  // a quarter of the step rate lost on 2 cores) and the cores are busy with the step anyway.
+  int64_t prefetch = kAutoPrefetch;
   double simulated_delay_ms = 0;  // extra time to prepare each training batch (pipeline studies)
 };
 
@@ -35,6 +40,8 @@ struct TrainingConfig {
   int64_t threads = 0;           // CPU intra-op threads (0 = LibTorch's default)
   Precision precision = Precision::FP32;  // autocast dtype; fp16 adds the GradScaler
   c10::MemoryFormat memory_format = c10::MemoryFormat::Contiguous;  // of weights and inputs
+  bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms once per shape
+  bool allow_tf32 = true;       // CUDA (Ampere+): TF32 tensor cores for fp32 matmul/convolution
 };
 
 struct MemoryConfig {
@@ -76,6 +83,9 @@ struct OutputConfig {
   std::string dir = "runs";  // parent of run directories
   std::string name;          // run directory name; empty = <date>-<time>-<arch>
 };
+
+// data.prefetch resolved for the device: "auto" means 2 on CUDA, 0 on the CPU.
+int64_t prefetch_for(const DataConfig& data, bool cuda);
 
 struct Config {
   models::ResNetOptions model;

@@ -65,6 +65,12 @@ std::string describe_device(const torch::Device& device) {
   return device.str() + " (" + std::to_string(torch::get_num_threads()) + " threads)";
 }
 
+void set_cuda_math(bool cudnn_benchmark, bool allow_tf32) {
+  at::globalContext().setBenchmarkCuDNN(cudnn_benchmark);
+  at::globalContext().setAllowTF32CuBLAS(allow_tf32);
+  at::globalContext().setAllowTF32CuDNN(allow_tf32);
+}
+
 void seed_everything(uint64_t seed) {
   torch::manual_seed(seed);  // also seeds every CUDA generator when CUDA is present
 }

@@ -102,6 +102,7 @@ int run_training(const TrainRequest& request) {
   const torch::Device device = resolve_device(config.training.device);
   check_precision_supported(device, config.training.precision, "training.precision");
   set_memory_limit(device, config.memory.limit);
+  set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
 
   // Everything that can fail on bad input happens before the run directory is created.
   const auto load_start = std::chrono::steady_clock::now();

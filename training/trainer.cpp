@@ -36,7 +36,7 @@ data::BatchLoader make_loader(data::Split split, const Config& config, const tor
                                .augment(train && config.data.augment)
                                .device(device)
                                .device_resident(config.data.device_resident)
-                               .prefetch(config.data.prefetch)
+                               .prefetch(prefetch_for(config.data, device.is_cuda()))
                                .seed(static_cast<uint64_t>(config.training.seed))
                                .memory_format(config.training.memory_format)
                                .simulated_delay_ms(train ? config.data.simulated_delay_ms : 0.0));
@@ -313,7 +313,7 @@ void Trainer::log_verdicts(double data_wait_fraction, const SamplerSummary& samp
                  "batches are prepared slower than steps run: try data.device_resident: true, a "
                  "larger data.prefetch (now {}), or a larger training.batch_size",
                  100 * data_wait_fraction, 100 * config_.monitor.data_wait_threshold,
-                 config_.data.prefetch);
+                 prefetch_for(config_.data, device_.is_cuda()));
   }
   if (device_.is_cuda() && samples.utilization_mean &&
       *samples.utilization_mean < config_.monitor.utilization_threshold) {

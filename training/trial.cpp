@@ -42,6 +42,7 @@ TrialResult trial_from_json(const nlohmann::json& j) {
 TrialResult run_trial(const Config& config, int64_t warmup_steps, int64_t measure_steps) {
   const torch::Device device = resolve_device(config.training.device);
   set_memory_limit(device, config.memory.limit);
+  set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
   TrialResult result;
   std::vector<double> step_seconds;
   try {

@@ -130,7 +130,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"UnknownKeyListsValidOnes", "training: {zzz: 1}", {},
                   "c.yaml: unknown key 'training.zzz' (valid: device, epochs, max_steps, "
                   "batch_size, eval_batch_size, seed, label_smoothing, log_every_steps, threads, "
-                  "precision, memory_format)"},
+                  "precision, memory_format, cudnn_benchmark, allow_tf32)"},
         BadConfig{"NotAnInteger", "training: {epochs: three}", {},
                   "c.yaml: training.epochs: expected an integer in [1, 100000], got 'three'"},
         BadConfig{"BelowRange", "training: {epochs: 0}", {},

@@ -101,6 +101,32 @@ TEST(Trainer, AStopSignalCheckpointsAndTheRunContinuesExactly) {
                       run(tiny_config(), dir / "stopped", dir / "stopped/checkpoint.pt", true));
 }
 
+TEST(Trainer, ChannelsLastTrainsToTheSameLosses) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  config.training.epochs = 1;
+  // A few gentle steps: with large steps on random labels, rounding differences between the
+  // layouts grow chaotically, which says nothing about the layout.
+  config.training.max_steps = 3;
+  config.optimizer.lr(0.001);
+  const auto plain = run(config, dir / "plain");
+  config.training.memory_format = c10::MemoryFormat::ChannelsLast;
+  const auto nhwc = run(config, dir / "nhwc");
+  // Same math in another layout: equal up to float summation order.
+  EXPECT_NEAR(plain[0].at("train_loss").get<double>(), nhwc[0].at("train_loss").get<double>(), 1e-3);
+  EXPECT_NEAR(plain[0].at("test_loss").get<double>(), nhwc[0].at("test_loss").get<double>(),
+              1e-3 * std::abs(plain[0].at("test_loss").get<double>()));
+}
+
+TEST(Trainer, DeviceResidentDataGivesTheSameRun) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  config.training.epochs = 1;
+  const auto host = run(config, dir / "host");
+  config.data.device_resident = true;
+  expect_same_metrics(host, run(config, dir / "resident"));
+}
+
 TEST(Trainer, RefusesABatchLargerThanTheTrainingSet) {
   test_support::TempDir dir;
   auto config = tiny_config();
