@@ -7,6 +7,7 @@
 #include "data/split.h"
 #include "training/atomic_file.h"
 #include "training/bench_matmul.h"
+#include "training/distributed.h"
 #include "training/errors.h"
 #include "training/memory.h"
 #include "training/process.h"
@@ -19,6 +20,7 @@ namespace {
 
 constexpr int kExitBadInput = 2;
 constexpr int kExitOutOfMemory = 3;
+constexpr int kExitDistributed = 4;
 
 const char* kExamples = R"(Examples:
   train --config configs/resnet50_cifar10.yaml
@@ -32,8 +34,10 @@ const char* kExamples = R"(Examples:
   train --config configs/quick_cpu.yaml --print-config
 
 Exit codes: 0 done, 1 internal error, 2 bad input (arguments, config, data),
-3 out of memory (device or memory.limit), 130 stopped by Ctrl-C/SIGTERM (checkpoint written;
-continue with --resume).)";
+3 out of memory (device or memory.limit), 4 lost contact with the other data-parallel ranks,
+130 stopped by Ctrl-C/SIGTERM (checkpoint written; continue with --resume).
+
+Data-parallel (torchrun-style environment): scripts/launch.py -n 2 build/train --config FILE)";
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
@@ -47,6 +51,9 @@ int guarded(const std::function<int()>& action) {
   } catch (const training::OutOfMemory& e) {
     spdlog::error("{}", e.what());
     return kExitOutOfMemory;
+  } catch (const training::DistributedError& e) {
+    spdlog::error("{}", e.what());
+    return kExitDistributed;
   } catch (const data::DataError& e) {
     spdlog::error("{}", e.what());
   } catch (const training::UserError& e) {

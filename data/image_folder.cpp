@@ -39,6 +39,7 @@ std::vector<std::string> image_folder_classes(const fs::path& dir) {
   return classes;
 }
 
+#ifdef TRAIN_HAVE_OPENCV
 namespace {
 
 struct Labelled {
@@ -74,7 +75,6 @@ std::vector<Labelled> list_images(const fs::path& dir) {
   return images;
 }
 
-#ifdef TRAIN_HAVE_OPENCV
 // Decodes one image into `chw` (3*32*32 bytes, RGB planes).
 void decode_into(const fs::path& file, uint8_t* chw) {
   std::ifstream in(file, std::ios::binary);
@@ -93,17 +93,18 @@ void decode_into(const fs::path& file, uint8_t* chw) {
     for (int64_t c = 0; c < kChannels; ++c) chw[c * kPlane + p] = rgb.data[p * kChannels + c];
   }
 }
-#endif
 
 }  // namespace
+#endif
 
 Split read_image_folder(const fs::path& dir, int64_t limit) {
 #ifndef TRAIN_HAVE_OPENCV
   (void)limit;
   throw DataError(dir.string() +
                   ": this build has no OpenCV, so image folders cannot be decoded; convert them "
-                  "with `scripts/get-data.sh --from " + dir.parent_path().string() +
-                  " --to-binary` or rebuild with OpenCV");
+                  "with `scripts/get-data.sh --from " + dir.parent_path().string() + " --to-binary --root " +
+                  dir.parent_path().string() + "-bin` (then data.root: " + dir.parent_path().string() +
+                  "-bin) or rebuild with OpenCV");
 #else
   auto images = list_images(dir);
   const int64_t count = limit > 0 ? std::min<int64_t>(limit, images.size()) : images.size();

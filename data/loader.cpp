@@ -22,6 +22,9 @@ BatchLoader::BatchLoader(Split split, LoaderOptions options)
       options_(std::move(options)),
       normalize_(options_.device(), options_.memory_format()) {
   TORCH_CHECK(options_.batch_size() > 0, "batch_size must be positive");
+  TORCH_CHECK(options_.shard_count() > 0 && options_.shard_index() >= 0 &&
+                  options_.shard_index() < options_.shard_count(),
+              "shard_index must be in [0, shard_count)");
   if (options_.device_resident()) {
     split_.images = split_.images.to(options_.device());
     split_.labels = split_.labels.to(options_.device());
@@ -30,8 +33,14 @@ BatchLoader::BatchLoader(Split split, LoaderOptions options)
 
 BatchLoader::~BatchLoader() { stop_producer(); }
 
+int64_t BatchLoader::shard_size() const {
+  const int64_t n = split_.size(), count = options_.shard_count(), index = options_.shard_index();
+  if (options_.drop_last()) return n / count;
+  return n > index ? (n - index + count - 1) / count : 0;
+}
+
 int64_t BatchLoader::batches_per_epoch() const {
-  const int64_t n = split_.size(), b = options_.batch_size();
+  const int64_t n = shard_size(), b = options_.batch_size();
   return options_.drop_last() ? n / b : (n + b - 1) / b;
 }
 
@@ -46,6 +55,10 @@ void BatchLoader::start_epoch(int64_t epoch, int64_t first_batch) {
   } else {
     order_ = torch::arange(split_.size(), index_options);
   }
+  if (options_.shard_count() > 1) {
+    const int64_t end = options_.drop_last() ? shard_size() * options_.shard_count() : split_.size();
+    order_ = order_.slice(0, options_.shard_index(), end, options_.shard_count());
+  }
   order_ = order_.to(split_.images.device());
   ready_.clear();
   error_ = nullptr;
@@ -59,7 +72,7 @@ Batch BatchLoader::prepare(int64_t batch_index) const {
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.simulated_delay_ms()));
   }
   const int64_t start = batch_index * options_.batch_size();
-  const int64_t count = std::min(options_.batch_size(), split_.size() - start);
+  const int64_t count = std::min(options_.batch_size(), order_.size(0) - start);
   auto indices = order_.narrow(0, start, count);
   auto images = split_.images.index_select(0, indices);
   auto labels = split_.labels.index_select(0, indices);

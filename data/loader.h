@@ -36,6 +36,11 @@ struct LoaderOptions {
   // Extra time spent preparing each batch: simulates a slow input pipeline for studies of
   // prefetching and of the data-wait diagnosis.
   TORCH_ARG(double, simulated_delay_ms) = 0.0;
+  // Data-parallel sharding: every rank draws the same epoch order (same seed) and takes every
+  // shard_count-th sample from shard_index on, so shards are disjoint and change every epoch.
+  // With drop_last each shard gets the same length (the remainder of the order is dropped).
+  TORCH_ARG(int64_t, shard_index) = 0;
+  TORCH_ARG(int64_t, shard_count) = 1;
 };
 
 struct Batch {
@@ -56,6 +61,8 @@ class BatchLoader {
 
   int64_t batches_per_epoch() const;
   int64_t dataset_size() const { return split_.size(); }
+  // Samples this loader (this shard) visits per epoch.
+  int64_t shard_size() const;
   const LoaderOptions& options() const { return options_; }
 
   // Starts epoch `epoch` at batch `first_batch` (earlier batches are skipped, not drawn).
@@ -71,7 +78,7 @@ class BatchLoader {
   Split split_;         // on the CPU, or on the device when device_resident
   LoaderOptions options_;
   Normalizer normalize_;
-  torch::Tensor order_;  // this epoch's sample order, int64 on the split's device
+  torch::Tensor order_;  // this epoch's samples for this shard, int64 on the split's device
   int64_t epoch_ = 0;
   int64_t next_batch_ = 0;
 

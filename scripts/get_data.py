@@ -169,9 +169,11 @@ def main(argv=None):
             print(f"{root}: CIFAR-10 already present (use --force to replace it)")
             return 0
         root.parent.mkdir(parents=True, exist_ok=True)
+        converting_in_place = args.source is not None and Path(args.source).resolve() == root.resolve()
         with tempfile.TemporaryDirectory(prefix=".get-data-", dir=root.parent) as work:
             result = fill(root, args.source, args.to_binary, Path(work))
-            for name in (BIN_DIR, "train", "test"):
+            # What the result replaces; a root converted in place keeps its image folders.
+            for name in (BIN_DIR,) if converting_in_place else (BIN_DIR, "train", "test"):
                 if (root / name).exists():
                     shutil.rmtree(root / name)
             root.mkdir(parents=True, exist_ok=True)

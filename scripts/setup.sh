@@ -11,7 +11,7 @@ cd "$REPO_ROOT"
 
 debs=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv
       libopencv-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
-      libgtest-dev libgmock-dev)
+      libgtest-dev libgmock-dev libgloo-dev)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

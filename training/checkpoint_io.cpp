@@ -83,6 +83,7 @@ void save_checkpoint(const fs::path& file, torch::nn::Module& model,
   archive.write("seen", c10::IValue(state.seen));
   archive.write("train_seconds", c10::IValue(state.train_seconds));
   archive.write("skipped_steps", c10::IValue(state.skipped_steps));
+  archive.write("world_size", c10::IValue(state.world_size));
   if (state.grad_scale.defined()) {
     archive.write("grad_scale", state.grad_scale.detach());
     archive.write("growth_tracker", state.growth_tracker.detach());
@@ -159,6 +160,7 @@ TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
   state.seen = read_value(archive, file, "seen").toInt();
   state.train_seconds = read_value(archive, file, "train_seconds").toDouble();
   state.skipped_steps = read_value(archive, file, "skipped_steps").toInt();
+  state.world_size = read_value(archive, file, "world_size").toInt();
   c10::IValue scale, tracker;
   if (archive.try_read("grad_scale", scale) && archive.try_read("growth_tracker", tracker)) {
     state.grad_scale = scale.toTensor();

@@ -21,6 +21,7 @@ struct TrainState {
   int64_t seen = 0;            // training samples seen this epoch
   double train_seconds = 0.0;  // training time spent in this epoch so far
   int64_t skipped_steps = 0;   // fp16 steps skipped this epoch (inf/NaN gradients)
+  int64_t world_size = 1;      // data-parallel ranks that wrote it (resume needs the same)
   // GradScaler state (fp16 only; undefined otherwise).
   torch::Tensor grad_scale;
   torch::Tensor growth_tracker;

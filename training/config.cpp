@@ -34,6 +34,9 @@ const Choices<c10::MemoryFormat> kMemoryFormats = {
 const Choices<CheckpointGranularity> kGranularities = {{"block", CheckpointGranularity::Block},
                                                        {"stage", CheckpointGranularity::Stage},
                                                        {"segments", CheckpointGranularity::Segments}};
+const Choices<DistributedBackend> kBackends = {{"auto", DistributedBackend::Auto},
+                                               {"gloo", DistributedBackend::Gloo},
+                                               {"nccl", DistributedBackend::Nccl}};
 const Choices<ScheduleKind> kSchedules = {{"constant", ScheduleKind::Constant},
                                           {"cosine", ScheduleKind::Cosine},
                                           {"onecycle", ScheduleKind::OneCycle},
@@ -130,6 +133,11 @@ void walk(V& v, Config& c) {
     v.integer("max_batch", c.sweep.max_batch, 1, 1 << 20);
     v.byte_sizes("predict_for", c.sweep.predict_for);
     v.integer("trial_timeout", c.sweep.trial_timeout, 1, 7 * 86400);
+  });
+  v.section("distributed", [&] {
+    v.choice("backend", c.distributed.backend, kBackends);
+    v.integer("bucket_mb", c.distributed.bucket_mb, 1, 1024);
+    v.integer("timeout_seconds", c.distributed.timeout_seconds, 1, 86400);
   });
 }
 

@@ -8,6 +8,7 @@
 #include "data/dataset.h"
 #include "models/resnet.h"
 #include "training/amp.h"
+#include "training/distributed.h"
 #include "training/errors.h"
 #include "training/optim.h"
 #include "training/recompute.h"
@@ -100,6 +101,7 @@ struct Config {
   CheckpointConfig checkpoint;
   OutputConfig output;
   SweepConfig sweep;
+  DistributedOptions distributed;
 };
 
 // A config problem: the message names the file (or --set), the key, and what was expected.

@@ -3,6 +3,12 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
+#include "build_config.h"
+
+#ifdef TRAIN_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
 #include <cstdio>
 #include <string>
 
@@ -37,5 +43,16 @@ int64_t total_memory(int index) {
 }
 
 int compute_capability_major(int index) { return at::cuda::getDeviceProperties(index)->major; }
+
+#ifdef TRAIN_WITH_NCCL
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    int64_t rank, int64_t world_size,
+                                                    std::chrono::seconds timeout) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank),
+                                                     static_cast<int>(world_size), options);
+}
+#endif
 
 }  // namespace training::cuda

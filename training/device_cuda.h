@@ -2,9 +2,17 @@
 // only from device.cpp.
 #pragma once
 
+#include <c10/util/intrusive_ptr.h>
+
+#include <chrono>
 #include <string>
 
 #include "training/memory.h"
+
+namespace c10d {
+class Backend;
+class Store;
+}  // namespace c10d
 
 namespace training::cuda {
 
@@ -14,5 +22,10 @@ void reset_peak_memory(int index);
 void set_memory_fraction(int index, double fraction);
 int64_t total_memory(int index);
 int compute_capability_major(int index);
+
+// An NCCL process-group backend for this rank (training/distributed.cpp asks for it).
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    int64_t rank, int64_t world_size,
+                                                    std::chrono::seconds timeout);
 
 }  // namespace training::cuda

@@ -5,12 +5,14 @@
 
 #include <chrono>
 #include <iostream>
+#include <optional>
 #include <regex>
 
 #include "data/dataset.h"
 #include "training/checkpoint_io.h"
 #include "training/config.h"
 #include "training/device.h"
+#include "training/distributed.h"
 #include "training/errors.h"
 #include "training/memory.h"
 #include "training/report.h"
@@ -90,6 +92,8 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
 }  // namespace
 
 int run_training(const TrainRequest& request) {
+  const auto launch = launch_env_from_environment();
+  const bool data_parallel = launch && launch->world_size > 1;
   const fs::path checkpoint = request.resume.empty() ? fs::path() : find_checkpoint(request.resume);
   const Config config = effective_config(request, checkpoint);
   const std::string yaml = to_yaml(config);
@@ -99,7 +103,15 @@ int run_training(const TrainRequest& request) {
   }
 
   if (config.training.threads > 0) torch::set_num_threads(static_cast<int>(config.training.threads));
-  const torch::Device device = resolve_device(config.training.device);
+  torch::Device device = resolve_device(config.training.device);
+  if (data_parallel && device.is_cuda()) {  // one GPU per local rank, as torchrun arranges it
+    device = resolve_device("cuda:" + std::to_string(launch->local_rank));
+  }
+  if (data_parallel && config.checkpointing.enabled()) {
+    throw UserError("checkpointing.enabled: gradient checkpointing is not supported with "
+                    "WORLD_SIZE > 1 (c10d's reducer and the re-entrant recomputation are not "
+                    "combined here); turn one of them off");
+  }
   check_precision_supported(device, config.training.precision, "training.precision");
   set_memory_limit(device, config.memory.limit);
   set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
@@ -114,21 +126,33 @@ int run_training(const TrainRequest& request) {
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
 
-  const bool resuming = !checkpoint.empty() && request.output_dir.empty();
-  const fs::path run_path = !request.output_dir.empty() ? fs::path(request.output_dir)
-                            : resuming ? checkpoint.parent_path()
-                                       : new_run_path(config.output.dir, config.output.name,
-                                                      arch_name(config.model));
-  RunDirectory run(run_path, resuming);
-  spdlog::info("run directory: {}", run.path().string());
+  std::unique_ptr<ProcessGroup> group;
+  if (data_parallel) {
+    group = std::make_unique<ProcessGroup>(*launch, config.distributed, device);
+    spdlog::info("rank {} of {} ({}, local rank {}, rendezvous {}:{}); only rank 0 writes the run "
+                 "directory", group->rank(), group->world_size(), group->backend_name(),
+                 launch->local_rank, launch->master_addr, launch->master_port);
+  }
+  // Only rank 0 (or a single process) owns a run directory.
+  std::optional<RunDirectory> run;
+  if (!group || group->is_main()) {
+    const bool resuming = !checkpoint.empty() && request.output_dir.empty();
+    const fs::path run_path = !request.output_dir.empty() ? fs::path(request.output_dir)
+                              : resuming ? checkpoint.parent_path()
+                                         : new_run_path(config.output.dir, config.output.name,
+                                                        arch_name(config.model));
+    run.emplace(run_path, resuming);
+    spdlog::info("run directory: {}", run->path().string());
+    run->write_config(yaml);
+  }
   spdlog::info("LibTorch {}, device {}", TORCH_VERSION, describe_device(device));
   spdlog::info("effective config:\n{}", yaml);
-  run.write_config(yaml);
   spdlog::info("data: {} from {}: {} train / {} test images, decoded in {:.1f} s",
                source_name(source), source == data::Source::Synthetic ? "memory" : dataset.root(),
                train.size(), test.size(), load_seconds);
 
-  Trainer trainer(config, device, std::move(train), std::move(test), run);
+  Trainer trainer(config, device, std::move(train), std::move(test), run ? &*run : nullptr,
+                  group.get());
   spdlog::info("model: {} ({} stem), {} parameters, {} steps per epoch, {} steps planned",
                arch_name(config.model),
                config.model.stem() == models::Stem::Cifar ? "cifar" : "imagenet",
@@ -148,15 +172,26 @@ int run_training(const TrainRequest& request) {
     end = trainer.fit();
   } catch (const c10::OutOfMemoryError& e) {
     throw OutOfMemory(out_of_memory_message(config, device, trainer.state(), e.what()));
+  } catch (const std::exception& e) {
+    if (!group || dynamic_cast<const UserError*>(&e)) throw;
+    // Gloo reports a dead peer with its own exception type, NCCL and timeouts with c10's.
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    const std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
+    // A collective failed: a peer died, hung past the timeout, or the network broke.
+    throw DistributedError("rank " + std::to_string(group->rank()) + ": lost contact with the other " +
+                           "ranks in epoch " + std::to_string(trainer.state().epoch + 1) + " after " +
+                           std::to_string(trainer.state().step) + " steps (" +
+                           what.substr(0, what.find('\n')) +
+                           "); the last checkpoint is intact");
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const auto& rows = run.epochs();
-  if (!rows.empty()) spdlog::info("report: {}", write_report(run.path()).string());
+  const double final_accuracy =
+      run && !run->epochs().empty() ? run->epochs().back().at("test_acc").get<double>() : 0.0;
+  if (run && !run->epochs().empty()) spdlog::info("report: {}", write_report(run->path()).string());
   if (end == FitEnd::Stopped) return kExitStopped;
-  spdlog::info("done: {} epochs, {} steps in {:.1f} s; final test accuracy {:.2f}%",
-               trainer.state().epoch, trainer.state().step, seconds,
-               rows.empty() ? 0.0 : 100.0 * rows.back().at("test_acc").get<double>());
+  spdlog::info("done: {} epochs, {} steps in {:.1f} s{}", trainer.state().epoch, trainer.state().step,
+               seconds, run ? fmt::format("; final test accuracy {:.2f}%", 100.0 * final_accuracy) : "");
   return kExitOk;
 }
 

@@ -20,7 +20,7 @@ namespace F = torch::nn::functional;
 
 StepResult train_step(models::ResNet& model, torch::optim::Optimizer& optimizer, GradScaler& scaler,
                       Precision precision, double label_smoothing, const torch::Tensor& images,
-                      const torch::Tensor& labels) {
+                      const torch::Tensor& labels, ProcessGroup::GradientAverager* averager) {
   optimizer.zero_grad(/*set_to_none=*/true);
   torch::Tensor logits, loss;
   {
@@ -29,6 +29,7 @@ StepResult train_step(models::ResNet& model, torch::optim::Optimizer& optimizer,
     // Autocast runs cross-entropy in float32 whatever the precision.
     loss = F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
   }
+  if (averager) averager->prepare(logits);
   scaler.scale(loss).backward();
   const bool stepped = scaler.step(optimizer);
   scaler.update();

@@ -6,6 +6,7 @@
 
 #include "models/resnet.h"
 #include "training/amp.h"
+#include "training/distributed.h"
 
 namespace training {
 
@@ -22,9 +23,11 @@ struct StepResult {
 };
 
 // Forward under autocast (precision), cross-entropy, (scaled) backward, then the optimizer step
-// unless the GradScaler found inf/NaN gradients; then the scaler's update.
+// unless the GradScaler found inf/NaN gradients; then the scaler's update. With an averager
+// (data-parallel training) the gradients are averaged across ranks during backward.
 StepResult train_step(models::ResNet& model, torch::optim::Optimizer& optimizer, GradScaler& scaler,
                       Precision precision, double label_smoothing, const torch::Tensor& images,
-                      const torch::Tensor& labels);
+                      const torch::Tensor& labels,
+                      ProcessGroup::GradientAverager* averager = nullptr);
 
 }  // namespace training

@@ -26,7 +26,7 @@ double seconds_since(Clock::time_point start) {
 }
 
 data::BatchLoader make_loader(data::Split split, const Config& config, const torch::Device& device,
-                              bool train) {
+                              bool train, ProcessGroup* group) {
   return data::BatchLoader(std::move(split),
                            data::LoaderOptions()
                                .batch_size(train ? config.training.batch_size
@@ -39,7 +39,16 @@ data::BatchLoader make_loader(data::Split split, const Config& config, const tor
                                .prefetch(prefetch_for(config.data, device.is_cuda()))
                                .seed(static_cast<uint64_t>(config.training.seed))
                                .memory_format(config.training.memory_format)
-                               .simulated_delay_ms(train ? config.data.simulated_delay_ms : 0.0));
+                               .simulated_delay_ms(train ? config.data.simulated_delay_ms : 0.0)
+                               .shard_index(group ? group->rank() : 0)
+                               .shard_count(group ? group->world_size() : 1));
+}
+
+// Rank 0's initial weights everywhere, before anything else touches them.
+models::ResNet shared_model(const Config& config, const torch::Device& device, ProcessGroup* group) {
+  auto model = build_model(config, device);
+  if (group) group->broadcast_from_main(*model);
+  return model;
 }
 
 // NVML on a GPU, /proc on the CPU; none when sampling is off or NVML cannot be loaded (said once).
@@ -88,23 +97,26 @@ int64_t planned_steps(const Config& config, int64_t steps_per_epoch) {
 }  // namespace
 
 Trainer::Trainer(const Config& config, torch::Device device, data::Split train, data::Split test,
-                 RunDirectory& run)
+                 RunDirectory* run, ProcessGroup* group)
     : config_(config),
       config_yaml_(to_yaml(config)),
       device_(device),
       run_(run),
-      model_(build_model(config, device)),
+      group_(group),
+      model_(shared_model(config, device, group)),
       train_loader_((check_labels(train, "training", config.model.num_classes()),
-                     make_loader(std::move(train), config, device, /*train=*/true))),
+                     make_loader(std::move(train), config, device, /*train=*/true, group))),
       test_loader_((check_labels(test, "test", config.model.num_classes()),
-                    make_loader(std::move(test), config, device, /*train=*/false))),
+                    make_loader(std::move(test), config, device, /*train=*/false, group))),
       optimizer_(make_sgd(*model_, config.optimizer)),
+      averager_(group ? group->gradient_averager(*model_) : nullptr),
       scaler_(config.training.precision == Precision::FP16, device),
       total_steps_(planned_steps(config, train_loader_.batches_per_epoch())),
       schedule_(config.schedule, config.optimizer.lr(), train_loader_.batches_per_epoch(),
                 total_steps_),
-      sampler_(make_sampler(config.monitor, device, run.path() / "gpu.jsonl")),
-      profiler_(profiler_options(config.profiler), run.path() / "trace.json", device) {
+      sampler_(run ? make_sampler(config.monitor, device, run->path() / "gpu.jsonl") : nullptr),
+      profiler_(profiler_options(config.profiler).enabled(run && config.profiler.enabled),
+                run ? run->path() / "trace.json" : std::filesystem::path(), device) {
   if (train_loader_.batches_per_epoch() == 0) {
     throw UserError("training.batch_size: " + std::to_string(config.training.batch_size) +
                     " is larger than the training set (" +
@@ -115,6 +127,13 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
 
 void Trainer::resume(const std::filesystem::path& checkpoint) {
   state_ = load_checkpoint(checkpoint, *model_, *optimizer_, device_);
+  const int64_t ranks = group_ ? group_->world_size() : 1;
+  if (state_.world_size != ranks) {
+    throw UserError(checkpoint.string() + ": written by a run of " + std::to_string(state_.world_size) +
+                    " rank(s), this run has " + std::to_string(ranks) +
+                    "; resume with the same number of ranks (the data shards and the batch per "
+                    "rank depend on it)");
+  }
   // The remaining epochs at this run's batch size (which may differ from the checkpoint's).
   const int64_t steps_per_epoch = train_loader_.batches_per_epoch();
   const int64_t by_epochs = state_.step - state_.batch_in_epoch +
@@ -125,7 +144,7 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
   if (state_.grad_scale.defined() && scaler_.enabled()) {
     scaler_.load_state(state_.grad_scale, state_.growth_tracker);
   }
-  run_.keep_epochs_through(state_.epoch);
+  if (run_) run_->keep_epochs_through(state_.epoch);
   spdlog::info("resumed from {}: {} epochs and {} steps done{}", checkpoint.string(), state_.epoch,
                state_.step,
                state_.batch_in_epoch > 0
@@ -137,11 +156,11 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
 FitEnd Trainer::fit() {
   while (state_.epoch < config_.training.epochs && state_.step < total_steps_) {
     const bool finished = train_epoch();
-    if (!finished && stop_requested()) {
+    if (!finished && stopping_) {
       save();
       spdlog::warn("stopped by signal in epoch {} after step {}; checkpoint written, continue "
                    "with: train --resume {}",
-                   state_.epoch + 1, state_.step, run_.path().string());
+                   state_.epoch + 1, state_.step, run_ ? run_->path().string() : "<run dir>");
       return FitEnd::Stopped;
     }
     const int64_t epoch = state_.epoch + 1;
@@ -179,7 +198,7 @@ bool Trainer::train_epoch() {
   int64_t interval_images = 0;
   data_seconds_ = 0;
 
-  while (state_.step < total_steps_ && !stop_requested()) {
+  while (state_.step < total_steps_ && !stop_now()) {
     // Host time blocked waiting for the next batch: the input pipeline's share of the epoch.
     const auto wait_start = Clock::now();
     auto batch = train_loader_.next();
@@ -194,7 +213,8 @@ bool Trainer::train_epoch() {
     {
       RECORD_USER_SCOPE("ProfilerStep#" + std::to_string(state_.step + 1));
       result = train_step(model_, *optimizer_, scaler_, config_.training.precision,
-                          config_.training.label_smoothing, batch->images, batch->labels);
+                          config_.training.label_smoothing, batch->images, batch->labels,
+                          averager_.get());
     }
     profiler_.after_step(state_.step + 1);
     if (!result.stepped) ++state_.skipped_steps;
@@ -244,17 +264,30 @@ Evaluation Trainer::evaluate() {
                     .to(torch::kFloat64);
     correct += logits.argmax(1).eq(batch->labels).sum();
   }
-  const double n = static_cast<double>(test_loader_.dataset_size());
+  auto count = torch::full({}, static_cast<double>(test_loader_.shard_size()),
+                           torch::TensorOptions(torch::kFloat64).device(device_));
+  all_reduce_sum({loss_sum, correct, count});  // each rank evaluated its shard of the test set
+  const double n = count.item<double>();
   Evaluation evaluation{loss_sum.item<double>() / n, correct.item<int64_t>() / n, 0.0};
   evaluation.seconds = seconds_since(start);
   return evaluation;
 }
 
 void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
-  const double seen = static_cast<double>(std::max<int64_t>(state_.seen, 1));
-  const double train_loss = state_.loss_sum.item<double>() / seen;
-  const double train_acc = static_cast<double>(state_.correct.item<int64_t>()) / seen;
-  const double images_per_second = state_.seen / std::max(state_.train_seconds, 1e-9);
+  // Over all ranks: sums of loss, hits and samples; the slowest rank's time.
+  auto loss_sum = state_.loss_sum.clone(), correct = state_.correct.clone();
+  auto seen_total = torch::full({}, static_cast<double>(state_.seen), torch::TensorOptions(torch::kFloat64).device(device_));
+  auto seconds = torch::full({}, state_.train_seconds, torch::TensorOptions(torch::kFloat64).device(device_));
+  all_reduce_sum({loss_sum, correct, seen_total});
+  if (group_) {
+    std::vector<torch::Tensor> slowest = {seconds};
+    group_->all_reduce(slowest, /*max=*/true);
+  }
+  const double seen = std::max(seen_total.item<double>(), 1.0);
+  const double train_seconds = seconds.item<double>();
+  const double train_loss = loss_sum.item<double>() / seen;
+  const double train_acc = static_cast<double>(correct.item<int64_t>()) / seen;
+  const double images_per_second = seen / std::max(train_seconds, 1e-9);
   nlohmann::ordered_json row;
   row["epoch"] = epoch;
   row["step"] = state_.step;
@@ -263,7 +296,7 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   row["train_acc"] = train_acc;
   row["test_loss"] = evaluation.loss;
   row["test_acc"] = evaluation.accuracy;
-  row["epoch_seconds"] = state_.train_seconds;
+  row["epoch_seconds"] = train_seconds;
   row["eval_seconds"] = evaluation.seconds;
   row["images_per_second"] = images_per_second;
   // Peaks since the start of this epoch's training (evaluation included).
@@ -292,11 +325,12 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   row["utilization_mean"] = optional_number(samples.utilization_mean);
   row["utilization_max"] = optional_number(samples.utilization_max);
   row["memory_used_max_bytes"] = optional_number(samples.memory_used_max);
-  run_.record_epoch(row);
+  row["world_size"] = group_ ? group_->world_size() : 1;
+  if (run_) run_->record_epoch(row);
   spdlog::info("epoch {}/{}  step {}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  "
                "lr {:.4g}  {:.1f} s  {:.0f} img/s  peak {:.1f} MiB allocated{}",
                epoch, config_.training.epochs, state_.step, train_loss, 100 * train_acc,
-               evaluation.loss, 100 * evaluation.accuracy, last_lr_, state_.train_seconds,
+               evaluation.loss, 100 * evaluation.accuracy, last_lr_, train_seconds,
                images_per_second, to_mib(memory.peak_allocated),
                device_.is_cuda() ? fmt::format(" / {:.1f} MiB reserved", to_mib(memory.peak_reserved))
                                  : std::string());
@@ -329,12 +363,26 @@ void Trainer::log_verdicts(double data_wait_fraction, const SamplerSummary& samp
 }
 
 void Trainer::save() {
-  if (!config_.checkpoint.enabled) return;
+  if (!config_.checkpoint.enabled || !run_) return;  // only rank 0 writes
+  state_.world_size = group_ ? group_->world_size() : 1;
   if (scaler_.enabled()) {
     state_.grad_scale = scaler_.scale_state();
     state_.growth_tracker = scaler_.growth_tracker_state();
   }
-  save_checkpoint(run_.checkpoint_path(), *model_, *optimizer_, state_, config_yaml_);
+  save_checkpoint(run_->checkpoint_path(), *model_, *optimizer_, state_, config_yaml_);
+}
+
+bool Trainer::stop_now() {
+  if (!group_) return stopping_ = stop_requested();
+  if (state_.batch_in_epoch % config_.training.log_every_steps != 0) return stopping_;
+  auto flag = torch::full({}, stop_requested() ? 1.0 : 0.0, torch::TensorOptions(torch::kFloat64).device(device_));
+  std::vector<torch::Tensor> any = {flag};
+  group_->all_reduce(any, /*max=*/true);
+  return stopping_ = flag.item<double>() > 0;
+}
+
+void Trainer::all_reduce_sum(std::vector<torch::Tensor> tensors) {
+  if (group_) group_->all_reduce(tensors);
 }
 
 }  // namespace training

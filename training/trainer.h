@@ -12,6 +12,7 @@
 #include "training/amp.h"
 #include "training/checkpoint_io.h"
 #include "training/config.h"
+#include "training/distributed.h"
 #include "training/monitor.h"
 #include "training/profiler.h"
 #include "training/run_dir.h"
@@ -29,8 +30,10 @@ enum class FitEnd { Finished, Stopped };  // Stopped: a stop signal, checkpoint 
 
 class Trainer {
  public:
+  // `run` is where records and checkpoints go (null on data-parallel ranks other than 0, which
+  // write nothing); `group` is the data-parallel process group (null when training alone).
   Trainer(const Config& config, torch::Device device, data::Split train, data::Split test,
-          RunDirectory& run);
+          RunDirectory* run, ProcessGroup* group = nullptr);
 
   // Continues from a checkpoint instead of the fresh initialisation.
   void resume(const std::filesystem::path& checkpoint);
@@ -50,21 +53,29 @@ class Trainer {
   // One line for each diagnosis that applies: the loop waited for data, or the GPU idled.
   void log_verdicts(double data_wait_fraction, const SamplerSummary& samples) const;
   void save();
+  // A stop signal on any rank stops every rank at the same step (checked at log intervals when
+  // data-parallel, so steps stay free of extra synchronisation).
+  bool stop_now();
+  // Sums over all ranks (identity when training alone).
+  void all_reduce_sum(std::vector<torch::Tensor> tensors);
 
   Config config_;
   std::string config_yaml_;
   torch::Device device_;
-  RunDirectory& run_;
+  RunDirectory* run_;
+  ProcessGroup* group_;
   models::ResNet model_;
   data::BatchLoader train_loader_;
   data::BatchLoader test_loader_;
   std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::unique_ptr<ProcessGroup::GradientAverager> averager_;
   GradScaler scaler_;
   int64_t total_steps_;
   LrSchedule schedule_;
   TrainState state_;
   double last_lr_ = 0;
   double data_seconds_ = 0;  // this epoch's time waiting for the next batch
+  bool stopping_ = false;    // a stop was agreed (see stop_now)
   std::unique_ptr<Sampler> sampler_;  // null when sampling is off or NVML is missing
   StepProfiler profiler_;
 };

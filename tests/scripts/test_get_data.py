@@ -88,6 +88,13 @@ class GetDataTest(unittest.TestCase):
         self.assertEqual((fourth[5], fourth[5 + 1024], fourth[5 + 2048]), (0, 50, 7))
         self.assertFalse((self.dir / "root/train").exists())
 
+    def test_converting_a_root_in_place_keeps_its_image_folders(self):
+        make_image_folder(self.dir / "root")
+        code, _ = self.run_main("--from", str(self.dir / "root"), "--root", str(self.dir / "root"), "--to-binary", "--force")
+        self.assertEqual(code, 0)
+        self.assertTrue((self.dir / "root/cifar-10-batches-bin/test_batch.bin").exists())
+        self.assertTrue((self.dir / "root/train/cat/0000.png").exists())
+
     def test_wrong_image_size_is_named(self):
         make_image_folder(self.dir / "src", size=16)
         code, err = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / "root"), "--to-binary")

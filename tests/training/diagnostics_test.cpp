@@ -31,7 +31,7 @@ std::vector<ordered_json> train(const training::Config& config, const fs::path& 
   run.write_config(training::to_yaml(config));
   auto options = config.data.dataset;
   training::Trainer trainer(config, torch::kCPU, data::load_split(options, data::SplitName::Train),
-                            data::load_split(options, data::SplitName::Test), run);
+                            data::load_split(options, data::SplitName::Test), &run);
   trainer.fit();
   return run.epochs();
 }

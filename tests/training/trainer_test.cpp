@@ -34,7 +34,7 @@ std::vector<ordered_json> run(const training::Config& config, const fs::path& di
                               const fs::path& resume_from = {}, bool resuming_dir = false) {
   training::RunDirectory run_dir(dir, resuming_dir);
   training::Trainer trainer(config, torch::kCPU, split_for(config, data::SplitName::Train),
-                            split_for(config, data::SplitName::Test), run_dir);
+                            split_for(config, data::SplitName::Test), &run_dir);
   if (!resume_from.empty()) trainer.resume(resume_from);
   trainer.fit();
   return run_dir.epochs();
@@ -90,7 +90,7 @@ TEST(Trainer, AStopSignalCheckpointsAndTheRunContinuesExactly) {
     training::RunDirectory run_dir(dir / "stopped", false);
     auto config = tiny_config();
     training::Trainer trainer(config, torch::kCPU, split_for(config, data::SplitName::Train),
-                              split_for(config, data::SplitName::Test), run_dir);
+                              split_for(config, data::SplitName::Test), &run_dir);
     training::request_stop();
     EXPECT_EQ(trainer.fit(), training::FitEnd::Stopped);
     training::clear_stop_request();

@@ -1,0 +1,84 @@
+// Data-parallel training on LibTorch's own distributed engine, c10d: a TCPStore rendezvous, a
+// Gloo (CPU) or NCCL (CUDA) process group, and c10d's Reducer, which averages gradients in
+// flattened buckets with all-reduce as backward produces them (the engine under PyTorch's DDP).
+// Ranks are started like torchrun starts them: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+// MASTER_PORT in the environment (scripts/launch.py sets them).
+//
+// BatchNorm keeps local statistics: each rank normalises with its own batch's statistics and
+// keeps its own running estimates; rank 0's are the ones checkpointed.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace training {
+
+// A rank lost contact with the others, or never reached them: exit code 4 on every rank.
+class DistributedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct LaunchEnv {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  int64_t local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int64_t master_port = 29500;
+};
+
+// The torchrun variables, or nullopt when WORLD_SIZE is unset. Throws UserError naming the
+// variable when one is malformed or inconsistent (RANK >= WORLD_SIZE, ...).
+std::optional<LaunchEnv> launch_env_from_environment();
+
+enum class DistributedBackend { Auto, Gloo, Nccl };
+
+struct DistributedOptions {
+  DistributedBackend backend = DistributedBackend::Auto;  // auto: nccl on CUDA, gloo on the CPU
+  int64_t bucket_mb = 25;                                  // all-reduce bucket size
+  int64_t timeout_seconds = 60;                            // rendezvous and collectives
+};
+
+class ProcessGroup {
+ public:
+  // Joins the group (blocks until every rank has reached the store, or the timeout).
+  ProcessGroup(const LaunchEnv& env, const DistributedOptions& options, const torch::Device& device);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int64_t rank() const { return env_.rank; }
+  int64_t world_size() const { return env_.world_size; }
+  bool is_main() const { return env_.rank == 0; }
+  const char* backend_name() const;
+
+  // Every parameter and buffer of `module` takes rank 0's value.
+  void broadcast_from_main(torch::nn::Module& module);
+  // Element-wise sum (or max) over the ranks, in place.
+  void all_reduce(std::vector<torch::Tensor>& tensors, bool max = false);
+  void barrier();
+
+  // Averages gradients across ranks during backward: call prepare(output) before each backward.
+  class GradientAverager {
+   public:
+    virtual ~GradientAverager() = default;
+    virtual void prepare(const torch::Tensor& output) = 0;
+  };
+  std::unique_ptr<GradientAverager> gradient_averager(torch::nn::Module& module) const;
+
+ private:
+  struct Impl;
+  LaunchEnv env_;
+  DistributedOptions options_;
+  torch::Device device_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace training
