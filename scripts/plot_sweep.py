@@ -24,6 +24,18 @@ def setting(row):
     return f'{row["precision"]} / {ckpt} / {row["memory_format"]}'
 
 
+def finish(fig, ax, ylabel, title, path):
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -59,15 +71,7 @@ def main(argv):
     ax.plot([], [], "k--", alpha=0.5, label="fit: peak = a + b x batch")
     label = "memory.limit" if sweep["limit_is_emulated"] else "device memory"
     ax.axhline(limit_mib, color="red", linewidth=1, label=f"{label} ({limit_mib:.0f} MiB)")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("peak reserved memory (MiB)")
-    ax.set_title(f"Peak memory per batch size: {title}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(folder / "peak_memory.png", dpi=120)
-    plt.close(fig)
+    finish(fig, ax, "peak reserved memory (MiB)", f"Peak memory per batch size: {title}", folder / "peak_memory.png")
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for cell in sweep["cells"]:
@@ -75,15 +79,7 @@ def main(argv):
         ok = sorted((t for t in sweep["trials"] if setting(t) == name and t["status"] == "ok"),
                     key=lambda t: t["batch_size"])
         ax.plot([t["batch_size"] for t in ok], [t["images_per_second"] for t in ok], "o-", label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("images / s (median step)")
-    ax.set_title(f"Training throughput per batch size: {title}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(folder / "throughput.png", dpi=120)
-    plt.close(fig)
+    finish(fig, ax, "images / s (median step)", f"Training throughput per batch size: {title}", folder / "throughput.png")
     print(f"wrote {folder / 'peak_memory.png'} and {folder / 'throughput.png'}")
     return 0
 

@@ -152,29 +152,20 @@ class Sweep {
     }
     if (fails != 0 && fails < fits) fails = 0;  // inconsistent points: search afresh above
     const int64_t cap = config_.sweep.max_batch;
+    // Measures `batch` and moves the bound it decides; false when the trial failed for another
+    // reason than memory, which ends the search for this cell.
+    auto probe = [&](int64_t batch) {
+      const auto& r = run_trial(cell, batch, "find-max");
+      if (r.status == "ok") fits = batch;
+      if (r.status == "oom") fails = batch;
+      if (r.status == "error") spdlog::warn("{}: find-max stopped, a trial failed: {}", cell.name(), r.message);
+      return r.status != "error";
+    };
     while (fails == 0 && fits < cap) {
-      const int64_t next = std::min(cap, std::max<int64_t>(1, fits * 2));
-      const auto& r = run_trial(cell, next, "find-max");
-      if (r.status == "ok") {
-        fits = next;
-      } else if (r.status == "oom") {
-        fails = next;
-      } else {
-        spdlog::warn("{}: find-max stopped, a trial failed: {}", cell.name(), r.message);
-        return;
-      }
+      if (!probe(std::min(cap, std::max<int64_t>(1, fits * 2)))) return;
     }
     while (fails != 0 && fails - fits > 1) {
-      const int64_t middle = fits + (fails - fits) / 2;
-      const auto& r = run_trial(cell, middle, "find-max");
-      if (r.status == "ok") {
-        fits = middle;
-      } else if (r.status == "oom") {
-        fails = middle;
-      } else {
-        spdlog::warn("{}: find-max stopped, a trial failed: {}", cell.name(), r.message);
-        return;
-      }
+      if (!probe(fits + (fails - fits) / 2)) return;
     }
   }
 
