@@ -1,8 +1,9 @@
 // `train`: command-line parsing and dispatch only. Every behaviour lives in the libraries.
-#include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
 
 #include "data/split.h"
 #include "training/atomic_file.h"
@@ -39,10 +40,14 @@ Exit codes: 0 done, 1 internal error, 2 bad input (arguments, config, data),
 
 Data-parallel (torchrun-style environment): scripts/launch.py -n 2 build/train --config FILE)";
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
 
 // "a,b,c" -> "[a,b,c]": a sweep flag becomes the YAML list of its key.
-std::string as_list(const std::string& csv) { return "[" + csv + "]"; }
+std::string as_list(const std::string& csv) {
+  return "[" + csv + "]";
+}
 
 // Runs `action`, mapping every error to its one-line message and exit code.
 int guarded(const std::function<int()>& action) {
@@ -71,14 +76,16 @@ int guarded(const std::function<int()>& action) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Train ResNet on CIFAR-10 with LibTorch and measure memory and speed.\n"
-               "Without a subcommand: train. Subcommands: sweep, report, bench."};
+  CLI::App app{
+      "Train ResNet on CIFAR-10 with LibTorch and measure memory and speed.\n"
+      "Without a subcommand: train. Subcommands: sweep, report, bench."};
   app.footer(kExamples);
   app.require_subcommand(0, 1);
 
   training::TrainRequest train;
   app.add_option("--config", train.config_path, "YAML config file (see configs/)");
-  app.add_option("--set", train.overrides, "Override one config key: section.key=value (repeatable)")
+  app.add_option("--set", train.overrides,
+                 "Override one config key: section.key=value (repeatable)")
       ->allow_extra_args(false);
   app.add_option("--device", train.device, "Training device: auto, cpu, cuda or cuda:N");
   app.add_option("--output-dir", train.output_dir,
@@ -93,8 +100,9 @@ int main(int argc, char** argv) {
   std::string warmup, measure;
   bool find_max = false;
   auto* sweep_command = app.add_subcommand(
-      "sweep", "Batch-size sweep: memory and speed per batch size, precision, checkpointing and "
-               "memory format, each trial in its own process (grid: the config's sweep section)");
+      "sweep",
+      "Batch-size sweep: memory and speed per batch size, precision, checkpointing and "
+      "memory format, each trial in its own process (grid: the config's sweep section)");
   sweep_command->add_option("--config", sweep.config_path, "YAML config file")->required();
   sweep_command->add_option("--set", sweep.overrides, "Override one config key (repeatable)")
       ->allow_extra_args(false);
@@ -103,23 +111,27 @@ int main(int argc, char** argv) {
   sweep_command->add_option("--checkpointing", checkpointing, "e.g. off,on (sweep.checkpointing)");
   sweep_command->add_option("--memory-formats", formats,
                             "e.g. contiguous,channels_last (sweep.memory_formats)");
-  sweep_command->add_flag("--find-max", find_max, "Also search the largest batch that fits, per setting");
+  sweep_command->add_flag("--find-max", find_max,
+                          "Also search the largest batch that fits, per setting");
   sweep_command->add_option("--predict-for", predict_for,
                             "Card sizes to predict the largest batch for, e.g. 12GiB,24GiB,80GiB");
-  sweep_command->add_option("--warmup-steps", warmup, "Steps before measuring (sweep.warmup_steps)");
+  sweep_command->add_option("--warmup-steps", warmup,
+                            "Steps before measuring (sweep.warmup_steps)");
   sweep_command->add_option("--measure-steps", measure, "Measured steps (sweep.measure_steps)");
   sweep_command->add_option("--device", device, "auto, cpu, cuda or cuda:N");
   sweep_command->add_option("--memory-limit", limit, "Emulate a card of this size, e.g. 12GiB");
   sweep_command->add_option("--output-dir", sweep.output_dir, "Sweep directory to create");
 
   std::string report_dir;
-  auto* report_command = app.add_subcommand("report", "Write <run>/report.md and its plots for a run directory");
+  auto* report_command =
+      app.add_subcommand("report", "Write <run>/report.md and its plots for a run directory");
   report_command->add_option("run_dir", report_dir, "The run directory")->required();
 
   auto* bench_command = app.add_subcommand("bench", "Micro-benchmarks");
   bench_command->require_subcommand(1);
   auto* matmul_command = bench_command->add_subcommand(
-      "matmul", "Square matrix multiply per device and dtype: time, GFLOP/s, fraction of peak, memory");
+      "matmul",
+      "Square matrix multiply per device and dtype: time, GFLOP/s, fraction of peak, memory");
   std::string sizes = "4096", devices = "cpu", dtypes = "fp32", matmul_output = "matmul.json";
   int64_t repeats = 5, threads = 0;
   std::vector<std::string> peaks;
@@ -127,7 +139,8 @@ int main(int argc, char** argv) {
   matmul_command->add_option("--devices", devices, "e.g. cpu,cuda");
   matmul_command->add_option("--dtypes", dtypes, "fp64, fp32, bf16, fp16, e.g. fp32,bf16");
   matmul_command->add_option("--repeats", repeats, "Timed repetitions (median reported)");
-  matmul_command->add_option("--peak", peaks, "A peak to compare with: device:dtype=GFLOPS (repeatable)")
+  matmul_command
+      ->add_option("--peak", peaks, "A peak to compare with: device:dtype=GFLOPS (repeatable)")
       ->allow_extra_args(false);
   matmul_command->add_option("--threads", threads, "CPU threads (0 = LibTorch's default)");
   matmul_command->add_option("--output", matmul_output, "JSON results file");

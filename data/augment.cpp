@@ -24,12 +24,13 @@ torch::Tensor crop_and_flip(const torch::Tensor& images, const AugmentParams& pa
   auto along_w = torch::arange(w, torch::TensorOptions(torch::kInt64).device(device));
 
   // Rows first: [B,C,H+2p,W+2p] -> [B,C,H,W+2p].
-  auto rows = (offsets_y.unsqueeze(1) + along_h).view({b, 1, h, 1}).expand({b, c, h, w + 2 * padding});
+  auto rows =
+      (offsets_y.unsqueeze(1) + along_h).view({b, 1, h, 1}).expand({b, c, h, w + 2 * padding});
   auto cropped = padded.gather(2, rows);
   // Then columns, read right to left for the mirrored images: -> [B,C,H,W].
   auto forward_cols = along_w.unsqueeze(0).expand({b, w});
-  auto cols = offsets_x.unsqueeze(1) +
-              torch::where(flip.unsqueeze(1), forward_cols.flip(1), forward_cols);
+  auto cols =
+      offsets_x.unsqueeze(1) + torch::where(flip.unsqueeze(1), forward_cols.flip(1), forward_cols);
   return cropped.gather(3, cols.view({b, 1, 1, w}).expand({b, c, h, w}));
 }
 

@@ -39,7 +39,8 @@ Source resolve_source(const DataOptions& options) {
   }
   throw DataError(root.string() +
                   ": no CIFAR-10 found (looked for cifar-10-batches-bin/*.bin and "
-                  "train/<class>/ folders); " + how_to_get_data(root));
+                  "train/<class>/ folders); " +
+                  how_to_get_data(root));
 }
 
 Split load_split(const DataOptions& options, SplitName which) {

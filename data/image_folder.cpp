@@ -1,11 +1,11 @@
 #include "data/image_folder.h"
 
-#include "build_config.h"
-
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <fstream>
+
+#include "build_config.h"
 
 #ifdef TRAIN_HAVE_OPENCV
 #include <opencv2/imgcodecs.hpp>
@@ -78,7 +78,8 @@ std::vector<Labelled> list_images(const fs::path& dir) {
 // Decodes one image into `chw` (3*32*32 bytes, RGB planes).
 void decode_into(const fs::path& file, uint8_t* chw) {
   std::ifstream in(file, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   if (!in.good() && !in.eof()) throw DataError(file.string() + ": cannot read file");
   cv::Mat bgr = bytes.empty() ? cv::Mat() : cv::imdecode(bytes, cv::IMREAD_COLOR);
   if (bgr.empty()) throw DataError(file.string() + ": not a decodable image");
@@ -102,8 +103,9 @@ Split read_image_folder(const fs::path& dir, int64_t limit) {
   (void)limit;
   throw DataError(dir.string() +
                   ": this build has no OpenCV, so image folders cannot be decoded; convert them "
-                  "with `scripts/get-data.sh --from " + dir.parent_path().string() + " --to-binary --root " +
-                  dir.parent_path().string() + "-bin` (then data.root: " + dir.parent_path().string() +
+                  "with `scripts/get-data.sh --from " +
+                  dir.parent_path().string() + " --to-binary --root " + dir.parent_path().string() +
+                  "-bin` (then data.root: " + dir.parent_path().string() +
                   "-bin) or rebuild with OpenCV");
 #else
   auto images = list_images(dir);

@@ -31,7 +31,9 @@ BatchLoader::BatchLoader(Split split, LoaderOptions options)
   }
 }
 
-BatchLoader::~BatchLoader() { stop_producer(); }
+BatchLoader::~BatchLoader() {
+  stop_producer();
+}
 
 int64_t BatchLoader::shard_size() const {
   const int64_t n = split_.size(), count = options_.shard_count(), index = options_.shard_index();
@@ -56,7 +58,8 @@ void BatchLoader::start_epoch(int64_t epoch, int64_t first_batch) {
     order_ = torch::arange(split_.size(), index_options);
   }
   if (options_.shard_count() > 1) {
-    const int64_t end = options_.drop_last() ? shard_size() * options_.shard_count() : split_.size();
+    const int64_t end =
+        options_.drop_last() ? shard_size() * options_.shard_count() : split_.size();
     order_ = order_.slice(0, options_.shard_index(), end, options_.shard_count());
   }
   order_ = order_.to(split_.images.device());
@@ -64,12 +67,14 @@ void BatchLoader::start_epoch(int64_t epoch, int64_t first_batch) {
   error_ = nullptr;
   stopping_ = false;
   produced_all_ = false;
-  if (options_.prefetch() > 0) producer_ = std::thread([this, first_batch] { produce(first_batch); });
+  if (options_.prefetch() > 0)
+    producer_ = std::thread([this, first_batch] { produce(first_batch); });
 }
 
 Batch BatchLoader::prepare(int64_t batch_index) const {
   if (options_.simulated_delay_ms() > 0) {
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.simulated_delay_ms()));
+    std::this_thread::sleep_for(
+        std::chrono::duration<double, std::milli>(options_.simulated_delay_ms()));
   }
   const int64_t start = batch_index * options_.batch_size();
   const int64_t count = std::min(options_.batch_size(), order_.size(0) - start);

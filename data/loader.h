@@ -75,7 +75,7 @@ class BatchLoader {
   void produce(int64_t first_batch);
   void stop_producer();
 
-  Split split_;         // on the CPU, or on the device when device_resident
+  Split split_;  // on the CPU, or on the device when device_resident
   LoaderOptions options_;
   Normalizer normalize_;
   torch::Tensor order_;  // this epoch's samples for this shard, int64 on the split's device

@@ -157,13 +157,14 @@ void ResNetImpl::set_segments(const std::vector<int64_t>& sizes, SegmentRunner r
     total += size;
   }
   if (total != static_cast<int64_t>(blocks_.size())) {
-    throw std::invalid_argument("segment sizes add up to " + std::to_string(total) + ", the model has " +
-                                std::to_string(blocks_.size()) + " blocks");
+    throw std::invalid_argument("segment sizes add up to " + std::to_string(total) +
+                                ", the model has " + std::to_string(blocks_.size()) + " blocks");
   }
   size_t begin = 0;
   for (int64_t size : sizes) {
     Segment segment;
-    std::vector<torch::nn::AnyModule> members(blocks_.begin() + begin, blocks_.begin() + begin + size);
+    std::vector<torch::nn::AnyModule> members(blocks_.begin() + begin,
+                                              blocks_.begin() + begin + size);
     for (auto& member : members) segment.modules.push_back(member.ptr());
     segment.forward = [members](const torch::Tensor& input) mutable {
       torch::Tensor x = input;

@@ -50,13 +50,13 @@ inline std::optional<std::filesystem::path> real_data_root() {
 }  // namespace test_support
 
 // Binds `root` to the real-data folder, or skips (fails in CI) with a clear message.
-#define REAL_DATA_ROOT_OR_SKIP(root)                                                         \
-  const auto root##_found = test_support::real_data_root();                                  \
-  if (!root##_found) {                                                                       \
-    const char* why =                                                                        \
-        "real CIFAR-10 not prepared: ../shared/data/cifar10-jpeg.tar.gz is absent (the "      \
-        "ctest fixture unpacks it into " CIFAR10_TEST_ROOT_DEFAULT ")";                                  \
-    if (test_support::real_data_required()) FAIL() << why;                                   \
-    GTEST_SKIP() << why;                                                                     \
-  }                                                                                          \
+#define REAL_DATA_ROOT_OR_SKIP(root)                                                     \
+  const auto root##_found = test_support::real_data_root();                              \
+  if (!root##_found) {                                                                   \
+    const char* why =                                                                    \
+        "real CIFAR-10 not prepared: ../shared/data/cifar10-jpeg.tar.gz is absent (the " \
+        "ctest fixture unpacks it into " CIFAR10_TEST_ROOT_DEFAULT ")";                  \
+    if (test_support::real_data_required()) FAIL() << why;                               \
+    GTEST_SKIP() << why;                                                                 \
+  }                                                                                      \
   const std::filesystem::path root = *root##_found

@@ -7,9 +7,12 @@ namespace training {
 
 const char* precision_name(Precision precision) {
   switch (precision) {
-    case Precision::FP32: return "fp32";
-    case Precision::BF16: return "bf16";
-    case Precision::FP16: return "fp16";
+    case Precision::FP32:
+      return "fp32";
+    case Precision::BF16:
+      return "bf16";
+    case Precision::FP16:
+      return "fp16";
   }
   return "?";
 }
@@ -78,7 +81,9 @@ void GradScaler::update() {
   unscaled_ = false;
 }
 
-double GradScaler::current_scale() const { return enabled_ ? scale_.item<double>() : 1.0; }
+double GradScaler::current_scale() const {
+  return enabled_ ? scale_.item<double>() : 1.0;
+}
 
 void GradScaler::load_state(const torch::Tensor& scale, const torch::Tensor& growth_tracker) {
   scale_.copy_(scale);

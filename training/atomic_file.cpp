@@ -25,8 +25,8 @@ void flush_to_disk(const fs::path& file) {
 
 void replace_file_atomically(const fs::path& target,
                              const std::function<void(const fs::path&)>& write) {
-  const fs::path temporary =
-      target.parent_path() / ("." + target.filename().string() + ".tmp" + std::to_string(::getpid()));
+  const fs::path temporary = target.parent_path() / ("." + target.filename().string() + ".tmp" +
+                                                     std::to_string(::getpid()));
   try {
     write(temporary);
     flush_to_disk(temporary);

@@ -17,8 +17,10 @@ namespace training {
 namespace {
 
 const std::map<std::string, torch::ScalarType>& dtype_table() {
-  static const std::map<std::string, torch::ScalarType> table = {
-      {"fp64", torch::kFloat64}, {"fp32", torch::kFloat32}, {"bf16", torch::kBFloat16}, {"fp16", torch::kHalf}};
+  static const std::map<std::string, torch::ScalarType> table = {{"fp64", torch::kFloat64},
+                                                                 {"fp32", torch::kFloat32},
+                                                                 {"bf16", torch::kBFloat16},
+                                                                 {"fp16", torch::kHalf}};
   return table;
 }
 
@@ -78,11 +80,13 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
     throw UserError("--repeats: expected an integer in [1, 1000], got " + std::to_string(repeats));
   }
   options.repeats = repeats;
-  static const std::regex kPeak("((cpu|cuda(:[0-9]+)?):(fp64|fp32|bf16|fp16))=([0-9]+(\\.[0-9]*)?)");
+  static const std::regex kPeak(
+      "((cpu|cuda(:[0-9]+)?):(fp64|fp32|bf16|fp16))=([0-9]+(\\.[0-9]*)?)");
   for (const auto& peak : peaks) {
     std::smatch match;
     if (!std::regex_match(peak, match, kPeak)) {
-      throw UserError("--peak: expected device:dtype=GFLOPS, e.g. cuda:bf16=989000, got '" + peak + "'");
+      throw UserError("--peak: expected device:dtype=GFLOPS, e.g. cuda:bf16=989000, got '" + peak +
+                      "'");
     }
     options.peak_gflops[match[1].str()] = std::stod(match[5].str());
   }
@@ -129,7 +133,8 @@ std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options) {
           const auto start = std::chrono::steady_clock::now();
           c = torch::mm(a, b);
           synchronize(*device);
-          seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+          seconds.push_back(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         }
         const MemoryStats memory = memory_stats(*device);
         r.memory_bytes = std::max(memory.peak_allocated, memory.peak_reserved) - before;
@@ -156,7 +161,8 @@ std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options) {
     }
     double best = 0;
     for (const auto& other : results) {
-      if (other.available && other.device == r.device && other.dtype == r.dtype) best = std::max(best, other.gflops);
+      if (other.available && other.device == r.device && other.dtype == r.dtype)
+        best = std::max(best, other.gflops);
     }
     r.fraction_of_peak = r.gflops / best;
     r.peak_source = "best measured";
@@ -166,15 +172,15 @@ std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options) {
 
 std::string format_matmul_table(const std::vector<MatmulResult>& results) {
   std::ostringstream out;
-  out << fmt::format("{:<8} {:<5} {:>7} {:>12} {:>12} {:>16} {:>12} {:>10}\n", "device", "dtype", "size",
-                     "median (s)", "GFLOP/s", "of peak", "memory MiB", "rel. error");
+  out << fmt::format("{:<8} {:<5} {:>7} {:>12} {:>12} {:>16} {:>12} {:>10}\n", "device", "dtype",
+                     "size", "median (s)", "GFLOP/s", "of peak", "memory MiB", "rel. error");
   for (const auto& r : results) {
     if (!r.available) {
       out << fmt::format("{:<8} {:<5} {:>7} {}\n", r.device, r.dtype, r.size, r.note);
       continue;
     }
-    out << fmt::format("{:<8} {:<5} {:>7} {:>12.5f} {:>12.1f} {:>16} {:>12.1f} {:>10.2e}\n", r.device,
-                       r.dtype, r.size, r.median_seconds, r.gflops,
+    out << fmt::format("{:<8} {:<5} {:>7} {:>12.5f} {:>12.1f} {:>16} {:>12.1f} {:>10.2e}\n",
+                       r.device, r.dtype, r.size, r.median_seconds, r.gflops,
                        fmt::format("{:.1f}% ({})", 100 * r.fraction_of_peak.value_or(0),
                                    r.peak_source == "given" ? "given" : "best"),
                        to_mib(r.memory_bytes), r.relative_error);
@@ -185,8 +191,8 @@ std::string format_matmul_table(const std::vector<MatmulResult>& results) {
 nlohmann::ordered_json matmul_json(const std::vector<MatmulResult>& results) {
   auto rows = nlohmann::ordered_json::array();
   for (const auto& r : results) {
-    nlohmann::ordered_json row = {{"device", r.device}, {"dtype", r.dtype}, {"size", r.size},
-                                  {"available", r.available}};
+    nlohmann::ordered_json row = {
+        {"device", r.device}, {"dtype", r.dtype}, {"size", r.size}, {"available", r.available}};
     if (!r.available) {
       row["note"] = r.note;
     } else {

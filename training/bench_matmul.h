@@ -4,9 +4,8 @@
 // reference on a sample of rows.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,8 +28,8 @@ struct MatmulResult {
   std::string note;  // why not available
   double median_seconds = 0, gflops = 0;
   std::optional<double> fraction_of_peak;
-  std::string peak_source;  // "given" / "best measured"
-  int64_t memory_bytes = 0;  // allocator peak while multiplying (A, B, C and workspace)
+  std::string peak_source;    // "given" / "best measured"
+  int64_t memory_bytes = 0;   // allocator peak while multiplying (A, B, C and workspace)
   double relative_error = 0;  // max |C - C64| / max |C64| on the sampled rows
 };
 

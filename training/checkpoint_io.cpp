@@ -15,7 +15,9 @@ namespace {
 
 constexpr int64_t kFormatVersion = 1;
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
 
 torch::serialize::InputArchive open_archive(const fs::path& file, const torch::Device& device) {
   torch::serialize::InputArchive archive;
@@ -95,12 +97,11 @@ void save_checkpoint(const fs::path& file, torch::nn::Module& model,
   // Stored as a list of ints: it must come back as a CPU tensor whatever device the rest is
   // mapped to. (All training randomness is drawn from CPU generators.)
   auto rng = at::detail::getDefaultCPUGenerator().get_state();
-  archive.write("rng_cpu", c10::IValue(std::vector<int64_t>(rng.data_ptr<uint8_t>(),
-                                                            rng.data_ptr<uint8_t>() + rng.numel())));
+  archive.write("rng_cpu", c10::IValue(std::vector<int64_t>(
+                               rng.data_ptr<uint8_t>(), rng.data_ptr<uint8_t>() + rng.numel())));
 
-  replace_file_atomically(file, [&](const fs::path& temporary) {
-    archive.save_to(temporary.string());
-  });
+  replace_file_atomically(file,
+                          [&](const fs::path& temporary) { archive.save_to(temporary.string()); });
 }
 
 std::string checkpoint_config(const fs::path& file) {
@@ -150,7 +151,8 @@ TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
   try {
     optimizer.load(optimizer_archive);
   } catch (const c10::Error& e) {
-    throw UserError(file.string() + ": optimizer state does not fit (" + first_line(e.what()) + ")");
+    throw UserError(file.string() + ": optimizer state does not fit (" + first_line(e.what()) +
+                    ")");
   }
 
   TrainState state;

@@ -16,8 +16,8 @@ struct TrainState {
   int64_t step = 0;            // optimizer steps taken
   int64_t batch_in_epoch = 0;  // batches of the current (epoch+1) epoch already trained
   // Accumulators of the current, unfinished epoch (undefined when batch_in_epoch == 0).
-  torch::Tensor loss_sum;  // float64 scalar: sum of per-sample training loss
-  torch::Tensor correct;   // int64 scalar: correctly classified training samples
+  torch::Tensor loss_sum;      // float64 scalar: sum of per-sample training loss
+  torch::Tensor correct;       // int64 scalar: correctly classified training samples
   int64_t seen = 0;            // training samples seen this epoch
   double train_seconds = 0.0;  // training time spent in this epoch so far
   int64_t skipped_steps = 0;   // fp16 steps skipped this epoch (inf/NaN gradients)

@@ -2,8 +2,6 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "training/memory.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +10,8 @@
 #include <regex>
 #include <set>
 #include <sstream>
+
+#include "training/memory.h"
 
 namespace training {
 namespace {
@@ -30,10 +30,12 @@ const Choices<data::Source> kSources = {{"auto", data::Source::Auto},
 const Choices<Precision> kPrecisions = {
     {"fp32", Precision::FP32}, {"bf16", Precision::BF16}, {"fp16", Precision::FP16}};
 const Choices<c10::MemoryFormat> kMemoryFormats = {
-    {"contiguous", c10::MemoryFormat::Contiguous}, {"channels_last", c10::MemoryFormat::ChannelsLast}};
-const Choices<CheckpointGranularity> kGranularities = {{"block", CheckpointGranularity::Block},
-                                                       {"stage", CheckpointGranularity::Stage},
-                                                       {"segments", CheckpointGranularity::Segments}};
+    {"contiguous", c10::MemoryFormat::Contiguous},
+    {"channels_last", c10::MemoryFormat::ChannelsLast}};
+const Choices<CheckpointGranularity> kGranularities = {
+    {"block", CheckpointGranularity::Block},
+    {"stage", CheckpointGranularity::Stage},
+    {"segments", CheckpointGranularity::Segments}};
 const Choices<DistributedBackend> kBackends = {{"auto", DistributedBackend::Auto},
                                                {"gloo", DistributedBackend::Gloo},
                                                {"nccl", DistributedBackend::Nccl}};
@@ -185,7 +187,9 @@ std::string describe(const YAML::Node& node) {
 }
 
 // yaml-cpp throws when asking the type of a missing ("zombie") node, so ask IsDefined first.
-bool is_map(const YAML::Node& node) { return node.IsDefined() && node.IsMap(); }
+bool is_map(const YAML::Node& node) {
+  return node.IsDefined() && node.IsMap();
+}
 
 std::string shortest_double(double value) {
   if (value == std::floor(value) && std::abs(value) < 1e15) {
@@ -246,9 +250,10 @@ class Reader {
     if (!node) return;
     if (node->IsScalar() && node->Scalar() == "auto") return void(out = kAutoPrefetch);
     int64_t value = 0;
-    if (!node->IsScalar() || !YAML::convert<int64_t>::decode(*node, value) || value < lo || value > hi) {
-      fail(name, "expected auto or an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                     "], got " + describe(*node));
+    if (!node->IsScalar() || !YAML::convert<int64_t>::decode(*node, value) || value < lo ||
+        value > hi) {
+      fail(name, "expected auto or an integer in [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "], got " + describe(*node));
     }
     out = value;
   }
@@ -493,27 +498,49 @@ class KeyLister {
     body();
   }
   template <class... Rest>
-  void integer(const std::string& name, Rest&&...) { add(name); }
+  void integer(const std::string& name, Rest&&...) {
+    add(name);
+  }
   template <class... Rest>
-  void real(const std::string& name, Rest&&...) { add(name); }
+  void real(const std::string& name, Rest&&...) {
+    add(name);
+  }
   template <class... Rest>
-  void integer_or_auto(const std::string& name, Rest&&...) { add(name); }
+  void integer_or_auto(const std::string& name, Rest&&...) {
+    add(name);
+  }
   template <class... Rest>
-  void boolean(const std::string& name, Rest&&...) { add(name); }
+  void boolean(const std::string& name, Rest&&...) {
+    add(name);
+  }
   template <class... Rest>
-  void text(const std::string& name, Rest&&...) { add(name); }
+  void text(const std::string& name, Rest&&...) {
+    add(name);
+  }
   template <class... Rest>
-  void choice(const std::string& name, Rest&&...) { add(name); }
+  void choice(const std::string& name, Rest&&...) {
+    add(name);
+  }
   template <class... Rest>
-  void integers(const std::string& name, Rest&&...) { add(name); }
+  void integers(const std::string& name, Rest&&...) {
+    add(name);
+  }
   template <class... Rest>
-  void choices(const std::string& name, Rest&&...) { add(name); }
+  void choices(const std::string& name, Rest&&...) {
+    add(name);
+  }
   template <class... Rest>
-  void booleans(const std::string& name, Rest&&...) { add(name); }
+  void booleans(const std::string& name, Rest&&...) {
+    add(name);
+  }
   template <class... Rest>
-  void bytes(const std::string& name, Rest&&...) { add(name); }
+  void bytes(const std::string& name, Rest&&...) {
+    add(name);
+  }
   template <class... Rest>
-  void byte_sizes(const std::string& name, Rest&&...) { add(name); }
+  void byte_sizes(const std::string& name, Rest&&...) {
+    add(name);
+  }
   std::vector<std::string> keys;
 
  private:
@@ -532,7 +559,8 @@ std::string apply_override(YAML::Node& root, const std::string& assignment) {
   std::stringstream stream(path);
   for (std::string part; std::getline(stream, part, '.');) parts.push_back(part);
   if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
-    throw ConfigError("--set " + assignment + ": expected section.key=value, e.g. training.epochs=2");
+    throw ConfigError("--set " + assignment +
+                      ": expected section.key=value, e.g. training.epochs=2");
   }
   YAML::Node value;
   try {
@@ -561,8 +589,9 @@ void validate(const Config& c, const std::string& origin) {
     fail("optimizer.nesterov: true needs optimizer.momentum > 0 (set nesterov: false)");
   }
   if (c.schedule.kind() == ScheduleKind::OneCycle && c.schedule.warmup_epochs() > 0) {
-    fail("schedule.warmup_epochs: must be 0 with schedule.name onecycle, which warms up by "
-         "itself (see schedule.pct_start)");
+    fail(
+        "schedule.warmup_epochs: must be 0 with schedule.name onecycle, which warms up by "
+        "itself (see schedule.pct_start)");
   }
   const auto& m = c.schedule.milestones();
   if (!std::is_sorted(m.begin(), m.end()) || std::adjacent_find(m.begin(), m.end()) != m.end()) {
@@ -594,8 +623,10 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
                       ", column " + std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
   if (root.IsDefined() && !root.IsNull() && !root.IsMap()) {
-    throw ConfigError(origin + ": expected a mapping of sections (model, data, training, ...) "
-                      "at the top level, got " + describe(root));
+    throw ConfigError(origin +
+                      ": expected a mapping of sections (model, data, training, ...) "
+                      "at the top level, got " +
+                      describe(root));
   }
   std::set<std::string> overridden;
   for (const auto& assignment : overrides) overridden.insert(apply_override(root, assignment));
@@ -639,8 +670,10 @@ std::string memory_format_name(c10::MemoryFormat format) {
 }
 
 std::string byte_size_text(int64_t bytes) {
-  static const std::pair<const char*, int64_t> kUnits[] = {
-      {"TiB", int64_t{1} << 40}, {"GiB", int64_t{1} << 30}, {"MiB", int64_t{1} << 20}, {"KiB", 1024}};
+  static const std::pair<const char*, int64_t> kUnits[] = {{"TiB", int64_t{1} << 40},
+                                                           {"GiB", int64_t{1} << 30},
+                                                           {"MiB", int64_t{1} << 20},
+                                                           {"KiB", 1024}};
   for (const auto& [unit, size] : kUnits) {
     if (bytes >= size && bytes % size == 0) return std::to_string(bytes / size) + unit;
   }

@@ -19,12 +19,13 @@ namespace training {
 inline constexpr int64_t kAutoPrefetch = -1;
 
 struct DataConfig {
-  data::DataOptions dataset;    // source, root, limits, synthetic sizes
-  bool augment = true;          // random crop (4-pixel padding) + horizontal flip when training
-  bool device_resident = false; // keep the uint8 training set on the training device
+  data::DataOptions dataset;     // source, root, limits, synthetic sizes
+  bool augment = true;           // random crop (4-pixel padding) + horizontal flip when training
+  bool device_resident = false;  // keep the uint8 training set on the training device
   // Batches prepared ahead by a background thread (0 = inline). kAutoPrefetch: 2 on CUDA, 0 on
-  // the CPU, where the extra thread's OpenMP team makes libgomp throttle its spin-waiting (measured:
-  // a quarter of the step rate lost on 2 cores) and the cores are busy with the step anyway.
+  // the CPU, where the extra thread's OpenMP team makes libgomp throttle its spin-waiting
+  // (measured: a quarter of the step rate lost on 2 cores) and the cores are busy with the step
+  // anyway.
   int64_t prefetch = kAutoPrefetch;
   double simulated_delay_ms = 0;  // extra time to prepare each training batch (pipeline studies)
 };
@@ -37,8 +38,8 @@ struct TrainingConfig {
   int64_t eval_batch_size = 500;
   int64_t seed = 0;
   double label_smoothing = 0.0;
-  int64_t log_every_steps = 50;  // progress line / running-loss read-back interval
-  int64_t threads = 0;           // CPU intra-op threads (0 = LibTorch's default)
+  int64_t log_every_steps = 50;           // progress line / running-loss read-back interval
+  int64_t threads = 0;                    // CPU intra-op threads (0 = LibTorch's default)
   Precision precision = Precision::FP32;  // autocast dtype; fp16 adds the GradScaler
   c10::MemoryFormat memory_format = c10::MemoryFormat::Contiguous;  // of weights and inputs
   bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms once per shape
@@ -55,17 +56,17 @@ struct SweepConfig {
   std::vector<Precision> precisions = {Precision::FP32};
   std::vector<bool> checkpointing = {false};
   std::vector<c10::MemoryFormat> memory_formats = {c10::MemoryFormat::Contiguous};
-  int64_t warmup_steps = 2;    // steps per trial before measuring
-  int64_t measure_steps = 5;   // measured steps per trial (median step time)
-  bool find_max = false;       // also search the largest batch that fits, per cell
-  int64_t max_batch = 65536;   // find_max stops doubling here
+  int64_t warmup_steps = 2;               // steps per trial before measuring
+  int64_t measure_steps = 5;              // measured steps per trial (median step time)
+  bool find_max = false;                  // also search the largest batch that fits, per cell
+  int64_t max_batch = 65536;              // find_max stops doubling here
   std::vector<int64_t> predict_for = {};  // card sizes (bytes) to predict the max batch for
   int64_t trial_timeout = 1800;           // seconds before a trial is killed
 };
 
 struct MonitorConfig {
-  double sample_period = 1.0;         // seconds between device samples (0 = no gpu.jsonl)
-  double data_wait_threshold = 0.10;  // warn when the loop waits for data longer than this share
+  double sample_period = 1.0;           // seconds between device samples (0 = no gpu.jsonl)
+  double data_wait_threshold = 0.10;    // warn when the loop waits for data longer than this share
   double utilization_threshold = 0.70;  // warn when mean GPU utilisation is below this
 };
 

@@ -1,14 +1,12 @@
 #include "training/device.h"
 
-#include "build_config.h"
-
 #include <torch/cuda.h>
 #include <torch/torch.h>
-
 #include <unistd.h>
 
 #include <regex>
 
+#include "build_config.h"
 #include "training/errors.h"
 
 #ifdef TRAIN_WITH_CUDA
@@ -104,7 +102,8 @@ void set_memory_limit(const torch::Device& device, int64_t bytes) {
   }
 #ifdef TRAIN_WITH_CUDA
   if (device.is_cuda()) {
-    const double fraction = bytes > 0 ? static_cast<double>(bytes) / static_cast<double>(total) : 1.0;
+    const double fraction =
+        bytes > 0 ? static_cast<double>(bytes) / static_cast<double>(total) : 1.0;
     return cuda::set_memory_fraction(device.index(), fraction);
   }
 #endif

@@ -24,7 +24,8 @@ std::string describe(int index) {
 
 MemoryStats memory_stats(int index) {
   using c10::CachingDeviceAllocator::StatType;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
+  const auto stats =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
   const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
   return {stats.allocated_bytes[aggregate].current, stats.allocated_bytes[aggregate].peak,
           stats.reserved_bytes[aggregate].current, stats.reserved_bytes[aggregate].peak};
@@ -35,14 +36,17 @@ void reset_peak_memory(int index) {
 }
 
 void set_memory_fraction(int index, double fraction) {
-  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index));
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction,
+                                                     static_cast<c10::DeviceIndex>(index));
 }
 
 int64_t total_memory(int index) {
   return static_cast<int64_t>(at::cuda::getDeviceProperties(index)->totalGlobalMem);
 }
 
-int compute_capability_major(int index) { return at::cuda::getDeviceProperties(index)->major; }
+int compute_capability_major(int index) {
+  return at::cuda::getDeviceProperties(index)->major;
+}
 
 #ifdef TRAIN_WITH_NCCL
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,

@@ -55,7 +55,9 @@ std::optional<LaunchEnv> launch_env_from_environment() {
 
 namespace {
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
 
 }  // namespace
 
@@ -84,10 +86,12 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
     store_options.timeout = timeout;
     impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   } catch (const std::exception& e) {
-    throw DistributedError("rank " + std::to_string(env.rank) + ": could not reach the other ranks through " +
-                           where + " within " + std::to_string(options.timeout_seconds) +
+    throw DistributedError("rank " + std::to_string(env.rank) +
+                           ": could not reach the other ranks through " + where + " within " +
+                           std::to_string(options.timeout_seconds) +
                            " s (is every rank started, with the same MASTER_ADDR, MASTER_PORT and "
-                           "WORLD_SIZE?): " + first_line(e.what()));
+                           "WORLD_SIZE?): " +
+                           first_line(e.what()));
   }
   c10::intrusive_ptr<c10d::Backend> backend;
   if (nccl) {
@@ -95,17 +99,20 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
     backend = cuda::make_nccl_backend(impl_->store, env.rank, env.world_size, timeout);
     impl_->type = c10d::ProcessGroup::BackendType::NCCL;
 #else
-    throw UserError("distributed.backend: nccl is not in this build (it needs a CUDA LibTorch and "
-                    "nccl.h at build time); use gloo");
+    throw UserError(
+        "distributed.backend: nccl is not in this build (it needs a CUDA LibTorch and "
+        "nccl.h at build time); use gloo");
 #endif
   } else {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create();
     gloo_options->timeout = timeout;
     // Loopback rendezvous: talk over loopback; otherwise the interface this host name resolves to.
     const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
-    gloo_options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                             : c10d::ProcessGroupGloo::createDefaultDevice());
-    backend = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world_size, gloo_options);
+    gloo_options->devices.push_back(
+        loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                 : c10d::ProcessGroupGloo::createDefaultDevice());
+    backend = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world_size,
+                                                          gloo_options);
   }
   impl_->group = c10::make_intrusive<c10d::ProcessGroup>(impl_->store, env.rank, env.world_size);
   impl_->group->setBackend(device.type(), impl_->type, backend);
@@ -139,7 +146,9 @@ void ProcessGroup::all_reduce(std::vector<torch::Tensor>& tensors, bool max) {
   }
 }
 
-void ProcessGroup::barrier() { impl_->group->barrier()->wait(); }
+void ProcessGroup::barrier() {
+  impl_->group->barrier()->wait();
+}
 
 namespace {
 
@@ -159,7 +168,8 @@ class ReducerAverager : public ProcessGroup::GradientAverager {
         params, buckets, group, std::vector<bool>(params.size(), false), bucket_bytes,
         /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
         std::unordered_map<size_t, std::string>{}, kFirstBucket,
-        /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false, std::vector<int64_t>{});
+        /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
+        std::vector<int64_t>{});
   }
   void prepare(const torch::Tensor& output) override { reducer_->prepare_for_backward({output}); }
 
@@ -169,7 +179,8 @@ class ReducerAverager : public ProcessGroup::GradientAverager {
 
 }  // namespace
 
-std::unique_ptr<ProcessGroup::GradientAverager> ProcessGroup::gradient_averager(torch::nn::Module& module) const {
+std::unique_ptr<ProcessGroup::GradientAverager> ProcessGroup::gradient_averager(
+    torch::nn::Module& module) const {
   return std::make_unique<ReducerAverager>(module, impl_->group, options_.bucket_mb << 20);
 }
 
@@ -185,11 +196,14 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
                   "was built: install libgloo-dev and rebuild)");
 }
 ProcessGroup::~ProcessGroup() = default;
-const char* ProcessGroup::backend_name() const { return "none"; }
+const char* ProcessGroup::backend_name() const {
+  return "none";
+}
 void ProcessGroup::broadcast_from_main(torch::nn::Module&) {}
 void ProcessGroup::all_reduce(std::vector<torch::Tensor>&, bool) {}
 void ProcessGroup::barrier() {}
-std::unique_ptr<ProcessGroup::GradientAverager> ProcessGroup::gradient_averager(torch::nn::Module&) const {
+std::unique_ptr<ProcessGroup::GradientAverager> ProcessGroup::gradient_averager(
+    torch::nn::Module&) const {
   return nullptr;
 }
 

@@ -42,14 +42,15 @@ enum class DistributedBackend { Auto, Gloo, Nccl };
 
 struct DistributedOptions {
   DistributedBackend backend = DistributedBackend::Auto;  // auto: nccl on CUDA, gloo on the CPU
-  int64_t bucket_mb = 25;                                  // all-reduce bucket size
-  int64_t timeout_seconds = 60;                            // rendezvous and collectives
+  int64_t bucket_mb = 25;                                 // all-reduce bucket size
+  int64_t timeout_seconds = 60;                           // rendezvous and collectives
 };
 
 class ProcessGroup {
  public:
   // Joins the group (blocks until every rank has reached the store, or the timeout).
-  ProcessGroup(const LaunchEnv& env, const DistributedOptions& options, const torch::Device& device);
+  ProcessGroup(const LaunchEnv& env, const DistributedOptions& options,
+               const torch::Device& device);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;

@@ -38,7 +38,7 @@ c10::DataPtr TrackingCpuAllocator::allocate(size_t bytes) {
   c10::DataPtr inner = base_->allocate(bytes);
   const auto device = inner.device();
   void* data = inner.release_context();  // the default CPU allocator's context is the data
-  if (data == nullptr) {                  // zero bytes: nothing is held
+  if (data == nullptr) {                 // zero bytes: nothing is held
     current_.fetch_sub(size);
     return {nullptr, nullptr, &TrackingCpuAllocator::release, device};
   }
@@ -74,7 +74,9 @@ MemoryStats TrackingCpuAllocator::stats() const {
   return {current, peak, current, peak};
 }
 
-void TrackingCpuAllocator::reset_peak() { peak_.store(current_.load()); }
+void TrackingCpuAllocator::reset_peak() {
+  peak_.store(current_.load());
+}
 
 int64_t parse_byte_size(const std::string& text) {
   const std::string expected =
@@ -92,14 +94,21 @@ int64_t parse_byte_size(const std::string& text) {
       unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
     }
   }
-  static const std::pair<const char*, double> kUnits[] = {
-      {"", 1.0},           {"b", 1.0},           {"kib", 1024.0},        {"mib", 1048576.0},
-      {"gib", 1073741824.0}, {"tib", 1099511627776.0}, {"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9},
-      {"tb", 1e12}};
+  static const std::pair<const char*, double> kUnits[] = {{"", 1.0},
+                                                          {"b", 1.0},
+                                                          {"kib", 1024.0},
+                                                          {"mib", 1048576.0},
+                                                          {"gib", 1073741824.0},
+                                                          {"tib", 1099511627776.0},
+                                                          {"kb", 1e3},
+                                                          {"mb", 1e6},
+                                                          {"gb", 1e9},
+                                                          {"tb", 1e12}};
   for (const auto& [name, factor] : kUnits) {
     if (unit == name) {
       const double bytes = value * factor;
-      if (!std::isfinite(bytes) || bytes < 0 || bytes > 9.0e18) throw std::invalid_argument(expected);
+      if (!std::isfinite(bytes) || bytes < 0 || bytes > 9.0e18)
+        throw std::invalid_argument(expected);
       return static_cast<int64_t>(std::llround(bytes));
     }
   }

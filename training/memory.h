@@ -15,7 +15,7 @@ namespace training {
 struct MemoryStats {
   int64_t allocated = 0;       // bytes held by tensors now
   int64_t peak_allocated = 0;  // most bytes held since the last reset
-  int64_t reserved = 0;        // bytes held by the allocator (CUDA caching allocator; CPU = allocated)
+  int64_t reserved = 0;  // bytes held by the allocator (CUDA caching allocator; CPU = allocated)
   int64_t peak_reserved = 0;
 };
 
@@ -61,6 +61,8 @@ int64_t parse_byte_size(const std::string& text);
 // "1.50 GiB", "512.0 MiB", "12 B": the largest binary unit that keeps the number >= 1.
 std::string format_bytes(int64_t bytes);
 
-inline double to_mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+inline double to_mib(int64_t bytes) {
+  return static_cast<double>(bytes) / (1 << 20);
+}
 
 }  // namespace training

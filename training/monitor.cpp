@@ -2,11 +2,11 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace training {
@@ -35,14 +35,16 @@ class CpuProbe : public Probe {
     last_cpu_ = cpu;
     std::ifstream statm("/proc/self/statm");
     int64_t size_pages = 0, resident_pages = 0;
-    if (statm >> size_pages >> resident_pages) sample.memory_used = resident_pages * ::sysconf(_SC_PAGESIZE);
+    if (statm >> size_pages >> resident_pages)
+      sample.memory_used = resident_pages * ::sysconf(_SC_PAGESIZE);
     sample.memory_total = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
     return sample;
   }
 
  private:
   static double monotonic() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
   // utime + stime of the whole process (all threads), from /proc/self/stat.
   static double process_cpu_seconds() {
@@ -99,9 +101,12 @@ class NvmlProbe : public Probe {
         symbol("nvmlDeviceGetHandleByIndex_v2"));
     utilization_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlUtilization*)>(
         symbol("nvmlDeviceGetUtilizationRates"));
-    memory_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlMemory*)>(symbol("nvmlDeviceGetMemoryInfo"));
-    power_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned*)>(symbol("nvmlDeviceGetPowerUsage"));
-    clock_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int, unsigned*)>(symbol("nvmlDeviceGetClockInfo"));
+    memory_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlMemory*)>(
+        symbol("nvmlDeviceGetMemoryInfo"));
+    power_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned*)>(
+        symbol("nvmlDeviceGetPowerUsage"));
+    clock_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int, unsigned*)>(
+        symbol("nvmlDeviceGetClockInfo"));
     temperature_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int, unsigned*)>(
         symbol("nvmlDeviceGetTemperature"));
     if (!why_not->empty()) return false;
@@ -117,7 +122,8 @@ class NvmlProbe : public Probe {
   Sample read() override {
     Sample sample;
     NvmlUtilization utilization{};
-    if (utilization_(device_, &utilization) == kNvmlSuccess) sample.utilization = utilization.gpu / 100.0;
+    if (utilization_(device_, &utilization) == kNvmlSuccess)
+      sample.utilization = utilization.gpu / 100.0;
     NvmlMemory memory{};
     if (memory_(device_, &memory) == kNvmlSuccess) {
       sample.memory_used = static_cast<int64_t>(memory.used);
@@ -126,7 +132,8 @@ class NvmlProbe : public Probe {
     unsigned value = 0;
     if (power_(device_, &value) == kNvmlSuccess) sample.power_watts = value / 1000.0;  // mW
     if (clock_(device_, kNvmlClockSm, &value) == kNvmlSuccess) sample.sm_clock_mhz = value;
-    if (temperature_(device_, kNvmlTemperatureGpu, &value) == kNvmlSuccess) sample.temperature_c = value;
+    if (temperature_(device_, kNvmlTemperatureGpu, &value) == kNvmlSuccess)
+      sample.temperature_c = value;
     return sample;
   }
 
@@ -151,9 +158,12 @@ nlohmann::ordered_json optional_json(const std::optional<T>& value) {
 
 }  // namespace
 
-std::unique_ptr<Probe> make_cpu_probe() { return std::make_unique<CpuProbe>(); }
+std::unique_ptr<Probe> make_cpu_probe() {
+  return std::make_unique<CpuProbe>();
+}
 
-std::unique_ptr<Probe> make_nvml_probe(int index, const std::string& library, std::string* why_not) {
+std::unique_ptr<Probe> make_nvml_probe(int index, const std::string& library,
+                                       std::string* why_not) {
   why_not->clear();
   void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
@@ -216,7 +226,8 @@ void Sampler::record(const Sample& sample) {
     utilization_sum_ += *sample.utilization;
     ++utilization_count_;
     summary_.utilization_mean = utilization_sum_ / static_cast<double>(utilization_count_);
-    summary_.utilization_max = std::max(summary_.utilization_max.value_or(0.0), *sample.utilization);
+    summary_.utilization_max =
+        std::max(summary_.utilization_max.value_or(0.0), *sample.utilization);
   }
   if (sample.memory_used) {
     summary_.memory_used_max = std::max(summary_.memory_used_max.value_or(0), *sample.memory_used);

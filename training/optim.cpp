@@ -18,15 +18,16 @@ std::unique_ptr<torch::optim::SGD> make_sgd(torch::nn::Module& model,
     (options.decay_norm_and_bias() || p.dim() > 1 ? decayed : not_decayed).push_back(p);
   }
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decayed, std::make_unique<torch::optim::SGDOptions>(
-                                   sgd_options(options.weight_decay())));
+  groups.emplace_back(
+      decayed, std::make_unique<torch::optim::SGDOptions>(sgd_options(options.weight_decay())));
   if (!not_decayed.empty()) {
     groups.emplace_back(not_decayed, std::make_unique<torch::optim::SGDOptions>(sgd_options(0.0)));
   }
   if (options.fused()) {
     return std::make_unique<FusedSGD>(std::move(groups), sgd_options(options.weight_decay()));
   }
-  return std::make_unique<torch::optim::SGD>(std::move(groups), sgd_options(options.weight_decay()));
+  return std::make_unique<torch::optim::SGD>(std::move(groups),
+                                             sgd_options(options.weight_decay()));
 }
 
 torch::Tensor FusedSGD::step(LossClosure closure) {

@@ -75,14 +75,17 @@ std::string last_line(const fs::path& file) {
   return last;
 }
 
-fs::path current_executable() { return fs::read_symlink("/proc/self/exe"); }
+fs::path current_executable() {
+  return fs::read_symlink("/proc/self/exe");
+}
 
 std::string python_executable() {
   if (const char* python = std::getenv("TRAIN_PYTHON")) return python;
   const char* venv = std::getenv("TRAIN_VENV");
   const char* home = std::getenv("HOME");
-  const fs::path candidate = venv ? fs::path(venv) / "bin/python"
-                                  : fs::path(home ? home : "/") / ".cache/train-studies/venv/bin/python";
+  const fs::path candidate =
+      venv ? fs::path(venv) / "bin/python"
+           : fs::path(home ? home : "/") / ".cache/train-studies/venv/bin/python";
   return fs::exists(candidate) ? candidate.string() : "python3";
 }
 

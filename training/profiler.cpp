@@ -90,7 +90,8 @@ std::string format_operator_table(const std::vector<OperatorStat>& stats, int64_
     if (shown++ >= top) break;
     const std::string name = s.name.size() > 48 ? s.name.substr(0, 45) + "..." : s.name;
     out << fmt::format("{:<48} {:>8} {:>14.1f} {:>7.1f}% {:>14.1f}\n", name, s.calls, s.self_us,
-                       s.device || self_total == 0 ? 0.0 : 100.0 * s.self_us / self_total, s.total_us);
+                       s.device || self_total == 0 ? 0.0 : 100.0 * s.self_us / self_total,
+                       s.total_us);
   }
   return out.str();
 }
@@ -123,7 +124,8 @@ void StepProfiler::stop() {
   auto result = prof::disableProfiler();
   active_ = false;
   done_ = true;
-  replace_file_atomically(trace_file_, [&](const fs::path& temporary) { result->save(temporary.string()); });
+  replace_file_atomically(trace_file_,
+                          [&](const fs::path& temporary) { result->save(temporary.string()); });
   spdlog::info("profiler: steps {}..{} traced to {} ({} events); top {} by self time:\n{}",
                options_.first_step(), options_.last_step(), trace_file_.string(),
                result->events().size(), options_.top(),

@@ -35,7 +35,8 @@ struct OperatorStat {
 
 // Aggregates events by name; self time = duration minus the durations of directly nested events
 // on the same thread. Sorted by self time, largest first.
-std::vector<OperatorStat> operator_table(const std::vector<torch::autograd::profiler::KinetoEvent>& events);
+std::vector<OperatorStat> operator_table(
+    const std::vector<torch::autograd::profiler::KinetoEvent>& events);
 
 // The table as text, like key_averages().table().
 std::string format_operator_table(const std::vector<OperatorStat>& stats, int64_t top);

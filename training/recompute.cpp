@@ -39,7 +39,8 @@ ForwardState restore(AutogradContext* ctx) {
   ForwardState state;
   state.device = ctx->saved_data["device"].toDevice();
   state.cpu_rng = ctx->saved_data["cpu_rng"].toTensor();
-  if (ctx->saved_data.count("device_rng")) state.device_rng = ctx->saved_data["device_rng"].toTensor();
+  if (ctx->saved_data.count("device_rng"))
+    state.device_rng = ctx->saved_data["device_rng"].toTensor();
   state.autocast = ctx->saved_data["autocast"].toBool();
   state.autocast_dtype = static_cast<c10::ScalarType>(ctx->saved_data["autocast_dtype"].toInt());
   return state;
@@ -86,7 +87,8 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const auto* segment = reinterpret_cast<const models::Segment*>(ctx->saved_data["segment"].toInt());
+    const auto* segment =
+        reinterpret_cast<const models::Segment*>(ctx->saved_data["segment"].toInt());
     const ForwardState state = restore(ctx);
     auto input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
 
@@ -132,7 +134,8 @@ std::vector<int64_t> checkpoint_segment_sizes(const CheckpointingOptions& option
     case CheckpointGranularity::Segments: {
       const int64_t count = std::clamp<int64_t>(options.segments(), 1, blocks);
       std::vector<int64_t> sizes;
-      for (int64_t i = 0; i < count; ++i) sizes.push_back(blocks / count + (i < blocks % count ? 1 : 0));
+      for (int64_t i = 0; i < count; ++i)
+        sizes.push_back(blocks / count + (i < blocks % count ? 1 : 0));
       return sizes;
     }
   }

@@ -28,10 +28,14 @@ namespace {
 
 const char* source_name(data::Source source) {
   switch (source) {
-    case data::Source::Binary: return "binary batches";
-    case data::Source::Images: return "image folders";
-    case data::Source::Synthetic: return "synthetic";
-    case data::Source::Auto: break;
+    case data::Source::Binary:
+      return "binary batches";
+    case data::Source::Images:
+      return "image folders";
+    case data::Source::Synthetic:
+      return "synthetic";
+    case data::Source::Auto:
+      break;
   }
   return "auto";
 }
@@ -59,10 +63,11 @@ void log_model_memory(torch::nn::Module& model, const Config& config) {
   int64_t parameters = 0;
   for (const auto& p : model.parameters()) parameters += p.numel() * p.element_size();
   const int64_t momentum = config.optimizer.momentum() > 0 ? parameters : 0;
-  spdlog::info("memory: parameters {}, gradients {}, optimizer state {} (momentum), {} in all "
-               "before activations",
-               format_bytes(parameters), format_bytes(parameters), format_bytes(momentum),
-               format_bytes(2 * parameters + momentum));
+  spdlog::info(
+      "memory: parameters {}, gradients {}, optimizer state {} (momentum), {} in all "
+      "before activations",
+      format_bytes(parameters), format_bytes(parameters), format_bytes(momentum),
+      format_bytes(2 * parameters + momentum));
 }
 
 std::string out_of_memory_message(const Config& config, const torch::Device& device,
@@ -75,18 +80,19 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
   const std::string tried = std::regex_search(allocator_message, request, kRequest)
                                 ? " (tried to allocate " + request[1].str() + ")"
                                 : "";
-  std::string message = "out of memory on " + device.str() + " in epoch " +
-                        std::to_string(state.epoch + 1) + " after " + std::to_string(state.step) +
-                        " steps" + tried + ": peak " +
-                        format_bytes(std::max(memory.peak_allocated, memory.peak_reserved)) +
-                        ", limit " + format_bytes(limit) +
-                        (config.memory.limit > 0 ? " (memory.limit)" : " (device memory)") +
-                        ". Remedies: a smaller training.batch_size (now " +
-                        std::to_string(config.training.batch_size) + ")";
-  if (config.training.precision == Precision::FP32) message += ", training.precision: bf16 or fp16 (now fp32)";
+  std::string message =
+      "out of memory on " + device.str() + " in epoch " + std::to_string(state.epoch + 1) +
+      " after " + std::to_string(state.step) + " steps" + tried + ": peak " +
+      format_bytes(std::max(memory.peak_allocated, memory.peak_reserved)) + ", limit " +
+      format_bytes(limit) + (config.memory.limit > 0 ? " (memory.limit)" : " (device memory)") +
+      ". Remedies: a smaller training.batch_size (now " +
+      std::to_string(config.training.batch_size) + ")";
+  if (config.training.precision == Precision::FP32)
+    message += ", training.precision: bf16 or fp16 (now fp32)";
   if (!config.checkpointing.enabled()) message += ", checkpointing.enabled: true";
-  return message + "; `train sweep --find-max` finds the largest batch that fits. The last "
-                   "checkpoint is intact.";
+  return message +
+         "; `train sweep --find-max` finds the largest batch that fits. The last "
+         "checkpoint is intact.";
 }
 
 }  // namespace
@@ -102,15 +108,17 @@ int run_training(const TrainRequest& request) {
     return kExitOk;
   }
 
-  if (config.training.threads > 0) torch::set_num_threads(static_cast<int>(config.training.threads));
+  if (config.training.threads > 0)
+    torch::set_num_threads(static_cast<int>(config.training.threads));
   torch::Device device = resolve_device(config.training.device);
   if (data_parallel && device.is_cuda()) {  // one GPU per local rank, as torchrun arranges it
     device = resolve_device("cuda:" + std::to_string(launch->local_rank));
   }
   if (data_parallel && config.checkpointing.enabled()) {
-    throw UserError("checkpointing.enabled: gradient checkpointing is not supported with "
-                    "WORLD_SIZE > 1 (c10d's reducer and the re-entrant recomputation are not "
-                    "combined here); turn one of them off");
+    throw UserError(
+        "checkpointing.enabled: gradient checkpointing is not supported with "
+        "WORLD_SIZE > 1 (c10d's reducer and the re-entrant recomputation are not "
+        "combined here); turn one of them off");
   }
   check_precision_supported(device, config.training.precision, "training.precision");
   set_memory_limit(device, config.memory.limit);
@@ -129,18 +137,20 @@ int run_training(const TrainRequest& request) {
   std::unique_ptr<ProcessGroup> group;
   if (data_parallel) {
     group = std::make_unique<ProcessGroup>(*launch, config.distributed, device);
-    spdlog::info("rank {} of {} ({}, local rank {}, rendezvous {}:{}); only rank 0 writes the run "
-                 "directory", group->rank(), group->world_size(), group->backend_name(),
-                 launch->local_rank, launch->master_addr, launch->master_port);
+    spdlog::info(
+        "rank {} of {} ({}, local rank {}, rendezvous {}:{}); only rank 0 writes the run "
+        "directory",
+        group->rank(), group->world_size(), group->backend_name(), launch->local_rank,
+        launch->master_addr, launch->master_port);
   }
   // Only rank 0 (or a single process) owns a run directory.
   std::optional<RunDirectory> run;
   if (!group || group->is_main()) {
     const bool resuming = !checkpoint.empty() && request.output_dir.empty();
-    const fs::path run_path = !request.output_dir.empty() ? fs::path(request.output_dir)
-                              : resuming ? checkpoint.parent_path()
-                                         : new_run_path(config.output.dir, config.output.name,
-                                                        arch_name(config.model));
+    const fs::path run_path =
+        !request.output_dir.empty() ? fs::path(request.output_dir)
+        : resuming                  ? checkpoint.parent_path()
+                   : new_run_path(config.output.dir, config.output.name, arch_name(config.model));
     run.emplace(run_path, resuming);
     spdlog::info("run directory: {}", run->path().string());
     run->write_config(yaml);
@@ -153,11 +163,10 @@ int run_training(const TrainRequest& request) {
 
   Trainer trainer(config, device, std::move(train), std::move(test), run ? &*run : nullptr,
                   group.get());
-  spdlog::info("model: {} ({} stem), {} parameters, {} steps per epoch, {} steps planned",
-               arch_name(config.model),
-               config.model.stem() == models::Stem::Cifar ? "cifar" : "imagenet",
-               count_parameters(*trainer.model()), trainer.steps_per_epoch(),
-               trainer.total_steps());
+  spdlog::info(
+      "model: {} ({} stem), {} parameters, {} steps per epoch, {} steps planned",
+      arch_name(config.model), config.model.stem() == models::Stem::Cifar ? "cifar" : "imagenet",
+      count_parameters(*trainer.model()), trainer.steps_per_epoch(), trainer.total_steps());
   log_model_memory(*trainer.model(), config);
   if (config.memory.limit > 0) {
     spdlog::info("memory: limited to {} on {} (memory.limit)", format_bytes(config.memory.limit),
@@ -178,11 +187,11 @@ int run_training(const TrainRequest& request) {
     const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
     const std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
     // A collective failed: a peer died, hung past the timeout, or the network broke.
-    throw DistributedError("rank " + std::to_string(group->rank()) + ": lost contact with the other " +
-                           "ranks in epoch " + std::to_string(trainer.state().epoch + 1) + " after " +
+    throw DistributedError("rank " + std::to_string(group->rank()) +
+                           ": lost contact with the other " + "ranks in epoch " +
+                           std::to_string(trainer.state().epoch + 1) + " after " +
                            std::to_string(trainer.state().step) + " steps (" +
-                           what.substr(0, what.find('\n')) +
-                           "); the last checkpoint is intact");
+                           what.substr(0, what.find('\n')) + "); the last checkpoint is intact");
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -190,8 +199,9 @@ int run_training(const TrainRequest& request) {
       run && !run->epochs().empty() ? run->epochs().back().at("test_acc").get<double>() : 0.0;
   if (run && !run->epochs().empty()) spdlog::info("report: {}", write_report(run->path()).string());
   if (end == FitEnd::Stopped) return kExitStopped;
-  spdlog::info("done: {} epochs, {} steps in {:.1f} s{}", trainer.state().epoch, trainer.state().step,
-               seconds, run ? fmt::format("; final test accuracy {:.2f}%", 100.0 * final_accuracy) : "");
+  spdlog::info("done: {} epochs, {} steps in {:.1f} s{}", trainer.state().epoch,
+               trainer.state().step, seconds,
+               run ? fmt::format("; final test accuracy {:.2f}%", 100.0 * final_accuracy) : "");
   return kExitOk;
 }
 

@@ -60,7 +60,8 @@ RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
     if (fs::exists(dir_) && holds_run(dir_)) {
       throw UserError(dir_.string() +
                       ": already holds a run; choose another --output-dir or continue it with "
-                      "--resume " + dir_.string());
+                      "--resume " +
+                      dir_.string());
     }
     fs::create_directories(dir_, ec);
     if (ec) throw UserError(dir_.string() + ": cannot create run directory: " + ec.message());
@@ -92,9 +93,10 @@ void RunDirectory::record_epoch(const ordered_json& row) {
 }
 
 void RunDirectory::keep_epochs_through(int64_t epoch) {
-  rows_.erase(std::remove_if(rows_.begin(), rows_.end(),
-                             [&](const ordered_json& r) { return r.at("epoch").get<int64_t>() > epoch; }),
-              rows_.end());
+  rows_.erase(
+      std::remove_if(rows_.begin(), rows_.end(),
+                     [&](const ordered_json& r) { return r.at("epoch").get<int64_t>() > epoch; }),
+      rows_.end());
   write_metrics();
 }
 

@@ -8,10 +8,10 @@
 //   <run>/checkpoint.pt    latest checkpoint (see checkpoint_io.h)
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/sink.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

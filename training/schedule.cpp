@@ -21,7 +21,8 @@ LrSchedule::LrSchedule(ScheduleOptions options, double base_lr, int64_t steps_pe
       base_lr_(base_lr),
       steps_per_epoch_(std::max<int64_t>(steps_per_epoch, 1)),
       total_steps_(std::max<int64_t>(total_steps, 1)),
-      warmup_steps_(std::llround(options_.warmup_epochs() * static_cast<double>(steps_per_epoch_))) {}
+      warmup_steps_(
+          std::llround(options_.warmup_epochs() * static_cast<double>(steps_per_epoch_))) {}
 
 double LrSchedule::at(int64_t step) const {
   if (options_.kind() == ScheduleKind::OneCycle) {
@@ -46,8 +47,7 @@ double LrSchedule::at(int64_t step) const {
       return base_lr_;
     case ScheduleKind::Cosine: {
       const double span = static_cast<double>(std::max<int64_t>(total_steps_ - warmup_steps_, 1));
-      const double progress =
-          std::min(1.0, static_cast<double>(step - warmup_steps_) / span);
+      const double progress = std::min(1.0, static_cast<double>(step - warmup_steps_) / span);
       const double floor = options_.min_lr_factor();
       return base_lr_ * (floor + (1.0 - floor) * 0.5 * (1.0 + std::cos(kPi * progress)));
     }

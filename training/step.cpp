@@ -27,7 +27,8 @@ StepResult train_step(models::ResNet& model, torch::optim::Optimizer& optimizer,
     AutocastGuard autocast(images.device().type(), precision);
     logits = model->forward(images);
     // Autocast runs cross-entropy in float32 whatever the precision.
-    loss = F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
+    loss = F::cross_entropy(logits, labels,
+                            F::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
   }
   if (averager) averager->prepare(logits);
   scaler.scale(loss).backward();

@@ -20,8 +20,14 @@ void install_stop_handlers() {
   std::signal(SIGTERM, on_stop_signal);
 }
 
-bool stop_requested() { return requested.load(); }
-void request_stop() { requested.store(true); }
-void clear_stop_request() { requested.store(false); }
+bool stop_requested() {
+  return requested.load();
+}
+void request_stop() {
+  requested.store(true);
+}
+void clear_stop_request() {
+  requested.store(false);
+}
 
 }  // namespace training

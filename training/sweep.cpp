@@ -35,7 +35,9 @@ ordered_json optional_json(const std::optional<int64_t>& value) {
   return value ? ordered_json(*value) : ordered_json();
 }
 
-std::string mib(int64_t bytes) { return fmt::format("{:.1f}", to_mib(bytes)); }
+std::string mib(int64_t bytes) {
+  return fmt::format("{:.1f}", to_mib(bytes));
+}
 
 std::vector<SweepCell> grid_cells(const SweepConfig& sweep) {
   std::vector<SweepCell> cells;
@@ -58,11 +60,12 @@ class Sweep {
         cells_(grid_cells(config_.sweep)) {}
 
   void run() {
-    spdlog::info("sweep: {} cell(s) x {} batch size(s) on {}, memory {} ({}), {} warm-up + {} "
-                 "measured steps per trial, each trial in its own process",
-                 cells_.size(), config_.sweep.batch_sizes.size(), describe_device(device_),
-                 format_bytes(limit_), config_.memory.limit > 0 ? "memory.limit" : "device",
-                 config_.sweep.warmup_steps, config_.sweep.measure_steps);
+    spdlog::info(
+        "sweep: {} cell(s) x {} batch size(s) on {}, memory {} ({}), {} warm-up + {} "
+        "measured steps per trial, each trial in its own process",
+        cells_.size(), config_.sweep.batch_sizes.size(), describe_device(device_),
+        format_bytes(limit_), config_.memory.limit > 0 ? "memory.limit" : "device",
+        config_.sweep.warmup_steps, config_.sweep.measure_steps);
     for (const auto& cell : cells_) {
       for (int64_t batch : config_.sweep.batch_sizes) run_trial(cell, batch, "grid");
     }
@@ -107,18 +110,19 @@ class Sweep {
                    log = stem.string() + ".log";
     write_file_atomically(yaml, to_yaml(trial_config));
 
-    const auto outcome = run_process({executable_.string(), "sweep-trial", "--config", yaml.string(),
-                                      "--result", result.string()},
+    const auto outcome = run_process({executable_.string(), "sweep-trial", "--config",
+                                      yaml.string(), "--result", result.string()},
                                      log, config_.sweep.trial_timeout);
     trial.wall_seconds = outcome.seconds;
     trial.result = read_result(result, outcome, log);
     const auto& r = trial.result;
     spdlog::info("[{}] {} batch {}: {}{}", trial.id, cell.name(), batch, r.status,
-                 r.status == "ok" ? fmt::format(", peak {} MiB allocated / {} MiB reserved, {:.4f} "
-                                                "s/step, {:.0f} img/s",
-                                                mib(r.peak_allocated_bytes), mib(r.peak_reserved_bytes),
-                                                r.median_step_seconds, r.images_per_second)
-                                  : ": " + r.message);
+                 r.status == "ok"
+                     ? fmt::format(", peak {} MiB allocated / {} MiB reserved, {:.4f} "
+                                   "s/step, {:.0f} img/s",
+                                   mib(r.peak_allocated_bytes), mib(r.peak_reserved_bytes),
+                                   r.median_step_seconds, r.images_per_second)
+                     : ": " + r.message);
     trials_.push_back(trial);
     write_outputs(/*final=*/false);  // what is measured is kept, even if the sweep is stopped
     return trials_.back().result;
@@ -158,7 +162,8 @@ class Sweep {
       const auto& r = run_trial(cell, batch, "find-max");
       if (r.status == "ok") fits = batch;
       if (r.status == "oom") fails = batch;
-      if (r.status == "error") spdlog::warn("{}: find-max stopped, a trial failed: {}", cell.name(), r.message);
+      if (r.status == "error")
+        spdlog::warn("{}: find-max stopped, a trial failed: {}", cell.name(), r.message);
       return r.status != "error";
     };
     while (fails == 0 && fits < cap) {
@@ -202,8 +207,10 @@ class Sweep {
       entry["fastest_batch"] = optional_json(c.fastest_batch);
       entry["fastest_images_per_second"] = c.fastest_images_per_second;
       if (c.fit) {
-        entry["fit"] = {{"intercept_bytes", c.fit->intercept}, {"bytes_per_sample", c.fit->slope},
-                        {"r_squared", c.fit->r_squared}, {"points", c.fit->points}};
+        entry["fit"] = {{"intercept_bytes", c.fit->intercept},
+                        {"bytes_per_sample", c.fit->slope},
+                        {"r_squared", c.fit->r_squared},
+                        {"points", c.fit->points}};
       } else {
         entry["fit"] = nullptr;
       }
@@ -214,17 +221,18 @@ class Sweep {
       entry["predictions"] = predictions;
       summary.push_back(entry);
     }
-    ordered_json all = {{"arch", arch_name(config_.model)},
-                        {"stem", config_.model.stem() == models::Stem::Cifar ? "cifar" : "imagenet"},
-                        {"device", device_.str()},
-                        {"device_description", describe_device(device_)},
-                        {"memory_limit_bytes", limit_},
-                        {"limit_is_emulated", config_.memory.limit > 0},
-                        {"warmup_steps", config_.sweep.warmup_steps},
-                        {"measure_steps", config_.sweep.measure_steps},
-                        {"complete", final},
-                        {"cells", summary},
-                        {"trials", trials}};
+    ordered_json all = {
+        {"arch", arch_name(config_.model)},
+        {"stem", config_.model.stem() == models::Stem::Cifar ? "cifar" : "imagenet"},
+        {"device", device_.str()},
+        {"device_description", describe_device(device_)},
+        {"memory_limit_bytes", limit_},
+        {"limit_is_emulated", config_.memory.limit > 0},
+        {"warmup_steps", config_.sweep.warmup_steps},
+        {"measure_steps", config_.sweep.measure_steps},
+        {"complete", final},
+        {"cells", summary},
+        {"trials", trials}};
     write_file_atomically(dir_ / "sweep.json", all.dump(2) + "\n");
     write_file_atomically(dir_ / "sweep.csv", rows_to_csv(rows));
     write_file_atomically(dir_ / "sweep.md", markdown(cells));
@@ -247,9 +255,10 @@ class Sweep {
     for (const auto& t : trials_) {
       const auto& r = t.result;
       md << "| " << t.id << " | " << precision_name(t.cell.precision) << " | "
-         << (t.cell.checkpointing ? "on" : "off") << " | " << memory_format_name(t.cell.memory_format)
-         << " | " << t.batch << " | " << r.status << (r.status == "error" ? ": " + r.message : "")
-         << " | " << mib(r.peak_allocated_bytes) << " | " << mib(r.peak_reserved_bytes) << " | "
+         << (t.cell.checkpointing ? "on" : "off") << " | "
+         << memory_format_name(t.cell.memory_format) << " | " << t.batch << " | " << r.status
+         << (r.status == "error" ? ": " + r.message : "") << " | " << mib(r.peak_allocated_bytes)
+         << " | " << mib(r.peak_reserved_bytes) << " | "
          << (r.status == "ok" ? fmt::format("{:.4f}", r.median_step_seconds) : "-") << " | "
          << (r.status == "ok" ? fmt::format("{:.0f}", r.images_per_second) : "-") << " |\n";
     }
@@ -262,10 +271,12 @@ class Sweep {
          << (c.largest_fitting ? std::to_string(*c.largest_fitting) : "none")
          << (c.searched ? "" : " (grid only)") << " | "
          << (c.smallest_failing ? std::to_string(*c.smallest_failing) : "-") << " | "
-         << (c.fastest_batch ? fmt::format("{} ({:.0f})", *c.fastest_batch, c.fastest_images_per_second)
-                             : "-")
+         << (c.fastest_batch
+                 ? fmt::format("{} ({:.0f})", *c.fastest_batch, c.fastest_images_per_second)
+                 : "-")
          << " | "
-         << (c.fit ? fmt::format("{} MiB + {:.3f} MiB x batch", mib(static_cast<int64_t>(c.fit->intercept)),
+         << (c.fit ? fmt::format("{} MiB + {:.3f} MiB x batch",
+                                 mib(static_cast<int64_t>(c.fit->intercept)),
                                  c.fit->slope / (1 << 20))
                    : "needs two batch sizes that fit")
          << " | " << (c.fit ? fmt::format("{:.4f}", c.fit->r_squared) : "-") << " |\n";
@@ -273,7 +284,8 @@ class Sweep {
     md << "\n## Predicted largest batch per memory size\n\n"
        << "From each setting's fit (peak reserved bytes; on the CPU reserved = allocated). The "
           "first column is this sweep's memory. Predictions leave out memory outside the "
-          "allocator (the CUDA context, library workspaces), typically a few hundred MiB on a GPU.\n\n"
+          "allocator (the CUDA context, library workspaces), typically a few hundred MiB on a "
+          "GPU.\n\n"
        << "| setting |";
     for (int64_t size : memory_sizes()) md << " " << format_bytes(size) << " |";
     md << "\n|---|";
@@ -292,7 +304,8 @@ class Sweep {
   }
 
   void plot() const {
-    const std::string problem = run_python_script("plot_sweep.py", {dir_.string()}, dir_ / "plot.log");
+    const std::string problem =
+        run_python_script("plot_sweep.py", {dir_.string()}, dir_ / "plot.log");
     if (!problem.empty()) spdlog::warn("plots skipped: {}; the tables are complete", problem);
   }
 
@@ -341,7 +354,8 @@ std::vector<CellSummary> summarize(const std::vector<SweepCell>& cells,
 
 int run_sweep(const SweepRequest& request) {
   const Config config = load_config(request.config_path, request.overrides);
-  if (config.training.threads > 0) torch::set_num_threads(static_cast<int>(config.training.threads));
+  if (config.training.threads > 0)
+    torch::set_num_threads(static_cast<int>(config.training.threads));
   const torch::Device device = resolve_device(config.training.device);
   for (auto precision : config.sweep.precisions) {
     check_precision_supported(device, precision, "sweep.precisions");
@@ -351,13 +365,14 @@ int run_sweep(const SweepRequest& request) {
                     device.str() + " has (" + format_bytes(total_memory(device)) + ")");
   }
   if (config.sweep.find_max && device.is_cpu() && config.memory.limit == 0) {
-    throw UserError("sweep.find_max: on the CPU there is no device memory to fill; set "
-                    "memory.limit (or --memory-limit) to the card size to emulate");
+    throw UserError(
+        "sweep.find_max: on the CPU there is no device memory to fill; set "
+        "memory.limit (or --memory-limit) to the card size to emulate");
   }
-  const fs::path dir = !request.output_dir.empty()
-                           ? fs::path(request.output_dir)
-                           : new_run_path(config.output.dir, config.output.name,
-                                          "sweep-" + arch_name(config.model));
+  const fs::path dir =
+      !request.output_dir.empty()
+          ? fs::path(request.output_dir)
+          : new_run_path(config.output.dir, config.output.name, "sweep-" + arch_name(config.model));
   if (fs::exists(dir / "sweep.json")) {
     throw UserError(dir.string() + ": already holds a sweep; choose another --output-dir");
   }
@@ -369,8 +384,10 @@ int run_sweep(const SweepRequest& request) {
 
 int run_sweep_trial(const std::string& config_path, const std::string& result_path) {
   const Config config = load_config(config_path);
-  if (config.training.threads > 0) torch::set_num_threads(static_cast<int>(config.training.threads));
-  const TrialResult result = run_trial(config, config.sweep.warmup_steps, config.sweep.measure_steps);
+  if (config.training.threads > 0)
+    torch::set_num_threads(static_cast<int>(config.training.threads));
+  const TrialResult result =
+      run_trial(config, config.sweep.warmup_steps, config.sweep.measure_steps);
   write_file_atomically(result_path, to_json(result).dump(2) + "\n");
   if (result.status == "ok") return 0;
   spdlog::error("{}", result.message);

@@ -42,12 +42,12 @@ struct SweepTrial {
 
 struct CellSummary {
   SweepCell cell;
-  std::optional<int64_t> largest_fitting;  // largest batch measured ok
-  std::optional<int64_t> smallest_failing; // smallest batch measured oom
-  bool searched = false;                   // find_max ran for this cell
+  std::optional<int64_t> largest_fitting;   // largest batch measured ok
+  std::optional<int64_t> smallest_failing;  // smallest batch measured oom
+  bool searched = false;                    // find_max ran for this cell
   std::optional<int64_t> fastest_batch;
   double fastest_images_per_second = 0;
-  std::optional<MemoryFit> fit;            // of peak reserved bytes (= allocated on the CPU)
+  std::optional<MemoryFit> fit;  // of peak reserved bytes (= allocated on the CPU)
   std::vector<std::pair<int64_t, std::optional<int64_t>>> predictions;  // bytes -> max batch
 };
 

@@ -7,8 +7,8 @@
 
 #include "training/device.h"
 #include "training/errors.h"
-#include "training/optim.h"
 #include "training/memory.h"
+#include "training/optim.h"
 #include "training/progress.h"
 #include "training/step.h"
 #include "training/stop_signal.h"
@@ -27,25 +27,26 @@ double seconds_since(Clock::time_point start) {
 
 data::BatchLoader make_loader(data::Split split, const Config& config, const torch::Device& device,
                               bool train, ProcessGroup* group) {
-  return data::BatchLoader(std::move(split),
-                           data::LoaderOptions()
-                               .batch_size(train ? config.training.batch_size
-                                                 : config.training.eval_batch_size)
-                               .shuffle(train)
-                               .drop_last(train)
-                               .augment(train && config.data.augment)
-                               .device(device)
-                               .device_resident(config.data.device_resident)
-                               .prefetch(prefetch_for(config.data, device.is_cuda()))
-                               .seed(static_cast<uint64_t>(config.training.seed))
-                               .memory_format(config.training.memory_format)
-                               .simulated_delay_ms(train ? config.data.simulated_delay_ms : 0.0)
-                               .shard_index(group ? group->rank() : 0)
-                               .shard_count(group ? group->world_size() : 1));
+  return data::BatchLoader(
+      std::move(split),
+      data::LoaderOptions()
+          .batch_size(train ? config.training.batch_size : config.training.eval_batch_size)
+          .shuffle(train)
+          .drop_last(train)
+          .augment(train && config.data.augment)
+          .device(device)
+          .device_resident(config.data.device_resident)
+          .prefetch(prefetch_for(config.data, device.is_cuda()))
+          .seed(static_cast<uint64_t>(config.training.seed))
+          .memory_format(config.training.memory_format)
+          .simulated_delay_ms(train ? config.data.simulated_delay_ms : 0.0)
+          .shard_index(group ? group->rank() : 0)
+          .shard_count(group ? group->world_size() : 1));
 }
 
 // Rank 0's initial weights everywhere, before anything else touches them.
-models::ResNet shared_model(const Config& config, const torch::Device& device, ProcessGroup* group) {
+models::ResNet shared_model(const Config& config, const torch::Device& device,
+                            ProcessGroup* group) {
   auto model = build_model(config, device);
   if (group) group->broadcast_from_main(*model);
   return model;
@@ -90,8 +91,7 @@ void check_labels(const data::Split& split, const char* name, int64_t num_classe
 
 int64_t planned_steps(const Config& config, int64_t steps_per_epoch) {
   const int64_t by_epochs = config.training.epochs * steps_per_epoch;
-  return config.training.max_steps > 0 ? std::min(by_epochs, config.training.max_steps)
-                                       : by_epochs;
+  return config.training.max_steps > 0 ? std::min(by_epochs, config.training.max_steps) : by_epochs;
 }
 
 }  // namespace
@@ -129,8 +129,9 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
   state_ = load_checkpoint(checkpoint, *model_, *optimizer_, device_);
   const int64_t ranks = group_ ? group_->world_size() : 1;
   if (state_.world_size != ranks) {
-    throw UserError(checkpoint.string() + ": written by a run of " + std::to_string(state_.world_size) +
-                    " rank(s), this run has " + std::to_string(ranks) +
+    throw UserError(checkpoint.string() + ": written by a run of " +
+                    std::to_string(state_.world_size) + " rank(s), this run has " +
+                    std::to_string(ranks) +
                     "; resume with the same number of ranks (the data shards and the batch per "
                     "rank depend on it)");
   }
@@ -138,8 +139,8 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
   const int64_t steps_per_epoch = train_loader_.batches_per_epoch();
   const int64_t by_epochs = state_.step - state_.batch_in_epoch +
                             (config_.training.epochs - state_.epoch) * steps_per_epoch;
-  total_steps_ = config_.training.max_steps > 0 ? std::min(by_epochs, config_.training.max_steps)
-                                                : by_epochs;
+  total_steps_ =
+      config_.training.max_steps > 0 ? std::min(by_epochs, config_.training.max_steps) : by_epochs;
   schedule_ = LrSchedule(config_.schedule, config_.optimizer.lr(), steps_per_epoch, total_steps_);
   if (state_.grad_scale.defined() && scaler_.enabled()) {
     scaler_.load_state(state_.grad_scale, state_.growth_tracker);
@@ -147,10 +148,9 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
   if (run_) run_->keep_epochs_through(state_.epoch);
   spdlog::info("resumed from {}: {} epochs and {} steps done{}", checkpoint.string(), state_.epoch,
                state_.step,
-               state_.batch_in_epoch > 0
-                   ? fmt::format(", {} batches into epoch {}", state_.batch_in_epoch,
-                                 state_.epoch + 1)
-                   : "");
+               state_.batch_in_epoch > 0 ? fmt::format(", {} batches into epoch {}",
+                                                       state_.batch_in_epoch, state_.epoch + 1)
+                                         : "");
 }
 
 FitEnd Trainer::fit() {
@@ -158,9 +158,10 @@ FitEnd Trainer::fit() {
     const bool finished = train_epoch();
     if (!finished && stopping_) {
       save();
-      spdlog::warn("stopped by signal in epoch {} after step {}; checkpoint written, continue "
-                   "with: train --resume {}",
-                   state_.epoch + 1, state_.step, run_ ? run_->path().string() : "<run dir>");
+      spdlog::warn(
+          "stopped by signal in epoch {} after step {}; checkpoint written, continue "
+          "with: train --resume {}",
+          state_.epoch + 1, state_.step, run_ ? run_->path().string() : "<run dir>");
       return FitEnd::Stopped;
     }
     const int64_t epoch = state_.epoch + 1;
@@ -234,10 +235,11 @@ bool Trainer::train_epoch() {
       const double rate = interval_images / std::max(seconds_since(interval_start), 1e-9);
       const int64_t left = std::min(batches, state_.batch_in_epoch + total_steps_ - state_.step) -
                            state_.batch_in_epoch;
-      progress.show({epoch, config_.training.epochs, state_.batch_in_epoch, batches, rate,
-                     state_.loss_sum.item<double>() / seen,
-                     static_cast<double>(state_.correct.item<int64_t>()) / seen, last_lr_,
-                     left * static_cast<double>(config_.training.batch_size) / std::max(rate, 1e-9)});
+      progress.show(
+          {epoch, config_.training.epochs, state_.batch_in_epoch, batches, rate,
+           state_.loss_sum.item<double>() / seen,
+           static_cast<double>(state_.correct.item<int64_t>()) / seen, last_lr_,
+           left * static_cast<double>(config_.training.batch_size) / std::max(rate, 1e-9)});
       interval_start = Clock::now();
       interval_images = 0;
     }
@@ -276,8 +278,10 @@ Evaluation Trainer::evaluate() {
 void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   // Over all ranks: sums of loss, hits and samples; the slowest rank's time.
   auto loss_sum = state_.loss_sum.clone(), correct = state_.correct.clone();
-  auto seen_total = torch::full({}, static_cast<double>(state_.seen), torch::TensorOptions(torch::kFloat64).device(device_));
-  auto seconds = torch::full({}, state_.train_seconds, torch::TensorOptions(torch::kFloat64).device(device_));
+  auto seen_total = torch::full({}, static_cast<double>(state_.seen),
+                                torch::TensorOptions(torch::kFloat64).device(device_));
+  auto seconds =
+      torch::full({}, state_.train_seconds, torch::TensorOptions(torch::kFloat64).device(device_));
   all_reduce_sum({loss_sum, correct, seen_total});
   if (group_) {
     std::vector<torch::Tensor> slowest = {seconds};
@@ -306,8 +310,8 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   row["peak_reserved_bytes"] =
       device_.is_cuda() ? nlohmann::ordered_json(memory.peak_reserved) : nlohmann::ordered_json();
   row["skipped_steps"] = state_.skipped_steps;
-  row["grad_scale"] =
-      scaler_.enabled() ? nlohmann::ordered_json(scaler_.current_scale()) : nlohmann::ordered_json();
+  row["grad_scale"] = scaler_.enabled() ? nlohmann::ordered_json(scaler_.current_scale())
+                                        : nlohmann::ordered_json();
   // Where the training time went. The epoch's wall time is device-synchronised at both ends; the
   // wait for data is host time blocked in the loader, the rest is forward/backward/step.
   const double data_wait = std::min(data_seconds_, state_.train_seconds);
@@ -327,13 +331,14 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   row["memory_used_max_bytes"] = optional_number(samples.memory_used_max);
   row["world_size"] = group_ ? group_->world_size() : 1;
   if (run_) run_->record_epoch(row);
-  spdlog::info("epoch {}/{}  step {}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  "
-               "lr {:.4g}  {:.1f} s  {:.0f} img/s  peak {:.1f} MiB allocated{}",
-               epoch, config_.training.epochs, state_.step, train_loss, 100 * train_acc,
-               evaluation.loss, 100 * evaluation.accuracy, last_lr_, train_seconds,
-               images_per_second, to_mib(memory.peak_allocated),
-               device_.is_cuda() ? fmt::format(" / {:.1f} MiB reserved", to_mib(memory.peak_reserved))
-                                 : std::string());
+  spdlog::info(
+      "epoch {}/{}  step {}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  "
+      "lr {:.4g}  {:.1f} s  {:.0f} img/s  peak {:.1f} MiB allocated{}",
+      epoch, config_.training.epochs, state_.step, train_loss, 100 * train_acc, evaluation.loss,
+      100 * evaluation.accuracy, last_lr_, train_seconds, images_per_second,
+      to_mib(memory.peak_allocated),
+      device_.is_cuda() ? fmt::format(" / {:.1f} MiB reserved", to_mib(memory.peak_reserved))
+                        : std::string());
   if (scaler_.enabled()) {
     spdlog::info("fp16 loss scale {:.0f}, {} step(s) skipped this epoch (inf/NaN gradients)",
                  scaler_.current_scale(), state_.skipped_steps);
@@ -343,22 +348,24 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
 
 void Trainer::log_verdicts(double data_wait_fraction, const SamplerSummary& samples) const {
   if (data_wait_fraction > config_.monitor.data_wait_threshold) {
-    spdlog::warn("input pipeline: the loop waited for data {:.0f}% of the epoch (threshold {:.0f}%); "
-                 "batches are prepared slower than steps run: try data.device_resident: true, a "
-                 "larger data.prefetch (now {}), or a larger training.batch_size",
-                 100 * data_wait_fraction, 100 * config_.monitor.data_wait_threshold,
-                 prefetch_for(config_.data, device_.is_cuda()));
+    spdlog::warn(
+        "input pipeline: the loop waited for data {:.0f}% of the epoch (threshold {:.0f}%); "
+        "batches are prepared slower than steps run: try data.device_resident: true, a "
+        "larger data.prefetch (now {}), or a larger training.batch_size",
+        100 * data_wait_fraction, 100 * config_.monitor.data_wait_threshold,
+        prefetch_for(config_.data, device_.is_cuda()));
   }
   if (device_.is_cuda() && samples.utilization_mean &&
       *samples.utilization_mean < config_.monitor.utilization_threshold) {
-    spdlog::warn("GPU utilisation averaged {:.0f}% this epoch (threshold {:.0f}%): the GPU idles "
-                 "between kernels; {}",
-                 100 * *samples.utilization_mean, 100 * config_.monitor.utilization_threshold,
-                 data_wait_fraction > config_.monitor.data_wait_threshold
-                     ? "the input pipeline is the likely cause (see above)"
-                     : "small kernels and per-step host overhead are the likely cause: try a larger "
-                       "training.batch_size, training.precision: bf16, training.memory_format: "
-                       "channels_last");
+    spdlog::warn(
+        "GPU utilisation averaged {:.0f}% this epoch (threshold {:.0f}%): the GPU idles "
+        "between kernels; {}",
+        100 * *samples.utilization_mean, 100 * config_.monitor.utilization_threshold,
+        data_wait_fraction > config_.monitor.data_wait_threshold
+            ? "the input pipeline is the likely cause (see above)"
+            : "small kernels and per-step host overhead are the likely cause: try a larger "
+              "training.batch_size, training.precision: bf16, training.memory_format: "
+              "channels_last");
   }
 }
 
@@ -375,7 +382,8 @@ void Trainer::save() {
 bool Trainer::stop_now() {
   if (!group_) return stopping_ = stop_requested();
   if (state_.batch_in_epoch % config_.training.log_every_steps != 0) return stopping_;
-  auto flag = torch::full({}, stop_requested() ? 1.0 : 0.0, torch::TensorOptions(torch::kFloat64).device(device_));
+  auto flag = torch::full({}, stop_requested() ? 1.0 : 0.0,
+                          torch::TensorOptions(torch::kFloat64).device(device_));
   std::vector<torch::Tensor> any = {flag};
   group_->all_reduce(any, /*max=*/true);
   return stopping_ = flag.item<double>() > 0;

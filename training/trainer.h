@@ -74,8 +74,8 @@ class Trainer {
   LrSchedule schedule_;
   TrainState state_;
   double last_lr_ = 0;
-  double data_seconds_ = 0;  // this epoch's time waiting for the next batch
-  bool stopping_ = false;    // a stop was agreed (see stop_now)
+  double data_seconds_ = 0;           // this epoch's time waiting for the next batch
+  bool stopping_ = false;             // a stop was agreed (see stop_now)
   std::unique_ptr<Sampler> sampler_;  // null when sampling is off or NVML is missing
   StepProfiler profiler_;
 };

@@ -11,10 +11,9 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "test_support.h"
 
@@ -54,8 +53,8 @@ fs::path write_tiny_config(const test_support::TempDir& dir, int epochs = 1) {
   std::ofstream(dir / "tiny.yaml") << "model: {arch: resnet18, stem: imagenet}\n"
                                       "data: {source: synthetic, synthetic_train_size: 128, "
                                       "synthetic_test_size: 64}\n"
-                                      "training: {device: cpu, epochs: " << epochs
-                                   << ", batch_size: 32, log_every_steps: 1}\n";
+                                      "training: {device: cpu, epochs: "
+                                   << epochs << ", batch_size: 32, log_every_steps: 1}\n";
   return dir / "tiny.yaml";
 }
 
@@ -93,8 +92,9 @@ TEST(Cli, ConfigErrorIsOneLineNamingTheKey) {
 TEST(Cli, MissingDataIsOneLineAndCreatesNoRun) {
   test_support::TempDir dir;
   const auto config = write_tiny_config(dir);
-  const auto r = run_train("--config " + config.string() + " --set data.source=auto --set data.root=" +
-                           (dir / "nodata").string() + " --output-dir " + (dir / "run").string());
+  const auto r = run_train("--config " + config.string() +
+                           " --set data.source=auto --set data.root=" + (dir / "nodata").string() +
+                           " --output-dir " + (dir / "run").string());
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
   EXPECT_NE(r.output.find("no CIFAR-10 found"), std::string::npos) << r.output;
@@ -122,14 +122,17 @@ TEST(Cli, PrintConfigShowsTheEffectiveConfig) {
 TEST(Cli, TrainsWritesTheRunDirectoryAndResumes) {
   test_support::TempDir dir;
   const auto run = dir / "run";
-  auto r = run_train("--config " + write_tiny_config(dir).string() + " --output-dir " + run.string());
+  auto r =
+      run_train("--config " + write_tiny_config(dir).string() + " --output-dir " + run.string());
   ASSERT_EQ(r.code, 0) << r.output;
-  for (const char* file : {"config.yaml", "train.log", "metrics.jsonl", "metrics.csv", "checkpoint.pt"}) {
+  for (const char* file :
+       {"config.yaml", "train.log", "metrics.jsonl", "metrics.csv", "checkpoint.pt"}) {
     EXPECT_TRUE(fs::exists(run / file)) << file;
   }
   EXPECT_EQ(count_lines(read(run / "metrics.jsonl")), 1);
   EXPECT_EQ(read(run / "metrics.csv").substr(0, 60),
-            std::string("epoch,step,lr,train_loss,train_acc,test_loss,test_acc,epoch_seconds,eval_seconds")
+            std::string(
+                "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,epoch_seconds,eval_seconds")
                 .substr(0, 60));
   EXPECT_NE(read(run / "train.log").find("epoch 1/1  step 4  train loss"), std::string::npos);
   EXPECT_NE(read(run / "config.yaml").find("source: synthetic"), std::string::npos);
@@ -152,7 +155,8 @@ TEST(Cli, TrainsWritesTheRunDirectoryAndResumes) {
 TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
   test_support::TempDir dir;
   const auto run = dir / "run";
-  auto r = run_train("--config " + write_tiny_config(dir).string() + " --output-dir " + run.string());
+  auto r =
+      run_train("--config " + write_tiny_config(dir).string() + " --output-dir " + run.string());
   ASSERT_EQ(r.code, 0) << r.output;
   const auto row = nlohmann::json::parse(read(run / "metrics.jsonl"));
   EXPECT_EQ(row.at("device"), "cpu");
@@ -164,8 +168,9 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
   const auto checkpoint_before = read(run / "checkpoint.pt");
   const auto metrics_before = read(run / "metrics.jsonl");
   // Eight times the batch under a limit 20% above what batch 32 needed.
-  r = run_train("--resume " + run.string() + " --set training.epochs=2 --set training.batch_size=256" +
-                " --set data.synthetic_train_size=512 --memory-limit " + std::to_string(peak * 6 / 5));
+  r = run_train(
+      "--resume " + run.string() + " --set training.epochs=2 --set training.batch_size=256" +
+      " --set data.synthetic_train_size=512 --memory-limit " + std::to_string(peak * 6 / 5));
   EXPECT_EQ(r.code, 3) << r.output;
   std::string error_line;
   int errors = 0;
@@ -174,10 +179,10 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
     if (line.find("[error]") != std::string::npos) error_line = line, ++errors;
   }
   EXPECT_EQ(errors, 1) << r.output;
-  for (const char* part : {"out of memory on cpu in epoch 2 after 4 steps (tried to allocate ",
-                           "MiB): peak", "(memory.limit)",
-                           "training.batch_size (now 256)", "training.precision: bf16 or fp16",
-                           "checkpointing.enabled: true", "train sweep --find-max"}) {
+  for (const char* part :
+       {"out of memory on cpu in epoch 2 after 4 steps (tried to allocate ", "MiB): peak",
+        "(memory.limit)", "training.batch_size (now 256)", "training.precision: bf16 or fp16",
+        "checkpointing.enabled: true", "train sweep --find-max"}) {
     EXPECT_NE(error_line.find(part), std::string::npos) << part << " in " << error_line;
   }
   EXPECT_EQ(read(run / "checkpoint.pt"), checkpoint_before);
@@ -186,9 +191,11 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
 
 TEST(Cli, BadMemoryLimitIsABadInput) {
   test_support::TempDir dir;
-  const auto r = run_train("--config " + write_tiny_config(dir).string() + " --memory-limit 12apples");
+  const auto r =
+      run_train("--config " + write_tiny_config(dir).string() + " --memory-limit 12apples");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.output.find("--set memory.limit: memory.limit: expected a size like 12GiB"), std::string::npos)
+  EXPECT_NE(r.output.find("--set memory.limit: memory.limit: expected a size like 12GiB"),
+            std::string::npos)
       << r.output;
 }
 
@@ -196,12 +203,21 @@ TEST(Cli, SweepRefusesABadGridBeforeAnyTrial) {
   test_support::TempDir dir;
   const auto config = write_tiny_config(dir).string();
   for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
-           {"--batch-sizes 0,8", "sweep.batch_sizes: expected a non-empty list of integers in [1, 1048576], got '0' in the list"},
-           {"--precisions fp32,fp64", "sweep.precisions: expected a non-empty list of fp32, bf16, fp16, got 'fp64' in the list"},
-           {"--checkpointing maybe", "sweep.checkpointing: expected a non-empty list of true/false, got 'maybe' in the list"},
-           {"--predict-for 12GB,lots", "sweep.predict_for: expected a list of sizes like [12GiB, 24GiB], got 'lots' in the list"},
+           {"--batch-sizes 0,8",
+            "sweep.batch_sizes: expected a non-empty list of integers in [1, 1048576], got '0' in "
+            "the list"},
+           {"--precisions fp32,fp64",
+            "sweep.precisions: expected a non-empty list of fp32, bf16, fp16, got 'fp64' in the "
+            "list"},
+           {"--checkpointing maybe",
+            "sweep.checkpointing: expected a non-empty list of true/false, got 'maybe' in the "
+            "list"},
+           {"--predict-for 12GB,lots",
+            "sweep.predict_for: expected a list of sizes like [12GiB, 24GiB], got 'lots' in the "
+            "list"},
            {"--find-max", "sweep.find_max: on the CPU there is no device memory to fill"}}) {
-    const auto r = run_train("sweep --config " + config + " " + flags + " --output-dir " + (dir / "sweep").string());
+    const auto r = run_train("sweep --config " + config + " " + flags + " --output-dir " +
+                             (dir / "sweep").string());
     EXPECT_EQ(r.code, 2) << flags;
     EXPECT_EQ(count_lines(r.output), 1) << r.output;
     EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
@@ -212,7 +228,10 @@ TEST(Cli, SweepRefusesABadGridBeforeAnyTrial) {
 TEST(Cli, ReportRewritesTheReportOfARun) {
   test_support::TempDir dir;
   const auto run = dir / "run";
-  ASSERT_EQ(run_train("--config " + write_tiny_config(dir).string() + " --output-dir " + run.string()).code, 0);
+  ASSERT_EQ(
+      run_train("--config " + write_tiny_config(dir).string() + " --output-dir " + run.string())
+          .code,
+      0);
   EXPECT_TRUE(fs::exists(run / "report.md"));  // written at the end of the run
   fs::remove(run / "report.md");
   const auto r = run_train("report " + run.string());
@@ -226,8 +245,10 @@ TEST(Cli, ReportRewritesTheReportOfARun) {
 TEST(Cli, MatmulBenchMatchesTheFloat64Reference) {
   test_support::TempDir dir;
   const auto out = dir / "mm.json";
-  const auto r = run_train("bench matmul --size 64,200 --devices cpu,cuda --dtypes fp64,fp32,bf16 --repeats 2 "
-                           "--peak cpu:fp32=1000 --output " + out.string());
+  const auto r = run_train(
+      "bench matmul --size 64,200 --devices cpu,cuda --dtypes fp64,fp32,bf16 --repeats 2 "
+      "--peak cpu:fp32=1000 --output " +
+      out.string());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("GFLOP/s"), std::string::npos);
   const auto results = nlohmann::json::parse(read(out));
@@ -241,7 +262,8 @@ TEST(Cli, MatmulBenchMatchesTheFloat64Reference) {
     const auto dtype = row.at("dtype").get<std::string>();
     EXPECT_LT(row.at("relative_error").get<double>(), tolerance.at(dtype)) << row.dump();
     EXPECT_GT(row.at("gflops").get<double>(), 0.0);
-    EXPECT_GE(row.at("memory_bytes").get<int64_t>(), 3 * row.at("size").get<int64_t>() * row.at("size").get<int64_t>());
+    EXPECT_GE(row.at("memory_bytes").get<int64_t>(),
+              3 * row.at("size").get<int64_t>() * row.at("size").get<int64_t>());
     if (row.at("device") == "cpu" && dtype == "fp32") {
       EXPECT_EQ(row.at("peak_source"), "given");
     }

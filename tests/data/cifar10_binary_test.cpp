@@ -93,8 +93,9 @@ TEST(BinaryReader, ALaterBadFileIsReportedEvenIfEarlierOnesAreFine) {
   write_batch(dir / "a.bin", {1});
   write_batch(dir / "b.bin", {1});
   fs::resize_file(dir / "b.bin", 100);
-  EXPECT_NE(error_of([&] { data::read_binary_batches({dir / "a.bin", dir / "b.bin"}); })
-                .find("b.bin: size 100 bytes"),
+  EXPECT_NE(error_of([&] {
+              data::read_binary_batches({dir / "a.bin", dir / "b.bin"});
+            }).find("b.bin: size 100 bytes"),
             std::string::npos);
 }
 
@@ -102,7 +103,8 @@ TEST(Dataset, FindsTheOfficialLayoutAndAppliesLimits) {
   test_support::TempDir dir;
   const auto bins = dir / "cifar-10-batches-bin";
   fs::create_directories(bins);
-  for (int i = 1; i <= 5; ++i) write_batch(bins / ("data_batch_" + std::to_string(i) + ".bin"), {i, i});
+  for (int i = 1; i <= 5; ++i)
+    write_batch(bins / ("data_batch_" + std::to_string(i) + ".bin"), {i, i});
   write_batch(bins / "test_batch.bin", {0, 1, 2});
   auto options = data::DataOptions().root(dir.path().string()).train_limit(3);
   EXPECT_EQ(data::resolve_source(options), data::Source::Binary);

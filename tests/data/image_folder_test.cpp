@@ -42,7 +42,8 @@ TEST(ImageFolder, ClassesAreSortedFolderNamesAndImagesAreInterleaved) {
   write_png(dir / "train/apple/0.png", 40, 50, 60);
   write_png(dir / "train/apple/1.png", 41, 51, 61);
   write_png(dir / "train/apple/2.png", 42, 52, 62);
-  EXPECT_EQ(data::image_folder_classes(dir / "train"), (std::vector<std::string>{"apple", "zebra"}));
+  EXPECT_EQ(data::image_folder_classes(dir / "train"),
+            (std::vector<std::string>{"apple", "zebra"}));
   auto split = data::read_image_folder(dir / "train");
   ASSERT_EQ(split.images.sizes(), torch::IntArrayRef({5, 3, 32, 32}));
   // Round robin: apple/0, zebra/0, apple/1, zebra/1, apple/2.
@@ -57,7 +58,8 @@ TEST(ImageFolder, ClassesAreSortedFolderNamesAndImagesAreInterleaved) {
 TEST(ImageFolder, LimitKeepsTheSubsetClassBalanced) {
   test_support::TempDir dir;
   for (int i = 0; i < 4; ++i) {
-    for (const char* c : {"a", "b", "c"}) write_png(dir / "train" / c / (std::to_string(i) + ".png"), i, i, i);
+    for (const char* c : {"a", "b", "c"})
+      write_png(dir / "train" / c / (std::to_string(i) + ".png"), i, i, i);
   }
   auto split = data::read_image_folder(dir / "train", 6);
   EXPECT_TRUE(split.labels.equal(torch::tensor({0, 1, 2, 0, 1, 2}, torch::kInt64)));

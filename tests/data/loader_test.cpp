@@ -36,8 +36,9 @@ TEST(BatchLoader, AnEpochVisitsEverySampleOnceInShuffledOrder) {
 TEST(BatchLoader, DropLastAndPartialLastBatch) {
   data::BatchLoader train(numbered_split(25), data::LoaderOptions().batch_size(10).augment(false));
   EXPECT_EQ(train.batches_per_epoch(), 2);
-  data::BatchLoader eval(numbered_split(25),
-                         data::LoaderOptions().batch_size(10).augment(false).shuffle(false).drop_last(false));
+  data::BatchLoader eval(
+      numbered_split(25),
+      data::LoaderOptions().batch_size(10).augment(false).shuffle(false).drop_last(false));
   auto batches = whole_epoch(eval, 0);
   ASSERT_EQ(batches.size(), 3u);
   EXPECT_EQ(batches[2].labels.size(0), 5);
@@ -69,8 +70,10 @@ TEST(BatchLoader, StartingMidEpochYieldsTheSameRemainingBatches) {
 }
 
 TEST(BatchLoader, PrefetchingChangesNothingButTiming) {
-  data::BatchLoader inline_loader(numbered_split(48), data::LoaderOptions().batch_size(8).prefetch(0).seed(2));
-  data::BatchLoader ahead(numbered_split(48), data::LoaderOptions().batch_size(8).prefetch(3).seed(2));
+  data::BatchLoader inline_loader(numbered_split(48),
+                                  data::LoaderOptions().batch_size(8).prefetch(0).seed(2));
+  data::BatchLoader ahead(numbered_split(48),
+                          data::LoaderOptions().batch_size(8).prefetch(3).seed(2));
   auto x = whole_epoch(inline_loader, 1), y = whole_epoch(ahead, 1);
   ASSERT_EQ(x.size(), y.size());
   for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(x[i].images.equal(y[i].images));

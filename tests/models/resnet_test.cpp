@@ -45,9 +45,9 @@ TEST(ResNet, OutputShapesForBothStems) {
 TEST(ResNet, ParameterNamesFollowTorchvision) {
   auto model = make(50, models::Stem::ImageNet, 1000);
   auto params = model->named_parameters();
-  for (const char* name : {"conv1.weight", "bn1.weight", "layer1.0.conv3.weight",
-                           "layer1.0.downsample.0.weight", "layer1.0.downsample.1.bias",
-                           "layer4.2.bn3.weight", "fc.weight", "fc.bias"}) {
+  for (const char* name :
+       {"conv1.weight", "bn1.weight", "layer1.0.conv3.weight", "layer1.0.downsample.0.weight",
+        "layer1.0.downsample.1.bias", "layer4.2.bn3.weight", "fc.weight", "fc.bias"}) {
     EXPECT_NE(params.find(name), nullptr) << name;
   }
   EXPECT_EQ(params["layer2.0.conv2.weight"].sizes(), torch::IntArrayRef({128, 128, 3, 3}));
@@ -103,10 +103,12 @@ TEST(ResNet, ChannelsLastGivesTheSameOutputsAndGradients) {
   const auto x = torch::randn({4, 3, 32, 32});
   {
     torch::NoGradGuard no_grad;
-    for (auto& [name, p] : nhwc->named_parameters().pairs()) p.copy_(plain->named_parameters()[name]);
+    for (auto& [name, p] : nhwc->named_parameters().pairs())
+      p.copy_(plain->named_parameters()[name]);
   }
   models::convert_memory_format(*nhwc, c10::MemoryFormat::ChannelsLast);
-  EXPECT_TRUE(nhwc->named_parameters()["layer1.0.conv1.weight"].is_contiguous(c10::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(nhwc->named_parameters()["layer1.0.conv1.weight"].is_contiguous(
+      c10::MemoryFormat::ChannelsLast));
   const auto a = plain->forward(x);
   const auto b = nhwc->forward(x.contiguous(c10::MemoryFormat::ChannelsLast));
   EXPECT_TRUE(torch::allclose(a, b, 1e-4, 1e-4));

@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
       "ddp_worker");
   const auto env = training::launch_env_from_environment();
   std::unique_ptr<training::ProcessGroup> group;
-  if (env && env->world_size > 1) group = std::make_unique<training::ProcessGroup>(*env, config.distributed, torch::kCPU);
+  if (env && env->world_size > 1)
+    group = std::make_unique<training::ProcessGroup>(*env, config.distributed, torch::kCPU);
 
   auto options = config.data.dataset;
   options.synthetic_seed(7);
@@ -57,8 +58,8 @@ int main(int argc, char** argv) {
   loader.start_epoch(1);
   for (int64_t step = 0; step < steps; ++step) {
     auto b = loader.next();
-    training::train_step(model, *optimizer, scaler, training::Precision::FP32, 0.0, b->images, b->labels,
-                         averager.get());
+    training::train_step(model, *optimizer, scaler, training::Precision::FP32, 0.0, b->images,
+                         b->labels, averager.get());
   }
   if (!group || group->is_main()) {
     std::vector<torch::Tensor> params;

@@ -9,8 +9,12 @@ typedef struct {
   unsigned long long total, free, used;
 } Memory;
 
-int nvmlInit_v2(void) { return getenv("FAKE_NVML_FAIL_INIT") ? 9 : 0; }
-int nvmlShutdown(void) { return 0; }
+int nvmlInit_v2(void) {
+  return getenv("FAKE_NVML_FAIL_INIT") ? 9 : 0;
+}
+int nvmlShutdown(void) {
+  return 0;
+}
 int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void** device) {
   if (index != 0) return 2; /* NVML_ERROR_INVALID_ARGUMENT */
   *device = (void*)0x1;

@@ -113,7 +113,8 @@ TEST(MixedPrecision, Bf16TrainingLowersTheLoss) {
   GradScaler scaler(false, torch::kCPU);
   auto images = torch::randn({16, 3, 32, 32});
   auto labels = torch::randint(0, 10, {16}, torch::kInt64);
-  const auto first = training::train_step(model, *optimizer, scaler, Precision::BF16, 0.0, images, labels);
+  const auto first =
+      training::train_step(model, *optimizer, scaler, Precision::BF16, 0.0, images, labels);
   EXPECT_EQ(first.logits.dtype(), torch::kBFloat16);
   training::StepResult last = first;
   for (int i = 0; i < 4; ++i) {
@@ -128,7 +129,8 @@ TEST(MixedPrecision, Fp16StepWithTheScalerLowersTheLoss) {
   GradScaler scaler(true, torch::kCPU);
   auto images = torch::randn({4, 3, 32, 32});  // fp16 convolutions are slow on the CPU
   auto labels = torch::randint(0, 10, {4}, torch::kInt64);
-  const auto first = training::train_step(model, *optimizer, scaler, Precision::FP16, 0.0, images, labels);
+  const auto first =
+      training::train_step(model, *optimizer, scaler, Precision::FP16, 0.0, images, labels);
   // The first steps may overflow at the initial scale of 65536 and be skipped (as in PyTorch).
   training::StepResult last = first;
   int stepped = first.stepped ? 1 : 0;

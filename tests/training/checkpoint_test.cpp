@@ -1,5 +1,3 @@
-#include "training/checkpoint_io.h"
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -8,6 +6,7 @@
 #include "models/resnet.h"
 #include "test_support.h"
 #include "training/atomic_file.h"
+#include "training/checkpoint_io.h"
 #include "training/errors.h"
 #include "training/optim.h"
 

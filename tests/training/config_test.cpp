@@ -37,7 +37,8 @@ training: {device: "cuda:1", epochs: 3, batch_size: 32, label_smoothing: 0.1, se
 optimizer: {lr: 0.2, nesterov: false, weight_decay: 1e-4}
 schedule: {name: step, milestones: [2, 5], gamma: 0.5}
 output: {dir: out, name: exp1}
-)", "c.yaml");
+)",
+                                          "c.yaml");
   EXPECT_EQ(c.model.depth(), 18);
   EXPECT_EQ(c.model.stem(), models::Stem::ImageNet);
   EXPECT_EQ(c.model.num_classes(), 7);
@@ -78,7 +79,7 @@ TEST(Config, YamlRoundTripIsExact) {
   EXPECT_EQ(back.sweep.checkpointing, (std::vector<bool>{false, true}));
   EXPECT_EQ(back.sweep.predict_for, (std::vector<int64_t>{int64_t{24} << 30, 1500000000}));
   EXPECT_EQ(back.sweep.precisions, (std::vector<training::Precision>{training::Precision::FP16,
-                                                                      training::Precision::BF16}));
+                                                                     training::Precision::BF16}));
   EXPECT_EQ(back.training.precision, training::Precision::BF16);
   EXPECT_NE(yaml.find("limit: 12GiB\n"), std::string::npos) << yaml;
 }
@@ -111,7 +112,9 @@ struct BadConfig {
   std::string message;
 };
 
-void PrintTo(const BadConfig& bad, std::ostream* out) { *out << bad.name; }
+void PrintTo(const BadConfig& bad, std::ostream* out) {
+  *out << bad.name;
+}
 
 class BadConfigs : public ::testing::TestWithParam<BadConfig> {};
 
@@ -123,70 +126,129 @@ TEST_P(BadConfigs, ProduceTheirMessage) {
 INSTANTIATE_TEST_SUITE_P(
     Messages, BadConfigs,
     ::testing::Values(
-        BadConfig{"UnknownKeySuggestsNearest", "training: {epoch: 3}", {},
+        BadConfig{"UnknownKeySuggestsNearest",
+                  "training: {epoch: 3}",
+                  {},
                   "c.yaml: unknown key 'training.epoch' (did you mean 'training.epochs'?)"},
-        BadConfig{"UnknownSection", "modle: {arch: resnet18}", {},
+        BadConfig{"UnknownSection",
+                  "modle: {arch: resnet18}",
+                  {},
                   "c.yaml: unknown section 'modle' (did you mean 'model'?)"},
-        BadConfig{"UnknownKeyListsValidOnes", "training: {zzz: 1}", {},
+        BadConfig{"UnknownKeyListsValidOnes",
+                  "training: {zzz: 1}",
+                  {},
                   "c.yaml: unknown key 'training.zzz' (valid: device, epochs, max_steps, "
                   "batch_size, eval_batch_size, seed, label_smoothing, log_every_steps, threads, "
                   "precision, memory_format, cudnn_benchmark, allow_tf32)"},
-        BadConfig{"NotAnInteger", "training: {epochs: three}", {},
+        BadConfig{"NotAnInteger",
+                  "training: {epochs: three}",
+                  {},
                   "c.yaml: training.epochs: expected an integer in [1, 100000], got 'three'"},
-        BadConfig{"BelowRange", "training: {epochs: 0}", {},
+        BadConfig{"BelowRange",
+                  "training: {epochs: 0}",
+                  {},
                   "c.yaml: training.epochs: expected an integer in [1, 100000], got 0"},
-        BadConfig{"FractionForInteger", "training: {batch_size: 2.5}", {},
+        BadConfig{"FractionForInteger",
+                  "training: {batch_size: 2.5}",
+                  {},
                   "c.yaml: training.batch_size: expected an integer in [1, 1048576], got '2.5'"},
-        BadConfig{"NegativeRate", "optimizer: {lr: -1}", {},
+        BadConfig{"NegativeRate",
+                  "optimizer: {lr: -1}",
+                  {},
                   "c.yaml: optimizer.lr: expected a number in [1e-12, 1000], got -1"},
-        BadConfig{"NanRate", "optimizer: {lr: .nan}", {},
+        BadConfig{"NanRate",
+                  "optimizer: {lr: .nan}",
+                  {},
                   "c.yaml: optimizer.lr: expected a number in [1e-12, 1000], got '.nan'"},
-        BadConfig{"UnknownChoice", "model: {arch: resnet51}", {},
+        BadConfig{"UnknownChoice",
+                  "model: {arch: resnet51}",
+                  {},
                   "c.yaml: model.arch: expected one of resnet18, resnet34, resnet50, resnet101, "
                   "resnet152, got 'resnet51'"},
-        BadConfig{"NotABoolean", "data: {augment: maybe}", {},
+        BadConfig{"NotABoolean",
+                  "data: {augment: maybe}",
+                  {},
                   "c.yaml: data.augment: expected true or false, got 'maybe'"},
-        BadConfig{"SectionIsAList", "model: [1, 2]", {}, "c.yaml: model: expected a mapping of keys, got a list"},
-        BadConfig{"ScalarForList", "schedule: {milestones: 3}", {},
-                  "c.yaml: schedule.milestones: expected a list of integers in [1, 100000], got '3'"},
-        BadConfig{"MilestonesNotIncreasing", "schedule: {milestones: [5, 2]}", {},
+        BadConfig{"SectionIsAList",
+                  "model: [1, 2]",
+                  {},
+                  "c.yaml: model: expected a mapping of keys, got a list"},
+        BadConfig{
+            "ScalarForList",
+            "schedule: {milestones: 3}",
+            {},
+            "c.yaml: schedule.milestones: expected a list of integers in [1, 100000], got '3'"},
+        BadConfig{"MilestonesNotIncreasing",
+                  "schedule: {milestones: [5, 2]}",
+                  {},
                   "c.yaml: schedule.milestones: expected strictly increasing epochs"},
-        BadConfig{"BadDevice", "training: {device: gpu}", {},
+        BadConfig{"BadDevice",
+                  "training: {device: gpu}",
+                  {},
                   "c.yaml: training.device: expected auto, cpu, cuda or cuda:<index>, got 'gpu'"},
-        BadConfig{"OneCycleWithWarmup", "schedule: {name: onecycle, warmup_epochs: 1}", {},
+        BadConfig{"OneCycleWithWarmup",
+                  "schedule: {name: onecycle, warmup_epochs: 1}",
+                  {},
                   "c.yaml: schedule.warmup_epochs: must be 0 with schedule.name onecycle, which "
                   "warms up by itself (see schedule.pct_start)"},
-        BadConfig{"NesterovWithoutMomentum", "optimizer: {momentum: 0}", {},
+        BadConfig{"NesterovWithoutMomentum",
+                  "optimizer: {momentum: 0}",
+                  {},
                   "c.yaml: optimizer.nesterov: true needs optimizer.momentum > 0 (set nesterov: "
                   "false)"},
-        BadConfig{"NameWithSlash", "output: {name: a/b}", {},
+        BadConfig{"NameWithSlash",
+                  "output: {name: a/b}",
+                  {},
                   "c.yaml: output.name: expected a folder name without '/', got 'a/b'"},
-        BadConfig{"YamlSyntax", "training: {epochs: [1\n", {},
+        BadConfig{"YamlSyntax",
+                  "training: {epochs: [1\n",
+                  {},
                   "c.yaml: YAML syntax error at line 2, column 1: end of sequence flow not found"},
-        BadConfig{"TopLevelList", "- a\n- b\n", {},
+        BadConfig{"TopLevelList",
+                  "- a\n- b\n",
+                  {},
                   "c.yaml: expected a mapping of sections (model, data, training, ...) at the "
                   "top level, got a list"},
-        BadConfig{"SetWithoutValue", "", {"training.epochs"}, "--set training.epochs: expected key.path=value"},
-        BadConfig{"SetWithoutSection", "", {"epochs=3"},
+        BadConfig{"SetWithoutValue",
+                  "",
+                  {"training.epochs"},
+                  "--set training.epochs: expected key.path=value"},
+        BadConfig{"SetWithoutSection",
+                  "",
+                  {"epochs=3"},
                   "--set epochs=3: expected section.key=value, e.g. training.epochs=2"},
-        BadConfig{"SetUnknownKey", "", {"training.epoch=3"},
+        BadConfig{"SetUnknownKey",
+                  "",
+                  {"training.epoch=3"},
                   "--set training.epoch: unknown key 'training.epoch' (did you mean "
                   "'training.epochs'?)"},
-        BadConfig{"SetOutOfRange", "training: {epochs: 3}", {"training.epochs=-2"},
+        BadConfig{"SetOutOfRange",
+                  "training: {epochs: 3}",
+                  {"training.epochs=-2"},
                   "--set training.epochs: training.epochs: expected an integer in [1, 100000], "
                   "got -2"},
-        BadConfig{"BadByteSize", "memory: {limit: 12 apples}", {},
+        BadConfig{"BadByteSize",
+                  "memory: {limit: 12 apples}",
+                  {},
                   "c.yaml: memory.limit: expected a size like 12GiB, 512MiB, 1.5GB or a number of "
                   "bytes, got '12 apples'"},
-        BadConfig{"EmptyGridList", "sweep: {batch_sizes: []}", {},
+        BadConfig{"EmptyGridList",
+                  "sweep: {batch_sizes: []}",
+                  {},
                   "c.yaml: sweep.batch_sizes: expected a non-empty list of integers in [1, "
                   "1048576], got an empty list"},
-        BadConfig{"UnknownPrecision", "training: {precision: fp8}", {},
+        BadConfig{"UnknownPrecision",
+                  "training: {precision: fp8}",
+                  {},
                   "c.yaml: training.precision: expected one of fp32, bf16, fp16, got 'fp8'"},
-        BadConfig{"UnknownGranularity", "checkpointing: {granularity: layer}", {},
+        BadConfig{"UnknownGranularity",
+                  "checkpointing: {granularity: layer}",
+                  {},
                   "c.yaml: checkpointing.granularity: expected one of block, stage, segments, got "
                   "'layer'"},
-        BadConfig{"SetInvalidYaml", "", {"model.arch=[resnet"},
+        BadConfig{"SetInvalidYaml",
+                  "",
+                  {"model.arch=[resnet"},
                   "--set model.arch=[resnet: value is not valid YAML (end of sequence flow not "
                   "found)"}),
     [](const ::testing::TestParamInfo<BadConfig>& info) { return info.param.name; });

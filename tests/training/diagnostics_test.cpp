@@ -23,7 +23,8 @@ model: {arch: resnet18, stem: imagenet}
 data: {source: synthetic, synthetic_train_size: 128, synthetic_test_size: 32, prefetch: 0}
 training: {device: cpu, epochs: 1, batch_size: 16, log_every_steps: 4}
 monitor: {sample_period: 0.1}
-)" + extra, "tiny");
+)" + extra,
+                                "tiny");
 }
 
 std::vector<ordered_json> train(const training::Config& config, const fs::path& dir) {
@@ -45,9 +46,11 @@ TEST(Diagnostics, ASlowInputPipelineIsMeasuredAndNamed) {
   const double fraction = rows.at(0).at("data_wait_fraction").get<double>();
   EXPECT_GT(fraction, 0.5);
   EXPECT_NEAR(rows.at(0).at("data_seconds").get<double>(), 8 * 0.150, 0.3);
-  EXPECT_NEAR(rows.at(0).at("data_seconds").get<double>() + rows.at(0).at("compute_seconds").get<double>(),
-              rows.at(0).at("epoch_seconds").get<double>(), 1e-9);
-  EXPECT_NE(read(dir / "slow/train.log").find("input pipeline: the loop waited for data"), std::string::npos);
+  EXPECT_NEAR(
+      rows.at(0).at("data_seconds").get<double>() + rows.at(0).at("compute_seconds").get<double>(),
+      rows.at(0).at("epoch_seconds").get<double>(), 1e-9);
+  EXPECT_NE(read(dir / "slow/train.log").find("input pipeline: the loop waited for data"),
+            std::string::npos);
 
   const auto fast = train(tiny(""), dir / "fast");
   EXPECT_LT(fast.at(0).at("data_wait_fraction").get<double>(), 0.10);
@@ -110,10 +113,10 @@ TEST(Report, SummarisesTheRunWithPlots) {
   train(config, dir / "run");
   const auto report = training::write_report(dir / "run");
   const auto text = read(report);
-  for (const char* part : {"# Run report: run", "## Setup", "| model | resnet18, imagenet stem",
-                           "## Results", "| final test accuracy |", "| waiting for data |",
-                           "**Verdict: compute-bound.**", "## Epochs", "| 2 | 16 |",
-                           "![loss and accuracy](loss_accuracy.png)"}) {
+  for (const char* part :
+       {"# Run report: run", "## Setup", "| model | resnet18, imagenet stem", "## Results",
+        "| final test accuracy |", "| waiting for data |", "**Verdict: compute-bound.**",
+        "## Epochs", "| 2 | 16 |", "![loss and accuracy](loss_accuracy.png)"}) {
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
   }
   for (const char* png : {"loss_accuracy.png", "throughput.png", "memory.png"}) {

@@ -6,7 +6,6 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -14,6 +13,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "data/dataset.h"
@@ -44,7 +44,8 @@ std::string read(const fs::path& file) {
 }
 
 // Starts `argv` as rank `rank` of `world` (output to `log`); returns the pid.
-pid_t start_rank(std::vector<std::string> argv, int rank, int world, int port, const fs::path& log) {
+pid_t start_rank(std::vector<std::string> argv, int rank, int world, int port,
+                 const fs::path& log) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     setenv("RANK", std::to_string(rank).c_str(), 1);
@@ -76,8 +77,13 @@ TEST(Sharding, ShardsAreDisjointCoverTheEpochAndChangeWithIt) {
   split.labels = torch::arange(103, torch::kInt64);
   std::vector<torch::Tensor> epoch1, epoch2;
   for (int64_t rank = 0; rank < 3; ++rank) {
-    data::BatchLoader loader(split, data::LoaderOptions().batch_size(5).augment(false).prefetch(0).seed(9)
-                                        .shard_index(rank).shard_count(3));
+    data::BatchLoader loader(split, data::LoaderOptions()
+                                        .batch_size(5)
+                                        .augment(false)
+                                        .prefetch(0)
+                                        .seed(9)
+                                        .shard_index(rank)
+                                        .shard_count(3));
     EXPECT_EQ(loader.shard_size(), 34);  // 103 // 3: the remainder is dropped, shards are equal
     EXPECT_EQ(loader.batches_per_epoch(), 6);
     for (int epoch : {1, 2}) {
@@ -94,8 +100,14 @@ TEST(Sharding, ShardsAreDisjointCoverTheEpochAndChangeWithIt) {
   // Without drop_last (evaluation) the shards cover every sample exactly once.
   int64_t covered = 0;
   for (int64_t rank = 0; rank < 3; ++rank) {
-    data::BatchLoader eval(split, data::LoaderOptions().batch_size(7).shuffle(false).drop_last(false)
-                                      .augment(false).prefetch(0).shard_index(rank).shard_count(3));
+    data::BatchLoader eval(split, data::LoaderOptions()
+                                      .batch_size(7)
+                                      .shuffle(false)
+                                      .drop_last(false)
+                                      .augment(false)
+                                      .prefetch(0)
+                                      .shard_index(rank)
+                                      .shard_count(3));
     covered += eval.shard_size();
   }
   EXPECT_EQ(covered, 103);
@@ -123,7 +135,8 @@ TEST(DataParallel, TwoRanksMatchOneProcessWithTheSameGlobalBatch) {
   for (size_t i = 0; i < parallel.size(); ++i) {
     const double difference = (parallel[i] - alone[i]).abs().max().item<double>();
     if (difference > 1e-5) {
-      ADD_FAILURE() << "parameter " << i << " " << parallel[i].sizes() << " differs by " << difference;
+      ADD_FAILURE() << "parameter " << i << " " << parallel[i].sizes() << " differs by "
+                    << difference;
     }
     largest = std::max(largest, difference);
   }
@@ -132,24 +145,28 @@ TEST(DataParallel, TwoRanksMatchOneProcessWithTheSameGlobalBatch) {
 }
 
 fs::path tiny_config(const test_support::TempDir& dir, int epochs, int timeout) {
-  std::ofstream(dir / "tiny.yaml") << "model: {arch: resnet18, stem: imagenet}\n"
-                                      "data: {source: synthetic, synthetic_train_size: 256, synthetic_test_size: 32}\n"
-                                      "training: {device: cpu, epochs: " << epochs
-                                   << ", batch_size: 16, log_every_steps: 1}\n"
-                                      "distributed: {timeout_seconds: " << timeout << "}\n";
+  std::ofstream(dir / "tiny.yaml")
+      << "model: {arch: resnet18, stem: imagenet}\n"
+         "data: {source: synthetic, synthetic_train_size: 256, synthetic_test_size: 32}\n"
+         "training: {device: cpu, epochs: "
+      << epochs
+      << ", batch_size: 16, log_every_steps: 1}\n"
+         "distributed: {timeout_seconds: "
+      << timeout << "}\n";
   return dir / "tiny.yaml";
 }
 
 TEST(DataParallel, AnUnreachableRendezvousIsAClearErrorWithinTheTimeout) {
   test_support::TempDir dir;
   const auto start = std::chrono::steady_clock::now();
-  const pid_t lonely = start_rank({TRAIN_BINARY, "--config", tiny_config(dir, 1, 3).string(), "--output-dir",
-                                   (dir / "run").string()},
+  const pid_t lonely = start_rank({TRAIN_BINARY, "--config", tiny_config(dir, 1, 3).string(),
+                                   "--output-dir", (dir / "run").string()},
                                   1, 2, free_port(), dir / "rank1.log");
   EXPECT_EQ(wait_exit(lonely), 4);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
-  EXPECT_NE(read(dir / "rank1.log").find("rank 1: could not reach the other ranks through 127.0.0.1:"),
-            std::string::npos)
+  EXPECT_NE(
+      read(dir / "rank1.log").find("rank 1: could not reach the other ranks through 127.0.0.1:"),
+      std::string::npos)
       << read(dir / "rank1.log");
 }
 
@@ -157,10 +174,12 @@ TEST(DataParallel, AKilledRankMakesTheOtherExitWithAClearError) {
   test_support::TempDir dir;
   const int port = free_port();
   const auto config = tiny_config(dir, 50, 20).string();
-  const pid_t main_rank = start_rank({TRAIN_BINARY, "--config", config, "--output-dir", (dir / "run").string()},
-                                     0, 2, port, dir / "rank0.log");
-  const pid_t victim = start_rank({TRAIN_BINARY, "--config", config, "--output-dir", (dir / "run").string()},
-                                  1, 2, port, dir / "rank1.log");
+  const pid_t main_rank =
+      start_rank({TRAIN_BINARY, "--config", config, "--output-dir", (dir / "run").string()}, 0, 2,
+                 port, dir / "rank0.log");
+  const pid_t victim =
+      start_rank({TRAIN_BINARY, "--config", config, "--output-dir", (dir / "run").string()}, 1, 2,
+                 port, dir / "rank1.log");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (read(dir / "rank1.log").find("step 3/") == std::string::npos &&
          std::chrono::steady_clock::now() < deadline) {
@@ -172,7 +191,8 @@ TEST(DataParallel, AKilledRankMakesTheOtherExitWithAClearError) {
   EXPECT_EQ(wait_exit(main_rank), 4) << read(dir / "rank0.log");
   EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(40));
   const auto log = read(dir / "rank0.log");
-  EXPECT_NE(log.find("rank 0: lost contact with the other ranks in epoch"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 0: lost contact with the other ranks in epoch"), std::string::npos)
+      << log;
   // No half-written checkpoint is left behind.
   EXPECT_FALSE(fs::exists(dir / "run" / (".checkpoint.pt.tmp" + std::to_string(main_rank))));
 }
@@ -183,16 +203,18 @@ TEST(DataParallel, ResumeNeedsTheSameNumberOfRanks) {
   const auto config = tiny_config(dir, 1, 30).string();
   std::vector<pid_t> ranks;
   for (int rank = 0; rank < 2; ++rank) {
-    ranks.push_back(start_rank({TRAIN_BINARY, "--config", config, "--output-dir", (dir / "run").string()},
-                               rank, 2, port, dir / ("rank" + std::to_string(rank) + ".log")));
+    ranks.push_back(
+        start_rank({TRAIN_BINARY, "--config", config, "--output-dir", (dir / "run").string()}, rank,
+                   2, port, dir / ("rank" + std::to_string(rank) + ".log")));
   }
   for (auto pid : ranks) ASSERT_EQ(wait_exit(pid), 0) << read(dir / "rank0.log");
   EXPECT_EQ(nlohmann::json::parse(read(dir / "run/metrics.jsonl")).at("world_size"), 2);
-  const auto single = training::run_process({TRAIN_BINARY, "--resume", (dir / "run").string(), "--set",
-                                             "training.epochs=2"},
-                                            dir / "resume.log", 120);
+  const auto single = training::run_process(
+      {TRAIN_BINARY, "--resume", (dir / "run").string(), "--set", "training.epochs=2"},
+      dir / "resume.log", 120);
   EXPECT_EQ(single.exit_code, 2);
-  EXPECT_NE(read(dir / "resume.log").find("written by a run of 2 rank(s), this run has 1"), std::string::npos)
+  EXPECT_NE(read(dir / "resume.log").find("written by a run of 2 rank(s), this run has 1"),
+            std::string::npos)
       << read(dir / "resume.log");
 }
 

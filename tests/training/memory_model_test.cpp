@@ -7,7 +7,8 @@
 namespace {
 
 TEST(MemoryFit, RecoversAnExactLine) {
-  const auto fit = training::fit_memory({8, 16, 32}, {1000 + 8 * 50, 1000 + 16 * 50, 1000 + 32 * 50});
+  const auto fit =
+      training::fit_memory({8, 16, 32}, {1000 + 8 * 50, 1000 + 16 * 50, 1000 + 32 * 50});
   ASSERT_TRUE(fit);
   EXPECT_NEAR(fit->intercept, 1000, 1e-6);
   EXPECT_NEAR(fit->slope, 50, 1e-9);

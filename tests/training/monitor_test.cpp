@@ -1,10 +1,10 @@
 #include "training/monitor.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "test_support.h"
@@ -45,7 +45,8 @@ TEST(Sampler, CpuProbeWritesStampedSamplesAndSummarises) {
   EXPECT_EQ(last.at("step"), 17);
   EXPECT_GT(last.at("time").get<double>(), 1.7e9);  // a Unix time
   EXPECT_TRUE(last.at("power_watts").is_null());
-  EXPECT_GT(last.at("memory_total_bytes").get<int64_t>(), last.at("memory_used_bytes").get<int64_t>());
+  EXPECT_GT(last.at("memory_total_bytes").get<int64_t>(),
+            last.at("memory_used_bytes").get<int64_t>());
 }
 
 TEST(Sampler, NvmlProbeReadsThroughTheLoadedLibrary) {

@@ -34,14 +34,17 @@ TEST(Sgd, NormAndBiasParametersAreNotDecayedByDefault) {
   const auto& plain = optimizer->param_groups()[1];
   for (const auto& p : decayed.params()) EXPECT_GT(p.dim(), 1);
   for (const auto& p : plain.params()) EXPECT_EQ(p.dim(), 1);
-  EXPECT_DOUBLE_EQ(static_cast<const torch::optim::SGDOptions&>(decayed.options()).weight_decay(), 1e-3);
-  EXPECT_DOUBLE_EQ(static_cast<const torch::optim::SGDOptions&>(plain.options()).weight_decay(), 0.0);
+  EXPECT_DOUBLE_EQ(static_cast<const torch::optim::SGDOptions&>(decayed.options()).weight_decay(),
+                   1e-3);
+  EXPECT_DOUBLE_EQ(static_cast<const torch::optim::SGDOptions&>(plain.options()).weight_decay(),
+                   0.0);
   EXPECT_EQ(decayed.params().size() + plain.params().size(), model->parameters().size());
 }
 
 TEST(Sgd, DecayingEverythingUsesOneGroup) {
   models::ResNet model(models::ResNetOptions(18).num_classes(10));
-  auto optimizer = training::make_sgd(*model, training::OptimizerOptions().decay_norm_and_bias(true));
+  auto optimizer =
+      training::make_sgd(*model, training::OptimizerOptions().decay_norm_and_bias(true));
   EXPECT_EQ(optimizer->param_groups().size(), 1u);
 }
 
@@ -63,7 +66,8 @@ TEST(FusedSgd, MatchesThePlainSgdStepForStep) {
     models::ResNet a(models::ResNetOptions(18).stem(models::Stem::ImageNet).num_classes(10));
     torch::manual_seed(4);
     models::ResNet b(models::ResNetOptions(18).stem(models::Stem::ImageNet).num_classes(10));
-    const auto options = training::OptimizerOptions().lr(0.05).nesterov(nesterov).weight_decay(1e-3);
+    const auto options =
+        training::OptimizerOptions().lr(0.05).nesterov(nesterov).weight_decay(1e-3);
     auto plain = training::make_sgd(*a, training::OptimizerOptions(options).fused(false));
     auto fused = training::make_sgd(*b, training::OptimizerOptions(options).fused(true));
     EXPECT_EQ(dynamic_cast<training::FusedSGD*>(plain.get()), nullptr);
@@ -80,7 +84,8 @@ TEST(FusedSgd, MatchesThePlainSgdStepForStep) {
     }
     auto pa = a->named_parameters(), pb = b->named_parameters();
     for (const auto& p : pa) {
-      EXPECT_TRUE(torch::allclose(p.value(), pb[p.key()], 1e-5, 1e-6)) << p.key() << " nesterov " << nesterov;
+      EXPECT_TRUE(torch::allclose(p.value(), pb[p.key()], 1e-5, 1e-6))
+          << p.key() << " nesterov " << nesterov;
     }
   }
 }
@@ -97,7 +102,8 @@ TEST(FusedSgd, CheckpointsAreInterchangeableWithThePlainSgd) {
   fused->save(out);
   std::stringstream bytes;
   out.save_to(bytes);
-  auto plain = training::make_sgd(*model, training::OptimizerOptions().weight_decay(0).fused(false));
+  auto plain =
+      training::make_sgd(*model, training::OptimizerOptions().weight_decay(0).fused(false));
   torch::serialize::InputArchive in;
   in.load_from(bytes);
   plain->load(in);
@@ -105,8 +111,10 @@ TEST(FusedSgd, CheckpointsAreInterchangeableWithThePlainSgd) {
   const auto& p = params.front();
   ASSERT_EQ(fused->state().size(), model->parameters().size());
   ASSERT_EQ(plain->state().size(), model->parameters().size());
-  const auto& a = static_cast<torch::optim::SGDParamState&>(*fused->state().at(p.unsafeGetTensorImpl()));
-  const auto& b = static_cast<torch::optim::SGDParamState&>(*plain->state().at(p.unsafeGetTensorImpl()));
+  const auto& a =
+      static_cast<torch::optim::SGDParamState&>(*fused->state().at(p.unsafeGetTensorImpl()));
+  const auto& b =
+      static_cast<torch::optim::SGDParamState&>(*plain->state().at(p.unsafeGetTensorImpl()));
   EXPECT_TRUE(a.momentum_buffer().equal(b.momentum_buffer()));
   EXPECT_TRUE(a.momentum_buffer().equal(p.grad()));  // first step: the buffer is the gradient
 }

@@ -49,8 +49,8 @@ void expect_same(const Outcome& plain, const Outcome& checkpointed) {
   }
   // BatchNorm running statistics saw each batch once, as without checkpointing.
   for (const auto& [name, buffer] : plain.buffers) {
-    EXPECT_TRUE(torch::allclose(buffer.to(torch::kFloat64), checkpointed.buffers.at(name).to(torch::kFloat64),
-                                1e-6, 1e-6))
+    EXPECT_TRUE(torch::allclose(buffer.to(torch::kFloat64),
+                                checkpointed.buffers.at(name).to(torch::kFloat64), 1e-6, 1e-6))
         << name;
   }
 }
@@ -61,7 +61,9 @@ TEST(Checkpointing, GradientsAndBatchNormStatisticsMatchThePlainRun) {
   for (auto granularity : {CheckpointGranularity::Block, CheckpointGranularity::Stage,
                            CheckpointGranularity::Segments}) {
     SCOPED_TRACE(static_cast<int>(granularity));
-    expect_same(plain, forward_backward(CheckpointingOptions().enabled(true).granularity(granularity).segments(3)));
+    expect_same(plain,
+                forward_backward(
+                    CheckpointingOptions().enabled(true).granularity(granularity).segments(3)));
   }
 }
 
@@ -72,26 +74,31 @@ TEST(Checkpointing, BottleneckModelMatchesToo) {
 
 TEST(Checkpointing, PeakMemoryIsClearlyLower) {
   training::TrackingCpuAllocator::instance();
-  const auto options = CheckpointingOptions().enabled(true).granularity(CheckpointGranularity::Block);
+  const auto options =
+      CheckpointingOptions().enabled(true).granularity(CheckpointGranularity::Block);
   // ResNet-50 (16 blocks): one block's recomputation is a small part of all activations.
   const auto plain = forward_backward(CheckpointingOptions(), 50, models::Stem::Cifar, 16);
   const auto checkpointed = forward_backward(options, 50, models::Stem::Cifar, 16);
-  std::cout << "peak above the model: plain " << plain.peak << " B, checkpointed " << checkpointed.peak << " B\n";
+  std::cout << "peak above the model: plain " << plain.peak << " B, checkpointed "
+            << checkpointed.peak << " B\n";
   EXPECT_LT(checkpointed.peak, plain.peak * 0.75);
 }
 
 TEST(Checkpointing, SegmentSizes) {
   const std::vector<int64_t> stages = {3, 4, 6, 3};
-  EXPECT_EQ(training::checkpoint_segment_sizes(CheckpointingOptions(), stages), std::vector<int64_t>(16, 1));
+  EXPECT_EQ(training::checkpoint_segment_sizes(CheckpointingOptions(), stages),
+            std::vector<int64_t>(16, 1));
   EXPECT_EQ(training::checkpoint_segment_sizes(
                 CheckpointingOptions().granularity(CheckpointGranularity::Stage), stages),
             stages);
-  EXPECT_EQ(training::checkpoint_segment_sizes(
-                CheckpointingOptions().granularity(CheckpointGranularity::Segments).segments(3), stages),
-            (std::vector<int64_t>{6, 5, 5}));
-  EXPECT_EQ(training::checkpoint_segment_sizes(
-                CheckpointingOptions().granularity(CheckpointGranularity::Segments).segments(99), stages),
-            std::vector<int64_t>(16, 1));
+  EXPECT_EQ(
+      training::checkpoint_segment_sizes(
+          CheckpointingOptions().granularity(CheckpointGranularity::Segments).segments(3), stages),
+      (std::vector<int64_t>{6, 5, 5}));
+  EXPECT_EQ(
+      training::checkpoint_segment_sizes(
+          CheckpointingOptions().granularity(CheckpointGranularity::Segments).segments(99), stages),
+      std::vector<int64_t>(16, 1));
 }
 
 // A segment that draws random numbers and records whether autocast was on when it ran.

@@ -73,7 +73,9 @@ TEST(RunDirectory, CorruptMetricsOnResumeAreNamed) {
     training::RunDirectory run(dir / "run", true);
     FAIL();
   } catch (const training::UserError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind((dir / "run/metrics.jsonl").string() + ": line 2 is not JSON", 0), 0u);
+    EXPECT_EQ(std::string(e.what()).rfind(
+                  (dir / "run/metrics.jsonl").string() + ": line 2 is not JSON", 0),
+              0u);
   }
 }
 

@@ -11,8 +11,9 @@ using training::ScheduleKind;
 using training::ScheduleOptions;
 
 TEST(Schedule, LinearWarmupThenConstant) {
-  LrSchedule s(ScheduleOptions().kind(ScheduleKind::Constant).warmup_epochs(2).warmup_start_factor(0.1),
-               1.0, /*steps_per_epoch=*/10, /*total_steps=*/100);
+  LrSchedule s(
+      ScheduleOptions().kind(ScheduleKind::Constant).warmup_epochs(2).warmup_start_factor(0.1), 1.0,
+      /*steps_per_epoch=*/10, /*total_steps=*/100);
   EXPECT_DOUBLE_EQ(s.at(0), 0.1);
   EXPECT_DOUBLE_EQ(s.at(10), 0.55);
   EXPECT_DOUBLE_EQ(s.at(20), 1.0);
@@ -29,8 +30,9 @@ TEST(Schedule, CosineStartsAfterWarmupAndEndsAtTheFloor) {
 }
 
 TEST(Schedule, StepMultipliesAtMilestoneEpochs) {
-  LrSchedule s(ScheduleOptions().kind(ScheduleKind::Step).milestones({2, 4}).gamma(0.1), 1.0, 5, 50);
-  EXPECT_DOUBLE_EQ(s.at(9), 1.0);    // epoch 1 (0-based)
+  LrSchedule s(ScheduleOptions().kind(ScheduleKind::Step).milestones({2, 4}).gamma(0.1), 1.0, 5,
+               50);
+  EXPECT_DOUBLE_EQ(s.at(9), 1.0);     // epoch 1 (0-based)
   EXPECT_NEAR(s.at(10), 0.1, 1e-15);  // epoch 2
   EXPECT_NEAR(s.at(20), 0.01, 1e-15);
 }

@@ -27,14 +27,16 @@ fs::path write_config(const test_support::TempDir& dir, const std::string& yaml)
 }
 
 // Runs `train sweep-trial` on `config` at one batch size, as the sweep would.
-std::string trial_status(const test_support::TempDir& dir, const fs::path& base_config, int64_t batch) {
-  auto config = training::load_config(base_config.string(),
-                                      {"training.batch_size=" + std::to_string(batch)});
+std::string trial_status(const test_support::TempDir& dir, const fs::path& base_config,
+                         int64_t batch) {
+  auto config =
+      training::load_config(base_config.string(), {"training.batch_size=" + std::to_string(batch)});
   const auto yaml = dir / ("direct-" + std::to_string(batch) + ".yaml");
   std::ofstream(yaml) << training::to_yaml(config);
   const auto result = dir / ("direct-" + std::to_string(batch) + ".json");
-  training::run_process({TRAIN_BINARY, "sweep-trial", "--config", yaml.string(), "--result", result.string()},
-                        dir / "direct.log", 600);
+  training::run_process(
+      {TRAIN_BINARY, "sweep-trial", "--config", yaml.string(), "--result", result.string()},
+      dir / "direct.log", 600);
   return read_json(result).at("status").get<std::string>();
 }
 
@@ -59,7 +61,8 @@ sweep: {batch_sizes: [16, 32], warmup_steps: 0, measure_steps: 2, find_max: true
   EXPECT_EQ(trial_status(dir, config, max_batch), "ok");
   EXPECT_EQ(trial_status(dir, config, max_batch + 1), "oom");
 
-  for (const char* file : {"sweep.csv", "sweep.md", "config.yaml", "trials/001.yaml", "trials/001.json"}) {
+  for (const char* file :
+       {"sweep.csv", "sweep.md", "config.yaml", "trials/001.yaml", "trials/001.json"}) {
     EXPECT_TRUE(fs::exists(dir / "out" / file)) << file;
   }
   for (const char* png : {"peak_memory.png", "throughput.png"}) {
@@ -71,8 +74,8 @@ sweep: {batch_sizes: [16, 32], warmup_steps: 0, measure_steps: 2, find_max: true
   }
   std::ifstream md(dir / "out/sweep.md");
   const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("| fp32 / checkpointing off / contiguous | " + std::to_string(max_batch) + " | " +
-                      std::to_string(max_batch + 1) + " |"),
+  EXPECT_NE(text.find("| fp32 / checkpointing off / contiguous | " + std::to_string(max_batch) +
+                      " | " + std::to_string(max_batch + 1) + " |"),
             std::string::npos)
       << text;
 }
@@ -92,9 +95,13 @@ sweep: {batch_sizes: [8, 16, 32], warmup_steps: 1, measure_steps: 1}
   const double predicted =
       fit.at("intercept_bytes").get<double>() + 48 * fit.at("bytes_per_sample").get<double>();
 
-  training::run_sweep({config.string(), {"sweep.batch_sizes=[48]"}, (dir / "held-out").string(), TRAIN_BINARY});
+  training::run_sweep(
+      {config.string(), {"sweep.batch_sizes=[48]"}, (dir / "held-out").string(), TRAIN_BINARY});
   const auto measured = read_json(dir / "held-out/sweep.json")
-                            .at("trials").at(0).at("peak_reserved_bytes").get<double>();
+                            .at("trials")
+                            .at(0)
+                            .at("peak_reserved_bytes")
+                            .get<double>();
   std::cout << "batch 48: predicted " << predicted / (1 << 20) << " MiB, measured "
             << measured / (1 << 20) << " MiB\n";
   EXPECT_NEAR(predicted, measured, 0.10 * measured);
@@ -109,9 +116,10 @@ sweep: {batch_sizes: [8, 16, 24], warmup_steps: 0, measure_steps: 1}
 )");
   // A stand-in for `train` whose trial at batch 16 dies of a segmentation fault.
   const auto crashing = dir / "crashing-train.sh";
-  std::ofstream(crashing) << "#!/bin/sh\n"
-                             "if grep -q 'batch_size: 16$' \"$3\"; then echo 'about to crash'; kill -SEGV $$; fi\n"
-                             "exec '" TRAIN_BINARY "' \"$@\"\n";
+  std::ofstream(crashing)
+      << "#!/bin/sh\n"
+         "if grep -q 'batch_size: 16$' \"$3\"; then echo 'about to crash'; kill -SEGV $$; fi\n"
+         "exec '" TRAIN_BINARY "' \"$@\"\n";
   fs::permissions(crashing, fs::perms::owner_all);
   training::SweepRequest request{config.string(), {}, (dir / "out").string(), crashing};
   ASSERT_EQ(training::run_sweep(request), 0);
@@ -136,7 +144,8 @@ sweep: {batch_sizes: [8], trial_timeout: 1}
   training::run_sweep({config.string(), {}, (dir / "out").string(), sleepy});
   const auto trial = read_json(dir / "out/sweep.json").at("trials").at(0);
   EXPECT_EQ(trial.at("status"), "error");
-  EXPECT_EQ(trial.at("message").get<std::string>().rfind("trial process timed out after 1 s", 0), 0u);
+  EXPECT_EQ(trial.at("message").get<std::string>().rfind("trial process timed out after 1 s", 0),
+            0u);
 }
 
 TEST(Sweep, FindMaxOnTheCpuNeedsALimit) {

@@ -19,7 +19,8 @@ data: {source: synthetic, synthetic_train_size: 160, synthetic_test_size: 64}
 training: {device: cpu, epochs: 4, batch_size: 32, eval_batch_size: 64, log_every_steps: 2, seed: 3}
 optimizer: {lr: 0.05}
 schedule: {name: step, milestones: [3], gamma: 0.5, warmup_epochs: 1}
-)", "tiny");
+)",
+                                  "tiny");
   return c;
 }
 
@@ -44,7 +45,8 @@ std::vector<ordered_json> run(const training::Config& config, const fs::path& di
 void expect_same_metrics(const std::vector<ordered_json>& a, const std::vector<ordered_json>& b) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    for (const char* key : {"epoch", "step", "lr", "train_loss", "train_acc", "test_loss", "test_acc"}) {
+    for (const char* key :
+         {"epoch", "step", "lr", "train_loss", "train_acc", "test_loss", "test_acc"}) {
       EXPECT_EQ(a[i].at(key), b[i].at(key)) << "epoch " << i + 1 << " " << key;
     }
   }
@@ -113,7 +115,8 @@ TEST(Trainer, ChannelsLastTrainsToTheSameLosses) {
   config.training.memory_format = c10::MemoryFormat::ChannelsLast;
   const auto nhwc = run(config, dir / "nhwc");
   // Same math in another layout: equal up to float summation order.
-  EXPECT_NEAR(plain[0].at("train_loss").get<double>(), nhwc[0].at("train_loss").get<double>(), 1e-3);
+  EXPECT_NEAR(plain[0].at("train_loss").get<double>(), nhwc[0].at("train_loss").get<double>(),
+              1e-3);
   EXPECT_NEAR(plain[0].at("test_loss").get<double>(), nhwc[0].at("test_loss").get<double>(),
               1e-3 * std::abs(plain[0].at("test_loss").get<double>()));
 }
@@ -154,8 +157,8 @@ TEST(Trainer, WritesEveryMetricColumnAndACheckpoint) {
   config.training.epochs = 1;
   const auto rows = run(config, dir / "r");
   ASSERT_EQ(rows.size(), 1u);
-  for (const char* key : {"epoch", "step", "lr", "train_loss", "train_acc", "test_loss",
-                          "test_acc", "epoch_seconds", "eval_seconds", "images_per_second"}) {
+  for (const char* key : {"epoch", "step", "lr", "train_loss", "train_acc", "test_loss", "test_acc",
+                          "epoch_seconds", "eval_seconds", "images_per_second"}) {
     EXPECT_TRUE(rows[0].contains(key)) << key;
   }
   EXPECT_EQ(rows[0].at("step"), 5);
