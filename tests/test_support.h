@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <string>
@@ -30,6 +32,12 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// The whole content of a text file ("" when it cannot be opened: the caller's assertions say so).
+inline std::string read_text(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
 
 // In CI (CI=true or REQUIRE_REAL_DATA=1) a missing real data set is a failure, elsewhere a skip.
 inline bool real_data_required() {

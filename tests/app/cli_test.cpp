@@ -39,11 +39,6 @@ Result run_train(const std::string& arguments) {
   return result;
 }
 
-std::string read(const fs::path& file) {
-  std::ifstream in(file);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 int count_lines(const std::string& text) {
   return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
 }
@@ -129,27 +124,30 @@ TEST(Cli, TrainsWritesTheRunDirectoryAndResumes) {
        {"config.yaml", "train.log", "metrics.jsonl", "metrics.csv", "checkpoint.pt"}) {
     EXPECT_TRUE(fs::exists(run / file)) << file;
   }
-  EXPECT_EQ(count_lines(read(run / "metrics.jsonl")), 1);
-  EXPECT_EQ(read(run / "metrics.csv").substr(0, 60),
+  EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
+  EXPECT_EQ(test_support::read_text(run / "metrics.csv").substr(0, 60),
             std::string(
                 "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,epoch_seconds,eval_seconds")
                 .substr(0, 60));
-  EXPECT_NE(read(run / "train.log").find("epoch 1/1  step 4  train loss"), std::string::npos);
-  EXPECT_NE(read(run / "config.yaml").find("source: synthetic"), std::string::npos);
+  EXPECT_NE(test_support::read_text(run / "train.log").find("epoch 1/1  step 4  train loss"),
+            std::string::npos);
+  EXPECT_NE(test_support::read_text(run / "config.yaml").find("source: synthetic"),
+            std::string::npos);
 
   // Reusing the directory for a new run is refused and changes nothing.
-  const auto metrics_before = read(run / "metrics.jsonl");
+  const auto metrics_before = test_support::read_text(run / "metrics.jsonl");
   r = run_train("--config " + write_tiny_config(dir).string() + " --output-dir " + run.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("already holds a run"), std::string::npos) << r.output;
-  EXPECT_EQ(read(run / "metrics.jsonl"), metrics_before);
+  EXPECT_EQ(test_support::read_text(run / "metrics.jsonl"), metrics_before);
 
   // Resume with a longer horizon: the stored config is used, plus the override.
   r = run_train("--resume " + run.string() + " --set training.epochs=2");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_EQ(count_lines(read(run / "metrics.jsonl")), 2);
-  EXPECT_EQ(read(run / "metrics.jsonl").substr(0, metrics_before.size()), metrics_before);
-  EXPECT_NE(read(run / "train.log").find("resumed from"), std::string::npos);
+  EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 2);
+  EXPECT_EQ(test_support::read_text(run / "metrics.jsonl").substr(0, metrics_before.size()),
+            metrics_before);
+  EXPECT_NE(test_support::read_text(run / "train.log").find("resumed from"), std::string::npos);
 }
 
 TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
@@ -158,15 +156,16 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
   auto r =
       run_train("--config " + write_tiny_config(dir).string() + " --output-dir " + run.string());
   ASSERT_EQ(r.code, 0) << r.output;
-  const auto row = nlohmann::json::parse(read(run / "metrics.jsonl"));
+  const auto row = nlohmann::json::parse(test_support::read_text(run / "metrics.jsonl"));
   EXPECT_EQ(row.at("device"), "cpu");
   const int64_t peak = row.at("peak_allocated_bytes").get<int64_t>();
   EXPECT_GT(peak, 50 << 20);  // ResNet-18 weights, gradients and momentum alone are ~130 MiB
-  EXPECT_NE(read(run / "train.log").find("memory: parameters 42.65 MiB, gradients 42.65 MiB"),
+  EXPECT_NE(test_support::read_text(run / "train.log")
+                .find("memory: parameters 42.65 MiB, gradients 42.65 MiB"),
             std::string::npos);
 
-  const auto checkpoint_before = read(run / "checkpoint.pt");
-  const auto metrics_before = read(run / "metrics.jsonl");
+  const auto checkpoint_before = test_support::read_text(run / "checkpoint.pt");
+  const auto metrics_before = test_support::read_text(run / "metrics.jsonl");
   // Eight times the batch under a limit 20% above what batch 32 needed.
   r = run_train(
       "--resume " + run.string() + " --set training.epochs=2 --set training.batch_size=256" +
@@ -185,8 +184,8 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
         "checkpointing.enabled: true", "train sweep --find-max"}) {
     EXPECT_NE(error_line.find(part), std::string::npos) << part << " in " << error_line;
   }
-  EXPECT_EQ(read(run / "checkpoint.pt"), checkpoint_before);
-  EXPECT_EQ(read(run / "metrics.jsonl"), metrics_before);
+  EXPECT_EQ(test_support::read_text(run / "checkpoint.pt"), checkpoint_before);
+  EXPECT_EQ(test_support::read_text(run / "metrics.jsonl"), metrics_before);
 }
 
 TEST(Cli, BadMemoryLimitIsABadInput) {
@@ -236,7 +235,7 @@ TEST(Cli, ReportRewritesTheReportOfARun) {
   fs::remove(run / "report.md");
   const auto r = run_train("report " + run.string());
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(read(run / "report.md").find("## Results"), std::string::npos);
+  EXPECT_NE(test_support::read_text(run / "report.md").find("## Results"), std::string::npos);
   const auto bad = run_train("report " + (dir / "nothing").string());
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.output.find("no metrics.jsonl with epochs"), std::string::npos) << bad.output;
@@ -251,7 +250,7 @@ TEST(Cli, MatmulBenchMatchesTheFloat64Reference) {
       out.string());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("GFLOP/s"), std::string::npos);
-  const auto results = nlohmann::json::parse(read(out));
+  const auto results = nlohmann::json::parse(test_support::read_text(out));
   ASSERT_EQ(results.size(), 12u);
   const std::map<std::string, double> tolerance = {{"fp64", 1e-12}, {"fp32", 1e-5}, {"bf16", 3e-2}};
   for (const auto& row : results) {
@@ -310,21 +309,22 @@ TEST(Cli, SigintStopsWithACheckpointThatResumes) {
 
   // Wait until training is under way (a progress line for step 2 reached train.log).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (read(run / "train.log").find("step 2/4") == std::string::npos &&
+  while (test_support::read_text(run / "train.log").find("step 2/4") == std::string::npos &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   kill(pid, SIGINT);
   int status = 0;
   waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status)) << read(log);
-  EXPECT_EQ(WEXITSTATUS(status), 130) << read(log);
-  EXPECT_NE(read(log).find("stopped by signal"), std::string::npos) << read(log);
+  ASSERT_TRUE(WIFEXITED(status)) << test_support::read_text(log);
+  EXPECT_EQ(WEXITSTATUS(status), 130) << test_support::read_text(log);
+  EXPECT_NE(test_support::read_text(log).find("stopped by signal"), std::string::npos)
+      << test_support::read_text(log);
   EXPECT_TRUE(fs::exists(run / "checkpoint.pt"));
 
   const auto r = run_train("--resume " + run.string() + " --set training.epochs=2");
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_EQ(count_lines(read(run / "metrics.jsonl")), 2);
+  EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 2);
 }
 
 }  // namespace

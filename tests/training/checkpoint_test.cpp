@@ -124,9 +124,7 @@ TEST(AtomicFile, AFailedWriteLeavesTheOldFileAndNoTemporary) {
                                                    throw std::runtime_error("disk full");
                                                  }),
                std::runtime_error);
-  std::ifstream in(dir / "f.txt");
-  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(content, "old");
+  EXPECT_EQ(test_support::read_text(dir / "f.txt"), "old");
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
 }
 

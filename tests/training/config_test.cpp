@@ -246,15 +246,25 @@ INSTANTIATE_TEST_SUITE_P(
                   {},
                   "c.yaml: checkpointing.granularity: expected one of block, stage, segments, got "
                   "'layer'"},
-        BadConfig{"PrefetchNeitherAutoNorNumber", "data: {prefetch: lots}", {},
+        BadConfig{"PrefetchNeitherAutoNorNumber",
+                  "data: {prefetch: lots}",
+                  {},
                   "c.yaml: data.prefetch: expected auto or an integer in [0, 64], got 'lots'"},
-        BadConfig{"NegativeSimulatedDelay", "data: {simulated_delay_ms: -5}", {},
+        BadConfig{"NegativeSimulatedDelay",
+                  "data: {simulated_delay_ms: -5}",
+                  {},
                   "c.yaml: data.simulated_delay_ms: expected a number in [0, 60000], got -5"},
-        BadConfig{"UnknownBackend", "distributed: {backend: mpi}", {},
+        BadConfig{"UnknownBackend",
+                  "distributed: {backend: mpi}",
+                  {},
                   "c.yaml: distributed.backend: expected one of auto, gloo, nccl, got 'mpi'"},
-        BadConfig{"NegativeSamplePeriod", "monitor: {sample_period: -1}", {},
+        BadConfig{"NegativeSamplePeriod",
+                  "monitor: {sample_period: -1}",
+                  {},
                   "c.yaml: monitor.sample_period: expected a number in [0, 3600], got -1"},
-        BadConfig{"ProfilerWindowBackwards", "profiler: {steps: [9, 3]}", {},
+        BadConfig{"ProfilerWindowBackwards",
+                  "profiler: {steps: [9, 3]}",
+                  {},
                   "c.yaml: profiler.steps: expected [first, last] optimizer steps with first <= "
                   "last, e.g. [5, 7]"},
         BadConfig{"SetInvalidYaml",
@@ -269,8 +279,8 @@ INSTANTIATE_TEST_SUITE_P(
 namespace {
 
 TEST(Config, ReadmeDocumentsEveryKey) {
-  std::ifstream in(std::string(PROJECT_SOURCE_DIR) + "/README.md");
-  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string readme =
+      test_support::read_text(std::string(PROJECT_SOURCE_DIR) + "/README.md");
   ASSERT_FALSE(readme.empty());
   for (const auto& key : training::config_keys()) {
     EXPECT_NE(readme.find("| `" + key + "` |"), std::string::npos) << key << " missing in README";

@@ -12,11 +12,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
-std::string read(const fs::path& file) {
-  std::ifstream in(file);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 training::Config tiny(const std::string& extra) {
   return training::parse_config(R"(
 model: {arch: resnet18, stem: imagenet}
@@ -49,12 +44,14 @@ TEST(Diagnostics, ASlowInputPipelineIsMeasuredAndNamed) {
   EXPECT_NEAR(
       rows.at(0).at("data_seconds").get<double>() + rows.at(0).at("compute_seconds").get<double>(),
       rows.at(0).at("epoch_seconds").get<double>(), 1e-9);
-  EXPECT_NE(read(dir / "slow/train.log").find("input pipeline: the loop waited for data"),
+  EXPECT_NE(test_support::read_text(dir / "slow/train.log")
+                .find("input pipeline: the loop waited for data"),
             std::string::npos);
 
   const auto fast = train(tiny(""), dir / "fast");
   EXPECT_LT(fast.at(0).at("data_wait_fraction").get<double>(), 0.10);
-  EXPECT_EQ(read(dir / "fast/train.log").find("input pipeline:"), std::string::npos);
+  EXPECT_EQ(test_support::read_text(dir / "fast/train.log").find("input pipeline:"),
+            std::string::npos);
 }
 
 TEST(Diagnostics, SamplerFillsGpuJsonlAndTheEpochColumns) {
@@ -95,7 +92,7 @@ TEST(Diagnostics, ProfilerTracesTheStepWindowAndLogsTheTopOperators) {
   }
   EXPECT_EQ(steps, (std::set<std::string>{"ProfilerStep#2", "ProfilerStep#3"}));
   EXPECT_GT(ops, 100);
-  const auto log = read(dir / "run/train.log");
+  const auto log = test_support::read_text(dir / "run/train.log");
   EXPECT_NE(log.find("profiler: steps 2..3 traced to"), std::string::npos);
   EXPECT_NE(log.find("top 5 by self time:"), std::string::npos);
   EXPECT_NE(log.find("aten::convolution_backward"), std::string::npos);
@@ -112,7 +109,7 @@ TEST(Report, SummarisesTheRunWithPlots) {
   config.training.epochs = 2;
   train(config, dir / "run");
   const auto report = training::write_report(dir / "run");
-  const auto text = read(report);
+  const auto text = test_support::read_text(report);
   for (const char* part :
        {"# Run report: run", "## Setup", "| model | resnet18, imagenet stem", "## Results",
         "| final test accuracy |", "| waiting for data |", "**Verdict: compute-bound.**",

@@ -38,11 +38,6 @@ int free_port() {
   return ntohs(address.sin_port);
 }
 
-std::string read(const fs::path& file) {
-  std::ifstream in(file);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // Starts `argv` as rank `rank` of `world` (output to `log`); returns the pid.
 pid_t start_rank(std::vector<std::string> argv, int rank, int world, int port,
                  const fs::path& log) {
@@ -122,11 +117,12 @@ TEST(DataParallel, TwoRanksMatchOneProcessWithTheSameGlobalBatch) {
                                dir / ("rank" + std::to_string(rank) + ".log")));
   }
   for (int rank = 0; rank < 2; ++rank) {
-    ASSERT_EQ(wait_exit(ranks[rank]), 0) << read(dir / ("rank" + std::to_string(rank) + ".log"));
+    ASSERT_EQ(wait_exit(ranks[rank]), 0)
+        << test_support::read_text(dir / ("rank" + std::to_string(rank) + ".log"));
   }
   const auto single = training::run_process({DDP_WORKER, (dir / "single.pt").string(), "16", "5"},
                                             dir / "single.log", 300);
-  ASSERT_EQ(single.exit_code, 0) << read(dir / "single.log");
+  ASSERT_EQ(single.exit_code, 0) << test_support::read_text(dir / "single.log");
   std::vector<torch::Tensor> parallel, alone;
   torch::load(parallel, (dir / "ddp.pt").string());
   torch::load(alone, (dir / "single.pt").string());
@@ -164,10 +160,10 @@ TEST(DataParallel, AnUnreachableRendezvousIsAClearErrorWithinTheTimeout) {
                                   1, 2, free_port(), dir / "rank1.log");
   EXPECT_EQ(wait_exit(lonely), 4);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
-  EXPECT_NE(
-      read(dir / "rank1.log").find("rank 1: could not reach the other ranks through 127.0.0.1:"),
-      std::string::npos)
-      << read(dir / "rank1.log");
+  EXPECT_NE(test_support::read_text(dir / "rank1.log")
+                .find("rank 1: could not reach the other ranks through 127.0.0.1:"),
+            std::string::npos)
+      << test_support::read_text(dir / "rank1.log");
 }
 
 TEST(DataParallel, AKilledRankMakesTheOtherExitWithAClearError) {
@@ -181,16 +177,16 @@ TEST(DataParallel, AKilledRankMakesTheOtherExitWithAClearError) {
       start_rank({TRAIN_BINARY, "--config", config, "--output-dir", (dir / "run").string()}, 1, 2,
                  port, dir / "rank1.log");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (read(dir / "rank1.log").find("step 3/") == std::string::npos &&
+  while (test_support::read_text(dir / "rank1.log").find("step 3/") == std::string::npos &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ::kill(victim, SIGKILL);
   wait_exit(victim);
   const auto killed = std::chrono::steady_clock::now();
-  EXPECT_EQ(wait_exit(main_rank), 4) << read(dir / "rank0.log");
+  EXPECT_EQ(wait_exit(main_rank), 4) << test_support::read_text(dir / "rank0.log");
   EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(40));
-  const auto log = read(dir / "rank0.log");
+  const auto log = test_support::read_text(dir / "rank0.log");
   EXPECT_NE(log.find("rank 0: lost contact with the other ranks in epoch"), std::string::npos)
       << log;
   // No half-written checkpoint is left behind.
@@ -207,15 +203,18 @@ TEST(DataParallel, ResumeNeedsTheSameNumberOfRanks) {
         start_rank({TRAIN_BINARY, "--config", config, "--output-dir", (dir / "run").string()}, rank,
                    2, port, dir / ("rank" + std::to_string(rank) + ".log")));
   }
-  for (auto pid : ranks) ASSERT_EQ(wait_exit(pid), 0) << read(dir / "rank0.log");
-  EXPECT_EQ(nlohmann::json::parse(read(dir / "run/metrics.jsonl")).at("world_size"), 2);
+  for (auto pid : ranks) ASSERT_EQ(wait_exit(pid), 0) << test_support::read_text(dir / "rank0.log");
+  EXPECT_EQ(
+      nlohmann::json::parse(test_support::read_text(dir / "run/metrics.jsonl")).at("world_size"),
+      2);
   const auto single = training::run_process(
       {TRAIN_BINARY, "--resume", (dir / "run").string(), "--set", "training.epochs=2"},
       dir / "resume.log", 120);
   EXPECT_EQ(single.exit_code, 2);
-  EXPECT_NE(read(dir / "resume.log").find("written by a run of 2 rank(s), this run has 1"),
+  EXPECT_NE(test_support::read_text(dir / "resume.log")
+                .find("written by a run of 2 rank(s), this run has 1"),
             std::string::npos)
-      << read(dir / "resume.log");
+      << test_support::read_text(dir / "resume.log");
 }
 
 TEST(DataParallel, MalformedLaunchVariablesAreRefused) {

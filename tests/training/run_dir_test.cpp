@@ -11,11 +11,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read(const fs::path& file) {
-  std::ifstream in(file);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 nlohmann::ordered_json row(int epoch, double loss) {
   nlohmann::ordered_json r;
   r["epoch"] = epoch;
@@ -28,9 +23,9 @@ TEST(RunDirectory, WritesMetricsAsJsonLinesAndCsv) {
   training::RunDirectory run(dir / "run", false);
   run.record_epoch(row(1, 2.5));
   run.record_epoch(row(2, 1.25));
-  EXPECT_EQ(read(dir / "run/metrics.jsonl"),
+  EXPECT_EQ(test_support::read_text(dir / "run/metrics.jsonl"),
             "{\"epoch\":1,\"train_loss\":2.5}\n{\"epoch\":2,\"train_loss\":1.25}\n");
-  EXPECT_EQ(read(dir / "run/metrics.csv"), "epoch,train_loss\n1,2.5\n2,1.25\n");
+  EXPECT_EQ(test_support::read_text(dir / "run/metrics.csv"), "epoch,train_loss\n1,2.5\n2,1.25\n");
   EXPECT_TRUE(fs::exists(dir / "run/train.log"));
 }
 
@@ -47,7 +42,7 @@ TEST(RunDirectory, SameEpochReplacesItsRowAndResumeTrimsLaterOnes) {
   training::RunDirectory resumed(dir / "run", true);
   ASSERT_EQ(resumed.epochs().size(), 3u);
   resumed.keep_epochs_through(2);
-  EXPECT_EQ(read(dir / "run/metrics.csv"), "epoch,train_loss\n1,2.0\n2,0.5\n");
+  EXPECT_EQ(test_support::read_text(dir / "run/metrics.csv"), "epoch,train_loss\n1,2.0\n2,0.5\n");
 }
 
 TEST(RunDirectory, RefusesToReuseADirectoryHoldingARun) {
@@ -62,7 +57,7 @@ TEST(RunDirectory, RefusesToReuseADirectoryHoldingARun) {
   } catch (const training::UserError& e) {
     EXPECT_NE(std::string(e.what()).find("already holds a run"), std::string::npos);
   }
-  EXPECT_EQ(read(dir / "run/config.yaml"), "a: 1\n");
+  EXPECT_EQ(test_support::read_text(dir / "run/config.yaml"), "a: 1\n");
 }
 
 TEST(RunDirectory, CorruptMetricsOnResumeAreNamed) {

@@ -72,8 +72,7 @@ sweep: {batch_sizes: [16, 32], warmup_steps: 0, measure_steps: 2, find_max: true
     EXPECT_EQ(std::string(signature + 1, 3), "PNG") << png;
     EXPECT_GT(fs::file_size(dir / "out" / png), 10000u) << png;
   }
-  std::ifstream md(dir / "out/sweep.md");
-  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  const std::string text = test_support::read_text(dir / "out/sweep.md");
   EXPECT_NE(text.find("| fp32 / checkpointing off / contiguous | " + std::to_string(max_batch) +
                       " | " + std::to_string(max_batch + 1) + " |"),
             std::string::npos)
