@@ -46,6 +46,15 @@ const Choices<ScheduleKind> kSchedules = {{"constant", ScheduleKind::Constant},
 
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 
+// The config's spelling of `value`.
+template <class E>
+std::string choice_text(const Choices<E>& choices, const E& value) {
+  for (const auto& [text, option] : choices) {
+    if (option == value) return text;
+  }
+  return "?";  // unreachable: every enum value has its entry above
+}
+
 // The schema: every section and key, its type and its allowed values, listed once. Reading,
 // writing and listing keys all walk this.
 template <class V>
@@ -450,9 +459,7 @@ class Writer {
   }
   template <class E>
   void choice(const std::string& name, const E& value, const Choices<E>& choices) {
-    for (const auto& [text, option] : choices) {
-      if (option == value) emit(name, text);
-    }
+    emit(name, choice_text(choices, value));
   }
   void integers(const std::string& name, const std::vector<int64_t>& values, int64_t, int64_t,
                 bool = false) {
@@ -461,11 +468,7 @@ class Writer {
   template <class E>
   void choices(const std::string& name, const std::vector<E>& values, const Choices<E>& choices) {
     std::vector<std::string> texts;
-    for (const auto& value : values) {
-      for (const auto& [text, option] : choices) {
-        if (option == value) texts.push_back(text);
-      }
-    }
+    for (const auto& value : values) texts.push_back(choice_text(choices, value));
     out_ << YAML::Key << name << YAML::Value << YAML::Flow << texts;
   }
   void booleans(const std::string& name, const std::vector<bool>& values) {
@@ -666,7 +669,7 @@ int64_t prefetch_for(const DataConfig& data, bool cuda) {
 }
 
 std::string memory_format_name(c10::MemoryFormat format) {
-  return format == c10::MemoryFormat::ChannelsLast ? "channels_last" : "contiguous";
+  return choice_text(kMemoryFormats, format);
 }
 
 std::string byte_size_text(int64_t bytes) {
@@ -681,7 +684,11 @@ std::string byte_size_text(int64_t bytes) {
 }
 
 std::string arch_name(const models::ResNetOptions& model) {
-  return "resnet" + std::to_string(model.depth());
+  return choice_text(kArchs, model.depth());
+}
+
+std::string stem_name(const models::ResNetOptions& model) {
+  return choice_text(kStems, model.stem());
 }
 
 }  // namespace training

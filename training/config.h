@@ -129,6 +129,9 @@ std::vector<std::string> config_keys();
 // "resnet50" etc., as written in the config.
 std::string arch_name(const models::ResNetOptions& model);
 
+// "cifar" / "imagenet", as written in the config.
+std::string stem_name(const models::ResNetOptions& model);
+
 // "contiguous" / "channels_last".
 std::string memory_format_name(c10::MemoryFormat format);
 

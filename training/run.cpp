@@ -163,10 +163,9 @@ int run_training(const TrainRequest& request) {
 
   Trainer trainer(config, device, std::move(train), std::move(test), run ? &*run : nullptr,
                   group.get());
-  spdlog::info(
-      "model: {} ({} stem), {} parameters, {} steps per epoch, {} steps planned",
-      arch_name(config.model), config.model.stem() == models::Stem::Cifar ? "cifar" : "imagenet",
-      count_parameters(*trainer.model()), trainer.steps_per_epoch(), trainer.total_steps());
+  spdlog::info("model: {} ({} stem), {} parameters, {} steps per epoch, {} steps planned",
+               arch_name(config.model), stem_name(config.model), count_parameters(*trainer.model()),
+               trainer.steps_per_epoch(), trainer.total_steps());
   log_model_memory(*trainer.model(), config);
   if (config.memory.limit > 0) {
     spdlog::info("memory: limited to {} on {} (memory.limit)", format_bytes(config.memory.limit),

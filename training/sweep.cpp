@@ -221,18 +221,17 @@ class Sweep {
       entry["predictions"] = predictions;
       summary.push_back(entry);
     }
-    ordered_json all = {
-        {"arch", arch_name(config_.model)},
-        {"stem", config_.model.stem() == models::Stem::Cifar ? "cifar" : "imagenet"},
-        {"device", device_.str()},
-        {"device_description", describe_device(device_)},
-        {"memory_limit_bytes", limit_},
-        {"limit_is_emulated", config_.memory.limit > 0},
-        {"warmup_steps", config_.sweep.warmup_steps},
-        {"measure_steps", config_.sweep.measure_steps},
-        {"complete", final},
-        {"cells", summary},
-        {"trials", trials}};
+    ordered_json all = {{"arch", arch_name(config_.model)},
+                        {"stem", stem_name(config_.model)},
+                        {"device", device_.str()},
+                        {"device_description", describe_device(device_)},
+                        {"memory_limit_bytes", limit_},
+                        {"limit_is_emulated", config_.memory.limit > 0},
+                        {"warmup_steps", config_.sweep.warmup_steps},
+                        {"measure_steps", config_.sweep.measure_steps},
+                        {"complete", final},
+                        {"cells", summary},
+                        {"trials", trials}};
     write_file_atomically(dir_ / "sweep.json", all.dump(2) + "\n");
     write_file_atomically(dir_ / "sweep.csv", rows_to_csv(rows));
     write_file_atomically(dir_ / "sweep.md", markdown(cells));
@@ -241,8 +240,8 @@ class Sweep {
 
   std::string markdown(const std::vector<CellSummary>& cells) const {
     std::ostringstream md;
-    md << "# Batch-size sweep: " << arch_name(config_.model) << " ("
-       << (config_.model.stem() == models::Stem::Cifar ? "cifar" : "imagenet") << " stem)\n\n"
+    md << "# Batch-size sweep: " << arch_name(config_.model) << " (" << stem_name(config_.model)
+       << " stem)\n\n"
        << "Device: " << describe_device(device_) << ". Memory: " << format_bytes(limit_)
        << (config_.memory.limit > 0 ? " (emulated with memory.limit)" : " (the device's)")
        << ". Each trial ran in its own process: " << config_.sweep.warmup_steps << " warm-up + "
