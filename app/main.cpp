@@ -8,6 +8,7 @@
 #include "data/split.h"
 #include "training/atomic_file.h"
 #include "training/bench_matmul.h"
+#include "training/device.h"
 #include "training/distributed.h"
 #include "training/errors.h"
 #include "training/memory.h"
@@ -19,9 +20,11 @@
 
 namespace {
 
-constexpr int kExitBadInput = 2;
-constexpr int kExitOutOfMemory = 3;
-constexpr int kExitDistributed = 4;
+using training::kExitBadInput;
+using training::kExitDistributed;
+using training::kExitInternalError;
+using training::kExitOk;
+using training::kExitOutOfMemory;
 
 const char* kExamples = R"(Examples:
   train --config configs/resnet50_cifar10.yaml
@@ -65,10 +68,10 @@ int guarded(const std::function<int()>& action) {
     spdlog::error("{}", e.what());
   } catch (const c10::Error& e) {
     spdlog::error("LibTorch error: {}", first_line(e.what_without_backtrace()));
-    return 1;
+    return kExitInternalError;
   } catch (const std::exception& e) {
     spdlog::error("internal error: {}", first_line(e.what()));
-    return 1;
+    return kExitInternalError;
   }
   return kExitBadInput;
 }
@@ -154,7 +157,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
-    return code == 0 ? 0 : kExitBadInput;
+    return code == 0 ? kExitOk : kExitBadInput;
   }
 
   training::configure_console_logging();
@@ -165,18 +168,18 @@ int main(int argc, char** argv) {
     return guarded([&] {
       const auto options = training::parse_matmul_options(sizes, devices, dtypes, repeats, peaks);
       if (threads < 0) throw training::UserError("--threads: expected 0 or more");
-      if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
+      training::set_cpu_threads(threads);
       const auto results = training::run_matmul_bench(options);
       std::printf("%s", training::format_matmul_table(results).c_str());
       training::write_file_atomically(matmul_output, training::matmul_json(results).dump(2) + "\n");
       spdlog::info("results written to {}", matmul_output);
-      return 0;
+      return kExitOk;
     });
   }
   if (*report_command) {
     return guarded([&] {
       spdlog::info("report: {}", training::write_report(report_dir).string());
-      return 0;
+      return kExitOk;
     });
   }
   if (*trial_command) {

@@ -63,6 +63,10 @@ std::string describe_device(const torch::Device& device) {
   return device.str() + " (" + std::to_string(torch::get_num_threads()) + " threads)";
 }
 
+void set_cpu_threads(int64_t threads) {
+  if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
+}
+
 void set_cuda_math(bool cudnn_benchmark, bool allow_tf32) {
   at::globalContext().setBenchmarkCuDNN(cudnn_benchmark);
   at::globalContext().setAllowTF32CuBLAS(allow_tf32);

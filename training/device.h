@@ -25,6 +25,9 @@ void synchronize(const torch::Device& device);
 // One line for the log: "cpu (2 threads)" or "cuda:0 (NVIDIA H200, 139.8 GiB, sm_90)".
 std::string describe_device(const torch::Device& device);
 
+// CPU intra-op threads for this process; 0 keeps LibTorch's default (one per core).
+void set_cpu_threads(int64_t threads);
+
 // CUDA backend switches (process-wide; no effect on the CPU): cuDNN autotuning per input shape,
 // and TF32 for fp32 matmuls and convolutions on GPUs that have it.
 void set_cuda_math(bool cudnn_benchmark, bool allow_tf32);

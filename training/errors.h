@@ -6,6 +6,14 @@
 
 namespace training {
 
+// The process's exit codes, one table for `train` and its sweep trials.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInternalError = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitOutOfMemory = 3;
+inline constexpr int kExitDistributed = 4;
+inline constexpr int kExitStopped = 130;  // stopped by SIGINT/SIGTERM, checkpoint written
+
 // Something the user can fix (bad arguments, config, environment): exit code 2.
 class UserError : public std::runtime_error {
  public:

@@ -108,8 +108,7 @@ int run_training(const TrainRequest& request) {
     return kExitOk;
   }
 
-  if (config.training.threads > 0)
-    torch::set_num_threads(static_cast<int>(config.training.threads));
+  set_cpu_threads(config.training.threads);
   torch::Device device = resolve_device(config.training.device);
   if (data_parallel && device.is_cuda()) {  // one GPU per local rank, as torchrun arranges it
     device = resolve_device("cuda:" + std::to_string(launch->local_rank));

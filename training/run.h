@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "training/errors.h"
+
 namespace training {
 
 struct TrainRequest {
@@ -17,12 +19,8 @@ struct TrainRequest {
   bool print_config = false;           // print the effective config and exit
 };
 
-// Exit codes of a run that did not throw.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitStopped = 130;  // stopped by SIGINT/SIGTERM, checkpoint written
-
-// Throws ConfigError / UserError / data::DataError for problems the user can fix, and
-// OutOfMemory when training runs out of (emulated) device memory.
+// Returns kExitOk or kExitStopped (errors.h). Throws ConfigError / UserError / data::DataError for
+// problems the user can fix, and OutOfMemory when training runs out of (emulated) device memory.
 int run_training(const TrainRequest& request);
 
 }  // namespace training

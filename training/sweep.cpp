@@ -186,7 +186,6 @@ class Sweep {
 
   void write_outputs(bool final) const {
     const auto cells = summaries();
-    ordered_json trials = ordered_json::array();
     std::vector<ordered_json> rows;
     for (const auto& t : trials_) {
       ordered_json row = {{"trial", t.id}};
@@ -195,7 +194,6 @@ class Sweep {
       row["source"] = t.source;
       row.update(to_json(t.result));
       row["wall_seconds"] = t.wall_seconds;
-      trials.push_back(row);
       rows.push_back(row);
     }
     ordered_json summary = ordered_json::array();
@@ -231,7 +229,7 @@ class Sweep {
                         {"measure_steps", config_.sweep.measure_steps},
                         {"complete", final},
                         {"cells", summary},
-                        {"trials", trials}};
+                        {"trials", rows}};
     write_file_atomically(dir_ / "sweep.json", all.dump(2) + "\n");
     write_file_atomically(dir_ / "sweep.csv", rows_to_csv(rows));
     write_file_atomically(dir_ / "sweep.md", markdown(cells));
@@ -353,8 +351,7 @@ std::vector<CellSummary> summarize(const std::vector<SweepCell>& cells,
 
 int run_sweep(const SweepRequest& request) {
   const Config config = load_config(request.config_path, request.overrides);
-  if (config.training.threads > 0)
-    torch::set_num_threads(static_cast<int>(config.training.threads));
+  set_cpu_threads(config.training.threads);
   const torch::Device device = resolve_device(config.training.device);
   for (auto precision : config.sweep.precisions) {
     check_precision_supported(device, precision, "sweep.precisions");
@@ -378,19 +375,18 @@ int run_sweep(const SweepRequest& request) {
   fs::create_directories(dir / "trials");
   write_file_atomically(dir / "config.yaml", to_yaml(config));
   Sweep(config, dir, request.executable, device).run();
-  return 0;
+  return kExitOk;
 }
 
 int run_sweep_trial(const std::string& config_path, const std::string& result_path) {
   const Config config = load_config(config_path);
-  if (config.training.threads > 0)
-    torch::set_num_threads(static_cast<int>(config.training.threads));
+  set_cpu_threads(config.training.threads);
   const TrialResult result =
       run_trial(config, config.sweep.warmup_steps, config.sweep.measure_steps);
   write_file_atomically(result_path, to_json(result).dump(2) + "\n");
-  if (result.status == "ok") return 0;
+  if (result.status == "ok") return kExitOk;
   spdlog::error("{}", result.message);
-  return result.status == "oom" ? 3 : 1;
+  return result.status == "oom" ? kExitOutOfMemory : kExitInternalError;
 }
 
 }  // namespace training

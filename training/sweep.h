@@ -68,7 +68,7 @@ struct SweepRequest {
 int run_sweep(const SweepRequest& request);
 
 // The child side: runs the trial in `config_path` and writes its result to `result_path`
-// (atomically). Returns 0 for ok, 3 for oom, 1 for error.
+// (atomically). Returns kExitOk for ok, kExitOutOfMemory for oom, kExitInternalError for error.
 int run_sweep_trial(const std::string& config_path, const std::string& result_path);
 
 }  // namespace training

@@ -89,8 +89,8 @@ void check_labels(const data::Split& split, const char* name, int64_t num_classe
   }
 }
 
-int64_t planned_steps(const Config& config, int64_t steps_per_epoch) {
-  const int64_t by_epochs = config.training.epochs * steps_per_epoch;
+// The steps a run makes: `by_epochs`, cut at training.max_steps when that is set.
+int64_t capped_by_max_steps(const Config& config, int64_t by_epochs) {
   return config.training.max_steps > 0 ? std::min(by_epochs, config.training.max_steps) : by_epochs;
 }
 
@@ -111,7 +111,8 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
       optimizer_(make_sgd(*model_, config.optimizer)),
       averager_(group ? group->gradient_averager(*model_) : nullptr),
       scaler_(config.training.precision == Precision::FP16, device),
-      total_steps_(planned_steps(config, train_loader_.batches_per_epoch())),
+      total_steps_(
+          capped_by_max_steps(config, config.training.epochs * train_loader_.batches_per_epoch())),
       schedule_(config.schedule, config.optimizer.lr(), train_loader_.batches_per_epoch(),
                 total_steps_),
       sampler_(run ? make_sampler(config.monitor, device, run->path() / "gpu.jsonl") : nullptr),
@@ -139,8 +140,7 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
   const int64_t steps_per_epoch = train_loader_.batches_per_epoch();
   const int64_t by_epochs = state_.step - state_.batch_in_epoch +
                             (config_.training.epochs - state_.epoch) * steps_per_epoch;
-  total_steps_ =
-      config_.training.max_steps > 0 ? std::min(by_epochs, config_.training.max_steps) : by_epochs;
+  total_steps_ = capped_by_max_steps(config_, by_epochs);
   schedule_ = LrSchedule(config_.schedule, config_.optimizer.lr(), steps_per_epoch, total_steps_);
   if (state_.grad_scale.defined() && scaler_.enabled()) {
     scaler_.load_state(state_.grad_scale, state_.growth_tracker);
