@@ -20,6 +20,7 @@
 
 namespace {
 
+using training::first_line;
 using training::kExitBadInput;
 using training::kExitDistributed;
 using training::kExitInternalError;
@@ -42,10 +43,6 @@ Exit codes: 0 done, 1 internal error, 2 bad input (arguments, config, data),
 130 stopped by Ctrl-C/SIGTERM (checkpoint written; continue with --resume).
 
 Data-parallel (torchrun-style environment): scripts/launch.py -n 2 build/train --config FILE)";
-
-std::string first_line(const std::string& text) {
-  return text.substr(0, text.find('\n'));
-}
 
 // "a,b,c" -> "[a,b,c]": a sweep flag becomes the YAML list of its key.
 std::string as_list(const std::string& csv) {

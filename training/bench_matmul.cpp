@@ -11,6 +11,7 @@
 #include "training/device.h"
 #include "training/errors.h"
 #include "training/memory.h"
+#include "training/statistics.h"
 
 namespace training {
 
@@ -31,12 +32,6 @@ std::vector<std::string> split(const std::string& text) {
     if (!item.empty()) items.push_back(item);
   }
   return items;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 }  // namespace

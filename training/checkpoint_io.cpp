@@ -15,10 +15,6 @@ namespace {
 
 constexpr int64_t kFormatVersion = 1;
 
-std::string first_line(const std::string& text) {
-  return text.substr(0, text.find('\n'));
-}
-
 torch::serialize::InputArchive open_archive(const fs::path& file, const torch::Device& device) {
   torch::serialize::InputArchive archive;
   try {

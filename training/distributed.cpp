@@ -53,14 +53,6 @@ std::optional<LaunchEnv> launch_env_from_environment() {
 
 #ifdef TRAIN_WITH_DISTRIBUTED
 
-namespace {
-
-std::string first_line(const std::string& text) {
-  return text.substr(0, text.find('\n'));
-}
-
-}  // namespace
-
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> group;

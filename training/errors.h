@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdexcept>
+#include <string>
 
 namespace training {
 
@@ -13,6 +14,11 @@ inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitOutOfMemory = 3;
 inline constexpr int kExitDistributed = 4;
 inline constexpr int kExitStopped = 130;  // stopped by SIGINT/SIGTERM, checkpoint written
+
+// The first line of a message: LibTorch's and Gloo's errors append backtraces and context lines.
+inline std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
 
 // Something the user can fix (bad arguments, config, environment): exit code 2.
 class UserError : public std::runtime_error {

@@ -188,8 +188,8 @@ int run_training(const TrainRequest& request) {
     throw DistributedError("rank " + std::to_string(group->rank()) +
                            ": lost contact with the other " + "ranks in epoch " +
                            std::to_string(trainer.state().epoch + 1) + " after " +
-                           std::to_string(trainer.state().step) + " steps (" +
-                           what.substr(0, what.find('\n')) + "); the last checkpoint is intact");
+                           std::to_string(trainer.state().step) + " steps (" + first_line(what) +
+                           "); the last checkpoint is intact");
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -6,18 +6,12 @@
 #include <chrono>
 
 #include "training/device.h"
+#include "training/errors.h"
 #include "training/optim.h"
+#include "training/statistics.h"
 #include "training/step.h"
 
 namespace training {
-
-namespace {
-
-std::string first_line(const std::string& text) {
-  return text.substr(0, text.find('\n'));
-}
-
-}  // namespace
 
 nlohmann::ordered_json to_json(const TrialResult& r) {
   return {{"status", r.status},
@@ -81,10 +75,7 @@ TrialResult run_trial(const Config& config, int64_t warmup_steps, int64_t measur
   result.peak_allocated_bytes = memory.peak_allocated;
   result.peak_reserved_bytes = memory.peak_reserved;
   if (!step_seconds.empty()) {
-    std::sort(step_seconds.begin(), step_seconds.end());
-    const size_t n = step_seconds.size();
-    result.median_step_seconds =
-        n % 2 ? step_seconds[n / 2] : (step_seconds[n / 2 - 1] + step_seconds[n / 2]) / 2;
+    result.median_step_seconds = median(step_seconds);
     result.images_per_second = config.training.batch_size / result.median_step_seconds;
   }
   return result;
