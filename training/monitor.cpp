@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "training/run_dir.h"
+
 namespace training {
 
 namespace fs = std::filesystem;
@@ -150,11 +152,6 @@ class NvmlProbe : public Probe {
   nvmlReturn_t (*clock_)(nvmlDevice_t, int, unsigned*) = nullptr;
   nvmlReturn_t (*temperature_)(nvmlDevice_t, int, unsigned*) = nullptr;
 };
-
-template <class T>
-nlohmann::ordered_json optional_json(const std::optional<T>& value) {
-  return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json();
-}
 
 }  // namespace
 

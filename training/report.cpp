@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -12,27 +11,14 @@
 #include "training/memory.h"
 #include "training/process.h"
 #include "training/progress.h"
+#include "training/run_dir.h"
 
 namespace training {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
-
-std::vector<json> read_lines(const fs::path& file) {
-  std::vector<json> rows;
-  std::ifstream in(file);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    try {
-      rows.push_back(json::parse(line));
-    } catch (const json::exception&) {
-      throw UserError(file.string() + ": a line is not JSON");
-    }
-  }
-  return rows;
-}
 
 double number(const json& row, const char* key) {
   return row.contains(key) && row[key].is_number() ? row[key].get<double>() : 0.0;
@@ -48,7 +34,7 @@ std::string config_value(const YAML::Node& config, const char* section, const ch
 }  // namespace
 
 fs::path write_report(const fs::path& run_dir) {
-  const auto rows = read_lines(run_dir / "metrics.jsonl");
+  const auto rows = read_jsonl(run_dir / "metrics.jsonl");
   if (!fs::exists(run_dir / "metrics.jsonl") || rows.empty()) {
     throw UserError(run_dir.string() + ": no metrics.jsonl with epochs, so no run to report on");
   }

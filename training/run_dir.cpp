@@ -27,22 +27,6 @@ bool holds_run(const fs::path& dir) {
   return false;
 }
 
-std::vector<ordered_json> read_rows(const fs::path& file) {
-  std::vector<ordered_json> rows;
-  std::ifstream in(file);
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (line.empty()) continue;
-    try {
-      rows.push_back(ordered_json::parse(line));
-    } catch (const nlohmann::json::exception& e) {
-      throw UserError(file.string() + ": line " + std::to_string(number) + " is not JSON (" +
-                      e.what() + ")");
-    }
-  }
-  return rows;
-}
-
 std::string csv_cell(const ordered_json& value) {
   if (value.is_null()) return "";
   if (value.is_string()) return value.get<std::string>();
@@ -55,7 +39,7 @@ RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
   std::error_code ec;
   if (resuming) {
     if (!fs::is_directory(dir_)) throw UserError(dir_.string() + ": run directory not found");
-    if (fs::exists(dir_ / "metrics.jsonl")) rows_ = read_rows(dir_ / "metrics.jsonl");
+    if (fs::exists(dir_ / "metrics.jsonl")) rows_ = read_jsonl(dir_ / "metrics.jsonl");
   } else {
     if (fs::exists(dir_) && holds_run(dir_)) {
       throw UserError(dir_.string() +
@@ -105,6 +89,22 @@ void RunDirectory::write_metrics() const {
   for (const auto& row : rows_) jsonl += row.dump() + "\n";
   write_file_atomically(dir_ / "metrics.jsonl", jsonl);
   write_file_atomically(dir_ / "metrics.csv", rows_to_csv(rows_));
+}
+
+std::vector<ordered_json> read_jsonl(const fs::path& file) {
+  std::vector<ordered_json> rows;
+  std::ifstream in(file);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    try {
+      rows.push_back(ordered_json::parse(line));
+    } catch (const nlohmann::json::exception& e) {
+      throw UserError(file.string() + ": line " + std::to_string(number) + " is not JSON (" +
+                      e.what() + ")");
+    }
+  }
+  return rows;
 }
 
 std::string rows_to_csv(const std::vector<ordered_json>& rows) {

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,16 @@ void configure_console_logging();
 // <parent>/<name>, or <parent>/<YYYYmmdd-HHMMSS>-<arch>[-N] when name is empty (N makes it new).
 std::filesystem::path new_run_path(const std::filesystem::path& parent, const std::string& name,
                                    const std::string& arch);
+
+// The JSON objects of a .jsonl file, one per non-empty line; UserError naming the file and line
+// for a line that is not JSON. A missing file has no rows.
+std::vector<nlohmann::ordered_json> read_jsonl(const std::filesystem::path& file);
+
+// A metric that may be absent: its value, or null (rows keep every key either way).
+template <class T>
+nlohmann::ordered_json optional_json(const std::optional<T>& value) {
+  return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json();
+}
 
 // CSV text for rows of flat JSON objects: the header is the union of keys in first-seen order.
 std::string rows_to_csv(const std::vector<nlohmann::ordered_json>& rows);

@@ -31,10 +31,6 @@ ordered_json cell_json(const SweepCell& cell) {
           {"memory_format", memory_format_name(cell.memory_format)}};
 }
 
-ordered_json optional_json(const std::optional<int64_t>& value) {
-  return value ? ordered_json(*value) : ordered_json();
-}
-
 std::string mib(int64_t bytes) {
   return fmt::format("{:.1f}", to_mib(bytes));
 }

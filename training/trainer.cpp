@@ -323,12 +323,9 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
     sampler_->sample_now();
     samples = sampler_->take_summary();
   }
-  auto optional_number = [](const auto& value) {
-    return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json();
-  };
-  row["utilization_mean"] = optional_number(samples.utilization_mean);
-  row["utilization_max"] = optional_number(samples.utilization_max);
-  row["memory_used_max_bytes"] = optional_number(samples.memory_used_max);
+  row["utilization_mean"] = optional_json(samples.utilization_mean);
+  row["utilization_max"] = optional_json(samples.utilization_max);
+  row["memory_used_max_bytes"] = optional_json(samples.memory_used_max);
   row["world_size"] = group_ ? group_->world_size() : 1;
   if (run_) run_->record_epoch(row);
   spdlog::info(

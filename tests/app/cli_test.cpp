@@ -241,6 +241,19 @@ TEST(Cli, ReportRewritesTheReportOfARun) {
   EXPECT_NE(bad.output.find("no metrics.jsonl with epochs"), std::string::npos) << bad.output;
 }
 
+TEST(Cli, ReportOfABrokenMetricsFileNamesTheLine) {
+  test_support::TempDir dir;
+  fs::create_directories(dir / "run");
+  std::ofstream(dir / "run/metrics.jsonl") << "{\"epoch\": 1}\n{broken\n";
+  const auto r = run_train("report " + (dir / "run").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find((dir / "run/metrics.jsonl").string() + ": line 2 is not JSON"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "run/report.md"));
+}
+
 TEST(Cli, MatmulBenchMatchesTheFloat64Reference) {
   test_support::TempDir dir;
   const auto out = dir / "mm.json";
