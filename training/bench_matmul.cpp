@@ -91,13 +91,13 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
 std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options) {
   std::vector<MatmulResult> results;
   for (const auto& device_name : options.devices) {
-    std::optional<torch::Device> device;
-    std::string why_not;
-    try {
-      device = resolve_device(device_name);
-    } catch (const UserError& e) {
-      why_not = e.what();
-    }
+    // Names were checked by parse_matmul_options: "cpu", "cuda" or "cuda:N".
+    const std::string why_not =
+        device_name == "cpu" ? ""
+                             : cuda_unavailable_reason(
+                                   device_name == "cuda" ? 0 : std::stoll(device_name.substr(5)));
+    const std::optional<torch::Device> device =
+        why_not.empty() ? std::make_optional(resolve_device(device_name)) : std::nullopt;
     for (const auto& dtype_name : options.dtypes) {
       for (int64_t size : options.sizes) {
         MatmulResult r;
@@ -106,9 +106,7 @@ std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options) {
         r.size = size;
         if (!device) {
           r.available = false;
-          // "training.device: 'cuda' requested, but <reason>; use ..." -> "not available: <reason>"
-          const auto reason = why_not.substr(why_not.find("but ") + 4);
-          r.note = "not available: " + reason.substr(0, reason.find(';'));
+          r.note = "not available: " + why_not;
           results.push_back(r);
           continue;
         }

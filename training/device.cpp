@@ -23,10 +23,22 @@ bool built_with_cuda() {
 #endif
 }
 
+std::string cuda_unavailable_reason(int64_t index) {
+  if (!built_with_cuda()) return "this build uses a CPU-only LibTorch";
+  if (!torch::cuda::is_available()) {
+    return "no CUDA device is available on this machine (no GPU or no driver)";
+  }
+  const auto count = static_cast<int64_t>(torch::cuda::device_count());
+  if (index >= count) return "this machine has " + std::to_string(count) + " CUDA device(s)";
+  return "";
+}
+
 torch::Device resolve_device(const std::string& spec) {
   if (spec == "cpu") return torch::kCPU;
-  const bool usable = built_with_cuda() && torch::cuda::is_available();
-  if (spec == "auto") return usable ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  if (spec == "auto") {
+    return cuda_unavailable_reason(0).empty() ? torch::Device(torch::kCUDA, 0)
+                                              : torch::Device(torch::kCPU);
+  }
 
   static const std::regex kCuda("cuda(:([0-9]+))?");
   std::smatch match;
@@ -34,20 +46,11 @@ torch::Device resolve_device(const std::string& spec) {
     throw UserError("training.device: expected auto, cpu, cuda or cuda:<index>, got '" + spec +
                     "'");
   }
-  if (!built_with_cuda()) {
-    throw UserError("training.device: '" + spec +
-                    "' requested, but this build uses a CPU-only LibTorch; use device: cpu");
-  }
-  if (!usable) {
-    throw UserError("training.device: '" + spec +
-                    "' requested, but no CUDA device is available on this machine (no GPU or no "
-                    "driver); use device: cpu or auto");
-  }
-  const int index = match[2].matched ? std::stoi(match[2].str()) : 0;
-  const int count = static_cast<int>(torch::cuda::device_count());
-  if (index >= count) {
-    throw UserError("training.device: '" + spec + "' requested, but this machine has " +
-                    std::to_string(count) + " CUDA device(s)");
+  const int64_t index = match[2].matched ? std::stoll(match[2].str()) : 0;
+  const std::string why = cuda_unavailable_reason(index);
+  if (!why.empty()) {
+    throw UserError("training.device: '" + spec + "' requested, but " + why +
+                    "; use device: cpu or auto");
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }

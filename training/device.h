@@ -15,6 +15,9 @@ namespace training {
 // True when this binary was built against a CUDA LibTorch.
 bool built_with_cuda();
 
+// Why CUDA device `index` cannot be used by this binary on this machine; empty when it can.
+std::string cuda_unavailable_reason(int64_t index);
+
 // "auto" (cuda:0 when a CUDA device is usable, else cpu), "cpu", "cuda" or "cuda:N".
 // Throws UserError naming training.device when CUDA is asked for but cannot be used.
 torch::Device resolve_device(const std::string& spec);
