@@ -170,6 +170,12 @@ int main(int argc, char** argv) {
       std::printf("%s", training::format_matmul_table(results).c_str());
       training::write_file_atomically(matmul_output, training::matmul_json(results).dump(2) + "\n");
       spdlog::info("results written to {}", matmul_output);
+      for (const auto& r : results) {
+        if (!r.out_of_memory) continue;
+        spdlog::error("bench matmul: {} {} N={} ran out of memory; the other rows are in {}",
+                      r.device, r.dtype, r.size, matmul_output);
+        return kExitOutOfMemory;
+      }
       return kExitOk;
     });
   }

@@ -1,6 +1,9 @@
 #include "data/loader.h"
 
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -100,18 +103,63 @@ Batch BatchLoader::prepare(int64_t batch_index) const {
   return {normalize_(images), labels, batch_index};
 }
 
+namespace {
+
+// Keeps this thread in step with the profiler of the main thread: joined while a profiling
+// window is open, so the loader's own ops (gather, copy, augmentation) are traced too.
+class ProfilerFollower {
+ public:
+  void follow() {
+    namespace prof = torch::autograd::profiler;
+    const bool enabled = prof::isProfilerEnabledInMainThread();
+    if (enabled == joined_) return;
+    if (!enabled) {
+      prof::disableProfilerInChildThread();
+      joined_ = false;
+      return;
+    }
+    try {
+      prof::enableProfilerInChildThread();
+      joined_ = true;
+    } catch (const c10::Error&) {
+      // The window closed between the two calls: nothing to join.
+    }
+  }
+  ~ProfilerFollower() {
+    if (joined_) torch::autograd::profiler::disableProfilerInChildThread();
+  }
+
+ private:
+  bool joined_ = false;
+};
+
+}  // namespace
+
 void BatchLoader::produce(int64_t first_batch) {
-  // A new thread starts on device 0; make it work on the training device.
-  c10::DeviceGuard guard(options_.device());
+  const auto device = options_.device();
+  // A new thread starts on device 0; make it work on the training device, on a stream of its own.
+  c10::DeviceGuard device_guard(device);
+  std::optional<c10::impl::VirtualGuardImpl> accelerator;
+  std::optional<c10::StreamGuard> stream_guard;
+  if (!device.is_cpu()) {
+    accelerator.emplace(device.type());
+    stream_guard.emplace(accelerator->getStreamFromGlobalPool(device));
+  }
+  ProfilerFollower profiler;
   try {
     for (int64_t b = first_batch; b < batches_per_epoch(); ++b) {
-      Batch batch = prepare(b);
+      profiler.follow();
+      Prepared prepared{prepare(b), nullptr};
+      if (accelerator) {
+        prepared.ready = std::make_unique<c10::Event>(device.type());
+        prepared.ready->record(accelerator->getStream(device));
+      }
       std::unique_lock<std::mutex> lock(mutex_);
       changed_.wait(lock, [&] {
         return stopping_ || static_cast<int64_t>(ready_.size()) < options_.prefetch();
       });
       if (stopping_) return;
-      ready_.push_back(std::move(batch));
+      ready_.push_back(std::move(prepared));
       changed_.notify_all();
     }
   } catch (...) {
@@ -128,16 +176,28 @@ std::optional<Batch> BatchLoader::next() {
     if (next_batch_ >= batches_per_epoch()) return std::nullopt;
     return prepare(next_batch_++);
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return !ready_.empty() || produced_all_; });
-  if (!ready_.empty()) {
-    Batch batch = std::move(ready_.front());
+  Prepared prepared;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return !ready_.empty() || produced_all_; });
+    if (ready_.empty()) {
+      if (error_) std::rethrow_exception(error_);
+      return std::nullopt;
+    }
+    prepared = std::move(ready_.front());
     ready_.pop_front();
     changed_.notify_all();
-    return batch;
   }
-  if (error_) std::rethrow_exception(error_);
-  return std::nullopt;
+  if (prepared.ready) {
+    // The consumer's stream waits for the producer's work, and the allocator learns that the
+    // batch's memory is in use on the consumer's stream too.
+    const auto device = options_.device();
+    const auto consumer = c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+    prepared.ready->block(consumer);
+    prepared.batch.images.record_stream(consumer);
+    prepared.batch.labels.record_stream(consumer);
+  }
+  return std::move(prepared.batch);
 }
 
 void BatchLoader::stop_producer() {

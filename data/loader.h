@@ -2,14 +2,24 @@
 // Every random choice (the epoch's order, each batch's crops and flips) is drawn from a
 // generator seeded by (seed, epoch, batch), so an epoch can be restarted at any batch and yields
 // exactly the same batches: that is what makes mid-epoch resume exact.
+//
+// On CUDA the background thread works on a stream of its own, so the copy to the device and the
+// augmentation overlap the training step running on the consumer's stream; each batch carries an
+// event that the consumer's stream waits on before using it, and its memory is recorded as used
+// by the consumer's stream (record_stream), so the caching allocator never hands it out while
+// that stream may still read it. The thread also joins a running profiler, so its work appears in
+// the trace and the operator table. Device-generic c10 streams and events are used: no CUDA
+// header is needed here.
 #pragma once
 
+#include <c10/core/Event.h>
 #include <torch/arg.h>
 #include <torch/types.h>
 
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -71,6 +81,12 @@ class BatchLoader {
   std::optional<Batch> next();
 
  private:
+  // A batch from the background thread and, on CUDA, the event its stream recorded after it.
+  struct Prepared {
+    Batch batch;
+    std::unique_ptr<c10::Event> ready;
+  };
+
   Batch prepare(int64_t batch_index) const;
   void produce(int64_t first_batch);
   void stop_producer();
@@ -85,7 +101,7 @@ class BatchLoader {
   std::thread producer_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<Batch> ready_;
+  std::deque<Prepared> ready_;
   std::exception_ptr error_;
   bool stopping_ = false;
   bool produced_all_ = false;

@@ -8,7 +8,7 @@ Runs `train` once per device (training.max_steps or training.epochs bounds the w
 data.train_limit the subset, training.threads the CPU threads), then writes into DIR:
 
   compare.md     the table: device, threads, steps, time, step time, images/s, speedup over the
-                 CPU, peak memory, waiting for data
+                 CPU, the training and the evaluation phase's peak memory, waiting for data
   compare.json   the same numbers, plus each run directory
   compare.png    images/s per device, bar chart
   <device>/      each device's run directory
@@ -67,8 +67,10 @@ def run_device(args, device, out):
         "train_seconds": seconds,
         "step_seconds": seconds / steps if steps else None,
         "images_per_second": images / seconds if seconds else None,
-        "peak_allocated_bytes": max(r.get("peak_allocated_bytes") or 0 for r in rows),
-        "peak_reserved_bytes": max(r.get("peak_reserved_bytes") or 0 for r in rows),
+        # The training phase's peaks: what training needs (evaluation has its own batch size).
+        "train_peak_allocated_bytes": max(r.get("train_peak_allocated_bytes") or 0 for r in rows),
+        "train_peak_reserved_bytes": max(r.get("train_peak_reserved_bytes") or 0 for r in rows),
+        "eval_peak_allocated_bytes": max(r.get("eval_peak_allocated_bytes") or 0 for r in rows),
         "data_wait_fraction": sum(r.get("data_seconds", 0) for r in rows) / seconds if seconds else None,
         "test_acc": rows[-1]["test_acc"],
         "wall_seconds": wall,
@@ -107,16 +109,17 @@ def main(argv=None):
              f"{f', {args.train_limit} training images' if args.train_limit else ''}"
              f"{f', {args.threads} CPU threads' if args.threads else ''}. Command: "
              f"`scripts/compare_devices.py {' '.join(argv if argv is not None else sys.argv[1:])}`", "",
-             "| device | threads | steps | train time (s) | step (s) | images/s | speedup vs CPU | peak memory (MiB) | waiting for data |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| device | threads | steps | train time (s) | step (s) | images/s | speedup vs CPU | training peak (MiB) | evaluation peak (MiB) | waiting for data |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         if not e["available"]:
-            lines.append(f"| {e['device']} | - | - | - | - | - | - | - | {e['note']} |")
+            lines.append(f"| {e['device']} | - | - | - | - | - | - | - | - | {e['note']} |")
             continue
-        peak = max(e["peak_allocated_bytes"], e["peak_reserved_bytes"]) / MIB
+        peak = max(e["train_peak_allocated_bytes"], e["train_peak_reserved_bytes"]) / MIB
+        eval_peak = e["eval_peak_allocated_bytes"] / MIB
         speedup = f"{e['speedup_over_cpu']:.2f}x" if e["speedup_over_cpu"] else "-"
         lines.append(f"| {e['device']} | {e['threads'] or '-'} | {e['steps']} | {e['train_seconds']:.2f} | "
-                     f"{e['step_seconds']:.4f} | {e['images_per_second']:.1f} | {speedup} | {peak:.1f} | "
+                     f"{e['step_seconds']:.4f} | {e['images_per_second']:.1f} | {speedup} | {peak:.1f} | {eval_peak:.1f} | "
                      f"{100 * e['data_wait_fraction']:.1f}% |")
     (out / "compare.md").write_text("\n".join(lines) + "\n")
     (out / "compare.json").write_text(json.dumps({"config": args.config, "entries": entries}, indent=2) + "\n")

@@ -62,9 +62,14 @@ def main(argv):
 
     samples = read_lines(run / "gpu.jsonl")
     fig, (epoch_ax, time_ax) = plt.subplots(1, 2, figsize=(11, 4))
-    epoch_ax.plot(epochs, [(r.get("peak_allocated_bytes") or 0) / MIB for r in rows], "o-", label="peak allocated")
-    if any(r.get("peak_reserved_bytes") for r in rows):
-        epoch_ax.plot(epochs, [(r.get("peak_reserved_bytes") or 0) / MIB for r in rows], "o-", label="peak reserved")
+    # Each phase's own peak: training (what the study changes) and evaluation (its own batch size).
+    for phase, style in (("train", "o-"), ("eval", "s-")):
+        name = "training" if phase == "train" else "evaluation"
+        epoch_ax.plot(epochs, [(r.get(f"{phase}_peak_allocated_bytes") or 0) / MIB for r in rows], style,
+                      label=f"{name} peak allocated")
+        if any(r.get(f"{phase}_peak_reserved_bytes") for r in rows):
+            epoch_ax.plot(epochs, [(r.get(f"{phase}_peak_reserved_bytes") or 0) / MIB for r in rows],
+                          style, alpha=0.5, label=f"{name} peak reserved")
     if any(r.get("memory_used_max_bytes") for r in rows):
         label = "device used (NVML)" if rows[-1].get("device", "cpu").startswith("cuda") else "process RSS"
         epoch_ax.plot(epochs, [(r.get("memory_used_max_bytes") or 0) / MIB for r in rows], "o--", label=f"max {label}")

@@ -2,25 +2,38 @@
 # Installs what is missing and builds. Safe to re-run: installed packages and an existing
 # torch 2.11.0 are detected and not fetched again.
 #   1. Debian packages (compiler, CMake, OpenCV, spdlog, CLI11, yaml-cpp, nlohmann-json, GoogleTest)
+#      -- or, with TRAIN_DEBS=DIR, the .deb files in DIR unpacked without apt (a machine without
+#      network or Debian's -dev packages, e.g. a GPU machine; DIR holds unpack-debs.sh)
 #   2. a virtualenv ($TRAIN_VENV) with torch 2.11.0 (its LibTorch is what we link), torchvision,
-#      numpy, Pillow, matplotlib
-#   3. CMake configure + build in $BUILD_DIR ($BUILD_TYPE, default Release)
+#      numpy, Pillow, matplotlib -- or, with TRAIN_PYTHON=python3, that interpreter's own torch
+#      2.11.0 (nothing is installed into it)
+#   3. CMake configure + build in $BUILD_DIR ($BUILD_TYPE, default Release); BUILD_TARGETS limits
+#      the build to some targets, CMAKE_ARGS adds configure options
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$REPO_ROOT"
 
-debs=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv
-      libopencv-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
-      libgtest-dev libgmock-dev libgloo-dev)
-missing=()
-for p in "${debs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing Debian packages: ${missing[*]}"
-  sudo_cmd=(); [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+extra_prefix=""
+if [[ -n "${TRAIN_DEBS:-}" ]]; then
+  [[ -f "$TRAIN_DEBS/unpack-debs.sh" ]] || {
+    echo "setup: TRAIN_DEBS=$TRAIN_DEBS holds no unpack-debs.sh (see ../shared/device/fetch-debs.sh)" >&2
+    exit 2
+  }
+  extra_prefix=$(bash "$TRAIN_DEBS/unpack-debs.sh" "${TRAIN_DEBS_PREFIX:-/opt/devdeps}")
+else
+  debs=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv
+        libopencv-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
+        libgtest-dev libgmock-dev libgloo-dev)
+  missing=()
+  for p in "${debs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    sudo_cmd=(); [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
 fi
 
 # The pip LibTorch is a CUDA build; configuring against it needs the CUDA toolkit's headers.
@@ -33,19 +46,37 @@ if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
 
-if ! "$TRAIN_VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
-  echo "setup: installing torch==$TORCH_VERSION into $TRAIN_VENV"
-  [[ -x "$TRAIN_VENV/bin/python" ]] || python3 -m venv "$TRAIN_VENV"
-  "$TRAIN_VENV/bin/pip" install -q "torch==$TORCH_VERSION"
-fi
-if ! "$TRAIN_VENV/bin/python" -c "import torchvision, numpy, PIL, matplotlib" 2>/dev/null; then
-  echo "setup: installing torchvision, numpy, Pillow, matplotlib into $TRAIN_VENV"
-  "$TRAIN_VENV/bin/pip" install -q "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" \
-    numpy pillow matplotlib
+has_torch() {  # the interpreter $1 has torch $TORCH_VERSION
+  "$1" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null
+}
+if [[ -n "${TRAIN_PYTHON:-}" ]]; then
+  python=$(command -v "$TRAIN_PYTHON") || { echo "setup: TRAIN_PYTHON=$TRAIN_PYTHON not found" >&2; exit 2; }
+  has_torch "$python" || {
+    echo "setup: TRAIN_PYTHON=$TRAIN_PYTHON has no torch==$TORCH_VERSION; unset TRAIN_PYTHON to use a virtualenv" >&2
+    exit 2
+  }
+else
+  python=$TRAIN_VENV/bin/python
+  if ! has_torch "$python"; then
+    echo "setup: installing torch==$TORCH_VERSION into $TRAIN_VENV"
+    [[ -x "$python" ]] || python3 -m venv "$TRAIN_VENV"
+    "$TRAIN_VENV/bin/pip" install -q "torch==$TORCH_VERSION"
+  fi
+  if ! "$python" -c "import torchvision, numpy, PIL, matplotlib" 2>/dev/null; then
+    echo "setup: installing torchvision, numpy, Pillow, matplotlib into $TRAIN_VENV"
+    "$TRAIN_VENV/bin/pip" install -q "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" \
+      numpy pillow matplotlib
+  fi
 fi
 
-prefix=${LIBTORCH:-$("$TRAIN_VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')}
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
-  -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$TRAIN_VENV/bin/python" >/dev/null
-cmake --build "$BUILD_DIR"
+prefix=${LIBTORCH:-$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')}
+[[ -n "$extra_prefix" ]] && prefix="$prefix;$extra_prefix"
+generator=(-G Ninja)
+command -v ninja >/dev/null || generator=()
+# shellcheck disable=SC2086  # CMAKE_ARGS is a list of options
+cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$python" ${CMAKE_ARGS:-} >/dev/null
+targets=()
+for t in ${BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$BUILD_DIR" "${targets[@]}" -j "$(nproc)"
 echo "setup: built $BUILD_DIR/train"

@@ -11,6 +11,8 @@
 #include <random>
 #include <string>
 
+#include "training/device.h"
+
 namespace test_support {
 
 // A fresh folder under the system temp dir, removed with everything in it at scope exit.
@@ -56,6 +58,13 @@ inline std::optional<std::filesystem::path> real_data_root() {
 }
 
 }  // namespace test_support
+
+// bf16 tests need a CPU that computes bf16 natively: elsewhere (AVX2-only CPUs) bf16 is emulated
+// about 300 times slower than fp32 and the test says why it skipped.
+#define NATIVE_BF16_OR_SKIP()                                                                 \
+  if (!training::cpu_has_native_bf16())                                                       \
+  GTEST_SKIP() << "this CPU has no native bf16 (no AVX-512 BF16 or AMX-BF16): bf16 would be " \
+                  "emulated, hundreds of times slower than fp32"
 
 // Binds `root` to the real-data folder, or skips (fails in CI) with a clear message.
 #define REAL_DATA_ROOT_OR_SKIP(root)                                                     \

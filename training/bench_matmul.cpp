@@ -34,6 +34,39 @@ std::vector<std::string> split(const std::string& text) {
   return items;
 }
 
+// Times N x N by N x N on `device` in `dtype` and fills r's figures.
+void measure(const MatmulBenchOptions& options, const torch::Device& device,
+             torch::ScalarType dtype, MatmulResult& r) {
+  const int64_t size = r.size;
+  const auto opts = torch::TensorOptions().dtype(dtype).device(device);
+  torch::manual_seed(0);
+  synchronize(device);
+  const int64_t before = memory_stats(device).allocated;
+  reset_peak_memory(device);
+  auto a = torch::randn({size, size}, opts);
+  auto b = torch::randn({size, size}, opts);
+  torch::Tensor c;
+  for (int64_t i = 0; i < options.warmup; ++i) c = torch::mm(a, b);
+  std::vector<double> seconds;
+  for (int64_t i = 0; i < options.repeats; ++i) {
+    synchronize(device);
+    const auto start = std::chrono::steady_clock::now();
+    c = torch::mm(a, b);
+    synchronize(device);
+    seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  r.memory_bytes = memory_stats(device).peak_allocated - before;
+  r.median_seconds = median(seconds);
+  r.gflops = 2.0 * static_cast<double>(size) * size * size / r.median_seconds / 1e9;
+  // Error against float64 on (up to) 64 rows: enough to catch a wrong result cheaply.
+  const int64_t rows = std::min<int64_t>(size, 64);
+  const auto reference = torch::mm(a.narrow(0, 0, rows).to(torch::kCPU, torch::kFloat64),
+                                   b.to(torch::kCPU, torch::kFloat64));
+  const auto got = c.narrow(0, 0, rows).to(torch::kCPU, torch::kFloat64);
+  r.relative_error = ((got - reference).abs().max() / reference.abs().max()).item<double>();
+}
+
 }  // namespace
 
 MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::string& devices,
@@ -110,35 +143,14 @@ std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options) {
           results.push_back(r);
           continue;
         }
-        const auto dtype = dtype_table().at(dtype_name);
-        const auto opts = torch::TensorOptions().dtype(dtype).device(*device);
-        torch::manual_seed(0);
-        synchronize(*device);
-        const int64_t before = memory_stats(*device).allocated;
-        reset_peak_memory(*device);
-        auto a = torch::randn({size, size}, opts);
-        auto b = torch::randn({size, size}, opts);
-        torch::Tensor c;
-        for (int64_t i = 0; i < options.warmup; ++i) c = torch::mm(a, b);
-        std::vector<double> seconds;
-        for (int64_t i = 0; i < options.repeats; ++i) {
-          synchronize(*device);
-          const auto start = std::chrono::steady_clock::now();
-          c = torch::mm(a, b);
-          synchronize(*device);
-          seconds.push_back(
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        try {
+          measure(options, *device, dtype_table().at(dtype_name), r);
+        } catch (const std::exception& e) {
+          if (!is_out_of_memory(e)) throw;
+          r.available = false;
+          r.out_of_memory = true;
+          r.note = "out of memory: " + error_line(e);
         }
-        const MemoryStats memory = memory_stats(*device);
-        r.memory_bytes = std::max(memory.peak_allocated, memory.peak_reserved) - before;
-        r.median_seconds = median(seconds);
-        r.gflops = 2.0 * static_cast<double>(size) * size * size / r.median_seconds / 1e9;
-        // Error against float64 on (up to) 64 rows: enough to catch a wrong result cheaply.
-        const int64_t rows = std::min<int64_t>(size, 64);
-        const auto reference = torch::mm(a.narrow(0, 0, rows).to(torch::kCPU, torch::kFloat64),
-                                         b.to(torch::kCPU, torch::kFloat64));
-        const auto got = c.narrow(0, 0, rows).to(torch::kCPU, torch::kFloat64);
-        r.relative_error = ((got - reference).abs().max() / reference.abs().max()).item<double>();
         results.push_back(r);
       }
     }
@@ -188,6 +200,7 @@ nlohmann::ordered_json matmul_json(const std::vector<MatmulResult>& results) {
         {"device", r.device}, {"dtype", r.dtype}, {"size", r.size}, {"available", r.available}};
     if (!r.available) {
       row["note"] = r.note;
+      row["out_of_memory"] = r.out_of_memory;
     } else {
       row["median_seconds"] = r.median_seconds;
       row["gflops"] = r.gflops;

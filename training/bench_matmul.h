@@ -25,11 +25,15 @@ struct MatmulResult {
   std::string device, dtype;
   int64_t size = 0;
   bool available = true;
-  std::string note;  // why not available
+  bool out_of_memory = false;  // the device ran out of memory for this size (not available)
+  std::string note;            // why not available
   double median_seconds = 0, gflops = 0;
   std::optional<double> fraction_of_peak;
-  std::string peak_source;    // "given" / "best measured"
-  int64_t memory_bytes = 0;   // allocator peak while multiplying (A, B, C and workspace)
+  std::string peak_source;  // "given" / "best measured"
+  // What the row allocated at its peak beyond what was held before it: A, B, C and any
+  // workspace the multiply allocated through the allocator (peak allocated, not reserved, so
+  // blocks cached by earlier rows are not counted again).
+  int64_t memory_bytes = 0;
   double relative_error = 0;  // max |C - C64| / max |C64| on the sampled rows
 };
 
@@ -39,7 +43,8 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
                                         const std::string& dtypes, int64_t repeats,
                                         const std::vector<std::string>& peaks);
 
-// Devices without CUDA are reported as not available, not as errors.
+// Devices without CUDA are reported as not available, not as errors; so is a size that runs out
+// of memory (out_of_memory set), and the remaining rows still run.
 std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options);
 
 std::string format_matmul_table(const std::vector<MatmulResult>& results);

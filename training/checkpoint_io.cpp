@@ -19,8 +19,10 @@ torch::serialize::InputArchive open_archive(const fs::path& file, const torch::D
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(file.string(), device);
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // a good checkpoint that does not fit: the caller reports it as out of memory
   } catch (const c10::Error& e) {
-    throw UserError(file.string() + ": not a readable checkpoint (" + first_line(e.what()) + ")");
+    throw UserError(file.string() + ": not a readable checkpoint (" + error_line(e) + ")");
   }
   return archive;
 }

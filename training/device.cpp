@@ -1,5 +1,6 @@
 #include "training/device.h"
 
+#include <ATen/cpu/Utils.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -53,6 +54,26 @@ torch::Device resolve_device(const std::string& spec) {
                     "; use device: cpu or auto");
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+torch::Device rank_device(const torch::Device& configured, int64_t local_rank) {
+  if (!configured.is_cuda()) return configured;
+  return resolve_device("cuda:" + std::to_string(local_rank));
+}
+
+void make_current(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) cuda::make_current(device.index());
+#endif
+  (void)device;
+}
+
+std::string pci_bus_id(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) return cuda::pci_bus_id(device.index());
+#endif
+  (void)device;
+  return "";
 }
 
 void synchronize(const torch::Device& device) {
@@ -115,6 +136,34 @@ void set_memory_limit(const torch::Device& device, int64_t bytes) {
   }
 #endif
   TrackingCpuAllocator::instance().set_limit(bytes);
+}
+
+bool is_out_of_memory_message(const std::string& message) {
+  // Exactly the allocation failures: CUDA's own (cudaErrorMemoryAllocation), cuBLAS's and cuDNN's.
+  for (const char* marker :
+       {"CUDA error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED"}) {
+    if (message.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+bool is_out_of_memory(const std::exception& error) {
+  return dynamic_cast<const c10::OutOfMemoryError*>(&error) ||
+         is_out_of_memory_message(error_line(error));
+}
+
+bool has_native_bf16(const std::unordered_map<std::string, c10::IValue>& capabilities) {
+  for (const char* key : {"avx512_bf16", "amx_bf16"}) {
+    const auto found = capabilities.find(key);
+    if (found != capabilities.end() && found->second.isBool() && found->second.toBool())
+      return true;
+  }
+  return false;
+}
+
+bool cpu_has_native_bf16() {
+  static const bool native = has_native_bf16(at::cpu::get_cpu_capabilities());
+  return native;
 }
 
 void check_precision_supported(const torch::Device& device, Precision precision,

@@ -3,9 +3,11 @@
 // nothing else in the project includes c10/cuda or ATen/cuda.
 #pragma once
 
+#include <ATen/core/ivalue.h>
 #include <torch/types.h>
 
 #include <string>
+#include <unordered_map>
 
 #include "training/amp.h"
 #include "training/memory.h"
@@ -21,6 +23,18 @@ std::string cuda_unavailable_reason(int64_t index);
 // "auto" (cuda:0 when a CUDA device is usable, else cpu), "cpu", "cuda" or "cuda:N".
 // Throws UserError naming training.device when CUDA is asked for but cannot be used.
 torch::Device resolve_device(const std::string& spec);
+
+// The device a data-parallel rank trains on: cuda:<local_rank> when training on CUDA (one GPU per
+// local rank, as torchrun arranges it), the CPU otherwise.
+torch::Device rank_device(const torch::Device& configured, int64_t local_rank);
+
+// Makes `device` the calling thread's current CUDA device (no-op on the CPU), so that everything
+// that uses the current device (cuBLAS and cuDNN handles, NCCL, new streams) uses this one.
+void make_current(const torch::Device& device);
+
+// The PCI bus id of a CUDA device ("0000:3B:00.0"): the name NVML knows the same GPU by, whatever
+// CUDA_VISIBLE_DEVICES renumbered. Empty on the CPU.
+std::string pci_bus_id(const torch::Device& device);
 
 // Waits for all queued work on `device` (no-op on the CPU), so wall-clock timings are honest.
 void synchronize(const torch::Device& device);
@@ -51,6 +65,18 @@ void set_memory_limit(const torch::Device& device, int64_t bytes);
 
 // The device's memory: the GPU's total, or the machine's physical memory.
 int64_t total_memory(const torch::Device& device);
+
+// True for the errors that mean the device ran out of memory: c10::OutOfMemoryError (the CUDA
+// caching allocator's, or on the CPU the tracking allocator's) and the plain errors raised when
+// CUDA, cuBLAS or cuDNN fail to allocate memory of their own (workspaces, handles).
+bool is_out_of_memory(const std::exception& error);
+bool is_out_of_memory_message(const std::string& message);
+
+// True when this CPU computes bf16 natively (AVX-512 BF16 or AMX-BF16). Elsewhere (AVX2-only
+// CPUs) a bf16 matmul is emulated, hundreds of times slower than fp32. The second form decides
+// from a capability table like at::cpu::get_cpu_capabilities()'s.
+bool cpu_has_native_bf16();
+bool has_native_bf16(const std::unordered_map<std::string, c10::IValue>& capabilities);
 
 // Throws UserError naming `key` when `device` cannot compute in `precision` (bf16 needs a
 // compute capability 8.0+ GPU).

@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #endif
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "training/errors.h"
@@ -142,6 +143,14 @@ void ProcessGroup::barrier() {
   impl_->group->barrier()->wait();
 }
 
+std::vector<std::vector<size_t>> gradient_buckets(const std::vector<torch::Tensor>& params,
+                                                  int64_t bucket_bytes) {
+  auto buckets = std::get<0>(c10d::compute_bucket_assignment_by_size(
+      params, {static_cast<size_t>(kFirstBucketBytes), static_cast<size_t>(bucket_bytes)}));
+  std::reverse(buckets.begin(), buckets.end());
+  return buckets;
+}
+
 namespace {
 
 class ReducerAverager : public ProcessGroup::GradientAverager {
@@ -152,14 +161,11 @@ class ReducerAverager : public ProcessGroup::GradientAverager {
     for (auto& p : module.parameters()) {
       if (p.requires_grad()) params.push_back(p);
     }
-    // A small first bucket starts communication early in backward, as PyTorch's DDP does.
-    constexpr int64_t kFirstBucket = 1 << 20;
-    auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
-        params, {static_cast<size_t>(kFirstBucket), static_cast<size_t>(bucket_bytes)});
     reducer_ = std::make_unique<c10d::Reducer>(
-        params, buckets, group, std::vector<bool>(params.size(), false), bucket_bytes,
+        params, gradient_buckets(params, bucket_bytes), group,
+        std::vector<bool>(params.size(), false), bucket_bytes,
         /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
-        std::unordered_map<size_t, std::string>{}, kFirstBucket,
+        std::unordered_map<size_t, std::string>{}, kFirstBucketBytes,
         /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
         std::vector<int64_t>{});
   }
@@ -197,6 +203,9 @@ void ProcessGroup::barrier() {}
 std::unique_ptr<ProcessGroup::GradientAverager> ProcessGroup::gradient_averager(
     torch::nn::Module&) const {
   return nullptr;
+}
+std::vector<std::vector<size_t>> gradient_buckets(const std::vector<torch::Tensor>&, int64_t) {
+  throw UserError("this build has no data-parallel training (no Gloo headers at build time)");
 }
 
 #endif

@@ -46,6 +46,16 @@ struct DistributedOptions {
   int64_t timeout_seconds = 60;                           // rendezvous and collectives
 };
 
+// The gradient buckets of `params` (in definition order) as c10d's Reducer all-reduces them, each
+// a list of parameter indices: assigned by size as PyTorch's DDP does (a small first bucket of
+// kFirstBucketBytes for the parameters defined first, then buckets of `bucket_bytes`), then
+// reversed, because backward produces gradients in roughly the reverse of definition order and the
+// Reducer all-reduces bucket i only after buckets 0..i-1: so the output layers' bucket goes first,
+// overlapping the rest of backward, and the stem's small bucket last.
+inline constexpr int64_t kFirstBucketBytes = 1 << 20;
+std::vector<std::vector<size_t>> gradient_buckets(const std::vector<torch::Tensor>& params,
+                                                  int64_t bucket_bytes);
+
 class ProcessGroup {
  public:
   // Joins the group (blocks until every rank has reached the store, or the timeout).

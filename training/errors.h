@@ -2,6 +2,8 @@
 // use data::DataError, mapped like UserError.
 #pragma once
 
+#include <c10/util/Exception.h>
+
 #include <stdexcept>
 #include <string>
 
@@ -18,6 +20,12 @@ inline constexpr int kExitStopped = 130;  // stopped by SIGINT/SIGTERM, checkpoi
 // The first line of a message: LibTorch's and Gloo's errors append backtraces and context lines.
 inline std::string first_line(const std::string& text) {
   return text.substr(0, text.find('\n'));
+}
+
+// The first line of an error's message, without LibTorch's backtrace.
+inline std::string error_line(const std::exception& error) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
+  return first_line(c10_error ? c10_error->what_without_backtrace() : error.what());
 }
 
 // Something the user can fix (bad arguments, config, environment): exit code 2.

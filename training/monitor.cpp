@@ -85,41 +85,46 @@ constexpr int kNvmlTemperatureGpu = 0;
 
 class NvmlProbe : public Probe {
  public:
-  NvmlProbe(void* library, int index) : library_(library), index_(index) {}
+  NvmlProbe(void* library, std::string device)
+      : library_(library), device_name_(std::move(device)) {}
   ~NvmlProbe() override {
-    if (shutdown_) shutdown_();
+    if (initialized_) shutdown_();
     ::dlclose(library_);
   }
 
-  bool bind(std::string* why_not) {
-    auto symbol = [&](const char* name) {
+  bool bind(const std::string& pci_bus_id, std::string* why_not) {
+    // Required: without these there is nothing to sample. The rest is optional (some drivers,
+    // and virtual GPUs, lack power or clock readings), so one missing symbol costs one column.
+    auto required = [&](const char* name) {
       void* found = ::dlsym(library_, name);
       if (!found && why_not->empty()) *why_not = std::string("NVML has no ") + name;
       return found;
     };
-    init_ = reinterpret_cast<nvmlReturn_t (*)()>(symbol("nvmlInit_v2"));
-    shutdown_ = reinterpret_cast<nvmlReturn_t (*)()>(symbol("nvmlShutdown"));
-    handle_by_index_ = reinterpret_cast<nvmlReturn_t (*)(unsigned, nvmlDevice_t*)>(
-        symbol("nvmlDeviceGetHandleByIndex_v2"));
+    auto optional = [&](const char* name) { return ::dlsym(library_, name); };
+    init_ = reinterpret_cast<nvmlReturn_t (*)()>(required("nvmlInit_v2"));
+    shutdown_ = reinterpret_cast<nvmlReturn_t (*)()>(required("nvmlShutdown"));
+    handle_by_bus_id_ = reinterpret_cast<nvmlReturn_t (*)(const char*, nvmlDevice_t*)>(
+        required("nvmlDeviceGetHandleByPciBusId_v2"));
     utilization_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlUtilization*)>(
-        symbol("nvmlDeviceGetUtilizationRates"));
+        required("nvmlDeviceGetUtilizationRates"));
     memory_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlMemory*)>(
-        symbol("nvmlDeviceGetMemoryInfo"));
+        required("nvmlDeviceGetMemoryInfo"));
     power_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned*)>(
-        symbol("nvmlDeviceGetPowerUsage"));
+        optional("nvmlDeviceGetPowerUsage"));
     clock_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int, unsigned*)>(
-        symbol("nvmlDeviceGetClockInfo"));
+        optional("nvmlDeviceGetClockInfo"));
     temperature_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int, unsigned*)>(
-        symbol("nvmlDeviceGetTemperature"));
+        optional("nvmlDeviceGetTemperature"));
     if (!why_not->empty()) return false;
     if (init_() != kNvmlSuccess) return *why_not = "nvmlInit failed (no NVIDIA driver?)", false;
-    if (handle_by_index_(static_cast<unsigned>(index_), &device_) != kNvmlSuccess) {
-      return *why_not = "NVML has no GPU " + std::to_string(index_), false;
+    initialized_ = true;
+    if (handle_by_bus_id_(pci_bus_id.c_str(), &device_) != kNvmlSuccess) {
+      return *why_not = "NVML has no GPU at PCI bus id " + pci_bus_id, false;
     }
     return true;
   }
 
-  std::string device() const override { return "cuda:" + std::to_string(index_); }
+  std::string device() const override { return device_name_; }
 
   Sample read() override {
     Sample sample;
@@ -132,20 +137,22 @@ class NvmlProbe : public Probe {
       sample.memory_total = static_cast<int64_t>(memory.total);
     }
     unsigned value = 0;
-    if (power_(device_, &value) == kNvmlSuccess) sample.power_watts = value / 1000.0;  // mW
-    if (clock_(device_, kNvmlClockSm, &value) == kNvmlSuccess) sample.sm_clock_mhz = value;
-    if (temperature_(device_, kNvmlTemperatureGpu, &value) == kNvmlSuccess)
+    if (power_ && power_(device_, &value) == kNvmlSuccess) sample.power_watts = value / 1000.0;
+    if (clock_ && clock_(device_, kNvmlClockSm, &value) == kNvmlSuccess)
+      sample.sm_clock_mhz = value;
+    if (temperature_ && temperature_(device_, kNvmlTemperatureGpu, &value) == kNvmlSuccess)
       sample.temperature_c = value;
     return sample;
   }
 
  private:
   void* library_;
-  int index_;
+  std::string device_name_;
+  bool initialized_ = false;
   nvmlDevice_t device_ = nullptr;
   nvmlReturn_t (*init_)() = nullptr;
   nvmlReturn_t (*shutdown_)() = nullptr;
-  nvmlReturn_t (*handle_by_index_)(unsigned, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*handle_by_bus_id_)(const char*, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*utilization_)(nvmlDevice_t, NvmlUtilization*) = nullptr;
   nvmlReturn_t (*memory_)(nvmlDevice_t, NvmlMemory*) = nullptr;
   nvmlReturn_t (*power_)(nvmlDevice_t, unsigned*) = nullptr;
@@ -159,16 +166,16 @@ std::unique_ptr<Probe> make_cpu_probe() {
   return std::make_unique<CpuProbe>();
 }
 
-std::unique_ptr<Probe> make_nvml_probe(int index, const std::string& library,
-                                       std::string* why_not) {
+std::unique_ptr<Probe> make_nvml_probe(const std::string& device, const std::string& pci_bus_id,
+                                       const std::string& library, std::string* why_not) {
   why_not->clear();
   void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     *why_not = "cannot load " + library + " (" + ::dlerror() + ")";
     return nullptr;
   }
-  auto probe = std::make_unique<NvmlProbe>(handle, index);
-  if (!probe->bind(why_not)) return nullptr;
+  auto probe = std::make_unique<NvmlProbe>(handle, device);
+  if (!probe->bind(pci_bus_id, why_not)) return nullptr;
   return probe;
 }
 

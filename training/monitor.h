@@ -35,9 +35,14 @@ class Probe {
 // The process's CPU utilisation (CPU time / wall time / cores, since the previous read) and RSS.
 std::unique_ptr<Probe> make_cpu_probe();
 
-// NVML for GPU `index`, from `library` (default "libnvidia-ml.so.1"; a test can hand in a fake).
-// nullptr with the reason in `why_not` when the library, a symbol or the device is unavailable.
-std::unique_ptr<Probe> make_nvml_probe(int index, const std::string& library, std::string* why_not);
+// NVML for the GPU at PCI bus id `pci_bus_id` (device.h's pci_bus_id(): NVML numbers GPUs
+// physically and ignores CUDA_VISIBLE_DEVICES, so an index would name the wrong GPU), labelled
+// `device` ("cuda:0") in the samples, from `library` (default "libnvidia-ml.so.1"; a test can
+// hand in a fake). Utilisation and memory are required; power, SM clock and temperature are read
+// when the library has them. nullptr with the reason in `why_not` when the library, a required
+// symbol or the GPU is unavailable.
+std::unique_ptr<Probe> make_nvml_probe(const std::string& device, const std::string& pci_bus_id,
+                                       const std::string& library, std::string* why_not);
 
 struct SamplerSummary {
   int64_t samples = 0;

@@ -50,7 +50,8 @@ fs::path write_report(const fs::path& run_dir) {
   };
 
   double train_seconds = 0, eval_seconds = 0, data_seconds = 0, images = 0;
-  int64_t peak_allocated = 0, peak_reserved = 0, device_used = 0;
+  int64_t train_allocated = 0, train_reserved = 0, eval_allocated = 0, eval_reserved = 0;
+  int64_t device_used = 0;
   size_t best = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
@@ -58,9 +59,13 @@ fs::path write_report(const fs::path& run_dir) {
     eval_seconds += number(r, "eval_seconds");
     data_seconds += number(r, "data_seconds");
     images += number(r, "images_per_second") * number(r, "epoch_seconds");
-    peak_allocated =
-        std::max(peak_allocated, static_cast<int64_t>(number(r, "peak_allocated_bytes")));
-    peak_reserved = std::max(peak_reserved, static_cast<int64_t>(number(r, "peak_reserved_bytes")));
+    const auto largest = [&](int64_t& into, const char* key) {
+      into = std::max(into, static_cast<int64_t>(number(r, key)));
+    };
+    largest(train_allocated, "train_peak_allocated_bytes");
+    largest(train_reserved, "train_peak_reserved_bytes");
+    largest(eval_allocated, "eval_peak_allocated_bytes");
+    largest(eval_reserved, "eval_peak_reserved_bytes");
     device_used = std::max(device_used, static_cast<int64_t>(number(r, "memory_used_max_bytes")));
     if (number(r, "test_acc") > number(rows[best], "test_acc")) best = i;
   }
@@ -108,8 +113,13 @@ fs::path write_report(const fs::path& run_dir) {
      << fmt::format("{:.1f}", eval_seconds) << " s |\n"
      << fmt::format("| mean throughput | {:.1f} images/s |\n",
                     train_seconds > 0 ? images / train_seconds : 0.0)
-     << "| peak memory (allocator) | " << format_bytes(peak_allocated) << " allocated"
-     << (cuda ? ", " + format_bytes(peak_reserved) + " reserved" : "") << " |\n"
+     << "| peak memory, training (allocator) | " << format_bytes(train_allocated) << " allocated"
+     << (cuda ? ", " + format_bytes(train_reserved) + " reserved" : "") << " |\n"
+     << "| peak memory, evaluation (allocator) | " << format_bytes(eval_allocated) << " allocated"
+     << (cuda ? ", " + format_bytes(eval_reserved) + " reserved" : "")
+     << (eval_allocated > train_allocated ? " (sets the run's peak: lower training.eval_batch_size)"
+                                          : "")
+     << " |\n"
      << "| peak memory (sampled) | "
      << (device_used > 0
              ? format_bytes(device_used) + (cuda ? " used on the GPU (NVML)" : " process RSS")
@@ -130,18 +140,20 @@ fs::path write_report(const fs::path& run_dir) {
   }
   md << "## Epochs\n\n"
      << "| epoch | step | lr | train loss | train acc | test loss | test acc | train s | images/s "
-        "| data wait | peak MiB |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "| data wait | training peak MiB | evaluation peak MiB |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows) {
     md << fmt::format(
         "| {} | {} | {:.4g} | {:.4f} | {:.2f}% | {:.4f} | {:.2f}% | {:.1f} | {:.1f} | {:.1f}% | "
-        "{:.1f} |\n",
+        "{:.1f} | {:.1f} |\n",
         r.value("epoch", 0), r.value("step", 0), number(r, "lr"), number(r, "train_loss"),
         100 * number(r, "train_acc"), number(r, "test_loss"), 100 * number(r, "test_acc"),
         number(r, "epoch_seconds"), number(r, "images_per_second"),
         100 * number(r, "data_wait_fraction"),
-        to_mib(static_cast<int64_t>(
-            std::max(number(r, "peak_allocated_bytes"), number(r, "peak_reserved_bytes")))));
+        to_mib(static_cast<int64_t>(std::max(number(r, "train_peak_allocated_bytes"),
+                                             number(r, "train_peak_reserved_bytes")))),
+        to_mib(static_cast<int64_t>(std::max(number(r, "eval_peak_allocated_bytes"),
+                                             number(r, "eval_peak_reserved_bytes")))));
   }
   md << "\n## Plots\n\n";
   if (plot_problem.empty()) {

@@ -70,8 +70,18 @@ void log_model_memory(torch::nn::Module& model, const Config& config) {
       format_bytes(2 * parameters + momentum));
 }
 
+// Where an out-of-memory error happened: "in epoch 2 after 40 steps", and which phase, which
+// decides the remedies.
+struct OutOfMemoryWhere {
+  enum Phase { Setup, Training, Evaluation } phase;
+  std::string text;
+};
+
+// One line for an out-of-memory error: where it happened, the peak reached, the limit, and the
+// remedies for that phase.
 std::string out_of_memory_message(const Config& config, const torch::Device& device,
-                                  const TrainState& state, const std::string& allocator_message) {
+                                  const OutOfMemoryWhere& where,
+                                  const std::string& allocator_message) {
   const MemoryStats memory = memory_stats(device);
   const int64_t limit = config.memory.limit > 0 ? config.memory.limit : total_memory(device);
   // Both the CUDA caching allocator and ours say how much the failed request was.
@@ -80,19 +90,47 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
   const std::string tried = std::regex_search(allocator_message, request, kRequest)
                                 ? " (tried to allocate " + request[1].str() + ")"
                                 : "";
-  std::string message =
-      "out of memory on " + device.str() + " in epoch " + std::to_string(state.epoch + 1) +
-      " after " + std::to_string(state.step) + " steps" + tried + ": peak " +
-      format_bytes(std::max(memory.peak_allocated, memory.peak_reserved)) + ", limit " +
-      format_bytes(limit) + (config.memory.limit > 0 ? " (memory.limit)" : " (device memory)") +
-      ". Remedies: a smaller training.batch_size (now " +
-      std::to_string(config.training.batch_size) + ")";
+  std::string message = "out of memory on " + device.str() + " " + where.text + tried + ": peak " +
+                        format_bytes(std::max(memory.peak_allocated, memory.peak_reserved)) +
+                        ", limit " + format_bytes(limit) +
+                        (config.memory.limit > 0 ? " (memory.limit)" : " (device memory)") +
+                        ". Remedies: ";
+  const std::string intact = " The last checkpoint is intact.";
+  switch (where.phase) {
+    case OutOfMemoryWhere::Setup:
+      return message + "the model, its optimizer state" +
+             (config.data.device_resident ? " and the device-resident data" : "") +
+             " must fit before the first step: more memory (memory.limit)" +
+             (config.data.device_resident ? ", data.device_resident: false" : "") +
+             " or a smaller model.arch." + intact;
+    case OutOfMemoryWhere::Evaluation:
+      return message + "a smaller training.eval_batch_size (now " +
+             std::to_string(config.training.eval_batch_size) +
+             "; evaluation needs no gradients and its batch size does not change the result)." +
+             intact;
+    case OutOfMemoryWhere::Training:
+      break;
+  }
+  message +=
+      "a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
   if (config.training.precision == Precision::FP32)
     message += ", training.precision: bf16 or fp16 (now fp32)";
   if (!config.checkpointing.enabled()) message += ", checkpointing.enabled: true";
-  return message +
-         "; `train sweep --find-max` finds the largest batch that fits. The last "
-         "checkpoint is intact.";
+  if (config.data.device_resident) message += ", data.device_resident: false";
+  return message + "; `train sweep --find-max` finds the largest batch that fits." + intact;
+}
+
+// Runs `body`; an out-of-memory error inside it (device.h's is_out_of_memory) becomes
+// OutOfMemory with its one-line message.
+template <class Body>
+auto out_of_memory_is_exit_3(const Config& config, const torch::Device& device,
+                             const std::function<OutOfMemoryWhere()>& where, Body&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e) || dynamic_cast<const OutOfMemory*>(&e)) throw;
+    throw OutOfMemory(out_of_memory_message(config, device, where(), e.what()));
+  }
 }
 
 }  // namespace
@@ -110,9 +148,8 @@ int run_training(const TrainRequest& request) {
 
   set_cpu_threads(config.training.threads);
   torch::Device device = resolve_device(config.training.device);
-  if (data_parallel && device.is_cuda()) {  // one GPU per local rank, as torchrun arranges it
-    device = resolve_device("cuda:" + std::to_string(launch->local_rank));
-  }
+  if (data_parallel) device = rank_device(device, launch->local_rank);
+  make_current(device);
   if (data_parallel && config.checkpointing.enabled()) {
     throw UserError(
         "checkpointing.enabled: gradient checkpointing is not supported with "
@@ -160,8 +197,13 @@ int run_training(const TrainRequest& request) {
                source_name(source), source == data::Source::Synthetic ? "memory" : dataset.root(),
                train.size(), test.size(), load_seconds);
 
-  Trainer trainer(config, device, std::move(train), std::move(test), run ? &*run : nullptr,
-                  group.get());
+  auto building = [] {
+    return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while building the model and its data"};
+  };
+  Trainer trainer = out_of_memory_is_exit_3(config, device, building, [&] {
+    return Trainer(config, device, std::move(train), std::move(test), run ? &*run : nullptr,
+                   group.get());
+  });
   spdlog::info("model: {} ({} stem), {} parameters, {} steps per epoch, {} steps planned",
                arch_name(config.model), stem_name(config.model), count_parameters(*trainer.model()),
                trainer.steps_per_epoch(), trainer.total_steps());
@@ -170,25 +212,33 @@ int run_training(const TrainRequest& request) {
     spdlog::info("memory: limited to {} on {} (memory.limit)", format_bytes(config.memory.limit),
                  device.str());
   }
-  if (!checkpoint.empty()) trainer.resume(checkpoint);
+  if (!checkpoint.empty()) {
+    auto loading = [&] {
+      return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while loading " + checkpoint.string()};
+    };
+    out_of_memory_is_exit_3(config, device, loading, [&] { trainer.resume(checkpoint); });
+  }
 
   install_stop_handlers();
   const auto start = std::chrono::steady_clock::now();
   FitEnd end = FitEnd::Finished;
+  auto position = [&] {
+    const bool evaluating = trainer.evaluating();
+    return OutOfMemoryWhere{evaluating ? OutOfMemoryWhere::Evaluation : OutOfMemoryWhere::Training,
+                            std::string(evaluating ? "in the evaluation of" : "in") + " epoch " +
+                                std::to_string(trainer.state().epoch + 1) + " after " +
+                                std::to_string(trainer.state().step) + " steps"};
+  };
   try {
-    end = trainer.fit();
-  } catch (const c10::OutOfMemoryError& e) {
-    throw OutOfMemory(out_of_memory_message(config, device, trainer.state(), e.what()));
+    end = out_of_memory_is_exit_3(config, device, position, [&] { return trainer.fit(); });
   } catch (const std::exception& e) {
-    if (!group || dynamic_cast<const UserError*>(&e)) throw;
-    // Gloo reports a dead peer with its own exception type, NCCL and timeouts with c10's.
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    const std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
-    // A collective failed: a peer died, hung past the timeout, or the network broke.
+    if (!group || dynamic_cast<const UserError*>(&e) || dynamic_cast<const OutOfMemory*>(&e)) throw;
+    // A collective failed: a peer died, hung past the timeout, or the network broke. (Gloo
+    // reports a dead peer with its own exception type, NCCL and timeouts with c10's.)
     throw DistributedError("rank " + std::to_string(group->rank()) +
-                           ": lost contact with the other " + "ranks in epoch " +
+                           ": lost contact with the other ranks in epoch " +
                            std::to_string(trainer.state().epoch + 1) + " after " +
-                           std::to_string(trainer.state().step) + " steps (" + first_line(what) +
+                           std::to_string(trainer.state().step) + " steps (" + error_line(e) +
                            "); the last checkpoint is intact");
   }
   const double seconds =

@@ -112,13 +112,15 @@ class Sweep {
     trial.wall_seconds = outcome.seconds;
     trial.result = read_result(result, outcome, log);
     const auto& r = trial.result;
-    spdlog::info("[{}] {} batch {}: {}{}", trial.id, cell.name(), batch, r.status,
-                 r.status == "ok"
-                     ? fmt::format(", peak {} MiB allocated / {} MiB reserved, {:.4f} "
-                                   "s/step, {:.0f} img/s",
-                                   mib(r.peak_allocated_bytes), mib(r.peak_reserved_bytes),
-                                   r.median_step_seconds, r.images_per_second)
-                     : ": " + r.message);
+    spdlog::info(
+        "[{}] {} batch {}: {}{}", trial.id, cell.name(), batch, r.status,
+        r.status == "ok"
+            ? fmt::format(", peak {} MiB allocated / {} MiB reserved (after the "
+                          "warm-up {} / {}), {:.4f} s/step, {:.0f} img/s",
+                          mib(r.peak_allocated_bytes), mib(r.peak_reserved_bytes),
+                          mib(r.steady_peak_allocated_bytes), mib(r.steady_peak_reserved_bytes),
+                          r.median_step_seconds, r.images_per_second)
+            : ": " + r.message);
     trials_.push_back(trial);
     write_outputs(/*final=*/false);  // what is measured is kept, even if the sweep is stopped
     return trials_.back().result;
@@ -240,20 +242,23 @@ class Sweep {
        << (config_.memory.limit > 0 ? " (emulated with memory.limit)" : " (the device's)")
        << ". Each trial ran in its own process: " << config_.sweep.warmup_steps << " warm-up + "
        << config_.sweep.measure_steps
-       << " measured steps on synthetic batches held on the device; step time is the median.\n\n"
+       << " measured steps on synthetic batches held on the device; step time is the median. "
+          "Peaks include the first step (what must fit); the steady peak is over the measured "
+          "steps after the warm-up.\n\n"
        << "## Trials\n\n"
        << "| # | precision | checkpointing | memory format | batch | status | peak allocated (MiB) "
-          "| peak reserved (MiB) | step (s) | images/s |\n"
-       << "|---|---|---|---|---|---|---|---|---|---|\n";
+          "| peak reserved (MiB) | steady peak reserved (MiB) | step (s) | images/s |\n"
+       << "|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& t : trials_) {
       const auto& r = t.result;
       md << "| " << t.id << " | " << precision_name(t.cell.precision) << " | "
          << (t.cell.checkpointing ? "on" : "off") << " | "
          << memory_format_name(t.cell.memory_format) << " | " << t.batch << " | " << r.status
          << (r.status == "error" ? ": " + r.message : "") << " | " << mib(r.peak_allocated_bytes)
-         << " | " << mib(r.peak_reserved_bytes) << " | "
-         << (r.status == "ok" ? fmt::format("{:.4f}", r.median_step_seconds) : "-") << " | "
-         << (r.status == "ok" ? fmt::format("{:.0f}", r.images_per_second) : "-") << " |\n";
+         << " | " << mib(r.peak_reserved_bytes) << " | " << mib(r.steady_peak_reserved_bytes)
+         << " | " << (r.status == "ok" ? fmt::format("{:.4f}", r.median_step_seconds) : "-")
+         << " | " << (r.status == "ok" ? fmt::format("{:.0f}", r.images_per_second) : "-")
+         << " |\n";
     }
     md << "\n## Per setting\n\n"
        << "| setting | largest batch that fits | smallest batch that does not | fastest batch "

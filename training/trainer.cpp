@@ -59,7 +59,7 @@ std::unique_ptr<Sampler> make_sampler(const MonitorConfig& config, const torch::
   std::unique_ptr<Probe> probe;
   if (device.is_cuda()) {
     std::string why_not;
-    probe = make_nvml_probe(device.index(), "libnvidia-ml.so.1", &why_not);
+    probe = make_nvml_probe(device.str(), pci_bus_id(device), "libnvidia-ml.so.1", &why_not);
     if (!probe) {
       spdlog::warn("GPU sampling off: {}; training goes on without gpu.jsonl", why_not);
       return nullptr;
@@ -232,13 +232,15 @@ bool Trainer::train_epoch() {
 
     if (state_.batch_in_epoch % config_.training.log_every_steps == 0) {
       const double seen = static_cast<double>(state_.seen);
+      // Reading the accumulators waits for the queued steps; only then is the rate honest.
+      const double running_loss = state_.loss_sum.item<double>() / seen;
+      const double running_acc = static_cast<double>(state_.correct.item<int64_t>()) / seen;
       const double rate = interval_images / std::max(seconds_since(interval_start), 1e-9);
       const int64_t left = std::min(batches, state_.batch_in_epoch + total_steps_ - state_.step) -
                            state_.batch_in_epoch;
       progress.show(
-          {epoch, config_.training.epochs, state_.batch_in_epoch, batches, rate,
-           state_.loss_sum.item<double>() / seen,
-           static_cast<double>(state_.correct.item<int64_t>()) / seen, last_lr_,
+          {epoch, config_.training.epochs, state_.batch_in_epoch, batches, rate, running_loss,
+           running_acc, last_lr_,
            left * static_cast<double>(config_.training.batch_size) / std::max(rate, 1e-9)});
       interval_start = Clock::now();
       interval_images = 0;
@@ -246,15 +248,18 @@ bool Trainer::train_epoch() {
   }
   synchronize(device_);
   state_.train_seconds = seconds_before + seconds_since(start);
+  train_memory_ = memory_stats(device_);
   progress.clear();
   return state_.batch_in_epoch == batches;
 }
 
 Evaluation Trainer::evaluate() {
+  evaluating_ = true;
   torch::NoGradGuard no_grad;
   AutocastGuard autocast(device_.type(), config_.training.precision);
   model_->eval();
   synchronize(device_);
+  reset_peak_memory(device_);  // evaluation's peak is its own
   const auto start = Clock::now();
   auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device_));
   auto correct = torch::zeros({}, torch::TensorOptions(torch::kInt64).device(device_));
@@ -272,6 +277,8 @@ Evaluation Trainer::evaluate() {
   const double n = count.item<double>();
   Evaluation evaluation{loss_sum.item<double>() / n, correct.item<int64_t>() / n, 0.0};
   evaluation.seconds = seconds_since(start);
+  eval_memory_ = memory_stats(device_);
+  evaluating_ = false;
   return evaluation;
 }
 
@@ -303,12 +310,31 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   row["epoch_seconds"] = train_seconds;
   row["eval_seconds"] = evaluation.seconds;
   row["images_per_second"] = images_per_second;
-  // Peaks since the start of this epoch's training (evaluation included).
-  const MemoryStats memory = memory_stats(device_);
+  // Each phase's peaks (the largest over the ranks); the overall columns are the larger of the
+  // two. Reserved bytes exist on CUDA only (on the CPU the tracking allocator holds nothing back).
+  auto peaks = torch::tensor({static_cast<double>(train_memory_.peak_allocated),
+                              static_cast<double>(train_memory_.peak_reserved),
+                              static_cast<double>(eval_memory_.peak_allocated),
+                              static_cast<double>(eval_memory_.peak_reserved)},
+                             torch::TensorOptions(torch::kFloat64).device(device_));
+  if (group_) {
+    std::vector<torch::Tensor> largest = {peaks};
+    group_->all_reduce(largest, /*max=*/true);
+  }
+  const auto peak = peaks.cpu();
+  const auto bytes = [&](int64_t i) { return static_cast<int64_t>(peak[i].item<double>()); };
+  const int64_t train_allocated = bytes(0), train_reserved = bytes(1);
+  const int64_t eval_allocated = bytes(2), eval_reserved = bytes(3);
+  const auto reserved = [&](int64_t value) {
+    return device_.is_cuda() ? nlohmann::ordered_json(value) : nlohmann::ordered_json();
+  };
   row["device"] = device_.str();
-  row["peak_allocated_bytes"] = memory.peak_allocated;
-  row["peak_reserved_bytes"] =
-      device_.is_cuda() ? nlohmann::ordered_json(memory.peak_reserved) : nlohmann::ordered_json();
+  row["peak_allocated_bytes"] = std::max(train_allocated, eval_allocated);
+  row["peak_reserved_bytes"] = reserved(std::max(train_reserved, eval_reserved));
+  row["train_peak_allocated_bytes"] = train_allocated;
+  row["train_peak_reserved_bytes"] = reserved(train_reserved);
+  row["eval_peak_allocated_bytes"] = eval_allocated;
+  row["eval_peak_reserved_bytes"] = reserved(eval_reserved);
   row["skipped_steps"] = state_.skipped_steps;
   row["grad_scale"] = scaler_.enabled() ? nlohmann::ordered_json(scaler_.current_scale())
                                         : nlohmann::ordered_json();
@@ -330,12 +356,21 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   if (run_) run_->record_epoch(row);
   spdlog::info(
       "epoch {}/{}  step {}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  "
-      "lr {:.4g}  {:.1f} s  {:.0f} img/s  peak {:.1f} MiB allocated{}",
+      "lr {:.4g}  {:.1f} s  {:.0f} img/s  peak {:.1f} MiB training, {:.1f} MiB evaluation "
+      "(allocated{})",
       epoch, config_.training.epochs, state_.step, train_loss, 100 * train_acc, evaluation.loss,
       100 * evaluation.accuracy, last_lr_, train_seconds, images_per_second,
-      to_mib(memory.peak_allocated),
-      device_.is_cuda() ? fmt::format(" / {:.1f} MiB reserved", to_mib(memory.peak_reserved))
+      to_mib(train_allocated), to_mib(eval_allocated),
+      device_.is_cuda() ? fmt::format("; reserved {:.1f} / {:.1f} MiB", to_mib(train_reserved),
+                                      to_mib(eval_reserved))
                         : std::string());
+  if (eval_allocated > train_allocated && !said_evaluation_peak_) {
+    said_evaluation_peak_ = true;
+    spdlog::info(
+        "memory: evaluation sets this run's peak ({:.1f} MiB against {:.1f} MiB for training); "
+        "a smaller training.eval_batch_size (now {}) lowers it without changing any result",
+        to_mib(eval_allocated), to_mib(train_allocated), config_.training.eval_batch_size);
+  }
   if (scaler_.enabled()) {
     spdlog::info("fp16 loss scale {:.0f}, {} step(s) skipped this epoch (inf/NaN gradients)",
                  scaler_.current_scale(), state_.skipped_steps);

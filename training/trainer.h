@@ -13,6 +13,7 @@
 #include "training/checkpoint_io.h"
 #include "training/config.h"
 #include "training/distributed.h"
+#include "training/memory.h"
 #include "training/monitor.h"
 #include "training/profiler.h"
 #include "training/run_dir.h"
@@ -40,6 +41,8 @@ class Trainer {
   FitEnd fit();
 
   Evaluation evaluate();
+  // True while evaluate() runs (an out-of-memory error there needs other remedies).
+  bool evaluating() const { return evaluating_; }
   models::ResNet& model() { return model_; }
   const TrainState& state() const { return state_; }
   int64_t steps_per_epoch() const { return train_loader_.batches_per_epoch(); }
@@ -74,9 +77,15 @@ class Trainer {
   LrSchedule schedule_;
   TrainState state_;
   double last_lr_ = 0;
-  double data_seconds_ = 0;           // this epoch's time waiting for the next batch
-  bool stopping_ = false;             // a stop was agreed (see stop_now)
-  std::unique_ptr<Sampler> sampler_;  // null when sampling is off or NVML is missing
+  double data_seconds_ = 0;  // this epoch's time waiting for the next batch
+  bool stopping_ = false;    // a stop was agreed (see stop_now)
+  bool evaluating_ = false;  // inside evaluate()
+  // The device's peaks in this epoch's training phase and in its evaluation: the peak counters
+  // are reset at each phase boundary, so each phase's peak is its own (the first step stays in
+  // the training peak: it is what must fit).
+  MemoryStats train_memory_, eval_memory_;
+  bool said_evaluation_peak_ = false;  // the "evaluation sets the peak" hint is logged once
+  std::unique_ptr<Sampler> sampler_;   // null when sampling is off or NVML is missing
   StepProfiler profiler_;
 };
 

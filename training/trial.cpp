@@ -18,6 +18,8 @@ nlohmann::ordered_json to_json(const TrialResult& r) {
           {"message", r.message},
           {"peak_allocated_bytes", r.peak_allocated_bytes},
           {"peak_reserved_bytes", r.peak_reserved_bytes},
+          {"steady_peak_allocated_bytes", r.steady_peak_allocated_bytes},
+          {"steady_peak_reserved_bytes", r.steady_peak_reserved_bytes},
           {"median_step_seconds", r.median_step_seconds},
           {"images_per_second", r.images_per_second},
           {"steps", r.steps}};
@@ -29,6 +31,8 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   r.message = j.at("message").get<std::string>();
   r.peak_allocated_bytes = j.at("peak_allocated_bytes").get<int64_t>();
   r.peak_reserved_bytes = j.at("peak_reserved_bytes").get<int64_t>();
+  r.steady_peak_allocated_bytes = j.at("steady_peak_allocated_bytes").get<int64_t>();
+  r.steady_peak_reserved_bytes = j.at("steady_peak_reserved_bytes").get<int64_t>();
   r.median_step_seconds = j.at("median_step_seconds").get<double>();
   r.images_per_second = j.at("images_per_second").get<double>();
   r.steps = j.at("steps").get<int64_t>();
@@ -37,10 +41,12 @@ TrialResult trial_from_json(const nlohmann::json& j) {
 
 TrialResult run_trial(const Config& config, int64_t warmup_steps, int64_t measure_steps) {
   const torch::Device device = resolve_device(config.training.device);
+  make_current(device);
   set_memory_limit(device, config.memory.limit);
   set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
   TrialResult result;
   std::vector<double> step_seconds;
+  MemoryStats warmup_peaks;  // over the warm-up steps (the first step among them)
   try {
     auto model = build_model(config, device);
     auto optimizer = make_sgd(*model, config.optimizer);
@@ -54,6 +60,10 @@ TrialResult run_trial(const Config& config, int64_t warmup_steps, int64_t measur
     synchronize(device);
     reset_peak_memory(device);
     for (int64_t step = 0; step < warmup_steps + measure_steps; ++step) {
+      if (step == warmup_steps && warmup_steps > 0) {
+        warmup_peaks = memory_stats(device);
+        reset_peak_memory(device);  // the measured steps' own peak from here
+      }
       const auto start = std::chrono::steady_clock::now();
       train_step(model, *optimizer, scaler, config.training.precision,
                  config.training.label_smoothing, images, labels);
@@ -64,16 +74,15 @@ TrialResult run_trial(const Config& config, int64_t warmup_steps, int64_t measur
       ++result.steps;
     }
     result.status = "ok";
-  } catch (const c10::OutOfMemoryError& e) {
-    result.status = "oom";
-    result.message = first_line(e.what());
   } catch (const std::exception& e) {
-    result.status = "error";
-    result.message = first_line(e.what());
+    result.status = is_out_of_memory(e) ? "oom" : "error";
+    result.message = error_line(e);
   }
   const MemoryStats memory = memory_stats(device);
-  result.peak_allocated_bytes = memory.peak_allocated;
-  result.peak_reserved_bytes = memory.peak_reserved;
+  result.steady_peak_allocated_bytes = memory.peak_allocated;
+  result.steady_peak_reserved_bytes = memory.peak_reserved;
+  result.peak_allocated_bytes = std::max(memory.peak_allocated, warmup_peaks.peak_allocated);
+  result.peak_reserved_bytes = std::max(memory.peak_reserved, warmup_peaks.peak_reserved);
   if (!step_seconds.empty()) {
     result.median_step_seconds = median(step_seconds);
     result.images_per_second = config.training.batch_size / result.median_step_seconds;

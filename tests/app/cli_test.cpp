@@ -188,6 +188,51 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
   EXPECT_EQ(test_support::read_text(run / "metrics.jsonl"), metrics_before);
 }
 
+// Building the model (or loading a checkpoint) can run out of memory before the first step: that
+// is exit 3 with its own one line, not an internal error.
+TEST(Cli, OutOfMemoryBeforeTheFirstStepIsExitCodeThree) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir).string();
+  auto r = run_train("--config " + config + " --output-dir " + (dir / "small").string() +
+                     " --memory-limit 20MiB");  // ResNet-18's weights alone are 42.65 MiB
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("out of memory on cpu while building the model and its data"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
+
+  r = run_train("--config " + config + " --output-dir " + (dir / "run").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto checkpoint = test_support::read_text(dir / "run/checkpoint.pt");
+  // Room for the model and its optimizer state, not for a second copy of them being loaded.
+  r = run_train("--resume " + (dir / "run").string() +
+                " --set training.epochs=2 --memory-limit 100MiB");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("out of memory on cpu while loading"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("not a readable checkpoint"), std::string::npos) << r.output;
+  EXPECT_EQ(test_support::read_text(dir / "run/checkpoint.pt"), checkpoint);
+}
+
+// Evaluation has its own batch size: when it runs out of memory, the message says so.
+TEST(Cli, OutOfMemoryInEvaluationNamesTheEvaluationBatch) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "eval.yaml") << "model: {arch: resnet18, stem: cifar}\n"
+                                      "data: {source: synthetic, synthetic_train_size: 32, "
+                                      "synthetic_test_size: 2048}\n"
+                                      "training: {device: cpu, epochs: 1, batch_size: 16, "
+                                      "eval_batch_size: 2048}\n";
+  // Training at batch 16 needs about 200 MiB; one 2048-image activation alone is 512 MiB.
+  const auto r = run_train("--config " + (dir / "eval.yaml").string() + " --output-dir " +
+                           (dir / "run").string() + " --memory-limit 400MiB");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("out of memory on cpu in the evaluation of epoch 1 after 2 steps"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("a smaller training.eval_batch_size (now 2048"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("training.batch_size"), std::string::npos) << r.output;
+}
+
 TEST(Cli, BadMemoryLimitIsABadInput) {
   test_support::TempDir dir;
   const auto r =

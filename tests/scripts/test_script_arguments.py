@@ -26,6 +26,41 @@ class ScriptArgumentsTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 2)
             self.assertIn("no data_batch_1.bin", proc.stderr)
 
+    def test_gpu_check_refuses_bad_arguments(self):
+        for args in ([], ["--speed"], ["/tmp/x", "--fast"]):
+            proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), *args],
+                                  capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 2, args)
+            self.assertIn("usage: scripts/gpu_check.sh OUT_DIR [--speed]", proc.stderr)
+
+    def test_gpu_check_report_needs_the_checks(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = run("gpu_check_report.py", tmp)
+            self.assertEqual(proc.returncode, 2)
+            self.assertIn("checks.jsonl: not found", proc.stderr)
+
+    def test_gpu_check_report_reports_what_the_checks_left(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp)
+            (out / "checks.jsonl").write_text(
+                '{"check": "build (Release)", "log": "build.log", "passed": true, "exit_code": 0, "seconds": 61.0}\n'
+                '{"check": "CUDA suite (ctest -L cuda)", "log": "cuda_suite.log", "passed": false, "exit_code": 8, "seconds": 90.5}\n')
+            (out / "gpu.log").write_text("name, memory.total [MiB]\nNVIDIA H200, 143771 MiB\n")
+            (out / "cuda_suite.log").write_text("93% tests passed, 1 tests failed out of 14\n")
+            (out / "resnet50").mkdir()
+            (out / "resnet50" / "sweep.json").write_text(
+                '{"trials": [{"status": "ok", "images_per_second": 25000.0, "median_step_seconds": 0.02048,'
+                ' "peak_reserved_bytes": 1000}]}')
+            proc = run("gpu_check_report.py", tmp)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            md = (out / "gpu_check.md").read_text()
+            self.assertIn("| CUDA suite (ctest -L cuda) | FAILED (exit 8) | 90.5 | `cuda_suite.log` |", md)
+            self.assertIn("CUDA suite: 13 passed, 1 failed, 0 skipped of 14.", md)
+            # 25,000 images/s x 7.788 GFLOP = 194.7 TFLOP/s = 19.7% of 989.4 on an H200.
+            self.assertIn("25000 images/s, 20.5 ms/step, 194.7 TFLOP/s, 19.7% MFU", md)
+            report = __import__("json").loads((out / "gpu_check.json").read_text())
+            self.assertAlmostEqual(report["figures"]["resnet50_bf16_channels_last_b512"]["epoch_seconds_at_this_rate"], 2.0)
+
 
 if __name__ == "__main__":
     unittest.main()

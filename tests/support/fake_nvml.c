@@ -1,6 +1,10 @@
-/* A stand-in for libnvidia-ml.so.1 with fixed readings, for the sampler's tests. Set
- * FAKE_NVML_FAIL_INIT=1 to make nvmlInit_v2 fail like a machine without a driver. */
+/* A stand-in for libnvidia-ml.so.1 with fixed readings, for the sampler's tests. Two GPUs, found
+ * by PCI bus id as a real driver numbers them: 0000:3B:00.0 uses 1 GiB, 0000:5E:00.0 uses 2 GiB.
+ * Set FAKE_NVML_FAIL_INIT=1 to make nvmlInit_v2 fail like a machine without a driver. Built a
+ * second time with FAKE_NVML_MINIMAL: no power, clock or temperature entry points, like drivers
+ * (and virtual GPUs) that lack them. */
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
   unsigned int gpu, memory;
@@ -15,24 +19,30 @@ int nvmlInit_v2(void) {
 int nvmlShutdown(void) {
   return 0;
 }
-int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void** device) {
-  if (index != 0) return 2; /* NVML_ERROR_INVALID_ARGUMENT */
-  *device = (void*)0x1;
-  return 0;
+int nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, void** device) {
+  /* NVML accepts 4- and 8-digit PCI domains. */
+  if (!strcmp(bus_id, "0000:3B:00.0") || !strcmp(bus_id, "00000000:3B:00.0")) {
+    *device = (void*)0x1;
+    return 0;
+  }
+  if (!strcmp(bus_id, "0000:5E:00.0") || !strcmp(bus_id, "00000000:5E:00.0")) {
+    *device = (void*)0x2;
+    return 0;
+  }
+  return 6; /* NVML_ERROR_NOT_FOUND */
 }
 int nvmlDeviceGetUtilizationRates(void* device, Utilization* u) {
-  (void)device;
-  u->gpu = 42;
+  u->gpu = device == (void*)0x1 ? 42 : 7;
   u->memory = 17;
   return 0;
 }
 int nvmlDeviceGetMemoryInfo(void* device, Memory* m) {
-  (void)device;
   m->total = 80ULL << 30;
-  m->used = 1ULL << 30;
+  m->used = device == (void*)0x1 ? 1ULL << 30 : 2ULL << 30;
   m->free = m->total - m->used;
   return 0;
 }
+#ifndef FAKE_NVML_MINIMAL
 int nvmlDeviceGetPowerUsage(void* device, unsigned int* milliwatts) {
   (void)device;
   *milliwatts = 300000;
@@ -48,3 +58,4 @@ int nvmlDeviceGetTemperature(void* device, int sensor, unsigned int* celsius) {
   *celsius = 55;
   return 0;
 }
+#endif

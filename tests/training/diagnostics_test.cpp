@@ -98,6 +98,26 @@ TEST(Diagnostics, ProfilerTracesTheStepWindowAndLogsTheTopOperators) {
   EXPECT_NE(log.find("aten::convolution_backward"), std::string::npos);
 }
 
+// The loader's background thread gathers and augments batches: its ops belong in the trace.
+TEST(Diagnostics, ProfilerTracesTheLoaderThreadToo) {
+  test_support::TempDir dir;
+  auto config = tiny("profiler: {enabled: true, steps: [2, 4], top: 5}\n");
+  config.data.prefetch = 2;
+  train(config, dir / "run");
+  std::ifstream in(dir / "run/trace.json");
+  const auto trace = nlohmann::json::parse(in);
+  std::set<int64_t> gather_threads, model_threads;
+  for (const auto& event : trace.at("traceEvents")) {
+    const auto name = event.value("name", std::string());
+    if (name == "aten::index_select") gather_threads.insert(event.value("tid", int64_t{-1}));
+    if (name == "aten::convolution") model_threads.insert(event.value("tid", int64_t{-1}));
+  }
+  ASSERT_FALSE(gather_threads.empty()) << "no loader op in the trace";
+  ASSERT_FALSE(model_threads.empty());
+  // Gathered on a thread of its own, not the training thread.
+  EXPECT_EQ(gather_threads.count(*model_threads.begin()), 0u);
+}
+
 TEST(Diagnostics, ProfilerWindowMustBeOrdered) {
   EXPECT_THROW(tiny("profiler: {steps: [5, 2]}\n"), training::ConfigError);
   EXPECT_THROW(tiny("profiler: {steps: [5]}\n"), training::ConfigError);

@@ -18,7 +18,9 @@
 
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "models/resnet.h"
 #include "test_support.h"
+#include "training/device.h"
 #include "training/errors.h"
 #include "training/process.h"
 
@@ -106,6 +108,50 @@ TEST(Sharding, ShardsAreDisjointCoverTheEpochAndChangeWithIt) {
     covered += eval.shard_size();
   }
   EXPECT_EQ(covered, 103);
+}
+
+bool holds(const std::vector<size_t>& bucket, size_t index) {
+  return std::find(bucket.begin(), bucket.end(), index) != bucket.end();
+}
+
+// Backward produces the output layers' gradients first and the stem's last; the Reducer
+// all-reduces bucket i only after buckets 0..i-1, so the output layers must be in bucket 0.
+TEST(DataParallel, GradientBucketsGoOutputLayersFirstAndTheStemLast) {
+  models::ResNet model(models::ResNetOptions(18));
+  const auto params = model->parameters();
+  const auto buckets = training::gradient_buckets(params, 25 << 20);
+  ASSERT_GE(buckets.size(), 3u);
+  EXPECT_TRUE(holds(buckets.front(), params.size() - 1));  // fc.bias
+  EXPECT_TRUE(holds(buckets.back(), 0));                   // conv1.weight
+  // The stem's bucket is the small first one of PyTorch's DDP (1 MiB, plus the tensor that
+  // crossed the limit); every parameter is in exactly one bucket.
+  int64_t stem_bytes = 0;
+  for (size_t i : buckets.back()) stem_bytes += params[i].numel() * params[i].element_size();
+  EXPECT_LT(stem_bytes, 2 << 20);
+  std::vector<int> seen(params.size(), 0);
+  for (const auto& bucket : buckets) {
+    for (size_t i : bucket) ++seen.at(i);
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<int64_t>(params.size()));
+}
+
+// Each local rank trains on its own GPU (cuda:LOCAL_RANK); on the CPU the device stays the CPU.
+TEST(DataParallel, EachLocalRankBindsItsOwnDevice) {
+  EXPECT_EQ(training::rank_device(torch::kCPU, 3), torch::Device(torch::kCPU));
+  if (training::cuda_unavailable_reason(1).empty()) {
+    EXPECT_EQ(training::rank_device(torch::Device(torch::kCUDA, 0), 1),
+              torch::Device(torch::kCUDA, 1));
+  } else {
+    // Asking for a GPU this machine lacks names it.
+    try {
+      training::rank_device(torch::Device(torch::kCUDA, 0), 1);
+      FAIL() << "expected a UserError";
+    } catch (const training::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("training.device: 'cuda:1' requested, but"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(DataParallel, TwoRanksMatchOneProcessWithTheSameGlobalBatch) {

@@ -51,7 +51,7 @@ TEST(Sampler, CpuProbeWritesStampedSamplesAndSummarises) {
 
 TEST(Sampler, NvmlProbeReadsThroughTheLoadedLibrary) {
   std::string why;
-  auto probe = training::make_nvml_probe(0, FAKE_NVML_LIBRARY, &why);
+  auto probe = training::make_nvml_probe("cuda:0", "0000:3B:00.0", FAKE_NVML_LIBRARY, &why);
   ASSERT_NE(probe, nullptr) << why;
   EXPECT_EQ(probe->device(), "cuda:0");
   const auto sample = probe->read();
@@ -76,16 +76,45 @@ TEST(Sampler, NvmlProbeReadsThroughTheLoadedLibrary) {
   EXPECT_DOUBLE_EQ(line.at("power_watts").get<double>(), 300.0);
 }
 
+// With CUDA_VISIBLE_DEVICES=1, cuda:0 is the machine's second GPU: the probe must read the GPU
+// at the CUDA device's bus id, not NVML's GPU 0.
+TEST(Sampler, NvmlProbeFindsTheGpuByPciBusIdNotByIndex) {
+  std::string why;
+  auto probe = training::make_nvml_probe("cuda:0", "0000:5E:00.0", FAKE_NVML_LIBRARY, &why);
+  ASSERT_NE(probe, nullptr) << why;
+  EXPECT_EQ(probe->device(), "cuda:0");
+  EXPECT_EQ(probe->read().memory_used.value(), int64_t{2} << 30);
+  EXPECT_DOUBLE_EQ(probe->read().utilization.value(), 0.07);
+  // NVML's own 8-digit domain form names the same GPU.
+  probe = training::make_nvml_probe("cuda:1", "00000000:3B:00.0", FAKE_NVML_LIBRARY, &why);
+  ASSERT_NE(probe, nullptr) << why;
+  EXPECT_EQ(probe->read().memory_used.value(), int64_t{1} << 30);
+}
+
+TEST(Sampler, NvmlWithoutPowerClockOrTemperatureStillSamples) {
+  std::string why;
+  auto probe = training::make_nvml_probe("cuda:0", "0000:3B:00.0", FAKE_NVML_MINIMAL_LIBRARY, &why);
+  ASSERT_NE(probe, nullptr) << why;
+  const auto sample = probe->read();
+  EXPECT_DOUBLE_EQ(sample.utilization.value(), 0.42);
+  EXPECT_EQ(sample.memory_used.value(), int64_t{1} << 30);
+  EXPECT_FALSE(sample.power_watts.has_value());
+  EXPECT_FALSE(sample.sm_clock_mhz.has_value());
+  EXPECT_FALSE(sample.temperature_c.has_value());
+}
+
 TEST(Sampler, NvmlProblemsAreReportedNotThrown) {
   std::string why;
-  EXPECT_EQ(training::make_nvml_probe(0, "/nonexistent/libnvidia-ml.so.1", &why), nullptr);
+  EXPECT_EQ(
+      training::make_nvml_probe("cuda:0", "0000:3B:00.0", "/nonexistent/libnvidia-ml.so.1", &why),
+      nullptr);
   EXPECT_EQ(why.rfind("cannot load /nonexistent/libnvidia-ml.so.1", 0), 0u) << why;
-  EXPECT_EQ(training::make_nvml_probe(0, "libm.so.6", &why), nullptr);
+  EXPECT_EQ(training::make_nvml_probe("cuda:0", "0000:3B:00.0", "libm.so.6", &why), nullptr);
   EXPECT_EQ(why, "NVML has no nvmlInit_v2");
-  EXPECT_EQ(training::make_nvml_probe(3, FAKE_NVML_LIBRARY, &why), nullptr);
-  EXPECT_EQ(why, "NVML has no GPU 3");
+  EXPECT_EQ(training::make_nvml_probe("cuda:3", "0000:99:00.0", FAKE_NVML_LIBRARY, &why), nullptr);
+  EXPECT_EQ(why, "NVML has no GPU at PCI bus id 0000:99:00.0");
   setenv("FAKE_NVML_FAIL_INIT", "1", 1);
-  EXPECT_EQ(training::make_nvml_probe(0, FAKE_NVML_LIBRARY, &why), nullptr);
+  EXPECT_EQ(training::make_nvml_probe("cuda:0", "0000:3B:00.0", FAKE_NVML_LIBRARY, &why), nullptr);
   unsetenv("FAKE_NVML_FAIL_INIT");
   EXPECT_EQ(why, "nvmlInit failed (no NVIDIA driver?)");
 }

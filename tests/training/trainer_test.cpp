@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
+#include "training/memory.h"
 #include "training/stop_signal.h"
 
 namespace {
@@ -164,6 +165,66 @@ TEST(Trainer, WritesEveryMetricColumnAndACheckpoint) {
   EXPECT_EQ(rows[0].at("step"), 5);
   EXPECT_GT(rows[0].at("images_per_second").get<double>(), 0.0);
   EXPECT_TRUE(fs::exists(dir / "r/checkpoint.pt"));
+}
+
+// Memory per phase: ResNet-18 (CIFAR stem, so activations dominate) for 2 steps of 16, evaluated
+// at batch 256.
+training::Config phase_config() {
+  training::TrackingCpuAllocator::instance();  // before any tensor, so every byte is counted
+  return training::parse_config(R"(
+model: {arch: resnet18, stem: cifar}
+data: {source: synthetic, synthetic_train_size: 32, synthetic_test_size: 256}
+training: {device: cpu, epochs: 1, batch_size: 16, eval_batch_size: 256}
+monitor: {sample_period: 0}
+checkpoint: {enabled: false}
+)",
+                                "phases");
+}
+
+int64_t column(const std::vector<ordered_json>& rows, const char* key) {
+  return rows.at(0).at(key).get<int64_t>();
+}
+
+TEST(Trainer, CheckpointingLowersTheTrainingPeakAndLeavesTheEvaluationPeak) {
+  test_support::TempDir dir;
+  auto config = phase_config();
+  const auto plain = run(config, dir / "plain");
+  config.checkpointing.enabled(true);
+  const auto checkpointed = run(config, dir / "checkpointed");
+  // Evaluation at batch 256 needs more than training at 16, and is the run's overall peak.
+  EXPECT_GT(column(plain, "eval_peak_allocated_bytes"),
+            column(plain, "train_peak_allocated_bytes"));
+  EXPECT_EQ(column(plain, "peak_allocated_bytes"), column(plain, "eval_peak_allocated_bytes"));
+  // Checkpointing changes what training keeps, not what evaluation needs. At batch 16 the
+  // weights, gradients and momentum (128 MiB) dominate; the activations it drops are about 1.4
+  // MiB per image (docs/memory-studies.md: 4.45 vs 3.01 MiB per image).
+  EXPECT_LT(column(checkpointed, "train_peak_allocated_bytes"),
+            column(plain, "train_peak_allocated_bytes") - (12 << 20));
+  EXPECT_NEAR(column(checkpointed, "eval_peak_allocated_bytes"),
+              column(plain, "eval_peak_allocated_bytes"),
+              0.01 * column(plain, "eval_peak_allocated_bytes"));
+  // Reserved bytes exist on CUDA only.
+  EXPECT_TRUE(plain.at(0).at("train_peak_reserved_bytes").is_null());
+  EXPECT_TRUE(plain.at(0).at("eval_peak_reserved_bytes").is_null());
+  EXPECT_NE(test_support::read_text(dir / "plain/train.log")
+                .find("memory: evaluation sets this run's peak"),
+            std::string::npos);
+}
+
+TEST(Trainer, Bf16LowersTheTrainingPeak) {
+  NATIVE_BF16_OR_SKIP();
+  test_support::TempDir dir;
+  // Two steps of 16 images (54 GFLOP, skipped where bf16 is emulated): the activations must
+  // outweigh autocast's bf16 copies of the weights (21 MiB) for bf16 to save memory at all.
+  auto config = phase_config();
+  config.data.dataset.synthetic_test_size(16);
+  config.training.eval_batch_size = 16;
+  const auto fp32 = run(config, dir / "fp32");
+  config.training.precision = training::Precision::BF16;
+  const auto bf16 = run(config, dir / "bf16");
+  // The fp32 weights, gradients and momentum stay; the activations are halved.
+  EXPECT_LT(column(bf16, "train_peak_allocated_bytes"),
+            column(fp32, "train_peak_allocated_bytes") - (8 << 20));
 }
 
 }  // namespace

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Is this GPU machine set up right, and what does it do? One command:
+#
+#   scripts/gpu_check.sh OUT_DIR [--speed]
+#
+# 1. builds `train` and the CUDA suite (Release, in $BUILD_DIR, default build-gpu), with no
+#    network: TRAIN_PYTHON (default python3) must already hold torch 2.11.0; the Debian packages
+#    come from carried .deb files when TRAIN_DEBS (default .devdeps, filled here by
+#    ../shared/device/fetch-debs.sh) exists; OpenCV is not needed
+# 2. runs the CUDA suite, `ctest -L cuda`
+# 3. a find-max sweep under a 4 GiB limit (ResNet-18, CIFAR stem), and the CPU-vs-GPU comparison
+#    (scripts/compare_devices.py, 30 steps each)
+# 4. with --speed: matmul fp32/bf16 at N=8192 with % of peak, and ResNet-50 (CIFAR stem) bf16 +
+#    channels_last at batch 512 for 100 steps on synthetic device-resident data (images/s,
+#    TFLOP/s, MFU)
+# 5. real data, when .devdata/cifar10-jpeg.tar.gz (or CIFAR10_TARBALL) is there: converted to
+#    binary batches with numpy + Pillow (scripts/get_data.py --to-binary); one short epoch on it
+#
+# Writes OUT_DIR/gpu_check.md, OUT_DIR/gpu_check.json and one log per check; exits 1 when any
+# check failed (2 for bad arguments). A re-run reuses the build folder.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$REPO_ROOT"
+
+usage() { echo "usage: scripts/gpu_check.sh OUT_DIR [--speed]" >&2; exit 2; }
+[[ $# -ge 1 && $1 != -* ]] || usage
+out=$(mkdir -p "$1" && cd "$1" && pwd) || { echo "gpu_check: cannot create $1" >&2; exit 2; }
+shift
+speed=0
+for arg in "$@"; do
+  case $arg in
+    --speed) speed=1 ;;
+    *) usage ;;
+  esac
+done
+
+export TRAIN_PYTHON=${TRAIN_PYTHON:-python3}
+export BUILD_DIR=${BUILD_DIR:-$REPO_ROOT/build-gpu}
+if [[ -z "${TRAIN_DEBS:-}" && -f .devdeps/unpack-debs.sh ]]; then export TRAIN_DEBS=.devdeps; fi
+tarball=${CIFAR10_TARBALL:-.devdata/cifar10-jpeg.tar.gz}
+train="$BUILD_DIR/train"
+checks="$out/checks.jsonl"
+: >"$checks"
+
+# check NAME LOG COMMAND...: runs COMMAND with its output in OUT_DIR/LOG, records pass/fail/time.
+check() {
+  local name=$1 log=$2 start status
+  shift 2
+  echo "== $name"
+  start=$(date +%s.%N)
+  "$@" >"$out/$log" 2>&1
+  status=$?
+  "$TRAIN_PYTHON" - "$checks" "$name" "$log" "$status" "$start" <<'EOF'
+import json, sys, time
+path, name, log, status, start = sys.argv[1:]
+with open(path, "a") as f:
+    f.write(json.dumps({"check": name, "log": log, "passed": status == "0", "exit_code": int(status),
+                        "seconds": round(time.time() - float(start), 1)}) + "\n")
+EOF
+  [[ $status -eq 0 ]] && echo "   passed" || echo "   FAILED (exit $status, see $out/$log)"
+  return $status
+}
+
+gpu_info() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version,pci.bus_id --format=csv || return 1
+  "$TRAIN_PYTHON" -c "import sys, torch
+print('torch', torch.__version__, 'CUDA', torch.version.cuda)
+sys.exit(0 if torch.cuda.is_available() else 'torch sees no GPU')"
+}
+
+build() {
+  BUILD_TARGETS="train cuda_tests" CMAKE_ARGS="-DTRAIN_USE_OPENCV=OFF" scripts/setup.sh
+}
+
+cuda_suite() {
+  ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure --timeout 600
+}
+
+find_max() {
+  local config="$out/find_max.yaml"
+  printf '%s\n' "model: {arch: resnet18, stem: cifar}" "training: {device: cuda}" \
+    "sweep: {batch_sizes: [256, 512], warmup_steps: 1, measure_steps: 2}" >"$config"
+  rm -rf "$out/find_max"
+  "$train" sweep --config "$config" --find-max --memory-limit 4GiB --output-dir "$out/find_max" &&
+    cat "$out/find_max/sweep.md"
+}
+
+compare() {
+  rm -rf "$out/compare"
+  "$TRAIN_PYTHON" scripts/compare_devices.py --train "$train" --config configs/quick_cpu.yaml \
+    --steps 30 --devices cpu,cuda --set data.source=synthetic --out "$out/compare"
+}
+
+matmul() {
+  # Dense peaks of the H100/H200 SXM (NVIDIA's data sheet): 989.4 TFLOP/s bf16, 66.9 fp32.
+  local peaks=()
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -Eq 'H100|H200'; then
+    peaks=(--peak cuda:bf16=989400 --peak cuda:fp32=66900)
+  fi
+  "$train" bench matmul --size 8192 --devices cuda --dtypes fp32,bf16 --repeats 10 \
+    "${peaks[@]}" --output "$out/matmul.json"
+}
+
+resnet50() {
+  # A sweep trial: the training step alone on a batch held on the device, 10 warm-up steps (cuDNN's
+  # autotuning among them) and 100 measured, median step time.
+  rm -rf "$out/resnet50"
+  "$train" sweep --config configs/resnet50_cifar10.yaml --device cuda --batch-sizes 512 \
+    --precisions bf16 --memory-formats channels_last --warmup-steps 10 --measure-steps 100 \
+    --output-dir "$out/resnet50" && cat "$out/resnet50/sweep.md"
+}
+
+real_data() {
+  "$TRAIN_PYTHON" scripts/get_data.py --from "$tarball" --root "$REPO_ROOT/.devdata/cifar10-bin" \
+    --to-binary &&
+    rm -rf "$out/real" &&
+    "$train" --config configs/resnet50_cifar10.yaml --device cuda --output-dir "$out/real" \
+      --set data.root="$REPO_ROOT/.devdata/cifar10-bin" --set data.source=binary \
+      --set training.epochs=1 --set training.precision=bf16 --set checkpoint.enabled=false
+}
+
+failed=0
+check "GPU visible" gpu.log gpu_info || failed=1
+check "build (Release)" build.log build || { failed=1; }
+if [[ -x "$train" ]]; then
+  check "CUDA suite (ctest -L cuda)" cuda_suite.log cuda_suite || failed=1
+  check "find-max sweep under 4 GiB" find_max.log find_max || failed=1
+  check "CPU vs GPU comparison" compare.log compare || failed=1
+  if ((speed)); then
+    check "matmul fp32/bf16 N=8192" matmul.log matmul || failed=1
+    check "ResNet-50 bf16 channels_last, batch 512, 100 steps" resnet50.log resnet50 || failed=1
+  fi
+  if [[ -f "$tarball" ]]; then
+    check "real CIFAR-10, one epoch" real_data.log real_data || failed=1
+  fi
+fi
+
+"$TRAIN_PYTHON" scripts/gpu_check_report.py "$out" || failed=1
+echo "gpu_check: $out/gpu_check.md"
+exit $failed

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""gpu_check.sh's report: OUT_DIR/gpu_check.md and OUT_DIR/gpu_check.json from what its checks
+left in OUT_DIR (checks.jsonl, the logs, matmul.json, the sweep and comparison folders).
+
+  scripts/gpu_check_report.py OUT_DIR
+
+Only figures that a check produced are reported; a missing file is reported as missing.
+Exit code: 0, or 2 when OUT_DIR holds no checks.jsonl.
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+# ResNet-50 with the CIFAR stem: 1.298 GMAC per 32x32 image forward; a training step is about 3x
+# the forward (forward, input gradients, weight gradients), 2 FLOP per MAC.
+TRAIN_FLOP_PER_IMAGE = 3 * 2 * 1.298e9
+# Dense bf16 peak of the H100/H200 SXM (NVIDIA's data sheet), for MFU when the GPU is one of them.
+HOPPER_BF16_TFLOPS = 989.4
+
+
+def read_json(path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def ctest_counts(log):
+    """(passed, failed, skipped, total) from ctest's output, or None."""
+    try:
+        text = log.read_text()
+    except OSError:
+        return None
+    summary = re.search(r"(\d+)% tests passed, (\d+) tests failed out of (\d+)", text)
+    if not summary:
+        return None
+    failed, total = int(summary.group(2)), int(summary.group(3))
+    skipped = len(re.findall(r"\*\*\*Skipped", text)) + len(re.findall(r"Skipped\s", text))
+    return {"total": total, "failed": failed, "skipped": min(skipped, total),
+            "passed": total - failed - min(skipped, total)}
+
+
+def first_ok_trial(sweep):
+    for trial in (sweep or {}).get("trials", []):
+        if trial.get("status") == "ok":
+            return trial
+    return None
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    out = Path(argv[1])
+    checks_file = out / "checks.jsonl"
+    if not checks_file.exists():
+        print(f"gpu_check_report: {checks_file}: not found", file=sys.stderr)
+        return 2
+    checks = [json.loads(line) for line in checks_file.read_text().splitlines() if line.strip()]
+    report = {"checks": checks, "figures": {}}
+    figures = report["figures"]
+
+    gpu_log = out / "gpu.log"
+    gpu_text = gpu_log.read_text() if gpu_log.exists() else ""
+    report["gpu"] = gpu_text.strip().splitlines()
+    hopper = bool(re.search(r"H100|H200", gpu_text))
+
+    suite = ctest_counts(out / "cuda_suite.log")
+    if suite:
+        figures["cuda_suite"] = suite
+
+    find_max = read_json(out / "find_max" / "sweep.json")
+    if find_max:
+        figures["find_max"] = [{"setting": f"{c['precision']} / checkpointing {c['checkpointing']}",
+                                "largest_fitting_batch": c["largest_fitting_batch"],
+                                "smallest_failing_batch": c["smallest_failing_batch"]}
+                               for c in find_max["cells"]]
+
+    compare = read_json(out / "compare" / "compare.json")
+    if compare:
+        figures["compare"] = [{k: e.get(k) for k in ("device", "available", "images_per_second",
+                                                     "speedup_over_cpu", "note")}
+                              for e in compare["entries"]]
+
+    matmul = read_json(out / "matmul.json")
+    if matmul:
+        figures["matmul"] = [{k: r.get(k) for k in ("dtype", "size", "gflops", "fraction_of_peak",
+                                                    "peak_source", "note")} for r in matmul]
+
+    resnet = first_ok_trial(read_json(out / "resnet50" / "sweep.json"))
+    if resnet:
+        images = resnet["images_per_second"]
+        tflops = images * TRAIN_FLOP_PER_IMAGE / 1e12
+        figures["resnet50_bf16_channels_last_b512"] = {
+            "images_per_second": images,
+            "median_step_seconds": resnet["median_step_seconds"],
+            "tflops": tflops,
+            "mfu": tflops / HOPPER_BF16_TFLOPS if hopper else None,
+            "epoch_seconds_at_this_rate": 50000 / images,
+            "peak_reserved_bytes": resnet["peak_reserved_bytes"],
+        }
+
+    real = out / "real" / "metrics.jsonl"
+    if real.exists():
+        rows = [json.loads(line) for line in real.read_text().splitlines() if line.strip()]
+        if rows:
+            figures["real_data_epoch"] = {k: rows[-1].get(k) for k in (
+                "test_acc", "epoch_seconds", "images_per_second", "peak_allocated_bytes",
+                "peak_reserved_bytes")}
+
+    (out / "gpu_check.json").write_text(json.dumps(report, indent=2) + "\n")
+
+    lines = ["# GPU check", ""]
+    lines += [f"    {line}" for line in report["gpu"]] or ["GPU: not found (see gpu.log)"]
+    lines += ["", "| check | result | seconds | log |", "|---|---|---|---|"]
+    for c in checks:
+        result = "passed" if c["passed"] else f"FAILED (exit {c['exit_code']})"
+        lines.append(f"| {c['check']} | {result} | {c['seconds']} | `{c['log']}` |")
+    if suite:
+        lines += ["", f"CUDA suite: {suite['passed']} passed, {suite['failed']} failed, "
+                      f"{suite['skipped']} skipped of {suite['total']}."]
+    if "find_max" in figures:
+        lines += ["", "Find-max under a 4 GiB limit (ResNet-18, CIFAR stem):", ""]
+        lines += [f"- {c['setting']}: largest batch {c['largest_fitting_batch']}, smallest failing "
+                  f"{c['smallest_failing_batch']}" for c in figures["find_max"]]
+    if "compare" in figures:
+        lines += ["", "CPU vs GPU (configs/quick_cpu.yaml, synthetic data, 30 steps):", ""]
+        for e in figures["compare"]:
+            if e["available"]:
+                speedup = f", {e['speedup_over_cpu']:.1f}x the CPU" if e["speedup_over_cpu"] else ""
+                lines.append(f"- {e['device']}: {e['images_per_second']:.0f} images/s{speedup}")
+            else:
+                lines.append(f"- {e['device']}: {e['note']}")
+    if "matmul" in figures:
+        lines += ["", "Matmul, N=8192:", ""]
+        for r in figures["matmul"]:
+            if r.get("gflops") is None:
+                lines.append(f"- {r['dtype']}: {r.get('note')}")
+                continue
+            lines.append(f"- {r['dtype']}: {r['gflops'] / 1000:.1f} TFLOP/s, "
+                         f"{100 * r['fraction_of_peak']:.1f}% of the {r['peak_source']} peak")
+    if resnet:
+        f = figures["resnet50_bf16_channels_last_b512"]
+        mfu = f"{100 * f['mfu']:.1f}% MFU (of {HOPPER_BF16_TFLOPS} TFLOP/s)" if f["mfu"] else "MFU: peak unknown"
+        lines += ["", "ResNet-50 (CIFAR stem) bf16 + channels_last, batch 512, synthetic batch on the device:",
+                  "", f"- {f['images_per_second']:.0f} images/s, {f['median_step_seconds'] * 1000:.1f} ms/step, "
+                      f"{f['tflops']:.1f} TFLOP/s, {mfu}; a 50,000-image epoch at this rate: "
+                      f"{f['epoch_seconds_at_this_rate']:.2f} s"]
+    if "real_data_epoch" in figures:
+        f = figures["real_data_epoch"]
+        lines += ["", f"Real CIFAR-10, one epoch of configs/resnet50_cifar10.yaml in bf16: "
+                      f"{f['epoch_seconds']:.1f} s, {f['images_per_second']:.0f} images/s, "
+                      f"test accuracy {100 * f['test_acc']:.2f}%"]
+    (out / "gpu_check.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
