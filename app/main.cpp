@@ -1,9 +1,14 @@
 // `train`: command-line parsing and dispatch only. Every behaviour lives in the libraries.
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
 
 #include "data/split.h"
 #include "training/atomic_file.h"
@@ -22,6 +27,7 @@ namespace {
 
 using training::first_line;
 using training::kExitBadInput;
+using training::kExitCannotWrite;
 using training::kExitDistributed;
 using training::kExitInternalError;
 using training::kExitOk;
@@ -40,13 +46,35 @@ const char* kExamples = R"(Examples:
 
 Exit codes: 0 done, 1 internal error, 2 bad input (arguments, config, data),
 3 out of memory (device or memory.limit), 4 lost contact with the other data-parallel ranks,
-130 stopped by Ctrl-C/SIGTERM (checkpoint written; continue with --resume).
+5 could not write an output (disk full, quota, file-size limit), 130 stopped by Ctrl-C/SIGTERM
+(checkpoint written; continue with --resume).
 
 Data-parallel (torchrun-style environment): scripts/launch.py -n 2 build/train --config FILE)";
 
-// "a,b,c" -> "[a,b,c]": a sweep flag becomes the YAML list of its key.
-std::string as_list(const std::string& csv) {
-  return "[" + csv + "]";
+// A shorthand flag of `train sweep` and the config key it sets ("a,b,c" becomes the YAML list
+// [a,b,c] for list keys).
+struct SweepFlag {
+  std::string name, key;
+  bool list;
+  std::string value;
+  CLI::Option* option = nullptr;
+};
+
+// The flags that were given, as overrides naming their flag. A list flag given an empty value is
+// refused: it would otherwise silently leave the config's list in place.
+std::vector<training::Override> flag_overrides(const std::vector<SweepFlag>& flags) {
+  std::vector<training::Override> overrides;
+  for (const auto& flag : flags) {
+    if (flag.option->count() == 0) continue;
+    if (flag.value.empty()) {
+      throw training::UserError(flag.name + ": expected a value" +
+                                (flag.list ? " (a comma-separated list, e.g. 32,64,128)" : "") +
+                                ", got an empty string");
+    }
+    overrides.emplace_back(flag.key + "=" + (flag.list ? "[" + flag.value + "]" : flag.value),
+                           flag.name);
+  }
+  return overrides;
 }
 
 // Runs `action`, mapping every error to its one-line message and exit code.
@@ -59,6 +87,17 @@ int guarded(const std::function<int()>& action) {
   } catch (const training::DistributedError& e) {
     spdlog::error("{}", e.what());
     return kExitDistributed;
+  } catch (const training::CannotWrite& e) {
+    spdlog::error("{}", e.what());
+    return kExitCannotWrite;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path that cannot be used (a loop of symbolic links, a name too long, a folder where a
+    // file is expected): the user's to fix, unless the disk is full.
+    const int code = e.code().value();
+    spdlog::error("{}: {}", e.path1().empty() ? std::string("filesystem") : e.path1().string(),
+                  e.code().message());
+    return code == ENOSPC || code == EDQUOT || code == EFBIG || code == EIO ? kExitCannotWrite
+                                                                            : kExitBadInput;
   } catch (const data::DataError& e) {
     spdlog::error("{}", e.what());
   } catch (const training::UserError& e) {
@@ -96,30 +135,40 @@ int main(int argc, char** argv) {
   app.add_flag("--print-config", train.print_config, "Print the effective config and exit");
 
   training::SweepRequest sweep;
-  std::string batch_sizes, precisions, checkpointing, formats, predict_for, device, limit;
-  std::string warmup, measure;
+  std::vector<std::string> sweep_sets;
   bool find_max = false;
   auto* sweep_command = app.add_subcommand(
       "sweep",
       "Batch-size sweep: memory and speed per batch size, precision, checkpointing and "
       "memory format, each trial in its own process (grid: the config's sweep section)");
   sweep_command->add_option("--config", sweep.config_path, "YAML config file")->required();
-  sweep_command->add_option("--set", sweep.overrides, "Override one config key (repeatable)")
+  sweep_command->add_option("--set", sweep_sets, "Override one config key (repeatable)")
       ->allow_extra_args(false);
-  sweep_command->add_option("--batch-sizes", batch_sizes, "e.g. 32,64,128 (sweep.batch_sizes)");
-  sweep_command->add_option("--precisions", precisions, "e.g. fp32,bf16,fp16 (sweep.precisions)");
-  sweep_command->add_option("--checkpointing", checkpointing, "e.g. off,on (sweep.checkpointing)");
-  sweep_command->add_option("--memory-formats", formats,
-                            "e.g. contiguous,channels_last (sweep.memory_formats)");
+  std::vector<SweepFlag> sweep_flags = {
+      {"--batch-sizes", "sweep.batch_sizes", true, "", nullptr},
+      {"--precisions", "sweep.precisions", true, "", nullptr},
+      {"--checkpointing", "sweep.checkpointing", true, "", nullptr},
+      {"--memory-formats", "sweep.memory_formats", true, "", nullptr},
+      {"--predict-for", "sweep.predict_for", true, "", nullptr},
+      {"--warmup-steps", "sweep.warmup_steps", false, "", nullptr},
+      {"--measure-steps", "sweep.measure_steps", false, "", nullptr},
+      {"--device", "training.device", false, "", nullptr},
+      {"--memory-limit", "memory.limit", false, "", nullptr}};
+  const char* sweep_help[] = {"e.g. 32,64,128 (sweep.batch_sizes)",
+                              "e.g. fp32,bf16,fp16 (sweep.precisions)",
+                              "e.g. off,on (sweep.checkpointing)",
+                              "e.g. contiguous,channels_last (sweep.memory_formats)",
+                              "Card sizes to predict the largest batch for, e.g. 12GiB,24GiB,80GiB",
+                              "Steps before measuring (sweep.warmup_steps)",
+                              "Measured steps (sweep.measure_steps)",
+                              "auto, cpu, cuda or cuda:N",
+                              "Emulate a card of this size, e.g. 12GiB"};
+  for (size_t i = 0; i < sweep_flags.size(); ++i) {
+    sweep_flags[i].option =
+        sweep_command->add_option(sweep_flags[i].name, sweep_flags[i].value, sweep_help[i]);
+  }
   sweep_command->add_flag("--find-max", find_max,
                           "Also search the largest batch that fits, per setting");
-  sweep_command->add_option("--predict-for", predict_for,
-                            "Card sizes to predict the largest batch for, e.g. 12GiB,24GiB,80GiB");
-  sweep_command->add_option("--warmup-steps", warmup,
-                            "Steps before measuring (sweep.warmup_steps)");
-  sweep_command->add_option("--measure-steps", measure, "Measured steps (sweep.measure_steps)");
-  sweep_command->add_option("--device", device, "auto, cpu, cuda or cuda:N");
-  sweep_command->add_option("--memory-limit", limit, "Emulate a card of this size, e.g. 12GiB");
   sweep_command->add_option("--output-dir", sweep.output_dir, "Sweep directory to create");
 
   std::string report_dir;
@@ -133,6 +182,7 @@ int main(int argc, char** argv) {
       "matmul",
       "Square matrix multiply per device and dtype: time, GFLOP/s, fraction of peak, memory");
   std::string sizes = "4096", devices = "cpu", dtypes = "fp32", matmul_output = "matmul.json";
+  std::string matmul_limit;
   int64_t repeats = 5, threads = 0;
   std::vector<std::string> peaks;
   matmul_command->add_option("--size", sizes, "Matrix size N (or a list: 1024,4096)");
@@ -143,6 +193,8 @@ int main(int argc, char** argv) {
       ->add_option("--peak", peaks, "A peak to compare with: device:dtype=GFLOPS (repeatable)")
       ->allow_extra_args(false);
   matmul_command->add_option("--threads", threads, "CPU threads (0 = LibTorch's default)");
+  matmul_command->add_option("--memory-limit", matmul_limit,
+                             "Emulate a device with this much memory, e.g. 2GiB");
   matmul_command->add_option("--output", matmul_output, "JSON results file");
 
   std::string trial_config, trial_result;
@@ -158,12 +210,19 @@ int main(int argc, char** argv) {
   }
 
   training::configure_console_logging();
+  // LibTorch's own log lines (c10d's connection retries with backtraces, ...) stay out of the
+  // terminal unless asked for with TORCH_CPP_LOG_LEVEL; our one-line errors say what happened.
+  if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = c10::GLOG_FATAL;
+  // With a file-size limit (ulimit -f), writing past it fails with EFBIG and exit code 5 instead
+  // of killing the process in the middle of a write.
+  std::signal(SIGXFSZ, SIG_IGN);
   // Installed before any tensor exists, so CPU memory accounting sees every allocation.
   training::TrackingCpuAllocator::instance();
 
   if (*matmul_command) {
     return guarded([&] {
-      const auto options = training::parse_matmul_options(sizes, devices, dtypes, repeats, peaks);
+      const auto options =
+          training::parse_matmul_options(sizes, devices, dtypes, repeats, peaks, matmul_limit);
       if (threads < 0) throw training::UserError("--threads: expected 0 or more");
       training::set_cpu_threads(threads);
       const auto results = training::run_matmul_bench(options);
@@ -189,21 +248,13 @@ int main(int argc, char** argv) {
     return guarded([&] { return training::run_sweep_trial(trial_config, trial_result); });
   }
   if (*sweep_command) {
-    auto add = [&](const std::string& key, const std::string& value) {
-      if (!value.empty()) sweep.overrides.push_back(key + "=" + value);
-    };
-    add("sweep.batch_sizes", batch_sizes.empty() ? "" : as_list(batch_sizes));
-    add("sweep.precisions", precisions.empty() ? "" : as_list(precisions));
-    add("sweep.checkpointing", checkpointing.empty() ? "" : as_list(checkpointing));
-    add("sweep.memory_formats", formats.empty() ? "" : as_list(formats));
-    add("sweep.predict_for", predict_for.empty() ? "" : as_list(predict_for));
-    add("sweep.warmup_steps", warmup);
-    add("sweep.measure_steps", measure);
-    add("sweep.find_max", find_max ? "true" : "");
-    add("training.device", device);
-    add("memory.limit", limit);
-    sweep.executable = training::current_executable();
-    return guarded([&] { return training::run_sweep(sweep); });
+    return guarded([&] {
+      sweep.overrides.assign(sweep_sets.begin(), sweep_sets.end());
+      for (auto& override : flag_overrides(sweep_flags)) sweep.overrides.push_back(override);
+      if (find_max) sweep.overrides.emplace_back("sweep.find_max=true", "--find-max");
+      sweep.executable = training::current_executable();
+      return training::run_sweep(sweep);
+    });
   }
   return guarded([&] { return training::run_training(train); });
 }

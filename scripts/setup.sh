@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing and builds. Safe to re-run: installed packages and an existing
 # torch 2.11.0 are detected and not fetched again.
-#   1. Debian packages (compiler, CMake, OpenCV, spdlog, CLI11, yaml-cpp, nlohmann-json, GoogleTest)
+#   1. Debian packages (compiler, CMake, OpenCV, spdlog, CLI11, yaml-cpp, nlohmann-json, GoogleTest,
+#      Gloo's headers, OpenSSL for SHA-256)
 #      -- or, with TRAIN_DEBS=DIR, the .deb files in DIR unpacked without apt (a machine without
 #      network or Debian's -dev packages, e.g. a GPU machine; DIR holds unpack-debs.sh)
 #   2. a virtualenv ($TRAIN_VENV) with torch 2.11.0 (its LibTorch is what we link), torchvision,
@@ -23,7 +24,7 @@ if [[ -n "${TRAIN_DEBS:-}" ]]; then
 else
   debs=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv
         libopencv-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
-        libgtest-dev libgmock-dev libgloo-dev)
+        libgtest-dev libgmock-dev libgloo-dev libssl-dev)
   missing=()
   for p in "${debs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -74,8 +75,11 @@ prefix=${LIBTORCH:-$("$python" -c 'import torch; print(torch.utils.cmake_prefix_
 generator=(-G Ninja)
 command -v ninja >/dev/null || generator=()
 # shellcheck disable=SC2086  # CMAKE_ARGS is a list of options
+# The options' defaults are passed every time, so that one run's CMAKE_ARGS does not stay in the
+# build folder's cache for the next.
 cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
-  -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$python" ${CMAKE_ARGS:-} >/dev/null
+  -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$python" \
+  -DTRAIN_USE_OPENCV=ON -DTRAIN_SANITIZE=OFF -DTRAIN_FUZZ=OFF ${CMAKE_ARGS:-} >/dev/null
 targets=()
 for t in ${BUILD_TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$BUILD_DIR" "${targets[@]}" -j "$(nproc)"

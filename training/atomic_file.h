@@ -8,11 +8,27 @@
 
 namespace training {
 
+// Writes `content` to `target` atomically. Throws CannotWrite (exit 5) when the disk is full, a
+// quota or the file-size limit is hit, or the device fails, and UserError (exit 2) naming the
+// path for any other reason (no such folder, no permission, the target is a folder); either way
+// the temporary is removed and the old file is untouched.
 void write_file_atomically(const std::filesystem::path& target, const std::string& content);
+
+// Writes `content` to `file` (not atomically: for the temporaries of replace_file_atomically);
+// errors as write_file_atomically's, naming `reported_as`.
+void write_whole_file(const std::filesystem::path& file, const std::string& content,
+                      const std::filesystem::path& reported_as);
 
 // For writers that need a path (e.g. torch archives): `write` fills the temporary path given to
 // it; on success it is renamed over `target`, on failure removed, and the error rethrown.
 void replace_file_atomically(const std::filesystem::path& target,
                              const std::function<void(const std::filesystem::path&)>& write);
+
+// The temporaries these functions write beside `target` (".<name>.tmp<pid>").
+bool is_temporary_of(const std::filesystem::path& file, const std::string& target_name);
+
+// Throws the error for a failed write of `path` with errno `error` (CannotWrite or UserError,
+// as above).
+[[noreturn]] void throw_write_error(const std::filesystem::path& path, int error);
 
 }  // namespace training

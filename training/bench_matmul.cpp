@@ -71,7 +71,8 @@ void measure(const MatmulBenchOptions& options, const torch::Device& device,
 
 MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::string& devices,
                                         const std::string& dtypes, int64_t repeats,
-                                        const std::vector<std::string>& peaks) {
+                                        const std::vector<std::string>& peaks,
+                                        const std::string& memory_limit) {
   MatmulBenchOptions options;
   options.sizes.clear();
   for (const auto& item : split(sizes)) {
@@ -116,7 +117,18 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
       throw UserError("--peak: expected device:dtype=GFLOPS, e.g. cuda:bf16=989000, got '" + peak +
                       "'");
     }
-    options.peak_gflops[match[1].str()] = std::stod(match[5].str());
+    const double gflops = std::stod(match[5].str());
+    if (gflops <= 0) {
+      throw UserError("--peak: expected a peak above 0 GFLOP/s, got '" + peak + "'");
+    }
+    options.peak_gflops[match[1].str()] = gflops;
+  }
+  if (!memory_limit.empty()) {
+    try {
+      options.memory_limit = parse_byte_size(memory_limit);
+    } catch (const std::invalid_argument& e) {
+      throw UserError(std::string("--memory-limit: ") + e.what());
+    }
   }
   return options;
 }
@@ -131,6 +143,7 @@ std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options) {
                                    device_name == "cuda" ? 0 : std::stoll(device_name.substr(5)));
     const std::optional<torch::Device> device =
         why_not.empty() ? std::make_optional(resolve_device(device_name)) : std::nullopt;
+    if (device) set_memory_limit(*device, options.memory_limit);
     for (const auto& dtype_name : options.dtypes) {
       for (int64_t size : options.sizes) {
         MatmulResult r;

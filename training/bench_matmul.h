@@ -19,6 +19,7 @@ struct MatmulBenchOptions {
   int64_t repeats = 5;
   int64_t warmup = 1;
   std::map<std::string, double> peak_gflops;  // "cpu:fp32" -> GFLOP/s, given by the user
+  int64_t memory_limit = 0;  // bytes each device may hold, as memory.limit (0 = the device's)
 };
 
 struct MatmulResult {
@@ -41,7 +42,8 @@ struct MatmulResult {
 // UserError naming the flag and the allowed values.
 MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::string& devices,
                                         const std::string& dtypes, int64_t repeats,
-                                        const std::vector<std::string>& peaks);
+                                        const std::vector<std::string>& peaks,
+                                        const std::string& memory_limit = "");
 
 // Devices without CUDA are reported as not available, not as errors; so is a size that runs out
 // of memory (out_of_memory set), and the remaining rows still run.

@@ -1,8 +1,13 @@
 #include "training/checkpoint_io.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <openssl/evp.h>
+#include <spdlog/fmt/fmt.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
+
+#include <fstream>
+#include <sstream>
 
 #include "training/atomic_file.h"
 #include "training/errors.h"
@@ -13,12 +18,51 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int64_t kFormatVersion = 1;
+constexpr int64_t kFormatVersion = 2;  // of the archive's entries (the frame has its own)
+constexpr char kMagic[8] = {'T', 'R', 'N', 'C', 'K', 'P', 'T', '\n'};
+
+void put_le(std::string& out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
+}
+
+uint64_t get_le(std::string_view in, size_t offset, int bytes) {
+  uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i) {
+    value |= static_cast<uint64_t>(static_cast<unsigned char>(in[offset + i])) << (8 * i);
+  }
+  return value;
+}
+
+// The SHA-256 of `data`, 32 raw bytes.
+std::string sha256(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (EVP_Digest(data.data(), data.size(), digest, &size, EVP_sha256(), nullptr) != 1) {
+    throw std::runtime_error("OpenSSL could not compute a SHA-256");
+  }
+  return std::string(reinterpret_cast<const char*>(digest), size);
+}
+
+std::string hex(std::string_view bytes) {
+  std::string text;
+  for (unsigned char byte : bytes) text += fmt::format("{:02x}", byte);
+  return text;
+}
+
+std::string read_whole_file(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw UserError(file.string() + ": cannot open the checkpoint");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw UserError(file.string() + ": cannot read the checkpoint");
+  return bytes;
+}
 
 torch::serialize::InputArchive open_archive(const fs::path& file, const torch::Device& device) {
+  const std::string bytes = read_whole_file(file);
+  const std::string_view payload = verified_payload(bytes, file.string());
   torch::serialize::InputArchive archive;
   try {
-    archive.load_from(file.string(), device);
+    archive.load_from(payload.data(), payload.size(), device);
   } catch (const c10::OutOfMemoryError&) {
     throw;  // a good checkpoint that does not fit: the caller reports it as out of memory
   } catch (const c10::Error& e) {
@@ -46,6 +90,60 @@ std::vector<std::pair<std::string, torch::Tensor>> state_tensors(torch::nn::Modu
 }
 
 }  // namespace
+
+namespace {
+
+// Fills the header of `framed`, whose payload follows kCheckpointHeaderBytes of room for it.
+void seal(std::string& framed) {
+  const std::string_view payload = std::string_view(framed).substr(kCheckpointHeaderBytes);
+  std::string header(kMagic, sizeof kMagic);
+  put_le(header, kCheckpointFrameVersion, 4);
+  put_le(header, payload.size(), 8);
+  header.append(sha256(payload));
+  framed.replace(0, kCheckpointHeaderBytes, header);
+}
+
+}  // namespace
+
+std::string frame_checkpoint(std::string_view payload) {
+  std::string framed(kCheckpointHeaderBytes, '\0');
+  framed.append(payload);
+  seal(framed);
+  return framed;
+}
+
+std::string_view verified_payload(std::string_view bytes, const std::string& name) {
+  const std::string damaged = name + ": damaged checkpoint: ";
+  if (bytes.size() >= 4 && bytes.substr(0, 4) == std::string_view("PK\x03\x04", 4)) {
+    throw UserError(name +
+                    ": a checkpoint without a checksum (written by an earlier version of train); "
+                    "it cannot be verified, so it is not loaded");
+  }
+  if (bytes.size() < kCheckpointHeaderBytes ||
+      bytes.substr(0, sizeof kMagic) != std::string_view(kMagic, sizeof kMagic)) {
+    throw UserError(name + ": not a readable checkpoint (no TRNCKPT header: not written by train)");
+  }
+  const auto version = get_le(bytes, 8, 4);
+  if (version != kCheckpointFrameVersion) {
+    throw UserError(name + ": checkpoint frame version " + std::to_string(version) +
+                    ", this build reads version " + std::to_string(kCheckpointFrameVersion));
+  }
+  const uint64_t length = get_le(bytes, 12, 8);
+  const uint64_t held = bytes.size() - kCheckpointHeaderBytes;
+  if (length != held) {
+    throw UserError(damaged + "the header says " + std::to_string(length) +
+                    " payload bytes, the file holds " + std::to_string(held) +
+                    " (truncated or extended); it was not loaded");
+  }
+  const std::string_view payload = bytes.substr(kCheckpointHeaderBytes);
+  const std::string_view stored = bytes.substr(20, 32);
+  const std::string computed = sha256(payload);
+  if (computed != stored) {
+    throw UserError(damaged + "SHA-256 " + hex(stored).substr(0, 16) + "... stored, " +
+                    hex(computed).substr(0, 16) + "... computed; it was not loaded");
+  }
+  return payload;
+}
 
 fs::path find_checkpoint(const fs::path& run_dir_or_file) {
   std::error_code ec;
@@ -84,6 +182,7 @@ void save_checkpoint(const fs::path& file, torch::nn::Module& model,
   archive.write("train_seconds", c10::IValue(state.train_seconds));
   archive.write("skipped_steps", c10::IValue(state.skipped_steps));
   archive.write("world_size", c10::IValue(state.world_size));
+  archive.write("batch_size", c10::IValue(state.batch_size));
   if (state.grad_scale.defined()) {
     archive.write("grad_scale", state.grad_scale.detach());
     archive.write("growth_tracker", state.growth_tracker.detach());
@@ -98,8 +197,18 @@ void save_checkpoint(const fs::path& file, torch::nn::Module& model,
   archive.write("rng_cpu", c10::IValue(std::vector<int64_t>(
                                rng.data_ptr<uint8_t>(), rng.data_ptr<uint8_t>() + rng.numel())));
 
-  replace_file_atomically(file,
-                          [&](const fs::path& temporary) { archive.save_to(temporary.string()); });
+  // Serialised straight behind the header's room, then sealed: one copy of the archive in memory.
+  std::string framed(kCheckpointHeaderBytes, '\0');
+  archive.save_to([&](const void* data, size_t size) {
+    framed.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  seal(framed);
+  replace_file_atomically(file, [&](const fs::path& temporary) {
+    write_whole_file(temporary, framed, file);
+    // Read back before it replaces the previous checkpoint: only a verified file may.
+    verified_payload(read_whole_file(temporary), file.string());
+  });
 }
 
 std::string checkpoint_config(const fs::path& file) {
@@ -161,6 +270,7 @@ TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
   state.train_seconds = read_value(archive, file, "train_seconds").toDouble();
   state.skipped_steps = read_value(archive, file, "skipped_steps").toInt();
   state.world_size = read_value(archive, file, "world_size").toInt();
+  state.batch_size = read_value(archive, file, "batch_size").toInt();
   c10::IValue scale, tracker;
   if (archive.try_read("grad_scale", scale) && archive.try_read("growth_tracker", tracker)) {
     state.grad_scale = scale.toTensor();

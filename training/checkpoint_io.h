@@ -1,6 +1,15 @@
 // Checkpoints: model, optimizer, the position in the run, the partial-epoch accumulators, RNG
 // state and the effective config, in one torch archive written atomically. Loading one and
 // continuing gives the same per-epoch metrics as never having stopped.
+//
+// On disk the archive is framed with a checksum, verified before LibTorch's loader sees a byte:
+//   bytes 0-7    "TRNCKPT\n"   magic
+//   bytes 8-11   format version, little-endian uint32 (kCheckpointFrameVersion)
+//   bytes 12-19  payload length in bytes, little-endian uint64
+//   bytes 20-51  SHA-256 of the payload (OpenSSL)
+//   bytes 52-    the payload: the torch archive (a zip, as torch::save writes it)
+// A damaged file is refused in one line naming it; a written checkpoint is read back and verified
+// before it replaces the previous one, which is therefore never replaced by an unverifiable file.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -8,6 +17,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 namespace training {
 
@@ -22,10 +32,21 @@ struct TrainState {
   double train_seconds = 0.0;  // training time spent in this epoch so far
   int64_t skipped_steps = 0;   // fp16 steps skipped this epoch (inf/NaN gradients)
   int64_t world_size = 1;      // data-parallel ranks that wrote it (resume needs the same)
+  int64_t batch_size = 0;      // training.batch_size that wrote it (mid-epoch resume needs it)
   // GradScaler state (fp16 only; undefined otherwise).
   torch::Tensor grad_scale;
   torch::Tensor growth_tracker;
 };
+
+inline constexpr uint32_t kCheckpointFrameVersion = 2;
+inline constexpr size_t kCheckpointHeaderBytes = 52;
+
+// The framed file for `payload` (header + payload).
+std::string frame_checkpoint(std::string_view payload);
+
+// The payload of a framed file, verified: magic, version, length and checksum. Throws UserError
+// naming `name` ("<name>: damaged checkpoint: ...") otherwise. Never reads past `bytes`.
+std::string_view verified_payload(std::string_view bytes, const std::string& name);
 
 // The checkpoint named by a run directory (its checkpoint.pt) or by a file path.
 // Throws UserError when there is none.

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -214,7 +217,9 @@ std::string shortest_double(double value) {
 
 class Reader {
  public:
-  Reader(YAML::Node root, std::string origin, std::set<std::string> overridden)
+  // `overridden`: the paths ("section.key", and "section" for sections that only an override
+  // created) that flags set, with the text that names the flag in messages.
+  Reader(YAML::Node root, std::string origin, std::map<std::string, std::string> overridden)
       : root_(std::move(root)), origin_(std::move(origin)), overridden_(std::move(overridden)) {}
 
   template <class Body>
@@ -415,7 +420,8 @@ class Reader {
   }
 
   std::string origin_for(const std::string& path) const {
-    return overridden_.count(path) ? "--set " + path : origin_;
+    const auto found = overridden_.find(path);
+    return found != overridden_.end() ? found->second : origin_;
   }
 
   [[noreturn]] void fail(const std::string& name, const std::string& what) const {
@@ -425,7 +431,7 @@ class Reader {
 
   const YAML::Node root_;
   std::string origin_;
-  std::set<std::string> overridden_;
+  std::map<std::string, std::string> overridden_;
   std::vector<std::string> sections_;
   std::string section_;
   YAML::Node node_;
@@ -551,38 +557,68 @@ class KeyLister {
   std::string section_;
 };
 
-// Sets key.path=value in `root`, creating sections as needed; returns the key path.
-std::string apply_override(YAML::Node& root, const std::string& assignment) {
+// Sets section.key=value in `root`, creating the section as needed. Records in `overridden` what
+// names the flag in messages, for the key and (when the override created it) the section.
+void apply_override(YAML::Node& root, const Override& override,
+                    std::map<std::string, std::string>& overridden) {
+  const std::string& assignment = override.assignment;
   const auto eq = assignment.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    throw ConfigError("--set " + assignment + ": expected key.path=value");
-  }
+  const bool set = override.flag == "--set";
+  // "--set key=value" names itself; a shorthand flag names itself with the value it was given.
+  const std::string flag =
+      set ? "--set " + assignment
+          : override.flag + " " +
+                (eq == std::string::npos ? assignment : assignment.substr(eq + 1));
+  if (eq == std::string::npos || eq == 0) throw ConfigError(flag + ": expected key.path=value");
   const std::string path = assignment.substr(0, eq);
   std::vector<std::string> parts;
   std::stringstream stream(path);
   for (std::string part; std::getline(stream, part, '.');) parts.push_back(part);
   if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
-    throw ConfigError("--set " + assignment +
-                      ": expected section.key=value, e.g. training.epochs=2");
+    throw ConfigError(flag + ": expected section.key=value, e.g. training.epochs=2");
   }
   YAML::Node value;
   try {
     value = YAML::Load(assignment.substr(eq + 1));
   } catch (const YAML::Exception& e) {
-    throw ConfigError("--set " + assignment + ": value is not valid YAML (" + e.msg + ")");
+    throw ConfigError(flag + ": value is not valid YAML (" + e.msg + ")");
   }
   if (!is_map(root)) root = YAML::Node(YAML::NodeType::Map);
   YAML::Node section = root[parts[0]];
+  const std::string label = set ? "--set " + path : override.flag;
   if (section.IsDefined() && !section.IsNull() && !section.IsMap()) {
-    throw ConfigError("--set " + path + ": '" + parts[0] + "' is not a section");
+    throw ConfigError(label + ": '" + parts[0] + "' is not a section");
   }
+  if (!section.IsDefined()) overridden[parts[0]] = set ? "--set " + parts[0] : override.flag;
   if (!is_map(section)) root[parts[0]] = YAML::Node(YAML::NodeType::Map);
   root[parts[0]][parts[1]] = value;
-  return path;
+  overridden[path] = label;
 }
 
-void validate(const Config& c, const std::string& origin) {
-  auto fail = [&](const std::string& message) { throw ConfigError(origin + ": " + message); };
+// Duplicate keys: YAML parsers keep the first silently; refused here, naming both lines.
+void check_duplicate_keys(const YAML::Node& node, const std::string& origin,
+                          const std::string& prefix) {
+  if (!is_map(node)) return;
+  std::map<std::string, int> first_line;
+  for (const auto& entry : node) {
+    const std::string key = entry.first.Scalar();
+    const int line = entry.first.Mark().line + 1;
+    const auto [found, fresh] = first_line.emplace(key, line);
+    if (!fresh) {
+      throw ConfigError(origin + ": duplicate key '" + prefix + key + "' at lines " +
+                        std::to_string(found->second) + " and " + std::to_string(line) +
+                        " (YAML would keep the first silently); keep one");
+    }
+    check_duplicate_keys(entry.second, origin, prefix + key + ".");
+  }
+}
+
+// Checks that span keys. `origin_for(key)` names where the key was set (the file or a flag).
+void validate(const Config& c, const std::function<std::string(const std::string&)>& origin_for) {
+  auto fail = [&](const std::string& message) {
+    const std::string key = message.substr(0, message.find(':'));
+    throw ConfigError(origin_for(key) + ": " + message);
+  };
   static const std::regex kDevice("auto|cpu|cuda(:[0-9]+)?");
   if (!std::regex_match(c.training.device, kDevice)) {
     fail("training.device: expected auto, cpu, cuda or cuda:<index>, got '" + c.training.device +
@@ -617,7 +653,7 @@ void validate(const Config& c, const std::string& origin) {
 }  // namespace
 
 Config parse_config(const std::string& yaml_text, const std::string& origin,
-                    const std::vector<std::string>& overrides) {
+                    const std::vector<Override>& overrides) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -631,18 +667,26 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
                       "at the top level, got " +
                       describe(root));
   }
-  std::set<std::string> overridden;
-  for (const auto& assignment : overrides) overridden.insert(apply_override(root, assignment));
+  check_duplicate_keys(root, origin, "");
+  std::map<std::string, std::string> overridden;
+  for (const auto& override : overrides) apply_override(root, override, overridden);
 
   Config config;
   Reader reader(root, origin, overridden);
   walk(reader, config);
   reader.check_sections();
-  validate(config, origin);
+  validate(config, [&](const std::string& key) {
+    const auto found = overridden.find(key);
+    return found != overridden.end() ? found->second : origin;
+  });
   return config;
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+Config load_config(const std::string& path, const std::vector<Override>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError(path + ": is a directory, expected a YAML config file");
+  }
   std::ifstream in(path);
   if (!in) throw ConfigError(path + ": cannot open config file");
   std::stringstream text;

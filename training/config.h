@@ -111,13 +111,24 @@ class ConfigError : public UserError {
   using UserError::UserError;
 };
 
-// Reads `path` (YAML), applies `overrides` ("key.path=value", value parsed as YAML) and
-// validates. Keys absent from the file keep their defaults.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// One override of a config key: "section.key=value" (the value is YAML), and the flag it came
+// from, which error messages name: "--set" (then the message names "--set section.key"), or a
+// shorthand such as "--device" or "--memory-limit".
+struct Override {
+  Override(std::string assignment, std::string flag = "--set")
+      : assignment(std::move(assignment)), flag(std::move(flag)) {}
+  Override(const char* assignment) : Override(std::string(assignment)) {}
+  std::string assignment;
+  std::string flag;
+};
+
+// Reads `path` (YAML), applies `overrides` in order and validates. Keys absent from the file keep
+// their defaults. Refuses a path that is not a readable file, and duplicate keys.
+Config load_config(const std::string& path, const std::vector<Override>& overrides = {});
 
 // Same, from YAML text; `origin` names the source in error messages.
 Config parse_config(const std::string& yaml_text, const std::string& origin,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<Override>& overrides = {});
 
 // The effective config as YAML (every key, defaults included); parse_config() reads it back
 // to an equal Config.

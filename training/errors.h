@@ -15,7 +15,8 @@ inline constexpr int kExitInternalError = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitOutOfMemory = 3;
 inline constexpr int kExitDistributed = 4;
-inline constexpr int kExitStopped = 130;  // stopped by SIGINT/SIGTERM, checkpoint written
+inline constexpr int kExitCannotWrite = 5;  // an output could not be written (disk full, quota...)
+inline constexpr int kExitStopped = 130;    // stopped by SIGINT/SIGTERM, checkpoint written
 
 // The first line of a message: LibTorch's and Gloo's errors append backtraces and context lines.
 inline std::string first_line(const std::string& text) {
@@ -30,6 +31,13 @@ inline std::string error_line(const std::exception& error) {
 
 // Something the user can fix (bad arguments, config, environment): exit code 2.
 class UserError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// An output file could not be written: the disk is full, a quota or file-size limit was hit, or
+// the device failed (exit code 5). The message names the file; what was written before is intact.
+class CannotWrite : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

@@ -11,6 +11,18 @@
 
 namespace training {
 
+namespace {
+thread_local bool host_data_scope = false;  // inside a HostData scope on this thread
+}  // namespace
+
+TrackingCpuAllocator::HostData::HostData() : previous_(host_data_scope) {
+  host_data_scope = true;
+}
+
+TrackingCpuAllocator::HostData::~HostData() {
+  host_data_scope = previous_;
+}
+
 TrackingCpuAllocator& TrackingCpuAllocator::instance() {
   // Never destroyed: tensors may be freed during static destruction, after main returns.
   static TrackingCpuAllocator* allocator = [] {
@@ -24,6 +36,13 @@ TrackingCpuAllocator& TrackingCpuAllocator::instance() {
 }
 
 c10::DataPtr TrackingCpuAllocator::allocate(size_t bytes) {
+  if (host_data_scope) {
+    // Untracked: release() finds no size for it and subtracts nothing.
+    c10::DataPtr inner = base_->allocate(bytes);
+    const auto device = inner.device();
+    void* data = inner.release_context();
+    return {data, data, &TrackingCpuAllocator::release, device};
+  }
   const auto size = static_cast<int64_t>(bytes);
   const int64_t held = current_.fetch_add(size) + size;
   const int64_t limit = limit_.load();

@@ -40,6 +40,21 @@ class TrackingCpuAllocator final : public c10::Allocator {
   void set_limit(int64_t bytes) { limit_.store(bytes); }
   int64_t limit() const { return limit_.load(); }
 
+  // CPU tensors allocated on this thread while a HostData object lives are host-side data (the
+  // decoded dataset): neither counted nor limited, because on a GPU they would not be in device
+  // memory either. That keeps memory.limit's meaning the same on the CPU as on CUDA, and a
+  // sweep's largest batch (whose trials hold no dataset) true for `train`.
+  class HostData {
+   public:
+    HostData();
+    ~HostData();
+    HostData(const HostData&) = delete;
+    HostData& operator=(const HostData&) = delete;
+
+   private:
+    bool previous_;
+  };
+
  private:
   explicit TrackingCpuAllocator(c10::Allocator* base)
       : base_(base), base_deleter_(base->raw_deleter()) {}

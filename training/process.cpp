@@ -14,6 +14,7 @@
 
 #include "build_config.h"
 #include "training/errors.h"
+#include "training/stop_signal.h"
 
 extern char** environ;
 
@@ -48,14 +49,19 @@ ProcessOutcome run_process(const std::vector<std::string>& argv, const fs::path&
 
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  const auto deadline = start + std::chrono::seconds(timeout_seconds);
+  auto deadline = start + std::chrono::seconds(timeout_seconds);
   ProcessOutcome outcome;
   int status = 0;
   while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (stop_requested() && !outcome.stopped) {
+      ::kill(pid, SIGTERM);
+      outcome.stopped = true;
+      deadline = Clock::now() + std::chrono::seconds(10);  // then it is killed
+    }
     if (Clock::now() > deadline) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
-      outcome.timed_out = true;
+      outcome.timed_out = !outcome.stopped;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

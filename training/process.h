@@ -12,13 +12,16 @@ struct ProcessOutcome {
   int exit_code = -1;  // when the process exited normally
   int signal = 0;      // when a signal ended it (after a timeout: SIGKILL)
   bool timed_out = false;
+  bool stopped = false;  // a stop signal (stop_signal.h) arrived and was passed on to it
   double seconds = 0;
   // "exit code 3", "killed by signal 11 (Segmentation fault)", "timed out after 5 s".
   std::string describe() const;
 };
 
 // Runs argv[0] (a path) with stdout and stderr appended to `log_file`; kills it after
-// `timeout_seconds`. Throws UserError when it cannot be started.
+// `timeout_seconds`. When this process is asked to stop (stop_signal.h: Ctrl-C, SIGTERM), passes
+// SIGTERM on to the child and waits for it (SIGKILL after 10 s), so no child is left running.
+// Throws UserError when it cannot be started.
 ProcessOutcome run_process(const std::vector<std::string>& argv,
                            const std::filesystem::path& log_file, int64_t timeout_seconds);
 

@@ -116,10 +116,18 @@ void StepProfiler::before_step(int64_t step) {
 }
 
 void StepProfiler::after_step(int64_t step) {
-  if (active_ && step >= options_.last_step()) stop();
+  if (active_ && step >= options_.last_step()) stop(step);
 }
 
-void StepProfiler::stop() {
+void StepProfiler::finish_early(int64_t last_step) {
+  if (!active_) return;
+  spdlog::info(
+      "profiler: the run ended at step {}, inside the window {}..{}; writing what was traced",
+      last_step, options_.first_step(), options_.last_step());
+  stop(last_step);
+}
+
+void StepProfiler::stop(int64_t last_step) {
   synchronize(device_);
   auto result = prof::disableProfiler();
   active_ = false;
@@ -127,8 +135,8 @@ void StepProfiler::stop() {
   replace_file_atomically(trace_file_,
                           [&](const fs::path& temporary) { result->save(temporary.string()); });
   spdlog::info("profiler: steps {}..{} traced to {} ({} events); top {} by self time:\n{}",
-               options_.first_step(), options_.last_step(), trace_file_.string(),
-               result->events().size(), options_.top(),
+               options_.first_step(), last_step, trace_file_.string(), result->events().size(),
+               options_.top(),
                format_operator_table(operator_table(result->events()), options_.top()));
 }
 

@@ -49,11 +49,13 @@ class StepProfiler {
   // and logging the table happen inside.
   void before_step(int64_t step);
   void after_step(int64_t step);
+  // The run ended at `last_step`, inside the window: writes what was traced and says so.
+  void finish_early(int64_t last_step);
   bool active() const { return active_; }
   bool done() const { return done_; }
 
  private:
-  void stop();
+  void stop(int64_t last_step);
 
   ProfilerOptions options_;
   std::filesystem::path trace_file_;

@@ -40,16 +40,41 @@ const char* source_name(data::Source source) {
   return "auto";
 }
 
-Config effective_config(const TrainRequest& request, const fs::path& checkpoint) {
-  auto overrides = request.overrides;
-  if (!request.device.empty()) overrides.push_back("training.device=" + request.device);
-  if (!request.memory_limit.empty()) overrides.push_back("memory.limit=" + request.memory_limit);
+// What --resume names: a checkpoint to continue from, in a run directory. A run directory that
+// holds a run but no checkpoint yet (it stopped before its first one) starts again from its
+// stored config.
+struct ResumeTarget {
+  fs::path run_dir;     // empty when not resuming
+  fs::path checkpoint;  // empty when restarting a run that has none
+};
+
+ResumeTarget resume_target(const std::string& resume) {
+  if (resume.empty()) return {};
+  std::error_code ec;
+  const fs::path path(resume);
+  if (fs::is_directory(path, ec) && !fs::exists(path / "checkpoint.pt", ec) &&
+      fs::exists(path / "config.yaml", ec)) {
+    return {path, {}};
+  }
+  const fs::path checkpoint = find_checkpoint(path);
+  return {checkpoint.parent_path(), checkpoint};
+}
+
+Config effective_config(const TrainRequest& request, const ResumeTarget& resume) {
+  std::vector<Override> overrides(request.overrides.begin(), request.overrides.end());
+  if (!request.device.empty())
+    overrides.push_back({"training.device=" + request.device, "--device"});
+  if (!request.memory_limit.empty()) {
+    overrides.push_back({"memory.limit=" + request.memory_limit, "--memory-limit"});
+  }
   if (!request.config_path.empty()) return load_config(request.config_path, overrides);
-  if (checkpoint.empty()) {
+  if (resume.run_dir.empty()) {
     throw UserError("no config: pass --config FILE (or --resume RUN to continue a run)");
   }
-  return parse_config(checkpoint_config(checkpoint), checkpoint.string() + " (stored config)",
-                      overrides);
+  if (resume.checkpoint.empty())
+    return load_config((resume.run_dir / "config.yaml").string(), overrides);
+  return parse_config(checkpoint_config(resume.checkpoint),
+                      resume.checkpoint.string() + " (stored config)", overrides);
 }
 
 int64_t count_parameters(torch::nn::Module& model) {
@@ -133,19 +158,31 @@ auto out_of_memory_is_exit_3(const Config& config, const torch::Device& device,
   }
 }
 
+// bf16 on a CPU without native bf16 is emulated, hundreds of times slower than fp32: say so once.
+void warn_if_bf16_is_emulated(const torch::Device& device, Precision precision) {
+  if (device.is_cpu() && precision == Precision::BF16 && !cpu_has_native_bf16()) {
+    spdlog::warn(
+        "training.precision: bf16 on a CPU without native bf16 (no AVX-512 BF16 or AMX-BF16): "
+        "it is emulated, and this run will be far slower than fp32 (a bf16 matmul here runs "
+        "hundreds of times slower)");
+  }
+}
+
 }  // namespace
 
 int run_training(const TrainRequest& request) {
   const auto launch = launch_env_from_environment();
   const bool data_parallel = launch && launch->world_size > 1;
-  const fs::path checkpoint = request.resume.empty() ? fs::path() : find_checkpoint(request.resume);
-  const Config config = effective_config(request, checkpoint);
+  const ResumeTarget resume = resume_target(request.resume);
+  const Config config = effective_config(request, resume);
   const std::string yaml = to_yaml(config);
   if (request.print_config) {
     std::cout << yaml;
     return kExitOk;
   }
 
+  // Everything that can be refused is checked, and everything that can run out of memory before
+  // the first step is built, before the run directory is created or touched.
   set_cpu_threads(config.training.threads);
   torch::Device device = resolve_device(config.training.device);
   if (data_parallel) device = rank_device(device, launch->local_rank);
@@ -160,63 +197,76 @@ int run_training(const TrainRequest& request) {
   set_memory_limit(device, config.memory.limit);
   set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
 
-  // Everything that can fail on bad input happens before the run directory is created.
   const auto load_start = std::chrono::steady_clock::now();
   auto dataset = config.data.dataset;
   dataset.synthetic_seed(static_cast<uint64_t>(config.training.seed));
   const data::Source source = data::resolve_source(dataset);
-  data::Split train = data::load_split(dataset, data::SplitName::Train);
-  data::Split test = data::load_split(dataset, data::SplitName::Test);
+  data::Split train, test;
+  {
+    TrackingCpuAllocator::HostData host_data;  // not device memory, as on CUDA
+    train = data::load_split(dataset, data::SplitName::Train);
+    test = data::load_split(dataset, data::SplitName::Test);
+  }
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
 
   std::unique_ptr<ProcessGroup> group;
-  if (data_parallel) {
-    group = std::make_unique<ProcessGroup>(*launch, config.distributed, device);
+  if (data_parallel) group = std::make_unique<ProcessGroup>(*launch, config.distributed, device);
+  auto building = [] {
+    return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while building the model and its data"};
+  };
+  Trainer trainer = out_of_memory_is_exit_3(config, device, building, [&] {
+    return Trainer(config, device, std::move(train), std::move(test), group.get());
+  });
+
+  // Only rank 0 (or a single process) owns a run directory.
+  std::optional<RunDirectory> run;
+  if (!group || group->is_main()) {
+    const bool in_place = !resume.run_dir.empty() && request.output_dir.empty();
+    const fs::path run_path =
+        !request.output_dir.empty() ? fs::path(request.output_dir)
+        : in_place                  ? resume.run_dir
+                   : new_run_path(config.output.dir, config.output.name, arch_name(config.model));
+    run.emplace(run_path, in_place);
+    spdlog::info("run directory: {}", run->path().string());
+    run->write_config(yaml);
+    trainer.write_to(*run);
+  }
+  if (group) {
     spdlog::info(
         "rank {} of {} ({}, local rank {}, rendezvous {}:{}); only rank 0 writes the run "
         "directory",
         group->rank(), group->world_size(), group->backend_name(), launch->local_rank,
         launch->master_addr, launch->master_port);
   }
-  // Only rank 0 (or a single process) owns a run directory.
-  std::optional<RunDirectory> run;
-  if (!group || group->is_main()) {
-    const bool resuming = !checkpoint.empty() && request.output_dir.empty();
-    const fs::path run_path =
-        !request.output_dir.empty() ? fs::path(request.output_dir)
-        : resuming                  ? checkpoint.parent_path()
-                   : new_run_path(config.output.dir, config.output.name, arch_name(config.model));
-    run.emplace(run_path, resuming);
-    spdlog::info("run directory: {}", run->path().string());
-    run->write_config(yaml);
-  }
   spdlog::info("LibTorch {}, device {}", TORCH_VERSION, describe_device(device));
+  warn_if_bf16_is_emulated(device, config.training.precision);
   spdlog::info("effective config:\n{}", yaml);
   spdlog::info("data: {} from {}: {} train / {} test images, decoded in {:.1f} s",
                source_name(source), source == data::Source::Synthetic ? "memory" : dataset.root(),
-               train.size(), test.size(), load_seconds);
-
-  auto building = [] {
-    return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while building the model and its data"};
-  };
-  Trainer trainer = out_of_memory_is_exit_3(config, device, building, [&] {
-    return Trainer(config, device, std::move(train), std::move(test), run ? &*run : nullptr,
-                   group.get());
-  });
+               trainer.train_size(), trainer.test_size(), load_seconds);
   spdlog::info("model: {} ({} stem), {} parameters, {} steps per epoch, {} steps planned",
                arch_name(config.model), stem_name(config.model), count_parameters(*trainer.model()),
                trainer.steps_per_epoch(), trainer.total_steps());
   log_model_memory(*trainer.model(), config);
   if (config.memory.limit > 0) {
-    spdlog::info("memory: limited to {} on {} (memory.limit)", format_bytes(config.memory.limit),
-                 device.str());
+    spdlog::info(
+        "memory: limited to {} on {} (memory.limit; the decoded dataset is host data "
+        "and is not counted)",
+        format_bytes(config.memory.limit), device.str());
   }
-  if (!checkpoint.empty()) {
+  if (!resume.checkpoint.empty()) {
     auto loading = [&] {
-      return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while loading " + checkpoint.string()};
+      return OutOfMemoryWhere{OutOfMemoryWhere::Setup,
+                              "while loading " + resume.checkpoint.string()};
     };
-    out_of_memory_is_exit_3(config, device, loading, [&] { trainer.resume(checkpoint); });
+    out_of_memory_is_exit_3(config, device, loading, [&] { trainer.resume(resume.checkpoint); });
+  } else if (!resume.run_dir.empty()) {
+    spdlog::info(
+        "{} has no checkpoint yet (it stopped before its first one): starting the run "
+        "again from its config",
+        resume.run_dir.string());
+    if (run) run->keep_epochs_through(0);
   }
 
   install_stop_handlers();
@@ -232,7 +282,10 @@ int run_training(const TrainRequest& request) {
   try {
     end = out_of_memory_is_exit_3(config, device, position, [&] { return trainer.fit(); });
   } catch (const std::exception& e) {
-    if (!group || dynamic_cast<const UserError*>(&e) || dynamic_cast<const OutOfMemory*>(&e)) throw;
+    if (!group || dynamic_cast<const UserError*>(&e) || dynamic_cast<const OutOfMemory*>(&e) ||
+        dynamic_cast<const CannotWrite*>(&e)) {
+      throw;
+    }
     // A collective failed: a peer died, hung past the timeout, or the network broke. (Gloo
     // reports a dead peer with its own exception type, NCCL and timeouts with c10's.)
     throw DistributedError("rank " + std::to_string(group->rank()) +

@@ -20,13 +20,6 @@ using nlohmann::ordered_json;
 
 namespace {
 
-bool holds_run(const fs::path& dir) {
-  for (const char* name : {"config.yaml", "metrics.jsonl", "checkpoint.pt"}) {
-    if (fs::exists(dir / name)) return true;
-  }
-  return false;
-}
-
 std::string csv_cell(const ordered_json& value) {
   if (value.is_null()) return "";
   if (value.is_string()) return value.get<std::string>();
@@ -35,23 +28,56 @@ std::string csv_cell(const ordered_json& value) {
 
 }  // namespace
 
+std::string held_outputs(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::is_regular_file(dir / "sweep.json", ec)) return "a sweep";
+  for (const char* name : {"config.yaml", "metrics.jsonl", "checkpoint.pt", "train.log"}) {
+    if (fs::is_regular_file(dir / name, ec)) return "a run";
+  }
+  return "";
+}
+
+int remove_stale_temporaries(const fs::path& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    // ".<file>.tmp<pid>", as atomic_file.cpp names them.
+    if (name.size() > 1 && name[0] == '.' && name.find(".tmp") != std::string::npos &&
+        entry.is_regular_file(ec)) {
+      removed += fs::remove(entry.path(), ec) ? 1 : 0;
+    }
+  }
+  return removed;
+}
+
 RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
   std::error_code ec;
   if (resuming) {
-    if (!fs::is_directory(dir_)) throw UserError(dir_.string() + ": run directory not found");
-    if (fs::exists(dir_ / "metrics.jsonl")) rows_ = read_jsonl(dir_ / "metrics.jsonl");
+    if (!fs::is_directory(dir_, ec)) throw UserError(dir_.string() + ": run directory not found");
   } else {
-    if (fs::exists(dir_) && holds_run(dir_)) {
-      throw UserError(dir_.string() +
-                      ": already holds a run; choose another --output-dir or continue it with "
-                      "--resume " +
-                      dir_.string());
+    const std::string held = fs::exists(dir_, ec) ? held_outputs(dir_) : "";
+    if (!held.empty()) {
+      throw UserError(dir_.string() + ": already holds " + held + "; choose another --output-dir" +
+                      (held == "a run" ? " or continue it with --resume " + dir_.string() : ""));
     }
     fs::create_directories(dir_, ec);
     if (ec) throw UserError(dir_.string() + ": cannot create run directory: " + ec.message());
   }
-  log_sink_ = std::make_shared<spdlog::sinks::basic_file_sink_mt>((dir_ / "train.log").string());
+  lock_ = std::make_unique<DirectoryLock>(dir_);
+  const int stale = remove_stale_temporaries(dir_);
+  if (resuming && fs::exists(dir_ / "metrics.jsonl")) rows_ = read_jsonl(dir_ / "metrics.jsonl");
+  try {
+    log_sink_ = std::make_shared<spdlog::sinks::basic_file_sink_mt>((dir_ / "train.log").string());
+  } catch (const spdlog::spdlog_ex& e) {
+    throw UserError((dir_ / "train.log").string() + ": cannot open the log for writing (" +
+                    e.what() + ")");
+  }
   spdlog::default_logger()->sinks().push_back(log_sink_);
+  if (stale > 0) {
+    spdlog::info("removed {} temporary file(s) an interrupted write left in {}", stale,
+                 dir_.string());
+  }
 }
 
 RunDirectory::~RunDirectory() {

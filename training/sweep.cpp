@@ -12,6 +12,7 @@
 #include "training/memory.h"
 #include "training/process.h"
 #include "training/run_dir.h"
+#include "training/stop_signal.h"
 
 namespace training {
 
@@ -45,6 +46,9 @@ std::vector<SweepCell> grid_cells(const SweepConfig& sweep) {
   return cells;
 }
 
+// Unwinds the sweep when a stop signal arrived (the running trial was stopped with it).
+struct SweepStopped {};
+
 class Sweep {
  public:
   Sweep(Config config, fs::path dir, fs::path executable, torch::Device device)
@@ -55,20 +59,31 @@ class Sweep {
         limit_(config_.memory.limit > 0 ? config_.memory.limit : total_memory(device_)),
         cells_(grid_cells(config_.sweep)) {}
 
-  void run() {
+  // Runs the grid and the searches; false when a stop signal ended the sweep early (the outputs
+  // then hold the trials completed so far).
+  bool run() {
     spdlog::info(
         "sweep: {} cell(s) x {} batch size(s) on {}, memory {} ({}), {} warm-up + {} "
         "measured steps per trial, each trial in its own process",
         cells_.size(), config_.sweep.batch_sizes.size(), describe_device(device_),
         format_bytes(limit_), config_.memory.limit > 0 ? "memory.limit" : "device",
         config_.sweep.warmup_steps, config_.sweep.measure_steps);
-    for (const auto& cell : cells_) {
-      for (int64_t batch : config_.sweep.batch_sizes) run_trial(cell, batch, "grid");
+    try {
+      for (const auto& cell : cells_) {
+        for (int64_t batch : config_.sweep.batch_sizes) run_trial(cell, batch, "grid");
+      }
+      if (config_.sweep.find_max) {
+        for (const auto& cell : cells_) find_max(cell);
+      }
+    } catch (const SweepStopped&) {
+      write_outputs(/*complete=*/false);
+      plot();
+      spdlog::warn("sweep stopped by signal after {} trial(s); what was measured is in {}",
+                   trials_.size(), dir_.string());
+      return false;
     }
-    if (config_.sweep.find_max) {
-      for (const auto& cell : cells_) find_max(cell);
-    }
-    write_outputs(/*final=*/true);
+    write_outputs(/*complete=*/true);
+    plot();
     for (const auto& summary : summaries()) {
       spdlog::info("{}: largest batch that fits {}, fastest batch {} ({:.0f} img/s){}",
                    summary.cell.name(),
@@ -82,6 +97,7 @@ class Sweep {
                                : std::string());
     }
     spdlog::info("sweep written to {}", dir_.string());
+    return true;
   }
 
  private:
@@ -106,9 +122,11 @@ class Sweep {
                    log = stem.string() + ".log";
     write_file_atomically(yaml, to_yaml(trial_config));
 
+    if (stop_requested()) throw SweepStopped{};
     const auto outcome = run_process({executable_.string(), "sweep-trial", "--config",
                                       yaml.string(), "--result", result.string()},
                                      log, config_.sweep.trial_timeout);
+    if (outcome.stopped) throw SweepStopped{};  // an interrupted trial measured nothing
     trial.wall_seconds = outcome.seconds;
     trial.result = read_result(result, outcome, log);
     const auto& r = trial.result;
@@ -122,7 +140,7 @@ class Sweep {
                           r.median_step_seconds, r.images_per_second)
             : ": " + r.message);
     trials_.push_back(trial);
-    write_outputs(/*final=*/false);  // what is measured is kept, even if the sweep is stopped
+    write_outputs(/*complete=*/false);  // what is measured is kept, even if the sweep dies
     return trials_.back().result;
   }
 
@@ -182,7 +200,8 @@ class Sweep {
     return summarize(cells_, trials_, memory_sizes(), config_.sweep.find_max);
   }
 
-  void write_outputs(bool final) const {
+  // The tables; `complete` is false until the sweep has finished.
+  void write_outputs(bool complete) const {
     const auto cells = summaries();
     std::vector<ordered_json> rows;
     for (const auto& t : trials_) {
@@ -225,13 +244,12 @@ class Sweep {
                         {"limit_is_emulated", config_.memory.limit > 0},
                         {"warmup_steps", config_.sweep.warmup_steps},
                         {"measure_steps", config_.sweep.measure_steps},
-                        {"complete", final},
+                        {"complete", complete},
                         {"cells", summary},
                         {"trials", rows}};
     write_file_atomically(dir_ / "sweep.json", all.dump(2) + "\n");
     write_file_atomically(dir_ / "sweep.csv", rows_to_csv(rows));
     write_file_atomically(dir_ / "sweep.md", markdown(cells));
-    if (final) plot();
   }
 
   std::string markdown(const std::vector<CellSummary>& cells) const {
@@ -370,13 +388,17 @@ int run_sweep(const SweepRequest& request) {
       !request.output_dir.empty()
           ? fs::path(request.output_dir)
           : new_run_path(config.output.dir, config.output.name, "sweep-" + arch_name(config.model));
-  if (fs::exists(dir / "sweep.json")) {
-    throw UserError(dir.string() + ": already holds a sweep; choose another --output-dir");
+  std::error_code ec;
+  const std::string held = fs::exists(dir, ec) ? held_outputs(dir) : "";
+  if (!held.empty()) {
+    throw UserError(dir.string() + ": already holds " + held + "; choose another --output-dir");
   }
-  fs::create_directories(dir / "trials");
+  fs::create_directories(dir / "trials", ec);
+  if (ec) throw UserError(dir.string() + ": cannot create the sweep directory: " + ec.message());
+  const DirectoryLock lock(dir);
   write_file_atomically(dir / "config.yaml", to_yaml(config));
-  Sweep(config, dir, request.executable, device).run();
-  return kExitOk;
+  install_stop_handlers();
+  return Sweep(config, dir, request.executable, device).run() ? kExitOk : kExitStopped;
 }
 
 int run_sweep_trial(const std::string& config_path, const std::string& result_path) {

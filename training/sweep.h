@@ -58,13 +58,15 @@ std::vector<CellSummary> summarize(const std::vector<SweepCell>& cells,
 
 struct SweepRequest {
   std::string config_path;
-  std::vector<std::string> overrides;  // --set and the sweep flags, as key=value
-  std::string output_dir;              // the sweep directory (default <output.dir>/sweep-...)
-  std::filesystem::path executable;    // the `train` binary that runs each trial
+  std::vector<Override> overrides;   // --set and the sweep flags
+  std::string output_dir;            // the sweep directory (default <output.dir>/sweep-...)
+  std::filesystem::path executable;  // the `train` binary that runs each trial
 };
 
-// Runs the whole sweep; returns 0. Throws UserError/ConfigError for a bad grid before any
-// trial runs.
+// Runs the whole sweep; returns kExitOk, or kExitStopped when Ctrl-C/SIGTERM stopped it (the
+// running trial is stopped too, and the outputs hold the trials completed so far). Throws
+// UserError/ConfigError for a bad grid, or a directory that already holds a run or a sweep,
+// before any trial runs. The sweep directory is locked while the sweep runs (dir_lock.h).
 int run_sweep(const SweepRequest& request);
 
 // The child side: runs the trial in `config_path` and writes its result to `result_path`

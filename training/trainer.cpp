@@ -97,11 +97,11 @@ int64_t capped_by_max_steps(const Config& config, int64_t by_epochs) {
 }  // namespace
 
 Trainer::Trainer(const Config& config, torch::Device device, data::Split train, data::Split test,
-                 RunDirectory* run, ProcessGroup* group)
+                 ProcessGroup* group)
     : config_(config),
       config_yaml_(to_yaml(config)),
       device_(device),
-      run_(run),
+      run_(nullptr),
       group_(group),
       model_(shared_model(config, device, group)),
       train_loader_((check_labels(train, "training", config.model.num_classes()),
@@ -114,20 +114,47 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
       total_steps_(
           capped_by_max_steps(config, config.training.epochs * train_loader_.batches_per_epoch())),
       schedule_(config.schedule, config.optimizer.lr(), train_loader_.batches_per_epoch(),
-                total_steps_),
-      sampler_(run ? make_sampler(config.monitor, device, run->path() / "gpu.jsonl") : nullptr),
-      profiler_(profiler_options(config.profiler).enabled(run && config.profiler.enabled),
-                run ? run->path() / "trace.json" : std::filesystem::path(), device) {
+                total_steps_) {
   if (train_loader_.batches_per_epoch() == 0) {
     throw UserError("training.batch_size: " + std::to_string(config.training.batch_size) +
                     " is larger than the training set (" +
                     std::to_string(train_loader_.dataset_size()) +
                     " images), so an epoch has no full batch; lower it or raise data.train_limit");
   }
+  check_profiler_window();
+}
+
+void Trainer::write_to(RunDirectory& run) {
+  run_ = &run;
+  sampler_ = make_sampler(config_.monitor, device_, run.path() / "gpu.jsonl");
+  if (config_.profiler.enabled) {
+    profiler_ = std::make_unique<StepProfiler>(profiler_options(config_.profiler),
+                                               run.path() / "trace.json", device_);
+  }
+}
+
+void Trainer::check_profiler_window() const {
+  const int64_t first = config_.profiler.steps.at(0);
+  if (!config_.profiler.enabled || first <= state_.step || first <= total_steps_) return;
+  throw UserError("profiler.steps: the window starts at step " + std::to_string(first) +
+                  ", but this run makes " + std::to_string(total_steps_) +
+                  " steps; move the window or lengthen the run (training.epochs, "
+                  "training.max_steps)");
 }
 
 void Trainer::resume(const std::filesystem::path& checkpoint) {
   state_ = load_checkpoint(checkpoint, *model_, *optimizer_, device_);
+  if (state_.batch_in_epoch > 0 && state_.batch_size != config_.training.batch_size) {
+    throw UserError(
+        "training.batch_size: " + checkpoint.string() + " stopped " +
+        std::to_string(state_.batch_in_epoch) + " batches into epoch " +
+        std::to_string(state_.epoch + 1) + " at batch size " + std::to_string(state_.batch_size) +
+        "; finishing that epoch at " + std::to_string(config_.training.batch_size) +
+        " would train on other samples than the interrupted epoch. Resume with "
+        "training.batch_size=" +
+        std::to_string(state_.batch_size) +
+        " (change it at an epoch boundary: resume with training.epochs set to this epoch first)");
+  }
   const int64_t ranks = group_ ? group_->world_size() : 1;
   if (state_.world_size != ranks) {
     throw UserError(checkpoint.string() + ": written by a run of " +
@@ -142,6 +169,7 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
                             (config_.training.epochs - state_.epoch) * steps_per_epoch;
   total_steps_ = capped_by_max_steps(config_, by_epochs);
   schedule_ = LrSchedule(config_.schedule, config_.optimizer.lr(), steps_per_epoch, total_steps_);
+  check_profiler_window();
   if (state_.grad_scale.defined() && scaler_.enabled()) {
     scaler_.load_state(state_.grad_scale, state_.growth_tracker);
   }
@@ -176,6 +204,7 @@ FitEnd Trainer::fit() {
     }
     save();
   }
+  if (profiler_ && profiler_->active()) profiler_->finish_early(state_.step);
   return FitEnd::Finished;
 }
 
@@ -209,7 +238,7 @@ bool Trainer::train_epoch() {
     set_learning_rate(*optimizer_, last_lr_);
     if (sampler_) sampler_->set_position(epoch, state_.step + 1);
 
-    profiler_.before_step(state_.step + 1);
+    if (profiler_) profiler_->before_step(state_.step + 1);
     StepResult result;
     {
       RECORD_USER_SCOPE("ProfilerStep#" + std::to_string(state_.step + 1));
@@ -217,7 +246,7 @@ bool Trainer::train_epoch() {
                           config_.training.label_smoothing, batch->images, batch->labels,
                           averager_.get());
     }
-    profiler_.after_step(state_.step + 1);
+    if (profiler_) profiler_->after_step(state_.step + 1);
     if (!result.stepped) ++state_.skipped_steps;
 
     // Accumulated on the device; read back only at log intervals so steps stay asynchronous.
@@ -404,6 +433,7 @@ void Trainer::log_verdicts(double data_wait_fraction, const SamplerSummary& samp
 void Trainer::save() {
   if (!config_.checkpoint.enabled || !run_) return;  // only rank 0 writes
   state_.world_size = group_ ? group_->world_size() : 1;
+  state_.batch_size = config_.training.batch_size;
   if (scaler_.enabled()) {
     state_.grad_scale = scaler_.scale_state();
     state_.growth_tracker = scaler_.growth_tracker_state();

@@ -31,12 +31,19 @@ enum class FitEnd { Finished, Stopped };  // Stopped: a stop signal, checkpoint 
 
 class Trainer {
  public:
-  // `run` is where records and checkpoints go (null on data-parallel ranks other than 0, which
-  // write nothing); `group` is the data-parallel process group (null when training alone).
+  // Builds the model, loaders, optimizer and schedule, and refuses what cannot run (labels beyond
+  // num_classes, a batch larger than the split, a profiler window after the last step) before
+  // anything is written. `group` is the data-parallel process group (null when training alone).
   Trainer(const Config& config, torch::Device device, data::Split train, data::Split test,
-          RunDirectory* run, ProcessGroup* group = nullptr);
+          ProcessGroup* group = nullptr);
 
-  // Continues from a checkpoint instead of the fresh initialisation.
+  // Where records, checkpoints, samples and the trace go. Not called on data-parallel ranks other
+  // than 0, which write nothing.
+  void write_to(RunDirectory& run);
+
+  // Continues from a checkpoint instead of the fresh initialisation (after write_to, whose rows
+  // newer than the checkpoint it drops). Refuses a mid-epoch checkpoint written at another
+  // training.batch_size: the rest of that epoch would be other samples.
   void resume(const std::filesystem::path& checkpoint);
   FitEnd fit();
 
@@ -46,6 +53,8 @@ class Trainer {
   models::ResNet& model() { return model_; }
   const TrainState& state() const { return state_; }
   int64_t steps_per_epoch() const { return train_loader_.batches_per_epoch(); }
+  int64_t train_size() const { return train_loader_.dataset_size(); }
+  int64_t test_size() const { return test_loader_.dataset_size(); }
   int64_t total_steps() const { return total_steps_; }
 
  private:
@@ -56,6 +65,8 @@ class Trainer {
   // One line for each diagnosis that applies: the loop waited for data, or the GPU idled.
   void log_verdicts(double data_wait_fraction, const SamplerSummary& samples) const;
   void save();
+  // Refuses a profiler window that starts after the run's last step.
+  void check_profiler_window() const;
   // A stop signal on any rank stops every rank at the same step (checked at log intervals when
   // data-parallel, so steps stay free of extra synchronisation).
   bool stop_now();
@@ -84,9 +95,9 @@ class Trainer {
   // are reset at each phase boundary, so each phase's peak is its own (the first step stays in
   // the training peak: it is what must fit).
   MemoryStats train_memory_, eval_memory_;
-  bool said_evaluation_peak_ = false;  // the "evaluation sets the peak" hint is logged once
-  std::unique_ptr<Sampler> sampler_;   // null when sampling is off or NVML is missing
-  StepProfiler profiler_;
+  bool said_evaluation_peak_ = false;       // the "evaluation sets the peak" hint is logged once
+  std::unique_ptr<Sampler> sampler_;        // null when sampling is off or NVML is missing
+  std::unique_ptr<StepProfiler> profiler_;  // null unless profiling and writing a run
 };
 
 }  // namespace training

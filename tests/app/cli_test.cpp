@@ -1,57 +1,20 @@
 // End-to-end tests of the `train` executable: arguments, exit codes, one-line errors and the
 // run directory it leaves behind.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <torch/cuda.h>
 
-#include <chrono>
-#include <cstdio>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
-#include "test_support.h"
-
-extern char** environ;
+#include "app/cli_support.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Result {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Result run_train(const std::string& arguments) {
-  const std::string command = std::string(TRAIN_BINARY) + " " + arguments + " 2>&1";
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-int count_lines(const std::string& text) {
-  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
-}
-
-// A config for a few seconds of CPU training on synthetic data.
-fs::path write_tiny_config(const test_support::TempDir& dir, int epochs = 1) {
-  std::ofstream(dir / "tiny.yaml") << "model: {arch: resnet18, stem: imagenet}\n"
-                                      "data: {source: synthetic, synthetic_train_size: 128, "
-                                      "synthetic_test_size: 64}\n"
-                                      "training: {device: cpu, epochs: "
-                                   << epochs << ", batch_size: 32, log_every_steps: 1}\n";
-  return dir / "tiny.yaml";
-}
+using cli::count_lines;
+using cli::run_train;
+using cli::write_tiny_config;
 
 TEST(Cli, HelpShowsExamplesAndExitsZero) {
   const auto r = run_train("--help");
@@ -238,7 +201,7 @@ TEST(Cli, BadMemoryLimitIsABadInput) {
   const auto r =
       run_train("--config " + write_tiny_config(dir).string() + " --memory-limit 12apples");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.output.find("--set memory.limit: memory.limit: expected a size like 12GiB"),
+  EXPECT_NE(r.output.find("--memory-limit: memory.limit: expected a size like 12GiB"),
             std::string::npos)
       << r.output;
 }
@@ -353,29 +316,13 @@ TEST(Cli, SigintStopsWithACheckpointThatResumes) {
   const std::string config = write_tiny_config(dir, 50).string();
   const std::string out_dir = run.string();
   const std::string log = (dir / "out.txt").string();
-  std::vector<std::string> args = {TRAIN_BINARY, "--config", config, "--output-dir", out_dir};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, TRAIN_BINARY, &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  cli::Background train({"--config", config, "--output-dir", out_dir}, log);
+  ASSERT_GT(train.pid(), 0);
 
   // Wait until training is under way (a progress line for step 2 reached train.log).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (test_support::read_text(run / "train.log").find("step 2/4") == std::string::npos &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  kill(pid, SIGINT);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status)) << test_support::read_text(log);
-  EXPECT_EQ(WEXITSTATUS(status), 130) << test_support::read_text(log);
+  cli::wait_for_text(run / "train.log", "step 2/4", 120);
+  train.signal(SIGINT);
+  EXPECT_EQ(train.wait(), 130) << test_support::read_text(log);
   EXPECT_NE(test_support::read_text(log).find("stopped by signal"), std::string::npos)
       << test_support::read_text(log);
   EXPECT_TRUE(fs::exists(run / "checkpoint.pt"));

@@ -126,6 +126,20 @@ TEST(ImageFolder, FolderWithoutClassesIsRefused) {
             (dir / "train").string() + ": no class folders, expected <class>/<image> inside");
 }
 
+// A test split missing a class folder would shift every later label by one: refused, naming it.
+TEST(ImageFolder, SplitsWithDifferentClassFoldersAreRefused) {
+  test_support::TempDir dir;
+  for (const char* name : {"bird", "cat", "dog"}) fs::create_directories(dir / "train" / name);
+  for (const char* name : {"bird", "dog", "emu"}) fs::create_directories(dir / "test" / name);
+  const auto options = data::DataOptions().source(data::Source::Images).root(dir.path().string());
+  const std::string expected = (dir / "test").string() + ": its class folders differ from " +
+                               (dir / "train").string() +
+                               "'s (missing 'cat'; extra 'emu'); a class's label is its folder's "
+                               "position, so every later label would shift";
+  EXPECT_EQ(error_of([&] { data::load_split(options, data::SplitName::Train); }), expected);
+  EXPECT_EQ(error_of([&] { data::load_split(options, data::SplitName::Test); }), expected);
+}
+
 TEST(ImageFolder, SupportFlagMatchesTheBuild) {
 #ifdef TRAIN_HAVE_OPENCV
   EXPECT_TRUE(data::image_folders_supported());

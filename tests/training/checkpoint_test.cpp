@@ -115,6 +115,57 @@ TEST(Checkpoint, FindCheckpointAcceptsRunDirOrFile) {
   EXPECT_EQ(training::find_checkpoint(dir / "checkpoint.pt"), dir / "checkpoint.pt");
 }
 
+// The frame around the archive: any change to a byte is found before LibTorch reads it.
+TEST(CheckpointFrame, RoundTripsAndRefusesEveryDamage) {
+  const std::string payload = "PK\x03\x04 stands in for a torch archive " + std::string(1000, 'w');
+  const std::string framed = training::frame_checkpoint(payload);
+  ASSERT_EQ(framed.size(), training::kCheckpointHeaderBytes + payload.size());
+  EXPECT_EQ(framed.substr(0, 8), "TRNCKPT\n");
+  EXPECT_EQ(training::verified_payload(framed, "c.pt"), payload);
+
+  auto refused = [](const std::string& bytes) {
+    return user_error_of([&] { training::verified_payload(bytes, "c.pt"); });
+  };
+  // A flipped bit anywhere: in the payload, in the stored digest, in the length, in the magic.
+  for (size_t at :
+       {framed.size() - 1, training::kCheckpointHeaderBytes, size_t{30}, size_t{12}, size_t{0}}) {
+    std::string damaged = framed;
+    damaged[at] ^= 0x04;
+    EXPECT_NE(refused(damaged), "no error") << "byte " << at;
+    EXPECT_EQ(refused(damaged).rfind("c.pt: ", 0), 0u) << refused(damaged);
+  }
+  std::string flipped = framed;
+  flipped[framed.size() / 2] ^= 0x01;
+  EXPECT_EQ(refused(flipped).rfind("c.pt: damaged checkpoint: SHA-256 ", 0), 0u)
+      << refused(flipped);
+  EXPECT_EQ(refused(framed.substr(0, framed.size() - 1)),
+            "c.pt: damaged checkpoint: the header says 1035 payload bytes, the file holds 1034 "
+            "(truncated or extended); it was not loaded");
+  EXPECT_EQ(refused(framed.substr(0, 10)),
+            "c.pt: not a readable checkpoint (no TRNCKPT header: not written by train)");
+  EXPECT_EQ(refused(payload),
+            "c.pt: a checkpoint without a checksum (written by an earlier version of train); it "
+            "cannot be verified, so it is not loaded");
+  std::string other_version = framed;
+  other_version[8] = 7;
+  EXPECT_EQ(refused(other_version), "c.pt: checkpoint frame version 7, this build reads version 2");
+}
+
+TEST(CheckpointFrame, AWrittenCheckpointIsVerifiedAndLoads) {
+  test_support::TempDir dir;
+  auto s = make_setup(1);
+  training::TrainState state;
+  state.batch_size = 32;
+  training::save_checkpoint(dir / "c.pt", *s.model, *s.optimizer, state, "model: {}\n");
+  const std::string bytes = test_support::read_text(dir / "c.pt");
+  EXPECT_EQ(bytes.substr(0, 8), "TRNCKPT\n");
+  EXPECT_NO_THROW(training::verified_payload(bytes, "c.pt"));
+  auto t = make_setup(2);
+  EXPECT_EQ(training::load_checkpoint(dir / "c.pt", *t.model, *t.optimizer, torch::kCPU).batch_size,
+            32);
+  EXPECT_EQ(training::checkpoint_config(dir / "c.pt"), "model: {}\n");
+}
+
 TEST(AtomicFile, AFailedWriteLeavesTheOldFileAndNoTemporary) {
   test_support::TempDir dir;
   training::write_file_atomically(dir / "f.txt", "old");

@@ -11,7 +11,8 @@ namespace {
 using training::Config;
 using training::ConfigError;
 
-std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+std::string error_of(const std::string& yaml,
+                     const std::vector<training::Override>& overrides = {}) {
   try {
     training::parse_config(yaml, "c.yaml", overrides);
   } catch (const ConfigError& e) {
@@ -108,7 +109,7 @@ TEST(Config, LoadsAFileAndNamesAMissingOne) {
 struct BadConfig {
   std::string name;
   std::string yaml;
-  std::vector<std::string> overrides;
+  std::vector<training::Override> overrides;
   std::string message;
 };
 
@@ -271,7 +272,37 @@ INSTANTIATE_TEST_SUITE_P(
                   "",
                   {"model.arch=[resnet"},
                   "--set model.arch=[resnet: value is not valid YAML (end of sequence flow not "
-                  "found)"}),
+                  "found)"},
+        BadConfig{"DuplicateKey",
+                  "training:\n  epochs: 3\n  batch_size: 64\n  epochs: 30\n",
+                  {},
+                  "c.yaml: duplicate key 'training.epochs' at lines 2 and 4 (YAML would keep the "
+                  "first silently); keep one"},
+        BadConfig{"DuplicateSection",
+                  "model: {arch: resnet18}\ndata: {augment: false}\nmodel: {arch: resnet50}\n",
+                  {},
+                  "c.yaml: duplicate key 'model' at lines 1 and 3 (YAML would keep the first "
+                  "silently); keep one"},
+        BadConfig{"SetUnknownSectionNamesTheFlag",
+                  "model: {arch: resnet18}",
+                  {"foo.bar=1"},
+                  "--set foo: unknown section 'foo' (valid: model, data, training, optimizer, "
+                  "schedule, checkpointing, memory, monitor, profiler, checkpoint, output, sweep, "
+                  "distributed)"},
+        BadConfig{"ShorthandFlagIsNamed",
+                  "training: {device: cpu}",
+                  {training::Override("training.device=cdua", "--device")},
+                  "--device: training.device: expected auto, cpu, cuda or cuda:<index>, got "
+                  "'cdua'"},
+        BadConfig{"ShorthandFlagWithBadYamlIsNamed",
+                  "",
+                  {training::Override("memory.limit=[1", "--memory-limit")},
+                  "--memory-limit [1: value is not valid YAML (end of sequence flow not found)"},
+        BadConfig{"SetOfAKeyCheckedAcrossKeysIsNamed",
+                  "optimizer: {nesterov: true}",
+                  {"optimizer.momentum=0"},
+                  "c.yaml: optimizer.nesterov: true needs optimizer.momentum > 0 (set nesterov: "
+                  "false)"}),
     [](const ::testing::TestParamInfo<BadConfig>& info) { return info.param.name; });
 
 }  // namespace
@@ -284,6 +315,17 @@ TEST(Config, ReadmeDocumentsEveryKey) {
   ASSERT_FALSE(readme.empty());
   for (const auto& key : training::config_keys()) {
     EXPECT_NE(readme.find("| `" + key + "` |"), std::string::npos) << key << " missing in README";
+  }
+}
+
+TEST(Config, ADirectoryIsNotAConfig) {
+  test_support::TempDir dir;
+  try {
+    training::load_config(dir.path().string());
+    FAIL() << "a directory was read as a config";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              dir.path().string() + ": is a directory, expected a YAML config file");
   }
 }
 

@@ -27,30 +27,34 @@ std::vector<ordered_json> train(const training::Config& config, const fs::path& 
   run.write_config(training::to_yaml(config));
   auto options = config.data.dataset;
   training::Trainer trainer(config, torch::kCPU, data::load_split(options, data::SplitName::Train),
-                            data::load_split(options, data::SplitName::Test), &run);
+                            data::load_split(options, data::SplitName::Test));
+  trainer.write_to(run);
   trainer.fit();
   return run.epochs();
 }
 
 TEST(Diagnostics, ASlowInputPipelineIsMeasuredAndNamed) {
   test_support::TempDir dir;
-  // 150 ms per batch, prepared inline: far slower than a ResNet-18 step on 16 tiny images.
+  const auto fast = train(tiny(""), dir / "fast");
+  EXPECT_LT(fast.at(0).at("data_wait_fraction").get<double>(), 0.10);
+  EXPECT_EQ(test_support::read_text(dir / "fast/train.log").find("input pipeline:"),
+            std::string::npos);
+
+  // A delay per batch of three times this machine's own step time, prepared inline: the loop
+  // must then wait for data about 3/4 of the epoch, on a fast CPU or a slow one.
+  const double step_seconds = fast.at(0).at("compute_seconds").get<double>() / 8;
   auto config = tiny("");
-  config.data.simulated_delay_ms = 150;
+  config.data.simulated_delay_ms = std::max(20.0, 3000 * step_seconds);
   const auto rows = train(config, dir / "slow");
-  const double fraction = rows.at(0).at("data_wait_fraction").get<double>();
-  EXPECT_GT(fraction, 0.5);
-  EXPECT_NEAR(rows.at(0).at("data_seconds").get<double>(), 8 * 0.150, 0.3);
+  EXPECT_GT(rows.at(0).at("data_wait_fraction").get<double>(), 0.5);
+  // Sleeping takes at least as long as asked: 8 batches of the delay, at least.
+  EXPECT_GE(rows.at(0).at("data_seconds").get<double>(),
+            8 * config.data.simulated_delay_ms / 1000.0);
   EXPECT_NEAR(
       rows.at(0).at("data_seconds").get<double>() + rows.at(0).at("compute_seconds").get<double>(),
       rows.at(0).at("epoch_seconds").get<double>(), 1e-9);
   EXPECT_NE(test_support::read_text(dir / "slow/train.log")
                 .find("input pipeline: the loop waited for data"),
-            std::string::npos);
-
-  const auto fast = train(tiny(""), dir / "fast");
-  EXPECT_LT(fast.at(0).at("data_wait_fraction").get<double>(), 0.10);
-  EXPECT_EQ(test_support::read_text(dir / "fast/train.log").find("input pipeline:"),
             std::string::npos);
 }
 

@@ -28,6 +28,24 @@ TEST_F(TrackingAllocator, CountsBytesHeldByCpuTensors) {
   EXPECT_EQ(allocator().stats().allocated, before);
 }
 
+// The decoded dataset is host data: not device memory on CUDA, so not counted (nor limited) on the
+// CPU either; freeing it later does not disturb the count.
+TEST_F(TrackingAllocator, HostDataIsNeitherCountedNorLimited) {
+  allocator().reset_peak();
+  const int64_t before = allocator().stats().allocated;
+  allocator().set_limit(before + (1 << 20));
+  torch::Tensor dataset;
+  {
+    TrackingCpuAllocator::HostData host_data;
+    dataset = torch::zeros({8 << 20}, torch::kUInt8);  // 8 MiB, beyond the limit
+  }
+  EXPECT_EQ(allocator().stats().allocated, before);
+  EXPECT_EQ(allocator().stats().peak_allocated, before);
+  EXPECT_THROW(torch::empty({2 << 20}, torch::kUInt8), c10::OutOfMemoryError);  // tracked again
+  dataset = torch::Tensor();
+  EXPECT_EQ(allocator().stats().allocated, before);
+}
+
 TEST_F(TrackingAllocator, PeakStaysUntilReset) {
   allocator().reset_peak();
   const int64_t base = allocator().stats().allocated;

@@ -1,8 +1,10 @@
 #include "training/run_dir.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <memory>
 
 #include "test_support.h"
 #include "training/errors.h"
@@ -72,6 +74,45 @@ TEST(RunDirectory, CorruptMetricsOnResumeAreNamed) {
                   (dir / "run/metrics.jsonl").string() + ": line 2 is not JSON", 0),
               0u);
   }
+}
+
+TEST(RunDirectory, IsLockedWhileOpenAndNamesTheHolder) {
+  test_support::TempDir dir;
+  auto first = std::make_unique<training::RunDirectory>(dir / "run", false);
+  try {
+    training::RunDirectory second(dir / "run", true);
+    FAIL() << "a second writer was let in";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "run").string() +
+                                         ": in use by another train process (pid " +
+                                         std::to_string(::getpid()) +
+                                         "); wait for it to finish or stop it, or choose another "
+                                         "directory");
+  }
+  first.reset();  // released with its owner
+  EXPECT_NO_THROW(training::RunDirectory(dir / "run", true));
+}
+
+TEST(RunDirectory, OpeningRemovesTemporariesAnInterruptedWriteLeft) {
+  test_support::TempDir dir;
+  { training::RunDirectory run(dir / "run", false); }
+  std::ofstream(dir / "run/.checkpoint.pt.tmp4242") << "half";
+  std::ofstream(dir / "run/.metrics.jsonl.tmp17") << "half";
+  std::ofstream(dir / "run/keep.txt") << "mine";
+  training::RunDirectory resumed(dir / "run", true);
+  EXPECT_FALSE(fs::exists(dir / "run/.checkpoint.pt.tmp4242"));
+  EXPECT_FALSE(fs::exists(dir / "run/.metrics.jsonl.tmp17"));
+  EXPECT_TRUE(fs::exists(dir / "run/keep.txt"));
+}
+
+TEST(RunDirectory, SaysWhatAFolderHolds) {
+  test_support::TempDir dir;
+  EXPECT_EQ(training::held_outputs(dir / "absent"), "");
+  EXPECT_EQ(training::held_outputs(dir.path()), "");
+  std::ofstream(dir / "metrics.jsonl") << "";
+  EXPECT_EQ(training::held_outputs(dir.path()), "a run");
+  std::ofstream(dir / "sweep.json") << "{}";
+  EXPECT_EQ(training::held_outputs(dir.path()), "a sweep");
 }
 
 TEST(RunDirectory, CsvUnionsColumnsInFirstSeenOrder) {

@@ -40,6 +40,21 @@ std::string trial_status(const test_support::TempDir& dir, const fs::path& base_
   return read_json(result).at("status").get<std::string>();
 }
 
+// `train` itself with the sweep's config at one batch size: three steps on synthetic data (from
+// the second on, the optimizer's momentum exists, as in the trial's measured steps; the decoded
+// dataset is host data and does not count against memory.limit), a small evaluation.
+int train_exit_code(const test_support::TempDir& dir, const fs::path& config, int64_t batch) {
+  const auto outcome = training::run_process(
+      {TRAIN_BINARY, "--config", config.string(), "--output-dir",
+       (dir / ("train-" + std::to_string(batch))).string(), "--set", "data.source=synthetic",
+       "--set", "data.synthetic_train_size=" + std::to_string(3 * batch + 3), "--set",
+       "data.synthetic_test_size=16", "--set", "training.eval_batch_size=8", "--set",
+       "training.batch_size=" + std::to_string(batch), "--set", "training.max_steps=3", "--set",
+       "checkpoint.enabled=false"},
+      dir / "train.log", 600);
+  return outcome.exit_code;
+}
+
 TEST(Sweep, FindMaxFindsTheLargestBatchUnderAnEmulatedLimit) {
   test_support::TempDir dir;
   const auto config = write_config(dir, R"(
@@ -60,6 +75,11 @@ sweep: {batch_sizes: [16, 32], warmup_steps: 0, measure_steps: 2, find_max: true
   // Checked directly: the largest batch fits, one more does not.
   EXPECT_EQ(trial_status(dir, config, max_batch), "ok");
   EXPECT_EQ(trial_status(dir, config, max_batch + 1), "oom");
+  // And the answer holds for `train` with the same config: B trains, B+1 is out of memory.
+  EXPECT_EQ(train_exit_code(dir, config, max_batch), 0)
+      << test_support::read_text(dir / "train.log");
+  EXPECT_EQ(train_exit_code(dir, config, max_batch + 1), 3)
+      << test_support::read_text(dir / "train.log");
 
   for (const char* file :
        {"sweep.csv", "sweep.md", "config.yaml", "trials/001.yaml", "trials/001.json"}) {

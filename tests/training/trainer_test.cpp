@@ -36,7 +36,8 @@ std::vector<ordered_json> run(const training::Config& config, const fs::path& di
                               const fs::path& resume_from = {}, bool resuming_dir = false) {
   training::RunDirectory run_dir(dir, resuming_dir);
   training::Trainer trainer(config, torch::kCPU, split_for(config, data::SplitName::Train),
-                            split_for(config, data::SplitName::Test), &run_dir);
+                            split_for(config, data::SplitName::Test));
+  trainer.write_to(run_dir);
   if (!resume_from.empty()) trainer.resume(resume_from);
   trainer.fit();
   return run_dir.epochs();
@@ -93,7 +94,8 @@ TEST(Trainer, AStopSignalCheckpointsAndTheRunContinuesExactly) {
     training::RunDirectory run_dir(dir / "stopped", false);
     auto config = tiny_config();
     training::Trainer trainer(config, torch::kCPU, split_for(config, data::SplitName::Train),
-                              split_for(config, data::SplitName::Test), &run_dir);
+                              split_for(config, data::SplitName::Test));
+    trainer.write_to(run_dir);
     training::request_stop();
     EXPECT_EQ(trainer.fit(), training::FitEnd::Stopped);
     training::clear_stop_request();

@@ -1,0 +1,25 @@
+// An exclusive lock on an output directory (a run or a sweep), so that two processes never write
+// the same directory: `flock` on <dir>/.lock, held for the life of the object (in practice the
+// process's), released by the operating system when the process dies, so kill -9 never leaves a
+// directory locked. The holder's pid is written into the file, for the message the next process
+// gets. Read-only commands (train report) take no lock.
+#pragma once
+
+#include <filesystem>
+
+namespace training {
+
+class DirectoryLock {
+ public:
+  // Takes the lock on existing directory `dir`; throws UserError naming the holder's pid when
+  // another process holds it.
+  explicit DirectoryLock(const std::filesystem::path& dir);
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace training
