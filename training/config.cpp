@@ -716,6 +716,18 @@ std::string memory_format_name(c10::MemoryFormat format) {
   return choice_text(kMemoryFormats, format);
 }
 
+std::string source_name(data::Source source) {
+  return choice_text(kSources, source);
+}
+
+std::string granularity_name(CheckpointGranularity granularity) {
+  return choice_text(kGranularities, granularity);
+}
+
+std::string schedule_name(ScheduleKind kind) {
+  return choice_text(kSchedules, kind);
+}
+
 std::string byte_size_text(int64_t bytes) {
   static const std::pair<const char*, int64_t> kUnits[] = {{"TiB", int64_t{1} << 40},
                                                            {"GiB", int64_t{1} << 30},

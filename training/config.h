@@ -146,6 +146,11 @@ std::string stem_name(const models::ResNetOptions& model);
 // "contiguous" / "channels_last".
 std::string memory_format_name(c10::MemoryFormat format);
 
+// The config's spellings of the other choices: "binary", "block", "cosine", ...
+std::string source_name(data::Source source);
+std::string granularity_name(CheckpointGranularity granularity);
+std::string schedule_name(ScheduleKind kind);
+
 // A byte size as the config writes it: "12GiB", "512MiB", or plain bytes.
 std::string byte_size_text(int64_t bytes);
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "training/run_dir.h"
+#include "training/json_rows.h"
 
 namespace training {
 

@@ -26,7 +26,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* source_name(data::Source source) {
+// How the log names a data source.
+const char* source_description(data::Source source) {
   switch (source) {
     case data::Source::Binary:
       return "binary batches";
@@ -243,8 +244,9 @@ int run_training(const TrainRequest& request) {
   warn_if_bf16_is_emulated(device, config.training.precision);
   spdlog::info("effective config:\n{}", yaml);
   spdlog::info("data: {} from {}: {} train / {} test images, decoded in {:.1f} s",
-               source_name(source), source == data::Source::Synthetic ? "memory" : dataset.root(),
-               trainer.train_size(), trainer.test_size(), load_seconds);
+               source_description(source),
+               source == data::Source::Synthetic ? "memory" : dataset.root(), trainer.train_size(),
+               trainer.test_size(), load_seconds);
   spdlog::info("model: {} ({} stem), {} parameters, {} steps per epoch, {} steps planned",
                arch_name(config.model), stem_name(config.model), count_parameters(*trainer.model()),
                trainer.steps_per_epoch(), trainer.total_steps());
@@ -296,8 +298,7 @@ int run_training(const TrainRequest& request) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double final_accuracy =
-      run && !run->epochs().empty() ? run->epochs().back().at("test_acc").get<double>() : 0.0;
+  const double final_accuracy = run && !run->epochs().empty() ? run->epochs().back().test_acc : 0.0;
   if (run && !run->epochs().empty()) spdlog::info("report: {}", write_report(run->path()).string());
   if (end == FitEnd::Stopped) return kExitStopped;
   spdlog::info("done: {} epochs, {} steps in {:.1f} s{}", trainer.state().epoch,

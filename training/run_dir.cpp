@@ -12,21 +12,14 @@
 
 #include "training/atomic_file.h"
 #include "training/errors.h"
+#include "training/json_rows.h"
 
 namespace training {
 
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
-namespace {
-
-std::string csv_cell(const ordered_json& value) {
-  if (value.is_null()) return "";
-  if (value.is_string()) return value.get<std::string>();
-  return value.dump();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::string held_outputs(const fs::path& dir) {
   std::error_code ec;
@@ -66,7 +59,7 @@ RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
   }
   lock_ = std::make_unique<DirectoryLock>(dir_);
   const int stale = remove_stale_temporaries(dir_);
-  if (resuming && fs::exists(dir_ / "metrics.jsonl")) rows_ = read_jsonl(dir_ / "metrics.jsonl");
+  if (resuming) epochs_ = read_metrics(dir_ / "metrics.jsonl");
   try {
     log_sink_ = std::make_shared<spdlog::sinks::basic_file_sink_mt>((dir_ / "train.log").string());
   } catch (const spdlog::spdlog_ex& e) {
@@ -90,68 +83,43 @@ void RunDirectory::write_config(const std::string& yaml) const {
   write_file_atomically(dir_ / "config.yaml", yaml);
 }
 
-void RunDirectory::record_epoch(const ordered_json& row) {
-  const auto epoch = row.at("epoch");
-  auto same = std::find_if(rows_.begin(), rows_.end(),
-                           [&](const ordered_json& r) { return r.at("epoch") == epoch; });
-  if (same != rows_.end()) {
-    *same = row;
+void RunDirectory::record_epoch(const EpochRecord& record) {
+  auto same = std::find_if(epochs_.begin(), epochs_.end(),
+                           [&](const EpochRecord& r) { return r.epoch == record.epoch; });
+  if (same != epochs_.end()) {
+    *same = record;
   } else {
-    rows_.push_back(row);
+    epochs_.push_back(record);
   }
   write_metrics();
 }
 
 void RunDirectory::keep_epochs_through(int64_t epoch) {
-  rows_.erase(
-      std::remove_if(rows_.begin(), rows_.end(),
-                     [&](const ordered_json& r) { return r.at("epoch").get<int64_t>() > epoch; }),
-      rows_.end());
+  epochs_.erase(std::remove_if(epochs_.begin(), epochs_.end(),
+                               [&](const EpochRecord& r) { return r.epoch > epoch; }),
+                epochs_.end());
   write_metrics();
 }
 
 void RunDirectory::write_metrics() const {
-  std::string jsonl;
-  for (const auto& row : rows_) jsonl += row.dump() + "\n";
-  write_file_atomically(dir_ / "metrics.jsonl", jsonl);
-  write_file_atomically(dir_ / "metrics.csv", rows_to_csv(rows_));
-}
-
-std::vector<ordered_json> read_jsonl(const fs::path& file) {
   std::vector<ordered_json> rows;
-  std::ifstream in(file);
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (line.empty()) continue;
-    try {
-      rows.push_back(ordered_json::parse(line));
-    } catch (const nlohmann::json::exception& e) {
-      throw UserError(file.string() + ": line " + std::to_string(number) + " is not JSON (" +
-                      e.what() + ")");
-    }
+  std::string jsonl;
+  for (const auto& record : epochs_) {
+    rows.push_back(to_json(record));
+    jsonl += rows.back().dump() + "\n";
   }
-  return rows;
+  write_file_atomically(dir_ / "metrics.jsonl", jsonl);
+  write_file_atomically(dir_ / "metrics.csv", rows_to_csv(rows));
 }
 
-std::string rows_to_csv(const std::vector<ordered_json>& rows) {
-  std::vector<std::string> columns;
-  for (const auto& row : rows) {
-    for (const auto& item : row.items()) {
-      if (std::find(columns.begin(), columns.end(), item.key()) == columns.end()) {
-        columns.push_back(item.key());
-      }
-    }
+std::vector<EpochRecord> read_metrics(const fs::path& file) {
+  std::vector<EpochRecord> records;
+  const auto rows = read_jsonl(file);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    records.push_back(
+        epoch_record_from_json(rows[i], file.string() + " row " + std::to_string(i + 1)));
   }
-  std::ostringstream out;
-  for (size_t i = 0; i < columns.size(); ++i) out << (i ? "," : "") << columns[i];
-  out << "\n";
-  for (const auto& row : rows) {
-    for (size_t i = 0; i < columns.size(); ++i) {
-      out << (i ? "," : "") << (row.contains(columns[i]) ? csv_cell(row[columns[i]]) : "");
-    }
-    out << "\n";
-  }
-  return out.str();
+  return records;
 }
 
 void configure_console_logging() {

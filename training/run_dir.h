@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "training/dir_lock.h"
+#include "training/epoch_record.h"
 
 namespace training {
 
@@ -45,20 +46,24 @@ class RunDirectory {
 
   void write_config(const std::string& yaml) const;
 
-  // Adds (or replaces, by "epoch") one epoch's row and rewrites metrics.jsonl and metrics.csv.
-  void record_epoch(const nlohmann::ordered_json& row);
-  // Drops rows after `epoch` (on resume: rows written after the checkpoint being resumed).
+  // Adds (or replaces, by epoch) one epoch's record and rewrites metrics.jsonl and metrics.csv.
+  void record_epoch(const EpochRecord& record);
+  // Drops records after `epoch` (on resume: rows written after the checkpoint being resumed).
   void keep_epochs_through(int64_t epoch);
-  const std::vector<nlohmann::ordered_json>& epochs() const { return rows_; }
+  const std::vector<EpochRecord>& epochs() const { return epochs_; }
 
  private:
   void write_metrics() const;
 
   std::filesystem::path dir_;
   std::unique_ptr<DirectoryLock> lock_;
-  std::vector<nlohmann::ordered_json> rows_;
+  std::vector<EpochRecord> epochs_;
   std::shared_ptr<spdlog::sinks::sink> log_sink_;
 };
+
+// The epoch records of a metrics.jsonl (none when it is missing); UserError naming the file and
+// row for a row that is not a record.
+std::vector<EpochRecord> read_metrics(const std::filesystem::path& file);
 
 // The app's logger: info and above to stderr. The logger itself passes trace level so that
 // train.log, whose sink takes everything, also receives the live progress lines.
@@ -67,18 +72,5 @@ void configure_console_logging();
 // <parent>/<name>, or <parent>/<YYYYmmdd-HHMMSS>-<arch>[-N] when name is empty (N makes it new).
 std::filesystem::path new_run_path(const std::filesystem::path& parent, const std::string& name,
                                    const std::string& arch);
-
-// The JSON objects of a .jsonl file, one per non-empty line; UserError naming the file and line
-// for a line that is not JSON. A missing file has no rows.
-std::vector<nlohmann::ordered_json> read_jsonl(const std::filesystem::path& file);
-
-// A metric that may be absent: its value, or null (rows keep every key either way).
-template <class T>
-nlohmann::ordered_json optional_json(const std::optional<T>& value) {
-  return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json();
-}
-
-// CSV text for rows of flat JSON objects: the header is the union of keys in first-seen order.
-std::string rows_to_csv(const std::vector<nlohmann::ordered_json>& rows);
 
 }  // namespace training

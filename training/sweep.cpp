@@ -13,6 +13,7 @@
 #include "training/process.h"
 #include "training/run_dir.h"
 #include "training/stop_signal.h"
+#include "training/json_rows.h"
 
 namespace training {
 

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "training/device.h"
+#include "training/diagnosis.h"
 #include "training/errors.h"
 #include "training/memory.h"
 #include "training/optim.h"
@@ -312,33 +313,46 @@ Evaluation Trainer::evaluate() {
 }
 
 void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
+  EpochRecord r;
+  r.epoch = epoch;
+  r.step = state_.step;
+  r.lr = last_lr_;
   // Over all ranks: sums of loss, hits and samples; the slowest rank's time.
+  const auto on_device = torch::TensorOptions(torch::kFloat64).device(device_);
   auto loss_sum = state_.loss_sum.clone(), correct = state_.correct.clone();
-  auto seen_total = torch::full({}, static_cast<double>(state_.seen),
-                                torch::TensorOptions(torch::kFloat64).device(device_));
-  auto seconds =
-      torch::full({}, state_.train_seconds, torch::TensorOptions(torch::kFloat64).device(device_));
+  auto seen_total = torch::full({}, static_cast<double>(state_.seen), on_device);
+  auto seconds = torch::full({}, state_.train_seconds, on_device);
   all_reduce_sum({loss_sum, correct, seen_total});
-  if (group_) {
-    std::vector<torch::Tensor> slowest = {seconds};
-    group_->all_reduce(slowest, /*max=*/true);
-  }
+  all_reduce_max({seconds});
   const double seen = std::max(seen_total.item<double>(), 1.0);
-  const double train_seconds = seconds.item<double>();
-  const double train_loss = loss_sum.item<double>() / seen;
-  const double train_acc = static_cast<double>(correct.item<int64_t>()) / seen;
-  const double images_per_second = seen / std::max(train_seconds, 1e-9);
-  nlohmann::ordered_json row;
-  row["epoch"] = epoch;
-  row["step"] = state_.step;
-  row["lr"] = last_lr_;
-  row["train_loss"] = train_loss;
-  row["train_acc"] = train_acc;
-  row["test_loss"] = evaluation.loss;
-  row["test_acc"] = evaluation.accuracy;
-  row["epoch_seconds"] = train_seconds;
-  row["eval_seconds"] = evaluation.seconds;
-  row["images_per_second"] = images_per_second;
+  r.epoch_seconds = seconds.item<double>();
+  r.train_loss = loss_sum.item<double>() / seen;
+  r.train_acc = static_cast<double>(correct.item<int64_t>()) / seen;
+  r.images_per_second = seen / std::max(r.epoch_seconds, 1e-9);
+  r.test_loss = evaluation.loss;
+  r.test_acc = evaluation.accuracy;
+  r.eval_seconds = evaluation.seconds;
+  record_memory(r);
+  r.skipped_steps = state_.skipped_steps;
+  if (scaler_.enabled()) r.grad_scale = scaler_.current_scale();
+  // Where the training time went. The epoch's wall time is device-synchronised at both ends; the
+  // wait for data is host time blocked in the loader, the rest is forward/backward/step.
+  r.data_seconds = std::min(data_seconds_, state_.train_seconds);
+  r.compute_seconds = state_.train_seconds - r.data_seconds;
+  r.data_wait_fraction = state_.train_seconds > 0 ? r.data_seconds / state_.train_seconds : 0.0;
+  if (sampler_) {
+    sampler_->sample_now();
+    const SamplerSummary samples = sampler_->take_summary();
+    r.utilization_mean = samples.utilization_mean;
+    r.utilization_max = samples.utilization_max;
+    r.memory_used_max_bytes = samples.memory_used_max;
+  }
+  r.world_size = group_ ? group_->world_size() : 1;
+  if (run_) run_->record_epoch(r);
+  log_epoch(r);
+}
+
+void Trainer::record_memory(EpochRecord& r) {
   // Each phase's peaks (the largest over the ranks); the overall columns are the larger of the
   // two. Reserved bytes exist on CUDA only (on the CPU the tracking allocator holds nothing back).
   auto peaks = torch::tensor({static_cast<double>(train_memory_.peak_allocated),
@@ -346,88 +360,49 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
                               static_cast<double>(eval_memory_.peak_allocated),
                               static_cast<double>(eval_memory_.peak_reserved)},
                              torch::TensorOptions(torch::kFloat64).device(device_));
-  if (group_) {
-    std::vector<torch::Tensor> largest = {peaks};
-    group_->all_reduce(largest, /*max=*/true);
-  }
+  all_reduce_max({peaks});
   const auto peak = peaks.cpu();
   const auto bytes = [&](int64_t i) { return static_cast<int64_t>(peak[i].item<double>()); };
-  const int64_t train_allocated = bytes(0), train_reserved = bytes(1);
-  const int64_t eval_allocated = bytes(2), eval_reserved = bytes(3);
   const auto reserved = [&](int64_t value) {
-    return device_.is_cuda() ? nlohmann::ordered_json(value) : nlohmann::ordered_json();
+    return device_.is_cuda() ? std::optional<int64_t>(value) : std::nullopt;
   };
-  row["device"] = device_.str();
-  row["peak_allocated_bytes"] = std::max(train_allocated, eval_allocated);
-  row["peak_reserved_bytes"] = reserved(std::max(train_reserved, eval_reserved));
-  row["train_peak_allocated_bytes"] = train_allocated;
-  row["train_peak_reserved_bytes"] = reserved(train_reserved);
-  row["eval_peak_allocated_bytes"] = eval_allocated;
-  row["eval_peak_reserved_bytes"] = reserved(eval_reserved);
-  row["skipped_steps"] = state_.skipped_steps;
-  row["grad_scale"] = scaler_.enabled() ? nlohmann::ordered_json(scaler_.current_scale())
-                                        : nlohmann::ordered_json();
-  // Where the training time went. The epoch's wall time is device-synchronised at both ends; the
-  // wait for data is host time blocked in the loader, the rest is forward/backward/step.
-  const double data_wait = std::min(data_seconds_, state_.train_seconds);
-  row["data_seconds"] = data_wait;
-  row["compute_seconds"] = state_.train_seconds - data_wait;
-  row["data_wait_fraction"] = state_.train_seconds > 0 ? data_wait / state_.train_seconds : 0.0;
-  SamplerSummary samples;
-  if (sampler_) {
-    sampler_->sample_now();
-    samples = sampler_->take_summary();
-  }
-  row["utilization_mean"] = optional_json(samples.utilization_mean);
-  row["utilization_max"] = optional_json(samples.utilization_max);
-  row["memory_used_max_bytes"] = optional_json(samples.memory_used_max);
-  row["world_size"] = group_ ? group_->world_size() : 1;
-  if (run_) run_->record_epoch(row);
+  r.device = device_.str();
+  r.train_peak_allocated_bytes = bytes(0);
+  r.train_peak_reserved_bytes = reserved(bytes(1));
+  r.eval_peak_allocated_bytes = bytes(2);
+  r.eval_peak_reserved_bytes = reserved(bytes(3));
+  r.peak_allocated_bytes = std::max(bytes(0), bytes(2));
+  r.peak_reserved_bytes = reserved(std::max(bytes(1), bytes(3)));
+}
+
+void Trainer::log_epoch(const EpochRecord& r) {
   spdlog::info(
       "epoch {}/{}  step {}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  "
       "lr {:.4g}  {:.1f} s  {:.0f} img/s  peak {:.1f} MiB training, {:.1f} MiB evaluation "
       "(allocated{})",
-      epoch, config_.training.epochs, state_.step, train_loss, 100 * train_acc, evaluation.loss,
-      100 * evaluation.accuracy, last_lr_, train_seconds, images_per_second,
-      to_mib(train_allocated), to_mib(eval_allocated),
-      device_.is_cuda() ? fmt::format("; reserved {:.1f} / {:.1f} MiB", to_mib(train_reserved),
-                                      to_mib(eval_reserved))
-                        : std::string());
-  if (eval_allocated > train_allocated && !said_evaluation_peak_) {
+      r.epoch, config_.training.epochs, r.step, r.train_loss, 100 * r.train_acc, r.test_loss,
+      100 * r.test_acc, r.lr, r.epoch_seconds, r.images_per_second,
+      to_mib(r.train_peak_allocated_bytes), to_mib(r.eval_peak_allocated_bytes),
+      r.train_peak_reserved_bytes
+          ? fmt::format("; reserved {:.1f} / {:.1f} MiB", to_mib(*r.train_peak_reserved_bytes),
+                        to_mib(*r.eval_peak_reserved_bytes))
+          : std::string());
+  if (r.eval_peak_allocated_bytes > r.train_peak_allocated_bytes && !said_evaluation_peak_) {
     said_evaluation_peak_ = true;
     spdlog::info(
         "memory: evaluation sets this run's peak ({:.1f} MiB against {:.1f} MiB for training); "
         "a smaller training.eval_batch_size (now {}) lowers it without changing any result",
-        to_mib(eval_allocated), to_mib(train_allocated), config_.training.eval_batch_size);
+        to_mib(r.eval_peak_allocated_bytes), to_mib(r.train_peak_allocated_bytes),
+        config_.training.eval_batch_size);
   }
-  if (scaler_.enabled()) {
+  if (r.grad_scale) {
     spdlog::info("fp16 loss scale {:.0f}, {} step(s) skipped this epoch (inf/NaN gradients)",
-                 scaler_.current_scale(), state_.skipped_steps);
+                 *r.grad_scale, r.skipped_steps);
   }
-  log_verdicts(row["data_wait_fraction"].get<double>(), samples);
-}
-
-void Trainer::log_verdicts(double data_wait_fraction, const SamplerSummary& samples) const {
-  if (data_wait_fraction > config_.monitor.data_wait_threshold) {
-    spdlog::warn(
-        "input pipeline: the loop waited for data {:.0f}% of the epoch (threshold {:.0f}%); "
-        "batches are prepared slower than steps run: try data.device_resident: true, a "
-        "larger data.prefetch (now {}), or a larger training.batch_size",
-        100 * data_wait_fraction, 100 * config_.monitor.data_wait_threshold,
-        prefetch_for(config_.data, device_.is_cuda()));
-  }
-  if (device_.is_cuda() && samples.utilization_mean &&
-      *samples.utilization_mean < config_.monitor.utilization_threshold) {
-    spdlog::warn(
-        "GPU utilisation averaged {:.0f}% this epoch (threshold {:.0f}%): the GPU idles "
-        "between kernels; {}",
-        100 * *samples.utilization_mean, 100 * config_.monitor.utilization_threshold,
-        data_wait_fraction > config_.monitor.data_wait_threshold
-            ? "the input pipeline is the likely cause (see above)"
-            : "small kernels and per-step host overhead are the likely cause: try a larger "
-              "training.batch_size, training.precision: bf16, training.memory_format: "
-              "channels_last");
-  }
+  const Diagnosis diagnosis =
+      diagnose(r.data_wait_fraction, r.utilization_mean, device_.is_cuda(), config_.monitor,
+               prefetch_for(config_.data, device_.is_cuda()));
+  for (const auto& finding : diagnosis.findings) spdlog::warn("{}", finding);
 }
 
 void Trainer::save() {
@@ -453,6 +428,10 @@ bool Trainer::stop_now() {
 
 void Trainer::all_reduce_sum(std::vector<torch::Tensor> tensors) {
   if (group_) group_->all_reduce(tensors);
+}
+
+void Trainer::all_reduce_max(std::vector<torch::Tensor> tensors) {
+  if (group_) group_->all_reduce(tensors, /*max=*/true);
 }
 
 }  // namespace training

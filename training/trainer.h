@@ -13,6 +13,7 @@
 #include "training/checkpoint_io.h"
 #include "training/config.h"
 #include "training/distributed.h"
+#include "training/epoch_record.h"
 #include "training/memory.h"
 #include "training/monitor.h"
 #include "training/profiler.h"
@@ -62,16 +63,19 @@ class Trainer {
   // (max_steps or a stop signal) with the epoch unfinished.
   bool train_epoch();
   void record_epoch(int64_t epoch, const Evaluation& evaluation);
-  // One line for each diagnosis that applies: the loop waited for data, or the GPU idled.
-  void log_verdicts(double data_wait_fraction, const SamplerSummary& samples) const;
+  // The epoch's memory columns: each phase's peaks, the largest over the ranks.
+  void record_memory(EpochRecord& record);
+  // The epoch's line, the evaluation-peak hint (once) and the diagnosis (diagnosis.h).
+  void log_epoch(const EpochRecord& record);
   void save();
   // Refuses a profiler window that starts after the run's last step.
   void check_profiler_window() const;
   // A stop signal on any rank stops every rank at the same step (checked at log intervals when
   // data-parallel, so steps stay free of extra synchronisation).
   bool stop_now();
-  // Sums over all ranks (identity when training alone).
+  // Sums (maxima) over all ranks, in place (identity when training alone).
   void all_reduce_sum(std::vector<torch::Tensor> tensors);
+  void all_reduce_max(std::vector<torch::Tensor> tensors);
 
   Config config_;
   std::string config_yaml_;

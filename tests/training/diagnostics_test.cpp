@@ -30,7 +30,9 @@ std::vector<ordered_json> train(const training::Config& config, const fs::path& 
                             data::load_split(options, data::SplitName::Test));
   trainer.write_to(run);
   trainer.fit();
-  return run.epochs();
+  std::vector<ordered_json> rows;
+  for (const auto& record : run.epochs()) rows.push_back(training::to_json(record));
+  return rows;
 }
 
 TEST(Diagnostics, ASlowInputPipelineIsMeasuredAndNamed) {

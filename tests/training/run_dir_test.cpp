@@ -5,19 +5,36 @@
 
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "test_support.h"
 #include "training/errors.h"
+#include "training/json_rows.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-nlohmann::ordered_json row(int epoch, double loss) {
-  nlohmann::ordered_json r;
-  r["epoch"] = epoch;
-  r["train_loss"] = loss;
+training::EpochRecord row(int epoch, double loss) {
+  training::EpochRecord r;
+  r.epoch = epoch;
+  r.train_loss = loss;
   return r;
+}
+
+// Column `index` (0-based) of each CSV data line.
+std::vector<std::string> csv_column(const std::string& csv, size_t index) {
+  std::vector<std::string> values;
+  std::istringstream lines(csv);
+  std::string line;
+  std::getline(lines, line);  // header
+  while (std::getline(lines, line)) {
+    std::istringstream cells(line);
+    std::string cell;
+    for (size_t i = 0; i <= index; ++i) std::getline(cells, cell, ',');
+    values.push_back(cell);
+  }
+  return values;
 }
 
 TEST(RunDirectory, WritesMetricsAsJsonLinesAndCsv) {
@@ -25,10 +42,33 @@ TEST(RunDirectory, WritesMetricsAsJsonLinesAndCsv) {
   training::RunDirectory run(dir / "run", false);
   run.record_epoch(row(1, 2.5));
   run.record_epoch(row(2, 1.25));
-  EXPECT_EQ(test_support::read_text(dir / "run/metrics.jsonl"),
-            "{\"epoch\":1,\"train_loss\":2.5}\n{\"epoch\":2,\"train_loss\":1.25}\n");
-  EXPECT_EQ(test_support::read_text(dir / "run/metrics.csv"), "epoch,train_loss\n1,2.5\n2,1.25\n");
+  EXPECT_EQ(
+      test_support::read_text(dir / "run/metrics.jsonl"),
+      training::to_json(row(1, 2.5)).dump() + "\n" + training::to_json(row(2, 1.25)).dump() + "\n");
+  const auto csv = test_support::read_text(dir / "run/metrics.csv");
+  EXPECT_EQ(csv.rfind("epoch,step,lr,train_loss,", 0), 0u) << csv;
+  EXPECT_EQ(csv_column(csv, 0), (std::vector<std::string>{"1", "2"}));
+  EXPECT_EQ(csv_column(csv, 3), (std::vector<std::string>{"2.5", "1.25"}));
   EXPECT_TRUE(fs::exists(dir / "run/train.log"));
+}
+
+TEST(EpochRecord, ReadsBackWhatItWritesAndNamesAMissingColumn) {
+  auto record = row(3, 0.5);
+  record.peak_reserved_bytes = 123;
+  record.utilization_mean = 0.25;
+  const auto back = training::epoch_record_from_json(training::to_json(record), "m.jsonl row 1");
+  EXPECT_EQ(training::to_json(back), training::to_json(record));
+  EXPECT_FALSE(back.grad_scale.has_value());
+  auto json = training::to_json(record);
+  json.erase("test_acc");
+  try {
+    training::epoch_record_from_json(json, "m.jsonl row 1");
+    FAIL() << "a row without test_acc was read";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "m.jsonl row 1: column 'test_acc' is missing or not a value of its type (written "
+              "by another version of train?)");
+  }
 }
 
 TEST(RunDirectory, SameEpochReplacesItsRowAndResumeTrimsLaterOnes) {
@@ -44,7 +84,9 @@ TEST(RunDirectory, SameEpochReplacesItsRowAndResumeTrimsLaterOnes) {
   training::RunDirectory resumed(dir / "run", true);
   ASSERT_EQ(resumed.epochs().size(), 3u);
   resumed.keep_epochs_through(2);
-  EXPECT_EQ(test_support::read_text(dir / "run/metrics.csv"), "epoch,train_loss\n1,2.0\n2,0.5\n");
+  const auto csv = test_support::read_text(dir / "run/metrics.csv");
+  EXPECT_EQ(csv_column(csv, 0), (std::vector<std::string>{"1", "2"}));
+  EXPECT_EQ(csv_column(csv, 3), (std::vector<std::string>{"2.0", "0.5"}));
 }
 
 TEST(RunDirectory, RefusesToReuseADirectoryHoldingARun) {

@@ -40,7 +40,9 @@ std::vector<ordered_json> run(const training::Config& config, const fs::path& di
   trainer.write_to(run_dir);
   if (!resume_from.empty()) trainer.resume(resume_from);
   trainer.fit();
-  return run_dir.epochs();
+  std::vector<ordered_json> rows;
+  for (const auto& record : run_dir.epochs()) rows.push_back(training::to_json(record));
+  return rows;
 }
 
 // Everything but wall-clock figures must match exactly.

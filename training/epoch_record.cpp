@@ -1,0 +1,96 @@
+#include "training/epoch_record.h"
+
+#include "training/errors.h"
+#include "training/json_rows.h"
+
+namespace training {
+
+namespace {
+
+template <class T>
+nlohmann::ordered_json column_json(const T& value) {
+  return value;
+}
+template <class T>
+nlohmann::ordered_json column_json(const std::optional<T>& value) {
+  return optional_json(value);
+}
+
+// Reads column `key` of `row` into `out` (null for an absent optional value).
+class ColumnReader {
+ public:
+  ColumnReader(const nlohmann::json& row, const std::string& where) : row_(row), where_(where) {}
+
+  template <class T>
+  void operator()(const char* key, T& out) const {
+    try {
+      out = row_.at(key).get<T>();
+    } catch (const nlohmann::json::exception&) {
+      fail(key);
+    }
+  }
+  template <class T>
+  void operator()(const char* key, std::optional<T>& out) const {
+    if (!row_.contains(key)) fail(key);
+    try {
+      out = row_.at(key).is_null() ? std::nullopt : std::optional<T>(row_.at(key).get<T>());
+    } catch (const nlohmann::json::exception&) {
+      fail(key);
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const char* key) const {
+    throw UserError(where_ + ": column '" + key + "' is missing or not a " +
+                    "value of its type (written by another version of train?)");
+  }
+  const nlohmann::json& row_;
+  const std::string& where_;
+};
+
+// Every column once, in file order: `visit(name, member)`.
+template <class Record, class Visit>
+void columns(Record& r, Visit&& visit) {
+  visit("epoch", r.epoch);
+  visit("step", r.step);
+  visit("lr", r.lr);
+  visit("train_loss", r.train_loss);
+  visit("train_acc", r.train_acc);
+  visit("test_loss", r.test_loss);
+  visit("test_acc", r.test_acc);
+  visit("epoch_seconds", r.epoch_seconds);
+  visit("eval_seconds", r.eval_seconds);
+  visit("images_per_second", r.images_per_second);
+  visit("device", r.device);
+  visit("peak_allocated_bytes", r.peak_allocated_bytes);
+  visit("peak_reserved_bytes", r.peak_reserved_bytes);
+  visit("train_peak_allocated_bytes", r.train_peak_allocated_bytes);
+  visit("train_peak_reserved_bytes", r.train_peak_reserved_bytes);
+  visit("eval_peak_allocated_bytes", r.eval_peak_allocated_bytes);
+  visit("eval_peak_reserved_bytes", r.eval_peak_reserved_bytes);
+  visit("skipped_steps", r.skipped_steps);
+  visit("grad_scale", r.grad_scale);
+  visit("data_seconds", r.data_seconds);
+  visit("compute_seconds", r.compute_seconds);
+  visit("data_wait_fraction", r.data_wait_fraction);
+  visit("utilization_mean", r.utilization_mean);
+  visit("utilization_max", r.utilization_max);
+  visit("memory_used_max_bytes", r.memory_used_max_bytes);
+  visit("world_size", r.world_size);
+}
+
+}  // namespace
+
+nlohmann::ordered_json to_json(const EpochRecord& record) {
+  nlohmann::ordered_json row;
+  columns(record, [&](const char* key, const auto& value) { row[key] = column_json(value); });
+  return row;
+}
+
+EpochRecord epoch_record_from_json(const nlohmann::json& row, const std::string& where) {
+  EpochRecord record;
+  columns(record, ColumnReader(row, where));
+  return record;
+}
+
+}  // namespace training

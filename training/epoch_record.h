@@ -1,0 +1,46 @@
+// One epoch's measurements: a row of metrics.jsonl and metrics.csv. The columns are the members,
+// in file order; the trainer fills one per epoch, the run directory writes it, the report and the
+// comparison read it back. A column is added here (and to_json / epoch_record_from_json).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace training {
+
+struct EpochRecord {
+  int64_t epoch = 0;
+  int64_t step = 0;                      // optimizer steps so far
+  double lr = 0;                         // of the epoch's last step
+  double train_loss = 0, train_acc = 0;  // running mean over the epoch's (augmented) batches
+  double test_loss = 0, test_acc = 0;    // the whole test split, eval mode
+  double epoch_seconds = 0;              // training phase, device-synchronised at both ends
+  double eval_seconds = 0;
+  double images_per_second = 0;  // training images / epoch_seconds
+  std::string device;
+  // Device memory peaks: each phase's own (the counters are reset at the phase boundary) and the
+  // larger of the two. Reserved bytes exist on CUDA only.
+  int64_t peak_allocated_bytes = 0;
+  std::optional<int64_t> peak_reserved_bytes;
+  int64_t train_peak_allocated_bytes = 0;
+  std::optional<int64_t> train_peak_reserved_bytes;
+  int64_t eval_peak_allocated_bytes = 0;
+  std::optional<int64_t> eval_peak_reserved_bytes;
+  int64_t skipped_steps = 0;         // fp16 steps skipped for inf/NaN gradients
+  std::optional<double> grad_scale;  // fp16 only
+  double data_seconds = 0;           // host time blocked waiting for the next batch
+  double compute_seconds = 0;        // the rest of epoch_seconds
+  double data_wait_fraction = 0;
+  std::optional<double> utilization_mean, utilization_max;  // the sampler's (GPU or CPU)
+  std::optional<int64_t> memory_used_max_bytes;             // NVML used memory, or RSS
+  int64_t world_size = 1;
+};
+
+nlohmann::ordered_json to_json(const EpochRecord& record);
+
+// Reads a row back; throws UserError naming `where` (file and line) and the missing or mistyped
+// column.
+EpochRecord epoch_record_from_json(const nlohmann::json& row, const std::string& where);
+
+}  // namespace training
