@@ -51,19 +51,27 @@ Exit codes: 0 done, 1 internal error, 2 bad input (arguments, config, data),
 
 Data-parallel (torchrun-style environment): scripts/launch.py -n 2 build/train --config FILE)";
 
-// A shorthand flag of `train sweep` and the config key it sets ("a,b,c" becomes the YAML list
-// [a,b,c] for list keys).
-struct SweepFlag {
-  std::string name, key;
+// A flag that is shorthand for one config key (--device sets training.device): the one place
+// where flags become overrides, for `train` and `train sweep` alike. A list flag's "a,b,c" becomes
+// the YAML list [a,b,c].
+struct ShorthandFlag {
+  ShorthandFlag(std::string name, std::string key, std::string help, bool list = false)
+      : name(std::move(name)), key(std::move(key)), help(std::move(help)), list(list) {}
+  std::string name, key, help;
   bool list;
   std::string value;
   CLI::Option* option = nullptr;
 };
 
-// The flags that were given, as overrides naming their flag. A list flag given an empty value is
-// refused: it would otherwise silently leave the config's list in place.
-std::vector<training::Override> flag_overrides(const std::vector<SweepFlag>& flags) {
-  std::vector<training::Override> overrides;
+void add_shorthands(CLI::App& command, std::vector<ShorthandFlag>& flags) {
+  for (auto& flag : flags) flag.option = command.add_option(flag.name, flag.value, flag.help);
+}
+
+// --set's assignments, then the shorthand flags that were given, as overrides naming their flag.
+// A flag given an empty value is refused: it would otherwise silently leave the config's value.
+std::vector<training::Override> overrides_from(const std::vector<std::string>& sets,
+                                               const std::vector<ShorthandFlag>& flags) {
+  std::vector<training::Override> overrides(sets.begin(), sets.end());
   for (const auto& flag : flags) {
     if (flag.option->count() == 0) continue;
     if (flag.value.empty()) {
@@ -122,16 +130,18 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
 
   training::TrainRequest train;
+  std::vector<std::string> train_sets;
   app.add_option("--config", train.config_path, "YAML config file (see configs/)");
-  app.add_option("--set", train.overrides,
-                 "Override one config key: section.key=value (repeatable)")
+  app.add_option("--set", train_sets, "Override one config key: section.key=value (repeatable)")
       ->allow_extra_args(false);
-  app.add_option("--device", train.device, "Training device: auto, cpu, cuda or cuda:N");
+  std::vector<ShorthandFlag> train_flags = {
+      {"--device", "training.device", "Training device: auto, cpu, cuda or cuda:N"},
+      {"--memory-limit", "memory.limit",
+       "Emulate a device with this much memory, e.g. 12GiB (sets memory.limit)"}};
+  add_shorthands(app, train_flags);
   app.add_option("--output-dir", train.output_dir,
                  "Run directory to create (default: <output.dir>/<date>-<time>-<arch>)");
   app.add_option("--resume", train.resume, "Continue a run: its directory or a checkpoint file");
-  app.add_option("--memory-limit", train.memory_limit,
-                 "Emulate a device with this much memory, e.g. 12GiB (sets memory.limit)");
   app.add_flag("--print-config", train.print_config, "Print the effective config and exit");
 
   training::SweepRequest sweep;
@@ -144,29 +154,19 @@ int main(int argc, char** argv) {
   sweep_command->add_option("--config", sweep.config_path, "YAML config file")->required();
   sweep_command->add_option("--set", sweep_sets, "Override one config key (repeatable)")
       ->allow_extra_args(false);
-  std::vector<SweepFlag> sweep_flags = {
-      {"--batch-sizes", "sweep.batch_sizes", true, "", nullptr},
-      {"--precisions", "sweep.precisions", true, "", nullptr},
-      {"--checkpointing", "sweep.checkpointing", true, "", nullptr},
-      {"--memory-formats", "sweep.memory_formats", true, "", nullptr},
-      {"--predict-for", "sweep.predict_for", true, "", nullptr},
-      {"--warmup-steps", "sweep.warmup_steps", false, "", nullptr},
-      {"--measure-steps", "sweep.measure_steps", false, "", nullptr},
-      {"--device", "training.device", false, "", nullptr},
-      {"--memory-limit", "memory.limit", false, "", nullptr}};
-  const char* sweep_help[] = {"e.g. 32,64,128 (sweep.batch_sizes)",
-                              "e.g. fp32,bf16,fp16 (sweep.precisions)",
-                              "e.g. off,on (sweep.checkpointing)",
-                              "e.g. contiguous,channels_last (sweep.memory_formats)",
-                              "Card sizes to predict the largest batch for, e.g. 12GiB,24GiB,80GiB",
-                              "Steps before measuring (sweep.warmup_steps)",
-                              "Measured steps (sweep.measure_steps)",
-                              "auto, cpu, cuda or cuda:N",
-                              "Emulate a card of this size, e.g. 12GiB"};
-  for (size_t i = 0; i < sweep_flags.size(); ++i) {
-    sweep_flags[i].option =
-        sweep_command->add_option(sweep_flags[i].name, sweep_flags[i].value, sweep_help[i]);
-  }
+  std::vector<ShorthandFlag> sweep_flags = {
+      {"--batch-sizes", "sweep.batch_sizes", "e.g. 32,64,128 (sweep.batch_sizes)", true},
+      {"--precisions", "sweep.precisions", "e.g. fp32,bf16,fp16 (sweep.precisions)", true},
+      {"--checkpointing", "sweep.checkpointing", "e.g. off,on (sweep.checkpointing)", true},
+      {"--memory-formats", "sweep.memory_formats",
+       "e.g. contiguous,channels_last (sweep.memory_formats)", true},
+      {"--predict-for", "sweep.predict_for",
+       "Card sizes to predict the largest batch for, e.g. 12GiB,24GiB,80GiB", true},
+      {"--warmup-steps", "sweep.warmup_steps", "Steps before measuring (sweep.warmup_steps)"},
+      {"--measure-steps", "sweep.measure_steps", "Measured steps (sweep.measure_steps)"},
+      {"--device", "training.device", "auto, cpu, cuda or cuda:N"},
+      {"--memory-limit", "memory.limit", "Emulate a card of this size, e.g. 12GiB"}};
+  add_shorthands(*sweep_command, sweep_flags);
   sweep_command->add_flag("--find-max", find_max,
                           "Also search the largest batch that fits, per setting");
   sweep_command->add_option("--output-dir", sweep.output_dir, "Sweep directory to create");
@@ -245,16 +245,18 @@ int main(int argc, char** argv) {
     });
   }
   if (*trial_command) {
-    return guarded([&] { return training::run_sweep_trial(trial_config, trial_result); });
+    return guarded([&] { return training::child_trial_main(trial_config, trial_result); });
   }
   if (*sweep_command) {
     return guarded([&] {
-      sweep.overrides.assign(sweep_sets.begin(), sweep_sets.end());
-      for (auto& override : flag_overrides(sweep_flags)) sweep.overrides.push_back(override);
+      sweep.overrides = overrides_from(sweep_sets, sweep_flags);
       if (find_max) sweep.overrides.emplace_back("sweep.find_max=true", "--find-max");
       sweep.executable = training::current_executable();
       return training::run_sweep(sweep);
     });
   }
-  return guarded([&] { return training::run_training(train); });
+  return guarded([&] {
+    train.overrides = overrides_from(train_sets, train_flags);
+    return training::run_training(train);
+  });
 }

@@ -89,10 +89,10 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
     options.sizes.push_back(size);
   }
   if (options.sizes.empty()) throw UserError("--size: expected at least one size");
-  static const std::regex kDevice("cpu|cuda(:[0-9]+)?");
   options.devices = split(devices);
   for (const auto& device : options.devices) {
-    if (!std::regex_match(device, kDevice)) {
+    const auto spec = parse_device_spec(device);
+    if (!spec || spec->kind == DeviceSpec::Kind::Auto) {
       throw UserError("--devices: expected cpu, cuda or cuda:N, got '" + device + "'");
     }
   }
@@ -109,19 +109,27 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
     throw UserError("--repeats: expected an integer in [1, 1000], got " + std::to_string(repeats));
   }
   options.repeats = repeats;
-  static const std::regex kPeak(
-      "((cpu|cuda(:[0-9]+)?):(fp64|fp32|bf16|fp16))=([0-9]+(\\.[0-9]*)?)");
   for (const auto& peak : peaks) {
-    std::smatch match;
-    if (!std::regex_match(peak, match, kPeak)) {
-      throw UserError("--peak: expected device:dtype=GFLOPS, e.g. cuda:bf16=989000, got '" + peak +
-                      "'");
+    // device:dtype=GFLOPS, the device in the device grammar (device.h).
+    const std::string expected =
+        "--peak: expected device:dtype=GFLOPS, e.g. cuda:bf16=989000, got '" + peak + "'";
+    const auto equals = peak.find('=');
+    const auto colon = peak.rfind(':', equals);
+    if (equals == std::string::npos || colon == std::string::npos) throw UserError(expected);
+    const std::string device = peak.substr(0, colon);
+    const std::string dtype = peak.substr(colon + 1, equals - colon - 1);
+    const auto spec = parse_device_spec(device);
+    if (!spec || spec->kind == DeviceSpec::Kind::Auto || !dtype_table().count(dtype)) {
+      throw UserError(expected);
     }
-    const double gflops = std::stod(match[5].str());
+    static const std::regex kNumber("[0-9]+(\\.[0-9]*)?");
+    const std::string value = peak.substr(equals + 1);
+    if (!std::regex_match(value, kNumber)) throw UserError(expected);
+    const double gflops = std::stod(value);
     if (gflops <= 0) {
       throw UserError("--peak: expected a peak above 0 GFLOP/s, got '" + peak + "'");
     }
-    options.peak_gflops[match[1].str()] = gflops;
+    options.peak_gflops[device + ":" + dtype] = gflops;
   }
   if (!memory_limit.empty()) {
     try {
@@ -136,11 +144,9 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
 std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options) {
   std::vector<MatmulResult> results;
   for (const auto& device_name : options.devices) {
-    // Names were checked by parse_matmul_options: "cpu", "cuda" or "cuda:N".
+    const auto spec = *parse_device_spec(device_name);  // checked by parse_matmul_options
     const std::string why_not =
-        device_name == "cpu" ? ""
-                             : cuda_unavailable_reason(
-                                   device_name == "cuda" ? 0 : std::stoll(device_name.substr(5)));
+        spec.kind == DeviceSpec::Kind::Cpu ? "" : cuda_unavailable_reason(spec.index);
     const std::optional<torch::Device> device =
         why_not.empty() ? std::make_optional(resolve_device(device_name)) : std::nullopt;
     if (device) set_memory_limit(*device, options.memory_limit);

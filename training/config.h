@@ -1,5 +1,6 @@
-// The one typed configuration of a run. YAML file -> --set overrides -> Config, validated here
-// and nowhere else; every config error message is written in config.cpp.
+// The one typed configuration of a run. YAML file -> --set overrides -> Config, validated in one
+// place: config.cpp holds the schema (every section, key, type, range and choice, and the checks
+// that span keys); config_yaml.h the YAML machinery it drives.
 #pragma once
 
 #include <string>
@@ -150,8 +151,5 @@ std::string memory_format_name(c10::MemoryFormat format);
 std::string source_name(data::Source source);
 std::string granularity_name(CheckpointGranularity granularity);
 std::string schedule_name(ScheduleKind kind);
-
-// A byte size as the config writes it: "12GiB", "512MiB", or plain bytes.
-std::string byte_size_text(int64_t bytes);
 
 }  // namespace training

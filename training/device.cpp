@@ -34,20 +34,27 @@ std::string cuda_unavailable_reason(int64_t index) {
   return "";
 }
 
-torch::Device resolve_device(const std::string& spec) {
-  if (spec == "cpu") return torch::kCPU;
-  if (spec == "auto") {
-    return cuda_unavailable_reason(0).empty() ? torch::Device(torch::kCUDA, 0)
-                                              : torch::Device(torch::kCPU);
-  }
-
-  static const std::regex kCuda("cuda(:([0-9]+))?");
+std::optional<DeviceSpec> parse_device_spec(const std::string& text) {
+  static const std::regex kGrammar("(auto)|(cpu)|cuda(:([0-9]{1,4}))?");
   std::smatch match;
-  if (!std::regex_match(spec, match, kCuda)) {
+  if (!std::regex_match(text, match, kGrammar)) return std::nullopt;
+  if (match[1].matched) return DeviceSpec{DeviceSpec::Kind::Auto, 0};
+  if (match[2].matched) return DeviceSpec{DeviceSpec::Kind::Cpu, 0};
+  return DeviceSpec{DeviceSpec::Kind::Cuda, match[4].matched ? std::stoll(match[4].str()) : 0};
+}
+
+torch::Device resolve_device(const std::string& spec) {
+  const auto parsed = parse_device_spec(spec);
+  if (!parsed) {
     throw UserError("training.device: expected auto, cpu, cuda or cuda:<index>, got '" + spec +
                     "'");
   }
-  const int64_t index = match[2].matched ? std::stoll(match[2].str()) : 0;
+  if (parsed->kind == DeviceSpec::Kind::Cpu) return torch::kCPU;
+  if (parsed->kind == DeviceSpec::Kind::Auto) {
+    return cuda_unavailable_reason(0).empty() ? torch::Device(torch::kCUDA, 0)
+                                              : torch::Device(torch::kCPU);
+  }
+  const int64_t index = parsed->index;
   const std::string why = cuda_unavailable_reason(index);
   if (!why.empty()) {
     throw UserError("training.device: '" + spec + "' requested, but " + why +

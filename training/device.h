@@ -6,6 +6,7 @@
 #include <ATen/core/ivalue.h>
 #include <torch/types.h>
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -19,6 +20,14 @@ bool built_with_cuda();
 
 // Why CUDA device `index` cannot be used by this binary on this machine; empty when it can.
 std::string cuda_unavailable_reason(int64_t index);
+
+// The device grammar, the one place it is written: "auto", "cpu", "cuda" or "cuda:<index>".
+struct DeviceSpec {
+  enum class Kind { Auto, Cpu, Cuda } kind = Kind::Auto;
+  int64_t index = 0;  // for Cuda
+};
+// nullopt when `text` is not in the grammar.
+std::optional<DeviceSpec> parse_device_spec(const std::string& text);
 
 // "auto" (cuda:0 when a CUDA device is usable, else cpu), "cpu", "cuda" or "cuda:N".
 // Throws UserError naming training.device when CUDA is asked for but cannot be used.

@@ -148,4 +148,15 @@ std::string format_bytes(int64_t bytes) {
   return text;
 }
 
+std::string byte_size_text(int64_t bytes) {
+  static const std::pair<const char*, int64_t> kUnits[] = {{"TiB", int64_t{1} << 40},
+                                                           {"GiB", int64_t{1} << 30},
+                                                           {"MiB", int64_t{1} << 20},
+                                                           {"KiB", 1024}};
+  for (const auto& [unit, size] : kUnits) {
+    if (bytes >= size && bytes % size == 0) return std::to_string(bytes / size) + unit;
+  }
+  return std::to_string(bytes);
+}
+
 }  // namespace training

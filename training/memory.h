@@ -73,6 +73,9 @@ class TrackingCpuAllocator final : public c10::Allocator {
 // (KB, MB, GB, TB) units, case-insensitive. Throws std::invalid_argument naming what it expected.
 int64_t parse_byte_size(const std::string& text);
 
+// A byte size as the config writes it: "12GiB", "512MiB", or plain bytes (exact, re-readable).
+std::string byte_size_text(int64_t bytes);
+
 // "1.50 GiB", "512.0 MiB", "12 B": the largest binary unit that keeps the number >= 1.
 std::string format_bytes(int64_t bytes);
 

@@ -62,12 +62,7 @@ ResumeTarget resume_target(const std::string& resume) {
 }
 
 Config effective_config(const TrainRequest& request, const ResumeTarget& resume) {
-  std::vector<Override> overrides(request.overrides.begin(), request.overrides.end());
-  if (!request.device.empty())
-    overrides.push_back({"training.device=" + request.device, "--device"});
-  if (!request.memory_limit.empty()) {
-    overrides.push_back({"memory.limit=" + request.memory_limit, "--memory-limit"});
-  }
+  const auto& overrides = request.overrides;
   if (!request.config_path.empty()) return load_config(request.config_path, overrides);
   if (resume.run_dir.empty()) {
     throw UserError("no config: pass --config FILE (or --resume RUN to continue a run)");

@@ -5,18 +5,17 @@
 #include <string>
 #include <vector>
 
+#include "training/config.h"
 #include "training/errors.h"
 
 namespace training {
 
 struct TrainRequest {
-  std::string config_path;             // --config (optional when resuming)
-  std::vector<std::string> overrides;  // --set key.path=value, in order
-  std::string device;                  // --device, overrides training.device when set
-  std::string output_dir;              // --output-dir: the run directory itself
-  std::string resume;                  // --resume: a run directory or a checkpoint file
-  std::string memory_limit;            // --memory-limit, overrides memory.limit when set
-  bool print_config = false;           // print the effective config and exit
+  std::string config_path;          // --config (optional when resuming)
+  std::vector<Override> overrides;  // --set and the shorthand flags (--device, ...), in order
+  std::string output_dir;           // --output-dir: the run directory itself
+  std::string resume;               // --resume: a run directory or a checkpoint file
+  bool print_config = false;        // print the effective config and exit
 };
 
 // Returns kExitOk or kExitStopped (errors.h). Throws ConfigError / UserError / data::DataError for

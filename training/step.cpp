@@ -1,20 +1,6 @@
 #include "training/step.h"
 
-#include "training/config.h"
-#include "training/device.h"
-#include "training/recompute.h"
-
 namespace training {
-
-models::ResNet build_model(const Config& config, const torch::Device& device) {
-  // Seeding first makes the initial weights a function of training.seed alone.
-  seed_everything(static_cast<uint64_t>(config.training.seed));
-  models::ResNet model(config.model);
-  model->to(device);
-  models::convert_memory_format(*model, config.training.memory_format);
-  apply_checkpointing(*model, config.checkpointing);
-  return model;
-}
 
 namespace F = torch::nn::functional;
 

@@ -10,12 +10,6 @@
 
 namespace training {
 
-struct Config;
-
-// The model as training runs it: seeded by training.seed, on `device`, in the configured memory
-// format, with gradient checkpointing installed when configured.
-models::ResNet build_model(const Config& config, const torch::Device& device);
-
 struct StepResult {
   torch::Tensor loss;    // float32 scalar, unscaled, detached
   torch::Tensor logits;  // detached

@@ -1,12 +1,8 @@
 // `train sweep`: batch sizes x precision x checkpointing x memory format, each trial in its own
-// child process; optionally the largest batch that fits per cell (doubling, then binary search);
-// a linear memory model per cell with predictions for other card sizes; outputs in one folder:
-//
-//   <sweep>/sweep.csv       one row per trial
-//   <sweep>/sweep.json      trials, per-cell summaries, fits and predictions
-//   <sweep>/sweep.md        the same as readable tables
-//   <sweep>/peak_memory.png, throughput.png   (scripts/plot_sweep.py)
-//   <sweep>/trials/NNN.{yaml,json,log}        each trial's config, result and output
+// child process (trial.h); optionally the largest batch that fits per cell (doubling, then binary
+// search); a linear memory model per cell with predictions for other card sizes. The sweep folder
+// holds config.yaml, trials/NNN.{yaml,json,log} (each trial's config, result and output) and the
+// tables and plots of sweep_report.h.
 #pragma once
 
 #include <filesystem>
@@ -68,9 +64,5 @@ struct SweepRequest {
 // UserError/ConfigError for a bad grid, or a directory that already holds a run or a sweep,
 // before any trial runs. The sweep directory is locked while the sweep runs (dir_lock.h).
 int run_sweep(const SweepRequest& request);
-
-// The child side: runs the trial in `config_path` and writes its result to `result_path`
-// (atomically). Returns kExitOk for ok, kExitOutOfMemory for oom, kExitInternalError for error.
-int run_sweep_trial(const std::string& config_path, const std::string& result_path);
 
 }  // namespace training

@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "training/components.h"
 #include "training/device.h"
 #include "training/diagnosis.h"
 #include "training/errors.h"
@@ -26,75 +27,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-data::BatchLoader make_loader(data::Split split, const Config& config, const torch::Device& device,
-                              bool train, ProcessGroup* group) {
-  return data::BatchLoader(
-      std::move(split),
-      data::LoaderOptions()
-          .batch_size(train ? config.training.batch_size : config.training.eval_batch_size)
-          .shuffle(train)
-          .drop_last(train)
-          .augment(train && config.data.augment)
-          .device(device)
-          .device_resident(config.data.device_resident)
-          .prefetch(prefetch_for(config.data, device.is_cuda()))
-          .seed(static_cast<uint64_t>(config.training.seed))
-          .memory_format(config.training.memory_format)
-          .simulated_delay_ms(train ? config.data.simulated_delay_ms : 0.0)
-          .shard_index(group ? group->rank() : 0)
-          .shard_count(group ? group->world_size() : 1));
-}
-
-// Rank 0's initial weights everywhere, before anything else touches them.
-models::ResNet shared_model(const Config& config, const torch::Device& device,
-                            ProcessGroup* group) {
-  auto model = build_model(config, device);
-  if (group) group->broadcast_from_main(*model);
-  return model;
-}
-
-// NVML on a GPU, /proc on the CPU; none when sampling is off or NVML cannot be loaded (said once).
-std::unique_ptr<Sampler> make_sampler(const MonitorConfig& config, const torch::Device& device,
-                                      const std::filesystem::path& file) {
-  if (config.sample_period <= 0) return nullptr;
-  std::unique_ptr<Probe> probe;
-  if (device.is_cuda()) {
-    std::string why_not;
-    probe = make_nvml_probe(device.str(), pci_bus_id(device), "libnvidia-ml.so.1", &why_not);
-    if (!probe) {
-      spdlog::warn("GPU sampling off: {}; training goes on without gpu.jsonl", why_not);
-      return nullptr;
-    }
-  } else {
-    probe = make_cpu_probe();
-  }
-  return std::make_unique<Sampler>(std::move(probe), config.sample_period, file);
-}
-
-ProfilerOptions profiler_options(const ProfilerConfig& config) {
-  return ProfilerOptions()
-      .enabled(config.enabled)
-      .first_step(config.steps.at(0))
-      .last_step(config.steps.at(1))
-      .top(config.top)
-      .record_shapes(config.record_shapes);
-}
-
-void check_labels(const data::Split& split, const char* name, int64_t num_classes) {
-  if (split.size() == 0) throw UserError(std::string("data: the ") + name + " split is empty");
-  const int64_t top = split.labels.max().item<int64_t>();
-  if (top >= num_classes) {
-    throw UserError(std::string("model.num_classes: the ") + name + " split has labels up to " +
-                    std::to_string(top) + ", so num_classes must be at least " +
-                    std::to_string(top + 1) + ", got " + std::to_string(num_classes));
-  }
-}
-
-// The steps a run makes: `by_epochs`, cut at training.max_steps when that is set.
-int64_t capped_by_max_steps(const Config& config, int64_t by_epochs) {
-  return config.training.max_steps > 0 ? std::min(by_epochs, config.training.max_steps) : by_epochs;
-}
-
 }  // namespace
 
 Trainer::Trainer(const Config& config, torch::Device device, data::Split train, data::Split test,
@@ -104,14 +36,12 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
       device_(device),
       run_(nullptr),
       group_(group),
-      model_(shared_model(config, device, group)),
+      parts_(build_step_parts(config, device, group)),
       train_loader_((check_labels(train, "training", config.model.num_classes()),
                      make_loader(std::move(train), config, device, /*train=*/true, group))),
       test_loader_((check_labels(test, "test", config.model.num_classes()),
                     make_loader(std::move(test), config, device, /*train=*/false, group))),
-      optimizer_(make_sgd(*model_, config.optimizer)),
-      averager_(group ? group->gradient_averager(*model_) : nullptr),
-      scaler_(config.training.precision == Precision::FP16, device),
+      averager_(group ? group->gradient_averager(*parts_.model) : nullptr),
       total_steps_(
           capped_by_max_steps(config, config.training.epochs * train_loader_.batches_per_epoch())),
       schedule_(config.schedule, config.optimizer.lr(), train_loader_.batches_per_epoch(),
@@ -144,7 +74,7 @@ void Trainer::check_profiler_window() const {
 }
 
 void Trainer::resume(const std::filesystem::path& checkpoint) {
-  state_ = load_checkpoint(checkpoint, *model_, *optimizer_, device_);
+  state_ = load_checkpoint(checkpoint, *parts_.model, *parts_.optimizer, device_);
   if (state_.batch_in_epoch > 0 && state_.batch_size != config_.training.batch_size) {
     throw UserError(
         "training.batch_size: " + checkpoint.string() + " stopped " +
@@ -171,8 +101,8 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
   total_steps_ = capped_by_max_steps(config_, by_epochs);
   schedule_ = LrSchedule(config_.schedule, config_.optimizer.lr(), steps_per_epoch, total_steps_);
   check_profiler_window();
-  if (state_.grad_scale.defined() && scaler_.enabled()) {
-    scaler_.load_state(state_.grad_scale, state_.growth_tracker);
+  if (state_.grad_scale.defined() && parts_.scaler.enabled()) {
+    parts_.scaler.load_state(state_.grad_scale, state_.growth_tracker);
   }
   if (run_) run_->keep_epochs_through(state_.epoch);
   spdlog::info("resumed from {}: {} epochs and {} steps done{}", checkpoint.string(), state_.epoch,
@@ -210,7 +140,7 @@ FitEnd Trainer::fit() {
 }
 
 bool Trainer::train_epoch() {
-  model_->train();
+  parts_.model->train();
   const int64_t epoch = state_.epoch + 1;
   const int64_t batches = train_loader_.batches_per_epoch();
   if (state_.batch_in_epoch == 0) {
@@ -236,16 +166,16 @@ bool Trainer::train_epoch() {
     data_seconds_ += seconds_since(wait_start);
     if (!batch) break;
     last_lr_ = schedule_.at(state_.step);
-    set_learning_rate(*optimizer_, last_lr_);
+    set_learning_rate(*parts_.optimizer, last_lr_);
     if (sampler_) sampler_->set_position(epoch, state_.step + 1);
 
     if (profiler_) profiler_->before_step(state_.step + 1);
     StepResult result;
     {
       RECORD_USER_SCOPE("ProfilerStep#" + std::to_string(state_.step + 1));
-      result = train_step(model_, *optimizer_, scaler_, config_.training.precision,
-                          config_.training.label_smoothing, batch->images, batch->labels,
-                          averager_.get());
+      result = train_step(parts_.model, *parts_.optimizer, parts_.scaler,
+                          config_.training.precision, config_.training.label_smoothing,
+                          batch->images, batch->labels, averager_.get());
     }
     if (profiler_) profiler_->after_step(state_.step + 1);
     if (!result.stepped) ++state_.skipped_steps;
@@ -287,7 +217,7 @@ Evaluation Trainer::evaluate() {
   evaluating_ = true;
   torch::NoGradGuard no_grad;
   AutocastGuard autocast(device_.type(), config_.training.precision);
-  model_->eval();
+  parts_.model->eval();
   synchronize(device_);
   reset_peak_memory(device_);  // evaluation's peak is its own
   const auto start = Clock::now();
@@ -295,7 +225,7 @@ Evaluation Trainer::evaluate() {
   auto correct = torch::zeros({}, torch::TensorOptions(torch::kInt64).device(device_));
   test_loader_.start_epoch(0);
   while (auto batch = test_loader_.next()) {
-    auto logits = model_->forward(batch->images);
+    auto logits = parts_.model->forward(batch->images);
     loss_sum += F::cross_entropy(logits.to(torch::kFloat32), batch->labels,
                                  F::CrossEntropyFuncOptions().reduction(torch::kSum))
                     .to(torch::kFloat64);
@@ -334,7 +264,7 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   r.eval_seconds = evaluation.seconds;
   record_memory(r);
   r.skipped_steps = state_.skipped_steps;
-  if (scaler_.enabled()) r.grad_scale = scaler_.current_scale();
+  if (parts_.scaler.enabled()) r.grad_scale = parts_.scaler.current_scale();
   // Where the training time went. The epoch's wall time is device-synchronised at both ends; the
   // wait for data is host time blocked in the loader, the rest is forward/backward/step.
   r.data_seconds = std::min(data_seconds_, state_.train_seconds);
@@ -409,11 +339,11 @@ void Trainer::save() {
   if (!config_.checkpoint.enabled || !run_) return;  // only rank 0 writes
   state_.world_size = group_ ? group_->world_size() : 1;
   state_.batch_size = config_.training.batch_size;
-  if (scaler_.enabled()) {
-    state_.grad_scale = scaler_.scale_state();
-    state_.growth_tracker = scaler_.growth_tracker_state();
+  if (parts_.scaler.enabled()) {
+    state_.grad_scale = parts_.scaler.scale_state();
+    state_.growth_tracker = parts_.scaler.growth_tracker_state();
   }
-  save_checkpoint(run_->checkpoint_path(), *model_, *optimizer_, state_, config_yaml_);
+  save_checkpoint(run_->checkpoint_path(), *parts_.model, *parts_.optimizer, state_, config_yaml_);
 }
 
 bool Trainer::stop_now() {

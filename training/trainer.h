@@ -11,6 +11,7 @@
 #include "models/resnet.h"
 #include "training/amp.h"
 #include "training/checkpoint_io.h"
+#include "training/components.h"
 #include "training/config.h"
 #include "training/distributed.h"
 #include "training/epoch_record.h"
@@ -51,7 +52,7 @@ class Trainer {
   Evaluation evaluate();
   // True while evaluate() runs (an out-of-memory error there needs other remedies).
   bool evaluating() const { return evaluating_; }
-  models::ResNet& model() { return model_; }
+  models::ResNet& model() { return parts_.model; }
   const TrainState& state() const { return state_; }
   int64_t steps_per_epoch() const { return train_loader_.batches_per_epoch(); }
   int64_t train_size() const { return train_loader_.dataset_size(); }
@@ -82,12 +83,10 @@ class Trainer {
   torch::Device device_;
   RunDirectory* run_;
   ProcessGroup* group_;
-  models::ResNet model_;
+  StepParts parts_;  // model, optimizer, loss scaler
   data::BatchLoader train_loader_;
   data::BatchLoader test_loader_;
-  std::unique_ptr<torch::optim::SGD> optimizer_;
   std::unique_ptr<ProcessGroup::GradientAverager> averager_;
-  GradScaler scaler_;
   int64_t total_steps_;
   LrSchedule schedule_;
   TrainState state_;

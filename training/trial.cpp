@@ -1,10 +1,13 @@
 #include "training/trial.h"
 
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
 
+#include "training/atomic_file.h"
+#include "training/components.h"
 #include "training/device.h"
 #include "training/errors.h"
 #include "training/optim.h"
@@ -13,8 +16,20 @@
 
 namespace training {
 
+const char* status_name(TrialStatus status) {
+  switch (status) {
+    case TrialStatus::Ok:
+      return "ok";
+    case TrialStatus::OutOfMemory:
+      return "oom";
+    case TrialStatus::Error:
+      break;
+  }
+  return "error";
+}
+
 nlohmann::ordered_json to_json(const TrialResult& r) {
-  return {{"status", r.status},
+  return {{"status", status_name(r.status)},
           {"message", r.message},
           {"peak_allocated_bytes", r.peak_allocated_bytes},
           {"peak_reserved_bytes", r.peak_reserved_bytes},
@@ -27,7 +42,10 @@ nlohmann::ordered_json to_json(const TrialResult& r) {
 
 TrialResult trial_from_json(const nlohmann::json& j) {
   TrialResult r;
-  r.status = j.at("status").get<std::string>();
+  const auto status = j.at("status").get<std::string>();
+  r.status = status == "ok"    ? TrialStatus::Ok
+             : status == "oom" ? TrialStatus::OutOfMemory
+                               : TrialStatus::Error;
   r.message = j.at("message").get<std::string>();
   r.peak_allocated_bytes = j.at("peak_allocated_bytes").get<int64_t>();
   r.peak_reserved_bytes = j.at("peak_reserved_bytes").get<int64_t>();
@@ -39,7 +57,7 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   return r;
 }
 
-TrialResult run_trial(const Config& config, int64_t warmup_steps, int64_t measure_steps) {
+TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t measure_steps) {
   const torch::Device device = resolve_device(config.training.device);
   make_current(device);
   set_memory_limit(device, config.memory.limit);
@@ -48,9 +66,7 @@ TrialResult run_trial(const Config& config, int64_t warmup_steps, int64_t measur
   std::vector<double> step_seconds;
   MemoryStats warmup_peaks;  // over the warm-up steps (the first step among them)
   try {
-    auto model = build_model(config, device);
-    auto optimizer = make_sgd(*model, config.optimizer);
-    GradScaler scaler(config.training.precision == Precision::FP16, device);
+    auto [model, optimizer, scaler] = build_step_parts(config, device);
     const int64_t batch = config.training.batch_size;
     auto images = torch::randn({batch, 3, 32, 32}, torch::TensorOptions().device(device))
                       .contiguous(config.training.memory_format);
@@ -73,9 +89,9 @@ TrialResult run_trial(const Config& config, int64_t warmup_steps, int64_t measur
       if (step >= warmup_steps) step_seconds.push_back(seconds);
       ++result.steps;
     }
-    result.status = "ok";
+    result.status = TrialStatus::Ok;
   } catch (const std::exception& e) {
-    result.status = is_out_of_memory(e) ? "oom" : "error";
+    result.status = is_out_of_memory(e) ? TrialStatus::OutOfMemory : TrialStatus::Error;
     result.message = error_line(e);
   }
   const MemoryStats memory = memory_stats(device);
@@ -88,6 +104,17 @@ TrialResult run_trial(const Config& config, int64_t warmup_steps, int64_t measur
     result.images_per_second = config.training.batch_size / result.median_step_seconds;
   }
   return result;
+}
+
+int child_trial_main(const std::string& config_path, const std::string& result_path) {
+  const Config config = load_config(config_path);
+  set_cpu_threads(config.training.threads);
+  const TrialResult result =
+      measure_trial(config, config.sweep.warmup_steps, config.sweep.measure_steps);
+  write_file_atomically(result_path, to_json(result).dump(2) + "\n");
+  if (result.status == TrialStatus::Ok) return kExitOk;
+  spdlog::error("{}", result.message);
+  return result.status == TrialStatus::OutOfMemory ? kExitOutOfMemory : kExitInternalError;
 }
 
 }  // namespace training

@@ -1,6 +1,7 @@
 // One sweep trial: W warm-up and M measured training steps at one batch size and setting, on
 // synthetic batches that live on the device (a trial measures the training step, not the input
-// pipeline). Runs inside the child process that `train sweep` starts for it.
+// pipeline). The child side of the process boundary: `train sweep` (sweep.h) starts
+// `train sweep-trial`, whose entry point is child_trial_main.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,9 +11,14 @@
 
 namespace training {
 
+enum class TrialStatus { Ok, OutOfMemory, Error };
+
+// "ok", "oom", "error": the spelling in sweep.json and sweep.csv.
+const char* status_name(TrialStatus status);
+
 struct TrialResult {
-  std::string status = "error";  // ok | oom | error
-  std::string message;           // why, for oom and error
+  TrialStatus status = TrialStatus::Error;
+  std::string message;  // why, for OutOfMemory and Error
   // Peaks over every step, the first included: what must fit (the first step also holds cuDNN's
   // one-time autotuning workspaces, the optimizer state's creation, ...).
   int64_t peak_allocated_bytes = 0;
@@ -29,9 +35,14 @@ struct TrialResult {
 nlohmann::ordered_json to_json(const TrialResult& result);
 TrialResult trial_from_json(const nlohmann::json& json);
 
-// Runs the trial described by `config` (training.batch_size, precision, memory_format,
-// checkpointing, memory.limit, device) for warmup + measure steps. Out of memory (device.h's
-// is_out_of_memory) is a result (status oom), not an exception; other failures give status error.
-TrialResult run_trial(const Config& config, int64_t warmup_steps, int64_t measure_steps);
+// Measures, in this process, the trial described by `config` (training.batch_size, precision,
+// memory_format, checkpointing, memory.limit, device) for warmup + measure steps. Out of memory
+// (device.h's is_out_of_memory) is a result (OutOfMemory), not an exception; other failures give
+// Error.
+TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t measure_steps);
+
+// `train sweep-trial`: measures the trial in `config_path` and writes its result to
+// `result_path` (atomically). Returns kExitOk, kExitOutOfMemory or kExitInternalError.
+int child_trial_main(const std::string& config_path, const std::string& result_path);
 
 }  // namespace training

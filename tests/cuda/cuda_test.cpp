@@ -214,8 +214,8 @@ TEST(Cuda, SweepTrialsReportTheSteadyPeakApart) {
   CUDA_OR_SKIP();
   auto config = training::parse_config(
       "model: {arch: resnet18, stem: cifar}\ntraining: {device: cuda, batch_size: 64}\n", "trial");
-  const auto result = training::run_trial(config, 2, 3);
-  ASSERT_EQ(result.status, "ok") << result.message;
+  const auto result = training::measure_trial(config, 2, 3);
+  ASSERT_EQ(result.status, training::TrialStatus::Ok) << result.message;
   EXPECT_GT(result.steady_peak_reserved_bytes, 0);
   EXPECT_LE(result.steady_peak_reserved_bytes, result.peak_reserved_bytes);
   EXPECT_LE(result.steady_peak_allocated_bytes, result.peak_allocated_bytes);

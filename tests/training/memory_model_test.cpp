@@ -38,7 +38,7 @@ TEST(MemoryFit, FlatMemoryPredictsNoLimit) {
   EXPECT_FALSE(fit->max_batch(1000).has_value());
 }
 
-training::SweepTrial trial(int64_t batch, const std::string& status, int64_t peak, double ips,
+training::SweepTrial trial(int64_t batch, training::TrialStatus status, int64_t peak, double ips,
                            bool checkpointing = false) {
   training::SweepTrial t;
   t.cell.checkpointing = checkpointing;
@@ -50,10 +50,13 @@ training::SweepTrial trial(int64_t batch, const std::string& status, int64_t pea
 }
 
 TEST(Summarize, FindsLargestFittingFastestAndFitsPerCell) {
+  constexpr auto Ok = training::TrialStatus::Ok;
+  constexpr auto OutOfMemory = training::TrialStatus::OutOfMemory;
+  constexpr auto Error = training::TrialStatus::Error;
   const std::vector<training::SweepCell> cells = {{}, {training::Precision::FP32, true}};
   const std::vector<training::SweepTrial> trials = {
-      trial(8, "ok", 180, 100), trial(16, "ok", 260, 150), trial(32, "oom", 300, 0),
-      trial(24, "ok", 340, 140), trial(8, "error", 0, 0, true)};
+      trial(8, Ok, 180, 100), trial(16, Ok, 260, 150), trial(32, OutOfMemory, 300, 0),
+      trial(24, Ok, 340, 140), trial(8, Error, 0, 0, true)};
   const auto summaries = training::summarize(cells, trials, {500}, true);
   ASSERT_EQ(summaries.size(), 2u);
   const auto& plain = summaries[0];

@@ -1,0 +1,90 @@
+#include "training/components.h"
+
+#include <spdlog/spdlog.h>
+
+#include "training/device.h"
+#include "training/errors.h"
+#include "training/optim.h"
+#include "training/recompute.h"
+
+namespace training {
+
+models::ResNet build_model(const Config& config, const torch::Device& device) {
+  // Seeding first makes the initial weights a function of training.seed alone.
+  seed_everything(static_cast<uint64_t>(config.training.seed));
+  models::ResNet model(config.model);
+  model->to(device);
+  models::convert_memory_format(*model, config.training.memory_format);
+  apply_checkpointing(*model, config.checkpointing);
+  return model;
+}
+
+StepParts build_step_parts(const Config& config, const torch::Device& device, ProcessGroup* group) {
+  auto model = build_model(config, device);
+  // Rank 0's initial weights everywhere, before anything else touches them.
+  if (group) group->broadcast_from_main(*model);
+  auto optimizer = make_sgd(*model, config.optimizer);
+  return {model, std::move(optimizer),
+          GradScaler(config.training.precision == Precision::FP16, device)};
+}
+
+data::BatchLoader make_loader(data::Split split, const Config& config, const torch::Device& device,
+                              bool train, ProcessGroup* group) {
+  return data::BatchLoader(
+      std::move(split),
+      data::LoaderOptions()
+          .batch_size(train ? config.training.batch_size : config.training.eval_batch_size)
+          .shuffle(train)
+          .drop_last(train)
+          .augment(train && config.data.augment)
+          .device(device)
+          .device_resident(config.data.device_resident)
+          .prefetch(prefetch_for(config.data, device.is_cuda()))
+          .seed(static_cast<uint64_t>(config.training.seed))
+          .memory_format(config.training.memory_format)
+          .simulated_delay_ms(train ? config.data.simulated_delay_ms : 0.0)
+          .shard_index(group ? group->rank() : 0)
+          .shard_count(group ? group->world_size() : 1));
+}
+
+void check_labels(const data::Split& split, const char* name, int64_t num_classes) {
+  if (split.size() == 0) throw UserError(std::string("data: the ") + name + " split is empty");
+  const int64_t top = split.labels.max().item<int64_t>();
+  if (top >= num_classes) {
+    throw UserError(std::string("model.num_classes: the ") + name + " split has labels up to " +
+                    std::to_string(top) + ", so num_classes must be at least " +
+                    std::to_string(top + 1) + ", got " + std::to_string(num_classes));
+  }
+}
+
+int64_t capped_by_max_steps(const Config& config, int64_t by_epochs) {
+  return config.training.max_steps > 0 ? std::min(by_epochs, config.training.max_steps) : by_epochs;
+}
+
+ProfilerOptions profiler_options(const ProfilerConfig& config) {
+  return ProfilerOptions()
+      .enabled(config.enabled)
+      .first_step(config.steps.at(0))
+      .last_step(config.steps.at(1))
+      .top(config.top)
+      .record_shapes(config.record_shapes);
+}
+
+std::unique_ptr<Sampler> make_sampler(const MonitorConfig& config, const torch::Device& device,
+                                      const std::filesystem::path& file) {
+  if (config.sample_period <= 0) return nullptr;
+  std::unique_ptr<Probe> probe;
+  if (device.is_cuda()) {
+    std::string why_not;
+    probe = make_nvml_probe(device.str(), pci_bus_id(device), "libnvidia-ml.so.1", &why_not);
+    if (!probe) {
+      spdlog::warn("GPU sampling off: {}; training goes on without gpu.jsonl", why_not);
+      return nullptr;
+    }
+  } else {
+    probe = make_cpu_probe();
+  }
+  return std::make_unique<Sampler>(std::move(probe), config.sample_period, file);
+}
+
+}  // namespace training

@@ -1,0 +1,55 @@
+// The config turned into the parts of a run: the model as training runs it, the optimizer and
+// the loss scaler (what one step needs, shared by the trainer and sweep trials), the loaders, the
+// profiler's and the sampler's options, the label checks and the max_steps cap. The trainer keeps
+// only the loop.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "data/loader.h"
+#include "models/resnet.h"
+#include "training/amp.h"
+#include "training/config.h"
+#include "training/distributed.h"
+#include "training/monitor.h"
+#include "training/profiler.h"
+
+namespace training {
+
+// The model as training runs it: seeded by training.seed, on `device`, in the configured memory
+// format, with gradient checkpointing installed when configured.
+models::ResNet build_model(const Config& config, const torch::Device& device);
+
+// What a training step needs.
+struct StepParts {
+  models::ResNet model;
+  std::unique_ptr<torch::optim::SGD> optimizer;
+  GradScaler scaler;  // enabled for fp16
+};
+
+// With a data-parallel `group`, every rank starts from rank 0's initial weights.
+StepParts build_step_parts(const Config& config, const torch::Device& device,
+                           ProcessGroup* group = nullptr);
+
+// The training (shuffled, augmented, last partial batch dropped) or evaluation loader, sharded
+// across the ranks of `group`.
+data::BatchLoader make_loader(data::Split split, const Config& config, const torch::Device& device,
+                              bool train, ProcessGroup* group);
+
+// Throws UserError when `split` (named `name`) is empty or has labels beyond num_classes.
+void check_labels(const data::Split& split, const char* name, int64_t num_classes);
+
+// The steps a run makes: `by_epochs`, cut at training.max_steps when that is set.
+int64_t capped_by_max_steps(const Config& config, int64_t by_epochs);
+
+ProfilerOptions profiler_options(const ProfilerConfig& config);
+
+// NVML on a GPU, /proc on the CPU, writing `file`; none when sampling is off or NVML cannot be
+// loaded (said once).
+std::unique_ptr<Sampler> make_sampler(const MonitorConfig& config, const torch::Device& device,
+                                      const std::filesystem::path& file);
+
+}  // namespace training
