@@ -11,17 +11,17 @@
 #include <filesystem>
 
 #include "data/split.h"
-#include "training/atomic_file.h"
-#include "training/bench_matmul.h"
-#include "training/device.h"
-#include "training/distributed.h"
-#include "training/errors.h"
-#include "training/memory.h"
-#include "training/process.h"
-#include "training/report.h"
-#include "training/run.h"
+#include "training/platform/atomic_file.h"
+#include "training/platform/device.h"
+#include "training/platform/distributed.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+#include "training/platform/process.h"
 #include "training/run_dir.h"
-#include "training/sweep.h"
+#include "training/run_report.h"
+#include "training/studies/bench_matmul.h"
+#include "training/studies/sweep.h"
+#include "training/train_command.h"
 
 namespace {
 
@@ -120,40 +120,16 @@ int guarded(const std::function<int()>& action) {
   return kExitBadInput;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{
-      "Train ResNet on CIFAR-10 with LibTorch and measure memory and speed.\n"
-      "Without a subcommand: train. Subcommands: sweep, report, bench."};
-  app.footer(kExamples);
-  app.require_subcommand(0, 1);
-
+// Every command's arguments, bound to CLI11 options by the add_* functions below.
+struct Arguments {
   training::TrainRequest train;
   std::vector<std::string> train_sets;
-  app.add_option("--config", train.config_path, "YAML config file (see configs/)");
-  app.add_option("--set", train_sets, "Override one config key: section.key=value (repeatable)")
-      ->allow_extra_args(false);
   std::vector<ShorthandFlag> train_flags = {
       {"--device", "training.device", "Training device: auto, cpu, cuda or cuda:N"},
       {"--memory-limit", "memory.limit",
        "Emulate a device with this much memory, e.g. 12GiB (sets memory.limit)"}};
-  add_shorthands(app, train_flags);
-  app.add_option("--output-dir", train.output_dir,
-                 "Run directory to create (default: <output.dir>/<date>-<time>-<arch>)");
-  app.add_option("--resume", train.resume, "Continue a run: its directory or a checkpoint file");
-  app.add_flag("--print-config", train.print_config, "Print the effective config and exit");
-
   training::SweepRequest sweep;
   std::vector<std::string> sweep_sets;
-  bool find_max = false;
-  auto* sweep_command = app.add_subcommand(
-      "sweep",
-      "Batch-size sweep: memory and speed per batch size, precision, checkpointing and "
-      "memory format, each trial in its own process (grid: the config's sweep section)");
-  sweep_command->add_option("--config", sweep.config_path, "YAML config file")->required();
-  sweep_command->add_option("--set", sweep_sets, "Override one config key (repeatable)")
-      ->allow_extra_args(false);
   std::vector<ShorthandFlag> sweep_flags = {
       {"--batch-sizes", "sweep.batch_sizes", "e.g. 32,64,128 (sweep.batch_sizes)", true},
       {"--precisions", "sweep.precisions", "e.g. fp32,bf16,fp16 (sweep.precisions)", true},
@@ -166,49 +142,61 @@ int main(int argc, char** argv) {
       {"--measure-steps", "sweep.measure_steps", "Measured steps (sweep.measure_steps)"},
       {"--device", "training.device", "auto, cpu, cuda or cuda:N"},
       {"--memory-limit", "memory.limit", "Emulate a card of this size, e.g. 12GiB"}};
-  add_shorthands(*sweep_command, sweep_flags);
-  sweep_command->add_flag("--find-max", find_max,
-                          "Also search the largest batch that fits, per setting");
-  sweep_command->add_option("--output-dir", sweep.output_dir, "Sweep directory to create");
-
+  bool find_max = false;
   std::string report_dir;
-  auto* report_command =
-      app.add_subcommand("report", "Write <run>/report.md and its plots for a run directory");
-  report_command->add_option("run_dir", report_dir, "The run directory")->required();
+  training::MatmulRequest matmul;
+  std::string trial_config, trial_result;
+};
 
-  auto* bench_command = app.add_subcommand("bench", "Micro-benchmarks");
-  bench_command->require_subcommand(1);
-  auto* matmul_command = bench_command->add_subcommand(
+// `train` itself (no subcommand).
+void add_train_options(CLI::App& app, Arguments& a) {
+  app.add_option("--config", a.train.config_path, "YAML config file (see configs/)");
+  app.add_option("--set", a.train_sets, "Override one config key: section.key=value (repeatable)")
+      ->allow_extra_args(false);
+  add_shorthands(app, a.train_flags);
+  app.add_option("--output-dir", a.train.output_dir,
+                 "Run directory to create (default: <output.dir>/<date>-<time>-<arch>)");
+  app.add_option("--resume", a.train.resume, "Continue a run: its directory or a checkpoint file");
+  app.add_flag("--print-config", a.train.print_config, "Print the effective config and exit");
+}
+
+CLI::App* add_sweep_command(CLI::App& app, Arguments& a) {
+  auto* sweep = app.add_subcommand(
+      "sweep",
+      "Batch-size sweep: memory and speed per batch size, precision, checkpointing and "
+      "memory format, each trial in its own process (grid: the config's sweep section)");
+  sweep->add_option("--config", a.sweep.config_path, "YAML config file")->required();
+  sweep->add_option("--set", a.sweep_sets, "Override one config key (repeatable)")
+      ->allow_extra_args(false);
+  add_shorthands(*sweep, a.sweep_flags);
+  sweep->add_flag("--find-max", a.find_max, "Also search the largest batch that fits, per setting");
+  sweep->add_option("--output-dir", a.sweep.output_dir, "Sweep directory to create");
+  return sweep;
+}
+
+CLI::App* add_matmul_command(CLI::App& app, Arguments& a) {
+  auto* bench = app.add_subcommand("bench", "Micro-benchmarks");
+  bench->require_subcommand(1);
+  auto* matmul = bench->add_subcommand(
       "matmul",
       "Square matrix multiply per device and dtype: time, GFLOP/s, fraction of peak, memory");
-  std::string sizes = "4096", devices = "cpu", dtypes = "fp32", matmul_output = "matmul.json";
-  std::string matmul_limit;
-  int64_t repeats = 5, threads = 0;
-  std::vector<std::string> peaks;
-  matmul_command->add_option("--size", sizes, "Matrix size N (or a list: 1024,4096)");
-  matmul_command->add_option("--devices", devices, "e.g. cpu,cuda");
-  matmul_command->add_option("--dtypes", dtypes, "fp64, fp32, bf16, fp16, e.g. fp32,bf16");
-  matmul_command->add_option("--repeats", repeats, "Timed repetitions (median reported)");
-  matmul_command
-      ->add_option("--peak", peaks, "A peak to compare with: device:dtype=GFLOPS (repeatable)")
+  auto& m = a.matmul;
+  matmul->add_option("--size", m.sizes, "Matrix size N (or a list: 1024,4096)");
+  matmul->add_option("--devices", m.devices, "e.g. cpu,cuda");
+  matmul->add_option("--dtypes", m.dtypes, "fp64, fp32, bf16, fp16, e.g. fp32,bf16");
+  matmul->add_option("--repeats", m.repeats, "Timed repetitions (median reported)");
+  matmul->add_option("--peak", m.peaks, "A peak to compare with: device:dtype=GFLOPS (repeatable)")
       ->allow_extra_args(false);
-  matmul_command->add_option("--threads", threads, "CPU threads (0 = LibTorch's default)");
-  matmul_command->add_option("--memory-limit", matmul_limit,
-                             "Emulate a device with this much memory, e.g. 2GiB");
-  matmul_command->add_option("--output", matmul_output, "JSON results file");
+  matmul->add_option("--threads", m.threads, "CPU threads (0 = LibTorch's default)");
+  matmul->add_option("--memory-limit", m.memory_limit,
+                     "Emulate a device with this much memory, e.g. 2GiB");
+  matmul->add_option("--output", m.output, "JSON results file");
+  return matmul;
+}
 
-  std::string trial_config, trial_result;
-  auto* trial_command = app.add_subcommand("sweep-trial", "")->group("");  // hidden: run by sweep
-  trial_command->add_option("--config", trial_config)->required();
-  trial_command->add_option("--result", trial_result)->required();
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? kExitOk : kExitBadInput;
-  }
-
+// Process-wide set-up once the arguments are valid: logging, LibTorch's log level, signals, the
+// CPU memory accounting.
+void set_up_process() {
   training::configure_console_logging();
   // LibTorch's own log lines (c10d's connection retries with backtraces, ...) stay out of the
   // terminal unless asked for with TORCH_CPP_LOG_LEVEL; our one-line errors say what happened.
@@ -218,45 +206,52 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   // Installed before any tensor exists, so CPU memory accounting sees every allocation.
   training::TrackingCpuAllocator::instance();
+}
 
-  if (*matmul_command) {
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Train ResNet on CIFAR-10 with LibTorch and measure memory and speed.\n"
+      "Without a subcommand: train. Subcommands: sweep, report, bench."};
+  app.footer(kExamples);
+  app.require_subcommand(0, 1);
+  Arguments a;
+  add_train_options(app, a);
+  auto* sweep = add_sweep_command(app, a);
+  auto* report =
+      app.add_subcommand("report", "Write <run>/report.md and its plots for a run directory");
+  report->add_option("run_dir", a.report_dir, "The run directory")->required();
+  auto* matmul = add_matmul_command(app, a);
+  auto* trial = app.add_subcommand("sweep-trial", "")->group("");  // hidden: run by sweep
+  trial->add_option("--config", a.trial_config)->required();
+  trial->add_option("--result", a.trial_result)->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitBadInput;
+  }
+  set_up_process();
+
+  if (*matmul) return guarded([&] { return training::matmul_command(a.matmul); });
+  if (*report) {
     return guarded([&] {
-      const auto options =
-          training::parse_matmul_options(sizes, devices, dtypes, repeats, peaks, matmul_limit);
-      if (threads < 0) throw training::UserError("--threads: expected 0 or more");
-      training::set_cpu_threads(threads);
-      const auto results = training::run_matmul_bench(options);
-      std::printf("%s", training::format_matmul_table(results).c_str());
-      training::write_file_atomically(matmul_output, training::matmul_json(results).dump(2) + "\n");
-      spdlog::info("results written to {}", matmul_output);
-      for (const auto& r : results) {
-        if (!r.out_of_memory) continue;
-        spdlog::error("bench matmul: {} {} N={} ran out of memory; the other rows are in {}",
-                      r.device, r.dtype, r.size, matmul_output);
-        return kExitOutOfMemory;
-      }
+      spdlog::info("report: {}", training::write_report(a.report_dir).string());
       return kExitOk;
     });
   }
-  if (*report_command) {
+  if (*trial)
+    return guarded([&] { return training::child_trial_main(a.trial_config, a.trial_result); });
+  if (*sweep) {
     return guarded([&] {
-      spdlog::info("report: {}", training::write_report(report_dir).string());
-      return kExitOk;
-    });
-  }
-  if (*trial_command) {
-    return guarded([&] { return training::child_trial_main(trial_config, trial_result); });
-  }
-  if (*sweep_command) {
-    return guarded([&] {
-      sweep.overrides = overrides_from(sweep_sets, sweep_flags);
-      if (find_max) sweep.overrides.emplace_back("sweep.find_max=true", "--find-max");
-      sweep.executable = training::current_executable();
-      return training::run_sweep(sweep);
+      a.sweep.overrides = overrides_from(a.sweep_sets, a.sweep_flags);
+      if (a.find_max) a.sweep.overrides.emplace_back("sweep.find_max=true", "--find-max");
+      a.sweep.executable = training::current_executable();
+      return training::run_sweep(a.sweep);
     });
   }
   return guarded([&] {
-    train.overrides = overrides_from(train_sets, train_flags);
-    return training::run_training(train);
+    a.train.overrides = overrides_from(a.train_sets, a.train_flags);
+    return training::train_command(a.train);
   });
 }

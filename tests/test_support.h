@@ -11,7 +11,7 @@
 #include <random>
 #include <string>
 
-#include "training/device.h"
+#include "training/platform/device.h"
 
 namespace test_support {
 

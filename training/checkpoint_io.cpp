@@ -9,8 +9,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "training/atomic_file.h"
-#include "training/errors.h"
+#include "training/platform/atomic_file.h"
+#include "training/platform/errors.h"
 
 namespace training {
 

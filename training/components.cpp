@@ -2,9 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "training/device.h"
-#include "training/errors.h"
 #include "training/optim.h"
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
 #include "training/recompute.h"
 
 namespace training {

@@ -13,9 +13,9 @@
 #include "models/resnet.h"
 #include "training/amp.h"
 #include "training/config.h"
-#include "training/distributed.h"
-#include "training/monitor.h"
-#include "training/profiler.h"
+#include "training/platform/distributed.h"
+#include "training/platform/monitor.h"
+#include "training/platform/profiler.h"
 
 namespace training {
 

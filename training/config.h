@@ -9,9 +9,9 @@
 #include "data/dataset.h"
 #include "models/resnet.h"
 #include "training/amp.h"
-#include "training/distributed.h"
-#include "training/errors.h"
 #include "training/optim.h"
+#include "training/platform/distributed.h"
+#include "training/platform/errors.h"
 #include "training/recompute.h"
 #include "training/schedule.h"
 

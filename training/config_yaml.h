@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "training/config.h"
-#include "training/memory.h"
+#include "training/platform/memory.h"
 
 namespace training::config_yaml {
 

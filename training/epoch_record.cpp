@@ -1,7 +1,7 @@
 #include "training/epoch_record.h"
 
-#include "training/errors.h"
-#include "training/json_rows.h"
+#include "training/platform/errors.h"
+#include "training/platform/json_rows.h"
 
 namespace training {
 

@@ -10,9 +10,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "training/atomic_file.h"
-#include "training/errors.h"
-#include "training/json_rows.h"
+#include "training/platform/atomic_file.h"
+#include "training/platform/errors.h"
+#include "training/platform/json_rows.h"
 
 namespace training {
 

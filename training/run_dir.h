@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "training/dir_lock.h"
 #include "training/epoch_record.h"
+#include "training/platform/dir_lock.h"
 
 namespace training {
 

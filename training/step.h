@@ -6,7 +6,7 @@
 
 #include "models/resnet.h"
 #include "training/amp.h"
-#include "training/distributed.h"
+#include "training/platform/distributed.h"
 
 namespace training {
 

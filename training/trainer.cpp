@@ -6,14 +6,14 @@
 #include <chrono>
 
 #include "training/components.h"
-#include "training/device.h"
 #include "training/diagnosis.h"
-#include "training/errors.h"
-#include "training/memory.h"
 #include "training/optim.h"
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+#include "training/platform/stop_signal.h"
 #include "training/progress.h"
 #include "training/step.h"
-#include "training/stop_signal.h"
 
 namespace training {
 

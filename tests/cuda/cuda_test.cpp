@@ -16,11 +16,11 @@
 #include "models/resnet.h"
 #include "test_support.h"
 #include "training/amp.h"
-#include "training/device.h"
-#include "training/memory.h"
-#include "training/monitor.h"
+#include "training/platform/device.h"
+#include "training/platform/memory.h"
+#include "training/platform/monitor.h"
 #include "training/recompute.h"
-#include "training/trial.h"
+#include "training/studies/trial.h"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "training/config.h"
-#include "training/distributed.h"
 #include "training/optim.h"
+#include "training/platform/distributed.h"
 #include "training/step.h"
 
 int main(int argc, char** argv) {

@@ -5,8 +5,8 @@
 #include <torch/torch.h>
 
 #include "models/resnet.h"
-#include "training/device.h"
 #include "training/optim.h"
+#include "training/platform/device.h"
 #include "training/step.h"
 
 namespace {

@@ -7,8 +7,8 @@
 #include <fstream>
 
 #include "test_support.h"
-#include "training/run.h"
 #include "training/run_dir.h"
+#include "training/train_command.h"
 
 namespace {
 
@@ -21,7 +21,7 @@ TEST(RealData, QuickCpuConfigReaches45PercentTop1) {
   request.output_dir = (dir / "run").string();
 
   const auto start = std::chrono::steady_clock::now();
-  ASSERT_EQ(training::run_training(request), training::kExitOk);
+  ASSERT_EQ(training::train_command(request), training::kExitOk);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

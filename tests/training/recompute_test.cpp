@@ -5,8 +5,8 @@
 #include <torch/torch.h>
 
 #include "training/amp.h"
-#include "training/device.h"
-#include "training/memory.h"
+#include "training/platform/device.h"
+#include "training/platform/memory.h"
 
 namespace {
 

@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "test_support.h"
-#include "training/errors.h"
-#include "training/json_rows.h"
+#include "training/platform/errors.h"
+#include "training/platform/json_rows.h"
 
 namespace {
 
@@ -50,25 +50,6 @@ TEST(RunDirectory, WritesMetricsAsJsonLinesAndCsv) {
   EXPECT_EQ(csv_column(csv, 0), (std::vector<std::string>{"1", "2"}));
   EXPECT_EQ(csv_column(csv, 3), (std::vector<std::string>{"2.5", "1.25"}));
   EXPECT_TRUE(fs::exists(dir / "run/train.log"));
-}
-
-TEST(EpochRecord, ReadsBackWhatItWritesAndNamesAMissingColumn) {
-  auto record = row(3, 0.5);
-  record.peak_reserved_bytes = 123;
-  record.utilization_mean = 0.25;
-  const auto back = training::epoch_record_from_json(training::to_json(record), "m.jsonl row 1");
-  EXPECT_EQ(training::to_json(back), training::to_json(record));
-  EXPECT_FALSE(back.grad_scale.has_value());
-  auto json = training::to_json(record);
-  json.erase("test_acc");
-  try {
-    training::epoch_record_from_json(json, "m.jsonl row 1");
-    FAIL() << "a row without test_acc was read";
-  } catch (const training::UserError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "m.jsonl row 1: column 'test_acc' is missing or not a value of its type (written "
-              "by another version of train?)");
-  }
 }
 
 TEST(RunDirectory, SameEpochReplacesItsRowAndResumeTrimsLaterOnes) {
@@ -155,16 +136,6 @@ TEST(RunDirectory, SaysWhatAFolderHolds) {
   EXPECT_EQ(training::held_outputs(dir.path()), "a run");
   std::ofstream(dir / "sweep.json") << "{}";
   EXPECT_EQ(training::held_outputs(dir.path()), "a sweep");
-}
-
-TEST(RunDirectory, CsvUnionsColumnsInFirstSeenOrder) {
-  nlohmann::ordered_json a, b;
-  a["epoch"] = 1;
-  a["x"] = "s";
-  b["epoch"] = 2;
-  b["y"] = nullptr;
-  b["x"] = 3;
-  EXPECT_EQ(training::rows_to_csv({a, b}), "epoch,x,y\n1,s,\n2,3,\n");
 }
 
 TEST(RunDirectory, NewRunPathsAreNamedOrStampedAndUnique) {

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "training/memory.h"
-#include "training/stop_signal.h"
+#include "training/platform/memory.h"
+#include "training/platform/stop_signal.h"
 
 namespace {
 

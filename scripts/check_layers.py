@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Checks that every source file includes only its own layer and the layers below it.
+
+  scripts/check_layers.py [REPO_ROOT]
+
+The layers, lowest first (docs/architecture.md):
+
+  training/platform   device and process plumbing: the CUDA seam, memory accounting, c10d,
+                      sampler, profiler, child processes, atomic files, locks, errors
+  data, models        CIFAR-10 readers and loader; the ResNets (each on its own)
+  training            one training run: config, components, the loop, checkpoints, run directory
+  training/studies    measurements over runs: sweeps and trials, memory model, matmul bench
+  app                 command-line parsing and dispatch
+
+Prints one line per violation (file:line: what it includes and why that is not allowed) and
+exits 1 when there is any; exit 0 and a summary otherwise. ctest runs it as `layers`.
+"""
+import re
+import sys
+from pathlib import Path
+
+# Each layer and the layers it may include (itself included).
+ALLOWED = {
+    "training/platform": {"training/platform"},
+    "data": {"data"},
+    "models": {"models"},
+    "training": {"training", "training/platform", "data", "models"},
+    "training/studies": {"training/studies", "training", "training/platform", "data", "models"},
+    "app": {"app", "training/studies", "training", "training/platform", "data", "models"},
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def layer_of(path):
+    """The layer of a repository-relative path, or None for files outside the layers."""
+    parts = Path(path).parts
+    if len(parts) >= 2 and parts[0] == "training" and parts[1] in ("platform", "studies"):
+        return f"training/{parts[1]}"
+    if parts and parts[0] in ("training", "data", "models", "app"):
+        return parts[0]
+    return None
+
+
+def main(argv):
+    root = Path(argv[1] if len(argv) > 1 else Path(__file__).resolve().parents[1])
+    violations, checked = [], 0
+    for top in ("app", "data", "models", "training"):
+        for source in sorted((root / top).rglob("*")):
+            if source.suffix not in (".h", ".cpp"):
+                continue
+            relative = source.relative_to(root).as_posix()
+            layer = layer_of(relative)
+            checked += 1
+            for number, line in enumerate(source.read_text().splitlines(), 1):
+                match = INCLUDE.match(line)
+                if not match:
+                    continue
+                target = layer_of(match.group(1))
+                if target is not None and target not in ALLOWED[layer]:
+                    violations.append(f"{relative}:{number}: includes {match.group(1)} "
+                                      f"({target}), which layer {layer} may not include")
+    for violation in violations:
+        print(violation)
+    if violations:
+        return 1
+    print(f"layers: {checked} files, every include goes to the same or a lower layer")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,66 @@
+// The trainer's time split and sampler columns, and the diagnosis they give, on the CPU.
+#include "training/diagnosis.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "training/tiny_run.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+using tiny_run::tiny;
+using tiny_run::train;
+
+TEST(Diagnostics, ASlowInputPipelineIsMeasuredAndNamed) {
+  test_support::TempDir dir;
+  const auto fast = train(tiny(""), dir / "fast");
+  EXPECT_LT(fast.at(0).at("data_wait_fraction").get<double>(), 0.10);
+  EXPECT_EQ(test_support::read_text(dir / "fast/train.log").find("input pipeline:"),
+            std::string::npos);
+
+  // A delay per batch of three times this machine's own step time, prepared inline: the loop
+  // must then wait for data about 3/4 of the epoch, on a fast CPU or a slow one.
+  const double step_seconds = fast.at(0).at("compute_seconds").get<double>() / 8;
+  auto config = tiny("");
+  config.data.simulated_delay_ms = std::max(20.0, 3000 * step_seconds);
+  const auto rows = train(config, dir / "slow");
+  EXPECT_GT(rows.at(0).at("data_wait_fraction").get<double>(), 0.5);
+  // Sleeping takes at least as long as asked: 8 batches of the delay, at least.
+  EXPECT_GE(rows.at(0).at("data_seconds").get<double>(),
+            8 * config.data.simulated_delay_ms / 1000.0);
+  EXPECT_NEAR(
+      rows.at(0).at("data_seconds").get<double>() + rows.at(0).at("compute_seconds").get<double>(),
+      rows.at(0).at("epoch_seconds").get<double>(), 1e-9);
+  EXPECT_NE(test_support::read_text(dir / "slow/train.log")
+                .find("input pipeline: the loop waited for data"),
+            std::string::npos);
+}
+
+TEST(Diagnostics, SamplerFillsGpuJsonlAndTheEpochColumns) {
+  test_support::TempDir dir;
+  const auto rows = train(tiny(""), dir / "run");
+  const auto& row = rows.at(0);
+  EXPECT_GT(row.at("utilization_mean").get<double>(), 0.0);
+  EXPECT_GT(row.at("memory_used_max_bytes").get<int64_t>(), 100 << 20);
+  std::ifstream samples(dir / "run/gpu.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(samples, line); ++lines) {
+    EXPECT_EQ(nlohmann::json::parse(line).at("device"), "cpu");
+  }
+  EXPECT_GE(lines, 2);
+}
+
+TEST(Diagnostics, NoSamplingMeansNoFileAndEmptyColumns) {
+  test_support::TempDir dir;
+  auto config = tiny("");
+  config.monitor.sample_period = 0;
+  const auto off = train(config, dir / "off");
+  EXPECT_FALSE(fs::exists(dir / "off/gpu.jsonl"));
+  EXPECT_TRUE(off.at(0).at("utilization_mean").is_null());
+}
+
+}  // namespace

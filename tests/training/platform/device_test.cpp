@@ -1,0 +1,53 @@
+// The device seam on the CPU: what it can answer without a GPU (the CUDA half is in tests/cuda).
+#include "training/platform/device.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "training/platform/errors.h"
+
+namespace {
+
+TEST(Device, OutOfMemoryIsRecognisedInEveryFormTheLibrariesRaise) {
+  using training::is_out_of_memory_message;
+  // The caching allocator raises c10::OutOfMemoryError; CUDA, cuBLAS and cuDNN allocating for
+  // themselves raise plain errors that must count as out of memory too.
+  EXPECT_TRUE(is_out_of_memory_message("CUDA error: out of memory"));
+  EXPECT_TRUE(is_out_of_memory_message(
+      "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"));
+  EXPECT_TRUE(is_out_of_memory_message("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"));
+  EXPECT_FALSE(is_out_of_memory_message("CUDA error: an illegal memory access was encountered"));
+  EXPECT_FALSE(is_out_of_memory_message("CUBLAS_STATUS_EXECUTION_FAILED"));
+  EXPECT_FALSE(is_out_of_memory_message("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED"));
+
+  const c10::OutOfMemoryError allocator({"f", "file", 1},
+                                        "CUDA out of memory. Tried to allocate 2 GiB");
+  EXPECT_TRUE(training::is_out_of_memory(allocator));
+  const c10::Error cublas({"f", "file", 1},
+                          "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling x");
+  EXPECT_TRUE(training::is_out_of_memory(cublas));
+  const c10::Error other({"f", "file", 1}, "Expected all tensors to be on the same device");
+  EXPECT_FALSE(training::is_out_of_memory(other));
+  EXPECT_FALSE(training::is_out_of_memory(std::runtime_error("CUDA error: invalid argument")));
+}
+
+TEST(Device, TheCpuNeedsNoBindingAndHasNoBusId) {
+  EXPECT_EQ(training::rank_device(torch::kCPU, 1), torch::Device(torch::kCPU));
+  EXPECT_NO_THROW(training::make_current(torch::kCPU));
+  EXPECT_EQ(training::pci_bus_id(torch::kCPU), "");
+}
+
+TEST(Device, NativeBf16IsReadFromTheCpuCapabilities) {
+  std::unordered_map<std::string, c10::IValue> avx2_only = {
+      {"avx2", true}, {"avx512_bf16", false}, {"amx_bf16", false}};
+  EXPECT_FALSE(training::has_native_bf16(avx2_only));
+  EXPECT_FALSE(training::has_native_bf16({}));
+  auto sapphire_rapids = avx2_only;
+  sapphire_rapids["amx_bf16"] = true;
+  EXPECT_TRUE(training::has_native_bf16(sapphire_rapids));
+  auto cooper_lake = avx2_only;
+  cooper_lake["avx512_bf16"] = true;
+  EXPECT_TRUE(training::has_native_bf16(cooper_lake));
+}
+
+}  // namespace

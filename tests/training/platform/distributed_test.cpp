@@ -1,0 +1,284 @@
+// Data-parallel training on the CPU with Gloo over loopback: equivalence with a single process,
+// sharding, and the failure modes (unreachable rendezvous, a killed peer, resume with another
+// world size).
+#include "training/platform/distributed.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "models/resnet.h"
+#include "test_support.h"
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+#include "training/platform/process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t size = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// Starts `argv` as rank `rank` of `world` (output to `log`); returns the pid.
+pid_t start_rank(std::vector<std::string> argv, int rank, int world, int port,
+                 const fs::path& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    setenv("RANK", std::to_string(rank).c_str(), 1);
+    setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    setenv("OMP_NUM_THREADS", "1", 1);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(Sharding, ShardsAreDisjointCoverTheEpochAndChangeWithIt) {
+  auto split = data::make_synthetic(103, 1);
+  split.labels = torch::arange(103, torch::kInt64);
+  std::vector<torch::Tensor> epoch1, epoch2;
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    data::BatchLoader loader(split, data::LoaderOptions()
+                                        .batch_size(5)
+                                        .augment(false)
+                                        .prefetch(0)
+                                        .seed(9)
+                                        .shard_index(rank)
+                                        .shard_count(3));
+    EXPECT_EQ(loader.shard_size(), 34);  // 103 // 3: the remainder is dropped, shards are equal
+    EXPECT_EQ(loader.batches_per_epoch(), 6);
+    for (int epoch : {1, 2}) {
+      loader.start_epoch(epoch);
+      std::vector<torch::Tensor> labels;
+      while (auto b = loader.next()) labels.push_back(b->labels);
+      (epoch == 1 ? epoch1 : epoch2).push_back(torch::cat(labels));
+    }
+  }
+  auto all = torch::cat(epoch1);
+  EXPECT_EQ(std::get<0>(torch::_unique(all)).numel(), all.numel());  // disjoint
+  EXPECT_EQ(all.numel(), 90);                                        // 3 ranks x 6 batches x 5
+  EXPECT_FALSE(epoch1[0].equal(epoch2[0]));                          // a new shuffle each epoch
+  // Without drop_last (evaluation) the shards cover every sample exactly once.
+  int64_t covered = 0;
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    data::BatchLoader eval(split, data::LoaderOptions()
+                                      .batch_size(7)
+                                      .shuffle(false)
+                                      .drop_last(false)
+                                      .augment(false)
+                                      .prefetch(0)
+                                      .shard_index(rank)
+                                      .shard_count(3));
+    covered += eval.shard_size();
+  }
+  EXPECT_EQ(covered, 103);
+}
+
+bool holds(const std::vector<size_t>& bucket, size_t index) {
+  return std::find(bucket.begin(), bucket.end(), index) != bucket.end();
+}
+
+// Backward produces the output layers' gradients first and the stem's last; the Reducer
+// all-reduces bucket i only after buckets 0..i-1, so the output layers must be in bucket 0.
+TEST(DataParallel, GradientBucketsGoOutputLayersFirstAndTheStemLast) {
+  models::ResNet model(models::ResNetOptions(18));
+  const auto params = model->parameters();
+  const auto buckets = training::gradient_buckets(params, 25 << 20);
+  ASSERT_GE(buckets.size(), 3u);
+  EXPECT_TRUE(holds(buckets.front(), params.size() - 1));  // fc.bias
+  EXPECT_TRUE(holds(buckets.back(), 0));                   // conv1.weight
+  // The stem's bucket is the small first one of PyTorch's DDP (1 MiB, plus the tensor that
+  // crossed the limit); every parameter is in exactly one bucket.
+  int64_t stem_bytes = 0;
+  for (size_t i : buckets.back()) stem_bytes += params[i].numel() * params[i].element_size();
+  EXPECT_LT(stem_bytes, 2 << 20);
+  std::vector<int> seen(params.size(), 0);
+  for (const auto& bucket : buckets) {
+    for (size_t i : bucket) ++seen.at(i);
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<int64_t>(params.size()));
+}
+
+// Each local rank trains on its own GPU (cuda:LOCAL_RANK); on the CPU the device stays the CPU.
+TEST(DataParallel, EachLocalRankBindsItsOwnDevice) {
+  EXPECT_EQ(training::rank_device(torch::kCPU, 3), torch::Device(torch::kCPU));
+  if (training::cuda_unavailable_reason(1).empty()) {
+    EXPECT_EQ(training::rank_device(torch::Device(torch::kCUDA, 0), 1),
+              torch::Device(torch::kCUDA, 1));
+  } else {
+    // Asking for a GPU this machine lacks names it.
+    try {
+      training::rank_device(torch::Device(torch::kCUDA, 0), 1);
+      FAIL() << "expected a UserError";
+    } catch (const training::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("training.device: 'cuda:1' requested, but"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(DataParallel, TwoRanksMatchOneProcessWithTheSameGlobalBatch) {
+  test_support::TempDir dir;
+  const int port = free_port();
+  std::vector<pid_t> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.push_back(start_rank({DDP_WORKER, (dir / "ddp.pt").string(), "8", "5"}, rank, 2, port,
+                               dir / ("rank" + std::to_string(rank) + ".log")));
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(wait_exit(ranks[rank]), 0)
+        << test_support::read_text(dir / ("rank" + std::to_string(rank) + ".log"));
+  }
+  const auto single = training::run_process({DDP_WORKER, (dir / "single.pt").string(), "16", "5"},
+                                            dir / "single.log", 300);
+  ASSERT_EQ(single.exit_code, 0) << test_support::read_text(dir / "single.log");
+  std::vector<torch::Tensor> parallel, alone;
+  torch::load(parallel, (dir / "ddp.pt").string());
+  torch::load(alone, (dir / "single.pt").string());
+  ASSERT_EQ(parallel.size(), alone.size());
+  double largest = 0;
+  for (size_t i = 0; i < parallel.size(); ++i) {
+    const double difference = (parallel[i] - alone[i]).abs().max().item<double>();
+    if (difference > 1e-5) {
+      ADD_FAILURE() << "parameter " << i << " " << parallel[i].sizes() << " differs by "
+                    << difference;
+    }
+    largest = std::max(largest, difference);
+  }
+  EXPECT_LT(largest, 1e-5);
+  std::cout << "largest parameter difference after 5 steps: " << largest << "\n";
+}
+
+fs::path tiny_config(const test_support::TempDir& dir, int epochs, int timeout) {
+  std::ofstream(dir / "tiny.yaml")
+      << "model: {arch: resnet18, stem: imagenet}\n"
+         "data: {source: synthetic, synthetic_train_size: 256, synthetic_test_size: 32}\n"
+         "training: {device: cpu, epochs: "
+      << epochs
+      << ", batch_size: 16, log_every_steps: 1}\n"
+         "distributed: {timeout_seconds: "
+      << timeout << "}\n";
+  return dir / "tiny.yaml";
+}
+
+TEST(DataParallel, AnUnreachableRendezvousIsAClearErrorWithinTheTimeout) {
+  test_support::TempDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t lonely = start_rank({TRAIN_BINARY, "--config", tiny_config(dir, 1, 3).string(),
+                                   "--output-dir", (dir / "run").string()},
+                                  1, 2, free_port(), dir / "rank1.log");
+  EXPECT_EQ(wait_exit(lonely), 4);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_NE(test_support::read_text(dir / "rank1.log")
+                .find("rank 1: could not reach the other ranks through 127.0.0.1:"),
+            std::string::npos)
+      << test_support::read_text(dir / "rank1.log");
+}
+
+TEST(DataParallel, AKilledRankMakesTheOtherExitWithAClearError) {
+  test_support::TempDir dir;
+  const int port = free_port();
+  const auto config = tiny_config(dir, 50, 20).string();
+  const pid_t main_rank =
+      start_rank({TRAIN_BINARY, "--config", config, "--output-dir", (dir / "run").string()}, 0, 2,
+                 port, dir / "rank0.log");
+  const pid_t victim =
+      start_rank({TRAIN_BINARY, "--config", config, "--output-dir", (dir / "run").string()}, 1, 2,
+                 port, dir / "rank1.log");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (test_support::read_text(dir / "rank1.log").find("step 3/") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(victim, SIGKILL);
+  wait_exit(victim);
+  const auto killed = std::chrono::steady_clock::now();
+  EXPECT_EQ(wait_exit(main_rank), 4) << test_support::read_text(dir / "rank0.log");
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(40));
+  const auto log = test_support::read_text(dir / "rank0.log");
+  EXPECT_NE(log.find("rank 0: lost contact with the other ranks in epoch"), std::string::npos)
+      << log;
+  // No half-written checkpoint is left behind.
+  EXPECT_FALSE(fs::exists(dir / "run" / (".checkpoint.pt.tmp" + std::to_string(main_rank))));
+}
+
+TEST(DataParallel, ResumeNeedsTheSameNumberOfRanks) {
+  test_support::TempDir dir;
+  const int port = free_port();
+  const auto config = tiny_config(dir, 1, 30).string();
+  std::vector<pid_t> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.push_back(
+        start_rank({TRAIN_BINARY, "--config", config, "--output-dir", (dir / "run").string()}, rank,
+                   2, port, dir / ("rank" + std::to_string(rank) + ".log")));
+  }
+  for (auto pid : ranks) ASSERT_EQ(wait_exit(pid), 0) << test_support::read_text(dir / "rank0.log");
+  EXPECT_EQ(
+      nlohmann::json::parse(test_support::read_text(dir / "run/metrics.jsonl")).at("world_size"),
+      2);
+  const auto single = training::run_process(
+      {TRAIN_BINARY, "--resume", (dir / "run").string(), "--set", "training.epochs=2"},
+      dir / "resume.log", 120);
+  EXPECT_EQ(single.exit_code, 2);
+  EXPECT_NE(test_support::read_text(dir / "resume.log")
+                .find("written by a run of 2 rank(s), this run has 1"),
+            std::string::npos)
+      << test_support::read_text(dir / "resume.log");
+}
+
+TEST(DataParallel, MalformedLaunchVariablesAreRefused) {
+  setenv("WORLD_SIZE", "two", 1);
+  EXPECT_THROW(training::launch_env_from_environment(), training::UserError);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("RANK", "2", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  try {
+    training::launch_env_from_environment();
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()), "RANK: expected an integer in [0, 1], got '2'");
+  }
+  unsetenv("WORLD_SIZE");
+  unsetenv("RANK");
+  unsetenv("MASTER_PORT");
+  EXPECT_FALSE(training::launch_env_from_environment().has_value());
+}
+
+}  // namespace

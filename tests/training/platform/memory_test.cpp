@@ -1,0 +1,99 @@
+#include "training/platform/memory.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+
+namespace {
+
+using training::TrackingCpuAllocator;
+
+class TrackingAllocator : public ::testing::Test {
+ protected:
+  void SetUp() override { allocator().set_limit(0); }
+  void TearDown() override { allocator().set_limit(0); }
+  static TrackingCpuAllocator& allocator() { return TrackingCpuAllocator::instance(); }
+};
+
+TEST_F(TrackingAllocator, CountsBytesHeldByCpuTensors) {
+  const int64_t before = allocator().stats().allocated;
+  {
+    auto t = torch::empty({1000, 250}, torch::kFloat32);  // 1,000,000 bytes
+    EXPECT_EQ(allocator().stats().allocated - before, 1000000);
+    EXPECT_EQ(c10::GetCPUAllocator(), &allocator());
+  }
+  EXPECT_EQ(allocator().stats().allocated, before);
+}
+
+// The decoded dataset is host data: not device memory on CUDA, so not counted (nor limited) on the
+// CPU either; freeing it later does not disturb the count.
+TEST_F(TrackingAllocator, HostDataIsNeitherCountedNorLimited) {
+  allocator().reset_peak();
+  const int64_t before = allocator().stats().allocated;
+  allocator().set_limit(before + (1 << 20));
+  torch::Tensor dataset;
+  {
+    TrackingCpuAllocator::HostData host_data;
+    dataset = torch::zeros({8 << 20}, torch::kUInt8);  // 8 MiB, beyond the limit
+  }
+  EXPECT_EQ(allocator().stats().allocated, before);
+  EXPECT_EQ(allocator().stats().peak_allocated, before);
+  EXPECT_THROW(torch::empty({2 << 20}, torch::kUInt8), c10::OutOfMemoryError);  // tracked again
+  dataset = torch::Tensor();
+  EXPECT_EQ(allocator().stats().allocated, before);
+}
+
+TEST_F(TrackingAllocator, PeakStaysUntilReset) {
+  allocator().reset_peak();
+  const int64_t base = allocator().stats().allocated;
+  { auto t = torch::empty({4 << 20}, torch::kUInt8); }
+  EXPECT_GE(allocator().stats().peak_allocated, base + (4 << 20));
+  allocator().reset_peak();
+  EXPECT_EQ(allocator().stats().peak_allocated, allocator().stats().allocated);
+}
+
+TEST_F(TrackingAllocator, LimitFailsLikeAnOutOfMemoryAndRecovers) {
+  const int64_t held = allocator().stats().allocated;
+  allocator().set_limit(held + (8 << 20));
+  auto fits = torch::empty({4 << 20}, torch::kUInt8);
+  try {
+    auto too_much = torch::empty({8 << 20}, torch::kUInt8);
+    FAIL() << "no out-of-memory error";
+  } catch (const c10::OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("limit 8.00 MiB"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(allocator().stats().allocated, held + (4 << 20));  // the refused bytes are not counted
+  allocator().set_limit(0);
+  EXPECT_NO_THROW(torch::empty({16 << 20}, torch::kUInt8));
+}
+
+TEST_F(TrackingAllocator, DeviceSeamReportsAndLimitsTheCpu) {
+  EXPECT_EQ(training::memory_stats(torch::kCPU).allocated, allocator().stats().allocated);
+  training::set_memory_limit(torch::kCPU, 123 << 20);
+  EXPECT_EQ(allocator().limit(), 123 << 20);
+  EXPECT_GT(training::total_memory(torch::kCPU), int64_t{1} << 30);
+  EXPECT_THROW(training::set_memory_limit(torch::kCPU, training::total_memory(torch::kCPU) * 2),
+               training::UserError);
+}
+
+TEST(ByteSize, ParsesBinaryAndDecimalUnits) {
+  EXPECT_EQ(training::parse_byte_size("12GiB"), int64_t{12} << 30);
+  EXPECT_EQ(training::parse_byte_size("512 MiB"), int64_t{512} << 20);
+  EXPECT_EQ(training::parse_byte_size("1.5gb"), 1500000000);
+  EXPECT_EQ(training::parse_byte_size("64KiB"), 65536);
+  EXPECT_EQ(training::parse_byte_size("1000"), 1000);
+  for (const char* bad : {"", "GiB", "12 apples", "-1GiB", "1e30TiB"}) {
+    EXPECT_THROW(training::parse_byte_size(bad), std::invalid_argument) << bad;
+  }
+}
+
+TEST(ByteSize, FormatsWithTheLargestFittingUnit) {
+  EXPECT_EQ(training::format_bytes(12), "12 B");
+  EXPECT_EQ(training::format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(training::format_bytes(int64_t{12} << 30), "12.00 GiB");
+}
+
+}  // namespace

@@ -1,0 +1,218 @@
+// Sweeps on the CPU with small models and emulated memory limits, trials in child processes of
+// the real `train` binary.
+#include "training/studies/sweep.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_support.h"
+#include "training/platform/process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json read_json(const fs::path& file) {
+  std::ifstream in(file);
+  return nlohmann::json::parse(in);
+}
+
+// The plots need a Python with matplotlib: the one the build found.
+const bool python_chosen = setenv("TRAIN_PYTHON", TEST_PYTHON, /*overwrite=*/0) == 0;
+
+fs::path write_config(const test_support::TempDir& dir, const std::string& yaml) {
+  std::ofstream(dir / "sweep.yaml") << yaml;
+  return dir / "sweep.yaml";
+}
+
+// Runs `train sweep-trial` on `config` at one batch size, as the sweep would.
+std::string trial_status(const test_support::TempDir& dir, const fs::path& base_config,
+                         int64_t batch) {
+  auto config =
+      training::load_config(base_config.string(), {"training.batch_size=" + std::to_string(batch)});
+  const auto yaml = dir / ("direct-" + std::to_string(batch) + ".yaml");
+  std::ofstream(yaml) << training::to_yaml(config);
+  const auto result = dir / ("direct-" + std::to_string(batch) + ".json");
+  training::run_process(
+      {TRAIN_BINARY, "sweep-trial", "--config", yaml.string(), "--result", result.string()},
+      dir / "direct.log", 600);
+  return read_json(result).at("status").get<std::string>();
+}
+
+// `train` itself with the sweep's config at one batch size: three steps on synthetic data (from
+// the second on, the optimizer's momentum exists, as in the trial's measured steps; the decoded
+// dataset is host data and does not count against memory.limit), a small evaluation.
+int train_exit_code(const test_support::TempDir& dir, const fs::path& config, int64_t batch) {
+  const auto outcome = training::run_process(
+      {TRAIN_BINARY, "--config", config.string(), "--output-dir",
+       (dir / ("train-" + std::to_string(batch))).string(), "--set", "data.source=synthetic",
+       "--set", "data.synthetic_train_size=" + std::to_string(3 * batch + 3), "--set",
+       "data.synthetic_test_size=16", "--set", "training.eval_batch_size=8", "--set",
+       "training.batch_size=" + std::to_string(batch), "--set", "training.max_steps=3", "--set",
+       "checkpoint.enabled=false"},
+      dir / "train.log", 600);
+  return outcome.exit_code;
+}
+
+TEST(Sweep, FindMaxFindsTheLargestBatchUnderAnEmulatedLimit) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: imagenet}
+training: {device: cpu}
+memory: {limit: 180MiB}
+sweep: {batch_sizes: [16, 32], warmup_steps: 0, measure_steps: 2, find_max: true}
+)");
+  training::SweepRequest request{config.string(), {}, (dir / "out").string(), TRAIN_BINARY};
+  ASSERT_EQ(training::run_sweep(request), 0);
+  const auto sweep = read_json(dir / "out/sweep.json");
+  EXPECT_TRUE(sweep.at("complete").get<bool>());
+  const auto& cell = sweep.at("cells").at(0);
+  ASSERT_FALSE(cell.at("largest_fitting_batch").is_null());
+  const int64_t max_batch = cell.at("largest_fitting_batch").get<int64_t>();
+  EXPECT_EQ(cell.at("smallest_failing_batch").get<int64_t>(), max_batch + 1);
+  EXPECT_GT(max_batch, 32);
+  // Checked directly: the largest batch fits, one more does not.
+  EXPECT_EQ(trial_status(dir, config, max_batch), "ok");
+  EXPECT_EQ(trial_status(dir, config, max_batch + 1), "oom");
+  // And the answer holds for `train` with the same config: B trains, B+1 is out of memory.
+  EXPECT_EQ(train_exit_code(dir, config, max_batch), 0)
+      << test_support::read_text(dir / "train.log");
+  EXPECT_EQ(train_exit_code(dir, config, max_batch + 1), 3)
+      << test_support::read_text(dir / "train.log");
+
+  for (const char* file :
+       {"sweep.csv", "sweep.md", "config.yaml", "trials/001.yaml", "trials/001.json"}) {
+    EXPECT_TRUE(fs::exists(dir / "out" / file)) << file;
+  }
+  for (const char* png : {"peak_memory.png", "throughput.png"}) {
+    std::ifstream in(dir / "out" / png, std::ios::binary);
+    char signature[8] = {};
+    in.read(signature, 8);
+    EXPECT_EQ(std::string(signature + 1, 3), "PNG") << png;
+    EXPECT_GT(fs::file_size(dir / "out" / png), 10000u) << png;
+  }
+  const std::string text = test_support::read_text(dir / "out/sweep.md");
+  EXPECT_NE(text.find("| fp32 / checkpointing off / contiguous | " + std::to_string(max_batch) +
+                      " | " + std::to_string(max_batch + 1) + " |"),
+            std::string::npos)
+      << text;
+}
+
+TEST(Sweep, TheFitPredictsAHeldOutBatchWithinTenPercent) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: cifar}
+training: {device: cpu}
+sweep: {batch_sizes: [8, 16, 32], warmup_steps: 1, measure_steps: 1}
+)");
+  training::SweepRequest request{config.string(), {}, (dir / "out").string(), TRAIN_BINARY};
+  ASSERT_EQ(training::run_sweep(request), 0);
+  const auto fit = read_json(dir / "out/sweep.json").at("cells").at(0).at("fit");
+  ASSERT_FALSE(fit.is_null());
+  EXPECT_GT(fit.at("r_squared").get<double>(), 0.99);
+  const double predicted =
+      fit.at("intercept_bytes").get<double>() + 48 * fit.at("bytes_per_sample").get<double>();
+
+  training::run_sweep(
+      {config.string(), {"sweep.batch_sizes=[48]"}, (dir / "held-out").string(), TRAIN_BINARY});
+  const auto measured = read_json(dir / "held-out/sweep.json")
+                            .at("trials")
+                            .at(0)
+                            .at("peak_reserved_bytes")
+                            .get<double>();
+  std::cout << "batch 48: predicted " << predicted / (1 << 20) << " MiB, measured "
+            << measured / (1 << 20) << " MiB\n";
+  EXPECT_NEAR(predicted, measured, 0.10 * measured);
+}
+
+TEST(Sweep, ACrashingTrialIsRecordedAndTheSweepGoesOn) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: imagenet}
+training: {device: cpu}
+sweep: {batch_sizes: [8, 16, 24], warmup_steps: 0, measure_steps: 1}
+)");
+  // A stand-in for `train` whose trial at batch 16 dies of a segmentation fault.
+  const auto crashing = dir / "crashing-train.sh";
+  std::ofstream(crashing)
+      << "#!/bin/sh\n"
+         "if grep -q 'batch_size: 16$' \"$3\"; then echo 'about to crash'; kill -SEGV $$; fi\n"
+         "exec '" TRAIN_BINARY "' \"$@\"\n";
+  fs::permissions(crashing, fs::perms::owner_all);
+  training::SweepRequest request{config.string(), {}, (dir / "out").string(), crashing};
+  ASSERT_EQ(training::run_sweep(request), 0);
+  const auto trials = read_json(dir / "out/sweep.json").at("trials");
+  ASSERT_EQ(trials.size(), 3u);
+  EXPECT_EQ(trials[0].at("status"), "ok");
+  EXPECT_EQ(trials[1].at("status"), "error");
+  EXPECT_EQ(trials[1].at("message"),
+            "trial process killed by signal 11 (Segmentation fault): about to crash");
+  EXPECT_EQ(trials[2].at("status"), "ok");
+}
+
+TEST(Sweep, ATrialPastItsTimeoutIsKilledAndRecorded) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+training: {device: cpu}
+sweep: {batch_sizes: [8], trial_timeout: 1}
+)");
+  const auto sleepy = dir / "sleepy-train.sh";
+  std::ofstream(sleepy) << "#!/bin/sh\nsleep 30\n";
+  fs::permissions(sleepy, fs::perms::owner_all);
+  training::run_sweep({config.string(), {}, (dir / "out").string(), sleepy});
+  const auto trial = read_json(dir / "out/sweep.json").at("trials").at(0);
+  EXPECT_EQ(trial.at("status"), "error");
+  EXPECT_EQ(trial.at("message").get<std::string>().rfind("trial process timed out after 1 s", 0),
+            0u);
+}
+
+TEST(Sweep, FindMaxOnTheCpuNeedsALimit) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, "training: {device: cpu}\nsweep: {find_max: true}\n");
+  try {
+    training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY});
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("sweep.find_max: on the CPU there is no device memory"),
+              std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(dir / "out"));  // refused before anything ran
+}
+
+training::SweepTrial trial(int64_t batch, training::TrialStatus status, int64_t peak, double ips,
+                           bool checkpointing = false) {
+  training::SweepTrial t;
+  t.cell.checkpointing = checkpointing;
+  t.batch = batch;
+  t.result.status = status;
+  t.result.peak_reserved_bytes = peak;
+  t.result.images_per_second = ips;
+  return t;
+}
+
+TEST(Summarize, FindsLargestFittingFastestAndFitsPerCell) {
+  constexpr auto Ok = training::TrialStatus::Ok;
+  constexpr auto OutOfMemory = training::TrialStatus::OutOfMemory;
+  constexpr auto Error = training::TrialStatus::Error;
+  const std::vector<training::SweepCell> cells = {{}, {training::Precision::FP32, true}};
+  const std::vector<training::SweepTrial> trials = {
+      trial(8, Ok, 180, 100), trial(16, Ok, 260, 150), trial(32, OutOfMemory, 300, 0),
+      trial(24, Ok, 340, 140), trial(8, Error, 0, 0, true)};
+  const auto summaries = training::summarize(cells, trials, {500}, true);
+  ASSERT_EQ(summaries.size(), 2u);
+  const auto& plain = summaries[0];
+  EXPECT_EQ(plain.largest_fitting, 24);
+  EXPECT_EQ(plain.smallest_failing, 32);
+  EXPECT_EQ(plain.fastest_batch, 16);
+  EXPECT_DOUBLE_EQ(plain.fastest_images_per_second, 150);
+  ASSERT_TRUE(plain.fit);
+  EXPECT_NEAR(plain.fit->slope, 10, 1e-9);
+  EXPECT_EQ(plain.predictions[0].second, 40);  // 100 + 10 * 40 = 500
+  const auto& failed = summaries[1];
+  EXPECT_FALSE(failed.largest_fitting);
+  EXPECT_FALSE(failed.fit);
+  EXPECT_FALSE(failed.predictions[0].second);
+}
+
+}  // namespace

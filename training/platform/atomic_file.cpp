@@ -1,0 +1,86 @@
+#include "training/platform/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+#include "training/platform/errors.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temporary_for(const fs::path& target) {
+  return target.parent_path() /
+         ("." + target.filename().string() + ".tmp" + std::to_string(::getpid()));
+}
+
+}  // namespace
+
+void throw_write_error(const fs::path& path, int error) {
+  const std::string reason = std::strerror(error);
+  if (error == ENOSPC || error == EDQUOT || error == EFBIG || error == EIO) {
+    throw CannotWrite(path.string() + ": could not write (" + reason +
+                      "); what was written before is intact");
+  }
+  throw UserError(path.string() + ": cannot write (" + reason + ")");
+}
+
+bool is_temporary_of(const fs::path& file, const std::string& target_name) {
+  const std::string prefix = "." + target_name + ".tmp";
+  return file.filename().string().rfind(prefix, 0) == 0;
+}
+
+void replace_file_atomically(const fs::path& target,
+                             const std::function<void(const fs::path&)>& write) {
+  const fs::path temporary = temporary_for(target);
+  try {
+    write(temporary);
+    const int fd = ::open(temporary.c_str(), O_RDONLY);
+    if (fd < 0 || ::fsync(fd) != 0) {
+      const int error = errno;
+      if (fd >= 0) ::close(fd);
+      throw_write_error(target, error);
+    }
+    ::close(fd);
+    std::error_code ec;
+    fs::rename(temporary, target, ec);
+    if (ec) throw_write_error(target, ec.value());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    throw;
+  }
+}
+
+void write_whole_file(const fs::path& file, const std::string& content,
+                      const fs::path& reported_as) {
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw_write_error(reported_as, errno);
+  const char* data = content.data();
+  size_t left = content.size();
+  while (left > 0) {
+    const ssize_t written = ::write(fd, data, left);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) {
+      const int error = written < 0 ? errno : ENOSPC;
+      ::close(fd);
+      throw_write_error(reported_as, error);
+    }
+    data += written;
+    left -= static_cast<size_t>(written);
+  }
+  if (::close(fd) != 0) throw_write_error(reported_as, errno);
+}
+
+void write_file_atomically(const fs::path& target, const std::string& content) {
+  replace_file_atomically(
+      target, [&](const fs::path& temporary) { write_whole_file(temporary, content, target); });
+}
+
+}  // namespace training

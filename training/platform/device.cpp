@@ -1,0 +1,189 @@
+#include "training/platform/device.h"
+
+#include <ATen/cpu/Utils.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <regex>
+
+#include "build_config.h"
+#include "training/platform/errors.h"
+
+#ifdef TRAIN_WITH_CUDA
+#include "training/platform/device_cuda.h"
+#endif
+
+namespace training {
+
+bool built_with_cuda() {
+#ifdef TRAIN_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string cuda_unavailable_reason(int64_t index) {
+  if (!built_with_cuda()) return "this build uses a CPU-only LibTorch";
+  if (!torch::cuda::is_available()) {
+    return "no CUDA device is available on this machine (no GPU or no driver)";
+  }
+  const auto count = static_cast<int64_t>(torch::cuda::device_count());
+  if (index >= count) return "this machine has " + std::to_string(count) + " CUDA device(s)";
+  return "";
+}
+
+std::optional<DeviceSpec> parse_device_spec(const std::string& text) {
+  static const std::regex kGrammar("(auto)|(cpu)|cuda(:([0-9]{1,4}))?");
+  std::smatch match;
+  if (!std::regex_match(text, match, kGrammar)) return std::nullopt;
+  if (match[1].matched) return DeviceSpec{DeviceSpec::Kind::Auto, 0};
+  if (match[2].matched) return DeviceSpec{DeviceSpec::Kind::Cpu, 0};
+  return DeviceSpec{DeviceSpec::Kind::Cuda, match[4].matched ? std::stoll(match[4].str()) : 0};
+}
+
+torch::Device resolve_device(const std::string& spec) {
+  const auto parsed = parse_device_spec(spec);
+  if (!parsed) {
+    throw UserError("training.device: expected auto, cpu, cuda or cuda:<index>, got '" + spec +
+                    "'");
+  }
+  if (parsed->kind == DeviceSpec::Kind::Cpu) return torch::kCPU;
+  if (parsed->kind == DeviceSpec::Kind::Auto) {
+    return cuda_unavailable_reason(0).empty() ? torch::Device(torch::kCUDA, 0)
+                                              : torch::Device(torch::kCPU);
+  }
+  const int64_t index = parsed->index;
+  const std::string why = cuda_unavailable_reason(index);
+  if (!why.empty()) {
+    throw UserError("training.device: '" + spec + "' requested, but " + why +
+                    "; use device: cpu or auto");
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+torch::Device rank_device(const torch::Device& configured, int64_t local_rank) {
+  if (!configured.is_cuda()) return configured;
+  return resolve_device("cuda:" + std::to_string(local_rank));
+}
+
+void make_current(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) cuda::make_current(device.index());
+#endif
+  (void)device;
+}
+
+std::string pci_bus_id(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) return cuda::pci_bus_id(device.index());
+#endif
+  (void)device;
+  return "";
+}
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+std::string describe_device(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) return device.str() + " (" + cuda::describe(device.index()) + ")";
+#endif
+  return device.str() + " (" + std::to_string(torch::get_num_threads()) + " threads)";
+}
+
+void set_cpu_threads(int64_t threads) {
+  if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
+}
+
+void set_cuda_math(bool cudnn_benchmark, bool allow_tf32) {
+  at::globalContext().setBenchmarkCuDNN(cudnn_benchmark);
+  at::globalContext().setAllowTF32CuBLAS(allow_tf32);
+  at::globalContext().setAllowTF32CuDNN(allow_tf32);
+}
+
+void seed_everything(uint64_t seed) {
+  torch::manual_seed(seed);  // also seeds every CUDA generator when CUDA is present
+}
+
+MemoryStats memory_stats(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) return cuda::memory_stats(device.index());
+#endif
+  return TrackingCpuAllocator::instance().stats();
+}
+
+void reset_peak_memory(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) return cuda::reset_peak_memory(device.index());
+#endif
+  TrackingCpuAllocator::instance().reset_peak();
+}
+
+int64_t total_memory(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) return cuda::total_memory(device.index());
+#endif
+  return static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+}
+
+void set_memory_limit(const torch::Device& device, int64_t bytes) {
+  const int64_t total = total_memory(device);
+  if (bytes > total) {
+    throw UserError("memory.limit: " + format_bytes(bytes) + " is more than " + device.str() +
+                    " has (" + format_bytes(total) + ")");
+  }
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) {
+    const double fraction =
+        bytes > 0 ? static_cast<double>(bytes) / static_cast<double>(total) : 1.0;
+    return cuda::set_memory_fraction(device.index(), fraction);
+  }
+#endif
+  TrackingCpuAllocator::instance().set_limit(bytes);
+}
+
+bool is_out_of_memory_message(const std::string& message) {
+  // Exactly the allocation failures: CUDA's own (cudaErrorMemoryAllocation), cuBLAS's and cuDNN's.
+  for (const char* marker :
+       {"CUDA error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED"}) {
+    if (message.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+bool is_out_of_memory(const std::exception& error) {
+  return dynamic_cast<const c10::OutOfMemoryError*>(&error) ||
+         is_out_of_memory_message(error_line(error));
+}
+
+bool has_native_bf16(const std::unordered_map<std::string, c10::IValue>& capabilities) {
+  for (const char* key : {"avx512_bf16", "amx_bf16"}) {
+    const auto found = capabilities.find(key);
+    if (found != capabilities.end() && found->second.isBool() && found->second.toBool())
+      return true;
+  }
+  return false;
+}
+
+bool cpu_has_native_bf16() {
+  static const bool native = has_native_bf16(at::cpu::get_cpu_capabilities());
+  return native;
+}
+
+void check_bf16_supported(const torch::Device& device, const std::string& key) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) {
+    const int major = cuda::compute_capability_major(device.index());
+    if (major < 8) {
+      throw UserError(key + ": bf16 needs a GPU of compute capability 8.0 or newer; " +
+                      device.str() + " is " + std::to_string(major) + ".x (use fp16 or fp32)");
+    }
+  }
+#endif
+  (void)device, (void)key;
+}
+
+}  // namespace training

@@ -1,0 +1,93 @@
+// The device seam. Everything that needs CUDA headers or libraries lives behind these
+// functions, in device_cuda.cpp, which is compiled only when the LibTorch found is a CUDA build;
+// nothing else in the project includes c10/cuda or ATen/cuda.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <torch/types.h>
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "training/platform/memory.h"
+
+namespace training {
+
+// True when this binary was built against a CUDA LibTorch.
+bool built_with_cuda();
+
+// Why CUDA device `index` cannot be used by this binary on this machine; empty when it can.
+std::string cuda_unavailable_reason(int64_t index);
+
+// The device grammar, the one place it is written: "auto", "cpu", "cuda" or "cuda:<index>".
+struct DeviceSpec {
+  enum class Kind { Auto, Cpu, Cuda } kind = Kind::Auto;
+  int64_t index = 0;  // for Cuda
+};
+// nullopt when `text` is not in the grammar.
+std::optional<DeviceSpec> parse_device_spec(const std::string& text);
+
+// "auto" (cuda:0 when a CUDA device is usable, else cpu), "cpu", "cuda" or "cuda:N".
+// Throws UserError naming training.device when CUDA is asked for but cannot be used.
+torch::Device resolve_device(const std::string& spec);
+
+// The device a data-parallel rank trains on: cuda:<local_rank> when training on CUDA (one GPU per
+// local rank, as torchrun arranges it), the CPU otherwise.
+torch::Device rank_device(const torch::Device& configured, int64_t local_rank);
+
+// Makes `device` the calling thread's current CUDA device (no-op on the CPU), so that everything
+// that uses the current device (cuBLAS and cuDNN handles, NCCL, new streams) uses this one.
+void make_current(const torch::Device& device);
+
+// The PCI bus id of a CUDA device ("0000:3B:00.0"): the name NVML knows the same GPU by, whatever
+// CUDA_VISIBLE_DEVICES renumbered. Empty on the CPU.
+std::string pci_bus_id(const torch::Device& device);
+
+// Waits for all queued work on `device` (no-op on the CPU), so wall-clock timings are honest.
+void synchronize(const torch::Device& device);
+
+// One line for the log: "cpu (2 threads)" or "cuda:0 (NVIDIA H200, 139.8 GiB, sm_90)".
+std::string describe_device(const torch::Device& device);
+
+// CPU intra-op threads for this process; 0 keeps LibTorch's default (one per core).
+void set_cpu_threads(int64_t threads);
+
+// CUDA backend switches (process-wide; no effect on the CPU): cuDNN autotuning per input shape,
+// and TF32 for fp32 matmuls and convolutions on GPUs that have it.
+void set_cuda_math(bool cudnn_benchmark, bool allow_tf32);
+
+// Seeds every generator that can influence training on `device`.
+void seed_everything(uint64_t seed);
+
+// Memory held on `device`: the CUDA caching allocator's counters, or on the CPU the tracking
+// allocator's (installed by the first call to any of these, if not before).
+MemoryStats memory_stats(const torch::Device& device);
+void reset_peak_memory(const torch::Device& device);
+
+// Makes allocations beyond `bytes` on `device` fail with c10::OutOfMemoryError, as on a card
+// with that much memory (CUDA: the caching allocator's per-process memory fraction; CPU: the
+// tracking allocator). 0 removes the limit. Throws UserError naming memory.limit when the limit
+// exceeds the device's memory.
+void set_memory_limit(const torch::Device& device, int64_t bytes);
+
+// The device's memory: the GPU's total, or the machine's physical memory.
+int64_t total_memory(const torch::Device& device);
+
+// True for the errors that mean the device ran out of memory: c10::OutOfMemoryError (the CUDA
+// caching allocator's, or on the CPU the tracking allocator's) and the plain errors raised when
+// CUDA, cuBLAS or cuDNN fail to allocate memory of their own (workspaces, handles).
+bool is_out_of_memory(const std::exception& error);
+bool is_out_of_memory_message(const std::string& message);
+
+// True when this CPU computes bf16 natively (AVX-512 BF16 or AMX-BF16). Elsewhere (AVX2-only
+// CPUs) a bf16 matmul is emulated, hundreds of times slower than fp32. The second form decides
+// from a capability table like at::cpu::get_cpu_capabilities()'s.
+bool cpu_has_native_bf16();
+bool has_native_bf16(const std::unordered_map<std::string, c10::IValue>& capabilities);
+
+// Throws UserError naming `key` when `device` cannot compute in bf16 (on CUDA it needs compute
+// capability 8.0 or newer; every CPU can, natively or emulated).
+void check_bf16_supported(const torch::Device& device, const std::string& key);
+
+}  // namespace training

@@ -1,0 +1,139 @@
+#include "training/platform/device_cuda.h"
+
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+
+#include "build_config.h"
+
+#ifdef TRAIN_WITH_NCCL
+#include <dlfcn.h>
+#include <nccl.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+
+#include "training/platform/errors.h"
+#endif
+
+#include <cstdio>
+#include <string>
+
+namespace training::cuda {
+
+namespace {
+
+// CUDA starts lazily, as in Python (torch.cuda._lazy_init): the caching allocator has no
+// per-device state until the CUDA hooks' init() ran, and asking it for statistics, a peak reset
+// or a memory fraction before that fails its "Allocator not initialized for device" assertion.
+// The first CUDA tensor would run it; these calls may come before any tensor exists.
+void initialize() {
+  at::globalContext().lazyInitDevice(c10::kCUDA);
+}
+
+c10::DeviceIndex device_index(int index) {
+  return static_cast<c10::DeviceIndex>(index);
+}
+
+}  // namespace
+
+std::string describe(int index) {
+  initialize();
+  const cudaDeviceProp* props = at::cuda::getDeviceProperties(device_index(index));
+  char memory[64];
+  std::snprintf(memory, sizeof memory, "%.1f GiB, sm_%d%d",
+                static_cast<double>(props->totalGlobalMem) / (1 << 30), props->major, props->minor);
+  return std::string(props->name) + ", " + memory;
+}
+
+MemoryStats memory_stats(int index) {
+  initialize();
+  using c10::CachingDeviceAllocator::StatType;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_index(index));
+  const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
+  return {stats.allocated_bytes[aggregate].current, stats.allocated_bytes[aggregate].peak,
+          stats.reserved_bytes[aggregate].current, stats.reserved_bytes[aggregate].peak};
+}
+
+void reset_peak_memory(int index) {
+  initialize();
+  c10::cuda::CUDACachingAllocator::resetPeakStats(device_index(index));
+}
+
+void set_memory_fraction(int index, double fraction) {
+  initialize();
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device_index(index));
+}
+
+int64_t total_memory(int index) {
+  initialize();
+  return static_cast<int64_t>(at::cuda::getDeviceProperties(device_index(index))->totalGlobalMem);
+}
+
+int compute_capability_major(int index) {
+  initialize();
+  return at::cuda::getDeviceProperties(device_index(index))->major;
+}
+
+void make_current(int index) {
+  initialize();
+  c10::cuda::set_device(device_index(index));
+}
+
+std::string pci_bus_id(int index) {
+  char id[64] = {};
+  C10_CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof id, index));
+  return id;
+}
+
+#ifdef TRAIN_WITH_NCCL
+namespace {
+
+std::string nccl_version_text(int code) {
+  // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
+         std::to_string(code % 100);
+}
+
+// The NCCL that libtorch_cuda loaded must be the one this build's nccl.h describes.
+void check_nccl_version() {
+  using GetVersion = int (*)(int*);
+  auto get_version = reinterpret_cast<GetVersion>(::dlsym(RTLD_DEFAULT, "ncclGetVersion"));
+  int loaded = 0;
+  if (!get_version || get_version(&loaded) != 0) {
+    spdlog::warn("NCCL: cannot ask the loaded library its version; built against NCCL {}",
+                 nccl_version_text(NCCL_VERSION_CODE));
+    return;
+  }
+  if (loaded / 100 != NCCL_VERSION_CODE / 100) {
+    throw UserError("distributed.backend: nccl: this build was compiled against NCCL " +
+                    nccl_version_text(NCCL_VERSION_CODE) + " (nccl.h) but LibTorch loaded NCCL " +
+                    nccl_version_text(loaded) +
+                    "; rebuild against the wheel's own headers (site-packages/nvidia/nccl) or "
+                    "use distributed.backend: gloo");
+  }
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    int64_t rank, int64_t world_size,
+                                                    std::chrono::seconds timeout) {
+  check_nccl_version();
+  // Blocking wait: a collective that fails or outlives the timeout throws from wait(), which the
+  // trainer reports with exit code 4. Without it wait() returns at once and ProcessGroupNCCL's
+  // watchdog thread aborts the whole process (SIGABRT) when a peer is lost. It is read from the
+  // environment when the process group is built (there is no Options field); a value the user
+  // set is kept.
+  ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank),
+                                                     static_cast<int>(world_size), options);
+}
+#endif
+
+}  // namespace training::cuda

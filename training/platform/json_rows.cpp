@@ -1,0 +1,60 @@
+#include "training/platform/json_rows.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "training/platform/errors.h"
+
+namespace training {
+
+using nlohmann::ordered_json;
+
+namespace {
+
+std::string csv_cell(const ordered_json& value) {
+  if (value.is_null()) return "";
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
+}  // namespace
+
+std::vector<ordered_json> read_jsonl(const std::filesystem::path& file) {
+  std::vector<ordered_json> rows;
+  std::ifstream in(file);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    try {
+      rows.push_back(ordered_json::parse(line));
+    } catch (const nlohmann::json::exception& e) {
+      throw UserError(file.string() + ": line " + std::to_string(number) + " is not JSON (" +
+                      e.what() + ")");
+    }
+  }
+  return rows;
+}
+
+std::string rows_to_csv(const std::vector<ordered_json>& rows) {
+  std::vector<std::string> columns;
+  for (const auto& row : rows) {
+    for (const auto& item : row.items()) {
+      if (std::find(columns.begin(), columns.end(), item.key()) == columns.end()) {
+        columns.push_back(item.key());
+      }
+    }
+  }
+  std::ostringstream out;
+  for (size_t i = 0; i < columns.size(); ++i) out << (i ? "," : "") << columns[i];
+  out << "\n";
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < columns.size(); ++i) {
+      out << (i ? "," : "") << (row.contains(columns[i]) ? csv_cell(row[columns[i]]) : "");
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace training

@@ -1,0 +1,250 @@
+#include "training/platform/monitor.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "training/platform/json_rows.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+class CpuProbe : public Probe {
+ public:
+  std::string device() const override { return "cpu"; }
+
+  Sample read() override {
+    Sample sample;
+    const double now = monotonic();
+    const double cpu = process_cpu_seconds();
+    if (last_wall_ > 0 && now > last_wall_) {
+      const double cores = static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN));
+      sample.utilization = std::min(1.0, (cpu - last_cpu_) / (now - last_wall_) / cores);
+    }
+    last_wall_ = now;
+    last_cpu_ = cpu;
+    std::ifstream statm("/proc/self/statm");
+    int64_t size_pages = 0, resident_pages = 0;
+    if (statm >> size_pages >> resident_pages)
+      sample.memory_used = resident_pages * ::sysconf(_SC_PAGESIZE);
+    sample.memory_total = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+    return sample;
+  }
+
+ private:
+  static double monotonic() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // utime + stime of the whole process (all threads), from /proc/self/stat.
+  static double process_cpu_seconds() {
+    std::ifstream in("/proc/self/stat");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto close = text.rfind(')');  // the command name may contain spaces
+    if (close == std::string::npos) return 0;
+    std::istringstream fields(text.substr(close + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; fields >> field; ++i) {  // field 3 is the state
+      if (i == 14) utime = std::stod(field);
+      if (i == 15) {
+        stime = std::stod(field);
+        break;
+      }
+    }
+    return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  }
+
+  double last_wall_ = 0, last_cpu_ = 0;
+};
+
+// The few NVML entry points used, declared here so no NVML header is needed at build time.
+using nvmlReturn_t = int;
+using nvmlDevice_t = void*;
+struct NvmlUtilization {
+  unsigned int gpu, memory;
+};
+struct NvmlMemory {
+  unsigned long long total, free, used;
+};
+constexpr int kNvmlSuccess = 0;
+constexpr int kNvmlClockSm = 1;
+constexpr int kNvmlTemperatureGpu = 0;
+
+class NvmlProbe : public Probe {
+ public:
+  NvmlProbe(void* library, std::string device)
+      : library_(library), device_name_(std::move(device)) {}
+  ~NvmlProbe() override {
+    if (initialized_) shutdown_();
+    ::dlclose(library_);
+  }
+
+  bool bind(const std::string& pci_bus_id, std::string* why_not) {
+    // Required: without these there is nothing to sample. The rest is optional (some drivers,
+    // and virtual GPUs, lack power or clock readings), so one missing symbol costs one column.
+    auto required = [&](const char* name) {
+      void* found = ::dlsym(library_, name);
+      if (!found && why_not->empty()) *why_not = std::string("NVML has no ") + name;
+      return found;
+    };
+    auto optional = [&](const char* name) { return ::dlsym(library_, name); };
+    init_ = reinterpret_cast<nvmlReturn_t (*)()>(required("nvmlInit_v2"));
+    shutdown_ = reinterpret_cast<nvmlReturn_t (*)()>(required("nvmlShutdown"));
+    handle_by_bus_id_ = reinterpret_cast<nvmlReturn_t (*)(const char*, nvmlDevice_t*)>(
+        required("nvmlDeviceGetHandleByPciBusId_v2"));
+    utilization_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlUtilization*)>(
+        required("nvmlDeviceGetUtilizationRates"));
+    memory_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlMemory*)>(
+        required("nvmlDeviceGetMemoryInfo"));
+    power_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned*)>(
+        optional("nvmlDeviceGetPowerUsage"));
+    clock_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int, unsigned*)>(
+        optional("nvmlDeviceGetClockInfo"));
+    temperature_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int, unsigned*)>(
+        optional("nvmlDeviceGetTemperature"));
+    if (!why_not->empty()) return false;
+    if (init_() != kNvmlSuccess) return *why_not = "nvmlInit failed (no NVIDIA driver?)", false;
+    initialized_ = true;
+    if (handle_by_bus_id_(pci_bus_id.c_str(), &device_) != kNvmlSuccess) {
+      return *why_not = "NVML has no GPU at PCI bus id " + pci_bus_id, false;
+    }
+    return true;
+  }
+
+  std::string device() const override { return device_name_; }
+
+  Sample read() override {
+    Sample sample;
+    NvmlUtilization utilization{};
+    if (utilization_(device_, &utilization) == kNvmlSuccess)
+      sample.utilization = utilization.gpu / 100.0;
+    NvmlMemory memory{};
+    if (memory_(device_, &memory) == kNvmlSuccess) {
+      sample.memory_used = static_cast<int64_t>(memory.used);
+      sample.memory_total = static_cast<int64_t>(memory.total);
+    }
+    unsigned value = 0;
+    if (power_ && power_(device_, &value) == kNvmlSuccess) sample.power_watts = value / 1000.0;
+    if (clock_ && clock_(device_, kNvmlClockSm, &value) == kNvmlSuccess)
+      sample.sm_clock_mhz = value;
+    if (temperature_ && temperature_(device_, kNvmlTemperatureGpu, &value) == kNvmlSuccess)
+      sample.temperature_c = value;
+    return sample;
+  }
+
+ private:
+  void* library_;
+  std::string device_name_;
+  bool initialized_ = false;
+  nvmlDevice_t device_ = nullptr;
+  nvmlReturn_t (*init_)() = nullptr;
+  nvmlReturn_t (*shutdown_)() = nullptr;
+  nvmlReturn_t (*handle_by_bus_id_)(const char*, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*utilization_)(nvmlDevice_t, NvmlUtilization*) = nullptr;
+  nvmlReturn_t (*memory_)(nvmlDevice_t, NvmlMemory*) = nullptr;
+  nvmlReturn_t (*power_)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*clock_)(nvmlDevice_t, int, unsigned*) = nullptr;
+  nvmlReturn_t (*temperature_)(nvmlDevice_t, int, unsigned*) = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Probe> make_cpu_probe() {
+  return std::make_unique<CpuProbe>();
+}
+
+std::unique_ptr<Probe> make_nvml_probe(const std::string& device, const std::string& pci_bus_id,
+                                       const std::string& library, std::string* why_not) {
+  why_not->clear();
+  void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    *why_not = "cannot load " + library + " (" + ::dlerror() + ")";
+    return nullptr;
+  }
+  auto probe = std::make_unique<NvmlProbe>(handle, device);
+  if (!probe->bind(pci_bus_id, why_not)) return nullptr;
+  return probe;
+}
+
+Sampler::Sampler(std::unique_ptr<Probe> probe, double period_seconds, fs::path file)
+    : probe_(std::move(probe)), period_(period_seconds), file_(std::move(file)) {
+  sample_now();  // the first sample before the thread starts, so it is never missed
+  thread_ = std::thread([this] { loop(); });
+}
+
+Sampler::~Sampler() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Sampler::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!wake_.wait_for(lock, std::chrono::duration<double>(period_), [&] { return stopping_; })) {
+    record(probe_->read());
+  }
+}
+
+void Sampler::sample_now() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  record(probe_->read());
+}
+
+// Called with mutex_ held.
+void Sampler::record(const Sample& sample) {
+  nlohmann::ordered_json line = {{"time", wall_seconds()},
+                                 {"epoch", epoch_.load()},
+                                 {"step", step_.load()},
+                                 {"device", probe_->device()},
+                                 {"utilization", optional_json(sample.utilization)},
+                                 {"memory_used_bytes", optional_json(sample.memory_used)},
+                                 {"memory_total_bytes", optional_json(sample.memory_total)},
+                                 {"power_watts", optional_json(sample.power_watts)},
+                                 {"sm_clock_mhz", optional_json(sample.sm_clock_mhz)},
+                                 {"temperature_c", optional_json(sample.temperature_c)}};
+  // One write() per line with O_APPEND: a crash cannot leave half a line between two others.
+  const std::string text = line.dump() + "\n";
+  const int fd = ::open(file_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd >= 0) {
+    [[maybe_unused]] const auto written = ::write(fd, text.data(), text.size());
+    ::close(fd);
+  }
+  ++summary_.samples;
+  if (sample.utilization) {
+    utilization_sum_ += *sample.utilization;
+    ++utilization_count_;
+    summary_.utilization_mean = utilization_sum_ / static_cast<double>(utilization_count_);
+    summary_.utilization_max =
+        std::max(summary_.utilization_max.value_or(0.0), *sample.utilization);
+  }
+  if (sample.memory_used) {
+    summary_.memory_used_max = std::max(summary_.memory_used_max.value_or(0), *sample.memory_used);
+  }
+}
+
+SamplerSummary Sampler::take_summary() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SamplerSummary summary = summary_;
+  summary_ = {};
+  utilization_sum_ = 0;
+  utilization_count_ = 0;
+  return summary;
+}
+
+}  // namespace training

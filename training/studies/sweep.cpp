@@ -1,0 +1,291 @@
+#include "training/studies/sweep.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <fstream>
+
+#include "training/platform/atomic_file.h"
+#include "training/platform/device.h"
+#include "training/platform/dir_lock.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+#include "training/platform/process.h"
+#include "training/platform/stop_signal.h"
+#include "training/run_dir.h"
+#include "training/studies/sweep_report.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+
+std::string SweepCell::name() const {
+  return std::string(precision_name(precision)) + " / checkpointing " +
+         (checkpointing ? "on" : "off") + " / " + memory_format_name(memory_format);
+}
+
+namespace {
+
+std::vector<SweepCell> grid_cells(const SweepConfig& sweep) {
+  std::vector<SweepCell> cells;
+  for (auto precision : sweep.precisions) {
+    for (bool checkpointing : sweep.checkpointing) {
+      for (auto format : sweep.memory_formats) cells.push_back({precision, checkpointing, format});
+    }
+  }
+  return cells;
+}
+
+std::string mib(int64_t bytes) {
+  return fmt::format("{:.1f}", to_mib(bytes));
+}
+
+// Unwinds the sweep when a stop signal arrived (the running trial was stopped with it).
+struct SweepStopped {};
+
+// The parent side of a sweep: every trial runs in a child process (`train sweep-trial`, see
+// trial.h's child_trial_main), so a trial that runs out of memory, crashes or hangs cannot affect
+// the next one.
+class Sweep {
+ public:
+  Sweep(Config config, fs::path dir, fs::path executable, torch::Device device)
+      : config_(std::move(config)),
+        dir_(std::move(dir)),
+        executable_(std::move(executable)),
+        device_(device),
+        limit_(config_.memory.limit > 0 ? config_.memory.limit : total_memory(device_)),
+        cells_(grid_cells(config_.sweep)) {}
+
+  // Runs the grid and the searches; false when a stop signal ended the sweep early (the outputs
+  // then hold the trials completed so far).
+  bool run() {
+    spdlog::info(
+        "sweep: {} cell(s) x {} batch size(s) on {}, memory {} ({}), {} warm-up + {} "
+        "measured steps per trial, each trial in its own process",
+        cells_.size(), config_.sweep.batch_sizes.size(), describe_device(device_),
+        format_bytes(limit_), config_.memory.limit > 0 ? "memory.limit" : "device",
+        config_.sweep.warmup_steps, config_.sweep.measure_steps);
+    try {
+      for (const auto& cell : cells_) {
+        for (int64_t batch : config_.sweep.batch_sizes) trial_in_child_process(cell, batch, "grid");
+      }
+      if (config_.sweep.find_max) {
+        for (const auto& cell : cells_) find_max(cell);
+      }
+    } catch (const SweepStopped&) {
+      write_tables(/*complete=*/false);
+      plot_sweep(dir_);
+      spdlog::warn("sweep stopped by signal after {} trial(s); what was measured is in {}",
+                   trials_.size(), dir_.string());
+      return false;
+    }
+    write_tables(/*complete=*/true);
+    plot_sweep(dir_);
+    for (const auto& summary : summaries()) log_summary(summary);
+    spdlog::info("sweep written to {}", dir_.string());
+    return true;
+  }
+
+ private:
+  // Measures one trial in a child process (parent side); a batch already measured for this cell
+  // is not measured twice.
+  const TrialResult& trial_in_child_process(const SweepCell& cell, int64_t batch,
+                                            const std::string& source) {
+    for (const auto& done : trials_) {
+      if (done.cell == cell && done.batch == batch) return done.result;
+    }
+    SweepTrial trial{static_cast<int64_t>(trials_.size()) + 1, cell, batch, source, {}, 0};
+    Config trial_config = config_;
+    trial_config.training.batch_size = batch;
+    trial_config.training.precision = cell.precision;
+    trial_config.training.memory_format = cell.memory_format;
+    trial_config.checkpointing.enabled(cell.checkpointing);
+    const fs::path stem = dir_ / "trials" / fmt::format("{:03d}", trial.id);
+    const fs::path yaml = stem.string() + ".yaml", result = stem.string() + ".json",
+                   log = stem.string() + ".log";
+    write_file_atomically(yaml, to_yaml(trial_config));
+
+    if (stop_requested()) throw SweepStopped{};
+    const auto outcome = run_process({executable_.string(), "sweep-trial", "--config",
+                                      yaml.string(), "--result", result.string()},
+                                     log, config_.sweep.trial_timeout);
+    if (outcome.stopped) throw SweepStopped{};  // an interrupted trial measured nothing
+    trial.wall_seconds = outcome.seconds;
+    trial.result = read_result(result, outcome, log);
+    const auto& r = trial.result;
+    spdlog::info(
+        "[{}] {} batch {}: {}{}", trial.id, cell.name(), batch, status_name(r.status),
+        r.status == TrialStatus::Ok
+            ? fmt::format(", peak {} MiB allocated / {} MiB reserved (after the "
+                          "warm-up {} / {}), {:.4f} s/step, {:.0f} img/s",
+                          mib(r.peak_allocated_bytes), mib(r.peak_reserved_bytes),
+                          mib(r.steady_peak_allocated_bytes), mib(r.steady_peak_reserved_bytes),
+                          r.median_step_seconds, r.images_per_second)
+            : ": " + r.message);
+    trials_.push_back(trial);
+    write_tables(/*complete=*/false);  // what is measured is kept, even if the sweep dies
+    return trials_.back().result;
+  }
+
+  // The child's result file; a crash, a timeout or an unreadable file is an error result.
+  static TrialResult read_result(const fs::path& file, const ProcessOutcome& outcome,
+                                 const fs::path& log) {
+    if (!outcome.timed_out && outcome.signal == 0 && fs::exists(file)) {
+      try {
+        std::ifstream in(file);
+        return trial_from_json(nlohmann::json::parse(in));
+      } catch (const std::exception&) {
+        // fall through: an unreadable result is an error like a crash
+      }
+    }
+    TrialResult crashed;
+    crashed.status = TrialStatus::Error;
+    const std::string last = last_line(log);
+    crashed.message = "trial process " + outcome.describe() + (last.empty() ? "" : ": " + last);
+    return crashed;
+  }
+
+  // Doubling from the largest batch known to fit, then binary search between the largest that
+  // fits and the smallest that does not.
+  void find_max(const SweepCell& cell) {
+    int64_t fits = 0, fails = 0;
+    for (const auto& t : trials_) {
+      if (!(t.cell == cell)) continue;
+      if (t.result.status == TrialStatus::Ok) fits = std::max(fits, t.batch);
+      if (t.result.status == TrialStatus::OutOfMemory) {
+        fails = fails == 0 ? t.batch : std::min(fails, t.batch);
+      }
+    }
+    if (fails != 0 && fails < fits) fails = 0;  // inconsistent points: search afresh above
+    const int64_t cap = config_.sweep.max_batch;
+    // Measures `batch` and moves the bound it decides; false when the trial failed for another
+    // reason than memory, which ends the search for this cell.
+    auto probe = [&](int64_t batch) {
+      const auto& r = trial_in_child_process(cell, batch, "find-max");
+      if (r.status == TrialStatus::Ok) fits = batch;
+      if (r.status == TrialStatus::OutOfMemory) fails = batch;
+      if (r.status == TrialStatus::Error) {
+        spdlog::warn("{}: find-max stopped, a trial failed: {}", cell.name(), r.message);
+      }
+      return r.status != TrialStatus::Error;
+    };
+    while (fails == 0 && fits < cap) {
+      if (!probe(std::min(cap, std::max<int64_t>(1, fits * 2)))) return;
+    }
+    while (fails != 0 && fails - fits > 1) {
+      if (!probe(fits + (fails - fits) / 2)) return;
+    }
+  }
+
+  std::vector<int64_t> memory_sizes() const {
+    std::vector<int64_t> sizes = {limit_};
+    for (int64_t size : config_.sweep.predict_for) sizes.push_back(size);
+    return sizes;
+  }
+
+  std::vector<CellSummary> summaries() const {
+    return summarize(cells_, trials_, memory_sizes(), config_.sweep.find_max);
+  }
+
+  void write_tables(bool complete) const {
+    const SweepFacts facts{arch_name(config_.model),
+                           stem_name(config_.model),
+                           device_.str(),
+                           describe_device(device_),
+                           limit_,
+                           config_.memory.limit > 0,
+                           config_.sweep.warmup_steps,
+                           config_.sweep.measure_steps,
+                           memory_sizes()};
+    write_sweep_tables(dir_, facts, summaries(), trials_, complete);
+  }
+
+  static void log_summary(const CellSummary& summary) {
+    spdlog::info("{}: largest batch that fits {}, fastest batch {} ({:.0f} img/s){}",
+                 summary.cell.name(),
+                 summary.largest_fitting ? std::to_string(*summary.largest_fitting) : "none",
+                 summary.fastest_batch ? std::to_string(*summary.fastest_batch) : "none",
+                 summary.fastest_images_per_second,
+                 summary.fit ? fmt::format(", peak = {} MiB + {:.2f} MiB x batch (R² {:.4f})",
+                                           mib(static_cast<int64_t>(summary.fit->intercept)),
+                                           summary.fit->slope / (1 << 20), summary.fit->r_squared)
+                             : std::string());
+  }
+
+  Config config_;
+  fs::path dir_;
+  fs::path executable_;
+  torch::Device device_;
+  int64_t limit_;
+  std::vector<SweepCell> cells_;
+  std::vector<SweepTrial> trials_;
+};
+
+}  // namespace
+
+std::vector<CellSummary> summarize(const std::vector<SweepCell>& cells,
+                                   const std::vector<SweepTrial>& trials,
+                                   const std::vector<int64_t>& memory_sizes, bool searched) {
+  std::vector<CellSummary> summaries;
+  for (const auto& cell : cells) {
+    CellSummary s;
+    s.cell = cell;
+    s.searched = searched;
+    std::vector<int64_t> batches, peaks;
+    for (const auto& t : trials) {
+      if (!(t.cell == cell)) continue;
+      if (t.result.status == TrialStatus::Ok) {
+        s.largest_fitting = std::max(s.largest_fitting.value_or(0), t.batch);
+        batches.push_back(t.batch);
+        peaks.push_back(t.result.peak_reserved_bytes);
+        if (t.result.images_per_second > s.fastest_images_per_second) {
+          s.fastest_images_per_second = t.result.images_per_second;
+          s.fastest_batch = t.batch;
+        }
+      } else if (t.result.status == TrialStatus::OutOfMemory) {
+        s.smallest_failing = std::min(s.smallest_failing.value_or(t.batch), t.batch);
+      }
+    }
+    s.fit = fit_memory(batches, peaks);
+    for (int64_t size : memory_sizes) {
+      s.predictions.emplace_back(size, s.fit ? s.fit->max_batch(size) : std::nullopt);
+    }
+    summaries.push_back(s);
+  }
+  return summaries;
+}
+
+int run_sweep(const SweepRequest& request) {
+  const Config config = load_config(request.config_path, request.overrides);
+  set_cpu_threads(config.training.threads);
+  const torch::Device device = resolve_device(config.training.device);
+  for (auto precision : config.sweep.precisions) {
+    if (precision == Precision::BF16) check_bf16_supported(device, "sweep.precisions");
+  }
+  if (config.memory.limit > total_memory(device)) {
+    throw UserError("memory.limit: " + format_bytes(config.memory.limit) + " is more than " +
+                    device.str() + " has (" + format_bytes(total_memory(device)) + ")");
+  }
+  if (config.sweep.find_max && device.is_cpu() && config.memory.limit == 0) {
+    throw UserError(
+        "sweep.find_max: on the CPU there is no device memory to fill; set "
+        "memory.limit (or --memory-limit) to the card size to emulate");
+  }
+  const fs::path dir =
+      !request.output_dir.empty()
+          ? fs::path(request.output_dir)
+          : new_run_path(config.output.dir, config.output.name, "sweep-" + arch_name(config.model));
+  std::error_code ec;
+  const std::string held = fs::exists(dir, ec) ? held_outputs(dir) : "";
+  if (!held.empty()) {
+    throw UserError(dir.string() + ": already holds " + held + "; choose another --output-dir");
+  }
+  fs::create_directories(dir / "trials", ec);
+  if (ec) throw UserError(dir.string() + ": cannot create the sweep directory: " + ec.message());
+  const DirectoryLock lock(dir);
+  write_file_atomically(dir / "config.yaml", to_yaml(config));
+  install_stop_handlers();
+  return Sweep(config, dir, request.executable, device).run() ? kExitOk : kExitStopped;
+}
+
+}  // namespace training

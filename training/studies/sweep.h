@@ -1,0 +1,68 @@
+// `train sweep`: batch sizes x precision x checkpointing x memory format, each trial in its own
+// child process (trial.h); optionally the largest batch that fits per cell (doubling, then binary
+// search); a linear memory model per cell with predictions for other card sizes. The sweep folder
+// holds config.yaml, trials/NNN.{yaml,json,log} (each trial's config, result and output) and the
+// tables and plots of sweep_report.h.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "training/config.h"
+#include "training/studies/memory_model.h"
+#include "training/studies/trial.h"
+
+namespace training {
+
+struct SweepCell {
+  Precision precision = Precision::FP32;
+  bool checkpointing = false;
+  c10::MemoryFormat memory_format = c10::MemoryFormat::Contiguous;
+  std::string name() const;  // "fp32 / checkpointing off / contiguous"
+  bool operator==(const SweepCell& other) const {
+    return precision == other.precision && checkpointing == other.checkpointing &&
+           memory_format == other.memory_format;
+  }
+};
+
+struct SweepTrial {
+  int64_t id = 0;
+  SweepCell cell;
+  int64_t batch = 0;
+  std::string source;  // grid | find-max
+  TrialResult result;
+  double wall_seconds = 0;  // the whole child process
+};
+
+struct CellSummary {
+  SweepCell cell;
+  std::optional<int64_t> largest_fitting;   // largest batch measured ok
+  std::optional<int64_t> smallest_failing;  // smallest batch measured oom
+  bool searched = false;                    // find_max ran for this cell
+  std::optional<int64_t> fastest_batch;
+  double fastest_images_per_second = 0;
+  std::optional<MemoryFit> fit;  // of peak reserved bytes (= allocated on the CPU)
+  std::vector<std::pair<int64_t, std::optional<int64_t>>> predictions;  // bytes -> max batch
+};
+
+// Summaries for each cell from its trials; predictions for `memory_sizes`.
+std::vector<CellSummary> summarize(const std::vector<SweepCell>& cells,
+                                   const std::vector<SweepTrial>& trials,
+                                   const std::vector<int64_t>& memory_sizes, bool searched);
+
+struct SweepRequest {
+  std::string config_path;
+  std::vector<Override> overrides;   // --set and the sweep flags
+  std::string output_dir;            // the sweep directory (default <output.dir>/sweep-...)
+  std::filesystem::path executable;  // the `train` binary that runs each trial
+};
+
+// Runs the whole sweep; returns kExitOk, or kExitStopped when Ctrl-C/SIGTERM stopped it (the
+// running trial is stopped too, and the outputs hold the trials completed so far). Throws
+// UserError/ConfigError for a bad grid, or a directory that already holds a run or a sweep,
+// before any trial runs. The sweep directory is locked while the sweep runs (dir_lock.h).
+int run_sweep(const SweepRequest& request);
+
+}  // namespace training

@@ -1,0 +1,177 @@
+#include "training/studies/sweep_report.h"
+
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+
+#include "training/platform/atomic_file.h"
+#include "training/platform/json_rows.h"
+#include "training/platform/memory.h"
+#include "training/platform/process.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+namespace {
+
+ordered_json cell_json(const SweepCell& cell) {
+  return {{"precision", precision_name(cell.precision)},
+          {"checkpointing", cell.checkpointing},
+          {"memory_format", memory_format_name(cell.memory_format)}};
+}
+
+std::string mib(int64_t bytes) {
+  return fmt::format("{:.1f}", to_mib(bytes));
+}
+
+std::vector<ordered_json> trial_rows(const std::vector<SweepTrial>& trials) {
+  std::vector<ordered_json> rows;
+  for (const auto& t : trials) {
+    ordered_json row = {{"trial", t.id}};
+    row.update(cell_json(t.cell));
+    row["batch_size"] = t.batch;
+    row["source"] = t.source;
+    row.update(to_json(t.result));
+    row["wall_seconds"] = t.wall_seconds;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+ordered_json cell_summary_json(const CellSummary& c) {
+  ordered_json entry = cell_json(c.cell);
+  entry["largest_fitting_batch"] = optional_json(c.largest_fitting);
+  entry["smallest_failing_batch"] = optional_json(c.smallest_failing);
+  entry["max_batch_searched"] = c.searched;
+  entry["fastest_batch"] = optional_json(c.fastest_batch);
+  entry["fastest_images_per_second"] = c.fastest_images_per_second;
+  if (c.fit) {
+    entry["fit"] = {{"intercept_bytes", c.fit->intercept},
+                    {"bytes_per_sample", c.fit->slope},
+                    {"r_squared", c.fit->r_squared},
+                    {"points", c.fit->points}};
+  } else {
+    entry["fit"] = nullptr;
+  }
+  ordered_json predictions = ordered_json::array();
+  for (const auto& [bytes, batch] : c.predictions) {
+    predictions.push_back({{"memory_bytes", bytes}, {"max_batch", optional_json(batch)}});
+  }
+  entry["predictions"] = predictions;
+  return entry;
+}
+
+void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
+  md << "## Trials\n\n"
+     << "| # | precision | checkpointing | memory format | batch | status | peak allocated (MiB) "
+        "| peak reserved (MiB) | steady peak reserved (MiB) | step (s) | images/s |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& t : trials) {
+    const auto& r = t.result;
+    const bool ok = r.status == TrialStatus::Ok;
+    md << "| " << t.id << " | " << precision_name(t.cell.precision) << " | "
+       << (t.cell.checkpointing ? "on" : "off") << " | " << memory_format_name(t.cell.memory_format)
+       << " | " << t.batch << " | " << status_name(r.status)
+       << (r.status == TrialStatus::Error ? ": " + r.message : "") << " | "
+       << mib(r.peak_allocated_bytes) << " | " << mib(r.peak_reserved_bytes) << " | "
+       << mib(r.steady_peak_reserved_bytes) << " | "
+       << (ok ? fmt::format("{:.4f}", r.median_step_seconds) : "-") << " | "
+       << (ok ? fmt::format("{:.0f}", r.images_per_second) : "-") << " |\n";
+  }
+}
+
+void settings_table(std::ostringstream& md, const std::vector<CellSummary>& cells) {
+  md << "\n## Per setting\n\n"
+     << "| setting | largest batch that fits | smallest batch that does not | fastest batch "
+        "(images/s) | fit: peak = a + b x batch | R² |\n"
+     << "|---|---|---|---|---|---|\n";
+  for (const auto& c : cells) {
+    md << "| " << c.cell.name() << " | "
+       << (c.largest_fitting ? std::to_string(*c.largest_fitting) : "none")
+       << (c.searched ? "" : " (grid only)") << " | "
+       << (c.smallest_failing ? std::to_string(*c.smallest_failing) : "-") << " | "
+       << (c.fastest_batch
+               ? fmt::format("{} ({:.0f})", *c.fastest_batch, c.fastest_images_per_second)
+               : "-")
+       << " | "
+       << (c.fit
+               ? fmt::format("{} MiB + {:.3f} MiB x batch",
+                             mib(static_cast<int64_t>(c.fit->intercept)), c.fit->slope / (1 << 20))
+               : "needs two batch sizes that fit")
+       << " | " << (c.fit ? fmt::format("{:.4f}", c.fit->r_squared) : "-") << " |\n";
+  }
+}
+
+void predictions_table(std::ostringstream& md, const SweepFacts& facts,
+                       const std::vector<CellSummary>& cells) {
+  md << "\n## Predicted largest batch per memory size\n\n"
+     << "From each setting's fit (peak reserved bytes; on the CPU reserved = allocated). The "
+        "first column is this sweep's memory. Predictions leave out memory outside the "
+        "allocator (the CUDA context, library workspaces), typically a few hundred MiB on a "
+        "GPU.\n\n"
+     << "| setting |";
+  for (int64_t size : facts.memory_sizes) md << " " << format_bytes(size) << " |";
+  md << "\n|---|";
+  for (size_t i = 0; i < facts.memory_sizes.size(); ++i) md << "---|";
+  md << "\n";
+  for (const auto& c : cells) {
+    md << "| " << c.cell.name() << " |";
+    for (const auto& [bytes, batch] : c.predictions) {
+      md << " " << (batch ? std::to_string(*batch) : "-") << " |";
+    }
+    md << "\n";
+  }
+}
+
+std::string markdown(const SweepFacts& facts, const std::vector<CellSummary>& cells,
+                     const std::vector<SweepTrial>& trials) {
+  std::ostringstream md;
+  md << "# Batch-size sweep: " << facts.arch << " (" << facts.stem << " stem)\n\n"
+     << "Device: " << facts.device_description
+     << ". Memory: " << format_bytes(facts.memory_limit_bytes)
+     << (facts.limit_is_emulated ? " (emulated with memory.limit)" : " (the device's)")
+     << ". Each trial ran in its own process: " << facts.warmup_steps << " warm-up + "
+     << facts.measure_steps
+     << " measured steps on synthetic batches held on the device; step time is the median. "
+        "Peaks include the first step (what must fit); the steady peak is over the measured "
+        "steps after the warm-up.\n\n";
+  trials_table(md, trials);
+  settings_table(md, cells);
+  predictions_table(md, facts, cells);
+  md << "\nPlots: `peak_memory.png` (peak memory against batch size, the limit drawn), "
+        "`throughput.png` (images/s against batch size).\n";
+  return md.str();
+}
+
+}  // namespace
+
+void write_sweep_tables(const fs::path& dir, const SweepFacts& facts,
+                        const std::vector<CellSummary>& cells,
+                        const std::vector<SweepTrial>& trials, bool complete) {
+  const auto rows = trial_rows(trials);
+  ordered_json summary = ordered_json::array();
+  for (const auto& c : cells) summary.push_back(cell_summary_json(c));
+  const ordered_json all = {{"arch", facts.arch},
+                            {"stem", facts.stem},
+                            {"device", facts.device},
+                            {"device_description", facts.device_description},
+                            {"memory_limit_bytes", facts.memory_limit_bytes},
+                            {"limit_is_emulated", facts.limit_is_emulated},
+                            {"warmup_steps", facts.warmup_steps},
+                            {"measure_steps", facts.measure_steps},
+                            {"complete", complete},
+                            {"cells", summary},
+                            {"trials", rows}};
+  write_file_atomically(dir / "sweep.json", all.dump(2) + "\n");
+  write_file_atomically(dir / "sweep.csv", rows_to_csv(rows));
+  write_file_atomically(dir / "sweep.md", markdown(facts, cells, trials));
+}
+
+void plot_sweep(const fs::path& dir) {
+  const std::string problem = run_python_script("plot_sweep.py", {dir.string()}, dir / "plot.log");
+  if (!problem.empty()) spdlog::warn("plots skipped: {}; the tables are complete", problem);
+}
+
+}  // namespace training

@@ -1,0 +1,36 @@
+// A sweep's outputs, written from its trials and their per-setting summaries:
+//
+//   <sweep>/sweep.csv       one row per trial
+//   <sweep>/sweep.json      the sweep's facts, per-setting summaries (fits, predictions), trials
+//   <sweep>/sweep.md        the same as readable tables
+//   <sweep>/peak_memory.png, throughput.png   (scripts/plot_sweep.py)
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "training/studies/sweep.h"
+
+namespace training {
+
+// What a sweep measured on, for the outputs' headers.
+struct SweepFacts {
+  std::string arch, stem;
+  std::string device, device_description;
+  int64_t memory_limit_bytes = 0;  // the device's memory, or memory.limit
+  bool limit_is_emulated = false;
+  int64_t warmup_steps = 0, measure_steps = 0;
+  std::vector<int64_t> memory_sizes;  // the limit, then --predict-for's sizes
+};
+
+// Writes sweep.json, sweep.csv and sweep.md (each atomically); `complete` is false while the
+// sweep runs or when it was stopped.
+void write_sweep_tables(const std::filesystem::path& dir, const SweepFacts& facts,
+                        const std::vector<CellSummary>& cells,
+                        const std::vector<SweepTrial>& trials, bool complete);
+
+// Draws peak_memory.png and throughput.png; a problem (no matplotlib) is logged, not thrown.
+void plot_sweep(const std::filesystem::path& dir);
+
+}  // namespace training

@@ -1,0 +1,120 @@
+#include "training/studies/trial.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "training/components.h"
+#include "training/optim.h"
+#include "training/platform/atomic_file.h"
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+#include "training/platform/statistics.h"
+#include "training/step.h"
+
+namespace training {
+
+const char* status_name(TrialStatus status) {
+  switch (status) {
+    case TrialStatus::Ok:
+      return "ok";
+    case TrialStatus::OutOfMemory:
+      return "oom";
+    case TrialStatus::Error:
+      break;
+  }
+  return "error";
+}
+
+nlohmann::ordered_json to_json(const TrialResult& r) {
+  return {{"status", status_name(r.status)},
+          {"message", r.message},
+          {"peak_allocated_bytes", r.peak_allocated_bytes},
+          {"peak_reserved_bytes", r.peak_reserved_bytes},
+          {"steady_peak_allocated_bytes", r.steady_peak_allocated_bytes},
+          {"steady_peak_reserved_bytes", r.steady_peak_reserved_bytes},
+          {"median_step_seconds", r.median_step_seconds},
+          {"images_per_second", r.images_per_second},
+          {"steps", r.steps}};
+}
+
+TrialResult trial_from_json(const nlohmann::json& j) {
+  TrialResult r;
+  const auto status = j.at("status").get<std::string>();
+  r.status = status == "ok"    ? TrialStatus::Ok
+             : status == "oom" ? TrialStatus::OutOfMemory
+                               : TrialStatus::Error;
+  r.message = j.at("message").get<std::string>();
+  r.peak_allocated_bytes = j.at("peak_allocated_bytes").get<int64_t>();
+  r.peak_reserved_bytes = j.at("peak_reserved_bytes").get<int64_t>();
+  r.steady_peak_allocated_bytes = j.at("steady_peak_allocated_bytes").get<int64_t>();
+  r.steady_peak_reserved_bytes = j.at("steady_peak_reserved_bytes").get<int64_t>();
+  r.median_step_seconds = j.at("median_step_seconds").get<double>();
+  r.images_per_second = j.at("images_per_second").get<double>();
+  r.steps = j.at("steps").get<int64_t>();
+  return r;
+}
+
+TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t measure_steps) {
+  const torch::Device device = resolve_device(config.training.device);
+  make_current(device);
+  set_memory_limit(device, config.memory.limit);
+  set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
+  TrialResult result;
+  std::vector<double> step_seconds;
+  MemoryStats warmup_peaks;  // over the warm-up steps (the first step among them)
+  try {
+    auto [model, optimizer, scaler] = build_step_parts(config, device);
+    const int64_t batch = config.training.batch_size;
+    auto images = torch::randn({batch, 3, 32, 32}, torch::TensorOptions().device(device))
+                      .contiguous(config.training.memory_format);
+    auto labels = torch::randint(0, config.model.num_classes(), {batch},
+                                 torch::TensorOptions(torch::kInt64).device(device));
+    model->train();
+    synchronize(device);
+    reset_peak_memory(device);
+    for (int64_t step = 0; step < warmup_steps + measure_steps; ++step) {
+      if (step == warmup_steps && warmup_steps > 0) {
+        warmup_peaks = memory_stats(device);
+        reset_peak_memory(device);  // the measured steps' own peak from here
+      }
+      const auto start = std::chrono::steady_clock::now();
+      train_step(model, *optimizer, scaler, config.training.precision,
+                 config.training.label_smoothing, images, labels);
+      synchronize(device);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (step >= warmup_steps) step_seconds.push_back(seconds);
+      ++result.steps;
+    }
+    result.status = TrialStatus::Ok;
+  } catch (const std::exception& e) {
+    result.status = is_out_of_memory(e) ? TrialStatus::OutOfMemory : TrialStatus::Error;
+    result.message = error_line(e);
+  }
+  const MemoryStats memory = memory_stats(device);
+  result.steady_peak_allocated_bytes = memory.peak_allocated;
+  result.steady_peak_reserved_bytes = memory.peak_reserved;
+  result.peak_allocated_bytes = std::max(memory.peak_allocated, warmup_peaks.peak_allocated);
+  result.peak_reserved_bytes = std::max(memory.peak_reserved, warmup_peaks.peak_reserved);
+  if (!step_seconds.empty()) {
+    result.median_step_seconds = median(step_seconds);
+    result.images_per_second = config.training.batch_size / result.median_step_seconds;
+  }
+  return result;
+}
+
+int child_trial_main(const std::string& config_path, const std::string& result_path) {
+  const Config config = load_config(config_path);
+  set_cpu_threads(config.training.threads);
+  const TrialResult result =
+      measure_trial(config, config.sweep.warmup_steps, config.sweep.measure_steps);
+  write_file_atomically(result_path, to_json(result).dump(2) + "\n");
+  if (result.status == TrialStatus::Ok) return kExitOk;
+  spdlog::error("{}", result.message);
+  return result.status == TrialStatus::OutOfMemory ? kExitOutOfMemory : kExitInternalError;
+}
+
+}  // namespace training

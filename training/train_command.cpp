@@ -1,0 +1,345 @@
+#include "training/train_command.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <iostream>
+#include <optional>
+#include <regex>
+
+#include "data/dataset.h"
+#include "training/checkpoint_io.h"
+#include "training/config.h"
+#include "training/platform/device.h"
+#include "training/platform/distributed.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+#include "training/platform/stop_signal.h"
+#include "training/run_dir.h"
+#include "training/run_report.h"
+#include "training/trainer.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// How the log names a data source.
+const char* source_description(data::Source source) {
+  switch (source) {
+    case data::Source::Binary:
+      return "binary batches";
+    case data::Source::Images:
+      return "image folders";
+    case data::Source::Synthetic:
+      return "synthetic";
+    case data::Source::Auto:
+      break;
+  }
+  return "auto";
+}
+
+// What --resume names: a checkpoint to continue from, in a run directory. A run directory that
+// holds a run but no checkpoint yet (it stopped before its first one) starts again from its
+// stored config.
+struct ResumeTarget {
+  fs::path run_dir;     // empty when not resuming
+  fs::path checkpoint;  // empty when restarting a run that has none
+};
+
+ResumeTarget resume_target(const std::string& resume) {
+  if (resume.empty()) return {};
+  std::error_code ec;
+  const fs::path path(resume);
+  if (fs::is_directory(path, ec) && !fs::exists(path / "checkpoint.pt", ec) &&
+      fs::exists(path / "config.yaml", ec)) {
+    return {path, {}};
+  }
+  const fs::path checkpoint = find_checkpoint(path);
+  return {checkpoint.parent_path(), checkpoint};
+}
+
+Config effective_config(const TrainRequest& request, const ResumeTarget& resume) {
+  const auto& overrides = request.overrides;
+  if (!request.config_path.empty()) return load_config(request.config_path, overrides);
+  if (resume.run_dir.empty()) {
+    throw UserError("no config: pass --config FILE (or --resume RUN to continue a run)");
+  }
+  if (resume.checkpoint.empty())
+    return load_config((resume.run_dir / "config.yaml").string(), overrides);
+  return parse_config(checkpoint_config(resume.checkpoint),
+                      resume.checkpoint.string() + " (stored config)", overrides);
+}
+
+int64_t count_parameters(torch::nn::Module& model) {
+  int64_t count = 0;
+  for (const auto& p : model.parameters()) count += p.numel();
+  return count;
+}
+
+// What the model costs before any activation: weights, their gradients, SGD momentum buffers.
+void log_model_memory(torch::nn::Module& model, const Config& config) {
+  int64_t parameters = 0;
+  for (const auto& p : model.parameters()) parameters += p.numel() * p.element_size();
+  const int64_t momentum = config.optimizer.momentum() > 0 ? parameters : 0;
+  spdlog::info(
+      "memory: parameters {}, gradients {}, optimizer state {} (momentum), {} in all "
+      "before activations",
+      format_bytes(parameters), format_bytes(parameters), format_bytes(momentum),
+      format_bytes(2 * parameters + momentum));
+}
+
+// Where an out-of-memory error happened: "in epoch 2 after 40 steps", and which phase, which
+// decides the remedies.
+struct OutOfMemoryWhere {
+  enum Phase { Setup, Training, Evaluation } phase;
+  std::string text;
+};
+
+// One line for an out-of-memory error: where it happened, the peak reached, the limit, and the
+// remedies for that phase.
+std::string out_of_memory_message(const Config& config, const torch::Device& device,
+                                  const OutOfMemoryWhere& where,
+                                  const std::string& allocator_message) {
+  const MemoryStats memory = memory_stats(device);
+  const int64_t limit = config.memory.limit > 0 ? config.memory.limit : total_memory(device);
+  // Both the CUDA caching allocator and ours say how much the failed request was.
+  static const std::regex kRequest("[Tt]ried to allocate ([0-9.]+ [KMGT]?i?B)");
+  std::smatch request;
+  const std::string tried = std::regex_search(allocator_message, request, kRequest)
+                                ? " (tried to allocate " + request[1].str() + ")"
+                                : "";
+  std::string message = "out of memory on " + device.str() + " " + where.text + tried + ": peak " +
+                        format_bytes(std::max(memory.peak_allocated, memory.peak_reserved)) +
+                        ", limit " + format_bytes(limit) +
+                        (config.memory.limit > 0 ? " (memory.limit)" : " (device memory)") +
+                        ". Remedies: ";
+  const std::string intact = " The last checkpoint is intact.";
+  switch (where.phase) {
+    case OutOfMemoryWhere::Setup:
+      return message + "the model, its optimizer state" +
+             (config.data.device_resident ? " and the device-resident data" : "") +
+             " must fit before the first step: more memory (memory.limit)" +
+             (config.data.device_resident ? ", data.device_resident: false" : "") +
+             " or a smaller model.arch." + intact;
+    case OutOfMemoryWhere::Evaluation:
+      return message + "a smaller training.eval_batch_size (now " +
+             std::to_string(config.training.eval_batch_size) +
+             "; evaluation needs no gradients and its batch size does not change the result)." +
+             intact;
+    case OutOfMemoryWhere::Training:
+      break;
+  }
+  message +=
+      "a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
+  if (config.training.precision == Precision::FP32)
+    message += ", training.precision: bf16 or fp16 (now fp32)";
+  if (!config.checkpointing.enabled()) message += ", checkpointing.enabled: true";
+  if (config.data.device_resident) message += ", data.device_resident: false";
+  return message + "; `train sweep --find-max` finds the largest batch that fits." + intact;
+}
+
+// Runs `body`; an out-of-memory error inside it (device.h's is_out_of_memory) becomes
+// OutOfMemory with its one-line message.
+template <class Body>
+auto out_of_memory_is_exit_3(const Config& config, const torch::Device& device,
+                             const std::function<OutOfMemoryWhere()>& where, Body&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e) || dynamic_cast<const OutOfMemory*>(&e)) throw;
+    throw OutOfMemory(out_of_memory_message(config, device, where(), e.what()));
+  }
+}
+
+// bf16 on a CPU without native bf16 is emulated, hundreds of times slower than fp32: say so once.
+void warn_if_bf16_is_emulated(const torch::Device& device, Precision precision) {
+  if (device.is_cpu() && precision == Precision::BF16 && !cpu_has_native_bf16()) {
+    spdlog::warn(
+        "training.precision: bf16 on a CPU without native bf16 (no AVX-512 BF16 or AMX-BF16): "
+        "it is emulated, and this run will be far slower than fp32 (a bf16 matmul here runs "
+        "hundreds of times slower)");
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The training device, bound and set up for this run: threads, the rank's GPU, the checks that
+// can refuse it, the memory limit, the CUDA math switches.
+torch::Device prepare_device(const Config& config, const std::optional<LaunchEnv>& launch) {
+  const bool data_parallel = launch && launch->world_size > 1;
+  set_cpu_threads(config.training.threads);
+  torch::Device device = resolve_device(config.training.device);
+  if (data_parallel) device = rank_device(device, launch->local_rank);
+  make_current(device);
+  if (data_parallel && config.checkpointing.enabled()) {
+    throw UserError(
+        "checkpointing.enabled: gradient checkpointing is not supported with "
+        "WORLD_SIZE > 1 (c10d's reducer and the re-entrant recomputation are not "
+        "combined here); turn one of them off");
+  }
+  if (config.training.precision == Precision::BF16) {
+    check_bf16_supported(device, "training.precision");
+  }
+  set_memory_limit(device, config.memory.limit);
+  set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
+  return device;
+}
+
+// The decoded splits, as host data (not counted against memory.limit, as on CUDA).
+struct LoadedData {
+  data::Source source = data::Source::Auto;
+  std::string root;
+  data::Split train, test;
+  double seconds = 0;
+};
+
+LoadedData load_data(const Config& config) {
+  const auto start = std::chrono::steady_clock::now();
+  auto dataset = config.data.dataset;
+  dataset.synthetic_seed(static_cast<uint64_t>(config.training.seed));
+  LoadedData loaded;
+  loaded.source = data::resolve_source(dataset);
+  loaded.root = loaded.source == data::Source::Synthetic ? "memory" : dataset.root();
+  TrackingCpuAllocator::HostData host_data;
+  loaded.train = data::load_split(dataset, data::SplitName::Train);
+  loaded.test = data::load_split(dataset, data::SplitName::Test);
+  loaded.seconds = seconds_since(start);
+  return loaded;
+}
+
+// Opens rank 0's (or a single process's) run directory into `run`: new, or the one being
+// resumed in place. (A RunDirectory holds a lock and a log sink: it is not moved.)
+void open_run(const TrainRequest& request, const ResumeTarget& resume, const Config& config,
+              const ProcessGroup* group, std::optional<RunDirectory>& run) {
+  if (group && !group->is_main()) return;
+  const bool in_place = !resume.run_dir.empty() && request.output_dir.empty();
+  const fs::path path =
+      !request.output_dir.empty() ? fs::path(request.output_dir)
+      : in_place                  ? resume.run_dir
+                 : new_run_path(config.output.dir, config.output.name, arch_name(config.model));
+  run.emplace(path, in_place);
+  spdlog::info("run directory: {}", run->path().string());
+}
+
+// The start-up facts, into the console and train.log.
+void log_start(const Config& config, const std::string& yaml, const torch::Device& device,
+               const LoadedData& data, Trainer& trainer) {
+  spdlog::info("LibTorch {}, device {}", TORCH_VERSION, describe_device(device));
+  warn_if_bf16_is_emulated(device, config.training.precision);
+  spdlog::info("effective config:\n{}", yaml);
+  spdlog::info("data: {} from {}: {} train / {} test images, decoded in {:.1f} s",
+               source_description(data.source), data.root, trainer.train_size(),
+               trainer.test_size(), data.seconds);
+  spdlog::info("model: {} ({} stem), {} parameters, {} steps per epoch, {} steps planned",
+               arch_name(config.model), stem_name(config.model), count_parameters(*trainer.model()),
+               trainer.steps_per_epoch(), trainer.total_steps());
+  log_model_memory(*trainer.model(), config);
+  if (config.memory.limit > 0) {
+    spdlog::info(
+        "memory: limited to {} on {} (memory.limit; the decoded dataset is host data "
+        "and is not counted)",
+        format_bytes(config.memory.limit), device.str());
+  }
+}
+
+// trainer.fit(), with out of memory as exit 3 and a failed collective as exit 4.
+FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
+           const ProcessGroup* group) {
+  auto position = [&] {
+    const bool evaluating = trainer.evaluating();
+    return OutOfMemoryWhere{evaluating ? OutOfMemoryWhere::Evaluation : OutOfMemoryWhere::Training,
+                            std::string(evaluating ? "in the evaluation of" : "in") + " epoch " +
+                                std::to_string(trainer.state().epoch + 1) + " after " +
+                                std::to_string(trainer.state().step) + " steps"};
+  };
+  try {
+    return out_of_memory_is_exit_3(config, device, position, [&] { return trainer.fit(); });
+  } catch (const std::exception& e) {
+    if (!group || dynamic_cast<const UserError*>(&e) || dynamic_cast<const OutOfMemory*>(&e) ||
+        dynamic_cast<const CannotWrite*>(&e)) {
+      throw;
+    }
+    // A collective failed: a peer died, hung past the timeout, or the network broke. (Gloo
+    // reports a dead peer with its own exception type, NCCL and timeouts with c10's.)
+    throw DistributedError("rank " + std::to_string(group->rank()) +
+                           ": lost contact with the other ranks in epoch " +
+                           std::to_string(trainer.state().epoch + 1) + " after " +
+                           std::to_string(trainer.state().step) + " steps (" + error_line(e) +
+                           "); the last checkpoint is intact");
+  }
+}
+
+}  // namespace
+
+int train_command(const TrainRequest& request) {
+  const auto launch = launch_env_from_environment();
+  const ResumeTarget resume = resume_target(request.resume);
+  const Config config = effective_config(request, resume);
+  const std::string yaml = to_yaml(config);
+  if (request.print_config) {
+    std::cout << yaml;
+    return kExitOk;
+  }
+  // Everything that can be refused is checked, and everything that can run out of memory before
+  // the first step is built, before the run directory is created or touched.
+  const torch::Device device = prepare_device(config, launch);
+  LoadedData data = load_data(config);
+  std::unique_ptr<ProcessGroup> group;
+  if (launch && launch->world_size > 1) {
+    group = std::make_unique<ProcessGroup>(*launch, config.distributed, device);
+  }
+  auto building = [] {
+    return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while building the model and its data"};
+  };
+  Trainer trainer = out_of_memory_is_exit_3(config, device, building, [&] {
+    return Trainer(config, device, std::move(data.train), std::move(data.test), group.get());
+  });
+
+  std::optional<RunDirectory> run;
+  open_run(request, resume, config, group.get(), run);
+  if (run) {
+    run->write_config(yaml);
+    trainer.write_to(*run);
+  }
+  if (group) {
+    spdlog::info(
+        "rank {} of {} ({}, local rank {}, rendezvous {}:{}); only rank 0 writes the run "
+        "directory",
+        group->rank(), group->world_size(), group->backend_name(), launch->local_rank,
+        launch->master_addr, launch->master_port);
+  }
+  log_start(config, yaml, device, data, trainer);
+  if (!resume.checkpoint.empty()) {
+    auto loading = [&] {
+      return OutOfMemoryWhere{OutOfMemoryWhere::Setup,
+                              "while loading " + resume.checkpoint.string()};
+    };
+    out_of_memory_is_exit_3(config, device, loading, [&] { trainer.resume(resume.checkpoint); });
+  } else if (!resume.run_dir.empty()) {
+    spdlog::info(
+        "{} has no checkpoint yet (it stopped before its first one): starting the run "
+        "again from its config",
+        resume.run_dir.string());
+    if (run) run->keep_epochs_through(0);
+  }
+
+  install_stop_handlers();
+  const auto start = std::chrono::steady_clock::now();
+  const FitEnd end = fit(config, device, trainer, group.get());
+  const bool has_epochs = run && !run->epochs().empty();
+  if (has_epochs) spdlog::info("report: {}", write_report(run->path()).string());
+  if (end == FitEnd::Stopped) return kExitStopped;
+  spdlog::info("done: {} epochs, {} steps in {:.1f} s{}", trainer.state().epoch,
+               trainer.state().step, seconds_since(start),
+               has_epochs ? fmt::format("; final test accuracy {:.2f}%",
+                                        100.0 * run->epochs().back().test_acc)
+                          : "");
+  return kExitOk;
+}
+
+}  // namespace training
