@@ -19,6 +19,7 @@
 #include "training/platform/process.h"
 #include "training/run_dir.h"
 #include "training/run_report.h"
+#include "training/studies/bench_loader.h"
 #include "training/studies/bench_matmul.h"
 #include "training/studies/sweep.h"
 #include "training/train_command.h"
@@ -145,6 +146,8 @@ struct Arguments {
   bool find_max = false;
   std::string report_dir;
   training::MatmulRequest matmul;
+  training::LoaderBenchRequest loader_bench;
+  std::vector<std::string> loader_sets;
   std::string trial_config, trial_result;
 };
 
@@ -174,10 +177,19 @@ CLI::App* add_sweep_command(CLI::App& app, Arguments& a) {
   return sweep;
 }
 
-CLI::App* add_matmul_command(CLI::App& app, Arguments& a) {
-  auto* bench = app.add_subcommand("bench", "Micro-benchmarks");
-  bench->require_subcommand(1);
-  auto* matmul = bench->add_subcommand(
+CLI::App* add_loader_command(CLI::App& bench, Arguments& a) {
+  auto* loader = bench.add_subcommand(
+      "loader", "The input pipeline alone: the configured training loader's images/s");
+  loader->add_option("--config", a.loader_bench.config_path, "YAML config file")->required();
+  loader->add_option("--set", a.loader_sets, "Override one config key (repeatable)")
+      ->allow_extra_args(false);
+  loader->add_option("--batches", a.loader_bench.batches, "Batches to time (default 200)");
+  loader->add_option("--output", a.loader_bench.output, "JSON result file");
+  return loader;
+}
+
+CLI::App* add_matmul_command(CLI::App& bench, Arguments& a) {
+  auto* matmul = bench.add_subcommand(
       "matmul",
       "Square matrix multiply per device and dtype: time, GFLOP/s, fraction of peak, memory");
   auto& m = a.matmul;
@@ -222,7 +234,10 @@ int main(int argc, char** argv) {
   auto* report =
       app.add_subcommand("report", "Write <run>/report.md and its plots for a run directory");
   report->add_option("run_dir", a.report_dir, "The run directory")->required();
-  auto* matmul = add_matmul_command(app, a);
+  auto* bench = app.add_subcommand("bench", "Micro-benchmarks");
+  bench->require_subcommand(1);
+  auto* matmul = add_matmul_command(*bench, a);
+  auto* loader = add_loader_command(*bench, a);
   auto* trial = app.add_subcommand("sweep-trial", "")->group("");  // hidden: run by sweep
   trial->add_option("--config", a.trial_config)->required();
   trial->add_option("--result", a.trial_result)->required();
@@ -234,6 +249,13 @@ int main(int argc, char** argv) {
   set_up_process();
 
   if (*matmul) return guarded([&] { return training::matmul_command(a.matmul); });
+  if (*loader) {
+    return guarded([&] {
+      a.loader_bench.overrides.assign(a.loader_sets.begin(), a.loader_sets.end());
+      training::loader_bench_command(a.loader_bench);
+      return kExitOk;
+    });
+  }
   if (*report) {
     return guarded([&] {
       spdlog::info("report: {}", training::write_report(a.report_dir).string());

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "data/split.h"
+
 namespace data {
 
 AugmentParams random_augment_params(int64_t batch, int64_t padding, torch::Generator& generator) {
@@ -36,9 +38,8 @@ torch::Tensor crop_and_flip(const torch::Tensor& images, const AugmentParams& pa
 
 Normalizer::Normalizer(torch::Device device, c10::MemoryFormat memory_format)
     : memory_format_(memory_format) {
-  // CIFAR-10 training-set channel statistics (of pixel values scaled to [0,1]).
-  const std::array<float, 3> mean = {0.4914f, 0.4822f, 0.4465f};
-  const std::array<float, 3> std = {0.2470f, 0.2435f, 0.2616f};
+  const auto& mean = kChannelMean;
+  const auto& std = kChannelStd;
   shift_ = torch::tensor({mean[0] * 255, mean[1] * 255, mean[2] * 255}).view({1, 3, 1, 1});
   scale_ = torch::tensor({1 / (std[0] * 255), 1 / (std[1] * 255), 1 / (std[2] * 255)})
                .view({1, 3, 1, 1});

@@ -38,34 +38,47 @@ BatchLoader::~BatchLoader() {
   stop_producer();
 }
 
+int64_t shard_length(int64_t size, const LoaderOptions& options) {
+  const int64_t count = options.shard_count(), index = options.shard_index();
+  if (options.drop_last()) return size / count;
+  return size > index ? (size - index + count - 1) / count : 0;
+}
+
+int64_t batch_count(int64_t size, const LoaderOptions& options) {
+  const int64_t n = shard_length(size, options), b = options.batch_size();
+  return options.drop_last() ? n / b : (n + b - 1) / b;
+}
+
+torch::Tensor epoch_order(int64_t size, int64_t epoch, const LoaderOptions& options) {
+  const auto index_options = torch::TensorOptions(torch::kInt64);
+  torch::Tensor order;
+  if (options.shuffle()) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(mix_seed(options.seed(), epoch, ~0ULL));
+    order = torch::randperm(size, gen, index_options);
+  } else {
+    order = torch::arange(size, index_options);
+  }
+  if (options.shard_count() > 1) {
+    const int64_t end =
+        options.drop_last() ? shard_length(size, options) * options.shard_count() : size;
+    order = order.slice(0, options.shard_index(), end, options.shard_count());
+  }
+  return order;
+}
+
 int64_t BatchLoader::shard_size() const {
-  const int64_t n = split_.size(), count = options_.shard_count(), index = options_.shard_index();
-  if (options_.drop_last()) return n / count;
-  return n > index ? (n - index + count - 1) / count : 0;
+  return shard_length(split_.size(), options_);
 }
 
 int64_t BatchLoader::batches_per_epoch() const {
-  const int64_t n = shard_size(), b = options_.batch_size();
-  return options_.drop_last() ? n / b : (n + b - 1) / b;
+  return batch_count(split_.size(), options_);
 }
 
 void BatchLoader::start_epoch(int64_t epoch, int64_t first_batch) {
   stop_producer();
   epoch_ = epoch;
   next_batch_ = first_batch;
-  const auto index_options = torch::TensorOptions(torch::kInt64);
-  if (options_.shuffle()) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(mix_seed(options_.seed(), epoch, ~0ULL));
-    order_ = torch::randperm(split_.size(), gen, index_options);
-  } else {
-    order_ = torch::arange(split_.size(), index_options);
-  }
-  if (options_.shard_count() > 1) {
-    const int64_t end =
-        options_.drop_last() ? shard_size() * options_.shard_count() : split_.size();
-    order_ = order_.slice(0, options_.shard_index(), end, options_.shard_count());
-  }
-  order_ = order_.to(split_.images.device());
+  order_ = epoch_order(split_.size(), epoch, options_).to(split_.images.device());
   ready_.clear();
   error_ = nullptr;
   stopping_ = false;

@@ -62,23 +62,45 @@ struct Batch {
 // A seed for (seed, epoch, batch) that differs for every triple (splitmix64 mixing).
 uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t batch);
 
-class BatchLoader {
+// What the trainer asks of a loader: epochs of batches. BatchLoader (below) is the project's
+// own; TorchDataLoader (torch_data.h) runs LibTorch's torch::data loader over the same split.
+class Loader {
+ public:
+  virtual ~Loader() = default;
+  virtual int64_t batches_per_epoch() const = 0;
+  virtual int64_t dataset_size() const = 0;
+  // Samples this loader (this shard) visits per epoch.
+  virtual int64_t shard_size() const = 0;
+  // Starts epoch `epoch` at batch `first_batch`.
+  virtual void start_epoch(int64_t epoch, int64_t first_batch = 0) = 0;
+  // The next batch of the current epoch, or nullopt at its end.
+  virtual std::optional<Batch> next() = 0;
+};
+
+// The epoch's order of `size` samples for this shard (options' shard_index of shard_count: every
+// rank draws the same permutation from (seed, epoch) and takes every shard_count-th sample),
+// truncated to equal shards when drop_last; int64, on the CPU.
+torch::Tensor epoch_order(int64_t size, int64_t epoch, const LoaderOptions& options);
+// The samples one shard visits per epoch, and its batches.
+int64_t shard_length(int64_t size, const LoaderOptions& options);
+int64_t batch_count(int64_t size, const LoaderOptions& options);
+
+class BatchLoader : public Loader {
  public:
   BatchLoader(Split split, LoaderOptions options);
-  ~BatchLoader();
+  ~BatchLoader() override;
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  int64_t batches_per_epoch() const;
-  int64_t dataset_size() const { return split_.size(); }
-  // Samples this loader (this shard) visits per epoch.
-  int64_t shard_size() const;
+  int64_t batches_per_epoch() const override;
+  int64_t dataset_size() const override { return split_.size(); }
+  int64_t shard_size() const override;
   const LoaderOptions& options() const { return options_; }
 
-  // Starts epoch `epoch` at batch `first_batch` (earlier batches are skipped, not drawn).
-  void start_epoch(int64_t epoch, int64_t first_batch = 0);
-  // The next batch of the current epoch, or nullopt at its end. Rethrows a producer's error.
-  std::optional<Batch> next();
+  // Earlier batches of the epoch are skipped, not drawn.
+  void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
+  // Rethrows a producer's error.
+  std::optional<Batch> next() override;
 
  private:
   // A batch from the background thread and, on CUDA, the event its stream recorded after it.

@@ -13,6 +13,11 @@ inline constexpr int64_t kImageSide = 32;
 inline constexpr int64_t kChannels = 3;
 inline constexpr int64_t kNumClasses = 10;
 
+// CIFAR-10 training-set channel statistics (R, G, B) of pixel values scaled to [0,1]: what the
+// normalisation subtracts and divides by.
+inline constexpr float kChannelMean[3] = {0.4914f, 0.4822f, 0.4465f};
+inline constexpr float kChannelStd[3] = {0.2470f, 0.2435f, 0.2616f};
+
 struct Split {
   torch::Tensor images;  // uint8 [N, 3, 32, 32], RGB, CHW
   torch::Tensor labels;  // int64 [N], class indices

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "data/torch_data.h"
 #include "training/optim.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
@@ -28,10 +29,10 @@ StepParts build_step_parts(const Config& config, const torch::Device& device, Pr
           GradScaler(config.training.precision == Precision::FP16, device)};
 }
 
-data::BatchLoader make_loader(data::Split split, const Config& config, const torch::Device& device,
-                              bool train, ProcessGroup* group) {
-  return data::BatchLoader(
-      std::move(split),
+std::unique_ptr<data::Loader> make_loader(data::Split split, const Config& config,
+                                          const torch::Device& device, bool train,
+                                          ProcessGroup* group) {
+  const auto options =
       data::LoaderOptions()
           .batch_size(train ? config.training.batch_size : config.training.eval_batch_size)
           .shuffle(train)
@@ -44,7 +45,11 @@ data::BatchLoader make_loader(data::Split split, const Config& config, const tor
           .memory_format(config.training.memory_format)
           .simulated_delay_ms(train ? config.data.simulated_delay_ms : 0.0)
           .shard_index(group ? group->rank() : 0)
-          .shard_count(group ? group->world_size() : 1));
+          .shard_count(group ? group->world_size() : 1);
+  if (config.data.loader == LoaderKind::TorchData) {
+    return std::make_unique<data::TorchDataLoader>(std::move(split), options, config.data.workers);
+  }
+  return std::make_unique<data::BatchLoader>(std::move(split), options);
 }
 
 void check_labels(const data::Split& split, const char* name, int64_t num_classes) {

@@ -35,9 +35,10 @@ StepParts build_step_parts(const Config& config, const torch::Device& device,
                            ProcessGroup* group = nullptr);
 
 // The training (shuffled, augmented, last partial batch dropped) or evaluation loader, sharded
-// across the ranks of `group`.
-data::BatchLoader make_loader(data::Split split, const Config& config, const torch::Device& device,
-                              bool train, ProcessGroup* group);
+// across the ranks of `group`: data.loader's kind.
+std::unique_ptr<data::Loader> make_loader(data::Split split, const Config& config,
+                                          const torch::Device& device, bool train,
+                                          ProcessGroup* group);
 
 // Throws UserError when `split` (named `name`) is empty or has labels beyond num_classes.
 void check_labels(const data::Split& split, const char* name, int64_t num_classes);

@@ -38,6 +38,8 @@ const Choices<Precision> kPrecisions = {
 const Choices<c10::MemoryFormat> kMemoryFormats = {
     {"contiguous", c10::MemoryFormat::Contiguous},
     {"channels_last", c10::MemoryFormat::ChannelsLast}};
+const Choices<LoaderKind> kLoaders = {{"batched", LoaderKind::Batched},
+                                      {"torch_data", LoaderKind::TorchData}};
 const Choices<CheckpointGranularity> kGranularities = {
     {"block", CheckpointGranularity::Block},
     {"stage", CheckpointGranularity::Stage},
@@ -72,6 +74,8 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.boolean("device_resident", c.data.device_resident);
     v.integer_or_auto("prefetch", c.data.prefetch, 0, 64);
     v.real("simulated_delay_ms", c.data.simulated_delay_ms, 0.0, 60000.0);
+    v.choice("loader", c.data.loader, kLoaders);
+    v.integer("workers", c.data.workers, 0, 64);
   });
   v.section("training", [&] {
     v.text("device", c.training.device);
@@ -178,6 +182,11 @@ void validate(const Config& c, const std::function<std::string(const std::string
   const auto& window = c.profiler.steps;
   if (window.size() != 2 || window[0] > window[1]) {
     fail("profiler.steps: expected [first, last] optimizer steps with first <= last, e.g. [5, 7]");
+  }
+  if (c.data.loader == LoaderKind::TorchData && c.data.device_resident) {
+    fail(
+        "data.device_resident: not with data.loader: torch_data, whose batches are stacked on "
+        "the host; use data.loader: batched, or device_resident: false");
   }
   if (c.data.dataset.root().empty() && c.data.dataset.source() != data::Source::Synthetic) {
     fail("data.root: expected a folder path, got an empty string");

@@ -19,6 +19,10 @@ namespace training {
 
 inline constexpr int64_t kAutoPrefetch = -1;
 
+// Which loader feeds the trainer: the project's batched loader (data/loader.h), or LibTorch's
+// torch::data loader over the same dataset (data/torch_data.h).
+enum class LoaderKind { Batched, TorchData };
+
 struct DataConfig {
   data::DataOptions dataset;     // source, root, limits, synthetic sizes
   bool augment = true;           // random crop (4-pixel padding) + horizontal flip when training
@@ -29,6 +33,8 @@ struct DataConfig {
   // anyway.
   int64_t prefetch = kAutoPrefetch;
   double simulated_delay_ms = 0;  // extra time to prepare each training batch (pipeline studies)
+  LoaderKind loader = LoaderKind::Batched;
+  int64_t workers = 0;  // torch_data: LibTorch's worker threads (0: batches made in next())
 };
 
 struct TrainingConfig {

@@ -43,13 +43,13 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
                     make_loader(std::move(test), config, device, /*train=*/false, group))),
       averager_(group ? group->gradient_averager(*parts_.model) : nullptr),
       total_steps_(
-          capped_by_max_steps(config, config.training.epochs * train_loader_.batches_per_epoch())),
-      schedule_(config.schedule, config.optimizer.lr(), train_loader_.batches_per_epoch(),
+          capped_by_max_steps(config, config.training.epochs * train_loader_->batches_per_epoch())),
+      schedule_(config.schedule, config.optimizer.lr(), train_loader_->batches_per_epoch(),
                 total_steps_) {
-  if (train_loader_.batches_per_epoch() == 0) {
+  if (train_loader_->batches_per_epoch() == 0) {
     throw UserError("training.batch_size: " + std::to_string(config.training.batch_size) +
                     " is larger than the training set (" +
-                    std::to_string(train_loader_.dataset_size()) +
+                    std::to_string(train_loader_->dataset_size()) +
                     " images), so an epoch has no full batch; lower it or raise data.train_limit");
   }
   check_profiler_window();
@@ -75,6 +75,13 @@ void Trainer::check_profiler_window() const {
 
 void Trainer::resume(const std::filesystem::path& checkpoint) {
   state_ = load_checkpoint(checkpoint, *parts_.model, *parts_.optimizer, device_);
+  if (state_.batch_in_epoch > 0 && config_.data.loader == LoaderKind::TorchData) {
+    throw UserError("data.loader: torch_data cannot resume " + checkpoint.string() + ", which " +
+                    "stopped " + std::to_string(state_.batch_in_epoch) + " batches into epoch " +
+                    std::to_string(state_.epoch + 1) +
+                    ": its crops and flips are not a function of the batch. Resume it with "
+                    "data.loader: batched, or resume torch_data runs at epoch boundaries");
+  }
   if (state_.batch_in_epoch > 0 && state_.batch_size != config_.training.batch_size) {
     throw UserError(
         "training.batch_size: " + checkpoint.string() + " stopped " +
@@ -95,7 +102,7 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
                     "rank depend on it)");
   }
   // The remaining epochs at this run's batch size (which may differ from the checkpoint's).
-  const int64_t steps_per_epoch = train_loader_.batches_per_epoch();
+  const int64_t steps_per_epoch = train_loader_->batches_per_epoch();
   const int64_t by_epochs = state_.step - state_.batch_in_epoch +
                             (config_.training.epochs - state_.epoch) * steps_per_epoch;
   total_steps_ = capped_by_max_steps(config_, by_epochs);
@@ -142,12 +149,12 @@ FitEnd Trainer::fit() {
 bool Trainer::train_epoch() {
   parts_.model->train();
   const int64_t epoch = state_.epoch + 1;
-  const int64_t batches = train_loader_.batches_per_epoch();
+  const int64_t batches = train_loader_->batches_per_epoch();
   if (state_.batch_in_epoch == 0) {
     state_.loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device_));
     state_.correct = torch::zeros({}, torch::TensorOptions(torch::kInt64).device(device_));
   }
-  train_loader_.start_epoch(epoch, state_.batch_in_epoch);
+  train_loader_->start_epoch(epoch, state_.batch_in_epoch);
 
   ProgressLine progress;
   synchronize(device_);
@@ -162,7 +169,7 @@ bool Trainer::train_epoch() {
   while (state_.step < total_steps_ && !stop_now()) {
     // Host time blocked waiting for the next batch: the input pipeline's share of the epoch.
     const auto wait_start = Clock::now();
-    auto batch = train_loader_.next();
+    auto batch = train_loader_->next();
     data_seconds_ += seconds_since(wait_start);
     if (!batch) break;
     last_lr_ = schedule_.at(state_.step);
@@ -223,15 +230,15 @@ Evaluation Trainer::evaluate() {
   const auto start = Clock::now();
   auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device_));
   auto correct = torch::zeros({}, torch::TensorOptions(torch::kInt64).device(device_));
-  test_loader_.start_epoch(0);
-  while (auto batch = test_loader_.next()) {
+  test_loader_->start_epoch(0);
+  while (auto batch = test_loader_->next()) {
     auto logits = parts_.model->forward(batch->images);
     loss_sum += F::cross_entropy(logits.to(torch::kFloat32), batch->labels,
                                  F::CrossEntropyFuncOptions().reduction(torch::kSum))
                     .to(torch::kFloat64);
     correct += logits.argmax(1).eq(batch->labels).sum();
   }
-  auto count = torch::full({}, static_cast<double>(test_loader_.shard_size()),
+  auto count = torch::full({}, static_cast<double>(test_loader_->shard_size()),
                            torch::TensorOptions(torch::kFloat64).device(device_));
   all_reduce_sum({loss_sum, correct, count});  // each rank evaluated its shard of the test set
   const double n = count.item<double>();

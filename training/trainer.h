@@ -54,9 +54,9 @@ class Trainer {
   bool evaluating() const { return evaluating_; }
   models::ResNet& model() { return parts_.model; }
   const TrainState& state() const { return state_; }
-  int64_t steps_per_epoch() const { return train_loader_.batches_per_epoch(); }
-  int64_t train_size() const { return train_loader_.dataset_size(); }
-  int64_t test_size() const { return test_loader_.dataset_size(); }
+  int64_t steps_per_epoch() const { return train_loader_->batches_per_epoch(); }
+  int64_t train_size() const { return train_loader_->dataset_size(); }
+  int64_t test_size() const { return test_loader_->dataset_size(); }
   int64_t total_steps() const { return total_steps_; }
 
  private:
@@ -84,8 +84,8 @@ class Trainer {
   RunDirectory* run_;
   ProcessGroup* group_;
   StepParts parts_;  // model, optimizer, loss scaler
-  data::BatchLoader train_loader_;
-  data::BatchLoader test_loader_;
+  std::unique_ptr<data::Loader> train_loader_;
+  std::unique_ptr<data::Loader> test_loader_;
   std::unique_ptr<ProcessGroup::GradientAverager> averager_;
   int64_t total_steps_;
   LrSchedule schedule_;

@@ -273,6 +273,15 @@ INSTANTIATE_TEST_SUITE_P(
                   {"model.arch=[resnet"},
                   "--set model.arch=[resnet: value is not valid YAML (end of sequence flow not "
                   "found)"},
+        BadConfig{"TorchDataIsNotDeviceResident",
+                  "data: {loader: torch_data, device_resident: true}",
+                  {},
+                  "c.yaml: data.device_resident: not with data.loader: torch_data, whose batches "
+                  "are stacked on the host; use data.loader: batched, or device_resident: false"},
+        BadConfig{"UnknownLoader",
+                  "data: {loader: dali}",
+                  {},
+                  "c.yaml: data.loader: expected one of batched, torch_data, got 'dali'"},
         BadConfig{"DuplicateKey",
                   "training:\n  epochs: 3\n  batch_size: 64\n  epochs: 30\n",
                   {},

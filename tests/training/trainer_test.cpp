@@ -135,6 +135,29 @@ TEST(Trainer, DeviceResidentDataGivesTheSameRun) {
   expect_same_metrics(host, run(config, dir / "resident"));
 }
 
+// data.loader: torch_data trains through LibTorch's loader: the same epochs of the same samples
+// (its crops and flips are its own); an epoch cannot be resumed in the middle.
+TEST(Trainer, TorchDataLoaderTrainsAndRefusesAMidEpochResume) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  config.training.epochs = 2;
+  config.training.max_steps = 7;  // epoch 2, batch 2 of 5
+  config.data.loader = training::LoaderKind::TorchData;
+  const auto rows = run(config, dir / "run");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows.back().at("step"), 7);
+  EXPECT_TRUE(std::isfinite(rows.back().at("train_loss").get<double>()));
+  config.training.max_steps = 0;
+  try {
+    run(config, dir / "run", dir / "run/checkpoint.pt", true);
+    FAIL() << "a torch_data run resumed in the middle of an epoch";
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("data.loader: torch_data cannot resume"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Trainer, RefusesABatchLargerThanTheTrainingSet) {
   test_support::TempDir dir;
   auto config = tiny_config();

@@ -1,0 +1,72 @@
+#include "training/studies/bench_loader.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "data/dataset.h"
+#include "training/components.h"
+#include "training/platform/atomic_file.h"
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+
+namespace training {
+
+LoaderBenchResult loader_bench_command(const LoaderBenchRequest& request) {
+  if (request.batches < 1) throw UserError("--batches: expected 1 or more");
+  const Config config = load_config(request.config_path, request.overrides);
+  set_cpu_threads(config.training.threads);
+  const torch::Device device = resolve_device(config.training.device);
+  make_current(device);
+  auto dataset = config.data.dataset;
+  dataset.synthetic_seed(static_cast<uint64_t>(config.training.seed));
+  data::Split split;
+  {
+    TrackingCpuAllocator::HostData host_data;
+    split = data::load_split(dataset, data::SplitName::Train);
+  }
+  auto loader = make_loader(std::move(split), config, device, /*train=*/true, nullptr);
+  if (loader->batches_per_epoch() == 0) {
+    throw UserError("training.batch_size: larger than the training set, so there is no batch");
+  }
+  LoaderBenchResult result;
+  result.loader = config.data.loader == LoaderKind::TorchData ? "torch_data" : "batched";
+  result.workers = config.data.workers;
+  result.prefetch = prefetch_for(config.data, device.is_cuda());
+  result.batch_size = config.training.batch_size;
+  synchronize(device);
+  const auto start = std::chrono::steady_clock::now();
+  int64_t epoch = 1;
+  loader->start_epoch(epoch);
+  for (int64_t done = 0; done < request.batches;) {
+    auto batch = loader->next();
+    if (!batch) {
+      loader->start_epoch(++epoch);
+      continue;
+    }
+    ++done;
+  }
+  synchronize(device);
+  result.batches = request.batches;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.images_per_second =
+      static_cast<double>(result.batches * result.batch_size) / std::max(result.seconds, 1e-9);
+  const nlohmann::ordered_json json = {{"loader", result.loader},
+                                       {"workers", result.workers},
+                                       {"prefetch", result.prefetch},
+                                       {"batch_size", result.batch_size},
+                                       {"batches", result.batches},
+                                       {"seconds", result.seconds},
+                                       {"images_per_second", result.images_per_second},
+                                       {"device", device.str()}};
+  std::printf("%s\n", json.dump().c_str());
+  if (!request.output.empty()) write_file_atomically(request.output, json.dump(2) + "\n");
+  spdlog::info(
+      "input pipeline alone: {} ({} workers, prefetch {}): {:.0f} images/s over {} batches",
+      result.loader, result.workers, result.prefetch, result.images_per_second, result.batches);
+  return result;
+}
+
+}  // namespace training
