@@ -21,6 +21,8 @@
 #include "training/run_report.h"
 #include "training/studies/bench_loader.h"
 #include "training/studies/bench_matmul.h"
+#include "training/studies/memory_report.h"
+#include "training/studies/plan.h"
 #include "training/studies/sweep.h"
 #include "training/train_command.h"
 
@@ -41,6 +43,8 @@ const char* kExamples = R"(Examples:
   train --resume runs/rn50-cpu --set training.epochs=40
   train --config configs/resnet50_cifar10.yaml --set training.precision=bf16 --memory-limit 12GiB
   train sweep --config configs/sweep_cpu.yaml --find-max --memory-limit 2GiB
+  train memory --config configs/resnet50_cifar10.yaml --device cpu --batch-size 32
+  train plan --memory 12GiB --from runs/20261130-101500-sweep-resnet50
   train report runs/rn50-cpu
   train bench matmul --size 4096 --devices cpu,cuda --dtypes fp32,bf16
   train --config configs/quick_cpu.yaml --print-config
@@ -144,6 +148,18 @@ struct Arguments {
       {"--device", "training.device", "auto, cpu, cuda or cuda:N"},
       {"--memory-limit", "memory.limit", "Emulate a card of this size, e.g. 12GiB"}};
   bool find_max = false;
+  training::PlanRequest plan;
+  std::vector<std::string> plan_sets;
+  std::vector<ShorthandFlag> plan_flags = {
+      {"--device", "training.device", "auto, cpu, cuda or cuda:N (for the small sweep)"},
+      {"--batch-sizes", "sweep.batch_sizes", "The small sweep's batch sizes, e.g. 32,64,128",
+       true}};
+  training::MemoryRequest memory;
+  std::vector<std::string> memory_sets;
+  std::vector<ShorthandFlag> memory_flags = {
+      {"--device", "training.device", "auto, cpu, cuda or cuda:N"},
+      {"--batch-size", "training.batch_size", "The step's batch (training.batch_size)"},
+      {"--memory-limit", "memory.limit", "Emulate a card of this size, e.g. 12GiB"}};
   std::string report_dir;
   training::MatmulRequest matmul;
   training::LoaderBenchRequest loader_bench;
@@ -175,6 +191,46 @@ CLI::App* add_sweep_command(CLI::App& app, Arguments& a) {
   sweep->add_flag("--find-max", a.find_max, "Also search the largest batch that fits, per setting");
   sweep->add_option("--output-dir", a.sweep.output_dir, "Sweep directory to create");
   return sweep;
+}
+
+CLI::App* add_memory_command(CLI::App& app, Arguments& a) {
+  auto* memory = app.add_subcommand(
+      "memory",
+      "Where one training step's memory goes: weights, gradients, optimizer state, activations "
+      "per block, transients, against the measured peak, per setting; and the step's timeline");
+  memory->add_option("--config", a.memory.config_path, "YAML config file")->required();
+  memory->add_option("--set", a.memory_sets, "Override one config key (repeatable)")
+      ->allow_extra_args(false);
+  add_shorthands(*memory, a.memory_flags);
+  memory->add_option("--settings", a.memory.settings,
+                     "e.g. fp32,bf16,fp32+checkpointing,bf16+checkpointing+channels_last "
+                     "(default: fp32 and bf16, each with and without checkpointing)");
+  memory->add_option(
+      "--output-dir", a.memory.output_dir,
+      "Study directory to create (default: <output.dir>/<date>-<time>-memory-<arch>)");
+  return memory;
+}
+
+CLI::App* add_plan_command(CLI::App& app, Arguments& a) {
+  auto* plan = app.add_subcommand(
+      "plan",
+      "What to run on a card of a given size: the fastest measured setting whose predicted peak "
+      "fits, the runners-up and why each lost, and the --set flags to use");
+  plan->add_option("--memory", a.plan.memory, "The card's memory, e.g. 12GiB")->required();
+  plan->add_option("--from", a.plan.from, "A sweep directory to plan from (train sweep)");
+  plan->add_option("--config", a.plan.config_path,
+                   "Without --from: the config of a small sweep to run first");
+  plan->add_option("--set", a.plan_sets, "Override one config key of that sweep (repeatable)")
+      ->allow_extra_args(false);
+  add_shorthands(*plan, a.plan_flags);
+  plan->add_option("--headroom", a.plan.headroom, "Share of the card kept free (default 10%)");
+  plan->add_option("--overhead", a.plan.overhead,
+                   "Memory outside the allocator, e.g. 800MiB (default: measured by a CUDA "
+                   "sweep, else 1GiB)");
+  plan->add_option("--budget", a.plan.budget_seconds,
+                   "Seconds after which the small sweep starts no new trial (default 300)");
+  plan->add_option("--output-dir", a.plan.output_dir, "The small sweep's directory");
+  return plan;
 }
 
 CLI::App* add_loader_command(CLI::App& bench, Arguments& a) {
@@ -225,12 +281,14 @@ void set_up_process() {
 int main(int argc, char** argv) {
   CLI::App app{
       "Train ResNet on CIFAR-10 with LibTorch and measure memory and speed.\n"
-      "Without a subcommand: train. Subcommands: sweep, report, bench."};
+      "Without a subcommand: train. Subcommands: sweep, memory, plan, report, bench."};
   app.footer(kExamples);
   app.require_subcommand(0, 1);
   Arguments a;
   add_train_options(app, a);
   auto* sweep = add_sweep_command(app, a);
+  auto* memory = add_memory_command(app, a);
+  auto* plan = add_plan_command(app, a);
   auto* report =
       app.add_subcommand("report", "Write <run>/report.md and its plots for a run directory");
   report->add_option("run_dir", a.report_dir, "The run directory")->required();
@@ -264,6 +322,19 @@ int main(int argc, char** argv) {
   }
   if (*trial)
     return guarded([&] { return training::child_trial_main(a.trial_config, a.trial_result); });
+  if (*plan) {
+    return guarded([&] {
+      a.plan.overrides = overrides_from(a.plan_sets, a.plan_flags);
+      a.plan.executable = training::current_executable();
+      return training::plan_command(a.plan);
+    });
+  }
+  if (*memory) {
+    return guarded([&] {
+      a.memory.overrides = overrides_from(a.memory_sets, a.memory_flags);
+      return training::memory_command(a.memory);
+    });
+  }
   if (*sweep) {
     return guarded([&] {
       a.sweep.overrides = overrides_from(a.sweep_sets, a.sweep_flags);

@@ -79,6 +79,8 @@ class ResNetImpl : public torch::nn::Module {
   // Groups the blocks into consecutive segments of the given sizes (which must add up to the
   // number of blocks) and runs each through `runner`. An empty list restores the plain forward.
   void set_segments(const std::vector<int64_t>& sizes, SegmentRunner runner);
+  // The segments set_segments made (none for the plain forward).
+  const std::vector<Segment>& segments() const { return segments_; }
   const ResNetOptions& options() const { return options_; }
 
  private:

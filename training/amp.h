@@ -52,6 +52,10 @@ class GradScaler {
   void update();
 
   bool enabled() const { return enabled_; }
+  // Device memory its state holds (the scale, the clean-step count, the inf/NaN flag).
+  int64_t state_bytes() const {
+    return static_cast<int64_t>(scale_.nbytes() + growth_tracker_.nbytes() + found_inf_.nbytes());
+  }
   double current_scale() const;
   // State for checkpoints: the scale (float32 [1]) and the clean-step count (int32 [1]).
   torch::Tensor scale_state() const { return scale_; }

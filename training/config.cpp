@@ -116,7 +116,11 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.choice("granularity", c.checkpointing.granularity(), kGranularities);
     v.integer("segments", c.checkpointing.segments(), 1, 1000);
   });
-  v.section("memory", [&] { v.bytes("limit", c.memory.limit); });
+  v.section("memory", [&] {
+    v.bytes("limit", c.memory.limit);
+    v.boolean("snapshot", c.memory.snapshot);
+    v.integer("snapshot_max_entries", c.memory.snapshot_max_entries, 1, kMaxInt);
+  });
   v.section("monitor", [&] {
     v.real("sample_period", c.monitor.sample_period, 0.0, 3600.0);
     v.real("data_wait_threshold", c.monitor.data_wait_threshold, 0.0, 1.0);
@@ -144,6 +148,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.integer("max_batch", c.sweep.max_batch, 1, 1 << 20);
     v.byte_sizes("predict_for", c.sweep.predict_for);
     v.integer("trial_timeout", c.sweep.trial_timeout, 1, 7 * 86400);
+    v.integer("time_budget", c.sweep.time_budget, 0, 7 * 86400);
   });
   v.section("distributed", [&] {
     v.choice("backend", c.distributed.backend, kBackends);

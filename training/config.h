@@ -55,6 +55,10 @@ struct TrainingConfig {
 
 struct MemoryConfig {
   int64_t limit = 0;  // bytes; allocations beyond it fail like a real out-of-memory (0 = none)
+  // CUDA: record the caching allocator's history over profiler.steps and write
+  // memory_snapshot.pickle (pytorch.org/memory_viz); refused on the CPU.
+  bool snapshot = false;
+  int64_t snapshot_max_entries = 100000;  // allocator events kept (the newest)
 };
 
 // The batch-size sweep grid (train sweep): every combination of the four lists is a cell.
@@ -69,6 +73,9 @@ struct SweepConfig {
   int64_t max_batch = 65536;              // find_max stops doubling here
   std::vector<int64_t> predict_for = {};  // card sizes (bytes) to predict the max batch for
   int64_t trial_timeout = 1800;           // seconds before a trial is killed
+  // Seconds after which no new trial starts (0 = none); with a budget the grid runs batch by
+  // batch across the settings, so every setting gets its small batches first.
+  int64_t time_budget = 0;
 };
 
 struct MonitorConfig {

@@ -24,6 +24,7 @@ namespace {}  // namespace
 std::string held_outputs(const fs::path& dir) {
   std::error_code ec;
   if (fs::is_regular_file(dir / "sweep.json", ec)) return "a sweep";
+  if (fs::is_regular_file(dir / "memory_breakdown.json", ec)) return "a memory study";
   for (const char* name : {"config.yaml", "metrics.jsonl", "checkpoint.pt", "train.log"}) {
     if (fs::is_regular_file(dir / name, ec)) return "a run";
   }

@@ -22,8 +22,8 @@
 
 namespace training {
 
-// What `dir` holds of this program's outputs: "a run", "a sweep", or "" (nothing: absent, empty,
-// or only unrelated files).
+// What `dir` holds of this program's outputs: "a run", "a sweep", "a memory study", or ""
+// (nothing: absent, empty, or only unrelated files).
 std::string held_outputs(const std::filesystem::path& dir);
 
 // Removes the temporaries that an interrupted atomic write (kill -9, a second Ctrl-C) left in

@@ -185,6 +185,7 @@ torch::Device prepare_device(const Config& config, const std::optional<LaunchEnv
   if (config.training.precision == Precision::BF16) {
     check_bf16_supported(device, "training.precision");
   }
+  if (config.memory.snapshot) check_memory_history_supported(device);
   set_memory_limit(device, config.memory.limit);
   set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
   return device;

@@ -62,11 +62,17 @@ void Trainer::write_to(RunDirectory& run) {
     profiler_ = std::make_unique<StepProfiler>(profiler_options(config_.profiler),
                                                run.path() / "trace.json", device_);
   }
+  if (config_.memory.snapshot) {
+    snapshot_ = std::make_unique<StepMemorySnapshot>(
+        config_.profiler.steps.at(0), config_.profiler.steps.at(1),
+        config_.memory.snapshot_max_entries, run.path() / "memory_snapshot.pickle", device_);
+  }
 }
 
 void Trainer::check_profiler_window() const {
   const int64_t first = config_.profiler.steps.at(0);
-  if (!config_.profiler.enabled || first <= state_.step || first <= total_steps_) return;
+  const bool windowed = config_.profiler.enabled || config_.memory.snapshot;
+  if (!windowed || first <= state_.step || first <= total_steps_) return;
   throw UserError("profiler.steps: the window starts at step " + std::to_string(first) +
                   ", but this run makes " + std::to_string(total_steps_) +
                   " steps; move the window or lengthen the run (training.epochs, "
@@ -143,6 +149,7 @@ FitEnd Trainer::fit() {
     save();
   }
   if (profiler_ && profiler_->active()) profiler_->finish_early(state_.step);
+  if (snapshot_ && snapshot_->active()) snapshot_->finish_early(state_.step);
   return FitEnd::Finished;
 }
 
@@ -177,6 +184,7 @@ bool Trainer::train_epoch() {
     if (sampler_) sampler_->set_position(epoch, state_.step + 1);
 
     if (profiler_) profiler_->before_step(state_.step + 1);
+    if (snapshot_) snapshot_->before_step(state_.step + 1);
     StepResult result;
     {
       RECORD_USER_SCOPE("ProfilerStep#" + std::to_string(state_.step + 1));
@@ -185,6 +193,7 @@ bool Trainer::train_epoch() {
                           batch->images, batch->labels, averager_.get());
     }
     if (profiler_) profiler_->after_step(state_.step + 1);
+    if (snapshot_) snapshot_->after_step(state_.step + 1);
     if (!result.stepped) ++state_.skipped_steps;
 
     // Accumulated on the device; read back only at log intervals so steps stay asynchronous.

@@ -16,6 +16,7 @@
 #include "training/epoch_record.h"
 #include "training/platform/distributed.h"
 #include "training/platform/memory.h"
+#include "training/platform/memory_snapshot.h"
 #include "training/platform/monitor.h"
 #include "training/platform/profiler.h"
 #include "training/run_dir.h"
@@ -69,7 +70,7 @@ class Trainer {
   // The epoch's line, the evaluation-peak hint (once) and the diagnosis (diagnosis.h).
   void log_epoch(const EpochRecord& record);
   void save();
-  // Refuses a profiler window that starts after the run's last step.
+  // Refuses a profiler.steps window (profiling, memory.snapshot) that starts after the last step.
   void check_profiler_window() const;
   // A stop signal on any rank stops every rank at the same step (checked at log intervals when
   // data-parallel, so steps stay free of extra synchronisation).
@@ -101,6 +102,7 @@ class Trainer {
   bool said_evaluation_peak_ = false;       // the "evaluation sets the peak" hint is logged once
   std::unique_ptr<Sampler> sampler_;        // null when sampling is off or NVML is missing
   std::unique_ptr<StepProfiler> profiler_;  // null unless profiling and writing a run
+  std::unique_ptr<StepMemorySnapshot> snapshot_;  // null unless memory.snapshot, writing a run
 };
 
 }  // namespace training

@@ -68,6 +68,56 @@ TEST(Cli, CudaWithoutAGpuIsAClearError) {
   EXPECT_NE(r.output.find("training.device: 'cuda' requested, but"), std::string::npos) << r.output;
 }
 
+// memory.snapshot is the CUDA caching allocator's history: refused on the CPU, by `train` and by
+// `train memory`, before anything is created.
+TEST(Cli, MemorySnapshotOnTheCpuIsABadInput) {
+  test_support::TempDir dir;
+  const std::string config = write_tiny_config(dir).string();
+  for (const std::string command : {"", "memory "}) {
+    const auto r = run_train(command + "--config " + config +
+                             " --set memory.snapshot=true --output-dir " + (dir / "out").string());
+    EXPECT_EQ(r.code, 2) << command << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find("memory.snapshot: "), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir / "out"));
+  }
+}
+
+TEST(Cli, MemoryRefusesAnUnknownSetting) {
+  test_support::TempDir dir;
+  const auto r = run_train("memory --config " + write_tiny_config(dir).string() +
+                           " --settings fp32,bf32 --output-dir " + (dir / "out").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find("--settings: 'bf32' is not a setting"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+// `train plan` without --from runs a small sweep (here: one setting, two batches) and prints the
+// recommended flags as its last line; a card too small for all of it is one line, exit 2.
+TEST(Cli, PlanRunsASmallSweepAndRecommendsFlags) {
+  test_support::TempDir dir;
+  const std::string config = write_tiny_config(dir).string();
+  const auto r = run_train("plan --memory 8GiB --config " + config +
+                           " --batch-sizes 2,4 --set sweep.precisions=[fp32] --set "
+                           "sweep.checkpointing=[false] --output-dir " +
+                           (dir / "sweep").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("recommended: --set training.batch_size="), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("**recommended**"), std::string::npos) << r.output;
+  const auto small = run_train("plan --memory 512MiB --from " + (dir / "sweep").string());
+  EXPECT_EQ(small.code, 2) << small.output;
+  EXPECT_EQ(count_lines(small.output), 1) << small.output;
+  EXPECT_NE(small.output.find("needs a card of at least"), std::string::npos) << small.output;
+  const auto bad = run_train("plan --memory 12XB --from " + (dir / "sweep").string());
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(count_lines(bad.output), 1) << bad.output;
+  const auto empty = run_train("plan --memory 12GiB --from " + dir.path().string());
+  EXPECT_EQ(empty.code, 2);
+  EXPECT_NE(empty.output.find("holds no sweep"), std::string::npos) << empty.output;
+}
+
 TEST(Cli, PrintConfigShowsTheEffectiveConfig) {
   test_support::TempDir dir;
   const auto r = run_train("--config " + write_tiny_config(dir).string() +

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -299,6 +300,48 @@ TEST(Cuda, ProfilerTraceHoldsKernelEvents) {
   }
   EXPECT_GT(kernels, 50);
   EXPECT_NE(test_support::read_text(dir / "run/train.log").find("[gpu] "), std::string::npos);
+}
+
+// The pickled allocator history PyTorch's memory viewer opens: protocol-2+ pickle bytes that
+// name the snapshot's top-level keys.
+void expect_memory_snapshot(const fs::path& file) {
+  const std::string bytes = test_support::read_text(file);
+  ASSERT_GT(bytes.size(), 1000u) << file;
+  EXPECT_EQ(static_cast<unsigned char>(bytes[0]), 0x80) << file;  // PROTO opcode
+  EXPECT_NE(bytes.find("segments"), std::string::npos) << file;
+  EXPECT_NE(bytes.find("device_traces"), std::string::npos) << file;
+}
+
+TEST(Cuda, MemorySnapshotOfTheProfilerWindow) {
+  CUDA_OR_SKIP();
+  test_support::TempDir dir;
+  const auto r =
+      train("--config " + write_config(dir).string() + " --output-dir " + (dir / "run").string() +
+            " --set memory.snapshot=true --set profiler.steps=[2,3]");
+  ASSERT_EQ(r.code, 0) << r.output;
+  expect_memory_snapshot(dir / "run/memory_snapshot.pickle");
+}
+
+// `train memory` on the caching allocator: the rows reconcile with its peak, the timeline comes
+// from its trace, and memory.snapshot writes each setting's history.
+TEST(Cuda, MemoryBreakdownReconcilesOnTheCachingAllocator) {
+  CUDA_OR_SKIP();
+  test_support::TempDir dir;
+  const auto r = train("memory --config " + write_config(dir).string() + " --output-dir " +
+                       (dir / "study").string() +
+                       " --settings fp32,bf16+checkpointing --set memory.snapshot=true");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(dir / "study/memory_breakdown.json");
+  const auto study = json::parse(in);
+  for (const auto& setting : study.at("settings")) {
+    ASSERT_EQ(setting.at("status"), "ok") << setting.at("message");
+    const double measured = setting.at("measured_peak_bytes").get<double>();
+    EXPECT_LE(std::abs(setting.at("unexplained_bytes").get<double>()), 0.10 * measured);
+  }
+  std::ifstream timeline_in(dir / "study/memory_timeline.json");
+  const auto timeline = json::parse(timeline_in);
+  EXPECT_GT(timeline.at("settings")[0].at("events").get<int64_t>(), 100);
+  expect_memory_snapshot(dir / "study/memory_snapshot-fp32.pickle");
 }
 
 TEST(Cuda, BenchMatmulAndCompareDevicesProduceCudaRows) {

@@ -122,6 +122,52 @@ void reset_peak_memory(const torch::Device& device) {
   TrackingCpuAllocator::instance().reset_peak();
 }
 
+void trace_allocations(const torch::Device& device, MemoryTimeline* timeline) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) return cuda::trace_allocations(device.index(), timeline);
+#endif
+  TrackingCpuAllocator::instance().set_timeline(timeline);
+}
+
+void check_memory_history_supported(const torch::Device& device) {
+  if (!device.is_cuda()) {
+    throw UserError("memory.snapshot: the allocator history is the CUDA caching allocator's; " +
+                    device.str() +
+                    " has none (on the CPU, `train memory` draws the step's memory timeline)");
+  }
+}
+
+void start_memory_history(const torch::Device& device, int64_t max_entries) {
+  check_memory_history_supported(device);
+#ifdef TRAIN_WITH_CUDA
+  cuda::start_memory_history(device.index(), max_entries);
+#endif
+  (void)max_entries;
+}
+
+std::string memory_snapshot_pickle(const torch::Device& device) {
+  check_memory_history_supported(device);
+#ifdef TRAIN_WITH_CUDA
+  return cuda::memory_snapshot_pickle();
+#endif
+  return {};
+}
+
+void stop_memory_history(const torch::Device& device) {
+  check_memory_history_supported(device);
+#ifdef TRAIN_WITH_CUDA
+  cuda::stop_memory_history();
+#endif
+}
+
+int64_t memory_outside_allocator(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) return cuda::memory_outside_allocator(device.index());
+#endif
+  (void)device;
+  return 0;
+}
+
 int64_t total_memory(const torch::Device& device) {
 #ifdef TRAIN_WITH_CUDA
   if (device.is_cuda()) return cuda::total_memory(device.index());
@@ -171,6 +217,13 @@ bool has_native_bf16(const std::unordered_map<std::string, c10::IValue>& capabil
 bool cpu_has_native_bf16() {
   static const bool native = has_native_bf16(at::cpu::get_cpu_capabilities());
   return native;
+}
+
+bool has_fast_bf16(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) return cuda::compute_capability_major(device.index()) >= 8;
+#endif
+  return device.is_cpu() && cpu_has_native_bf16();
 }
 
 void check_bf16_supported(const torch::Device& device, const std::string& key) {

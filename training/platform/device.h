@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "training/platform/memory.h"
+#include "training/platform/memory_timeline.h"
 
 namespace training {
 
@@ -65,6 +66,25 @@ void seed_everything(uint64_t seed);
 MemoryStats memory_stats(const torch::Device& device);
 void reset_peak_memory(const torch::Device& device);
 
+// Adds every allocation and free on `device` to `timeline` until called again (nullptr stops):
+// the tracking allocator's on the CPU, the caching allocator's trace (allocations handed out and
+// frees completed) on CUDA. Once it returns, the previous timeline is no longer touched.
+void trace_allocations(const torch::Device& device, MemoryTimeline* timeline);
+
+// The CUDA caching allocator's history, as torch.cuda.memory._record_memory_history records it:
+// start (keeping at most `max_entries` events, with C++ stack traces), the pickled snapshot that
+// pytorch.org/memory_viz opens, stop. Each throws check_memory_history_supported's UserError
+// on the CPU; call that first to refuse before anything is written.
+void check_memory_history_supported(const torch::Device& device);
+void start_memory_history(const torch::Device& device, int64_t max_entries);
+std::string memory_snapshot_pickle(const torch::Device& device);
+void stop_memory_history(const torch::Device& device);
+
+// Device memory this process holds outside the caching allocator (the CUDA context, cuBLAS and
+// cuDNN handles and workspaces): the device's used memory minus the allocator's reserved bytes.
+// Other processes on the same GPU count too. 0 on the CPU, where there is no such overhead.
+int64_t memory_outside_allocator(const torch::Device& device);
+
 // Makes allocations beyond `bytes` on `device` fail with c10::OutOfMemoryError, as on a card
 // with that much memory (CUDA: the caching allocator's per-process memory fraction; CPU: the
 // tracking allocator). 0 removes the limit. Throws UserError naming memory.limit when the limit
@@ -85,6 +105,10 @@ bool is_out_of_memory_message(const std::string& message);
 // from a capability table like at::cpu::get_cpu_capabilities()'s.
 bool cpu_has_native_bf16();
 bool has_native_bf16(const std::unordered_map<std::string, c10::IValue>& capabilities);
+
+// True when `device` computes bf16 natively: a CPU with native bf16, a GPU of compute capability
+// 8.0 or newer. The default study grids (`train memory`, `train plan`) include bf16 only then.
+bool has_fast_bf16(const torch::Device& device);
 
 // Throws UserError naming `key` when `device` cannot compute in bf16 (on CUDA it needs compute
 // capability 8.0 or newer; every CPU can, natively or emulated).

@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
+#include <torch/csrc/cuda/memory_snapshot.h>
 
 #include "build_config.h"
 
@@ -19,7 +20,11 @@
 #include "training/platform/errors.h"
 #endif
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <mutex>
+#include <optional>
 #include <string>
 
 namespace training::cuda {
@@ -87,6 +92,61 @@ std::string pci_bus_id(int index) {
   char id[64] = {};
   C10_CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof id, index));
   return id;
+}
+
+namespace {
+// The timeline the caching allocator's trace feeds, and the device it is for. The allocator calls
+// the tracker with its own lock held, so the tracker only adds a number under this mutex.
+std::mutex traced_mutex;
+MemoryTimeline* traced_timeline = nullptr;
+c10::DeviceIndex traced_device = 0;
+}  // namespace
+
+void trace_allocations(int index, MemoryTimeline* timeline) {
+  initialize();
+  // A tracker cannot be detached; it is attached once and does nothing while no timeline is set.
+  static std::once_flag attached;
+  std::call_once(attached, [] {
+    using c10::cuda::CUDACachingAllocator::TraceEntry;
+    c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker([](const TraceEntry& entry) {
+      std::lock_guard<std::mutex> lock(traced_mutex);
+      if (traced_timeline == nullptr || entry.device_ != traced_device) return;
+      const auto size = static_cast<int64_t>(entry.size_);
+      if (entry.action_ == TraceEntry::ALLOC) traced_timeline->add(size);
+      if (entry.action_ == TraceEntry::FREE_COMPLETED) traced_timeline->add(-size);
+    });
+  });
+  std::lock_guard<std::mutex> lock(traced_mutex);
+  traced_timeline = timeline;
+  traced_device = device_index(index);
+}
+
+void start_memory_history(int index, int64_t max_entries) {
+  initialize();
+  make_current(index);
+  // As torch.cuda.memory._record_memory_history(max_entries=...): allocations, frees and segment
+  // events with C++ stack traces (Python frames do not exist here).
+  torch::cuda::_record_memory_history(std::optional<std::string>("all"),
+                                      std::optional<std::string>("all"), "cpp",
+                                      static_cast<size_t>(max_entries));
+}
+
+std::string memory_snapshot_pickle() {
+  return torch::cuda::_memory_snapshot_pickled();
+}
+
+void stop_memory_history() {
+  // As torch.cuda.memory._record_memory_history(enabled=None).
+  torch::cuda::_record_memory_history(std::optional<std::string>(),
+                                      std::optional<std::string>("all"), "all", SIZE_MAX);
+}
+
+int64_t memory_outside_allocator(int index) {
+  make_current(index);
+  size_t free = 0, total = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  const int64_t used = static_cast<int64_t>(total - free);
+  return std::max<int64_t>(0, used - memory_stats(index).reserved);
 }
 
 #ifdef TRAIN_WITH_NCCL

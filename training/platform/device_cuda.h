@@ -8,6 +8,7 @@
 #include <string>
 
 #include "training/platform/memory.h"
+#include "training/platform/memory_timeline.h"
 
 namespace c10d {
 class Backend;
@@ -24,6 +25,11 @@ int64_t total_memory(int index);
 int compute_capability_major(int index);
 void make_current(int index);
 std::string pci_bus_id(int index);
+void trace_allocations(int index, MemoryTimeline* timeline);
+void start_memory_history(int index, int64_t max_entries);
+std::string memory_snapshot_pickle();
+void stop_memory_history();
+int64_t memory_outside_allocator(int index);
 
 // An NCCL process-group backend for this rank (training/distributed.cpp asks for it). Throws
 // UserError when the NCCL library loaded at run time is not the version this build's nccl.h

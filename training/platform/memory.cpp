@@ -64,6 +64,7 @@ c10::DataPtr TrackingCpuAllocator::allocate(size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(sizes_mutex_);
     sizes_[data] = size;
+    if (timeline_) timeline_->add(size);
   }
   return {data, data, &TrackingCpuAllocator::release, device};
 }
@@ -78,6 +79,7 @@ void TrackingCpuAllocator::release(void* data) {
     if (found != self.sizes_.end()) {
       size = found->second;
       self.sizes_.erase(found);
+      if (self.timeline_) self.timeline_->add(-size);
     }
   }
   self.current_.fetch_sub(size);
@@ -91,6 +93,11 @@ void TrackingCpuAllocator::copy_data(void* dest, const void* src, std::size_t co
 MemoryStats TrackingCpuAllocator::stats() const {
   const int64_t current = current_.load(), peak = peak_.load();
   return {current, peak, current, peak};
+}
+
+void TrackingCpuAllocator::set_timeline(MemoryTimeline* timeline) {
+  std::lock_guard<std::mutex> lock(sizes_mutex_);
+  timeline_ = timeline;
 }
 
 void TrackingCpuAllocator::reset_peak() {

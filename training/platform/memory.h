@@ -10,6 +10,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "training/platform/memory_timeline.h"
+
 namespace training {
 
 struct MemoryStats {
@@ -39,6 +41,9 @@ class TrackingCpuAllocator final : public c10::Allocator {
   // (0 = no limit).
   void set_limit(int64_t bytes) { limit_.store(bytes); }
   int64_t limit() const { return limit_.load(); }
+  // Every counted allocation and free is added to `timeline` until this is called again (nullptr
+  // stops). Once it returns, the previous timeline is no longer touched.
+  void set_timeline(MemoryTimeline* timeline);
 
   // CPU tensors allocated on this thread while a HostData object lives are host-side data (the
   // decoded dataset): neither counted nor limited, because on a GPU they would not be in device
@@ -64,6 +69,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
   c10::DeleterFnPtr base_deleter_;  // frees what base_ allocated
   std::mutex sizes_mutex_;
   std::unordered_map<void*, int64_t> sizes_;  // live allocations and their sizes
+  MemoryTimeline* timeline_ = nullptr;        // guarded by sizes_mutex_
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
   std::atomic<int64_t> limit_{0};

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <fstream>
 
 #include "training/platform/atomic_file.h"
@@ -42,6 +43,8 @@ std::string mib(int64_t bytes) {
 
 // Unwinds the sweep when a stop signal arrived (the running trial was stopped with it).
 struct SweepStopped {};
+// Unwinds the sweep when sweep.time_budget is spent (no new trial starts).
+struct BudgetSpent {};
 
 // The parent side of a sweep: every trial runs in a child process (`train sweep-trial`, see
 // trial.h's child_trial_main), so a trial that runs out of memory, crashes or hangs cannot affect
@@ -66,12 +69,24 @@ class Sweep {
         format_bytes(limit_), config_.memory.limit > 0 ? "memory.limit" : "device",
         config_.sweep.warmup_steps, config_.sweep.measure_steps);
     try {
-      for (const auto& cell : cells_) {
-        for (int64_t batch : config_.sweep.batch_sizes) trial_in_child_process(cell, batch, "grid");
+      if (config_.sweep.time_budget > 0) {
+        for (int64_t batch : config_.sweep.batch_sizes) {
+          for (const auto& cell : cells_) trial_in_child_process(cell, batch, "grid");
+        }
+      } else {
+        for (const auto& cell : cells_) {
+          for (int64_t batch : config_.sweep.batch_sizes) {
+            trial_in_child_process(cell, batch, "grid");
+          }
+        }
       }
       if (config_.sweep.find_max) {
         for (const auto& cell : cells_) find_max(cell);
       }
+    } catch (const BudgetSpent&) {
+      spdlog::warn("sweep.time_budget: {} s spent after {} trial(s); no further trial was started",
+                   config_.sweep.time_budget, trials_.size());
+      budget_spent_ = true;
     } catch (const SweepStopped&) {
       write_tables(/*complete=*/false);
       plot_sweep(dir_);
@@ -79,7 +94,7 @@ class Sweep {
                    trials_.size(), dir_.string());
       return false;
     }
-    write_tables(/*complete=*/true);
+    write_tables(/*complete=*/!budget_spent_);
     plot_sweep(dir_);
     for (const auto& summary : summaries()) log_summary(summary);
     spdlog::info("sweep written to {}", dir_.string());
@@ -93,6 +108,10 @@ class Sweep {
                                             const std::string& source) {
     for (const auto& done : trials_) {
       if (done.cell == cell && done.batch == batch) return done.result;
+    }
+    const auto budget = std::chrono::seconds(config_.sweep.time_budget);
+    if (budget.count() > 0 && std::chrono::steady_clock::now() - start_ >= budget) {
+      throw BudgetSpent{};
     }
     SweepTrial trial{static_cast<int64_t>(trials_.size()) + 1, cell, batch, source, {}, 0};
     Config trial_config = config_;
@@ -219,6 +238,8 @@ class Sweep {
   int64_t limit_;
   std::vector<SweepCell> cells_;
   std::vector<SweepTrial> trials_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool budget_spent_ = false;
 };
 
 }  // namespace

@@ -2,9 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fstream>
 #include <sstream>
 
 #include "training/platform/atomic_file.h"
+#include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
@@ -167,6 +169,60 @@ void write_sweep_tables(const fs::path& dir, const SweepFacts& facts,
   write_file_atomically(dir / "sweep.json", all.dump(2) + "\n");
   write_file_atomically(dir / "sweep.csv", rows_to_csv(rows));
   write_file_atomically(dir / "sweep.md", markdown(facts, cells, trials));
+}
+
+namespace {
+
+SweepCell cell_from_json(const nlohmann::json& j) {
+  SweepCell cell;
+  const auto precision = j.at("precision").get<std::string>();
+  const auto format = j.at("memory_format").get<std::string>();
+  bool known_precision = false, known_format = false;
+  for (auto p : {Precision::FP32, Precision::BF16, Precision::FP16}) {
+    if (precision == precision_name(p)) cell.precision = p, known_precision = true;
+  }
+  for (auto f : {c10::MemoryFormat::Contiguous, c10::MemoryFormat::ChannelsLast}) {
+    if (format == memory_format_name(f)) cell.memory_format = f, known_format = true;
+  }
+  if (!known_precision || !known_format) {
+    throw std::invalid_argument("unknown setting " + precision + " / " + format);
+  }
+  cell.checkpointing = j.at("checkpointing").get<bool>();
+  return cell;
+}
+
+}  // namespace
+
+SweepRecord read_sweep(const fs::path& dir) {
+  const fs::path file = dir / "sweep.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) {
+    throw UserError(dir.string() + ": holds no sweep (no sweep.json); run `train sweep` first");
+  }
+  SweepRecord record;
+  try {
+    std::ifstream in(file);
+    const nlohmann::json json = nlohmann::json::parse(in);
+    record.arch = json.at("arch").get<std::string>();
+    record.stem = json.at("stem").get<std::string>();
+    record.device = json.at("device").get<std::string>();
+    record.complete = json.at("complete").get<bool>();
+    for (const auto& cell : json.at("cells")) record.cells.push_back(cell_from_json(cell));
+    for (const auto& row : json.at("trials")) {
+      SweepTrial trial;
+      trial.id = row.at("trial").get<int64_t>();
+      trial.cell = cell_from_json(row);
+      trial.batch = row.at("batch_size").get<int64_t>();
+      trial.source = row.at("source").get<std::string>();
+      trial.result = trial_from_json(row);
+      trial.wall_seconds = row.at("wall_seconds").get<double>();
+      record.trials.push_back(trial);
+    }
+  } catch (const std::exception& e) {
+    throw UserError(file.string() +
+                    ": not a sweep written by `train sweep`: " + first_line(e.what()));
+  }
+  return record;
 }
 
 void plot_sweep(const fs::path& dir) {

@@ -25,10 +25,20 @@ struct SweepFacts {
 };
 
 // Writes sweep.json, sweep.csv and sweep.md (each atomically); `complete` is false while the
-// sweep runs or when it was stopped.
+// sweep runs, when it was stopped, or when sweep.time_budget ended it early.
 void write_sweep_tables(const std::filesystem::path& dir, const SweepFacts& facts,
                         const std::vector<CellSummary>& cells,
                         const std::vector<SweepTrial>& trials, bool complete);
+
+// A sweep read back from its sweep.json (what `train plan` plans from).
+struct SweepRecord {
+  std::string arch, stem, device;
+  bool complete = false;
+  std::vector<SweepCell> cells;
+  std::vector<SweepTrial> trials;
+};
+// UserError naming `dir` when it holds no sweep.json, or the file when it is not one.
+SweepRecord read_sweep(const std::filesystem::path& dir);
 
 // Draws peak_memory.png and throughput.png; a problem (no matplotlib) is logged, not thrown.
 void plot_sweep(const std::filesystem::path& dir);

@@ -37,7 +37,8 @@ nlohmann::ordered_json to_json(const TrialResult& r) {
           {"steady_peak_reserved_bytes", r.steady_peak_reserved_bytes},
           {"median_step_seconds", r.median_step_seconds},
           {"images_per_second", r.images_per_second},
-          {"steps", r.steps}};
+          {"steps", r.steps},
+          {"outside_allocator_bytes", r.outside_allocator_bytes}};
 }
 
 TrialResult trial_from_json(const nlohmann::json& j) {
@@ -54,7 +55,18 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   r.median_step_seconds = j.at("median_step_seconds").get<double>();
   r.images_per_second = j.at("images_per_second").get<double>();
   r.steps = j.at("steps").get<int64_t>();
+  r.outside_allocator_bytes = j.value("outside_allocator_bytes", int64_t{0});  // older sweeps
   return r;
+}
+
+std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,
+                                                        const torch::Device& device) {
+  const int64_t batch = config.training.batch_size;
+  auto images = torch::randn({batch, 3, 32, 32}, torch::TensorOptions().device(device))
+                    .contiguous(config.training.memory_format);
+  auto labels = torch::randint(0, config.model.num_classes(), {batch},
+                               torch::TensorOptions(torch::kInt64).device(device));
+  return {images, labels};
 }
 
 TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t measure_steps) {
@@ -67,11 +79,7 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
   MemoryStats warmup_peaks;  // over the warm-up steps (the first step among them)
   try {
     auto [model, optimizer, scaler] = build_step_parts(config, device);
-    const int64_t batch = config.training.batch_size;
-    auto images = torch::randn({batch, 3, 32, 32}, torch::TensorOptions().device(device))
-                      .contiguous(config.training.memory_format);
-    auto labels = torch::randint(0, config.model.num_classes(), {batch},
-                                 torch::TensorOptions(torch::kInt64).device(device));
+    const auto [images, labels] = synthetic_batch(config, device);
     model->train();
     synchronize(device);
     reset_peak_memory(device);
@@ -95,6 +103,11 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
     result.message = error_line(e);
   }
   const MemoryStats memory = memory_stats(device);
+  try {
+    result.outside_allocator_bytes = memory_outside_allocator(device);
+  } catch (const std::exception& e) {
+    spdlog::warn("memory outside the allocator not measured: {}", error_line(e));
+  }
   result.steady_peak_allocated_bytes = memory.peak_allocated;
   result.steady_peak_reserved_bytes = memory.peak_reserved;
   result.peak_allocated_bytes = std::max(memory.peak_allocated, warmup_peaks.peak_allocated);

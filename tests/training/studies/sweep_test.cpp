@@ -167,6 +167,32 @@ sweep: {batch_sizes: [8], trial_timeout: 1}
             0u);
 }
 
+// sweep.time_budget: once spent, no new trial starts; the grid runs batch by batch across the
+// settings, so the second trial is the second setting's smallest batch. (Each trial here is a
+// script killed by its 1 s timeout, so each takes at least the 1 s of the budget's measure.)
+TEST(Sweep, NoTrialStartsOnceTheTimeBudgetIsSpent) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+training: {device: cpu}
+sweep: {batch_sizes: [8, 16], checkpointing: [false, true], trial_timeout: 1, time_budget: 2}
+)");
+  const auto sleepy = dir / "sleepy-train.sh";
+  std::ofstream(sleepy) << "#!/bin/sh\nsleep 30\n";
+  fs::permissions(sleepy, fs::perms::owner_all);
+  ASSERT_EQ(training::run_sweep({config.string(), {}, (dir / "out").string(), sleepy}), 0);
+  const auto sweep = read_json(dir / "out/sweep.json");
+  EXPECT_FALSE(sweep.at("complete").get<bool>());
+  const auto& trials = sweep.at("trials");
+  ASSERT_GE(trials.size(), 1u);
+  ASSERT_LE(trials.size(), 2u);  // 2 s of budget, at least 1 s per trial
+  EXPECT_EQ(trials[0].at("batch_size"), 8);
+  if (trials.size() == 2) {
+    EXPECT_EQ(trials[1].at("batch_size"), 8);
+    EXPECT_TRUE(trials[1].at("checkpointing").get<bool>());
+  }
+  EXPECT_FALSE(fs::exists(dir / "out/trials/003.yaml"));
+}
+
 TEST(Sweep, FindMaxOnTheCpuNeedsALimit) {
   test_support::TempDir dir;
   const auto config = write_config(dir, "training: {device: cpu}\nsweep: {find_max: true}\n");

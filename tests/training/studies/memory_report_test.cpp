@@ -1,0 +1,81 @@
+// `train memory` in this process: its folder, its table, and what it refuses before writing.
+#include "training/studies/memory_report.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_support.h"
+#include "training/platform/errors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The plots need a Python with matplotlib: the one the build found.
+const bool python_chosen = setenv("TRAIN_PYTHON", TEST_PYTHON, /*overwrite=*/0) == 0;
+
+training::MemoryRequest request(const test_support::TempDir& dir, const std::string& settings) {
+  std::ofstream(dir / "memory.yaml") << "model: {arch: resnet18, stem: cifar}\n"
+                                        "training: {device: cpu, batch_size: 2}\n";
+  training::MemoryRequest r;
+  r.config_path = (dir / "memory.yaml").string();
+  r.settings = settings;
+  r.output_dir = (dir / "study").string();
+  return r;
+}
+
+TEST(MemoryReport, WritesTheStudyFolder) {
+  test_support::TempDir dir;
+  ASSERT_EQ(training::memory_command(request(dir, "fp32,fp32+checkpointing")), training::kExitOk);
+  const fs::path study = dir / "study";
+  std::ifstream in(study / "memory_breakdown.json");
+  const auto json = nlohmann::json::parse(in);
+  ASSERT_EQ(json.at("settings").size(), 2u);
+  EXPECT_EQ(json.at("settings")[1].at("setting"), "fp32+checkpointing");
+  EXPECT_EQ(json.at("batch_size"), 2);
+  std::ifstream timeline_in(study / "memory_timeline.json");
+  const auto timeline = nlohmann::json::parse(timeline_in);
+  EXPECT_GT(timeline.at("settings")[0].at("points").size(), 100u);
+  const std::string md = test_support::read_text(study / "memory_breakdown.md");
+  EXPECT_NE(md.find("| layer4.1 | 2×512×4×4 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("**measured peak**"), std::string::npos);
+  for (const char* png : {"memory_breakdown.png", "memory_timeline.png"}) {
+    std::ifstream image(study / png, std::ios::binary);
+    char signature[4] = {};
+    image.read(signature, 4);
+    EXPECT_EQ(std::string(signature + 1, 3), "PNG") << png;
+  }
+  // A second study into the same folder is refused.
+  try {
+    training::memory_command(request(dir, "fp32"));
+    ADD_FAILURE() << "an existing study was overwritten";
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("already holds a memory study"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Bad input is refused before the folder exists.
+TEST(MemoryReport, RefusesBadInputBeforeWriting) {
+  test_support::TempDir dir;
+  for (const std::string settings : {"fp32,fp64", "bf16+", ","}) {
+    try {
+      training::memory_command(request(dir, settings));
+      ADD_FAILURE() << settings << " was accepted";
+    } catch (const training::UserError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("--settings: ", 0), 0u) << e.what();
+    }
+  }
+  auto snapshot = request(dir, "fp32");
+  snapshot.overrides.emplace_back("memory.snapshot=true");
+  try {
+    training::memory_command(snapshot);
+    ADD_FAILURE() << "memory.snapshot was accepted on the CPU";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("memory.snapshot: ", 0), 0u) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "study"));
+}
+
+}  // namespace

@@ -1,0 +1,37 @@
+// memory.snapshot: the CUDA caching allocator's history over a window of training steps (the
+// profiler's window, profiler.steps), written as a pickled snapshot that PyTorch's memory viewer
+// opens: drag <run>/memory_snapshot.pickle onto https://pytorch.org/memory_viz. CUDA only
+// (device.h's check_memory_history_supported refuses the CPU).
+#pragma once
+
+#include <torch/types.h>
+
+#include <filesystem>
+
+namespace training {
+
+class StepMemorySnapshot {
+ public:
+  // Steps are 1-based global optimizer steps, inclusive; at most `max_entries` allocator events
+  // are kept (the newest).
+  StepMemorySnapshot(int64_t first_step, int64_t last_step, int64_t max_entries,
+                     std::filesystem::path file, torch::Device device);
+  // Call before and after optimizer step `step`: recording starts before the first step of the
+  // window and the snapshot is written after its last.
+  void before_step(int64_t step);
+  void after_step(int64_t step);
+  // The run ended at `last_step`, inside the window: writes what was recorded.
+  void finish_early(int64_t last_step);
+  bool active() const { return active_; }
+
+ private:
+  void stop(int64_t last_step);
+
+  int64_t first_step_, last_step_, max_entries_;
+  std::filesystem::path file_;
+  torch::Device device_;
+  bool active_ = false;
+  bool done_ = false;
+};
+
+}  // namespace training

@@ -1,0 +1,343 @@
+#include "training/studies/memory_breakdown.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "training/components.h"
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+#include "training/recompute.h"
+#include "training/step.h"
+
+namespace training {
+
+std::string setting_label(const SweepCell& cell) {
+  std::string label = precision_name(cell.precision);
+  if (cell.checkpointing) label += "+checkpointing";
+  if (cell.memory_format == c10::MemoryFormat::ChannelsLast) label += "+channels_last";
+  return label;
+}
+
+std::optional<SweepCell> parse_setting(const std::string& text) {
+  if (text.empty() || text.back() == '+') return std::nullopt;
+  std::istringstream in(text);
+  std::string part;
+  std::getline(in, part, '+');
+  SweepCell cell;
+  bool known = false;
+  for (auto precision : {Precision::FP32, Precision::BF16, Precision::FP16}) {
+    if (part == precision_name(precision)) cell.precision = precision, known = true;
+  }
+  if (!known) return std::nullopt;
+  std::set<std::string> seen;
+  while (std::getline(in, part, '+')) {
+    if (!seen.insert(part).second) return std::nullopt;
+    if (part == "checkpointing") {
+      cell.checkpointing = true;
+    } else if (part == "channels_last") {
+      cell.memory_format = c10::MemoryFormat::ChannelsLast;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return cell;
+}
+
+int64_t StepBreakdown::sum(const std::string& group, const std::string& stage) const {
+  int64_t total = 0;
+  for (const auto& row : rows) {
+    if (row.group == group && (stage.empty() || row.stage == stage)) total += row.bytes;
+  }
+  return total;
+}
+
+namespace {
+
+int64_t bytes_of(const torch::Tensor& tensor) {
+  return tensor.defined() ? static_cast<int64_t>(tensor.nbytes()) : 0;
+}
+
+// The low-precision copies of the convolution and linear weights (and biases) in `modules` that
+// autocast makes and caches for the forward (none in fp32).
+int64_t autocast_copy_bytes(const std::vector<std::shared_ptr<torch::nn::Module>>& modules,
+                            Precision precision) {
+  if (precision == Precision::FP32) return 0;
+  int64_t elements = 0;
+  for (const auto& root : modules) {
+    for (const auto& module : root->modules(/*include_self=*/true)) {
+      if (!module->as<torch::nn::Conv2d>() && !module->as<torch::nn::Linear>()) continue;
+      for (const auto& parameter : module->parameters(/*recurse=*/false)) {
+        elements += parameter.numel();
+      }
+    }
+  }
+  return elements * 2;  // bf16 and fp16 both take two bytes
+}
+
+// One segment of the measured forward: which blocks it runs, and what it held.
+struct SegmentRecord {
+  std::string name;   // "layer1.0", or "layer1.0-layer1.2" for several blocks
+  std::string stage;  // the stage of its first block
+  bool starts_stage = false;
+  int64_t before = 0, after = 0;  // allocated bytes around its forward
+  std::vector<int64_t> shape;     // of its output
+};
+
+// The segments for blocks grouped by `sizes`, named after torchvision's modules.
+std::vector<SegmentRecord> segment_layout(const std::vector<int64_t>& sizes,
+                                          const std::vector<int64_t>& stage_sizes) {
+  std::vector<std::string> names, stages;
+  std::vector<bool> firsts;
+  for (size_t stage = 0; stage < stage_sizes.size(); ++stage) {
+    for (int64_t block = 0; block < stage_sizes[stage]; ++block) {
+      stages.push_back("layer" + std::to_string(stage + 1));
+      names.push_back(stages.back() + "." + std::to_string(block));
+      firsts.push_back(block == 0);
+    }
+  }
+  std::vector<SegmentRecord> segments;
+  size_t begin = 0;
+  for (int64_t size : sizes) {
+    const size_t last = begin + static_cast<size_t>(size) - 1;
+    SegmentRecord segment;
+    segment.name = size == 1 ? names[begin] : names[begin] + "-" + names[last];
+    segment.stage = stages[begin];
+    segment.starts_stage = firsts[begin];
+    segments.push_back(segment);
+    begin = last + 1;
+  }
+  return segments;
+}
+
+// Watches the measured step: the allocated bytes at each phase boundary, each phase's peak, each
+// segment's delta, and the phase marks on the timeline. Inactive (a plain runner) until started.
+class BreakdownProbe final : public StepObserver {
+ public:
+  BreakdownProbe(torch::Device device, models::SegmentRunner inner,
+                 std::vector<SegmentRecord> segments)
+      : device_(device), inner_(std::move(inner)), segments_(std::move(segments)) {}
+
+  void start(MemoryTimeline* timeline) { timeline_ = timeline; }
+
+  torch::Tensor run(const models::Segment& segment, const torch::Tensor& x) {
+    if (!timeline_) return inner_(segment, x);
+    auto& record = segments_.at(next_++);
+    if (record.starts_stage) timeline_->mark(record.stage);
+    record.before = allocated();
+    torch::Tensor y = inner_(segment, x);
+    record.after = allocated();
+    record.shape = y.sizes().vec();
+    if (next_ == segments_.size()) timeline_->mark("head");
+    return y;
+  }
+
+  void forward_begins() override {
+    if (!timeline_) return;
+    next_ = 0;
+    timeline_->mark("forward");
+    forward_start = allocated();
+    reset_peak_memory(device_);
+  }
+  void forward_ends() override {
+    if (!timeline_) return;
+    forward_end = allocated();
+    forward_peak = peak();
+    reset_peak_memory(device_);  // backward's window starts here, before autocast's cache goes
+  }
+  void backward_begins() override {
+    if (timeline_) timeline_->mark("backward");
+  }
+  void optimizer_begins() override {
+    if (!timeline_) return;
+    backward_end = allocated();
+    backward_peak = peak();
+    timeline_->mark("optimizer");
+    reset_peak_memory(device_);
+  }
+  void step_ends() override {
+    if (!timeline_) return;
+    optimizer_peak = peak();
+    timeline_->mark("end");
+  }
+
+  const std::vector<SegmentRecord>& segments() const { return segments_; }
+
+  int64_t forward_start = 0, forward_end = 0, forward_peak = 0;
+  int64_t backward_end = 0, backward_peak = 0, optimizer_peak = 0;
+
+ private:
+  int64_t allocated() const { return memory_stats(device_).allocated; }
+  int64_t peak() const { return memory_stats(device_).peak_allocated; }
+
+  torch::Device device_;
+  models::SegmentRunner inner_;
+  std::vector<SegmentRecord> segments_;
+  MemoryTimeline* timeline_ = nullptr;
+  size_t next_ = 0;
+};
+
+// Stops feeding the timeline however the measured step ends.
+struct TracingScope {
+  TracingScope(const torch::Device& device, MemoryTimeline* timeline) : device(device) {
+    trace_allocations(device, timeline);
+  }
+  ~TracingScope() { trace_allocations(device, nullptr); }
+  TracingScope(const TracingScope&) = delete;
+  TracingScope& operator=(const TracingScope&) = delete;
+  torch::Device device;
+};
+
+std::shared_ptr<torch::nn::Module> child(models::ResNet& model, const std::string& name) {
+  return *model->named_children().find(name);
+}
+
+struct StaticBytes {
+  int64_t weights = 0, gradients = 0, optimizer_state = 0;
+};
+
+StaticBytes static_bytes(models::ResNet& model, torch::optim::SGD& optimizer) {
+  StaticBytes bytes;
+  for (const auto& parameter : model->parameters()) {
+    bytes.weights += bytes_of(parameter);
+    bytes.gradients += bytes_of(parameter.grad());
+  }
+  for (const auto& buffer : model->buffers()) bytes.weights += bytes_of(buffer);
+  for (const auto& [key, state] : optimizer.state()) {
+    if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state.get())) {
+      bytes.optimizer_state += bytes_of(sgd->momentum_buffer());
+    }
+  }
+  return bytes;
+}
+
+// The rows, the peak's phase and its itemized value, from what the probe saw.
+void fill_rows(StepBreakdown& b, const BreakdownProbe& probe, const StaticBytes& fixed,
+               int64_t scaler_bytes, int64_t batch_bytes, int64_t stem_copies, int64_t head_copies,
+               const std::vector<int64_t>& segment_copies) {
+  const auto& segments = probe.segments();
+  const std::vector<std::pair<std::string, int64_t>> phase_peaks = {
+      {"forward", probe.forward_peak},
+      {"backward", probe.backward_peak},
+      {"optimizer", probe.optimizer_peak}};
+  const auto top =
+      std::max_element(phase_peaks.begin(), phase_peaks.end(),
+                       [](const auto& a, const auto& c) { return a.second < c.second; });
+  b.peak_phase = top->first;
+  b.measured_peak_bytes = top->second;
+  const bool optimizer_peak = b.peak_phase == "optimizer";
+
+  auto add = [&](std::string name, std::string group, std::string stage, int64_t bytes,
+                 bool at_peak, std::vector<int64_t> shape = {}) {
+    b.rows.push_back(
+        {std::move(name), std::move(group), std::move(stage), std::move(shape), bytes, at_peak});
+  };
+  add("weights and buffers", "static", "", fixed.weights, true);
+  add("optimizer state (momentum)", "static", "", fixed.optimizer_state, true);
+  add("GradScaler state", "static", "", scaler_bytes, true);
+  add("batch (images, labels)", "static", "", batch_bytes, true);
+  add("gradients", "gradients", "", fixed.gradients, optimizer_peak);
+  const int64_t first_before = segments.front().before, last_after = segments.back().after;
+  add("stem", "activations", "stem", first_before - probe.forward_start - stem_copies,
+      !optimizer_peak);
+  int64_t copies = stem_copies + head_copies;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const auto& s = segments[i];
+    add(s.name, "activations", s.stage, s.after - s.before - segment_copies[i], !optimizer_peak,
+        s.shape);
+    copies += segment_copies[i];
+  }
+  add("head (pool, fc, loss)", "activations", "head", probe.forward_end - last_after - head_copies,
+      !optimizer_peak);
+  add("autocast weight copies", "activations", "autocast", copies, !optimizer_peak);
+  add("transient: forward", "transient", "", probe.forward_peak - probe.forward_end,
+      b.peak_phase == "forward");
+  add("transient: backward", "transient", "", probe.backward_peak - probe.forward_end,
+      b.peak_phase == "backward");
+  add("transient: optimizer step", "transient", "", probe.optimizer_peak - probe.backward_end,
+      optimizer_peak);
+  for (const auto& row : b.rows) b.itemized_peak_bytes += row.at_peak ? row.bytes : 0;
+}
+
+}  // namespace
+
+StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
+                                int64_t timeline_points) {
+  Config config = base;
+  config.training.precision = cell.precision;
+  config.training.memory_format = cell.memory_format;
+  config.checkpointing.enabled(cell.checkpointing);
+  const torch::Device device = resolve_device(config.training.device);
+  make_current(device);
+  set_memory_limit(device, config.memory.limit);
+  set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
+  StepBreakdown b;
+  b.cell = cell;
+  b.batch_size = config.training.batch_size;
+  try {
+    auto [model, optimizer, scaler] = build_step_parts(config, device);
+    const auto [images, labels] = synthetic_batch(config, device);
+    model->train();
+    const auto stages = model->stage_sizes();
+    const std::vector<int64_t> sizes = cell.checkpointing
+                                           ? checkpoint_segment_sizes(config.checkpointing, stages)
+                                           : std::vector<int64_t>(model->blocks().size(), 1);
+    models::SegmentRunner inner = &checkpoint;
+    if (!cell.checkpointing) {
+      inner = [](const models::Segment& segment, const torch::Tensor& x) {
+        return segment.forward(x);
+      };
+    }
+    BreakdownProbe probe(device, inner, segment_layout(sizes, stages));
+    model->set_segments(sizes, [&probe](const models::Segment& segment, const torch::Tensor& x) {
+      return probe.run(segment, x);
+    });
+    const auto precision = config.training.precision;
+    const double smoothing = config.training.label_smoothing;
+    // The warm-up step creates the optimizer's momentum and runs cuDNN's autotuning.
+    train_step(model, *optimizer, scaler, precision, smoothing, images, labels);
+    synchronize(device);
+
+    MemoryTimeline timeline(memory_stats(device).allocated, timeline_points);
+    if (config.memory.snapshot) start_memory_history(device, config.memory.snapshot_max_entries);
+    {
+      const TracingScope tracing(device, &timeline);
+      probe.start(&timeline);
+      train_step(model, *optimizer, scaler, precision, smoothing, images, labels, nullptr, &probe);
+      synchronize(device);
+    }
+    if (config.memory.snapshot) {
+      b.snapshot = memory_snapshot_pickle(device);
+      stop_memory_history(device);
+    }
+    b.timeline = timeline.points();
+    b.marks = timeline.marks();
+    b.timeline_events = timeline.events();
+
+    std::vector<int64_t> segment_copies;
+    for (const auto& segment : model->segments()) {
+      segment_copies.push_back(autocast_copy_bytes(segment.modules, precision));
+    }
+    fill_rows(b, probe, static_bytes(model, *optimizer), scaler.state_bytes(),
+              bytes_of(images) + bytes_of(labels),
+              autocast_copy_bytes({child(model, "conv1")}, precision),
+              autocast_copy_bytes({child(model, "fc")}, precision), segment_copies);
+    b.status = TrialStatus::Ok;
+  } catch (const std::exception& e) {
+    b.status = is_out_of_memory(e) ? TrialStatus::OutOfMemory : TrialStatus::Error;
+    b.message = error_line(e);
+    b.rows.clear();
+    if (config.memory.snapshot) {
+      try {
+        stop_memory_history(device);
+      } catch (const std::exception&) {
+        // the failure above is the one to report
+      }
+    }
+  }
+  return b;
+}
+
+}  // namespace training

@@ -1,0 +1,71 @@
+// Where the memory of one training step goes. One warm-up step, then one measured step of the
+// real train_step (step.h) whose phases are observed: the allocated bytes at each boundary and
+// each phase's peak, every allocation and free on a timeline (memory_timeline.h), and the
+// activations kept for backward per residual block (per checkpointed segment with gradient
+// checkpointing): the allocated-bytes delta across the block's forward while autograd records.
+//
+// The rows and how they add up to the step's peak:
+//   static       weights (+ BN buffers), optimizer state (momentum), GradScaler state, the batch
+//   gradients    held from the end of backward through the optimizer step
+//   activations  stem, each block, head (pool, fc, loss), autocast's cached low-precision weight
+//                copies (bf16/fp16): what is held at the end of forward beyond the static rows
+//   transient    forward: its peak above its end; backward: its peak above the end of forward
+//                (gradients so far and temporaries, minus the activations already freed);
+//                optimizer step: its peak above its start
+// The peak falls in one phase; its itemized value is static + activations + that phase's
+// transient (optimizer: static + gradients + transient). Unexplained = measured - itemized.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "training/config.h"
+#include "training/platform/memory_timeline.h"
+#include "training/studies/sweep.h"
+#include "training/studies/trial.h"
+
+namespace training {
+
+// A setting as `train memory --settings` spells it: the precision, then "+checkpointing" and
+// "+channels_last" when on ("bf16+checkpointing").
+std::string setting_label(const SweepCell& cell);
+// nullopt when `text` is not in that grammar.
+std::optional<SweepCell> parse_setting(const std::string& text);
+
+struct MemoryRow {
+  std::string name;            // "weights", "layer1.0", "transient: backward"
+  std::string group;           // static | gradients | activations | transient
+  std::string stage;           // activations: stem, layer1..layer4, head or autocast
+  std::vector<int64_t> shape;  // a block's (segment's) output shape
+  int64_t bytes = 0;
+  bool at_peak = false;  // part of the peak's composition
+};
+
+struct StepBreakdown {
+  SweepCell cell;
+  int64_t batch_size = 0;
+  TrialStatus status = TrialStatus::Error;
+  std::string message;  // why, for OutOfMemory and Error
+  std::vector<MemoryRow> rows;
+  std::string peak_phase;  // forward | backward | optimizer
+  int64_t measured_peak_bytes = 0;
+  int64_t itemized_peak_bytes = 0;  // the at_peak rows' sum
+  std::vector<MemoryTimeline::Point> timeline;
+  std::vector<MemoryTimeline::Mark> marks;
+  int64_t timeline_events = 0;
+  // memory.snapshot (CUDA): the caching allocator's pickled history of the measured step.
+  std::string snapshot;
+
+  int64_t unexplained_bytes() const { return measured_peak_bytes - itemized_peak_bytes; }
+  // The rows of one group (activations: one stage when `stage` is given), summed.
+  int64_t sum(const std::string& group, const std::string& stage = "") const;
+};
+
+// Measures `cell` at config.training.batch_size on config.training.device (memory.limit applies)
+// in this process. Out of memory is a result, as in a sweep trial. The timeline keeps at most
+// `timeline_points` points (memory_timeline.h).
+StepBreakdown measure_breakdown(const Config& config, const SweepCell& cell,
+                                int64_t timeline_points = 8192);
+
+}  // namespace training

@@ -1,0 +1,241 @@
+#include "training/studies/memory_report.h"
+
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+
+#include "training/platform/atomic_file.h"
+#include "training/platform/device.h"
+#include "training/platform/dir_lock.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+#include "training/platform/process.h"
+#include "training/run_dir.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+std::vector<SweepCell> memory_settings(const std::string& requested, const Config& config,
+                                       const torch::Device& device) {
+  std::vector<SweepCell> cells;
+  if (!requested.empty()) {
+    std::istringstream in(requested);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      const auto cell = parse_setting(item);
+      if (!cell) {
+        throw UserError("--settings: '" + item +
+                        "' is not a setting; expected a precision (fp32, bf16, fp16) with "
+                        "optional +checkpointing and +channels_last, e.g. bf16+checkpointing");
+      }
+      if (cell->precision == Precision::BF16) check_bf16_supported(device, "--settings");
+      if (std::find(cells.begin(), cells.end(), *cell) == cells.end()) cells.push_back(*cell);
+    }
+    if (cells.empty()) throw UserError("--settings: expected at least one setting, e.g. fp32");
+    return cells;
+  }
+  const bool bf16 = has_fast_bf16(device);
+  if (!bf16) {
+    spdlog::warn(
+        "bf16 settings left out: {} has no native bf16 (on such CPUs it is emulated, "
+        "~300x slower); ask for them with --settings",
+        device.str());
+  }
+  for (bool checkpointing : {false, true}) {
+    for (auto precision : {Precision::FP32, Precision::BF16}) {
+      if (precision == Precision::BF16 && !bf16) continue;
+      cells.push_back({precision, checkpointing, config.training.memory_format});
+    }
+  }
+  return cells;
+}
+
+namespace {
+
+std::string mib(int64_t bytes) {
+  return fmt::format("{:.1f}", to_mib(bytes));
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text;
+  for (int64_t size : shape) text += (text.empty() ? "" : "×") + std::to_string(size);
+  return text;
+}
+
+const MemoryRow* find_row(const StepBreakdown& b, const std::string& name) {
+  for (const auto& row : b.rows) {
+    if (row.name == name) return &row;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns) {
+  std::vector<const MemoryRow*> order;  // every row name once, in first-seen order
+  for (const auto& b : breakdowns) {
+    for (const auto& row : b.rows) {
+      const bool seen = std::any_of(order.begin(), order.end(),
+                                    [&](const MemoryRow* r) { return r->name == row.name; });
+      if (!seen) order.push_back(&row);
+    }
+  }
+  std::ostringstream md;
+  md << "| MiB | output shape |";
+  for (const auto& b : breakdowns) md << " " << setting_label(b.cell) << " |";
+  md << "\n|---|---|";
+  for (size_t i = 0; i < breakdowns.size(); ++i) md << "---:|";
+  md << "\n";
+  for (const MemoryRow* named : order) {
+    md << "| " << named->name << " | " << shape_text(named->shape) << " |";
+    for (const auto& b : breakdowns) {
+      const MemoryRow* row = find_row(b, named->name);
+      if (row) md << " " << (row->at_peak ? mib(row->bytes) : "(" + mib(row->bytes) + ")");
+      md << " |";
+    }
+    md << "\n";
+  }
+  auto line = [&](const std::string& label, auto cell) {
+    md << "| " << label << " | |";
+    for (const auto& b : breakdowns)
+      md << " " << (b.status == TrialStatus::Ok ? cell(b) : "") << " |";
+    md << "\n";
+  };
+  line("**itemized peak**", [](const StepBreakdown& b) {
+    return "**" + mib(b.itemized_peak_bytes) + "** (" + b.peak_phase + ")";
+  });
+  line("**measured peak**",
+       [](const StepBreakdown& b) { return "**" + mib(b.measured_peak_bytes) + "**"; });
+  line("unexplained", [](const StepBreakdown& b) {
+    const double share = b.measured_peak_bytes > 0
+                             ? 100.0 * static_cast<double>(b.unexplained_bytes()) /
+                                   static_cast<double>(b.measured_peak_bytes)
+                             : 0.0;
+    return fmt::format("{} ({:.1f}%)", mib(b.unexplained_bytes()), share);
+  });
+  for (const auto& b : breakdowns) {
+    if (b.status != TrialStatus::Ok) {
+      md << "\n"
+         << setting_label(b.cell) << ": " << status_name(b.status) << ": " << b.message << "\n";
+    }
+  }
+  return md.str();
+}
+
+namespace {
+
+ordered_json breakdown_json(const StepBreakdown& b) {
+  ordered_json rows = ordered_json::array();
+  for (const auto& row : b.rows) {
+    rows.push_back({{"name", row.name},
+                    {"group", row.group},
+                    {"stage", row.stage},
+                    {"shape", row.shape},
+                    {"bytes", row.bytes},
+                    {"at_peak", row.at_peak}});
+  }
+  return {{"setting", setting_label(b.cell)},
+          {"precision", precision_name(b.cell.precision)},
+          {"checkpointing", b.cell.checkpointing},
+          {"memory_format", memory_format_name(b.cell.memory_format)},
+          {"batch_size", b.batch_size},
+          {"status", status_name(b.status)},
+          {"message", b.message},
+          {"peak_phase", b.peak_phase},
+          {"measured_peak_bytes", b.measured_peak_bytes},
+          {"itemized_peak_bytes", b.itemized_peak_bytes},
+          {"unexplained_bytes", b.unexplained_bytes()},
+          {"rows", rows}};
+}
+
+ordered_json timeline_json(const StepBreakdown& b) {
+  ordered_json points = ordered_json::array(), marks = ordered_json::array();
+  for (const auto& p : b.timeline) points.push_back({p.event, p.bytes});
+  for (const auto& m : b.marks) marks.push_back({m.event, m.label});
+  return {{"setting", setting_label(b.cell)},
+          {"events", b.timeline_events},
+          {"points", points},
+          {"marks", marks}};
+}
+
+fs::path study_directory(const MemoryRequest& request, const Config& config) {
+  const fs::path dir =
+      !request.output_dir.empty()
+          ? fs::path(request.output_dir)
+          : new_run_path(config.output.dir, "", "memory-" + arch_name(config.model));
+  std::error_code ec;
+  const std::string held = fs::exists(dir, ec) ? held_outputs(dir) : "";
+  if (!held.empty()) {
+    throw UserError(dir.string() + ": already holds " + held + "; choose another --output-dir");
+  }
+  fs::create_directories(dir, ec);
+  if (ec) throw UserError(dir.string() + ": cannot create the study directory: " + ec.message());
+  return dir;
+}
+
+}  // namespace
+
+int memory_command(const MemoryRequest& request) {
+  const Config config = load_config(request.config_path, request.overrides);
+  set_cpu_threads(config.training.threads);
+  const torch::Device device = resolve_device(config.training.device);
+  if (config.memory.snapshot) check_memory_history_supported(device);
+  const auto settings = memory_settings(request.settings, config, device);
+  const fs::path dir = study_directory(request, config);
+  const DirectoryLock lock(dir);
+  write_file_atomically(dir / "config.yaml", to_yaml(config));
+  spdlog::info("memory: one step of {} ({} stem) at batch {} on {}, {} setting(s)",
+               arch_name(config.model), stem_name(config.model), config.training.batch_size,
+               describe_device(device), settings.size());
+
+  std::vector<StepBreakdown> breakdowns;
+  ordered_json settings_json = ordered_json::array(), timelines = ordered_json::array();
+  int exit_code = kExitOk;
+  for (const auto& cell : settings) {
+    breakdowns.push_back(measure_breakdown(config, cell));
+    const auto& b = breakdowns.back();
+    if (b.status == TrialStatus::Ok) {
+      spdlog::info("{}: peak {} MiB in {} ({} MiB itemized, {} MiB unexplained)",
+                   setting_label(cell), mib(b.measured_peak_bytes), b.peak_phase,
+                   mib(b.itemized_peak_bytes), mib(b.unexplained_bytes()));
+    } else {
+      spdlog::warn("{}: {}: {}", setting_label(cell), status_name(b.status), b.message);
+      exit_code = std::max(
+          exit_code, b.status == TrialStatus::OutOfMemory ? kExitOutOfMemory : kExitInternalError);
+    }
+    if (!b.snapshot.empty()) {
+      const fs::path file = dir / ("memory_snapshot-" + setting_label(cell) + ".pickle");
+      write_file_atomically(file, b.snapshot);
+      spdlog::info("allocator history: {} (open it at https://pytorch.org/memory_viz)",
+                   file.string());
+    }
+    settings_json.push_back(breakdown_json(b));
+    timelines.push_back(timeline_json(b));
+  }
+  const ordered_json facts = {{"arch", arch_name(config.model)},
+                              {"stem", stem_name(config.model)},
+                              {"device", device.str()},
+                              {"device_description", describe_device(device)},
+                              {"batch_size", config.training.batch_size},
+                              {"memory_limit_bytes", config.memory.limit},
+                              {"settings", settings_json}};
+  write_file_atomically(dir / "memory_breakdown.json", facts.dump(2) + "\n");
+  write_file_atomically(dir / "memory_timeline.json",
+                        ordered_json{{"settings", timelines}}.dump() + "\n");
+  const std::string table = breakdown_markdown(breakdowns);
+  write_file_atomically(
+      dir / "memory_breakdown.md",
+      fmt::format("# Memory of one training step: {} ({} stem), batch {}, {}\n\n{}\n",
+                  arch_name(config.model), stem_name(config.model), config.training.batch_size,
+                  describe_device(device), table));
+  std::istringstream lines(table);
+  for (std::string line; std::getline(lines, line);) spdlog::info("{}", line);
+  const std::string problem = run_python_script("plot_memory.py", {dir.string()}, dir / "plot.log");
+  if (!problem.empty()) spdlog::warn("plots skipped: {}; the tables are complete", problem);
+  spdlog::info("memory study written to {}", dir.string());
+  return exit_code;
+}
+
+}  // namespace training

@@ -1,0 +1,43 @@
+// `train memory`: one training step's memory breakdown (memory_breakdown.h) for several settings,
+// side by side, at training.batch_size. The study folder holds:
+//
+//   <dir>/config.yaml              the effective config
+//   <dir>/memory_breakdown.md      the rows per setting in MiB (the same table is logged)
+//   <dir>/memory_breakdown.json    the rows in bytes, with each block's output shape
+//   <dir>/memory_timeline.json     per setting: bytes held after every allocation and free,
+//                                  and the phase marks
+//   <dir>/memory_breakdown.png, memory_timeline.png    (scripts/plot_memory.py)
+//   <dir>/memory_snapshot-<setting>.pickle    with memory.snapshot (CUDA)
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "training/config.h"
+#include "training/studies/memory_breakdown.h"
+
+namespace training {
+
+struct MemoryRequest {
+  std::string config_path;
+  std::vector<Override> overrides;
+  std::string settings;    // "fp32,bf16+checkpointing"; "" = the default list
+  std::string output_dir;  // "" = <output.dir>/<date>-<time>-memory-<arch>
+};
+
+// The settings to measure: `requested` ("fp32,bf16+checkpointing"; UserError naming --settings),
+// or by default fp32, bf16, fp32+checkpointing, bf16+checkpointing in the configured memory
+// format, leaving bf16 out where it is not native (said in the log).
+std::vector<SweepCell> memory_settings(const std::string& requested, const Config& config,
+                                       const torch::Device& device);
+
+// The side-by-side table in MiB; a value outside its setting's peak is in parentheses.
+std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns);
+
+// Runs the study and writes its folder. Returns kExitOk when every setting was measured,
+// kExitOutOfMemory when one ran out of memory, kExitInternalError when one failed otherwise (the
+// outputs hold every setting either way). UserError for bad input, before anything is written.
+int memory_command(const MemoryRequest& request);
+
+}  // namespace training

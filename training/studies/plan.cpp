@@ -1,0 +1,243 @@
+#include "training/studies/plan.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+#include "training/run_dir.h"
+#include "training/studies/sweep_report.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+
+double parse_headroom(const std::string& text) {
+  const std::string expected =
+      "--headroom: expected the share of the card to keep free, below 100%, e.g. 10% or 0.1; "
+      "got '" +
+      text + "'";
+  std::string number = text;
+  const bool percent = !number.empty() && number.back() == '%';
+  if (percent) number.pop_back();
+  double value = 0;
+  size_t end = 0;
+  try {
+    value = std::stod(number, &end);
+  } catch (const std::exception&) {
+    throw UserError(expected);
+  }
+  if (end != number.size() || !std::isfinite(value)) throw UserError(expected);
+  if (percent) value /= 100;
+  if (value < 0 || value >= 1) throw UserError(expected);
+  return value;
+}
+
+namespace {
+
+// The memory outside the allocator to plan with, and where the figure comes from.
+std::pair<int64_t, std::string> plan_overhead(const SweepRecord& sweep,
+                                              std::optional<int64_t> given) {
+  if (given) return {*given, "--overhead"};
+  int64_t measured = 0;
+  for (const auto& t : sweep.trials) {
+    if (t.result.status == TrialStatus::Ok) {
+      measured = std::max(measured, t.result.outside_allocator_bytes);
+    }
+  }
+  if (sweep.device.rfind("cuda", 0) == 0 && measured > 0) {
+    return {measured, "measured on " + sweep.device + " by the sweep's trials"};
+  }
+  return {kAssumedCudaOverhead, sweep.device.rfind("cuda", 0) == 0
+                                    ? "assumed: this sweep did not measure it; --overhead to change"
+                                    : "assumed for a CUDA card: the sweep ran on " + sweep.device +
+                                          "; --overhead to change"};
+}
+
+std::string percent(double share) {
+  return fmt::format("{:.0f}%", share * 100);
+}
+
+}  // namespace
+
+Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
+               std::optional<int64_t> overhead) {
+  const SweepRecord sweep = read_sweep(sweep_dir);
+  Plan plan;
+  plan.card_bytes = card_bytes;
+  plan.headroom = headroom;
+  plan.usable_bytes = static_cast<int64_t>(static_cast<double>(card_bytes) * (1 - headroom));
+  std::tie(plan.overhead_bytes, plan.overhead_source) = plan_overhead(sweep, overhead);
+  const int64_t for_allocator = plan.usable_bytes - plan.overhead_bytes;
+  plan.cells = summarize(sweep.cells, sweep.trials, {std::max<int64_t>(0, for_allocator)},
+                         /*searched=*/false);
+  for (const auto& t : sweep.trials) {
+    if (t.result.status != TrialStatus::Ok) continue;
+    PlanCandidate c{t.cell, t.batch, t.result.images_per_second, t.result.peak_reserved_bytes};
+    for (const auto& summary : plan.cells) {
+      if (summary.cell == t.cell && summary.fit) {
+        c.predicted_peak = std::max(c.predicted_peak,
+                                    static_cast<int64_t>(std::ceil(summary.fit->predict(t.batch))));
+      }
+    }
+    c.fits = c.predicted_peak <= for_allocator;
+    plan.candidates.push_back(c);
+  }
+  if (plan.candidates.empty()) {
+    throw UserError(sweep_dir.string() +
+                    ": no trial of this sweep was measured ok; nothing to "
+                    "plan from");
+  }
+  std::stable_sort(plan.candidates.begin(), plan.candidates.end(),
+                   [](const PlanCandidate& a, const PlanCandidate& b) {
+                     return a.images_per_second > b.images_per_second;
+                   });
+  for (size_t i = 0; i < plan.candidates.size() && !plan.chosen; ++i) {
+    if (plan.candidates[i].fits) plan.chosen = i;
+  }
+  if (!plan.chosen) {
+    const auto smallest = *std::min_element(
+        plan.candidates.begin(), plan.candidates.end(),
+        [](const auto& a, const auto& b) { return a.predicted_peak < b.predicted_peak; });
+    const auto needed = static_cast<int64_t>(std::ceil(
+        static_cast<double>(smallest.predicted_peak + plan.overhead_bytes) / (1 - headroom)));
+    throw UserError("--memory: no measured setting fits in " + format_bytes(card_bytes) + " with " +
+                    percent(headroom) + " headroom and " + format_bytes(plan.overhead_bytes) +
+                    " outside the allocator; the smallest, " + smallest.cell.name() + " at batch " +
+                    std::to_string(smallest.batch) + ", needs a card of at least " +
+                    format_bytes(needed));
+  }
+  return plan;
+}
+
+std::string plan_table(const Plan& plan) {
+  std::ostringstream out;
+  out << "Plan for a " << format_bytes(plan.card_bytes) << " card: " << percent(plan.headroom)
+      << " headroom leaves " << format_bytes(plan.usable_bytes) << "; "
+      << format_bytes(plan.overhead_bytes) << " outside the allocator (" << plan.overhead_source
+      << ") leaves " << format_bytes(plan.usable_bytes - plan.overhead_bytes)
+      << " for the allocator's peak.\n\n"
+      << "| setting | batch | images/s | predicted peak | verdict |\n"
+      << "|---|---:|---:|---:|---|\n";
+  const auto& best = plan.candidates.at(*plan.chosen);
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const auto& c = plan.candidates[i];
+    std::string verdict;
+    if (i == *plan.chosen) {
+      verdict = "**recommended**";
+    } else if (!c.fits) {
+      verdict =
+          "does not fit: needs a card of " +
+          format_bytes(static_cast<int64_t>(std::ceil(
+              static_cast<double>(c.predicted_peak + plan.overhead_bytes) / (1 - plan.headroom))));
+    } else {
+      verdict = fmt::format("slower: {:.0f}% fewer images/s",
+                            100 * (1 - c.images_per_second / best.images_per_second));
+    }
+    out << "| " << c.cell.name() << " | " << c.batch << " | "
+        << fmt::format("{:.0f}", c.images_per_second) << " | " << format_bytes(c.predicted_peak)
+        << " | " << verdict << " |\n";
+  }
+  out << "\nLargest batch predicted to fit per setting (the sweep's fit; not measured):\n\n"
+      << "| setting | largest batch | fit R² |\n|---|---:|---:|\n";
+  for (const auto& cell : plan.cells) {
+    const auto& batch = cell.predictions.front().second;
+    out << "| " << cell.cell.name() << " | "
+        << (!cell.fit ? "- (needs two measured batches)"
+            : batch   ? std::to_string(*batch)
+                      : "-")
+        << " | " << (cell.fit ? fmt::format("{:.4f}", cell.fit->r_squared) : "-") << " |\n";
+  }
+  return out.str();
+}
+
+std::string recommended_flags(const PlanCandidate& c) {
+  return fmt::format(
+      "--set training.batch_size={} --set training.precision={} --set checkpointing.enabled={} "
+      "--set training.memory_format={}",
+      c.batch, precision_name(c.cell.precision), c.cell.checkpointing ? "true" : "false",
+      memory_format_name(c.cell.memory_format));
+}
+
+namespace {
+
+int64_t parse_size_flag(const std::string& flag, const std::string& text) {
+  try {
+    const int64_t bytes = parse_byte_size(text);
+    if (bytes <= 0) throw std::invalid_argument("expected a size above 0, got '" + text + "'");
+    return bytes;
+  } catch (const std::invalid_argument& e) {
+    throw UserError(flag + ": " + e.what());
+  }
+}
+
+// The small sweep `train plan` runs without --from; returns its directory (empty when stopped).
+fs::path run_small_sweep(const PlanRequest& request) {
+  const Config config = load_config(request.config_path, request.overrides);
+  const torch::Device device = resolve_device(config.training.device);
+  const std::string precisions = has_fast_bf16(device) ? "[fp32, bf16]" : "[fp32]";
+  SweepRequest sweep;
+  sweep.config_path = request.config_path;
+  const std::string plan = "train plan";  // what error messages name for these
+  sweep.overrides = {
+      {"sweep.precisions=" + precisions, plan},
+      {"sweep.checkpointing=[false, true]", plan},
+      {"sweep.memory_formats=[" + memory_format_name(config.training.memory_format) + "]", plan},
+      {"sweep.warmup_steps=1", plan},
+      {"sweep.measure_steps=2", plan},
+      {"sweep.find_max=false", plan},
+      {"sweep.time_budget=" + std::to_string(request.budget_seconds), "--budget"}};
+  // The user's own --set last: they may change the grid.
+  sweep.overrides.insert(sweep.overrides.end(), request.overrides.begin(), request.overrides.end());
+  sweep.output_dir =
+      !request.output_dir.empty()
+          ? request.output_dir
+          : new_run_path(config.output.dir, "", "plan-" + arch_name(config.model)).string();
+  sweep.executable = request.executable;
+  spdlog::info(
+      "plan: no --from, so a small sweep runs first in {}: precisions {}, checkpointing off and "
+      "on, batch sizes from sweep.batch_sizes, 1 warm-up + 2 measured steps per trial; no trial "
+      "starts after {} s (--budget)",
+      sweep.output_dir, precisions, request.budget_seconds);
+  return run_sweep(sweep) == kExitOk ? fs::path(sweep.output_dir) : fs::path();
+}
+
+}  // namespace
+
+int plan_command(const PlanRequest& request) {
+  if (request.memory.empty()) throw UserError("--memory: expected the card's memory, e.g. 12GiB");
+  const int64_t card = parse_size_flag("--memory", request.memory);
+  const double headroom = parse_headroom(request.headroom);
+  std::optional<int64_t> overhead;
+  if (!request.overhead.empty()) overhead = parse_size_flag("--overhead", request.overhead);
+  if (request.budget_seconds < 1) {
+    throw UserError("--budget: expected seconds >= 1, got " +
+                    std::to_string(request.budget_seconds));
+  }
+  fs::path sweep_dir = request.from;
+  if (!request.from.empty() && !request.config_path.empty()) {
+    throw UserError("--config: not used with --from (the sweep's config is " +
+                    (fs::path(request.from) / "config.yaml").string() + "); give one of them");
+  }
+  if (request.from.empty()) {
+    if (request.config_path.empty()) {
+      throw UserError(
+          "plan: expected --from SWEEP_DIR (a sweep to reuse) or --config FILE (to run a small "
+          "sweep first)");
+    }
+    sweep_dir = run_small_sweep(request);
+    if (sweep_dir.empty()) return kExitStopped;
+  }
+  const Plan plan = make_plan(sweep_dir, card, headroom, overhead);
+  std::cout << plan_table(plan)
+            << "\nrecommended: " << recommended_flags(plan.candidates.at(*plan.chosen))
+            << std::endl;
+  return kExitOk;
+}
+
+}  // namespace training

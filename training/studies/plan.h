@@ -1,0 +1,74 @@
+// `train plan --memory 12GiB`: what to run on a card of that size. Among a sweep's measured
+// settings (precision x checkpointing x memory format x batch), the one with the highest measured
+// images/s whose predicted peak, plus the device memory outside the allocator, fits the card
+// less a safety headroom. The prediction is the sweep's own memory model (memory_model.h, through
+// sweep.h's summarize): the larger of the setting's fitted line at that batch and the measured
+// peak. Without a sweep, a small one is run first (sweep.time_budget bounds it).
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "training/config.h"
+#include "training/studies/sweep.h"
+
+namespace training {
+
+// Memory outside the caching allocator assumed when the sweep ran on the CPU, where it cannot be
+// measured: the CUDA context with cuBLAS and cuDNN handles and workspaces, rounded up. A sweep on
+// CUDA measures it instead (the trials' outside_allocator_bytes); --overhead sets it.
+inline constexpr int64_t kAssumedCudaOverhead = int64_t{1} << 30;
+
+struct PlanCandidate {
+  SweepCell cell;
+  int64_t batch = 0;
+  double images_per_second = 0;
+  int64_t predicted_peak = 0;  // bytes the allocator will hold at the peak
+  bool fits = false;           // predicted_peak + overhead <= usable
+};
+
+struct Plan {
+  int64_t card_bytes = 0;
+  double headroom = 0;       // share of the card kept free
+  int64_t usable_bytes = 0;  // card x (1 - headroom)
+  int64_t overhead_bytes = 0;
+  std::string overhead_source;
+  std::vector<PlanCandidate> candidates;  // fastest first
+  std::optional<size_t> chosen;           // the fastest that fits
+  std::vector<CellSummary> cells;         // per setting: the largest batch predicted to fit
+};
+
+// "10%" or "0.1": the share of the card to keep free, in [0, 1). Throws UserError naming
+// --headroom otherwise.
+double parse_headroom(const std::string& text);
+
+// The plan for a card of `card_bytes` from the sweep in `sweep_dir` (sweep_report.h's
+// read_sweep). `overhead`: nullopt = measured by a CUDA sweep, or kAssumedCudaOverhead.
+// Throws UserError when no setting fits, naming the smallest card that would fit one.
+Plan make_plan(const std::filesystem::path& sweep_dir, int64_t card_bytes, double headroom,
+               std::optional<int64_t> overhead);
+
+// The table (fastest first, each with why it lost) and the per-setting predictions.
+std::string plan_table(const Plan& plan);
+// "--set training.batch_size=128 --set training.precision=bf16 ..."
+std::string recommended_flags(const PlanCandidate& candidate);
+
+struct PlanRequest {
+  std::string memory;  // the card, "12GiB"
+  std::string headroom = "10%";
+  std::string overhead;  // "" = measured or assumed (see kAssumedCudaOverhead)
+  std::string from;      // a sweep directory; "" = run a small sweep first
+  std::string config_path;
+  std::vector<Override> overrides;
+  std::string output_dir;  // of the small sweep; "" = <output.dir>/<date>-<time>-plan-<arch>
+  std::filesystem::path executable;
+  int64_t budget_seconds = 300;  // the small sweep's sweep.time_budget
+};
+
+// Prints the table and the recommended flags on stdout. kExitOk, or kExitStopped when the small
+// sweep was stopped; UserError for bad input and for a card too small for every setting.
+int plan_command(const PlanRequest& request);
+
+}  // namespace training
