@@ -8,13 +8,16 @@
 #    come from carried .deb files when TRAIN_DEBS (default .devdeps, filled here by
 #    EXTRA_DEBS="libssl-dev libssl3" ../shared/device/fetch-debs.sh) exists; OpenCV is not needed
 # 2. runs the CUDA suite, `ctest -L cuda`
-# 3. a find-max sweep under a 4 GiB limit (ResNet-18, CIFAR stem), and the CPU-vs-GPU comparison
+# 3. a find-max sweep under a 4 GiB limit (ResNet-18, CIFAR stem), `train plan` for a 16 GiB card
+#    from that sweep, `train memory` for ResNet-50 at batch 256 (with the allocator's snapshot),
+#    one NCCL rank through scripts/launch.py, and the CPU-vs-GPU comparison
 #    (scripts/compare_devices.py, 30 steps each)
-# 4. with --speed: matmul fp32/bf16 at N=8192 with % of peak, and ResNet-50 (CIFAR stem) bf16 +
+# 4. real data, when .devdata/cifar10-jpeg.tar.gz (or CIFAR10_TARBALL) is there: converted to
+#    binary batches with numpy + Pillow (scripts/get_data.py --to-binary); one epoch on it
+# 5. with --speed: matmul fp32/bf16 at N=8192 with % of peak, ResNet-50 (CIFAR stem) bf16 +
 #    channels_last at batch 512 for 100 steps on synthetic device-resident data (images/s,
-#    TFLOP/s, MFU)
-# 5. real data, when .devdata/cifar10-jpeg.tar.gz (or CIFAR10_TARBALL) is there: converted to
-#    binary batches with numpy + Pillow (scripts/get_data.py --to-binary); one short epoch on it
+#    TFLOP/s, MFU), and, with real data, the C++ trainer against the seed's Python loop at the
+#    seed's settings (scripts/bench_python.py)
 #
 # Writes OUT_DIR/gpu_check.md, OUT_DIR/gpu_check.json and one log per check; exits 1 when any
 # check failed (2 for bad arguments). A re-run reuses the build folder.
@@ -46,7 +49,7 @@ checks="$out/checks.jsonl"
 check() {
   local name=$1 log=$2 start status
   shift 2
-  echo "== $name"
+  echo "== $name ($(date +%T))"
   start=$(date +%s.%N)
   "$@" >"$out/$log" 2>&1
   status=$?
@@ -73,7 +76,7 @@ build() {
 }
 
 cuda_suite() {
-  ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure --timeout 600
+  ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure --timeout "${CUDA_TEST_TIMEOUT:-600}"
 }
 
 find_max() {
@@ -83,6 +86,23 @@ find_max() {
   rm -rf "$out/find_max"
   "$train" sweep --config "$config" --find-max --memory-limit 4GiB --output-dir "$out/find_max" &&
     cat "$out/find_max/sweep.md"
+}
+
+plan() {
+  "$train" plan --memory 16GiB --from "$out/find_max"
+}
+
+memory_study() {
+  rm -rf "$out/memory"
+  "$train" memory --config configs/resnet50_cifar10.yaml --device cuda --batch-size 256 \
+    --set memory.snapshot=true --output-dir "$out/memory" && cat "$out/memory/memory_breakdown.md"
+}
+
+nccl_one_rank() {
+  rm -rf "$out/nccl"
+  timeout -k 5 120 "$TRAIN_PYTHON" scripts/launch.py -n 1 --master-port 0 "$train" --config configs/quick_cpu.yaml \
+    --device cuda --set distributed.backend=nccl --set data.source=synthetic \
+    --set training.max_steps=20 --set training.epochs=1 --output-dir "$out/nccl"
 }
 
 compare() {
@@ -110,10 +130,19 @@ resnet50() {
     --output-dir "$out/resnet50" && cat "$out/resnet50/sweep.md"
 }
 
-real_data() {
+convert_data() {
   "$TRAIN_PYTHON" scripts/get_data.py --from "$tarball" --root "$REPO_ROOT/.devdata/cifar10-bin" \
-    --to-binary &&
-    rm -rf "$out/real" &&
+    --to-binary
+}
+
+python_baseline() {
+  "$TRAIN_PYTHON" scripts/bench_python.py --train "$train" --data "$REPO_ROOT/.devdata/cifar10-bin" \
+    --device cuda --threads "$(nproc)" --pairs 1 --steps 100 --skip-accuracy \
+    --markdown "$out/bench_python.md" && cat "$out/bench_python.md"
+}
+
+real_data() {
+  rm -rf "$out/real" &&
     "$train" --config configs/resnet50_cifar10.yaml --device cuda --output-dir "$out/real" \
       --set data.root="$REPO_ROOT/.devdata/cifar10-bin" --set data.source=binary \
       --set training.epochs=1 --set training.precision=bf16 --set checkpoint.enabled=false
@@ -125,13 +154,23 @@ check "build (Release)" build.log build || { failed=1; }
 if [[ -x "$train" ]]; then
   check "CUDA suite (ctest -L cuda)" cuda_suite.log cuda_suite || failed=1
   check "find-max sweep under 4 GiB" find_max.log find_max || failed=1
+  check "train plan for 16 GiB from that sweep" plan.log plan || failed=1
+  check "train memory, ResNet-50 batch 256" memory.log memory_study || failed=1
+  check "NCCL, one rank" nccl.log nccl_one_rank || failed=1
   check "CPU vs GPU comparison" compare.log compare || failed=1
+  data=0
+  if [[ -f "$tarball" ]]; then
+    check "real CIFAR-10 to binary batches" convert.log convert_data && data=1 || failed=1
+  fi
+  if ((data)); then
+    check "real CIFAR-10, one epoch" real_data.log real_data || failed=1
+  fi
   if ((speed)); then
     check "matmul fp32/bf16 N=8192" matmul.log matmul || failed=1
     check "ResNet-50 bf16 channels_last, batch 512, 100 steps" resnet50.log resnet50 || failed=1
-  fi
-  if [[ -f "$tarball" ]]; then
-    check "real CIFAR-10, one epoch" real_data.log real_data || failed=1
+    if ((data)); then
+      check "C++ vs the seed's Python loop, seed settings" bench_python.log python_baseline || failed=1
+    fi
   fi
 fi
 
