@@ -19,26 +19,47 @@
 #    TFLOP/s, MFU), and, with real data, the C++ trainer against the seed's Python loop at the
 #    seed's settings (scripts/bench_python.py)
 #
+# --only suite,find-max,plan,memory,nccl,compare,data,speed runs those groups alone (after the GPU
+# and build checks). CUDA_TEST_JOBS runs the suite's tests that many at a time (default 1; the
+# NVML test runs alone after them). GPU_CHECK_PREBUILT=1 uses a build folder carried from another
+# machine (built against the same torch 2.11.0 wheel) when its `train` runs here, finding LibTorch
+# and the CUDA runtime through LD_LIBRARY_PATH; otherwise it builds.
+#
 # Writes OUT_DIR/gpu_check.md, OUT_DIR/gpu_check.json and one log per check; exits 1 when any
 # check failed (2 for bad arguments). A re-run reuses the build folder.
 set -uo pipefail
+export BUILD_DIR=${BUILD_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build-gpu}
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$REPO_ROOT"
 
-usage() { echo "usage: scripts/gpu_check.sh OUT_DIR [--speed]" >&2; exit 2; }
+usage() { echo "usage: scripts/gpu_check.sh OUT_DIR [--speed] [--only GROUP,...]" >&2; exit 2; }
 [[ $# -ge 1 && $1 != -* ]] || usage
 out=$(mkdir -p "$1" && cd "$1" && pwd) || { echo "gpu_check: cannot create $1" >&2; exit 2; }
 shift
 speed=0
-for arg in "$@"; do
-  case $arg in
+only=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
     --speed) speed=1 ;;
+    --only)
+      [[ $# -ge 2 ]] || usage
+      only=",$2,"
+      for group in ${2//,/ }; do
+        case $group in
+          suite | find-max | plan | memory | nccl | compare | data | speed) ;;
+          *) echo "gpu_check: --only: unknown group '$group'" >&2; exit 2 ;;
+        esac
+      done
+      [[ $only == *,speed,* ]] && speed=1
+      shift ;;
     *) usage ;;
   esac
+  shift
 done
+# wanted GROUP: the group runs (every group when --only is not given).
+wanted() { [[ -z $only || $only == *",$1,"* ]]; }
 
 export TRAIN_PYTHON=${TRAIN_PYTHON:-python3}
-export BUILD_DIR=${BUILD_DIR:-$REPO_ROOT/build-gpu}
 if [[ -z "${TRAIN_DEBS:-}" && -f .devdeps/unpack-debs.sh ]]; then export TRAIN_DEBS=.devdeps; fi
 tarball=${CIFAR10_TARBALL:-.devdata/cifar10-jpeg.tar.gz}
 train="$BUILD_DIR/train"
@@ -72,11 +93,28 @@ sys.exit(0 if torch.cuda.is_available() else 'torch sees no GPU')"
 }
 
 build() {
+  if [[ -n "${GPU_CHECK_PREBUILT:-}" ]]; then
+    [[ -n "${TRAIN_DEBS:-}" ]] && bash "$TRAIN_DEBS/unpack-debs.sh" "${TRAIN_DEBS_PREFIX:-/opt/devdeps}"
+    local torch_lib cudart
+    torch_lib=$("$TRAIN_PYTHON" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+    cudart=$(find "$torch_lib/../.." -path '*nvidia*' -name 'libcudart.so.13' 2>/dev/null | head -1)
+    export LD_LIBRARY_PATH="$torch_lib${cudart:+:$(dirname "$cudart")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    if "$train" --help >/dev/null && "$BUILD_DIR/tests/cuda_tests" --gtest_list_tests >/dev/null; then
+      echo "gpu_check: using the carried build in $BUILD_DIR (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
+      return 0
+    fi
+    echo "gpu_check: the carried build does not run here; building"
+  fi
   BUILD_TARGETS="train cuda_tests" CMAKE_ARGS="-DTRAIN_USE_OPENCV=OFF" scripts/setup.sh
 }
 
 cuda_suite() {
-  ctest --test-dir "$BUILD_DIR" -L cuda --output-on-failure --timeout "${CUDA_TEST_TIMEOUT:-600}"
+  local status=0
+  ctest --test-dir "$BUILD_DIR" -L cuda -E Nvml -j "${CUDA_TEST_JOBS:-1}" --output-on-failure \
+    --timeout "${CUDA_TEST_TIMEOUT:-600}" || status=1
+  # Compares with nvidia-smi's reading of the whole GPU: alone, so that no other test's memory moves.
+  ctest --test-dir "$BUILD_DIR" -L cuda -R Nvml --output-on-failure || status=1
+  return $status
 }
 
 find_max() {
@@ -152,17 +190,21 @@ failed=0
 check "GPU visible" gpu.log gpu_info || failed=1
 check "build (Release)" build.log build || { failed=1; }
 if [[ -x "$train" ]]; then
-  check "CUDA suite (ctest -L cuda)" cuda_suite.log cuda_suite || failed=1
-  check "find-max sweep under 4 GiB" find_max.log find_max || failed=1
-  check "train plan for 16 GiB from that sweep" plan.log plan || failed=1
-  check "train memory, ResNet-50 batch 256" memory.log memory_study || failed=1
-  check "NCCL, one rank" nccl.log nccl_one_rank || failed=1
-  check "CPU vs GPU comparison" compare.log compare || failed=1
+  if wanted suite; then check "CUDA suite (ctest -L cuda)" cuda_suite.log cuda_suite || failed=1; fi
+  if wanted find-max || wanted plan; then
+    check "find-max sweep under 4 GiB" find_max.log find_max || failed=1
+  fi
+  if wanted plan; then check "train plan for 16 GiB from that sweep" plan.log plan || failed=1; fi
+  if wanted memory; then
+    check "train memory, ResNet-50 batch 256" memory.log memory_study || failed=1
+  fi
+  if wanted nccl; then check "NCCL, one rank" nccl.log nccl_one_rank || failed=1; fi
+  if wanted compare; then check "CPU vs GPU comparison" compare.log compare || failed=1; fi
   data=0
-  if [[ -f "$tarball" ]]; then
+  if [[ -f "$tarball" ]] && { wanted data || wanted speed; }; then
     check "real CIFAR-10 to binary batches" convert.log convert_data && data=1 || failed=1
   fi
-  if ((data)); then
+  if ((data)) && wanted data; then
     check "real CIFAR-10, one epoch" real_data.log real_data || failed=1
   fi
   if ((speed)); then

@@ -3,10 +3,13 @@
 // scripts/gpu_check.sh runs it on a GPU machine. Most tests drive the `train` executable, each
 // in a fresh process, because start-up (the device's lazy initialisation, the memory limit before
 // the first tensor) is part of what they check.
+#include <execinfo.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -36,12 +39,34 @@ using nlohmann::json;
 
 const torch::Device kGpu(torch::kCUDA, 0);
 
+// A crash of this process prints its stack (ctest keeps the output), and gtest's progress lines
+// are written at once, so the log shows which test and which frame a crash came from.
+void print_stack_and_die(int signal) {
+  void* frames[64];
+  const int count = backtrace(frames, 64);
+  static const char header[] = "\ncuda_tests: fatal signal; stack:\n";
+  (void)!write(STDERR_FILENO, header, sizeof header - 1);
+  backtrace_symbols_fd(frames, count, STDERR_FILENO);
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+const bool kCrashReportInstalled = [] {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  std::signal(SIGSEGV, print_stack_and_die);
+  std::signal(SIGBUS, print_stack_and_die);
+  return true;
+}();
+
 struct Result {
   int code = -1;
   std::string output;
 };
 
 Result run(const std::string& command) {
+  // This process initialises CUDA before a child starts: on an H200 (driver 580), a test process
+  // that had only counted the devices and ran `train` crashed at exit. CUDA_TEST_LAZY=1 leaves the
+  // initialisation out, to see whether that still happens.
+  if (!std::getenv("CUDA_TEST_LAZY")) training::describe_device(kGpu);
   Result result;
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   char buffer[4096];
@@ -222,25 +247,48 @@ TEST(Cuda, SweepTrialsReportTheSteadyPeakApart) {
   EXPECT_LE(result.steady_peak_allocated_bytes, result.peak_allocated_bytes);
 }
 
-TEST(Cuda, DeviceResidentDataGivesTheSameMetrics) {
+// The data path: the split held on the GPU gives the batches the host path gives (same order,
+// crops and flips: every random choice is drawn on the CPU from the same seeds).
+TEST(Cuda, DeviceResidentDataGivesTheSameBatches) {
+  CUDA_OR_SKIP();
+  const auto split = data::make_synthetic(640, 5);
+  auto batches = [&](bool resident) {
+    data::BatchLoader loader(
+        split,
+        data::LoaderOptions().batch_size(64).device(kGpu).seed(4).augment(true).device_resident(
+            resident));
+    loader.start_epoch(2);
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
+    while (auto batch = loader.next()) out.emplace_back(batch->images.cpu(), batch->labels.cpu());
+    return out;
+  };
+  const auto host = batches(false);
+  const auto resident = batches(true);
+  ASSERT_EQ(host.size(), resident.size());
+  for (size_t i = 0; i < host.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(host[i].first, resident[i].first, 1e-6, 1e-6)) << "batch " << i;
+    EXPECT_TRUE(torch::equal(host[i].second, resident[i].second)) << "batch " << i;
+  }
+}
+
+// End to end: a run on device-resident data trains like one on host data. Not number for number:
+// cuDNN's backward kernels accumulate in a non-deterministic order, so two runs of the same
+// batches differ in the last digits (4e-4 in the loss after 8 steps, seen on an H200).
+TEST(Cuda, DeviceResidentDataTrainsLikeHostData) {
   CUDA_OR_SKIP();
   test_support::TempDir dir;
-  // Deterministic cuDNN algorithms so that the two runs can be compared number for number.
-  const auto config = write_config(dir, "optimizer: {lr: 0.05}\n").string() +
-                      " --set training.cudnn_benchmark=false --set training.allow_tf32=false";
+  const auto config = write_config(dir, "optimizer: {lr: 0.05}\n").string();
   std::vector<json> rows[2];
   for (int resident = 0; resident < 2; ++resident) {
     const auto out = dir / ("r" + std::to_string(resident));
-    const auto r = run("CUBLAS_WORKSPACE_CONFIG=:4096:8 " + std::string(TRAIN_BINARY) +
-                       " --config " + config + " --output-dir " + out.string() +
-                       " --set data.device_resident=" + (resident ? "true" : "false"));
+    const auto r = train("--config " + config + " --output-dir " + out.string() +
+                         " --set data.device_resident=" + (resident ? "true" : "false"));
     ASSERT_EQ(r.code, 0) << r.output;
     rows[resident] = metrics(out);
   }
-  for (const char* key : {"train_loss", "train_acc", "test_loss", "test_acc"}) {
-    EXPECT_NEAR(rows[0].at(0).at(key).get<double>(), rows[1].at(0).at(key).get<double>(), 1e-4)
-        << key;
-  }
+  const double loss = rows[0].at(0).at("train_loss").get<double>();
+  EXPECT_NEAR(rows[1].at(0).at("train_loss").get<double>(), loss, 0.01 * loss);
+  EXPECT_EQ(rows[0].at(0).at("step"), rows[1].at(0).at("step"));
 }
 
 TEST(Cuda, PrefetchingOnASideStreamYieldsTheSameBatches) {

@@ -125,10 +125,12 @@ void start_memory_history(int index, int64_t max_entries) {
   initialize();
   make_current(index);
   // As torch.cuda.memory._record_memory_history(max_entries=...): allocations, frees and segment
-  // events with C++ stack traces (Python frames do not exist here).
-  torch::cuda::_record_memory_history(std::optional<std::string>("all"),
-                                      std::optional<std::string>("all"), "cpp",
-                                      static_cast<size_t>(max_entries));
+  // events. The C++ overload that takes `stacks` accepts only "python" or "all", and "all"
+  // unwinds and symbolises a C++ stack per event; this one records the events with the (here
+  // empty) Python context and no C++ stacks.
+  torch::cuda::_record_memory_history(/*enabled=*/true, /*record_context=*/true, max_entries,
+                                      /*trace_alloc_record_context=*/true,
+                                      /*record_cpp_context=*/false);
 }
 
 std::string memory_snapshot_pickle() {
@@ -137,8 +139,7 @@ std::string memory_snapshot_pickle() {
 
 void stop_memory_history() {
   // As torch.cuda.memory._record_memory_history(enabled=None).
-  torch::cuda::_record_memory_history(std::optional<std::string>(),
-                                      std::optional<std::string>("all"), "all", SIZE_MAX);
+  torch::cuda::_record_memory_history(/*enabled=*/false);
 }
 
 int64_t memory_outside_allocator(int index) {

@@ -79,6 +79,13 @@ struct NvmlUtilization {
 struct NvmlMemory {
   unsigned long long total, free, used;
 };
+// nvmlMemory_v2_t: `used` leaves out the memory the driver reserves, as nvidia-smi shows it; the
+// first version counts that reservation as used (about 600 MiB more on an H200).
+struct NvmlMemoryV2 {
+  unsigned int version;
+  unsigned long long total, reserved, free, used;
+};
+constexpr unsigned int kNvmlMemoryV2Version = sizeof(NvmlMemoryV2) | (2u << 24);
 constexpr int kNvmlSuccess = 0;
 constexpr int kNvmlClockSm = 1;
 constexpr int kNvmlTemperatureGpu = 0;
@@ -109,6 +116,8 @@ class NvmlProbe : public Probe {
         required("nvmlDeviceGetUtilizationRates"));
     memory_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlMemory*)>(
         required("nvmlDeviceGetMemoryInfo"));
+    memory_v2_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlMemoryV2*)>(
+        optional("nvmlDeviceGetMemoryInfo_v2"));
     power_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned*)>(
         optional("nvmlDeviceGetPowerUsage"));
     clock_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int, unsigned*)>(
@@ -131,8 +140,13 @@ class NvmlProbe : public Probe {
     NvmlUtilization utilization{};
     if (utilization_(device_, &utilization) == kNvmlSuccess)
       sample.utilization = utilization.gpu / 100.0;
+    NvmlMemoryV2 memory_v2{};
+    memory_v2.version = kNvmlMemoryV2Version;
     NvmlMemory memory{};
-    if (memory_(device_, &memory) == kNvmlSuccess) {
+    if (memory_v2_ && memory_v2_(device_, &memory_v2) == kNvmlSuccess) {
+      sample.memory_used = static_cast<int64_t>(memory_v2.used);
+      sample.memory_total = static_cast<int64_t>(memory_v2.total);
+    } else if (memory_(device_, &memory) == kNvmlSuccess) {
       sample.memory_used = static_cast<int64_t>(memory.used);
       sample.memory_total = static_cast<int64_t>(memory.total);
     }
@@ -155,6 +169,7 @@ class NvmlProbe : public Probe {
   nvmlReturn_t (*handle_by_bus_id_)(const char*, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*utilization_)(nvmlDevice_t, NvmlUtilization*) = nullptr;
   nvmlReturn_t (*memory_)(nvmlDevice_t, NvmlMemory*) = nullptr;
+  nvmlReturn_t (*memory_v2_)(nvmlDevice_t, NvmlMemoryV2*) = nullptr;
   nvmlReturn_t (*power_)(nvmlDevice_t, unsigned*) = nullptr;
   nvmlReturn_t (*clock_)(nvmlDevice_t, int, unsigned*) = nullptr;
   nvmlReturn_t (*temperature_)(nvmlDevice_t, int, unsigned*) = nullptr;

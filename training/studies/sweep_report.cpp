@@ -136,7 +136,8 @@ std::string markdown(const SweepFacts& facts, const std::vector<CellSummary>& ce
      << (facts.limit_is_emulated ? " (emulated with memory.limit)" : " (the device's)")
      << ". Each trial ran in its own process: " << facts.warmup_steps << " warm-up + "
      << facts.measure_steps
-     << " measured steps on synthetic batches held on the device; step time is the median. "
+     << " measured steps on synthetic images through the run's loader; step time (the step alone) "
+        "is the median. "
         "Peaks include the first step (what must fit); the steady peak is over the measured "
         "steps after the warm-up.\n\n";
   trials_table(md, trials);

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <chrono>
 
+#include "data/dataset.h"
 #include "training/components.h"
 #include "training/optim.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
+#include "training/platform/memory.h"
 #include "training/platform/statistics.h"
 #include "training/step.h"
 
@@ -69,6 +71,28 @@ std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,
   return {images, labels};
 }
 
+namespace {
+
+// The training data path: the run's own loader (data.loader, data.prefetch, data.device_resident,
+// data.augment) over synthetic images, so that a trial holds on the device what training holds --
+// the prefetched batches and the blocks of the loader's stream -- and the largest batch that fits
+// a trial under memory.limit also trains under it. Enough batches per epoch for the prefetch
+// queue to fill; the split itself is host data, not counted (as in training).
+std::unique_ptr<data::Loader> trial_loader(const Config& config, const torch::Device& device,
+                                           int64_t steps) {
+  const int64_t batches = std::min(steps, prefetch_for(config.data, device.is_cuda()) + 2);
+  data::Split split;
+  {
+    TrackingCpuAllocator::HostData host_data;
+    split = data::make_synthetic(config.training.batch_size * std::max<int64_t>(batches, 1),
+                                 static_cast<uint64_t>(config.training.seed));
+    split.labels.remainder_(config.model.num_classes());
+  }
+  return make_loader(std::move(split), config, device, /*train=*/true, /*group=*/nullptr);
+}
+
+}  // namespace
+
 TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t measure_steps) {
   const torch::Device device = resolve_device(config.training.device);
   make_current(device);
@@ -79,18 +103,26 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
   MemoryStats warmup_peaks;  // over the warm-up steps (the first step among them)
   try {
     auto [model, optimizer, scaler] = build_step_parts(config, device);
-    const auto [images, labels] = synthetic_batch(config, device);
     model->train();
     synchronize(device);
     reset_peak_memory(device);
+    const auto loader = trial_loader(config, device, warmup_steps + measure_steps);
+    int64_t epoch = 1;
+    loader->start_epoch(epoch);
     for (int64_t step = 0; step < warmup_steps + measure_steps; ++step) {
       if (step == warmup_steps && warmup_steps > 0) {
         warmup_peaks = memory_stats(device);
         reset_peak_memory(device);  // the measured steps' own peak from here
       }
+      auto batch = loader->next();
+      if (!batch) {
+        loader->start_epoch(++epoch);
+        batch = loader->next();
+      }
+      // The step alone is timed; the loader prepares the next batches meanwhile, as in training.
       const auto start = std::chrono::steady_clock::now();
       train_step(model, *optimizer, scaler, config.training.precision,
-                 config.training.label_smoothing, images, labels);
+                 config.training.label_smoothing, batch->images, batch->labels);
       synchronize(device);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -97,7 +97,8 @@ TEST(Sampler, NvmlWithoutPowerClockOrTemperatureStillSamples) {
   ASSERT_NE(probe, nullptr) << why;
   const auto sample = probe->read();
   EXPECT_DOUBLE_EQ(sample.utilization.value(), 0.42);
-  EXPECT_EQ(sample.memory_used.value(), int64_t{1} << 30);
+  // No nvmlDeviceGetMemoryInfo_v2: the first version's `used`, the driver's 256 MiB included.
+  EXPECT_EQ(sample.memory_used.value(), (int64_t{1} << 30) + (int64_t{256} << 20));
   EXPECT_FALSE(sample.power_watts.has_value());
   EXPECT_FALSE(sample.sm_clock_mhz.has_value());
   EXPECT_FALSE(sample.temperature_c.has_value());
