@@ -84,6 +84,8 @@ TEST(MemoryBreakdown, StaticRowsAreTheTensorsSizes) {
   EXPECT_EQ(row("gradients"), 11173962 * 4);
   EXPECT_GT(row("weights and buffers"), 11173962 * 4);  // plus BatchNorm's running statistics
   EXPECT_EQ(row("batch (images, labels)"), 2 * 3 * 32 * 32 * 4 + 2 * 8);
+  // No library keeps a workspace in the CPU allocator between steps.
+  EXPECT_EQ(row("library workspaces"), 0);
 }
 
 TEST(MemoryBreakdown, ActivationsScaleLinearlyWithTheBatch) {
