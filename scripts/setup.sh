@@ -2,11 +2,11 @@
 # Installs what is missing and builds. Safe to re-run: installed packages and an existing
 # torch 2.11.0 are detected and not fetched again.
 #   1. Debian packages (compiler, CMake, OpenCV, spdlog, CLI11, yaml-cpp, nlohmann-json, GoogleTest,
-#      Gloo's headers, OpenSSL for SHA-256)
+#      Gloo's headers, OpenSSL for SHA-256, protobuf + Boost.CRC for TensorBoard event files)
 #      -- or, with TRAIN_DEBS=DIR, the .deb files in DIR unpacked without apt (a machine without
 #      network or Debian's -dev packages, e.g. a GPU machine; DIR holds unpack-debs.sh)
 #   2. a virtualenv ($TRAIN_VENV) with torch 2.11.0 (its LibTorch is what we link), torchvision,
-#      numpy, Pillow, matplotlib -- or, with TRAIN_PYTHON=python3, that interpreter's own torch
+#      numpy, Pillow, matplotlib, tensorboard -- or, with TRAIN_PYTHON=python3, that interpreter's own torch
 #      2.11.0 (nothing is installed into it)
 #   3. CMake configure + build in $BUILD_DIR ($BUILD_TYPE, default Release); BUILD_TARGETS limits
 #      the build to some targets, CMAKE_ARGS adds configure options
@@ -24,7 +24,8 @@ if [[ -n "${TRAIN_DEBS:-}" ]]; then
 else
   debs=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv
         libopencv-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
-        libgtest-dev libgmock-dev libgloo-dev libssl-dev)
+        libgtest-dev libgmock-dev libgloo-dev libssl-dev libprotobuf-dev protobuf-compiler
+        libboost-dev)
   missing=()
   for p in "${debs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -63,10 +64,10 @@ else
     [[ -x "$python" ]] || python3 -m venv "$TRAIN_VENV"
     "$TRAIN_VENV/bin/pip" install -q "torch==$TORCH_VERSION"
   fi
-  if ! "$python" -c "import torchvision, numpy, PIL, matplotlib" 2>/dev/null; then
-    echo "setup: installing torchvision, numpy, Pillow, matplotlib into $TRAIN_VENV"
+  if ! "$python" -c "import torchvision, numpy, PIL, matplotlib, tensorboard" 2>/dev/null; then
+    echo "setup: installing torchvision, numpy, Pillow, matplotlib, tensorboard into $TRAIN_VENV"
     "$TRAIN_VENV/bin/pip" install -q "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" \
-      numpy pillow matplotlib
+      numpy pillow matplotlib tensorboard
   fi
 fi
 

@@ -125,6 +125,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.real("sample_period", c.monitor.sample_period, 0.0, 3600.0);
     v.real("data_wait_threshold", c.monitor.data_wait_threshold, 0.0, 1.0);
     v.real("utilization_threshold", c.monitor.utilization_threshold, 0.0, 1.0);
+    v.boolean("tensorboard", c.monitor.tensorboard);
   });
   v.section("profiler", [&] {
     v.boolean("enabled", c.profiler.enabled);
@@ -166,6 +167,11 @@ void validate(const Config& c, const std::function<std::string(const std::string
   if (!parse_device_spec(c.training.device)) {
     fail("training.device: expected auto, cpu, cuda or cuda:<index>, got '" + c.training.device +
          "'");
+  }
+  if (c.monitor.tensorboard && !tensorboard_built()) {
+    fail(
+        "monitor.tensorboard: this build has no TensorBoard writer (protobuf or Boost.CRC was "
+        "not found at configure time); set it to false");
   }
   if (c.optimizer.nesterov() && c.optimizer.momentum() <= 0.0) {
     fail("optimizer.nesterov: true needs optimizer.momentum > 0 (set nesterov: false)");

@@ -12,6 +12,7 @@
 #include "training/optim.h"
 #include "training/platform/distributed.h"
 #include "training/platform/errors.h"
+#include "training/platform/tensorboard.h"
 #include "training/recompute.h"
 #include "training/schedule.h"
 
@@ -82,6 +83,7 @@ struct MonitorConfig {
   double sample_period = 1.0;           // seconds between device samples (0 = no gpu.jsonl)
   double data_wait_threshold = 0.10;    // warn when the loop waits for data longer than this share
   double utilization_threshold = 0.70;  // warn when mean GPU utilisation is below this
+  bool tensorboard = tensorboard_built();  // events.out.tfevents.* in the run directory
 };
 
 struct ProfilerConfig {

@@ -87,6 +87,35 @@ nlohmann::ordered_json to_json(const EpochRecord& record) {
   return row;
 }
 
+Scalars tensorboard_scalars(const EpochRecord& r) {
+  Scalars s = {
+      {"train/epoch_loss", r.train_loss},
+      {"train/epoch_accuracy", r.train_acc},
+      {"train/epoch_lr", r.lr},
+      {"test/loss", r.test_loss},
+      {"test/accuracy", r.test_acc},
+      {"time/epoch_seconds", r.epoch_seconds},
+      {"time/eval_seconds", r.eval_seconds},
+      {"time/images_per_second", r.images_per_second},
+      {"time/data_seconds", r.data_seconds},
+      {"time/compute_seconds", r.compute_seconds},
+      {"time/data_wait_fraction", r.data_wait_fraction},
+      {"memory/peak_allocated_bytes", static_cast<double>(r.peak_allocated_bytes)},
+      {"memory/train_peak_allocated_bytes", static_cast<double>(r.train_peak_allocated_bytes)},
+      {"memory/eval_peak_allocated_bytes", static_cast<double>(r.eval_peak_allocated_bytes)}};
+  auto optional = [&](const char* tag, const auto& value) {
+    if (value) s.emplace_back(tag, static_cast<double>(*value));
+  };
+  optional("memory/peak_reserved_bytes", r.peak_reserved_bytes);
+  optional("memory/train_peak_reserved_bytes", r.train_peak_reserved_bytes);
+  optional("memory/eval_peak_reserved_bytes", r.eval_peak_reserved_bytes);
+  optional("train/grad_scale", r.grad_scale);
+  optional("device/utilization_mean", r.utilization_mean);
+  optional("device/utilization_max", r.utilization_max);
+  optional("device/memory_used_max_bytes", r.memory_used_max_bytes);
+  return s;
+}
+
 EpochRecord epoch_record_from_json(const nlohmann::json& row, const std::string& where) {
   EpochRecord record;
   columns(record, ColumnReader(row, where));

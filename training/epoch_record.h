@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "training/platform/tensorboard.h"
+
 namespace training {
 
 struct EpochRecord {
@@ -38,6 +40,11 @@ struct EpochRecord {
 };
 
 nlohmann::ordered_json to_json(const EpochRecord& record);
+
+// The record as TensorBoard scalars, tags grouped by section: train/ (the epoch's running loss and
+// accuracy, lr), test/, time/, memory/ (bytes), device/ (the sampler's). Absent optional columns
+// give no scalar.
+Scalars tensorboard_scalars(const EpochRecord& record);
 
 // Reads a row back; throws UserError naming `where` (file and line) and the missing or mistyped
 // column.

@@ -58,6 +58,10 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
 void Trainer::write_to(RunDirectory& run) {
   run_ = &run;
   sampler_ = make_sampler(config_.monitor, device_, run.path() / "gpu.jsonl");
+  if (config_.monitor.tensorboard) {
+    // A resumed run writes a new file, from the step after the last one the earlier files hold.
+    events_ = std::make_unique<EventWriter>(run.path(), last_event_step(run.path()));
+  }
   if (config_.profiler.enabled) {
     profiler_ = std::make_unique<StepProfiler>(profiler_options(config_.profiler),
                                                run.path() / "trace.json", device_);
@@ -218,6 +222,13 @@ bool Trainer::train_epoch() {
           {epoch, config_.training.epochs, state_.batch_in_epoch, batches, rate, running_loss,
            running_acc, last_lr_,
            left * static_cast<double>(config_.training.batch_size) / std::max(rate, 1e-9)});
+      if (events_) {
+        events_->add_scalars(state_.step, {{"train/loss", running_loss},
+                                           {"train/accuracy", running_acc},
+                                           {"train/lr", last_lr_},
+                                           {"train/images_per_second", rate}});
+        events_->flush();
+      }
       interval_start = Clock::now();
       interval_images = 0;
     }
@@ -295,6 +306,10 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   }
   r.world_size = group_ ? group_->world_size() : 1;
   if (run_) run_->record_epoch(r);
+  if (events_) {
+    events_->add_scalars(r.step, tensorboard_scalars(r));
+    events_->flush();
+  }
   log_epoch(r);
 }
 

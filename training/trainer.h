@@ -19,6 +19,7 @@
 #include "training/platform/memory_snapshot.h"
 #include "training/platform/monitor.h"
 #include "training/platform/profiler.h"
+#include "training/platform/tensorboard.h"
 #include "training/run_dir.h"
 #include "training/schedule.h"
 
@@ -103,6 +104,7 @@ class Trainer {
   std::unique_ptr<Sampler> sampler_;        // null when sampling is off or NVML is missing
   std::unique_ptr<StepProfiler> profiler_;  // null unless profiling and writing a run
   std::unique_ptr<StepMemorySnapshot> snapshot_;  // null unless memory.snapshot, writing a run
+  std::unique_ptr<EventWriter> events_;           // null unless monitor.tensorboard, writing a run
 };
 
 }  // namespace training

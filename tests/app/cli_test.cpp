@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "app/cli_support.h"
+#include "training/epoch_record.h"
+#include "training/platform/tensorboard.h"
 
 namespace {
 
@@ -380,6 +384,56 @@ TEST(Cli, SigintStopsWithACheckpointThatResumes) {
   const auto r = run_train("--resume " + run.string() + " --set training.epochs=2");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 2);
+}
+
+// TensorBoard's own reader finds every epoch column under its tag with the metrics.jsonl value, and
+// the progress scalars at each log interval; a resumed run adds a second file whose steps continue
+// without repeating any.
+TEST(Cli, TensorBoardReadsEveryColumnAndAResumeRepeatsNoStep) {
+  if (!training::tensorboard_built()) GTEST_SKIP() << "built without protobuf / Boost.CRC";
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  auto r = run_train("--config " + write_tiny_config(dir, 2).string() + " --output-dir " +
+                     run.string() + " --set training.max_steps=6");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_train("--resume " + run.string() + " --set training.max_steps=0");
+  ASSERT_EQ(r.code, 0) << r.output;
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(run)) {
+    files += entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_EQ(files, 2);
+
+  r = cli::run_shell(std::string(TEST_PYTHON) + " " + PROJECT_SOURCE_DIR +
+                     "/scripts/read_tensorboard.py " + run.string() + " 2>/dev/null");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto scalars = nlohmann::json::parse(r.output);
+  auto value_at = [&](const std::string& tag, int64_t step) -> std::optional<double> {
+    if (!scalars.contains(tag)) return std::nullopt;
+    for (const auto& point : scalars.at(tag)) {
+      if (point.at(0).get<int64_t>() == step) return point.at(1).get<double>();
+    }
+    return std::nullopt;
+  };
+  std::ifstream in(run / "metrics.jsonl");
+  int rows = 0;
+  for (std::string line; std::getline(in, line); ++rows) {
+    const auto record = training::epoch_record_from_json(nlohmann::json::parse(line), "metrics");
+    for (const auto& [tag, value] : training::tensorboard_scalars(record)) {
+      const auto seen = value_at(tag, record.step);
+      ASSERT_TRUE(seen.has_value()) << tag << " at step " << record.step;
+      EXPECT_NEAR(*seen, value, 1e-6 * std::max(1.0, std::abs(value))) << tag;
+    }
+    EXPECT_EQ(*value_at("test/accuracy", record.step), static_cast<float>(record.test_acc));
+  }
+  EXPECT_EQ(rows, 2);
+  // log_every_steps 1, 4 steps per epoch, 8 steps: one progress point per step, none twice.
+  for (const char* tag : {"train/loss", "train/accuracy", "train/lr", "train/images_per_second"}) {
+    ASSERT_TRUE(scalars.contains(tag)) << tag;
+    std::vector<int64_t> steps;
+    for (const auto& point : scalars.at(tag)) steps.push_back(point.at(0).get<int64_t>());
+    EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8})) << tag;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Reads a run's TensorBoard event files back with TensorBoard's own reader, as `tensorboard
+--logdir` does, and prints every scalar as JSON: {"tag": [[step, value], ...], ...}, in step order.
+
+  scripts/read_tensorboard.py RUN_DIR
+
+Exit codes: 0; 2 when RUN_DIR holds no event file or the tensorboard package is missing.
+"""
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    run = Path(argv[1])
+    if not list(run.glob("events.out.tfevents.*")):
+        print(f"read_tensorboard: {run}: no events.out.tfevents.* file", file=sys.stderr)
+        return 2
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError as e:
+        print(f"read_tensorboard: the tensorboard package is missing ({e}); run scripts/setup.sh",
+              file=sys.stderr)
+        return 2
+    accumulator = EventAccumulator(str(run), size_guidance={"scalars": 0})  # 0: keep every point
+    accumulator.Reload()
+    scalars = {tag: [[event.step, event.value] for event in accumulator.Scalars(tag)]
+               for tag in accumulator.Tags()["scalars"]}
+    json.dump(scalars, sys.stdout)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,50 @@
+// TensorBoard event files: `events.out.tfevents.<seconds>.<host>.<pid>` in a run directory, read by
+// `tensorboard --logdir`. Each record is a protobuf Event (tensorboard_event.proto) in TFRecord
+// framing: the length (8 bytes, little-endian), its masked CRC-32C, the bytes, their masked
+// CRC-32C. A record is written whole and flushed with the others at each call of flush(); a
+// reader tolerates a torn last record, so a killed run loses at most what was not flushed.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace training {
+
+// protobuf and Boost.CRC were found at configure time.
+bool tensorboard_built();
+
+// TFRecord's check value: CRC-32C (Castagnoli) of `size` bytes, rotated right by 15 bits plus
+// 0xa282ead8.
+uint32_t masked_crc32c(const void* data, size_t size);
+
+using Scalars = std::vector<std::pair<std::string, double>>;
+
+// The largest step of any scalar in the event files of `dir` (-1 when there are none): where a
+// resumed run's new file starts. A torn or unreadable record ends the reading of its file.
+int64_t last_event_step(const std::filesystem::path& dir);
+
+class EventWriter {
+ public:
+  // Creates a new event file in `dir` (its first record names the format version). Scalars at
+  // steps up to `skip_through` are dropped: a resumed run repeats steps the earlier file has.
+  // Throws UserError naming the file when it cannot be created.
+  explicit EventWriter(const std::filesystem::path& dir, int64_t skip_through = -1);
+
+  // One Event at `step` holding every value (tag, value as float32).
+  void add_scalars(int64_t step, const Scalars& scalars);
+  void flush();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  void write_record(const std::string& bytes);
+
+  std::filesystem::path path_;
+  std::ofstream out_;
+  int64_t skip_through_;
+};
+
+}  // namespace training
