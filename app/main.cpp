@@ -21,6 +21,7 @@
 #include "training/run_report.h"
 #include "training/studies/bench_loader.h"
 #include "training/studies/bench_matmul.h"
+#include "training/studies/compare_runs.h"
 #include "training/studies/memory_report.h"
 #include "training/studies/plan.h"
 #include "training/studies/sweep.h"
@@ -36,9 +37,8 @@ using training::kExitInternalError;
 using training::kExitOk;
 using training::kExitOutOfMemory;
 
-const char* kExamples = R"(Examples:
+const char* kExamples = R"(More examples:
   train --config configs/resnet50_cifar10.yaml
-  train --config configs/quick_cpu.yaml --set training.epochs=2 --set data.train_limit=5000
   train --config configs/resnet50_cifar10.yaml --device cpu --output-dir runs/rn50-cpu
   train --resume runs/rn50-cpu --set training.epochs=40
   train --config configs/resnet50_cifar10.yaml --set training.precision=bf16 --memory-limit 12GiB
@@ -48,13 +48,18 @@ const char* kExamples = R"(Examples:
   train report runs/rn50-cpu
   train bench matmul --size 4096 --devices cpu,cuda --dtypes fp32,bf16
   train --config configs/quick_cpu.yaml --print-config
+  scripts/launch.py -n 2 build/train --config FILE     (data-parallel, torchrun-style)
 
 Exit codes: 0 done, 1 internal error, 2 bad input (arguments, config, data),
 3 out of memory (device or memory.limit), 4 lost contact with the other data-parallel ranks,
 5 could not write an output (disk full, quota, file-size limit), 130 stopped by Ctrl-C/SIGTERM
 (checkpoint written; continue with --resume).
 
-Data-parallel (torchrun-style environment): scripts/launch.py -n 2 build/train --config FILE)";
+Start here (copy and paste; about a minute each on a CPU):
+  train --config configs/quick_cpu.yaml --output-dir runs/quick-fp32
+  train --config configs/quick_cpu.yaml --set training.precision=bf16 --output-dir runs/quick-bf16
+  train sweep --config configs/quick_cpu.yaml --batch-sizes 32,64 --output-dir runs/quick-sweep
+  train compare runs/quick-fp32 runs/quick-bf16 --output runs/quick-compare)";
 
 // A flag that is shorthand for one config key (--device sets training.device): the one place
 // where flags become overrides, for `train` and `train sweep` alike. A list flag's "a,b,c" becomes
@@ -161,6 +166,7 @@ struct Arguments {
       {"--batch-size", "training.batch_size", "The step's batch (training.batch_size)"},
       {"--memory-limit", "memory.limit", "Emulate a card of this size, e.g. 12GiB"}};
   std::string report_dir;
+  training::CompareRequest compare;
   training::MatmulRequest matmul;
   training::LoaderBenchRequest loader_bench;
   std::vector<std::string> loader_sets;
@@ -281,7 +287,7 @@ void set_up_process() {
 int main(int argc, char** argv) {
   CLI::App app{
       "Train ResNet on CIFAR-10 with LibTorch and measure memory and speed.\n"
-      "Without a subcommand: train. Subcommands: sweep, memory, plan, report, bench."};
+      "Without a subcommand: train. Subcommands: sweep, memory, plan, compare, report, bench."};
   app.footer(kExamples);
   app.require_subcommand(0, 1);
   Arguments a;
@@ -292,6 +298,13 @@ int main(int argc, char** argv) {
   auto* report =
       app.add_subcommand("report", "Write <run>/report.md and its plots for a run directory");
   report->add_option("run_dir", a.report_dir, "The run directory")->required();
+  auto* compare = app.add_subcommand(
+      "compare",
+      "Finished runs side by side: what differs in their configs, accuracy, time, images/s, "
+      "memory peaks, waiting for data; compare.md, compare.json and overlaid curves");
+  compare->add_option("run_dirs", a.compare.run_dirs, "Two or more run directories")->required();
+  compare->add_option("--output", a.compare.output_dir,
+                      "Directory for the comparison (default: runs/<date>-<time>-compare)");
   auto* bench = app.add_subcommand("bench", "Micro-benchmarks");
   bench->require_subcommand(1);
   auto* matmul = add_matmul_command(*bench, a);
@@ -311,6 +324,12 @@ int main(int argc, char** argv) {
     return guarded([&] {
       a.loader_bench.overrides.assign(a.loader_sets.begin(), a.loader_sets.end());
       training::loader_bench_command(a.loader_bench);
+      return kExitOk;
+    });
+  }
+  if (*compare) {
+    return guarded([&] {
+      training::compare_command(a.compare);
       return kExitOk;
     });
   }

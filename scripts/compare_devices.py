@@ -7,10 +7,15 @@
 Runs `train` once per device (training.max_steps or training.epochs bounds the work,
 data.train_limit the subset, training.threads the CPU threads), then writes into DIR:
 
-  compare.md     the table: device, threads, steps, time, step time, images/s, speedup over the
-                 CPU, the training and the evaluation phase's peak memory, waiting for data
-  compare.json   the same numbers, plus each run directory
+  compare.md     the table of `train compare` over the devices' runs (what differs in their
+                 configs, accuracy, time per epoch, images/s and its ratio to the CPU, memory
+                 peaks, waiting for data), under a header naming the work and the command; a
+                 device that did not run is listed below it
+  compare.json   per device: threads, steps, time, step time, images/s, speedup over the CPU,
+                 the phases' peak memory, waiting for data, and its run directory
   compare.png    images/s per device, bar chart
+  runs/          `train compare`'s own files (compare.md, compare.json, accuracy.png, loss.png,
+                 memory.png) when two or more devices ran
   <device>/      each device's run directory
 
 A device that is not available (cuda on a machine without a GPU) is marked "not available" and
@@ -25,7 +30,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MIB = 1 << 20
 
 
 def run_device(args, device, out):
@@ -108,19 +112,17 @@ def main(argv=None):
              f"Work per device: {f'{args.steps} steps' if args.steps else f'{args.epochs} epoch(s)'}"
              f"{f', {args.train_limit} training images' if args.train_limit else ''}"
              f"{f', {args.threads} CPU threads' if args.threads else ''}. Command: "
-             f"`scripts/compare_devices.py {' '.join(argv if argv is not None else sys.argv[1:])}`", "",
-             "| device | threads | steps | train time (s) | step (s) | images/s | speedup vs CPU | training peak (MiB) | evaluation peak (MiB) | waiting for data |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for e in entries:
-        if not e["available"]:
-            lines.append(f"| {e['device']} | - | - | - | - | - | - | - | - | {e['note']} |")
-            continue
-        peak = max(e["train_peak_allocated_bytes"], e["train_peak_reserved_bytes"]) / MIB
-        eval_peak = e["eval_peak_allocated_bytes"] / MIB
-        speedup = f"{e['speedup_over_cpu']:.2f}x" if e["speedup_over_cpu"] else "-"
-        lines.append(f"| {e['device']} | {e['threads'] or '-'} | {e['steps']} | {e['train_seconds']:.2f} | "
-                     f"{e['step_seconds']:.4f} | {e['images_per_second']:.1f} | {speedup} | {peak:.1f} | {eval_peak:.1f} | "
-                     f"{100 * e['data_wait_fraction']:.1f}% |")
+             f"`scripts/compare_devices.py {' '.join(argv if argv is not None else sys.argv[1:])}`", ""]
+    ran = [e for e in entries if e["available"]]
+    if len(ran) >= 2:
+        # The table is `train compare`'s: one column per device's run.
+        subprocess.run([args.train, "compare", *[e["run_dir"] for e in ran], "--output", str(out / "runs")],
+                       check=True, stdout=subprocess.DEVNULL)
+        table = (out / "runs" / "compare.md").read_text()
+        lines += table[table.index("|"):].rstrip("\n").split("\n")
+    else:
+        lines += [f"Only {', '.join(e['device'] for e in ran) or 'no device'} ran: nothing to compare."]
+    lines += [f"- {e['device']}: {e['note']}" for e in entries if not e["available"]]
     (out / "compare.md").write_text("\n".join(lines) + "\n")
     (out / "compare.json").write_text(json.dumps({"config": args.config, "entries": entries}, indent=2) + "\n")
 

@@ -27,6 +27,7 @@ SEGMENTS = [
     ("weights", lambda r: r["name"].startswith("weights"), "#4c72b0"),
     ("optimizer state", lambda r: r["name"].startswith("optimizer state"), "#55a868"),
     ("batch + scaler", lambda r: r["name"].startswith(("batch", "GradScaler")), "#8c8c8c"),
+    ("library workspaces", lambda r: r["name"] == "library workspaces", "#bcbd22"),
     ("gradients", lambda r: r["group"] == "gradients", "#c44e52"),
     ("activations: stem", lambda r: r["stage"] == "stem", "#fdd0a2"),
     ("activations: layer1", lambda r: r["stage"] == "layer1", "#fdae6b"),

@@ -2,9 +2,24 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <algorithm>
+
 #include "training/config.h"
+#include "training/progress.h"
 
 namespace training {
+
+std::optional<std::string> long_cpu_run_warning(int64_t steps_left, int64_t batch_size,
+                                                double images_per_second) {
+  const double seconds =
+      static_cast<double>(steps_left * batch_size) / std::max(images_per_second, 1e-9);
+  if (seconds <= 3600) return std::nullopt;
+  return fmt::format(
+      "cpu: at {:.0f} img/s the remaining {} steps take about {} on this CPU (training alone, "
+      "evaluation extra); for a first result in about a minute try --config "
+      "configs/quick_cpu.yaml, or bound this run with --set training.max_steps=N. Continuing.",
+      images_per_second, steps_left, format_duration(seconds));
+}
 
 Diagnosis diagnose(double data_wait_fraction, std::optional<double> utilization_mean, bool cuda,
                    const MonitorConfig& monitor, int64_t prefetch) {

@@ -18,6 +18,12 @@ struct Diagnosis {
   std::vector<std::string> findings;
 };
 
+// On the CPU, after the first log interval: when the `steps_left` of the run at the measured rate
+// would take more than an hour, the one line that says so and names the quick alternatives
+// (configs/quick_cpu.yaml, training.max_steps); nullopt otherwise.
+std::optional<std::string> long_cpu_run_warning(int64_t steps_left, int64_t batch_size,
+                                                double images_per_second);
+
 // `prefetch`: data.prefetch as resolved for the device (part of the advice).
 Diagnosis diagnose(double data_wait_fraction, std::optional<double> utilization_mean, bool cuda,
                    const MonitorConfig& monitor, int64_t prefetch);

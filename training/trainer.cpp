@@ -222,6 +222,12 @@ bool Trainer::train_epoch() {
           {epoch, config_.training.epochs, state_.batch_in_epoch, batches, rate, running_loss,
            running_acc, last_lr_,
            left * static_cast<double>(config_.training.batch_size) / std::max(rate, 1e-9)});
+      if (!device_.is_cuda() && !said_cpu_projection_) {
+        said_cpu_projection_ = true;
+        const auto warning =
+            long_cpu_run_warning(total_steps_ - state_.step, config_.training.batch_size, rate);
+        if (warning) spdlog::warn("{}", *warning);
+      }
       if (events_) {
         events_->add_scalars(state_.step, {{"train/loss", running_loss},
                                            {"train/accuracy", running_acc},

@@ -101,6 +101,7 @@ class Trainer {
   // the training peak: it is what must fit).
   MemoryStats train_memory_, eval_memory_;
   bool said_evaluation_peak_ = false;       // the "evaluation sets the peak" hint is logged once
+  bool said_cpu_projection_ = false;        // the long-CPU-run projection is judged once
   std::unique_ptr<Sampler> sampler_;        // null when sampling is off or NVML is missing
   std::unique_ptr<StepProfiler> profiler_;  // null unless profiling and writing a run
   std::unique_ptr<StepMemorySnapshot> snapshot_;  // null unless memory.snapshot, writing a run

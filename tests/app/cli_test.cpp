@@ -23,8 +23,13 @@ using cli::write_tiny_config;
 TEST(Cli, HelpShowsExamplesAndExitsZero) {
   const auto r = run_train("--help");
   EXPECT_EQ(r.code, 0);
-  EXPECT_NE(r.output.find("Examples:"), std::string::npos);
+  EXPECT_NE(r.output.find("More examples:"), std::string::npos);
   EXPECT_NE(r.output.find("--resume"), std::string::npos);
+  // It ends with copy-paste examples: train, sweep, compare.
+  const auto tail = r.output.substr(r.output.rfind("Start here"));
+  EXPECT_NE(tail.find("train --config configs/quick_cpu.yaml"), std::string::npos) << tail;
+  EXPECT_NE(tail.find("train sweep --config"), std::string::npos) << tail;
+  EXPECT_NE(tail.find("train compare runs/"), std::string::npos) << tail;
 }
 
 TEST(Cli, NoConfigIsABadInput) {
@@ -434,6 +439,90 @@ TEST(Cli, TensorBoardReadsEveryColumnAndAResumeRepeatsNoStep) {
     for (const auto& point : scalars.at(tag)) steps.push_back(point.at(0).get<int64_t>());
     EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8})) << tag;
   }
+}
+
+// Two runs that differ in the batch size: the table names that key (and no output.* key), a column
+// per run, and the plots are drawn.
+TEST(Cli, CompareShowsWhatDiffersAndDrawsTheCurves) {
+  test_support::TempDir dir;
+  const std::string config = write_tiny_config(dir, 2).string();
+  ASSERT_EQ(run_train("--config " + config + " --output-dir " + (dir / "b32").string()).code, 0);
+  auto r = run_train("--config " + config + " --output-dir " + (dir / "b16").string() +
+                     " --set training.batch_size=16");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_train("compare " + (dir / "b32").string() + " " + (dir / "b16").string() + " --output " +
+                (dir / "cmp").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string md = test_support::read_text(dir / "cmp/compare.md");
+  EXPECT_NE(md.find("| | b32 | b16 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| `training.batch_size` | 32 | 16 |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("output."), std::string::npos) << md;
+  EXPECT_EQ(md.find("different models"), std::string::npos) << md;
+  EXPECT_NE(md.find("| epochs | 2 | 2 |"), std::string::npos) << md;
+  const auto json = nlohmann::json::parse(test_support::read_text(dir / "cmp/compare.json"));
+  EXPECT_EQ(json.at("runs").size(), 2u);
+  EXPECT_EQ(json.at("runs")[1].at("config").at("training.batch_size"), "16");
+  for (const char* png : {"accuracy.png", "loss.png", "memory.png"}) {
+    EXPECT_TRUE(fs::exists(dir / "cmp" / png))
+        << png << ": " << test_support::read_text(dir / "cmp/plot.log");
+  }
+  // Another model is compared all the same, and flagged.
+  r = run_train("--config " + config + " --output-dir " + (dir / "rn50").string() +
+                " --set model.arch=resnet50 --set training.epochs=1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_train("compare " + (dir / "b32").string() + " " + (dir / "rn50").string() + " --output " +
+                (dir / "cmp2").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(test_support::read_text(dir / "cmp2/compare.md").find("different models"),
+            std::string::npos);
+}
+
+TEST(Cli, CompareRefusesBadInputInOneLine) {
+  test_support::TempDir dir;
+  ASSERT_EQ(run_train("--config " + write_tiny_config(dir).string() + " --output-dir " +
+                      (dir / "run").string())
+                .code,
+            0);
+  const std::string run = (dir / "run").string();
+  struct Case {
+    std::string arguments, message;
+  };
+  fs::create_directories(dir / "empty");
+  for (const auto& c : std::vector<Case>{
+           {"compare " + run, "expected at least two run directories, got 1"},
+           {"compare " + run + " " + (dir / "empty").string(), "not a run directory"},
+           {"compare " + run + " " + (dir / "nowhere").string(), "not a directory"}}) {
+    const auto r = run_train(c.arguments + " --output " + (dir / "out").string());
+    EXPECT_EQ(r.code, 2) << c.arguments << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  }
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  ASSERT_EQ(run_train("compare " + run + " " + run + " --output " + (dir / "out").string()).code,
+            0);
+  const auto before = test_support::read_text(dir / "out/compare.md");
+  const auto r = run_train("compare " + run + " " + run + " --output " + (dir / "out").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("already holds a comparison"), std::string::npos) << r.output;
+  EXPECT_EQ(test_support::read_text(dir / "out/compare.md"), before);
+}
+
+// 100,000 epochs of ResNet-18 outrun an hour on any CPU: the log says so once, after the first log
+// interval, and training goes on until it is stopped.
+TEST(Cli, ALongCpuRunIsProjectedInTheLogAndGoesOn) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  cli::Background train({"--config", write_tiny_config(dir).string(), "--output-dir", run.string(),
+                         "--set", "training.epochs=100000"},
+                        dir / "out.txt");
+  ASSERT_GT(train.pid(), 0);
+  ASSERT_TRUE(cli::wait_for_text(run / "train.log", "on this CPU", 120));
+  ASSERT_TRUE(cli::wait_for_text(run / "train.log", "step 3/4", 120));  // still training
+  train.signal(SIGINT);
+  EXPECT_EQ(train.wait(), 130);
+  const auto log = test_support::read_text(run / "train.log");
+  EXPECT_EQ(log.find("on this CPU"), log.rfind("on this CPU"));  // once
+  EXPECT_NE(log.find("configs/quick_cpu.yaml"), std::string::npos);
 }
 
 }  // namespace

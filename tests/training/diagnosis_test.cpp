@@ -63,4 +63,23 @@ TEST(Diagnostics, NoSamplingMeansNoFileAndEmptyColumns) {
   EXPECT_TRUE(off.at(0).at("utilization_mean").is_null());
 }
 
+TEST(Diagnostics, ARunOfMoreThanAnHourOnTheCpuIsProjectedOnce) {
+  // 10,000 steps of 32 images at 40 img/s: 8000 s.
+  const auto warning = training::long_cpu_run_warning(10000, 32, 40.0);
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("2:13:20"), std::string::npos) << *warning;
+  EXPECT_NE(warning->find("configs/quick_cpu.yaml"), std::string::npos) << *warning;
+  EXPECT_NE(warning->find("training.max_steps"), std::string::npos) << *warning;
+  EXPECT_FALSE(training::long_cpu_run_warning(100, 32, 40.0).has_value());  // 80 s
+
+  // A run whose steps are bounded (training.max_steps) is projected from those steps only.
+  test_support::TempDir dir;
+  auto config = tiny("");
+  config.training.epochs = 100000;
+  config.training.max_steps = 8;
+  train(config, dir / "short");
+  EXPECT_EQ(test_support::read_text(dir / "short/train.log").find("on this CPU"),
+            std::string::npos);
+}
+
 }  // namespace

@@ -1,0 +1,214 @@
+#include "training/studies/compare_runs.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "training/platform/atomic_file.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+#include "training/platform/process.h"
+#include "training/run_dir.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void flatten(const YAML::Node& node, const std::string& prefix,
+             std::map<std::string, std::string>& out) {
+  if (node.IsMap()) {
+    for (const auto& entry : node) {
+      const std::string key = entry.first.as<std::string>();
+      flatten(entry.second, prefix.empty() ? key : prefix + "." + key, out);
+    }
+    return;
+  }
+  YAML::Emitter emitter;
+  emitter << YAML::Flow << node;
+  out[prefix] = emitter.c_str();
+}
+
+std::string value_of(const ComparedRun& run, const std::string& key) {
+  const auto found = run.config.find(key);
+  return found == run.config.end() ? "-" : found->second;
+}
+
+double mean(const std::vector<EpochRecord>& epochs, double EpochRecord::*member) {
+  double sum = 0;
+  for (const auto& e : epochs) sum += e.*member;
+  return sum / static_cast<double>(epochs.size());
+}
+
+const EpochRecord& best_epoch(const ComparedRun& run) {
+  return *std::max_element(
+      run.epochs.begin(), run.epochs.end(),
+      [](const EpochRecord& a, const EpochRecord& b) { return a.test_acc < b.test_acc; });
+}
+
+int64_t peak_allocated(const ComparedRun& run) {
+  int64_t peak = 0;
+  for (const auto& e : run.epochs) peak = std::max(peak, e.peak_allocated_bytes);
+  return peak;
+}
+
+std::string peak_reserved(const ComparedRun& run) {
+  std::optional<int64_t> peak;
+  for (const auto& e : run.epochs) {
+    if (e.peak_reserved_bytes) peak = std::max(peak.value_or(0), *e.peak_reserved_bytes);
+  }
+  return peak ? fmt::format("{:.1f}", to_mib(*peak)) : "-";
+}
+
+std::string model_of(const ComparedRun& run) {
+  return value_of(run, "model.arch") + " (" + value_of(run, "model.stem") + " stem, " +
+         value_of(run, "model.num_classes") + " classes)";
+}
+
+nlohmann::ordered_json to_json(const ComparedRun& run, const std::vector<std::string>& keys) {
+  nlohmann::ordered_json j;
+  j["dir"] = run.dir.string();
+  j["name"] = run.dir.filename().string();
+  j["model"] = model_of(run);
+  auto& differing = j["config"] = nlohmann::ordered_json::object();
+  for (const auto& key : keys) differing[key] = value_of(run, key);
+  auto& epochs = j["epochs"] = nlohmann::ordered_json::array();
+  for (const auto& e : run.epochs) epochs.push_back(training::to_json(e));
+  return j;
+}
+
+}  // namespace
+
+ComparedRun read_compared_run(const fs::path& dir) {
+  if (!fs::is_directory(dir)) throw UserError(dir.string() + ": not a directory");
+  if (!fs::exists(dir / "config.yaml") || !fs::exists(dir / "metrics.jsonl")) {
+    throw UserError(dir.string() +
+                    ": not a run directory (expected config.yaml and metrics.jsonl, as `train` "
+                    "writes them)");
+  }
+  ComparedRun run;
+  run.dir = dir;
+  try {
+    flatten(YAML::LoadFile((dir / "config.yaml").string()), "", run.config);
+  } catch (const YAML::Exception& e) {
+    throw UserError((dir / "config.yaml").string() + ": " + first_line(e.what()));
+  }
+  run.epochs = read_metrics(dir / "metrics.jsonl");
+  if (run.epochs.empty()) {
+    throw UserError(dir.string() + ": the run has no finished epoch yet (metrics.jsonl is empty)");
+  }
+  return run;
+}
+
+std::vector<std::string> differing_keys(const std::vector<ComparedRun>& runs) {
+  std::vector<std::string> all;
+  for (const auto& run : runs) {
+    for (const auto& [key, value] : run.config) all.push_back(key);
+  }
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  std::vector<std::string> keys;
+  for (const auto& key : all) {
+    if (key.rfind("output.", 0) == 0) continue;
+    const std::string first = value_of(runs.front(), key);
+    for (const auto& run : runs) {
+      if (value_of(run, key) != first) {
+        keys.push_back(key);
+        break;
+      }
+    }
+  }
+  return keys;
+}
+
+std::string compare_markdown(const std::vector<ComparedRun>& runs) {
+  const auto keys = differing_keys(runs);
+  std::ostringstream md;
+  md << "# Runs compared\n\n";
+  const bool same_model = std::all_of(runs.begin(), runs.end(), [&](const ComparedRun& r) {
+    return model_of(r) == model_of(runs.front());
+  });
+  if (!same_model) {
+    md << "**Note: these runs train different models**; their accuracy, time and memory differ "
+          "for that reason too.\n\n";
+  }
+  md << "| |";
+  for (const auto& run : runs) md << " " << run.dir.filename().string() << " |";
+  md << "\n|---|";
+  for (size_t i = 0; i < runs.size(); ++i) md << "---:|";
+  md << "\n";
+  auto row = [&](const std::string& name, const auto& cell) {
+    md << "| " << name << " |";
+    for (const auto& run : runs) md << " " << cell(run) << " |";
+    md << "\n";
+  };
+  for (const auto& key : keys) {
+    row("`" + key + "`", [&](const ComparedRun& r) { return value_of(r, key); });
+  }
+  row("model", model_of);
+  row("device", [](const ComparedRun& r) { return r.epochs.back().device; });
+  row("epochs", [](const ComparedRun& r) { return std::to_string(r.epochs.size()); });
+  row("final test accuracy",
+      [](const ComparedRun& r) { return fmt::format("{:.2f}%", 100 * r.epochs.back().test_acc); });
+  row("best test accuracy (epoch)", [](const ComparedRun& r) {
+    const auto& best = best_epoch(r);
+    return fmt::format("{:.2f}% ({})", 100 * best.test_acc, best.epoch);
+  });
+  row("time per epoch (s)", [](const ComparedRun& r) {
+    return fmt::format("{:.2f}", mean(r.epochs, &EpochRecord::epoch_seconds));
+  });
+  const double first_rate = mean(runs.front().epochs, &EpochRecord::images_per_second);
+  row("images/s", [](const ComparedRun& r) {
+    return fmt::format("{:.1f}", mean(r.epochs, &EpochRecord::images_per_second));
+  });
+  row("images/s vs the first run", [&](const ComparedRun& r) {
+    return fmt::format(
+        "{:.2f}x", mean(r.epochs, &EpochRecord::images_per_second) / std::max(first_rate, 1e-12));
+  });
+  row("peak allocated (MiB)",
+      [](const ComparedRun& r) { return fmt::format("{:.1f}", to_mib(peak_allocated(r))); });
+  row("peak reserved (MiB)", peak_reserved);
+  row("waiting for data", [](const ComparedRun& r) {
+    return fmt::format("{:.1f}%", 100 * mean(r.epochs, &EpochRecord::data_wait_fraction));
+  });
+  md << "\nMeans over each run's epochs (time, images/s, waiting for data); peaks are the largest "
+        "of any epoch. Config rows: the keys whose values differ between the runs.\n\n"
+        "Plots: `accuracy.png` (test accuracy per epoch and against wall time), `loss.png` (test "
+        "loss likewise), `memory.png` (peak allocated and reserved per epoch).\n";
+  return md.str();
+}
+
+fs::path compare_command(const CompareRequest& request) {
+  if (request.run_dirs.size() < 2) {
+    throw UserError("compare: expected at least two run directories, got " +
+                    std::to_string(request.run_dirs.size()));
+  }
+  std::vector<ComparedRun> runs;
+  for (const auto& dir : request.run_dirs) runs.push_back(read_compared_run(dir));
+  const fs::path out = !request.output_dir.empty() ? fs::path(request.output_dir)
+                                                   : new_run_path("runs", "", "compare");
+  if (fs::exists(out / "compare.md")) {
+    throw UserError("--output: " + out.string() + " already holds a comparison (compare.md)");
+  }
+  fs::create_directories(out);
+  const std::string markdown = compare_markdown(runs);
+  nlohmann::ordered_json j;
+  const auto keys = differing_keys(runs);
+  j["runs"] = nlohmann::ordered_json::array();
+  for (const auto& run : runs) j["runs"].push_back(to_json(run, keys));
+  write_file_atomically(out / "compare.json", j.dump(2) + "\n");
+  write_file_atomically(out / "compare.md", markdown);
+  const std::string failed = run_python_script("plot_compare.py", {out.string()}, out / "plot.log");
+  if (!failed.empty()) spdlog::warn("plots skipped: {}; the table is complete", failed);
+  std::cout << markdown;
+  spdlog::info("comparison written to {}", out.string());
+  return out;
+}
+
+}  // namespace training
