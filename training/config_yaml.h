@@ -165,6 +165,15 @@ class Reader {
     });
   }
 
+  void reals(const std::string& name, std::vector<double>& out, double lo, double hi) {
+    const std::string expected =
+        "expected a list of numbers in [" + shortest_double(lo) + ", " + shortest_double(hi) + "]";
+    list(name, out, false, expected, [&](const YAML::Node& item, double& value) {
+      return YAML::convert<double>::decode(item, value) && std::isfinite(value) && value >= lo &&
+             value <= hi;
+    });
+  }
+
   template <class E>
   void choices(const std::string& name, std::vector<E>& out, const Choices<E>& choices) {
     std::vector<std::string> names;
@@ -312,6 +321,11 @@ class Writer {
   void integers(const std::string& name, const std::vector<int64_t>& values, int64_t, int64_t,
                 bool = false) {
     out_ << YAML::Key << name << YAML::Value << YAML::Flow << values;
+  }
+  void reals(const std::string& name, const std::vector<double>& values, double, double) {
+    std::vector<std::string> texts;
+    for (double value : values) texts.push_back(shortest_double(value));
+    out_ << YAML::Key << name << YAML::Value << YAML::Flow << texts;
   }
   template <class E>
   void choices(const std::string& name, const std::vector<E>& values, const Choices<E>& choices) {

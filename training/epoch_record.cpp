@@ -87,6 +87,22 @@ nlohmann::ordered_json to_json(const EpochRecord& record) {
   return row;
 }
 
+std::vector<AccuracyCrossing> accuracy_crossings(const std::vector<EpochRecord>& records,
+                                                 const std::vector<double>& thresholds) {
+  std::vector<AccuracyCrossing> crossings;
+  for (const double threshold : thresholds) {
+    double seconds = 0;
+    for (const auto& r : records) {
+      seconds += r.epoch_seconds + r.eval_seconds;
+      if (r.test_acc >= threshold) {
+        crossings.push_back({threshold, r.epoch, r.step, seconds});
+        break;
+      }
+    }
+  }
+  return crossings;
+}
+
 Scalars tensorboard_scalars(const EpochRecord& r) {
   Scalars s = {
       {"train/epoch_loss", r.train_loss},

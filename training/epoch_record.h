@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "training/platform/tensorboard.h"
 
@@ -45,6 +46,18 @@ nlohmann::ordered_json to_json(const EpochRecord& record);
 // accuracy, lr), test/, time/, memory/ (bytes), device/ (the sampler's). Absent optional columns
 // give no scalar.
 Scalars tensorboard_scalars(const EpochRecord& record);
+
+// When the test accuracy first reached `threshold`: the epoch, its last step, and the training and
+// evaluation seconds of the run up to the end of that epoch (time to accuracy).
+struct AccuracyCrossing {
+  double threshold = 0;
+  int64_t epoch = 0, step = 0;
+  double seconds = 0;
+};
+// The first crossing of each threshold in `records` (in epoch order); thresholds never reached are
+// left out.
+std::vector<AccuracyCrossing> accuracy_crossings(const std::vector<EpochRecord>& records,
+                                                 const std::vector<double>& thresholds);
 
 // Reads a row back; throws UserError naming `where` (file and line) and the missing or mistyped
 // column.

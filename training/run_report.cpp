@@ -52,6 +52,22 @@ Totals totals_of(const std::vector<EpochRecord>& epochs) {
   return t;
 }
 
+// "90%: 0:41 (epoch 12), 93%: not reached", over training.accuracy_thresholds.
+std::string time_to_accuracy(const std::vector<EpochRecord>& epochs, const Config& c) {
+  const auto crossings = accuracy_crossings(epochs, c.training.accuracy_thresholds);
+  std::string text;
+  for (const double threshold : c.training.accuracy_thresholds) {
+    if (!text.empty()) text += ", ";
+    text += fmt::format("{:g}%: ", 100 * threshold);
+    const auto found = std::find_if(crossings.begin(), crossings.end(),
+                                    [&](const auto& x) { return x.threshold == threshold; });
+    text += found == crossings.end()
+                ? "not reached"
+                : fmt::format("{} (epoch {})", format_duration(found->seconds), found->epoch);
+  }
+  return text.empty() ? "-" : text;
+}
+
 void write_setup(std::ostringstream& md, const Config& c, const EpochRecord& last) {
   const auto& d = c.data.dataset;
   md << "## Setup\n\n| | |\n|---|---|\n"
@@ -86,6 +102,7 @@ void write_results(std::ostringstream& md, const std::vector<EpochRecord>& epoch
      << fmt::format("| best test accuracy | {:.2f}% (epoch {}) |\n", 100 * best.test_acc,
                     best.epoch)
      << fmt::format("| epochs / steps | {} / {} |\n", epochs.size(), last.step)
+     << "| time to accuracy (training + evaluation) | " << time_to_accuracy(epochs, c) << " |\n"
      << "| training time | " << format_duration(t.train_seconds) << " ("
      << fmt::format("{:.1f}", t.train_seconds) << " s), evaluation "
      << fmt::format("{:.1f}", t.eval_seconds) << " s |\n"

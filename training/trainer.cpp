@@ -311,7 +311,16 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
     r.memory_used_max_bytes = samples.memory_used_max;
   }
   r.world_size = group_ ? group_->world_size() : 1;
-  if (run_) run_->record_epoch(r);
+  if (run_) {
+    run_->record_epoch(r);
+    for (const auto& c : accuracy_crossings(run_->epochs(), config_.training.accuracy_thresholds)) {
+      if (c.epoch != r.epoch) continue;  // logged when it happened
+      spdlog::info(
+          "time to accuracy: {:g}% test accuracy first reached in epoch {} (step {}), "
+          "after {} of training and evaluation",
+          100 * c.threshold, c.epoch, c.step, format_duration(c.seconds));
+    }
+  }
   if (events_) {
     events_->add_scalars(r.step, tensorboard_scalars(r));
     events_->flush();

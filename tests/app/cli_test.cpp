@@ -525,4 +525,28 @@ TEST(Cli, ALongCpuRunIsProjectedInTheLogAndGoesOn) {
   EXPECT_NE(log.find("configs/quick_cpu.yaml"), std::string::npos);
 }
 
+// Thresholds a tiny run on random labels crosses (about 10%) and one it cannot (99%): the log says
+// when each crossing happened, once, and the report lists every threshold.
+TEST(Cli, TimeToAccuracyIsLoggedAndReported) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  const auto r = run_train("--config " + write_tiny_config(dir, 2).string() + " --output-dir " +
+                           run.string() + " --set training.accuracy_thresholds=[0.01,0.99]");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto log = test_support::read_text(run / "train.log");
+  const auto at = log.find("time to accuracy: 1% test accuracy first reached in epoch 1 (step 4)");
+  EXPECT_NE(at, std::string::npos) << log;
+  EXPECT_EQ(log.find("time to accuracy: 1%", at + 1), std::string::npos) << log;  // once
+  EXPECT_EQ(log.find("time to accuracy: 99%"), std::string::npos) << log;
+  const auto report = test_support::read_text(run / "report.md");
+  EXPECT_NE(report.find("| time to accuracy (training + evaluation) | 1%: "), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("(epoch 1), 99%: not reached |"), std::string::npos) << report;
+  EXPECT_EQ(
+      run_train("--config " + write_tiny_config(dir).string() +
+                " --set training.accuracy_thresholds=[1.5] --output-dir " + (dir / "bad").string())
+          .code,
+      2);
+}
+
 }  // namespace

@@ -140,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(
                   {},
                   "c.yaml: unknown key 'training.zzz' (valid: device, epochs, max_steps, "
                   "batch_size, eval_batch_size, seed, label_smoothing, log_every_steps, threads, "
-                  "precision, memory_format, cudnn_benchmark, allow_tf32)"},
+                  "precision, memory_format, cudnn_benchmark, allow_tf32, accuracy_thresholds)"},
         BadConfig{"NotAnInteger",
                   "training: {epochs: three}",
                   {},

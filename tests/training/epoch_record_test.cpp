@@ -32,4 +32,24 @@ TEST(EpochRecord, ReadsBackWhatItWritesAndNamesAMissingColumn) {
   }
 }
 
+// The first epoch at or above each threshold, with the training and evaluation time up to its end.
+TEST(EpochRecord, AccuracyCrossingsAreTheFirstEpochAtEachThreshold) {
+  std::vector<training::EpochRecord> rows(3);
+  const double accuracy[] = {0.5, 0.92, 0.91};
+  for (int i = 0; i < 3; ++i) {
+    rows[i].epoch = i + 1;
+    rows[i].step = 10 * (i + 1);
+    rows[i].test_acc = accuracy[i];
+    rows[i].epoch_seconds = 10;
+    rows[i].eval_seconds = 1;
+  }
+  const auto crossings = training::accuracy_crossings(rows, {0.5, 0.9, 0.95});
+  ASSERT_EQ(crossings.size(), 2u);  // 95% never reached
+  EXPECT_EQ(crossings[0].epoch, 1);
+  EXPECT_DOUBLE_EQ(crossings[0].seconds, 11.0);
+  EXPECT_EQ(crossings[1].epoch, 2);
+  EXPECT_EQ(crossings[1].step, 20);
+  EXPECT_DOUBLE_EQ(crossings[1].seconds, 22.0);
+}
+
 }  // namespace
