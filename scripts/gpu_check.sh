@@ -17,7 +17,8 @@
 # 5. with --speed: matmul fp32/bf16 at N=8192 with % of peak, ResNet-50 (CIFAR stem) bf16 +
 #    channels_last at batch 512 for 100 steps on synthetic device-resident data (images/s,
 #    TFLOP/s, MFU), and, with real data, the C++ trainer against the seed's Python loop at the
-#    seed's settings (scripts/bench_python.py)
+#    seed's settings (scripts/bench_python.py) and that loop under torch.compile
+#    (scripts/python_baseline.py --compile)
 #
 # --only suite,find-max,plan,memory,nccl,compare,data,speed runs those groups alone (after the GPU
 # and build checks). CUDA_TEST_JOBS runs the suite's tests that many at a time (default 1; the
@@ -179,6 +180,14 @@ python_baseline() {
     --markdown "$out/bench_python.md" && cat "$out/bench_python.md"
 }
 
+python_compile() {
+  # The Python user's fast path at the seed's settings: torch.compile(mode="reduce-overhead"),
+  # its compilation and graph recording (the first 3 steps) timed apart.
+  "$TRAIN_PYTHON" scripts/python_baseline.py --data "$REPO_ROOT/.devdata/cifar10-bin/cifar-10-batches-bin" \
+    --arch resnet50 --classes 1000 --batch-size 32 --steps 103 --train-limit 3296 --device cuda \
+    --compile
+}
+
 real_data() {
   rm -rf "$out/real" &&
     "$train" --config configs/resnet50_cifar10.yaml --device cuda --output-dir "$out/real" \
@@ -212,6 +221,7 @@ if [[ -x "$train" ]]; then
     check "ResNet-50 bf16 channels_last, batch 512, 100 steps" resnet50.log resnet50 || failed=1
     if ((data)); then
       check "C++ vs the seed's Python loop, seed settings" bench_python.log python_baseline || failed=1
+      check "Python torch.compile, seed settings" python_compile.log python_compile || failed=1
     fi
   fi
 fi

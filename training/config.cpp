@@ -91,6 +91,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.choice("memory_format", c.training.memory_format, kMemoryFormats);
     v.boolean("cudnn_benchmark", c.training.cudnn_benchmark);
     v.boolean("allow_tf32", c.training.allow_tf32);
+    v.boolean("eval_flip", c.training.eval_flip);
     v.reals("accuracy_thresholds", c.training.accuracy_thresholds, 0.0, 1.0);
   });
   v.section("optimizer", [&] {

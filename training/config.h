@@ -52,6 +52,9 @@ struct TrainingConfig {
   c10::MemoryFormat memory_format = c10::MemoryFormat::Contiguous;  // of weights and inputs
   bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms once per shape
   bool allow_tf32 = true;       // CUDA (Ampere+): TF32 tensor cores for fp32 matmul/convolution
+  // Evaluation averages the logits of each test image and of its mirror image (test-time
+  // augmentation; twice the evaluation's forward passes).
+  bool eval_flip = false;
   // Test accuracies whose first crossing is logged with the wall time (time to accuracy).
   std::vector<double> accuracy_thresholds = {0.90, 0.93, 0.94, 0.95};
 };

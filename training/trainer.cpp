@@ -259,6 +259,11 @@ Evaluation Trainer::evaluate() {
   test_loader_->start_epoch(0);
   while (auto batch = test_loader_->next()) {
     auto logits = parts_.model->forward(batch->images);
+    if (config_.training.eval_flip) {  // the image and its mirror image (NCHW: width is dim 3)
+      logits = (logits.to(torch::kFloat32) +
+                parts_.model->forward(batch->images.flip({3})).to(torch::kFloat32)) /
+               2;
+    }
     loss_sum += F::cross_entropy(logits.to(torch::kFloat32), batch->labels,
                                  F::CrossEntropyFuncOptions().reduction(torch::kSum))
                     .to(torch::kFloat64);

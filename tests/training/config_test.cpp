@@ -140,7 +140,8 @@ INSTANTIATE_TEST_SUITE_P(
                   {},
                   "c.yaml: unknown key 'training.zzz' (valid: device, epochs, max_steps, "
                   "batch_size, eval_batch_size, seed, label_smoothing, log_every_steps, threads, "
-                  "precision, memory_format, cudnn_benchmark, allow_tf32, accuracy_thresholds)"},
+                  "precision, memory_format, cudnn_benchmark, allow_tf32, eval_flip, "
+                  "accuracy_thresholds)"},
         BadConfig{"NotAnInteger",
                   "training: {epochs: three}",
                   {},
@@ -339,7 +340,8 @@ TEST(Config, ADirectoryIsNotAConfig) {
 }
 
 TEST(Config, ShippedConfigsAreValid) {
-  for (const char* name : {"resnet50_cifar10.yaml", "quick_cpu.yaml", "sweep_cpu.yaml"}) {
+  for (const char* name : {"resnet50_cifar10.yaml", "resnet50_cifar10_fast.yaml", "quick_cpu.yaml",
+                           "sweep_cpu.yaml"}) {
     EXPECT_NO_THROW(training::load_config(std::string(PROJECT_SOURCE_DIR) + "/configs/" + name))
         << name;
   }

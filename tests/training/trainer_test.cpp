@@ -254,4 +254,25 @@ TEST(Trainer, Bf16LowersTheTrainingPeak) {
             column(fp32, "train_peak_allocated_bytes") - (8 << 20));
 }
 
+// training.eval_flip averages each test image's logits with its mirror image's: on images that are
+// their own mirror image it changes nothing; on others it changes the evaluation.
+TEST(Trainer, EvaluationWithFlipsAveragesTheMirrorImage) {
+  auto config = tiny_config();
+  auto test_split = split_for(config, data::SplitName::Test);
+  auto evaluate = [&](const data::Split& test, bool flip) {
+    config.training.eval_flip = flip;
+    training::Trainer trainer(config, torch::kCPU, split_for(config, data::SplitName::Train), test);
+    return trainer.evaluate();
+  };
+  const auto plain = evaluate(test_split, false), flipped = evaluate(test_split, true);
+  EXPECT_GT(std::abs(plain.loss - flipped.loss), 1e-6);
+
+  data::Split mirrored = test_split;
+  const auto left = test_split.images.slice(3, 0, 16);
+  mirrored.images = torch::cat({left, left.flip({3})}, 3).contiguous();
+  const auto a = evaluate(mirrored, false), b = evaluate(mirrored, true);
+  EXPECT_NEAR(a.loss, b.loss, 1e-5 * std::abs(a.loss));
+  EXPECT_EQ(a.accuracy, b.accuracy);
+}
+
 }  // namespace
