@@ -239,6 +239,24 @@ CLI::App* add_plan_command(CLI::App& app, Arguments& a) {
   return plan;
 }
 
+CLI::App* add_report_command(CLI::App& app, Arguments& a) {
+  auto* report =
+      app.add_subcommand("report", "Write <run>/report.md and its plots for a run directory");
+  report->add_option("run_dir", a.report_dir, "The run directory")->required();
+  return report;
+}
+
+CLI::App* add_compare_command(CLI::App& app, Arguments& a) {
+  auto* compare = app.add_subcommand(
+      "compare",
+      "Finished runs side by side: what differs in their configs, accuracy, time, images/s, "
+      "memory peaks, waiting for data; compare.md, compare.json and overlaid curves");
+  compare->add_option("run_dirs", a.compare.run_dirs, "Two or more run directories")->required();
+  compare->add_option("--output", a.compare.output_dir,
+                      "Directory for the comparison (default: runs/<date>-<time>-compare)");
+  return compare;
+}
+
 CLI::App* add_loader_command(CLI::App& bench, Arguments& a) {
   auto* loader = bench.add_subcommand(
       "loader", "The input pipeline alone: the configured training loader's images/s");
@@ -295,16 +313,8 @@ int main(int argc, char** argv) {
   auto* sweep = add_sweep_command(app, a);
   auto* memory = add_memory_command(app, a);
   auto* plan = add_plan_command(app, a);
-  auto* report =
-      app.add_subcommand("report", "Write <run>/report.md and its plots for a run directory");
-  report->add_option("run_dir", a.report_dir, "The run directory")->required();
-  auto* compare = app.add_subcommand(
-      "compare",
-      "Finished runs side by side: what differs in their configs, accuracy, time, images/s, "
-      "memory peaks, waiting for data; compare.md, compare.json and overlaid curves");
-  compare->add_option("run_dirs", a.compare.run_dirs, "Two or more run directories")->required();
-  compare->add_option("--output", a.compare.output_dir,
-                      "Directory for the comparison (default: runs/<date>-<time>-compare)");
+  auto* report = add_report_command(app, a);
+  auto* compare = add_compare_command(app, a);
   auto* bench = app.add_subcommand("bench", "Micro-benchmarks");
   bench->require_subcommand(1);
   auto* matmul = add_matmul_command(*bench, a);

@@ -211,30 +211,7 @@ bool Trainer::train_epoch() {
     ++state_.batch_in_epoch;
 
     if (state_.batch_in_epoch % config_.training.log_every_steps == 0) {
-      const double seen = static_cast<double>(state_.seen);
-      // Reading the accumulators waits for the queued steps; only then is the rate honest.
-      const double running_loss = state_.loss_sum.item<double>() / seen;
-      const double running_acc = static_cast<double>(state_.correct.item<int64_t>()) / seen;
-      const double rate = interval_images / std::max(seconds_since(interval_start), 1e-9);
-      const int64_t left = std::min(batches, state_.batch_in_epoch + total_steps_ - state_.step) -
-                           state_.batch_in_epoch;
-      progress.show(
-          {epoch, config_.training.epochs, state_.batch_in_epoch, batches, rate, running_loss,
-           running_acc, last_lr_,
-           left * static_cast<double>(config_.training.batch_size) / std::max(rate, 1e-9)});
-      if (!device_.is_cuda() && !said_cpu_projection_) {
-        said_cpu_projection_ = true;
-        const auto warning =
-            long_cpu_run_warning(total_steps_ - state_.step, config_.training.batch_size, rate);
-        if (warning) spdlog::warn("{}", *warning);
-      }
-      if (events_) {
-        events_->add_scalars(state_.step, {{"train/loss", running_loss},
-                                           {"train/accuracy", running_acc},
-                                           {"train/lr", last_lr_},
-                                           {"train/images_per_second", rate}});
-        events_->flush();
-      }
+      log_interval(progress, epoch, batches, interval_start, interval_images);
       interval_start = Clock::now();
       interval_images = 0;
     }
@@ -244,6 +221,34 @@ bool Trainer::train_epoch() {
   train_memory_ = memory_stats(device_);
   progress.clear();
   return state_.batch_in_epoch == batches;
+}
+
+void Trainer::log_interval(ProgressLine& progress, int64_t epoch, int64_t batches,
+                           std::chrono::steady_clock::time_point interval_start,
+                           int64_t interval_images) {
+  const double seen = static_cast<double>(state_.seen);
+  // Reading the accumulators waits for the queued steps; only then is the rate honest.
+  const double running_loss = state_.loss_sum.item<double>() / seen;
+  const double running_acc = static_cast<double>(state_.correct.item<int64_t>()) / seen;
+  const double rate = interval_images / std::max(seconds_since(interval_start), 1e-9);
+  const int64_t left =
+      std::min(batches, state_.batch_in_epoch + total_steps_ - state_.step) - state_.batch_in_epoch;
+  progress.show({epoch, config_.training.epochs, state_.batch_in_epoch, batches, rate, running_loss,
+                 running_acc, last_lr_,
+                 left * static_cast<double>(config_.training.batch_size) / std::max(rate, 1e-9)});
+  if (!device_.is_cuda() && !said_cpu_projection_) {
+    said_cpu_projection_ = true;
+    const auto warning =
+        long_cpu_run_warning(total_steps_ - state_.step, config_.training.batch_size, rate);
+    if (warning) spdlog::warn("{}", *warning);
+  }
+  if (events_) {
+    events_->add_scalars(state_.step, {{"train/loss", running_loss},
+                                       {"train/accuracy", running_acc},
+                                       {"train/lr", last_lr_},
+                                       {"train/images_per_second", rate}});
+    events_->flush();
+  }
 }
 
 Evaluation Trainer::evaluate() {

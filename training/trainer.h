@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 
@@ -20,6 +21,7 @@
 #include "training/platform/monitor.h"
 #include "training/platform/profiler.h"
 #include "training/platform/tensorboard.h"
+#include "training/progress.h"
 #include "training/run_dir.h"
 #include "training/schedule.h"
 
@@ -65,6 +67,11 @@ class Trainer {
   // Trains epoch state_.epoch + 1 from batch state_.batch_in_epoch; false when it stopped early
   // (max_steps or a stop signal) with the epoch unfinished.
   bool train_epoch();
+  // At a log interval: the progress line (the running loss and accuracy read back from the
+  // device, then the interval's images/s), the long-CPU-run projection once, the TensorBoard
+  // progress scalars.
+  void log_interval(ProgressLine& progress, int64_t epoch, int64_t batches,
+                    std::chrono::steady_clock::time_point interval_start, int64_t interval_images);
   void record_epoch(int64_t epoch, const Evaluation& evaluation);
   // The epoch's memory columns: each phase's peaks, the largest over the ranks.
   void record_memory(EpochRecord& record);
