@@ -30,11 +30,15 @@ class CompareDevicesTest(unittest.TestCase):
             self.assertEqual(cpu["threads"], 1)
             self.assertGreater(cpu["images_per_second"], 0)
             self.assertAlmostEqual(cpu["speedup_over_cpu"], 1.0)
+            table = (out / "compare.md").read_text()
             if not cuda["available"]:
                 self.assertEqual(cuda["note"], "not available: no CUDA device on this machine")
-                self.assertIn("| cuda | - |", (out / "compare.md").read_text())
+                self.assertIn("Only cpu ran: nothing to compare.", table)
+                self.assertIn("- cuda: not available: no CUDA device on this machine", table)
             else:
                 self.assertGreater(cuda["images_per_second"], 0)
+                self.assertIn("| | cpu | cuda |", table)  # train compare's table of the two runs
+                self.assertEqual((out / "runs" / "accuracy.png").read_bytes()[1:4], b"PNG")
             self.assertEqual((out / "compare.png").read_bytes()[1:4], b"PNG")
 
     def test_unbounded_work_is_refused(self):
