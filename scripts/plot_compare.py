@@ -8,7 +8,6 @@
 usage: plot_compare.py COMPARE_DIR
 """
 import json
-import os
 import sys
 from itertools import accumulate
 from pathlib import Path
@@ -18,15 +17,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from figure_file import save  # noqa: E402
+
 MIB = 1 << 20
-
-
-def save(fig, path):
-    """Written whole or not at all."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
 
 
 def label(run):
@@ -50,7 +43,7 @@ def curves(runs, column, ylabel, path, scale=1.0):
         ax.grid(alpha=0.3)
     by_epoch.legend(fontsize=8)
     fig.tight_layout()
-    save(fig, path)
+    save(fig, path, dpi=110)
 
 
 def memory(runs, path):
@@ -69,7 +62,7 @@ def memory(runs, path):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save(fig, path)
+    save(fig, path, dpi=110)
 
 
 def main(argv):

@@ -11,7 +11,6 @@
 usage: plot_memory.py STUDY_DIR
 """
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -19,6 +18,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from figure_file import save  # noqa: E402
 
 MIB = 1 << 20
 
@@ -38,14 +39,6 @@ SEGMENTS = [
     ("autocast weight copies", lambda r: r["stage"] == "autocast", "#9467bd"),
     ("transient", lambda r: r["group"] == "transient", "#dddd88"),
 ]
-
-
-def save(fig, path):
-    """Writes the figure next to `path` and renames it into place: never half a file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
 
 
 def breakdown_plot(study, path):
@@ -76,7 +69,7 @@ def breakdown_plot(study, path):
     ax.legend(seen.values(), seen.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
-    save(fig, path)
+    save(fig, path, dpi=120)
 
 
 def timeline_plot(study, timelines, path):
@@ -99,7 +92,7 @@ def timeline_plot(study, timelines, path):
     fig.suptitle(f'{study["arch"]} ({study["stem"]} stem), batch {study["batch_size"]}, '
                  f'{study["device"]}: one training step')
     fig.tight_layout()
-    save(fig, path)
+    save(fig, path, dpi=120)
 
 
 def main(argv):

@@ -16,6 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from figure_file import save  # noqa: E402
+
 MIB = 1 << 20
 
 
@@ -32,8 +34,7 @@ def finish(fig, ax, ylabel, title, path):
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path, dpi=120)
 
 
 def main(argv):

@@ -21,37 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The run's totals over its epochs.
-struct Totals {
-  double train_seconds = 0, eval_seconds = 0, data_seconds = 0, images = 0;
-  int64_t train_allocated = 0, train_reserved = 0, eval_allocated = 0, eval_reserved = 0;
-  int64_t device_used = 0;
-  std::optional<double> utilization_mean;  // over the epochs that were sampled
-  size_t best = 0;                         // index of the epoch with the best test accuracy
-};
-
-Totals totals_of(const std::vector<EpochRecord>& epochs) {
-  Totals t;
-  double utilization_sum = 0;
-  int utilization_epochs = 0;
-  for (size_t i = 0; i < epochs.size(); ++i) {
-    const auto& r = epochs[i];
-    t.train_seconds += r.epoch_seconds;
-    t.eval_seconds += r.eval_seconds;
-    t.data_seconds += r.data_seconds;
-    t.images += r.images_per_second * r.epoch_seconds;
-    t.train_allocated = std::max(t.train_allocated, r.train_peak_allocated_bytes);
-    t.train_reserved = std::max(t.train_reserved, r.train_peak_reserved_bytes.value_or(0));
-    t.eval_allocated = std::max(t.eval_allocated, r.eval_peak_allocated_bytes);
-    t.eval_reserved = std::max(t.eval_reserved, r.eval_peak_reserved_bytes.value_or(0));
-    t.device_used = std::max(t.device_used, r.memory_used_max_bytes.value_or(0));
-    if (r.utilization_mean) utilization_sum += *r.utilization_mean, ++utilization_epochs;
-    if (r.test_acc > epochs[t.best].test_acc) t.best = i;
-  }
-  if (utilization_epochs > 0) t.utilization_mean = utilization_sum / utilization_epochs;
-  return t;
-}
-
 // "90%: 0:41 (epoch 12), 93%: not reached", over training.accuracy_thresholds.
 std::string time_to_accuracy(const std::vector<EpochRecord>& epochs, const Config& c) {
   const auto crossings = accuracy_crossings(epochs, c.training.accuracy_thresholds);
@@ -153,6 +122,28 @@ void write_epochs(std::ostringstream& md, const std::vector<EpochRecord>& epochs
 }
 
 }  // namespace
+
+Totals totals_of(const std::vector<EpochRecord>& epochs) {
+  Totals t;
+  double utilization_sum = 0;
+  int utilization_epochs = 0;
+  for (size_t i = 0; i < epochs.size(); ++i) {
+    const auto& r = epochs[i];
+    t.train_seconds += r.epoch_seconds;
+    t.eval_seconds += r.eval_seconds;
+    t.data_seconds += r.data_seconds;
+    t.images += r.images_per_second * r.epoch_seconds;
+    t.train_allocated = std::max(t.train_allocated, r.train_peak_allocated_bytes);
+    t.train_reserved = std::max(t.train_reserved, r.train_peak_reserved_bytes.value_or(0));
+    t.eval_allocated = std::max(t.eval_allocated, r.eval_peak_allocated_bytes);
+    t.eval_reserved = std::max(t.eval_reserved, r.eval_peak_reserved_bytes.value_or(0));
+    t.device_used = std::max(t.device_used, r.memory_used_max_bytes.value_or(0));
+    if (r.utilization_mean) utilization_sum += *r.utilization_mean, ++utilization_epochs;
+    if (r.test_acc > epochs[t.best].test_acc) t.best = i;
+  }
+  if (utilization_epochs > 0) t.utilization_mean = utilization_sum / utilization_epochs;
+  return t;
+}
 
 fs::path write_report(const fs::path& run_dir) {
   const auto epochs = read_metrics(run_dir / "metrics.jsonl");

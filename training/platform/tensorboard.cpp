@@ -149,7 +149,7 @@ void EventWriter::write_record(const std::string& bytes) {
   const uint32_t length_crc = masked_crc32c(header, 8);
   std::memcpy(header + 8, &length_crc, sizeof length_crc);
   const uint32_t data_crc = masked_crc32c(bytes.data(), bytes.size());
-  // One write per record, so that a record is never split between two flushes' worth of bytes.
+  // The record is assembled first and handed to the stream in one write.
   std::string record(header, sizeof header);
   record += bytes;
   record.append(reinterpret_cast<const char*>(&data_crc), sizeof data_crc);

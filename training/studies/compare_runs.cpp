@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <sstream>
 
 #include "training/platform/atomic_file.h"
@@ -14,6 +13,7 @@
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
 #include "training/run_dir.h"
+#include "training/run_report.h"
 
 namespace training {
 
@@ -40,30 +40,10 @@ std::string value_of(const ComparedRun& run, const std::string& key) {
   return found == run.config.end() ? "-" : found->second;
 }
 
-double mean(const std::vector<EpochRecord>& epochs, double EpochRecord::*member) {
-  double sum = 0;
-  for (const auto& e : epochs) sum += e.*member;
-  return sum / static_cast<double>(epochs.size());
-}
-
-const EpochRecord& best_epoch(const ComparedRun& run) {
-  return *std::max_element(
-      run.epochs.begin(), run.epochs.end(),
-      [](const EpochRecord& a, const EpochRecord& b) { return a.test_acc < b.test_acc; });
-}
-
-int64_t peak_allocated(const ComparedRun& run) {
-  int64_t peak = 0;
-  for (const auto& e : run.epochs) peak = std::max(peak, e.peak_allocated_bytes);
-  return peak;
-}
-
-std::string peak_reserved(const ComparedRun& run) {
-  std::optional<int64_t> peak;
-  for (const auto& e : run.epochs) {
-    if (e.peak_reserved_bytes) peak = std::max(peak.value_or(0), *e.peak_reserved_bytes);
-  }
-  return peak ? fmt::format("{:.1f}", to_mib(*peak)) : "-";
+// The largest reserved peak of either phase, on CUDA only ("-" on the CPU).
+std::string peak_reserved(const ComparedRun& run, const Totals& t) {
+  if (!run.epochs.back().peak_reserved_bytes) return "-";
+  return fmt::format("{:.1f}", to_mib(std::max(t.train_reserved, t.eval_reserved)));
 }
 
 std::string model_of(const ComparedRun& run) {
@@ -143,42 +123,47 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
   md << "\n|---|";
   for (size_t i = 0; i < runs.size(); ++i) md << "---:|";
   md << "\n";
+  std::vector<Totals> totals;  // the report's totals of each run
+  for (const auto& run : runs) totals.push_back(totals_of(run.epochs));
+  // One row: cell(run, its totals) for each run, in column order.
   auto row = [&](const std::string& name, const auto& cell) {
     md << "| " << name << " |";
-    for (const auto& run : runs) md << " " << cell(run) << " |";
+    for (size_t i = 0; i < runs.size(); ++i) md << " " << cell(runs[i], totals[i]) << " |";
     md << "\n";
   };
   for (const auto& key : keys) {
-    row("`" + key + "`", [&](const ComparedRun& r) { return value_of(r, key); });
+    row("`" + key + "`", [&](const ComparedRun& r, const Totals&) { return value_of(r, key); });
   }
-  row("model", model_of);
-  row("device", [](const ComparedRun& r) { return r.epochs.back().device; });
-  row("epochs", [](const ComparedRun& r) { return std::to_string(r.epochs.size()); });
-  row("final test accuracy",
-      [](const ComparedRun& r) { return fmt::format("{:.2f}%", 100 * r.epochs.back().test_acc); });
-  row("best test accuracy (epoch)", [](const ComparedRun& r) {
-    const auto& best = best_epoch(r);
+  row("model", [](const ComparedRun& r, const Totals&) { return model_of(r); });
+  row("device", [](const ComparedRun& r, const Totals&) { return r.epochs.back().device; });
+  row("epochs",
+      [](const ComparedRun& r, const Totals&) { return std::to_string(r.epochs.size()); });
+  row("final test accuracy", [](const ComparedRun& r, const Totals&) {
+    return fmt::format("{:.2f}%", 100 * r.epochs.back().test_acc);
+  });
+  const auto rate = [](const Totals& t) { return t.images / std::max(t.train_seconds, 1e-12); };
+  row("best test accuracy (epoch)", [](const ComparedRun& r, const Totals& t) {
+    const auto& best = r.epochs[t.best];
     return fmt::format("{:.2f}% ({})", 100 * best.test_acc, best.epoch);
   });
-  row("time per epoch (s)", [](const ComparedRun& r) {
-    return fmt::format("{:.2f}", mean(r.epochs, &EpochRecord::epoch_seconds));
+  row("time per epoch (s)", [](const ComparedRun& r, const Totals& t) {
+    return fmt::format("{:.2f}", t.train_seconds / static_cast<double>(r.epochs.size()));
   });
-  const double first_rate = mean(runs.front().epochs, &EpochRecord::images_per_second);
-  row("images/s", [](const ComparedRun& r) {
-    return fmt::format("{:.1f}", mean(r.epochs, &EpochRecord::images_per_second));
+  row("images/s",
+      [&](const ComparedRun&, const Totals& t) { return fmt::format("{:.1f}", rate(t)); });
+  row("images/s vs the first run", [&](const ComparedRun&, const Totals& t) {
+    return fmt::format("{:.2f}x", rate(t) / std::max(rate(totals.front()), 1e-12));
   });
-  row("images/s vs the first run", [&](const ComparedRun& r) {
-    return fmt::format(
-        "{:.2f}x", mean(r.epochs, &EpochRecord::images_per_second) / std::max(first_rate, 1e-12));
+  row("peak allocated (MiB)", [](const ComparedRun&, const Totals& t) {
+    return fmt::format("{:.1f}", to_mib(std::max(t.train_allocated, t.eval_allocated)));
   });
-  row("peak allocated (MiB)",
-      [](const ComparedRun& r) { return fmt::format("{:.1f}", to_mib(peak_allocated(r))); });
   row("peak reserved (MiB)", peak_reserved);
-  row("waiting for data", [](const ComparedRun& r) {
-    return fmt::format("{:.1f}%", 100 * mean(r.epochs, &EpochRecord::data_wait_fraction));
+  row("waiting for data", [](const ComparedRun&, const Totals& t) {
+    return fmt::format("{:.1f}%", 100 * t.data_seconds / std::max(t.train_seconds, 1e-12));
   });
-  md << "\nMeans over each run's epochs (time, images/s, waiting for data); peaks are the largest "
-        "of any epoch. Config rows: the keys whose values differ between the runs.\n\n"
+  md << "\nAs in each run's report.md: images/s and waiting for data over all its training time, "
+        "peaks the largest of any epoch; time per epoch is the mean. Config rows: the keys whose "
+        "values differ between the runs.\n\n"
         "Plots: `accuracy.png` (test accuracy per epoch and against wall time), `loss.png` (test "
         "loss likewise), `memory.png` (peak allocated and reserved per epoch).\n";
   return md.str();
