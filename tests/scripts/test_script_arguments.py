@@ -15,7 +15,10 @@ def run(script, *args):
 class ScriptArgumentsTest(unittest.TestCase):
     def test_plot_scripts_name_the_missing_file(self):
         with tempfile.TemporaryDirectory() as tmp:
-            for script, name in (("plot_sweep.py", "sweep.json"), ("plot_run.py", "metrics.jsonl")):
+            for script, name in (("plot_sweep.py", "sweep.json"), ("plot_run.py", "metrics.jsonl"),
+                                 ("plot_memory.py", "memory_breakdown.json"),
+                                 ("plot_compare.py", "compare.json"),
+                                 ("read_tensorboard.py", "no events.out.tfevents.* file")):
                 proc = run(script, tmp)
                 self.assertEqual(proc.returncode, 2, script)
                 self.assertIn(name, proc.stderr)
@@ -32,6 +35,11 @@ class ScriptArgumentsTest(unittest.TestCase):
                                   capture_output=True, text=True)
             self.assertEqual(proc.returncode, 2, args)
             self.assertIn("usage: scripts/gpu_check.sh OUT_DIR [--speed]", proc.stderr)
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), tmp, "--only", "bogus"],
+                                  capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 2)
+            self.assertEqual(proc.stderr, "gpu_check: --only: unknown group 'bogus'\n")
 
     def test_gpu_check_report_needs_the_checks(self):
         with tempfile.TemporaryDirectory() as tmp:
