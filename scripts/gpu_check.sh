@@ -15,10 +15,12 @@
 # 4. real data, when .devdata/cifar10-jpeg.tar.gz (or CIFAR10_TARBALL) is there: converted to
 #    binary batches with numpy + Pillow (scripts/get_data.py --to-binary); one epoch on it
 # 5. with --speed: matmul fp32/bf16 at N=8192 with % of peak, ResNet-50 (CIFAR stem) bf16 +
-#    channels_last at batch 512 for 100 steps on synthetic device-resident data (images/s,
-#    TFLOP/s, MFU), and, with real data, the C++ trainer against the seed's Python loop at the
-#    seed's settings (scripts/bench_python.py) and that loop under torch.compile
-#    (scripts/python_baseline.py --compile)
+#    channels_last at batch 128 and 512 for 100 steps on synthetic device-resident data (images/s,
+#    TFLOP/s, MFU), eager and with the graph-captured step (training.cuda_graph=on), the same
+#    pair at the seed's settings (ImageNet stem, 1000 classes, fp32, batch 32), and, with real
+#    data, the C++ trainer against the seed's Python loop at the seed's settings
+#    (scripts/bench_python.py) and that loop under torch.compile (scripts/python_baseline.py
+#    --compile)
 #
 # --only suite,find-max,plan,memory,nccl,compare,data,speed runs those groups alone (after the GPU
 # and build checks). CUDA_TEST_JOBS runs the suite's tests that many at a time (default 1; the
@@ -160,13 +162,25 @@ matmul() {
     "${peaks[@]}" --output "$out/matmul.json"
 }
 
-resnet50() {
-  # A sweep trial: the training step alone on a batch held on the device, 10 warm-up steps (cuDNN's
-  # autotuning among them) and 100 measured, median step time.
-  rm -rf "$out/resnet50"
-  "$train" sweep --config configs/resnet50_cifar10.yaml --device cuda --batch-sizes 512 \
+resnet50() {  # resnet50 DIR [train args]
+  # Sweep trials: the training step alone on a batch held on the device, 10 warm-up steps (cuDNN's
+  # autotuning among them; a graphed trial's capture too) and 100 measured, median step time.
+  local dir=$1
+  shift
+  rm -rf "${out:?}/$dir"
+  "$train" sweep --config configs/resnet50_cifar10.yaml --device cuda --batch-sizes 128,512 \
     --precisions bf16 --memory-formats channels_last --warmup-steps 10 --measure-steps 100 \
-    --output-dir "$out/resnet50" && cat "$out/resnet50/sweep.md"
+    --output-dir "$out/$dir" "$@" && cat "$out/$dir/sweep.md"
+}
+
+seed_settings() {  # seed_settings DIR [train args]: the seed's model and batch (fp32, batch 32)
+  local dir=$1
+  shift
+  rm -rf "${out:?}/$dir"
+  "$train" sweep --config configs/resnet50_cifar10.yaml --device cuda --batch-sizes 32 \
+    --precisions fp32 --memory-formats contiguous --warmup-steps 10 --measure-steps 100 \
+    --set model.stem=imagenet --set model.num_classes=1000 --output-dir "$out/$dir" "$@" &&
+    cat "$out/$dir/sweep.md"
 }
 
 convert_data() {
@@ -218,7 +232,13 @@ if [[ -x "$train" ]]; then
   fi
   if ((speed)); then
     check "matmul fp32/bf16 N=8192" matmul.log matmul || failed=1
-    check "ResNet-50 bf16 channels_last, batch 512, 100 steps" resnet50.log resnet50 || failed=1
+    check "ResNet-50 bf16 channels_last, batch 128 and 512, 100 steps" resnet50.log \
+      resnet50 resnet50 || failed=1
+    check "the same, graph-captured step" resnet50_graphed.log \
+      resnet50 resnet50_graphed --set training.cuda_graph=on || failed=1
+    check "seed settings, eager step" seed_eager.log seed_settings seed_eager || failed=1
+    check "seed settings, graph-captured step" seed_graphed.log \
+      seed_settings seed_graphed --set training.cuda_graph=on || failed=1
     if ((data)); then
       check "C++ vs the seed's Python loop, seed settings" bench_python.log python_baseline || failed=1
       check "Python torch.compile, seed settings" python_compile.log python_compile || failed=1

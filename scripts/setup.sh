@@ -8,11 +8,19 @@
 #   2. a virtualenv ($TRAIN_VENV) with torch 2.11.0 (its LibTorch is what we link), torchvision,
 #      numpy, Pillow, matplotlib, tensorboard -- or, with TRAIN_PYTHON=python3, that interpreter's own torch
 #      2.11.0 (nothing is installed into it)
-#   3. CMake configure + build in $BUILD_DIR ($BUILD_TYPE, default Release); BUILD_TARGETS limits
-#      the build to some targets, CMAKE_ARGS adds configure options
+#   3. the CUDA compiler and headers that the CUDA LibTorch's CMake files need: the system toolkit
+#      (nvcc on PATH or /usr/local/cuda), or, when there is none or TRAIN_IGNORE_SYSTEM_CUDA=1,
+#      NVIDIA's CUDA 13.0 wheels from PyPI in the virtualenv (scripts/pip_cuda.sh)
+#   4. CMake configure + build in $BUILD_DIR ($BUILD_TYPE, default Release); BUILD_TARGETS limits
+#      the build to some targets, CMAKE_ARGS adds configure options, CONFIGURE_ONLY=1 stops after
+#      the configure step
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$REPO_ROOT"
+case "${TRAIN_IGNORE_SYSTEM_CUDA:-0}" in
+  0 | 1) ;;
+  *) echo "setup: TRAIN_IGNORE_SYSTEM_CUDA=$TRAIN_IGNORE_SYSTEM_CUDA: expected 0 or 1" >&2; exit 2 ;;
+esac
 
 extra_prefix=""
 if [[ -n "${TRAIN_DEBS:-}" ]]; then
@@ -38,14 +46,21 @@ else
   fi
 fi
 
-# The pip LibTorch is a CUDA build; configuring against it needs the CUDA toolkit's headers.
-if [[ -z "${LIBTORCH:-}" ]] && ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
-  echo "setup: the CUDA toolkit (nvcc, headers) is required to build against the CUDA LibTorch" \
-       "from PyPI; install NVIDIA's cuda-toolkit-13-0, or set LIBTORCH=/path/to/libtorch" >&2
-  exit 2
+# The pip LibTorch is a CUDA build; configuring against it needs a CUDA compiler and headers.
+pip_cuda=0
+if [[ -z "${LIBTORCH:-}" ]]; then
+  if [[ "${TRAIN_IGNORE_SYSTEM_CUDA:-0}" == 1 ]] ||
+     { ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; }; then
+    pip_cuda=1
+  fi
 fi
-if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+if ((pip_cuda == 0)) && ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH=/usr/local/cuda/bin:$PATH
+fi
+if ((pip_cuda)) && [[ -n "${TRAIN_PYTHON:-}" ]]; then
+  echo "setup: no system CUDA toolkit to build with, and TRAIN_PYTHON=$TRAIN_PYTHON is not a" \
+       "virtualenv to install CUDA's wheels into; unset TRAIN_PYTHON, or install cuda-toolkit-13-0" >&2
+  exit 2
 fi
 
 has_torch() {  # the interpreter $1 has torch $TORCH_VERSION
@@ -71,6 +86,20 @@ else
   fi
 fi
 
+cuda_args=()
+if ((pip_cuda)); then
+  # Prints the toolkit folder it assembled in the virtualenv; the CUDA CMake options point there.
+  toolkit=$(bash "$REPO_ROOT/scripts/pip_cuda.sh" "$TRAIN_VENV")
+  cuda_args=(-DCUDA_TOOLKIT_ROOT_DIR="$toolkit" -DCUDAToolkit_ROOT="$toolkit"
+             -DCMAKE_CUDA_COMPILER="$toolkit/bin/nvcc")
+  if [[ "${TRAIN_IGNORE_SYSTEM_CUDA:-0}" == 1 ]]; then
+    # Hide every system copy: NVIDIA's packages install under /usr/local/cuda and may link their
+    # bin/, lib/, lib64/ and include/ into /usr/local; nothing of ours comes from /usr/local.
+    cuda_args+=(-DCMAKE_IGNORE_PREFIX_PATH="/usr/local/cuda;/usr/local")
+    PATH=$(tr ':' '\n' <<<"$PATH" | while read -r d; do [[ -x "$d/nvcc" ]] || echo "$d"; done | paste -sd:)
+    export PATH
+  fi
+fi
 prefix=${LIBTORCH:-$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')}
 [[ -n "$extra_prefix" ]] && prefix="$prefix;$extra_prefix"
 generator=(-G Ninja)
@@ -80,7 +109,11 @@ command -v ninja >/dev/null || generator=()
 # build folder's cache for the next.
 cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
   -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$python" \
-  -DTRAIN_USE_OPENCV=ON -DTRAIN_SANITIZE=OFF -DTRAIN_FUZZ=OFF ${CMAKE_ARGS:-} >/dev/null
+  "${cuda_args[@]}" -DTRAIN_USE_OPENCV=ON -DTRAIN_SANITIZE=OFF -DTRAIN_FUZZ=OFF ${CMAKE_ARGS:-} >/dev/null
+if [[ "${CONFIGURE_ONLY:-0}" == 1 ]]; then
+  echo "setup: configured $BUILD_DIR"
+  exit 0
+fi
 targets=()
 for t in ${BUILD_TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$BUILD_DIR" "${targets[@]}" -j "$(nproc)"

@@ -6,4 +6,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$REPO_ROOT"
 scripts/setup.sh
+# The set-up without a system CUDA toolkit, configure step only (scripts/check_pip_cuda.sh).
+if [[ -z "${TRAIN_PYTHON:-}" && -z "${LIBTORCH:-}" ]]; then
+  scripts/check_pip_cuda.sh --configure-only
+fi
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" "$@"

@@ -40,6 +40,8 @@ const Choices<c10::MemoryFormat> kMemoryFormats = {
     {"channels_last", c10::MemoryFormat::ChannelsLast}};
 const Choices<LoaderKind> kLoaders = {{"batched", LoaderKind::Batched},
                                       {"torch_data", LoaderKind::TorchData}};
+const Choices<CudaGraphMode> kCudaGraphModes = {
+    {"off", CudaGraphMode::Off}, {"on", CudaGraphMode::On}, {"auto", CudaGraphMode::Auto}};
 const Choices<CheckpointGranularity> kGranularities = {
     {"block", CheckpointGranularity::Block},
     {"stage", CheckpointGranularity::Stage},
@@ -93,6 +95,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.boolean("allow_tf32", c.training.allow_tf32);
     v.boolean("eval_flip", c.training.eval_flip);
     v.reals("accuracy_thresholds", c.training.accuracy_thresholds, 0.0, 1.0);
+    v.choice("cuda_graph", c.training.cuda_graph, kCudaGraphModes);
   });
   v.section("optimizer", [&] {
     v.real("lr", c.optimizer.lr(), 1e-12, 1e3);
@@ -160,6 +163,28 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
   });
 }
 
+// training.cuda_graph: on with what a captured step cannot hold. (The device, known later,
+// is checked by graphed_step.h's use_cuda_graph.)
+template <class Fail>
+void validate_cuda_graph(const Config& c, const Fail& fail) {
+  if (c.training.cuda_graph != CudaGraphMode::On) return;
+  if (c.training.precision == Precision::FP16) {
+    fail(
+        "training.cuda_graph: on needs training.precision fp32 or bf16; fp16's GradScaler decides "
+        "on the host whether to skip a step, which a captured graph cannot (auto runs fp16 eager)");
+  }
+  if (!c.optimizer.fused()) {
+    fail(
+        "training.cuda_graph: on needs optimizer.fused: true (the fused SGD reads the learning "
+        "rate from device memory, so the schedule goes on between replays)");
+  }
+  if (c.checkpointing.enabled()) {
+    fail(
+        "training.cuda_graph: on is not combined with checkpointing.enabled (the recomputation "
+        "saves and restores the device's RNG state on the host, which a capture forbids)");
+  }
+}
+
 // Checks that span keys. `origin_for(key)` names where the key was set (the file or a flag).
 void validate(const Config& c, const std::function<std::string(const std::string&)>& origin_for) {
   auto fail = [&](const std::string& message) {
@@ -175,6 +200,7 @@ void validate(const Config& c, const std::function<std::string(const std::string
         "monitor.tensorboard: this build has no TensorBoard writer (protobuf or Boost.CRC was "
         "not found at configure time); set it to false");
   }
+  validate_cuda_graph(c, fail);
   if (c.optimizer.nesterov() && c.optimizer.momentum() <= 0.0) {
     fail("optimizer.nesterov: true needs optimizer.momentum > 0 (set nesterov: false)");
   }

@@ -38,6 +38,10 @@ struct DataConfig {
   int64_t workers = 0;  // torch_data: LibTorch's worker threads (0: batches made in next())
 };
 
+// training.cuda_graph: the training step captured once in a CUDA graph and replayed
+// (training/graphed_step.h). Auto: on for CUDA with fp32 or bf16 when training alone.
+enum class CudaGraphMode { Off, On, Auto };
+
 struct TrainingConfig {
   std::string device = "auto";  // auto | cpu | cuda | cuda:<index>
   int64_t epochs = 30;
@@ -57,6 +61,7 @@ struct TrainingConfig {
   bool eval_flip = false;
   // Test accuracies whose first crossing is logged with the wall time (time to accuracy).
   std::vector<double> accuracy_thresholds = {0.90, 0.93, 0.94, 0.95};
+  CudaGraphMode cuda_graph = CudaGraphMode::Off;
 };
 
 struct MemoryConfig {

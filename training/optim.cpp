@@ -63,16 +63,35 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
     }
     for (int first = 0; first < 2; ++first) {
       if (params[first].empty()) continue;
-      at::_fused_sgd_(params[first], grads[first], buffers[first], options.weight_decay(),
-                      options.momentum(), options.lr(), options.dampening(), options.nesterov(),
-                      /*maximize=*/false, /*is_first_step=*/first == 1);
+      if (lr_.defined()) {
+        at::_fused_sgd_(params[first], grads[first], buffers[first], options.weight_decay(),
+                        options.momentum(), lr_, options.dampening(), options.nesterov(),
+                        /*maximize=*/false, /*is_first_step=*/first == 1);
+      } else {
+        at::_fused_sgd_(params[first], grads[first], buffers[first], options.weight_decay(),
+                        options.momentum(), options.lr(), options.dampening(), options.nesterov(),
+                        /*maximize=*/false, /*is_first_step=*/first == 1);
+      }
     }
   }
   return loss;
 }
 
+void FusedSGD::use_device_lr(const torch::Device& device) {
+  const double lr = param_groups().at(0).options().get_lr();
+  lr_ = torch::full({}, lr, torch::TensorOptions(torch::kFloat32).device(device));
+  for (auto& group : param_groups()) group.options().set_lr(lr);
+}
+
+void FusedSGD::fill_device_lr(double lr) {
+  if (!lr_.defined()) return;
+  torch::NoGradGuard no_grad;
+  lr_.fill_(lr);  // queued on the device like the steps around it: no host synchronisation
+}
+
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+  if (auto* fused = dynamic_cast<FusedSGD*>(&optimizer)) fused->fill_device_lr(lr);
 }
 
 }  // namespace training

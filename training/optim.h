@@ -28,6 +28,16 @@ class FusedSGD : public torch::optim::SGD {
  public:
   using torch::optim::SGD::SGD;
   torch::Tensor step(LossClosure closure = nullptr) override;
+
+  // From now on the kernel reads the learning rate from a float32 tensor on `device`, which
+  // set_learning_rate fills: what a captured step needs (a double would be frozen into the graph
+  // at capture). Every parameter group then runs at that one rate.
+  void use_device_lr(const torch::Device& device);
+  const torch::Tensor& device_lr() const { return lr_; }
+  void fill_device_lr(double lr);  // no-op without use_device_lr
+
+ private:
+  torch::Tensor lr_;  // undefined unless use_device_lr
 };
 
 // Parameter group 0 gets weight decay; group 1 (when decay_norm_and_bias is off) holds the 1-d
@@ -35,6 +45,7 @@ class FusedSGD : public torch::optim::SGD {
 std::unique_ptr<torch::optim::SGD> make_sgd(torch::nn::Module& model,
                                             const OptimizerOptions& options);
 
+// Sets every group's rate, and a FusedSGD's device rate when it has one.
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
 }  // namespace training

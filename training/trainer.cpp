@@ -42,6 +42,10 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
       test_loader_((check_labels(test, "test", config.model.num_classes()),
                     make_loader(std::move(test), config, device, /*train=*/false, group))),
       averager_(group ? group->gradient_averager(*parts_.model) : nullptr),
+      graphed_(use_cuda_graph(config, device, group != nullptr)
+                   ? std::make_unique<GraphedStep>(parts_, config.training.precision,
+                                                   config.training.label_smoothing, device)
+                   : nullptr),
       total_steps_(
           capped_by_max_steps(config, config.training.epochs * train_loader_->batches_per_epoch())),
       schedule_(config.schedule, config.optimizer.lr(), train_loader_->batches_per_epoch(),
@@ -192,9 +196,10 @@ bool Trainer::train_epoch() {
     StepResult result;
     {
       RECORD_USER_SCOPE("ProfilerStep#" + std::to_string(state_.step + 1));
-      result = train_step(parts_.model, *parts_.optimizer, parts_.scaler,
-                          config_.training.precision, config_.training.label_smoothing,
-                          batch->images, batch->labels, averager_.get());
+      result = graphed_ ? graphed_->run(batch->images, batch->labels)
+                        : train_step(parts_.model, *parts_.optimizer, parts_.scaler,
+                                     config_.training.precision, config_.training.label_smoothing,
+                                     batch->images, batch->labels, averager_.get());
     }
     if (profiler_) profiler_->after_step(state_.step + 1);
     if (snapshot_) snapshot_->after_step(state_.step + 1);

@@ -15,6 +15,7 @@
 #include "training/components.h"
 #include "training/config.h"
 #include "training/epoch_record.h"
+#include "training/graphed_step.h"
 #include "training/platform/distributed.h"
 #include "training/platform/memory.h"
 #include "training/platform/memory_snapshot.h"
@@ -96,6 +97,7 @@ class Trainer {
   std::unique_ptr<data::Loader> train_loader_;
   std::unique_ptr<data::Loader> test_loader_;
   std::unique_ptr<ProcessGroup::GradientAverager> averager_;
+  std::unique_ptr<GraphedStep> graphed_;  // null unless training.cuda_graph puts the step in one
   int64_t total_steps_;
   LrSchedule schedule_;
   TrainState state_;

@@ -92,6 +92,30 @@ TEST(Cli, MemorySnapshotOnTheCpuIsABadInput) {
   }
 }
 
+// A graph-captured step needs a CUDA device: `train` and `train sweep` refuse it on the CPU in
+// one line before anything is created; auto runs eager there.
+TEST(Cli, CudaGraphOnTheCpuIsABadInput) {
+  test_support::TempDir dir;
+  const std::string config = write_tiny_config(dir).string();
+  for (const std::string command : {"", "sweep --batch-sizes 4 "}) {
+    const auto r = run_train(command + "--config " + config +
+                             " --device cpu --set training.cuda_graph=on --output-dir " +
+                             (dir / "out").string());
+    EXPECT_EQ(r.code, 2) << command << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find("training.cuda_graph: on needs a CUDA device; this run trains on cpu"),
+              std::string::npos)
+        << r.output;
+    EXPECT_FALSE(fs::exists(dir / "out"));
+  }
+  const auto r = run_train("--config " + config +
+                           " --device cpu --set training.cuda_graph=auto --set "
+                           "training.max_steps=2 --output-dir " +
+                           (dir / "auto").string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("captured in a CUDA graph"), std::string::npos) << r.output;
+}
+
 TEST(Cli, MemoryRefusesAnUnknownSetting) {
   test_support::TempDir dir;
   const auto r = run_train("memory --config " + write_tiny_config(dir).string() +

@@ -20,10 +20,15 @@
 #include "models/resnet.h"
 #include "test_support.h"
 #include "training/amp.h"
+#include "training/components.h"
+#include "training/config.h"
+#include "training/graphed_step.h"
+#include "training/optim.h"
 #include "training/platform/device.h"
 #include "training/platform/memory.h"
 #include "training/platform/monitor.h"
 #include "training/recompute.h"
+#include "training/step.h"
 #include "training/studies/trial.h"
 
 namespace {
@@ -452,6 +457,109 @@ TEST(Cuda, ResumeContinuesTheSameLossCurve) {
         << "epoch " << i + 1;
     EXPECT_EQ(straight[i].at("step"), split[i].at("step"));
   }
+}
+
+// training.cuda_graph: the captured step against the eager one, from the same weights on the
+// same 20 batches, with a schedule that changes between replays: 0.1 for steps 1-10, 0 for
+// 11-15 (a rate frozen into the graph at capture would keep moving the weights), 0.05 after.
+TEST(Cuda, GraphedStepTrainsLikeTheEagerStepWithAChangingLearningRate) {
+  CUDA_OR_SKIP();
+  const auto config = training::parse_config(
+      "model: {arch: resnet18, stem: cifar}\n"
+      "training: {device: cuda, batch_size: 64, precision: bf16, memory_format: channels_last, "
+      "cuda_graph: on}\n",
+      "graph");
+  training::StepParts eager = training::build_step_parts(config, kGpu);
+  training::StepParts graphed_parts = training::build_step_parts(config, kGpu);
+  training::GraphedStep graphed(graphed_parts, training::Precision::BF16, 0.0, kGpu);
+  eager.model->train();
+  graphed_parts.model->train();
+  torch::manual_seed(7);
+  std::vector<torch::Tensor> after_ten;
+  for (int step = 1; step <= 20; ++step) {
+    const auto images = torch::randn({64, 3, 32, 32}, torch::TensorOptions().device(kGpu))
+                            .contiguous(at::MemoryFormat::ChannelsLast);
+    const auto labels =
+        torch::randint(0, 10, {64}, torch::TensorOptions(torch::kInt64).device(kGpu));
+    const double lr = step <= 10 ? 0.1 : step <= 15 ? 0.0 : 0.05;
+    training::set_learning_rate(*eager.optimizer, lr);
+    training::set_learning_rate(*graphed_parts.optimizer, lr);
+    const double a = training::train_step(eager.model, *eager.optimizer, eager.scaler,
+                                          training::Precision::BF16, 0.0, images, labels)
+                         .loss.item<double>();
+    const double b = graphed.run(images, labels).loss.item<double>();
+    EXPECT_NEAR(a, b, 0.02 * std::abs(a) + 1e-3) << "step " << step;
+    EXPECT_EQ(graphed.captured(), step > training::GraphedStep::kWarmupSteps) << "step " << step;
+    if (step == 10) {
+      for (const auto& p : graphed_parts.model->parameters())
+        after_ten.push_back(p.detach().clone());
+    }
+    if (step == 15) {  // five replays at rate 0 left every weight as it was
+      const auto params = graphed_parts.model->parameters();
+      for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(params[i].equal(after_ten[i])) << i;
+    }
+  }
+  EXPECT_GT(graphed.pool_bytes(), 0);
+  const auto pa = eager.model->parameters(), pb = graphed_parts.model->parameters();
+  const auto params = graphed_parts.model->parameters();
+  int moved = 0;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_LT((pa[i] - pb[i]).norm().item<double>(), 0.02 * pa[i].norm().item<double>() + 1e-4);
+    moved += params[i].equal(after_ten[i]) ? 0 : 1;
+  }
+  EXPECT_GT(moved, 0);  // and the five replays at 0.05 did move them
+}
+
+// Checkpoints are the same whichever step wrote them: a graphed run stopped mid-epoch resumes
+// eager, and an eager one resumes graphed, on the loss curve of the run that went straight.
+TEST(Cuda, CheckpointsResumeAcrossGraphedAndEagerSteps) {
+  CUDA_OR_SKIP();
+  test_support::TempDir dir;
+  const auto config =
+      write_config(dir, "schedule: {name: step, milestones: [2]}\noptimizer: {lr: 0.01}\n")
+          .string() +
+      " --set training.epochs=3 --set training.cudnn_benchmark=false --set "
+      "training.allow_tf32=false";
+  auto r = train("--config " + config + " --output-dir " + (dir / "straight").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto straight = metrics(dir / "straight");
+  ASSERT_EQ(straight.size(), 3u);
+  for (const auto& [first, then] : {std::pair{"on", "off"}, std::pair{"off", "on"}}) {
+    SCOPED_TRACE(std::string(first) + " then " + then);
+    const fs::path split = dir / (std::string("split-") + first);
+    r = train("--config " + config + " --output-dir " + split.string() +
+              " --set training.max_steps=12 --set training.cuda_graph=" + first);
+    ASSERT_EQ(r.code, 0) << r.output;
+    r = train("--resume " + split.string() +
+              " --set training.max_steps=0 --set training.cuda_graph=" + then);
+    ASSERT_EQ(r.code, 0) << r.output;
+    const std::string log = test_support::read_text(split / "train.log");
+    EXPECT_NE(log.find("training step captured in a CUDA graph after 3 warm-up steps (batch 64)"),
+              std::string::npos)
+        << log;
+    const auto rows = metrics(split);
+    ASSERT_EQ(rows.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_NEAR(straight[i].at("train_loss").get<double>(),
+                  rows[i].at("train_loss").get<double>(),
+                  0.02 * straight[i].at("train_loss").get<double>())
+          << "epoch " << i + 1;
+      EXPECT_EQ(straight[i].at("step"), rows[i].at("step"));
+    }
+  }
+}
+
+// A graphed sweep trial measures replays only: its warm-up grows to cover the capture.
+TEST(Cuda, GraphedSweepTrialMeasuresReplays) {
+  CUDA_OR_SKIP();
+  auto config = training::parse_config(
+      "model: {arch: resnet18, stem: cifar}\n"
+      "training: {device: cuda, batch_size: 64, precision: bf16, cuda_graph: on}\n",
+      "trial");
+  const auto result = training::measure_trial(config, 2, 3);
+  ASSERT_EQ(result.status, training::TrialStatus::Ok) << result.message;
+  EXPECT_EQ(result.steps, training::GraphedStep::kWarmupSteps + 1 + 3);
+  EXPECT_GT(result.images_per_second, 0.0);
 }
 
 }  // namespace

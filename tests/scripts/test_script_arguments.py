@@ -1,4 +1,5 @@
 """The helper scripts refuse bad input with one clear line and exit code 2."""
+import os
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,17 @@ class ScriptArgumentsTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 2)
             self.assertEqual(proc.stderr, "gpu_check: --only: unknown group 'bogus'\n")
 
+    def test_setup_scripts_refuse_bad_switches(self):
+        proc = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh")], capture_output=True, text=True,
+                              env=dict(os.environ, TRAIN_IGNORE_SYSTEM_CUDA="yes"))
+        self.assertEqual(proc.returncode, 2)
+        self.assertEqual(proc.stderr, "setup: TRAIN_IGNORE_SYSTEM_CUDA=yes: expected 0 or 1\n")
+        proc = subprocess.run(["bash", str(REPO / "scripts" / "check_pip_cuda.sh"), "--build"],
+                              capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 2)
+        self.assertEqual(proc.stderr,
+                         "check_pip_cuda: unknown argument '--build' (expected --configure-only or nothing)\n")
+
     def test_gpu_check_report_needs_the_checks(self):
         with tempfile.TemporaryDirectory() as tmp:
             proc = run("gpu_check_report.py", tmp)
@@ -68,6 +80,26 @@ class ScriptArgumentsTest(unittest.TestCase):
             self.assertIn("25000 images/s, 20.5 ms/step, 194.7 TFLOP/s, 19.7% MFU", md)
             report = __import__("json").loads((out / "gpu_check.json").read_text())
             self.assertAlmostEqual(report["figures"]["resnet50_bf16_channels_last_b512"]["epoch_seconds_at_this_rate"], 2.0)
+
+    def test_gpu_check_report_pairs_eager_and_graphed_trials_by_batch(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp)
+            (out / "checks.jsonl").write_text(
+                '{"check": "build (Release)", "log": "build.log", "passed": true, "exit_code": 0, "seconds": 61.0}\n')
+            for name, trials in (("resnet50", [(128, 12000.0), (512, 15000.0)]),
+                                 ("resnet50_graphed", [(128, 18000.0), (512, 0.0)])):
+                (out / name).mkdir()
+                rows = ",".join(
+                    f'{{"status": "{"ok" if rate else "out_of_memory"}", "batch_size": {batch}, '
+                    f'"images_per_second": {rate}, "median_step_seconds": 0.01, "peak_reserved_bytes": 1}}'
+                    for batch, rate in trials)
+                (out / name / "sweep.json").write_text(f'{{"trials": [{rows}]}}')
+            proc = run("gpu_check_report.py", tmp)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            md = (out / "gpu_check.md").read_text()
+            self.assertIn("| ResNet-50 CIFAR stem, bf16, channels_last | 128 | 12000 | 18000 | 1.50x |", md)
+            self.assertNotIn("| 512 |", md)  # the graphed trial at 512 did not finish
+            self.assertIn("15000 images/s", md)  # the b512 figure is the batch-512 trial
 
 
 if __name__ == "__main__":

@@ -141,7 +141,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "c.yaml: unknown key 'training.zzz' (valid: device, epochs, max_steps, "
                   "batch_size, eval_batch_size, seed, label_smoothing, log_every_steps, threads, "
                   "precision, memory_format, cudnn_benchmark, allow_tf32, eval_flip, "
-                  "accuracy_thresholds)"},
+                  "accuracy_thresholds, cuda_graph)"},
         BadConfig{"NotAnInteger",
                   "training: {epochs: three}",
                   {},
@@ -308,6 +308,28 @@ INSTANTIATE_TEST_SUITE_P(
                   "",
                   {training::Override("memory.limit=[1", "--memory-limit")},
                   "--memory-limit [1: value is not valid YAML (end of sequence flow not found)"},
+        BadConfig{"CudaGraphModeIsAChoice",
+                  "training: {cuda_graph: yes}",
+                  {},
+                  "c.yaml: training.cuda_graph: expected one of off, on, auto, got 'yes'"},
+        BadConfig{"CudaGraphRefusesFp16",
+                  "training: {cuda_graph: on, precision: fp16}",
+                  {},
+                  "c.yaml: training.cuda_graph: on needs training.precision fp32 or bf16; fp16's "
+                  "GradScaler decides on the host whether to skip a step, which a captured graph "
+                  "cannot (auto runs fp16 eager)"},
+        BadConfig{"CudaGraphNeedsTheFusedSgd",
+                  "training: {cuda_graph: on}\noptimizer: {fused: false}",
+                  {},
+                  "c.yaml: training.cuda_graph: on needs optimizer.fused: true (the fused SGD "
+                  "reads the learning rate from device memory, so the schedule goes on between "
+                  "replays)"},
+        BadConfig{"CudaGraphRefusesCheckpointing",
+                  "checkpointing: {enabled: true}",
+                  {"training.cuda_graph=on"},
+                  "--set training.cuda_graph: training.cuda_graph: on is not combined with "
+                  "checkpointing.enabled (the recomputation saves and restores the device's RNG "
+                  "state on the host, which a capture forbids)"},
         BadConfig{"SetOfAKeyCheckedAcrossKeysIsNamed",
                   "optimizer: {nesterov: true}",
                   {"optimizer.momentum=0"},

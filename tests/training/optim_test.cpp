@@ -90,6 +90,41 @@ TEST(FusedSgd, MatchesThePlainSgdStepForStep) {
   }
 }
 
+// The rate read from a tensor (what a graph-captured step uses) follows set_learning_rate
+// exactly as the double does.
+TEST(FusedSgd, TheDeviceLearningRateFollowsTheSchedule) {
+  torch::manual_seed(5);
+  models::ResNet a(models::ResNetOptions(18).stem(models::Stem::ImageNet).num_classes(10));
+  torch::manual_seed(5);
+  models::ResNet b(models::ResNetOptions(18).stem(models::Stem::ImageNet).num_classes(10));
+  const auto options = training::OptimizerOptions().lr(0.05).weight_decay(1e-3);
+  auto by_double = training::make_sgd(*a, options);
+  auto by_tensor = training::make_sgd(*b, options);
+  auto* fused = dynamic_cast<training::FusedSGD*>(by_tensor.get());
+  ASSERT_NE(fused, nullptr);
+  EXPECT_FALSE(fused->device_lr().defined());
+  fused->use_device_lr(torch::kCPU);
+  ASSERT_TRUE(fused->device_lr().defined());
+  EXPECT_FLOAT_EQ(fused->device_lr().item<float>(), 0.05f);
+  const double rates[] = {0.05, 0.2, 0.01};
+  for (int step = 0; step < 3; ++step) {
+    torch::manual_seed(200 + step);
+    const auto images = torch::randn({8, 3, 32, 32});
+    const auto labels = torch::randint(0, 10, {8}, torch::kInt64);
+    for (auto [model, optimizer] : {std::pair{a, by_double.get()}, std::pair{b, by_tensor.get()}}) {
+      training::set_learning_rate(*optimizer, rates[step]);
+      optimizer->zero_grad();
+      torch::nn::functional::cross_entropy(model->forward(images), labels).backward();
+      optimizer->step();
+    }
+    EXPECT_FLOAT_EQ(fused->device_lr().item<float>(), static_cast<float>(rates[step]));
+  }
+  auto pa = a->named_parameters(), pb = b->named_parameters();
+  for (const auto& p : pa) {
+    EXPECT_TRUE(torch::allclose(p.value(), pb[p.key()], 1e-5, 1e-6)) << p.key();
+  }
+}
+
 TEST(FusedSgd, CheckpointsAreInterchangeableWithThePlainSgd) {
   torch::manual_seed(1);
   models::ResNet model(models::ResNetOptions(18).stem(models::Stem::ImageNet).num_classes(10));

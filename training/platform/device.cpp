@@ -34,6 +34,30 @@ std::string cuda_unavailable_reason(int64_t index) {
   return "";
 }
 
+#ifndef TRAIN_WITH_CUDA
+// Without CUDA there is no graph to capture (device_cuda.cpp holds the CUDA build's version).
+struct DeviceGraph::State {};
+
+DeviceGraph::DeviceGraph(const torch::Device& device) {
+  throw UserError("training.cuda_graph: CUDA graphs need a CUDA device; this run trains on " +
+                  device.str() +
+                  " and this build uses a CPU-only LibTorch (set "
+                  "training.cuda_graph: off or auto)");
+}
+DeviceGraph::~DeviceGraph() = default;
+void DeviceGraph::warm_up(const std::function<void()>& work) {
+  work();
+}
+void DeviceGraph::capture(const std::function<void()>& /*work*/) {}
+void DeviceGraph::replay() {}
+bool DeviceGraph::captured() const {
+  return false;
+}
+int64_t DeviceGraph::pool_bytes() const {
+  return 0;
+}
+#endif
+
 std::optional<DeviceSpec> parse_device_spec(const std::string& text) {
   static const std::regex kGrammar("(auto)|(cpu)|cuda(:([0-9]{1,4}))?");
   std::smatch match;

@@ -6,6 +6,8 @@
 #include <ATen/core/ivalue.h>
 #include <torch/types.h>
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -57,6 +59,32 @@ void set_cpu_threads(int64_t threads);
 // CUDA backend switches (process-wide; no effect on the CPU): cuDNN autotuning per input shape,
 // and TF32 for fp32 matmuls and convolutions on GPUs that have it.
 void set_cuda_math(bool cudnn_benchmark, bool allow_tf32);
+
+// A CUDA graph of some device work (ATen's CUDAGraph), on its own side stream. warm_up runs the
+// work eagerly on that stream (cuDNN's algorithm search, cuBLAS's per-stream workspaces and
+// first-use allocations happen there, not in the capture); capture records the work without
+// running it (autocast's cast cache off), in the graph's private memory pool; replay runs the
+// recorded work on the current stream. Tensors the work reads and writes keep their addresses:
+// inputs are copied into tensors allocated before the capture, outputs are read after replay.
+// Throws UserError naming training.cuda_graph on the CPU and in builds without CUDA.
+class DeviceGraph {
+ public:
+  explicit DeviceGraph(const torch::Device& device);
+  ~DeviceGraph();
+  DeviceGraph(const DeviceGraph&) = delete;
+  DeviceGraph& operator=(const DeviceGraph&) = delete;
+
+  void warm_up(const std::function<void()>& work);
+  void capture(const std::function<void()>& work);
+  void replay();
+  bool captured() const;
+  // Bytes the caching allocator reserved during the capture: the graph's private pool.
+  int64_t pool_bytes() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // Seeds every generator that can influence training on `device`.
 void seed_everything(uint64_t seed);

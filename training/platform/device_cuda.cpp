@@ -1,13 +1,19 @@
 #include "training/platform/device_cuda.h"
 
 #include <ATen/Context.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #include <torch/csrc/cuda/memory_snapshot.h>
 
 #include "build_config.h"
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
 
 #ifdef TRAIN_WITH_NCCL
 #include <dlfcn.h>
@@ -198,3 +204,91 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
 #endif
 
 }  // namespace training::cuda
+
+namespace training {
+
+struct DeviceGraph::State {
+  State(c10::DeviceIndex device, c10::cuda::CUDAStream side_stream)
+      : index(device), stream(side_stream) {}
+  c10::DeviceIndex index;
+  c10::cuda::CUDAStream stream;
+  at::cuda::CUDAGraph graph;
+  bool captured = false;
+  int64_t pool_bytes = 0;
+};
+
+DeviceGraph::DeviceGraph(const torch::Device& device) {
+  if (!device.is_cuda()) {
+    throw UserError("training.cuda_graph: CUDA graphs need a CUDA device; this run trains on " +
+                    device.str() + " (set training.cuda_graph: off or auto)");
+  }
+  const auto index = static_cast<c10::DeviceIndex>(device.has_index() ? device.index() : 0);
+  at::globalContext().lazyInitDevice(c10::kCUDA);
+  c10::cuda::CUDAGuard on_device(index);
+  // A stream of its own: a capture cannot run on the legacy default stream, and the warm-up runs
+  // where the capture will, so that per-stream state (cuBLAS workspaces) exists beforehand.
+  state_ = std::make_unique<State>(index, c10::cuda::getStreamFromPool(false, index));
+}
+
+DeviceGraph::~DeviceGraph() = default;
+
+namespace {
+
+// `waiting` starts its next work after everything queued on `done` so far.
+void wait_for(const c10::cuda::CUDAStream& waiting, const c10::cuda::CUDAStream& done) {
+  c10::cuda::CUDAEvent event;
+  event.record(done);
+  event.block(waiting);
+}
+
+}  // namespace
+
+void DeviceGraph::warm_up(const std::function<void()>& work) {
+  const auto current = c10::cuda::getCurrentCUDAStream(state_->index);
+  wait_for(state_->stream, current);
+  {
+    c10::cuda::CUDAStreamGuard on_stream(state_->stream);
+    work();
+  }
+  wait_for(current, state_->stream);
+}
+
+void DeviceGraph::capture(const std::function<void()>& work) {
+  c10::cuda::CUDAGuard on_device(state_->index);
+  c10::cuda::device_synchronize();  // nothing else may be in flight while capturing
+  const int64_t reserved_before = cuda::memory_stats(state_->index).reserved;
+  const bool cache_was_enabled = at::autocast::is_autocast_cache_enabled();
+  at::autocast::set_autocast_cache_enabled(false);  // cached casts would outlive the capture
+  {
+    c10::cuda::CUDAStreamGuard on_stream(state_->stream);
+    state_->graph.capture_begin();
+    try {
+      work();
+    } catch (...) {
+      at::autocast::set_autocast_cache_enabled(cache_was_enabled);
+      try {
+        state_->graph.capture_end();  // ends the stream's capture mode; the graph is unusable
+      } catch (...) {
+      }
+      throw;
+    }
+    state_->graph.capture_end();
+  }
+  at::autocast::set_autocast_cache_enabled(cache_was_enabled);
+  state_->pool_bytes = cuda::memory_stats(state_->index).reserved - reserved_before;
+  state_->captured = true;
+}
+
+void DeviceGraph::replay() {
+  state_->graph.replay();
+}
+
+bool DeviceGraph::captured() const {
+  return state_->captured;
+}
+
+int64_t DeviceGraph::pool_bytes() const {
+  return state_->pool_bytes;
+}
+
+}  // namespace training

@@ -3,9 +3,11 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 
+#include "training/graphed_step.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/dir_lock.h"
@@ -286,6 +288,17 @@ int run_sweep(const SweepRequest& request) {
   if (config.memory.limit > total_memory(device)) {
     throw UserError("memory.limit: " + format_bytes(config.memory.limit) + " is more than " +
                     device.str() + " has (" + format_bytes(total_memory(device)) + ")");
+  }
+  if (config.training.cuda_graph == CudaGraphMode::On) {
+    use_cuda_graph(config, device, /*data_parallel=*/false);  // refuses the CPU
+    const auto& p = config.sweep.precisions;
+    const auto& c = config.sweep.checkpointing;
+    if (std::find(p.begin(), p.end(), Precision::FP16) != p.end() ||
+        std::find(c.begin(), c.end(), true) != c.end()) {
+      throw UserError(
+          "training.cuda_graph: on cannot capture the sweep's fp16 or checkpointing cells; set "
+          "it to auto, which runs those cells eager and captures the others");
+    }
   }
   if (config.sweep.find_max && device.is_cpu() && config.memory.limit == 0) {
     throw UserError(

@@ -8,6 +8,7 @@
 
 #include "data/dataset.h"
 #include "training/components.h"
+#include "training/graphed_step.h"
 #include "training/optim.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
@@ -102,8 +103,15 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
   std::vector<double> step_seconds;
   MemoryStats warmup_peaks;  // over the warm-up steps (the first step among them)
   try {
-    auto [model, optimizer, scaler] = build_step_parts(config, device);
-    model->train();
+    StepParts parts = build_step_parts(config, device);
+    parts.model->train();
+    // A graphed trial measures replays: its warm-up covers the graph's warm-up and capture.
+    std::unique_ptr<GraphedStep> graphed;
+    if (use_cuda_graph(config, device, /*data_parallel=*/false)) {
+      graphed = std::make_unique<GraphedStep>(parts, config.training.precision,
+                                              config.training.label_smoothing, device);
+      warmup_steps = std::max(warmup_steps, GraphedStep::kWarmupSteps + 1);
+    }
     synchronize(device);
     reset_peak_memory(device);
     const auto loader = trial_loader(config, device, warmup_steps + measure_steps);
@@ -121,8 +129,12 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
       }
       // The step alone is timed; the loader prepares the next batches meanwhile, as in training.
       const auto start = std::chrono::steady_clock::now();
-      train_step(model, *optimizer, scaler, config.training.precision,
-                 config.training.label_smoothing, batch->images, batch->labels);
+      if (graphed) {
+        graphed->run(batch->images, batch->labels);
+      } else {
+        train_step(parts.model, *parts.optimizer, parts.scaler, config.training.precision,
+                   config.training.label_smoothing, batch->images, batch->labels);
+      }
       synchronize(device);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

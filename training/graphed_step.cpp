@@ -1,0 +1,83 @@
+#include "training/graphed_step.h"
+
+#include <spdlog/spdlog.h>
+
+#include "training/optim.h"
+#include "training/platform/errors.h"
+
+namespace training {
+
+bool use_cuda_graph(const Config& config, const torch::Device& device, bool data_parallel) {
+  switch (config.training.cuda_graph) {
+    case CudaGraphMode::Off:
+      return false;
+    case CudaGraphMode::On:
+      if (!device.is_cuda()) {
+        throw UserError("training.cuda_graph: on needs a CUDA device; this run trains on " +
+                        device.str() + " (set training.cuda_graph: off or auto)");
+      }
+      if (data_parallel) {
+        throw UserError(
+            "training.cuda_graph: on is not combined with data-parallel training (WORLD_SIZE > "
+            "1): the gradient all-reduce is started from autograd hooks on the host; set it to "
+            "off or auto");
+      }
+      return true;
+    case CudaGraphMode::Auto:
+      return device.is_cuda() && !data_parallel && config.training.precision != Precision::FP16 &&
+             config.optimizer.fused() && !config.checkpointing.enabled();
+  }
+  return false;
+}
+
+GraphedStep::GraphedStep(StepParts& parts, Precision precision, double label_smoothing,
+                         const torch::Device& device)
+    : parts_(parts),
+      precision_(precision),
+      label_smoothing_(label_smoothing),
+      device_(device),
+      graph_(std::make_unique<DeviceGraph>(device)) {
+  auto* fused = dynamic_cast<FusedSGD*>(parts_.optimizer.get());
+  if (!fused) {
+    throw UserError("training.cuda_graph: the captured step needs optimizer.fused: true");
+  }
+  fused->use_device_lr(device);
+}
+
+StepResult GraphedStep::run(const torch::Tensor& images, const torch::Tensor& labels) {
+  const bool same_shape = images_.defined() && images.sizes() == images_.sizes() &&
+                          labels.sizes() == labels_.sizes() &&
+                          images.is_contiguous(c10::MemoryFormat::ChannelsLast) ==
+                              images_.is_contiguous(c10::MemoryFormat::ChannelsLast);
+  if (!same_shape) {
+    if (images_.defined()) graph_ = std::make_unique<DeviceGraph>(device_);
+    images_ = torch::empty_like(images, c10::MemoryFormat::Preserve);
+    labels_ = torch::empty_like(labels);
+    steps_ = 0;
+  }
+  {
+    torch::NoGradGuard no_grad;
+    images_.copy_(images);
+    labels_.copy_(labels);
+  }
+  auto step = [this] {
+    output_ = train_step(parts_.model, *parts_.optimizer, parts_.scaler, precision_,
+                         label_smoothing_, images_, labels_);
+  };
+  ++steps_;
+  if (steps_ <= kWarmupSteps) {
+    graph_->warm_up(step);
+    return output_;
+  }
+  if (!graph_->captured()) {
+    graph_->capture(step);
+    spdlog::info(
+        "training step captured in a CUDA graph after {} warm-up steps (batch {}); its memory "
+        "pool holds {:.1f} MiB",
+        kWarmupSteps, images.size(0), static_cast<double>(graph_->pool_bytes()) / (1 << 20));
+  }
+  graph_->replay();
+  return output_;
+}
+
+}  // namespace training

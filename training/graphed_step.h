@@ -1,0 +1,60 @@
+// The training step captured once in a CUDA graph and replayed (training.cuda_graph). On small
+// images a ResNet step is hundreds of short kernels, and launching them from the host costs as
+// much as running them; a replay launches the whole step (forward, loss, backward, optimizer) at
+// once. This is the gain PyTorch users get from torch.compile's CUDA graphs.
+//
+// The first kWarmupSteps steps run eagerly on the graph's side stream (cuDNN's algorithm search,
+// cuBLAS's workspaces and the momentum buffers are created there), the next step is captured and
+// replayed, and every later step replays. Each of them is a real training step on the batch given
+// to run(), which is copied into static input tensors first. The learning rate lives in the
+// FusedSGD's device tensor (set_learning_rate fills it between replays), so schedules work.
+// Gradients are allocated in the graph's private pool; evaluation stays eager.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "training/amp.h"
+#include "training/components.h"
+#include "training/config.h"
+#include "training/platform/device.h"
+#include "training/step.h"
+
+namespace training {
+
+// Whether training.cuda_graph puts this run's step in a graph. off: no. auto: yes on CUDA when
+// training alone with fp32 or bf16, the fused SGD and no gradient checkpointing. on: yes, and a
+// CPU device or data-parallel training is refused (UserError naming training.cuda_graph; the
+// other combinations are refused by the config's validation).
+bool use_cuda_graph(const Config& config, const torch::Device& device, bool data_parallel);
+
+class GraphedStep {
+ public:
+  static constexpr int64_t kWarmupSteps = 3;
+
+  // `parts` must outlive this step; its optimizer must be a FusedSGD, switched here to its device
+  // learning rate. Throws UserError on the CPU (DeviceGraph's).
+  GraphedStep(StepParts& parts, Precision precision, double label_smoothing,
+              const torch::Device& device);
+
+  // One training step on (images, labels): a warm-up step, the capture and its first replay, or a
+  // replay. A new shape (another batch size) starts again with a new graph. Once captured, the
+  // result's tensors are the graph's outputs: read them before the next run.
+  StepResult run(const torch::Tensor& images, const torch::Tensor& labels);
+
+  bool captured() const { return graph_ && graph_->captured(); }
+  int64_t pool_bytes() const { return graph_ ? graph_->pool_bytes() : 0; }
+
+ private:
+  StepParts& parts_;
+  Precision precision_;
+  double label_smoothing_;
+  torch::Device device_;
+  std::unique_ptr<DeviceGraph> graph_;
+  torch::Tensor images_, labels_;  // the static inputs the graph reads
+  StepResult output_;              // the static outputs it writes
+  int64_t steps_ = 0;              // steps run with this graph's shape
+};
+
+}  // namespace training
