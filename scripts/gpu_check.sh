@@ -6,7 +6,8 @@
 # 1. builds `train` and the CUDA suite (Release, in $BUILD_DIR, default build-gpu), with no
 #    network: TRAIN_PYTHON (default python3) must already hold torch 2.11.0; the Debian packages
 #    come from carried .deb files when TRAIN_DEBS (default .devdeps, filled here by
-#    EXTRA_DEBS="libssl-dev libssl3" ../shared/device/fetch-debs.sh) exists; OpenCV is not needed
+#    EXTRA_DEBS="libssl-dev libssl3" ../shared/device/fetch-debs.sh; add the protobuf and Boost
+#    packages the README lists for TensorBoard files) exists; OpenCV is not needed
 # 2. runs the CUDA suite, `ctest -L cuda`
 # 3. a find-max sweep under a 4 GiB limit (ResNet-18, CIFAR stem), `train plan` for a 16 GiB card
 #    from that sweep, `train memory` for ResNet-50 at batch 256 (with the allocator's snapshot),
