@@ -70,6 +70,10 @@ StepResult GraphedStep::run(const torch::Tensor& images, const torch::Tensor& la
     return output_;
   }
   if (!graph_->captured()) {
+    // The warm-up's gradients and outputs are freed now, outside the capture; the captured
+    // backward allocates the gradients anew in the graph's pool.
+    parts_.optimizer->zero_grad(/*set_to_none=*/true);
+    output_ = StepResult{};
     graph_->capture(step);
     spdlog::info(
         "training step captured in a CUDA graph after {} warm-up steps (batch {}); its memory "

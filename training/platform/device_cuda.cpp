@@ -261,7 +261,9 @@ void DeviceGraph::capture(const std::function<void()>& work) {
   at::autocast::set_autocast_cache_enabled(false);  // cached casts would outlive the capture
   {
     c10::cuda::CUDAStreamGuard on_stream(state_->stream);
-    state_->graph.capture_begin();
+    // Thread-local mode: the loader's prefetch thread keeps copying batches on its own stream
+    // during the capture, which the default (global) mode would forbid it.
+    state_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     try {
       work();
     } catch (...) {
