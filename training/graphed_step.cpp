@@ -31,12 +31,14 @@ bool use_cuda_graph(const Config& config, const torch::Device& device, bool data
 }
 
 GraphedStep::GraphedStep(StepParts& parts, Precision precision, double label_smoothing,
-                         const torch::Device& device)
+                         const torch::Device& device, MakeGraph make_graph)
     : parts_(parts),
       precision_(precision),
       label_smoothing_(label_smoothing),
-      device_(device),
-      graph_(std::make_unique<DeviceGraph>(device)) {
+      make_graph_(make_graph ? std::move(make_graph) : MakeGraph([device] {
+        return std::make_unique<DeviceGraph>(device);
+      })),
+      graph_(make_graph_()) {
   auto* fused = dynamic_cast<FusedSGD*>(parts_.optimizer.get());
   if (!fused) {
     throw UserError("training.cuda_graph: the captured step needs optimizer.fused: true");
@@ -50,7 +52,7 @@ StepResult GraphedStep::run(const torch::Tensor& images, const torch::Tensor& la
                           images.is_contiguous(c10::MemoryFormat::ChannelsLast) ==
                               images_.is_contiguous(c10::MemoryFormat::ChannelsLast);
   if (!same_shape) {
-    if (images_.defined()) graph_ = std::make_unique<DeviceGraph>(device_);
+    if (images_.defined()) graph_ = make_graph_();
     images_ = torch::empty_like(images, c10::MemoryFormat::Preserve);
     labels_ = torch::empty_like(labels);
     steps_ = 0;

@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 
 #include "training/amp.h"
@@ -32,11 +33,14 @@ bool use_cuda_graph(const Config& config, const torch::Device& device, bool data
 class GraphedStep {
  public:
   static constexpr int64_t kWarmupSteps = 3;
+  // Makes the graph for each new shape; by default a DeviceGraph on the step's device (tests
+  // pass one that emulates a graph on the CPU).
+  using MakeGraph = std::function<std::unique_ptr<Graph>()>;
 
   // `parts` must outlive this step; its optimizer must be a FusedSGD, switched here to its device
-  // learning rate. Throws UserError on the CPU (DeviceGraph's).
+  // learning rate. Throws UserError on the CPU (DeviceGraph's) unless `make_graph` is given.
   GraphedStep(StepParts& parts, Precision precision, double label_smoothing,
-              const torch::Device& device);
+              const torch::Device& device, MakeGraph make_graph = {});
 
   // One training step on (images, labels): a warm-up step, the capture and its first replay, or a
   // replay. A new shape (another batch size) starts again with a new graph. Once captured, the
@@ -50,8 +54,8 @@ class GraphedStep {
   StepParts& parts_;
   Precision precision_;
   double label_smoothing_;
-  torch::Device device_;
-  std::unique_ptr<DeviceGraph> graph_;
+  MakeGraph make_graph_;
+  std::unique_ptr<Graph> graph_;
   torch::Tensor images_, labels_;  // the static inputs the graph reads
   StepResult output_;              // the static outputs it writes
   int64_t steps_ = 0;              // steps run with this graph's shape

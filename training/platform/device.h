@@ -60,6 +60,19 @@ void set_cpu_threads(int64_t threads);
 // and TF32 for fp32 matmuls and convolutions on GPUs that have it.
 void set_cuda_math(bool cudnn_benchmark, bool allow_tf32);
 
+// Device work recorded once and replayed: what training/graphed_step.h needs of a graph.
+// warm_up runs the work eagerly; capture records it without running it; replay runs what was
+// recorded (the work's host logic is not run again, only its device operations).
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  virtual void warm_up(const std::function<void()>& work) = 0;
+  virtual void capture(const std::function<void()>& work) = 0;
+  virtual void replay() = 0;
+  virtual bool captured() const = 0;
+  virtual int64_t pool_bytes() const = 0;  // device memory the recorded work holds
+};
+
 // A CUDA graph of some device work (ATen's CUDAGraph), on its own side stream. warm_up runs the
 // work eagerly on that stream (cuDNN's algorithm search, cuBLAS's per-stream workspaces and
 // first-use allocations happen there, not in the capture); capture records the work without
@@ -67,19 +80,19 @@ void set_cuda_math(bool cudnn_benchmark, bool allow_tf32);
 // recorded work on the current stream. Tensors the work reads and writes keep their addresses:
 // inputs are copied into tensors allocated before the capture, outputs are read after replay.
 // Throws UserError naming training.cuda_graph on the CPU and in builds without CUDA.
-class DeviceGraph {
+class DeviceGraph final : public Graph {
  public:
   explicit DeviceGraph(const torch::Device& device);
-  ~DeviceGraph();
+  ~DeviceGraph() override;
   DeviceGraph(const DeviceGraph&) = delete;
   DeviceGraph& operator=(const DeviceGraph&) = delete;
 
-  void warm_up(const std::function<void()>& work);
-  void capture(const std::function<void()>& work);
-  void replay();
-  bool captured() const;
+  void warm_up(const std::function<void()>& work) override;
+  void capture(const std::function<void()>& work) override;
+  void replay() override;
+  bool captured() const override;
   // Bytes the caching allocator reserved during the capture: the graph's private pool.
-  int64_t pool_bytes() const;
+  int64_t pool_bytes() const override;
 
  private:
   struct State;
