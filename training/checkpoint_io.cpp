@@ -89,6 +89,48 @@ std::vector<std::pair<std::string, torch::Tensor>> state_tensors(torch::nn::Modu
   return tensors;
 }
 
+void write_state(torch::serialize::OutputArchive& archive, const std::string& prefix,
+                 torch::nn::Module& model) {
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> tensors;
+  for (auto& [name, tensor] : state_tensors(model)) {
+    names.push_back(name);
+    tensors.push_back(tensor.detach());
+  }
+  archive.write(prefix + "_names", c10::IValue(names));
+  archive.write(prefix + "_tensors", c10::IValue(tensors));
+}
+
+// Copies the stored `prefix` state into `model`, checking every name and shape.
+void read_state(torch::serialize::InputArchive& archive, const fs::path& file,
+                const std::string& prefix, torch::nn::Module& model) {
+  const auto names = read_value(archive, file, prefix + "_names").toListRef();
+  const auto saved = read_value(archive, file, prefix + "_tensors").toTensorVector();
+  std::map<std::string, torch::Tensor> by_name;
+  for (size_t i = 0; i < names.size() && i < saved.size(); ++i) {
+    by_name[names[i].toStringRef()] = saved[i];
+  }
+  auto targets = state_tensors(model);
+  if (by_name.size() != targets.size()) {
+    throw UserError(file.string() + ": checkpoint holds " + std::to_string(by_name.size()) +
+                    " tensors, the configured model has " + std::to_string(targets.size()) +
+                    " (was model.* changed?)");
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [name, tensor] : targets) {
+    auto found = by_name.find(name);
+    if (found == by_name.end()) {
+      throw UserError(file.string() + ": checkpoint has no tensor '" + name + "'");
+    }
+    if (found->second.sizes() != tensor.sizes()) {
+      throw UserError(file.string() + ": tensor '" + name + "' has shape " +
+                      c10::str(found->second.sizes()) + ", the model expects " +
+                      c10::str(tensor.sizes()));
+    }
+    tensor.copy_(found->second);
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -157,19 +199,12 @@ fs::path find_checkpoint(const fs::path& run_dir_or_file) {
 
 void save_checkpoint(const fs::path& file, torch::nn::Module& model,
                      torch::optim::Optimizer& optimizer, const TrainState& state,
-                     const std::string& config_yaml) {
+                     const std::string& config_yaml, torch::nn::Module* average) {
   torch::serialize::OutputArchive archive;
   archive.write("format", c10::IValue(kFormatVersion));
   archive.write("config", c10::IValue(config_yaml));
-
-  std::vector<std::string> names;
-  std::vector<torch::Tensor> tensors;
-  for (auto& [name, tensor] : state_tensors(model)) {
-    names.push_back(name);
-    tensors.push_back(tensor.detach());
-  }
-  archive.write("model_names", c10::IValue(names));
-  archive.write("model_tensors", c10::IValue(tensors));
+  write_state(archive, "model", model);
+  if (average) write_state(archive, "average", *average);
 
   torch::serialize::OutputArchive optimizer_archive;
   optimizer.save(optimizer_archive);
@@ -217,7 +252,8 @@ std::string checkpoint_config(const fs::path& file) {
 }
 
 TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
-                           torch::optim::Optimizer& optimizer, const torch::Device& device) {
+                           torch::optim::Optimizer& optimizer, const torch::Device& device,
+                           torch::nn::Module* average, bool* had_average) {
   auto archive = open_archive(file, device);
   const auto format = read_value(archive, file, "format").toInt();
   if (format != kFormatVersion) {
@@ -225,33 +261,11 @@ TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
                     ", this build reads format " + std::to_string(kFormatVersion));
   }
 
-  const auto names = read_value(archive, file, "model_names").toListRef();
-  const auto saved = read_value(archive, file, "model_tensors").toTensorVector();
-  std::map<std::string, torch::Tensor> by_name;
-  for (size_t i = 0; i < names.size() && i < saved.size(); ++i) {
-    by_name[names[i].toStringRef()] = saved[i];
-  }
-  auto targets = state_tensors(model);
-  if (by_name.size() != targets.size()) {
-    throw UserError(file.string() + ": checkpoint holds " + std::to_string(by_name.size()) +
-                    " tensors, the configured model has " + std::to_string(targets.size()) +
-                    " (was model.* changed?)");
-  }
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& [name, tensor] : targets) {
-      auto found = by_name.find(name);
-      if (found == by_name.end()) {
-        throw UserError(file.string() + ": checkpoint has no tensor '" + name + "'");
-      }
-      if (found->second.sizes() != tensor.sizes()) {
-        throw UserError(file.string() + ": tensor '" + name + "' has shape " +
-                        c10::str(found->second.sizes()) + ", the model expects " +
-                        c10::str(tensor.sizes()));
-      }
-      tensor.copy_(found->second);
-    }
-  }
+  read_state(archive, file, "model", model);
+  c10::IValue stored_average;
+  const bool has_average = archive.try_read("average_names", stored_average);
+  if (average && has_average) read_state(archive, file, "average", *average);
+  if (had_average) *had_average = average && has_average;
 
   torch::serialize::InputArchive optimizer_archive;
   archive.read("optimizer", optimizer_archive);

@@ -52,16 +52,20 @@ std::string_view verified_payload(std::string_view bytes, const std::string& nam
 // Throws UserError when there is none.
 std::filesystem::path find_checkpoint(const std::filesystem::path& run_dir_or_file);
 
+// `average`: the weight average (training.ema_decay), stored beside the model when given.
 void save_checkpoint(const std::filesystem::path& file, torch::nn::Module& model,
                      torch::optim::Optimizer& optimizer, const TrainState& state,
-                     const std::string& config_yaml);
+                     const std::string& config_yaml, torch::nn::Module* average = nullptr);
 
 // The effective config stored in a checkpoint, as YAML.
 std::string checkpoint_config(const std::filesystem::path& file);
 
 // Restores model, optimizer and RNG into existing objects of the same shape; returns the
 // position to continue from. Throws UserError naming the file when it does not fit the model.
+// With `average`, restores the stored weight average into it when the file holds one, and says
+// whether it did in `*had_average`.
 TrainState load_checkpoint(const std::filesystem::path& file, torch::nn::Module& model,
-                           torch::optim::Optimizer& optimizer, const torch::Device& device);
+                           torch::optim::Optimizer& optimizer, const torch::Device& device,
+                           torch::nn::Module* average = nullptr, bool* had_average = nullptr);
 
 }  // namespace training

@@ -25,8 +25,15 @@ StepParts build_step_parts(const Config& config, const torch::Device& device, Pr
   // Rank 0's initial weights everywhere, before anything else touches them.
   if (group) group->broadcast_from_main(*model);
   auto optimizer = make_sgd(*model, config.optimizer);
+  std::unique_ptr<WeightAverage> ema;
+  if (config.training.ema_decay > 0) {
+    // Built like the model (the same seed, so the global generator ends where it did), then
+    // overwritten with the model's weights.
+    ema = std::make_unique<WeightAverage>(model, build_model(config, device),
+                                          config.training.ema_decay);
+  }
   return {model, std::move(optimizer),
-          GradScaler(config.training.precision == Precision::FP16, device)};
+          GradScaler(config.training.precision == Precision::FP16, device), std::move(ema)};
 }
 
 std::unique_ptr<data::Loader> make_loader(data::Split split, const Config& config,

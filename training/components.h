@@ -13,6 +13,7 @@
 #include "models/resnet.h"
 #include "training/amp.h"
 #include "training/config.h"
+#include "training/ema.h"
 #include "training/platform/distributed.h"
 #include "training/platform/monitor.h"
 #include "training/platform/profiler.h"
@@ -27,7 +28,8 @@ models::ResNet build_model(const Config& config, const torch::Device& device);
 struct StepParts {
   models::ResNet model;
   std::unique_ptr<torch::optim::SGD> optimizer;
-  GradScaler scaler;  // enabled for fp16
+  GradScaler scaler;                   // enabled for fp16
+  std::unique_ptr<WeightAverage> ema;  // null unless training.ema_decay > 0
 };
 
 // With a data-parallel `group`, every rank starts from rank 0's initial weights.

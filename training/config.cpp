@@ -96,6 +96,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.boolean("eval_flip", c.training.eval_flip);
     v.reals("accuracy_thresholds", c.training.accuracy_thresholds, 0.0, 1.0);
     v.choice("cuda_graph", c.training.cuda_graph, kCudaGraphModes);
+    v.real("ema_decay", c.training.ema_decay, 0.0, 0.99999);
   });
   v.section("optimizer", [&] {
     v.real("lr", c.optimizer.lr(), 1e-12, 1e3);

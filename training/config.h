@@ -62,6 +62,9 @@ struct TrainingConfig {
   // Test accuracies whose first crossing is logged with the wall time (time to accuracy).
   std::vector<double> accuracy_thresholds = {0.90, 0.93, 0.94, 0.95};
   CudaGraphMode cuda_graph = CudaGraphMode::Off;
+  // Evaluate an exponential moving average of the weights with this decay (0 = off;
+  // training/ema.h).
+  double ema_decay = 0.0;
 };
 
 struct MemoryConfig {

@@ -65,6 +65,7 @@ StepResult GraphedStep::run(const torch::Tensor& images, const torch::Tensor& la
   auto step = [this] {
     output_ = train_step(parts_.model, *parts_.optimizer, parts_.scaler, precision_,
                          label_smoothing_, images_, labels_);
+    if (parts_.ema) parts_.ema->update();
   };
   ++steps_;
   if (steps_ <= kWarmupSteps) {

@@ -3,6 +3,7 @@
 // much as running them; a replay launches the whole step (forward, loss, backward, optimizer) at
 // once. This is the gain PyTorch users get from torch.compile's CUDA graphs.
 //
+// With training.ema_decay the weight average's update is part of the captured step.
 // The first kWarmupSteps steps run eagerly on the graph's side stream (cuDNN's algorithm search,
 // cuBLAS's workspaces and the momentum buffers are created there), the next step is captured and
 // replayed, and every later step replays. Each of them is a real training step on the batch given

@@ -88,7 +88,14 @@ void Trainer::check_profiler_window() const {
 }
 
 void Trainer::resume(const std::filesystem::path& checkpoint) {
-  state_ = load_checkpoint(checkpoint, *parts_.model, *parts_.optimizer, device_);
+  bool had_average = false;
+  state_ = load_checkpoint(checkpoint, *parts_.model, *parts_.optimizer, device_,
+                           parts_.ema ? parts_.ema->average().get() : nullptr, &had_average);
+  if (parts_.ema && !had_average) {
+    parts_.ema->reset();
+    spdlog::info("{} holds no weight average; training.ema_decay starts one from its weights",
+                 checkpoint.string());
+  }
   if (state_.batch_in_epoch > 0 && config_.data.loader == LoaderKind::TorchData) {
     throw UserError("data.loader: torch_data cannot resume " + checkpoint.string() + ", which " +
                     "stopped " + std::to_string(state_.batch_in_epoch) + " batches into epoch " +
@@ -196,10 +203,14 @@ bool Trainer::train_epoch() {
     StepResult result;
     {
       RECORD_USER_SCOPE("ProfilerStep#" + std::to_string(state_.step + 1));
-      result = graphed_ ? graphed_->run(batch->images, batch->labels)
-                        : train_step(parts_.model, *parts_.optimizer, parts_.scaler,
-                                     config_.training.precision, config_.training.label_smoothing,
-                                     batch->images, batch->labels, averager_.get());
+      if (graphed_) {
+        result = graphed_->run(batch->images, batch->labels);  // the average's update included
+      } else {
+        result = train_step(parts_.model, *parts_.optimizer, parts_.scaler,
+                            config_.training.precision, config_.training.label_smoothing,
+                            batch->images, batch->labels, averager_.get());
+        if (parts_.ema) parts_.ema->update();
+      }
     }
     if (profiler_) profiler_->after_step(state_.step + 1);
     if (snapshot_) snapshot_->after_step(state_.step + 1);
@@ -261,6 +272,8 @@ Evaluation Trainer::evaluate() {
   torch::NoGradGuard no_grad;
   AutocastGuard autocast(device_.type(), config_.training.precision);
   parts_.model->eval();
+  // With training.ema_decay, the weight average is the model evaluated.
+  models::ResNet& model = parts_.ema ? parts_.ema->average() : parts_.model;
   synchronize(device_);
   reset_peak_memory(device_);  // evaluation's peak is its own
   const auto start = Clock::now();
@@ -268,10 +281,10 @@ Evaluation Trainer::evaluate() {
   auto correct = torch::zeros({}, torch::TensorOptions(torch::kInt64).device(device_));
   test_loader_->start_epoch(0);
   while (auto batch = test_loader_->next()) {
-    auto logits = parts_.model->forward(batch->images);
+    auto logits = model->forward(batch->images);
     if (config_.training.eval_flip) {  // the image and its mirror image (NCHW: width is dim 3)
       logits = (logits.to(torch::kFloat32) +
-                parts_.model->forward(batch->images.flip({3})).to(torch::kFloat32)) /
+                model->forward(batch->images.flip({3})).to(torch::kFloat32)) /
                2;
     }
     loss_sum += F::cross_entropy(logits.to(torch::kFloat32), batch->labels,
@@ -404,7 +417,8 @@ void Trainer::save() {
     state_.grad_scale = parts_.scaler.scale_state();
     state_.growth_tracker = parts_.scaler.growth_tracker_state();
   }
-  save_checkpoint(run_->checkpoint_path(), *parts_.model, *parts_.optimizer, state_, config_yaml_);
+  save_checkpoint(run_->checkpoint_path(), *parts_.model, *parts_.optimizer, state_, config_yaml_,
+                  parts_.ema ? parts_.ema->average().get() : nullptr);
 }
 
 bool Trainer::stop_now() {

@@ -141,7 +141,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "c.yaml: unknown key 'training.zzz' (valid: device, epochs, max_steps, "
                   "batch_size, eval_batch_size, seed, label_smoothing, log_every_steps, threads, "
                   "precision, memory_format, cudnn_benchmark, allow_tf32, eval_flip, "
-                  "accuracy_thresholds, cuda_graph)"},
+                  "accuracy_thresholds, cuda_graph, ema_decay)"},
         BadConfig{"NotAnInteger",
                   "training: {epochs: three}",
                   {},

@@ -254,6 +254,26 @@ TEST(Trainer, Bf16LowersTheTrainingPeak) {
             column(fp32, "train_peak_allocated_bytes") - (8 << 20));
 }
 
+// training.ema_decay: the evaluation runs the weight average, which the checkpoint keeps, so a
+// run resumed mid-epoch still matches the straight one exactly.
+TEST(Trainer, AWeightAverageIsEvaluatedAndResumedExactly) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  const auto plain = run(config, dir / "plain");
+  config.training.ema_decay = 0.9;
+  const auto straight = run(config, dir / "straight");
+  ASSERT_EQ(straight.size(), 4u);
+  for (size_t i = 0; i < straight.size(); ++i) {
+    // Training is the same; what is evaluated is not.
+    EXPECT_EQ(straight[i].at("train_loss"), plain[i].at("train_loss")) << i;
+    EXPECT_NE(straight[i].at("test_loss"), plain[i].at("test_loss")) << i;
+  }
+  auto cut = config;
+  cut.training.max_steps = 7;
+  ASSERT_EQ(run(cut, dir / "resumed").size(), 2u);
+  expect_same_metrics(straight, run(config, dir / "resumed", dir / "resumed/checkpoint.pt", true));
+}
+
 // training.eval_flip averages each test image's logits with its mirror image's: on images that are
 // their own mirror image it changes nothing; on others it changes the evaluation.
 TEST(Trainer, EvaluationWithFlipsAveragesTheMirrorImage) {

@@ -195,11 +195,15 @@ std::shared_ptr<torch::nn::Module> child(models::ResNet& model, const std::strin
 }
 
 struct StaticBytes {
-  int64_t weights = 0, gradients = 0, optimizer_state = 0;
+  int64_t weights = 0, gradients = 0, optimizer_state = 0, average = 0;
 };
 
-StaticBytes static_bytes(models::ResNet& model, torch::optim::SGD& optimizer) {
+StaticBytes static_bytes(models::ResNet& model, torch::optim::SGD& optimizer, WeightAverage* ema) {
   StaticBytes bytes;
+  if (ema) {
+    for (const auto& parameter : ema->average()->parameters()) bytes.average += bytes_of(parameter);
+    for (const auto& buffer : ema->average()->buffers()) bytes.average += bytes_of(buffer);
+  }
   for (const auto& parameter : model->parameters()) {
     bytes.weights += bytes_of(parameter);
     bytes.gradients += bytes_of(parameter.grad());
@@ -236,13 +240,15 @@ void fill_rows(StepBreakdown& b, const BreakdownProbe& probe, const StaticBytes&
   };
   add("weights and buffers", "static", "", fixed.weights, true);
   add("optimizer state (momentum)", "static", "", fixed.optimizer_state, true);
+  if (fixed.average > 0) add("weight average (EMA)", "static", "", fixed.average, true);
   add("GradScaler state", "static", "", scaler_bytes, true);
   add("batch (images, labels)", "static", "", batch_bytes, true);
   // Held between steps by none of the tensors above: the libraries' workspaces the allocator keeps
   // (cuBLAS and cuBLASLt take theirs from the caching allocator: about 65 MiB on an H200; 0 on the
   // CPU). Measured where the probed step's forward pass starts.
   add("library workspaces", "static", "",
-      probe.forward_start - fixed.weights - fixed.optimizer_state - scaler_bytes - batch_bytes,
+      probe.forward_start - fixed.weights - fixed.optimizer_state - fixed.average - scaler_bytes -
+          batch_bytes,
       true);
   add("gradients", "gradients", "", fixed.gradients, optimizer_peak);
   const int64_t first_before = segments.front().before, last_after = segments.back().after;
@@ -283,7 +289,7 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
   b.cell = cell;
   b.batch_size = config.training.batch_size;
   try {
-    auto [model, optimizer, scaler] = build_step_parts(config, device);
+    auto [model, optimizer, scaler, ema] = build_step_parts(config, device);
     const auto [images, labels] = synthetic_batch(config, device);
     model->train();
     const auto stages = model->stage_sizes();
@@ -304,6 +310,7 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
     const double smoothing = config.training.label_smoothing;
     // The warm-up step creates the optimizer's momentum and runs cuDNN's autotuning.
     train_step(model, *optimizer, scaler, precision, smoothing, images, labels);
+    if (ema) ema->update();
     synchronize(device);
 
     MemoryTimeline timeline(memory_stats(device).allocated, timeline_points);
@@ -312,6 +319,7 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
       const TracingScope tracing(device, &timeline);
       probe.start(&timeline);
       train_step(model, *optimizer, scaler, precision, smoothing, images, labels, nullptr, &probe);
+      if (ema) ema->update();  // in place: no memory of its own
       synchronize(device);
     }
     if (config.memory.snapshot) {
@@ -326,7 +334,7 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
     for (const auto& segment : model->segments()) {
       segment_copies.push_back(autocast_copy_bytes(segment.modules, precision));
     }
-    fill_rows(b, probe, static_bytes(model, *optimizer), scaler.state_bytes(),
+    fill_rows(b, probe, static_bytes(model, *optimizer, ema.get()), scaler.state_bytes(),
               bytes_of(images) + bytes_of(labels),
               autocast_copy_bytes({child(model, "conv1")}, precision),
               autocast_copy_bytes({child(model, "fc")}, precision), segment_copies);

@@ -134,6 +134,7 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
       } else {
         train_step(parts.model, *parts.optimizer, parts.scaler, config.training.precision,
                    config.training.label_smoothing, batch->images, batch->labels);
+        if (parts.ema) parts.ema->update();
       }
       synchronize(device);
       const double seconds =
