@@ -428,6 +428,29 @@ TEST(Cuda, BenchMatmulAndCompareDevicesProduceCudaRows) {
   EXPECT_TRUE(cuda_row) << test_support::read_text(dir / "compare/compare.json");
 }
 
+// The resume tests' config (see ResumeContinuesTheSameLossCurve for why these settings), as
+// train's arguments: 3 epochs of 8 steps.
+std::string resume_config(const test_support::TempDir& dir) {
+  return write_config(dir, "schedule: {name: step, milestones: [2]}\noptimizer: {lr: 0.01}\n")
+             .string() +
+         " --set training.epochs=3 --set training.cudnn_benchmark=false --set "
+         "training.allow_tf32=false";
+}
+
+// Three epochs each, the same steps, training losses within 2% (cuDNN's non-deterministic
+// algorithms: close, not bit-equal).
+void expect_same_loss_curve(const std::vector<json>& straight, const std::vector<json>& resumed) {
+  ASSERT_EQ(straight.size(), 3u);
+  ASSERT_EQ(resumed.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(straight[i].at("train_loss").get<double>(),
+                resumed[i].at("train_loss").get<double>(),
+                0.02 * straight[i].at("train_loss").get<double>())
+        << "epoch " << i + 1;
+    EXPECT_EQ(straight[i].at("step"), resumed[i].at("step"));
+  }
+}
+
 // A gentle learning rate and cuDNN's default algorithms without TF32: at lr 0.1 on random labels
 // the loss diverges (6.0 in epoch 2) and cuDNN's run-to-run rounding differences grow to 10% of
 // it (seen on an H200), which would say nothing about resuming. The CPU suite checks that a
@@ -435,11 +458,7 @@ TEST(Cuda, BenchMatmulAndCompareDevicesProduceCudaRows) {
 TEST(Cuda, ResumeContinuesTheSameLossCurve) {
   CUDA_OR_SKIP();
   test_support::TempDir dir;
-  const auto config =
-      write_config(dir, "schedule: {name: step, milestones: [2]}\noptimizer: {lr: 0.01}\n")
-          .string() +
-      " --set training.epochs=3 --set training.cudnn_benchmark=false --set "
-      "training.allow_tf32=false";
+  const auto config = resume_config(dir);
   auto r = train("--config " + config + " --output-dir " + (dir / "straight").string());
   ASSERT_EQ(r.code, 0) << r.output;
   r = train("--config " + config + " --output-dir " + (dir / "split").string() +
@@ -447,16 +466,7 @@ TEST(Cuda, ResumeContinuesTheSameLossCurve) {
   ASSERT_EQ(r.code, 0) << r.output;
   r = train("--resume " + (dir / "split").string() + " --set training.max_steps=0");
   ASSERT_EQ(r.code, 0) << r.output;
-  const auto straight = metrics(dir / "straight"), split = metrics(dir / "split");
-  ASSERT_EQ(straight.size(), 3u);
-  ASSERT_EQ(split.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) {
-    // cuDNN's non-deterministic algorithms: close, not bit-equal.
-    EXPECT_NEAR(straight[i].at("train_loss").get<double>(), split[i].at("train_loss").get<double>(),
-                0.02 * straight[i].at("train_loss").get<double>())
-        << "epoch " << i + 1;
-    EXPECT_EQ(straight[i].at("step"), split[i].at("step"));
-  }
+  expect_same_loss_curve(metrics(dir / "straight"), metrics(dir / "split"));
 }
 
 // training.cuda_graph: the captured step against the eager one, from the same weights on the
@@ -515,11 +525,7 @@ TEST(Cuda, GraphedStepTrainsLikeTheEagerStepWithAChangingLearningRate) {
 TEST(Cuda, CheckpointsResumeAcrossGraphedAndEagerSteps) {
   CUDA_OR_SKIP();
   test_support::TempDir dir;
-  const auto config =
-      write_config(dir, "schedule: {name: step, milestones: [2]}\noptimizer: {lr: 0.01}\n")
-          .string() +
-      " --set training.epochs=3 --set training.cudnn_benchmark=false --set "
-      "training.allow_tf32=false";
+  const auto config = resume_config(dir);
   auto r = train("--config " + config + " --output-dir " + (dir / "straight").string());
   ASSERT_EQ(r.code, 0) << r.output;
   const auto straight = metrics(dir / "straight");
@@ -537,15 +543,7 @@ TEST(Cuda, CheckpointsResumeAcrossGraphedAndEagerSteps) {
     EXPECT_NE(log.find("training step captured in a CUDA graph after 3 warm-up steps (batch 64)"),
               std::string::npos)
         << log;
-    const auto rows = metrics(split);
-    ASSERT_EQ(rows.size(), 3u);
-    for (size_t i = 0; i < 3; ++i) {
-      EXPECT_NEAR(straight[i].at("train_loss").get<double>(),
-                  rows[i].at("train_loss").get<double>(),
-                  0.02 * straight[i].at("train_loss").get<double>())
-          << "epoch " << i + 1;
-      EXPECT_EQ(straight[i].at("step"), rows[i].at("step"));
-    }
+    expect_same_loss_curve(straight, metrics(split));
   }
 }
 
