@@ -12,7 +12,9 @@
 # driver (the link drops it as not needed; scripts/check_pip_cuda.sh checks the binary), and at run
 # time LibTorch opens the real libcuda.so.1 itself.
 set -euo pipefail
-venv=${1:?usage: pip_cuda.sh VENV}
+[[ $# -eq 1 ]] || { echo "usage: scripts/pip_cuda.sh VENV" >&2; exit 2; }
+venv=$1
+[[ -x "$venv/bin/python" ]] || { echo "pip_cuda: $venv is not a virtualenv (no bin/python)" >&2; exit 2; }
 CUDA_WHEEL_VERSION=13.0.88
 wheels=("nvidia-cuda-nvcc==$CUDA_WHEEL_VERSION" "nvidia-cuda-crt==$CUDA_WHEEL_VERSION"
         "nvidia-nvvm==$CUDA_WHEEL_VERSION")

@@ -47,6 +47,11 @@ class ScriptArgumentsTest(unittest.TestCase):
                               env=dict(os.environ, TRAIN_IGNORE_SYSTEM_CUDA="yes"))
         self.assertEqual(proc.returncode, 2)
         self.assertEqual(proc.stderr, "setup: TRAIN_IGNORE_SYSTEM_CUDA=yes: expected 0 or 1\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = subprocess.run(["bash", str(REPO / "scripts" / "pip_cuda.sh"), tmp],
+                                  capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 2)
+            self.assertEqual(proc.stderr, f"pip_cuda: {tmp} is not a virtualenv (no bin/python)\n")
         proc = subprocess.run(["bash", str(REPO / "scripts" / "check_pip_cuda.sh"), "--build"],
                               capture_output=True, text=True)
         self.assertEqual(proc.returncode, 2)
