@@ -23,8 +23,13 @@
 #    (scripts/bench_python.py) and that loop under torch.compile (scripts/python_baseline.py
 #    --compile)
 #
-# --only suite,find-max,plan,memory,nccl,compare,data,speed runs those groups alone (after the GPU
-# and build checks). CUDA_TEST_JOBS runs the suite's tests that many at a time (default 1; the
+# 6. only when named in --only (each its own run of a few minutes): fast trains
+#    configs/resnet50_cifar10_fast.yaml end to end on the real data, as written (eager);
+#    fast-graphed trains it with training.cuda_graph=on. The report gives the wall time (training +
+#    evaluation) to each of the config's accuracy thresholds, 94% among them.
+#
+# --only suite,find-max,plan,memory,nccl,compare,data,speed,fast,fast-graphed runs those groups
+# alone (after the GPU and build checks). CUDA_TEST_JOBS runs the suite's tests that many at a time (default 1; the
 # NVML test runs alone after them). GPU_CHECK_PREBUILT=1 uses a build folder carried from another
 # machine (built against the same torch 2.11.0 wheel) when its `train` runs here, finding LibTorch
 # and the CUDA runtime through LD_LIBRARY_PATH; otherwise it builds.
@@ -50,7 +55,7 @@ while [[ $# -gt 0 ]]; do
       only=",$2,"
       for group in ${2//,/ }; do
         case $group in
-          suite | find-max | plan | memory | nccl | compare | data | speed) ;;
+          suite | find-max | plan | memory | nccl | compare | data | speed | fast | fast-graphed) ;;
           *) echo "gpu_check: --only: unknown group '$group'" >&2; exit 2 ;;
         esac
       done
@@ -60,8 +65,9 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-# wanted GROUP: the group runs (every group when --only is not given).
-wanted() { [[ -z $only || $only == *",$1,"* ]]; }
+# wanted GROUP: the group runs (every group when --only is not given). named GROUP: --only names it.
+named() { [[ $only == *",$1,"* ]]; }
+wanted() { [[ -z $only ]] || named "$1"; }
 
 export TRAIN_PYTHON=${TRAIN_PYTHON:-python3}
 if [[ -z "${TRAIN_DEBS:-}" && -f .devdeps/unpack-debs.sh ]]; then export TRAIN_DEBS=.devdeps; fi
@@ -210,6 +216,15 @@ real_data() {
       --set training.epochs=1 --set training.precision=bf16 --set checkpoint.enabled=false
 }
 
+fast_config() {  # fast_config DIR [train args]: the time-to-accuracy config on the real data
+  local dir=$1
+  shift
+  rm -rf "${out:?}/$dir" &&
+    "$train" --config configs/resnet50_cifar10_fast.yaml --device cuda --output-dir "$out/$dir" \
+      --set data.root="$REPO_ROOT/.devdata/cifar10-bin" --set data.source=binary \
+      --set checkpoint.enabled=false "$@" && cat "$out/$dir/report.md"
+}
+
 failed=0
 check "GPU visible" gpu.log gpu_info || failed=1
 check "build (Release)" build.log build || { failed=1; }
@@ -225,7 +240,7 @@ if [[ -x "$train" ]]; then
   if wanted nccl; then check "NCCL, one rank" nccl.log nccl_one_rank || failed=1; fi
   if wanted compare; then check "CPU vs GPU comparison" compare.log compare || failed=1; fi
   data=0
-  if [[ -f "$tarball" ]] && { wanted data || wanted speed; }; then
+  if [[ -f "$tarball" ]] && { wanted data || wanted speed || named fast || named fast-graphed; }; then
     check "real CIFAR-10 to binary batches" convert.log convert_data && data=1 || failed=1
   fi
   if ((data)) && wanted data; then
@@ -243,6 +258,20 @@ if [[ -x "$train" ]]; then
     if ((data)); then
       check "C++ vs the seed's Python loop, seed settings" bench_python.log python_baseline || failed=1
       check "Python torch.compile, seed settings" python_compile.log python_compile || failed=1
+    fi
+  fi
+  if named fast || named fast-graphed; then
+    if ((data)); then
+      if named fast; then
+        check "fast config to 94%, eager" fast.log fast_config fast || failed=1
+      fi
+      if named fast-graphed; then
+        check "fast config to 94%, graph-captured step" fast_graphed.log \
+          fast_config fast_graphed --set training.cuda_graph=on || failed=1
+      fi
+    else
+      echo "gpu_check: fast and fast-graphed need the real data ($tarball)" >&2
+      failed=1
     fi
   fi
 fi

@@ -36,6 +36,12 @@ StepParts build_step_parts(const Config& config, const torch::Device& device, Pr
           GradScaler(config.training.precision == Precision::FP16, device), std::move(ema)};
 }
 
+StepOptions step_options(const Config& config) {
+  return StepOptions()
+      .precision(config.training.precision)
+      .label_smoothing(config.training.label_smoothing);
+}
+
 std::unique_ptr<data::Loader> make_loader(data::Split split, const Config& config,
                                           const torch::Device& device, bool train,
                                           ProcessGroup* group) {

@@ -11,12 +11,11 @@
 
 #include "data/loader.h"
 #include "models/resnet.h"
-#include "training/amp.h"
 #include "training/config.h"
-#include "training/ema.h"
 #include "training/platform/distributed.h"
 #include "training/platform/monitor.h"
 #include "training/platform/profiler.h"
+#include "training/step.h"
 
 namespace training {
 
@@ -24,17 +23,13 @@ namespace training {
 // format, with gradient checkpointing installed when configured.
 models::ResNet build_model(const Config& config, const torch::Device& device);
 
-// What a training step needs.
-struct StepParts {
-  models::ResNet model;
-  std::unique_ptr<torch::optim::SGD> optimizer;
-  GradScaler scaler;                   // enabled for fp16
-  std::unique_ptr<WeightAverage> ema;  // null unless training.ema_decay > 0
-};
-
-// With a data-parallel `group`, every rank starts from rank 0's initial weights.
+// What a training step changes, from the config. With a data-parallel `group`, every rank starts
+// from rank 0's initial weights.
 StepParts build_step_parts(const Config& config, const torch::Device& device,
                            ProcessGroup* group = nullptr);
+
+// The step's precision and label smoothing, from training.*.
+StepOptions step_options(const Config& config);
 
 // The training (shuffled, augmented, last partial batch dropped) or evaluation loader, sharded
 // across the ranks of `group`: data.loader's kind.

@@ -30,11 +30,10 @@ bool use_cuda_graph(const Config& config, const torch::Device& device, bool data
   return false;
 }
 
-GraphedStep::GraphedStep(StepParts& parts, Precision precision, double label_smoothing,
-                         const torch::Device& device, MakeGraph make_graph)
+GraphedStep::GraphedStep(StepParts& parts, StepOptions options, const torch::Device& device,
+                         MakeGraph make_graph)
     : parts_(parts),
-      precision_(precision),
-      label_smoothing_(label_smoothing),
+      options_(options),
       make_graph_(make_graph ? std::move(make_graph) : MakeGraph([device] {
         return std::make_unique<DeviceGraph>(device);
       })),
@@ -62,11 +61,7 @@ StepResult GraphedStep::run(const torch::Tensor& images, const torch::Tensor& la
     images_.copy_(images);
     labels_.copy_(labels);
   }
-  auto step = [this] {
-    output_ = train_step(parts_.model, *parts_.optimizer, parts_.scaler, precision_,
-                         label_smoothing_, images_, labels_);
-    if (parts_.ema) parts_.ema->update();
-  };
+  auto step = [this] { output_ = train_step(parts_, images_, labels_, options_); };
   ++steps_;
   if (steps_ <= kWarmupSteps) {
     graph_->warm_up(step);

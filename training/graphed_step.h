@@ -3,7 +3,7 @@
 // much as running them; a replay launches the whole step (forward, loss, backward, optimizer) at
 // once. This is the gain PyTorch users get from torch.compile's CUDA graphs.
 //
-// With training.ema_decay the weight average's update is part of the captured step.
+// With training.ema_decay the weight average's update is part of the captured step (train_step's).
 // The first kWarmupSteps steps run eagerly on the graph's side stream (cuDNN's algorithm search,
 // cuBLAS's workspaces and the momentum buffers are created there), the next step is captured and
 // replayed, and every later step replays. Each of them is a real training step on the batch given
@@ -40,8 +40,9 @@ class GraphedStep {
 
   // `parts` must outlive this step; its optimizer must be a FusedSGD, switched here to its device
   // learning rate. Throws UserError on the CPU (DeviceGraph's) unless `make_graph` is given.
-  GraphedStep(StepParts& parts, Precision precision, double label_smoothing,
-              const torch::Device& device, MakeGraph make_graph = {});
+  // `options` must have no averager (graphs refuse data-parallel training) and no observer.
+  GraphedStep(StepParts& parts, StepOptions options, const torch::Device& device,
+              MakeGraph make_graph = {});
 
   // One training step on (images, labels): a warm-up step, the capture and its first replay, or a
   // replay. A new shape (another batch size) starts again with a new graph. Once captured, the
@@ -53,8 +54,7 @@ class GraphedStep {
 
  private:
   StepParts& parts_;
-  Precision precision_;
-  double label_smoothing_;
+  StepOptions options_;
   MakeGraph make_graph_;
   std::unique_ptr<Graph> graph_;
   torch::Tensor images_, labels_;  // the static inputs the graph reads

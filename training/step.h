@@ -4,8 +4,11 @@
 
 #include <torch/torch.h>
 
+#include <memory>
+
 #include "models/resnet.h"
 #include "training/amp.h"
+#include "training/ema.h"
 #include "training/platform/distributed.h"
 
 namespace training {
@@ -28,13 +31,29 @@ class StepObserver {
   virtual void step_ends() {}
 };
 
-// Forward under autocast (precision), cross-entropy, (scaled) backward, then the optimizer step
-// unless the GradScaler found inf/NaN gradients; then the scaler's update. With an averager
-// (data-parallel training) the gradients are averaged across ranks during backward.
-StepResult train_step(models::ResNet& model, torch::optim::Optimizer& optimizer, GradScaler& scaler,
-                      Precision precision, double label_smoothing, const torch::Tensor& images,
-                      const torch::Tensor& labels,
-                      ProcessGroup::GradientAverager* averager = nullptr,
-                      StepObserver* observer = nullptr);
+// What a training step changes (training/components.h builds them from the config).
+struct StepParts {
+  models::ResNet model;
+  std::unique_ptr<torch::optim::SGD> optimizer;
+  GradScaler scaler;                   // enabled for fp16
+  std::unique_ptr<WeightAverage> ema;  // null unless training.ema_decay > 0
+};
+
+struct StepOptions {
+  using AveragerPtr = ProcessGroup::GradientAverager*;  // (TORCH_ARG needs one-word types)
+  using ObserverPtr = StepObserver*;
+
+  TORCH_ARG(Precision, precision) = Precision::FP32;  // autocast's
+  TORCH_ARG(double, label_smoothing) = 0.0;
+  // Data-parallel training: averages the gradients across ranks during backward.
+  TORCH_ARG(AveragerPtr, averager) = nullptr;
+  TORCH_ARG(ObserverPtr, observer) = nullptr;  // memory studies
+};
+
+// Forward under autocast, cross-entropy, (scaled) backward, then the optimizer step unless the
+// GradScaler found inf/NaN gradients, the scaler's update, and the weight average's update after
+// a step that was taken.
+StepResult train_step(StepParts& parts, const torch::Tensor& images, const torch::Tensor& labels,
+                      const StepOptions& options = {});
 
 }  // namespace training

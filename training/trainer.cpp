@@ -43,8 +43,7 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
                     make_loader(std::move(test), config, device, /*train=*/false, group))),
       averager_(group ? group->gradient_averager(*parts_.model) : nullptr),
       graphed_(use_cuda_graph(config, device, group != nullptr)
-                   ? std::make_unique<GraphedStep>(parts_, config.training.precision,
-                                                   config.training.label_smoothing, device)
+                   ? std::make_unique<GraphedStep>(parts_, step_options(config), device)
                    : nullptr),
       total_steps_(
           capped_by_max_steps(config, config.training.epochs * train_loader_->batches_per_epoch())),
@@ -204,12 +203,10 @@ bool Trainer::train_epoch() {
     {
       RECORD_USER_SCOPE("ProfilerStep#" + std::to_string(state_.step + 1));
       if (graphed_) {
-        result = graphed_->run(batch->images, batch->labels);  // the average's update included
+        result = graphed_->run(batch->images, batch->labels);
       } else {
-        result = train_step(parts_.model, *parts_.optimizer, parts_.scaler,
-                            config_.training.precision, config_.training.label_smoothing,
-                            batch->images, batch->labels, averager_.get());
-        if (parts_.ema) parts_.ema->update();
+        result = train_step(parts_, batch->images, batch->labels,
+                            step_options(config_).averager(averager_.get()));
       }
     }
     if (profiler_) profiler_->after_step(state_.step + 1);

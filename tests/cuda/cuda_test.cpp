@@ -481,7 +481,8 @@ TEST(Cuda, GraphedStepTrainsLikeTheEagerStepWithAChangingLearningRate) {
       "graph");
   training::StepParts eager = training::build_step_parts(config, kGpu);
   training::StepParts graphed_parts = training::build_step_parts(config, kGpu);
-  training::GraphedStep graphed(graphed_parts, training::Precision::BF16, 0.0, kGpu);
+  const auto bf16 = training::StepOptions().precision(training::Precision::BF16);
+  training::GraphedStep graphed(graphed_parts, bf16, kGpu);
   eager.model->train();
   graphed_parts.model->train();
   torch::manual_seed(7);
@@ -494,9 +495,7 @@ TEST(Cuda, GraphedStepTrainsLikeTheEagerStepWithAChangingLearningRate) {
     const double lr = step <= 10 ? 0.1 : step <= 15 ? 0.0 : 0.05;
     training::set_learning_rate(*eager.optimizer, lr);
     training::set_learning_rate(*graphed_parts.optimizer, lr);
-    const double a = training::train_step(eager.model, *eager.optimizer, eager.scaler,
-                                          training::Precision::BF16, 0.0, images, labels)
-                         .loss.item<double>();
+    const double a = training::train_step(eager, images, labels, bf16).loss.item<double>();
     const double b = graphed.run(images, labels).loss.item<double>();
     EXPECT_NEAR(a, b, 0.02 * std::abs(a) + 1e-3) << "step " << step;
     EXPECT_EQ(graphed.captured(), step > training::GraphedStep::kWarmupSteps) << "step " << step;

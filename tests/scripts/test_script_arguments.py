@@ -106,6 +106,24 @@ class ScriptArgumentsTest(unittest.TestCase):
             self.assertNotIn("| 512 |", md)  # the graphed trial at 512 did not finish
             self.assertIn("15000 images/s", md)  # the b512 figure is the batch-512 trial
 
+    def test_gpu_check_report_gives_the_fast_configs_time_to_accuracy(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp)
+            (out / "checks.jsonl").write_text(
+                '{"check": "build (Release)", "log": "build.log", "passed": true, "exit_code": 0, "seconds": 61.0}\n')
+            (out / "fast").mkdir()
+            # Epochs of 3 s + 0.5 s of evaluation: 90% after epoch 2 (7 s), 94% after epoch 4 (14 s).
+            (out / "fast" / "metrics.jsonl").write_text("".join(
+                f'{{"epoch": {e}, "test_acc": {acc}, "epoch_seconds": 3.0, "eval_seconds": 0.5}}\n'
+                for e, acc in ((1, 0.85), (2, 0.91), (3, 0.935), (4, 0.9405))))
+            proc = run("gpu_check_report.py", tmp)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            md = (out / "gpu_check.md").read_text()
+            self.assertIn("| eager | 4 | 94.05% | 14.0 | 7.0 s | 10.5 s | 14.0 s | not reached |", md)
+            self.assertNotIn("| graph-captured step |", md)  # that run left nothing
+            report = __import__("json").loads((out / "gpu_check.json").read_text())
+            self.assertEqual(report["figures"]["fast_config"][0]["time_to_accuracy"]["0.94"], 14.0)
+
 
 if __name__ == "__main__":
     unittest.main()

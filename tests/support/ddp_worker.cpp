@@ -52,14 +52,14 @@ int main(int argc, char** argv) {
   }
   if (group) group->broadcast_from_main(*model);
   model->eval();
-  auto optimizer = training::make_sgd(*model, config.optimizer);
+  training::StepParts parts{model, training::make_sgd(*model, config.optimizer),
+                            training::GradScaler(false, torch::kCPU), nullptr};
   auto averager = group ? group->gradient_averager(*model) : nullptr;
-  training::GradScaler scaler(false, torch::kCPU);
   loader.start_epoch(1);
   for (int64_t step = 0; step < steps; ++step) {
     auto b = loader.next();
-    training::train_step(model, *optimizer, scaler, training::Precision::FP32, 0.0, b->images,
-                         b->labels, averager.get());
+    training::train_step(parts, b->images, b->labels,
+                         training::StepOptions().averager(averager.get()));
   }
   if (!group || group->is_main()) {
     std::vector<torch::Tensor> params;

@@ -102,40 +102,40 @@ TEST(GradScaler, DisabledPassesThrough) {
   EXPECT_DOUBLE_EQ(scaler.current_scale(), 1.0);
 }
 
-models::ResNet small_model() {
+// ResNet-18 with the SGD, and a GradScaler that is on for fp16.
+training::StepParts small_parts(Precision precision) {
   torch::manual_seed(0);
-  return models::ResNet(models::ResNetOptions(18).stem(models::Stem::ImageNet).num_classes(10));
+  models::ResNet model(models::ResNetOptions(18).stem(models::Stem::ImageNet).num_classes(10));
+  auto optimizer = training::make_sgd(*model, training::OptimizerOptions().lr(0.01));
+  return {model, std::move(optimizer), GradScaler(precision == Precision::FP16, torch::kCPU),
+          nullptr};
 }
 
 TEST(MixedPrecision, Bf16TrainingLowersTheLoss) {
-  auto model = small_model();
-  auto optimizer = training::make_sgd(*model, training::OptimizerOptions().lr(0.01));
-  GradScaler scaler(false, torch::kCPU);
+  auto parts = small_parts(Precision::BF16);
+  const auto bf16 = training::StepOptions().precision(Precision::BF16);
   auto images = torch::randn({16, 3, 32, 32});
   auto labels = torch::randint(0, 10, {16}, torch::kInt64);
-  const auto first =
-      training::train_step(model, *optimizer, scaler, Precision::BF16, 0.0, images, labels);
+  const auto first = training::train_step(parts, images, labels, bf16);
   EXPECT_EQ(first.logits.dtype(), torch::kBFloat16);
   training::StepResult last = first;
   for (int i = 0; i < 4; ++i) {
-    last = training::train_step(model, *optimizer, scaler, Precision::BF16, 0.0, images, labels);
+    last = training::train_step(parts, images, labels, bf16);
   }
   EXPECT_LT(last.loss.item<double>(), first.loss.item<double>());
 }
 
 TEST(MixedPrecision, Fp16StepWithTheScalerLowersTheLoss) {
-  auto model = small_model();
-  auto optimizer = training::make_sgd(*model, training::OptimizerOptions().lr(0.01));
-  GradScaler scaler(true, torch::kCPU);
+  auto parts = small_parts(Precision::FP16);
+  const auto fp16 = training::StepOptions().precision(Precision::FP16);
   auto images = torch::randn({4, 3, 32, 32});  // fp16 convolutions are slow on the CPU
   auto labels = torch::randint(0, 10, {4}, torch::kInt64);
-  const auto first =
-      training::train_step(model, *optimizer, scaler, Precision::FP16, 0.0, images, labels);
+  const auto first = training::train_step(parts, images, labels, fp16);
   // The first steps may overflow at the initial scale of 65536 and be skipped (as in PyTorch).
   training::StepResult last = first;
   int stepped = first.stepped ? 1 : 0;
   for (int i = 0; i < 11; ++i) {
-    last = training::train_step(model, *optimizer, scaler, Precision::FP16, 0.0, images, labels);
+    last = training::train_step(parts, images, labels, fp16);
     stepped += last.stepped ? 1 : 0;
   }
   EXPECT_GT(stepped, 3);

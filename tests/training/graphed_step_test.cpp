@@ -38,17 +38,21 @@ training::Config cpu_config(const std::string& training = "", const std::string&
 
 // The GraphedStep against the eager step from the same weights, both reading the rate from the
 // optimizer's tensor: the same losses and weights through warm-up, capture and replays, with a
-// rate that changes between replays and a batch size that changes (a second graph).
+// rate that changes between replays and a batch size that changes (a second graph), and the
+// weight average updated inside the step.
 TEST(GraphedStep, TrainsLikeTheEagerStepThroughWarmUpCaptureAndReplays) {
-  const auto config = cpu_config();
+  const auto config = cpu_config(", ema_decay: 0.9");
   training::StepParts eager = training::build_step_parts(config, torch::kCPU);
   training::StepParts graphed_parts = training::build_step_parts(config, torch::kCPU);
   int graphs_made = 0;
-  training::GraphedStep graphed(graphed_parts, training::Precision::FP32, 0.1, torch::kCPU,
+  const auto options = training::StepOptions().label_smoothing(0.1);
+  training::GraphedStep graphed(graphed_parts, options, torch::kCPU,
                                 [&] { return std::make_unique<EmulatedGraph>(&graphs_made); });
   dynamic_cast<training::FusedSGD&>(*eager.optimizer).use_device_lr(torch::kCPU);
   eager.model->train();
   graphed_parts.model->train();
+  std::vector<torch::Tensor> initial;
+  for (const auto& p : eager.model->parameters()) initial.push_back(p.detach().clone());
   torch::manual_seed(3);
   for (int step = 1; step <= 12; ++step) {
     const int64_t batch = step <= 8 ? 8 : 4;
@@ -57,8 +61,7 @@ TEST(GraphedStep, TrainsLikeTheEagerStepThroughWarmUpCaptureAndReplays) {
     const double lr = step <= 5 ? 0.1 : step <= 7 ? 0.0 : 0.05;
     training::set_learning_rate(*eager.optimizer, lr);
     training::set_learning_rate(*graphed_parts.optimizer, lr);
-    const auto a = training::train_step(eager.model, *eager.optimizer, eager.scaler,
-                                        training::Precision::FP32, 0.1, images, labels);
+    const auto a = training::train_step(eager, images, labels, options);
     const auto b = graphed.run(images, labels);
     EXPECT_TRUE(a.loss.equal(b.loss)) << "step " << step;
     EXPECT_TRUE(a.logits.equal(b.logits)) << "step " << step;
@@ -70,13 +73,21 @@ TEST(GraphedStep, TrainsLikeTheEagerStepThroughWarmUpCaptureAndReplays) {
   EXPECT_EQ(graphs_made, 2);
   const auto pa = eager.model->parameters(), pb = graphed_parts.model->parameters();
   for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(pa[i].equal(pb[i])) << i;
+  const auto ea = eager.ema->average()->parameters();
+  const auto eb = graphed_parts.ema->average()->parameters();
+  for (size_t i = 0; i < ea.size(); ++i) {
+    EXPECT_TRUE(ea[i].equal(eb[i])) << i;
+    // An average: neither the first weights nor the last.
+    EXPECT_FALSE(ea[i].equal(initial[i])) << i;
+    EXPECT_FALSE(ea[i].equal(pa[i])) << i;
+  }
 }
 
 TEST(GraphedStep, NeedsAGraphOnTheCpuAndTheFusedSgd) {
   auto config = cpu_config();
   training::StepParts parts = training::build_step_parts(config, torch::kCPU);
   try {
-    training::GraphedStep step(parts, training::Precision::FP32, 0.0, torch::kCPU);
+    training::GraphedStep step(parts, {}, torch::kCPU);
     FAIL() << "a DeviceGraph was made on the CPU";
   } catch (const training::UserError& e) {
     EXPECT_NE(std::string(e.what()).find("training.cuda_graph: CUDA graphs need a CUDA device"),
@@ -86,7 +97,7 @@ TEST(GraphedStep, NeedsAGraphOnTheCpuAndTheFusedSgd) {
   config = cpu_config("", "optimizer: {fused: false}\n");
   training::StepParts plain = training::build_step_parts(config, torch::kCPU);
   int made = 0;
-  EXPECT_THROW(training::GraphedStep(plain, training::Precision::FP32, 0.0, torch::kCPU,
+  EXPECT_THROW(training::GraphedStep(plain, {}, torch::kCPU,
                                      [&] { return std::make_unique<EmulatedGraph>(&made); }),
                training::UserError);
 }

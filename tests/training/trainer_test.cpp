@@ -274,6 +274,26 @@ TEST(Trainer, AWeightAverageIsEvaluatedAndResumedExactly) {
   expect_same_metrics(straight, run(config, dir / "resumed", dir / "resumed/checkpoint.pt", true));
 }
 
+// A checkpoint written without training.ema_decay holds no average: resuming it with one starts
+// the average from the checkpoint's weights (not from the freshly built model's).
+TEST(Trainer, AWeightAverageStartsFromTheWeightsOfACheckpointWithoutOne) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  config.training.max_steps = 7;
+  run(config, dir / "plain");
+  auto evaluate_resumed = [&](const training::Config& c) {
+    training::Trainer trainer(c, torch::kCPU, split_for(c, data::SplitName::Train),
+                              split_for(c, data::SplitName::Test));
+    trainer.resume(dir / "plain/checkpoint.pt");
+    return trainer.evaluate();
+  };
+  auto with_average = config;
+  with_average.training.ema_decay = 0.9;
+  const auto model = evaluate_resumed(config), average = evaluate_resumed(with_average);
+  EXPECT_EQ(model.loss, average.loss);
+  EXPECT_EQ(model.accuracy, average.accuracy);
+}
+
 // training.eval_flip averages each test image's logits with its mirror image's: on images that are
 // their own mirror image it changes nothing; on others it changes the evaluation.
 TEST(Trainer, EvaluationWithFlipsAveragesTheMirrorImage) {

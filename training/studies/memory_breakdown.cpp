@@ -289,7 +289,8 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
   b.cell = cell;
   b.batch_size = config.training.batch_size;
   try {
-    auto [model, optimizer, scaler, ema] = build_step_parts(config, device);
+    StepParts parts = build_step_parts(config, device);
+    auto& [model, optimizer, scaler, ema] = parts;
     const auto [images, labels] = synthetic_batch(config, device);
     model->train();
     const auto stages = model->stage_sizes();
@@ -307,10 +308,8 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
       return probe.run(segment, x);
     });
     const auto precision = config.training.precision;
-    const double smoothing = config.training.label_smoothing;
     // The warm-up step creates the optimizer's momentum and runs cuDNN's autotuning.
-    train_step(model, *optimizer, scaler, precision, smoothing, images, labels);
-    if (ema) ema->update();
+    train_step(parts, images, labels, step_options(config));
     synchronize(device);
 
     MemoryTimeline timeline(memory_stats(device).allocated, timeline_points);
@@ -318,8 +317,7 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
     {
       const TracingScope tracing(device, &timeline);
       probe.start(&timeline);
-      train_step(model, *optimizer, scaler, precision, smoothing, images, labels, nullptr, &probe);
-      if (ema) ema->update();  // in place: no memory of its own
+      train_step(parts, images, labels, step_options(config).observer(&probe));
       synchronize(device);
     }
     if (config.memory.snapshot) {

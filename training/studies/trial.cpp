@@ -108,8 +108,7 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
     // A graphed trial measures replays: its warm-up covers the graph's warm-up and capture.
     std::unique_ptr<GraphedStep> graphed;
     if (use_cuda_graph(config, device, /*data_parallel=*/false)) {
-      graphed = std::make_unique<GraphedStep>(parts, config.training.precision,
-                                              config.training.label_smoothing, device);
+      graphed = std::make_unique<GraphedStep>(parts, step_options(config), device);
       warmup_steps = std::max(warmup_steps, GraphedStep::kWarmupSteps + 1);
     }
     synchronize(device);
@@ -132,9 +131,7 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
       if (graphed) {
         graphed->run(batch->images, batch->labels);
       } else {
-        train_step(parts.model, *parts.optimizer, parts.scaler, config.training.precision,
-                   config.training.label_smoothing, batch->images, batch->labels);
-        if (parts.ema) parts.ema->update();
+        train_step(parts, batch->images, batch->labels, step_options(config));
       }
       synchronize(device);
       const double seconds =
