@@ -164,28 +164,6 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
   });
 }
 
-// training.cuda_graph: on with what a captured step cannot hold. (The device, known later,
-// is checked by graphed_step.h's use_cuda_graph.)
-template <class Fail>
-void validate_cuda_graph(const Config& c, const Fail& fail) {
-  if (c.training.cuda_graph != CudaGraphMode::On) return;
-  if (c.training.precision == Precision::FP16) {
-    fail(
-        "training.cuda_graph: on needs training.precision fp32 or bf16; fp16's GradScaler decides "
-        "on the host whether to skip a step, which a captured graph cannot (auto runs fp16 eager)");
-  }
-  if (!c.optimizer.fused()) {
-    fail(
-        "training.cuda_graph: on needs optimizer.fused: true (the fused SGD reads the learning "
-        "rate from device memory, so the schedule goes on between replays)");
-  }
-  if (c.checkpointing.enabled()) {
-    fail(
-        "training.cuda_graph: on is not combined with checkpointing.enabled (the recomputation "
-        "saves and restores the device's RNG state on the host, which a capture forbids)");
-  }
-}
-
 // Checks that span keys. `origin_for(key)` names where the key was set (the file or a flag).
 void validate(const Config& c, const std::function<std::string(const std::string&)>& origin_for) {
   auto fail = [&](const std::string& message) {
@@ -201,7 +179,10 @@ void validate(const Config& c, const std::function<std::string(const std::string
         "monitor.tensorboard: this build has no TensorBoard writer (protobuf or Boost.CRC was "
         "not found at configure time); set it to false");
   }
-  validate_cuda_graph(c, fail);
+  if (c.training.cuda_graph == CudaGraphMode::On) {
+    const std::string obstacle = cuda_graph_obstacle(c);
+    if (!obstacle.empty()) fail("training.cuda_graph: on " + obstacle);
+  }
   if (c.optimizer.nesterov() && c.optimizer.momentum() <= 0.0) {
     fail("optimizer.nesterov: true needs optimizer.momentum > 0 (set nesterov: false)");
   }
@@ -277,6 +258,22 @@ Config load_config(const std::string& path, const std::vector<Override>& overrid
   std::stringstream text;
   text << in.rdbuf();
   return parse_config(text.str(), path, overrides);
+}
+
+std::string cuda_graph_obstacle(const Config& config) {
+  if (config.training.precision == Precision::FP16) {
+    return "needs training.precision fp32 or bf16; fp16's GradScaler decides on the host whether "
+           "to skip a step, which a captured graph cannot (auto runs fp16 eager)";
+  }
+  if (!config.optimizer.fused()) {
+    return "needs optimizer.fused: true (the fused SGD reads the learning rate from device "
+           "memory, so the schedule goes on between replays)";
+  }
+  if (config.checkpointing.enabled()) {
+    return "is not combined with checkpointing.enabled (the recomputation saves and restores the "
+           "device's RNG state on the host, which a capture forbids)";
+  }
+  return "";
 }
 
 std::string to_yaml(const Config& config) {

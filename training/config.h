@@ -159,6 +159,12 @@ Config load_config(const std::string& path, const std::vector<Override>& overrid
 Config parse_config(const std::string& yaml_text, const std::string& origin,
                     const std::vector<Override>& overrides = {});
 
+// Why a graph-captured step (training.cuda_graph) cannot run this config, as the end of the
+// sentence "training.cuda_graph: on ..." (fp16, the unfused SGD, checkpointing); empty when it
+// can. The device and data-parallel training are checked apart, once they are known
+// (training/graphed_step.h).
+std::string cuda_graph_obstacle(const Config& config);
+
 // The effective config as YAML (every key, defaults included); parse_config() reads it back
 // to an equal Config.
 std::string to_yaml(const Config& config);

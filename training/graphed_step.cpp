@@ -24,8 +24,7 @@ bool use_cuda_graph(const Config& config, const torch::Device& device, bool data
       }
       return true;
     case CudaGraphMode::Auto:
-      return device.is_cuda() && !data_parallel && config.training.precision != Precision::FP16 &&
-             config.optimizer.fused() && !config.checkpointing.enabled();
+      return device.is_cuda() && !data_parallel && cuda_graph_obstacle(config).empty();
   }
   return false;
 }

@@ -18,7 +18,6 @@
 #include <memory>
 
 #include "training/amp.h"
-#include "training/components.h"
 #include "training/config.h"
 #include "training/platform/device.h"
 #include "training/step.h"
@@ -28,7 +27,7 @@ namespace training {
 // Whether training.cuda_graph puts this run's step in a graph. off: no. auto: yes on CUDA when
 // training alone with fp32 or bf16, the fused SGD and no gradient checkpointing. on: yes, and a
 // CPU device or data-parallel training is refused (UserError naming training.cuda_graph; the
-// other combinations are refused by the config's validation).
+// config's validation refuses what cuda_graph_obstacle names).
 bool use_cuda_graph(const Config& config, const torch::Device& device, bool data_parallel);
 
 class GraphedStep {
