@@ -251,7 +251,7 @@ CLI::App* add_compare_command(CLI::App& app, Arguments& a) {
       "compare",
       "Finished runs side by side: what differs in their configs, accuracy, time, images/s, "
       "memory peaks, waiting for data; compare.md, compare.json and overlaid curves");
-  compare->add_option("run_dirs", a.compare.run_dirs, "Two or more run directories")->required();
+  compare->add_option("run_dirs", a.compare.run_dirs, "One or more run directories")->required();
   compare->add_option("--output", a.compare.output_dir,
                       "Directory for the comparison (default: runs/<date>-<time>-compare)");
   return compare;

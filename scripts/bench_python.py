@@ -6,7 +6,9 @@
 
 1. Throughput: ResNet-50, ImageNet stem, 1000-way head (the seed's model), batch 32, fp32, SGD
    momentum 0.9, no augmentation on either side (the seed's loop has only ToTensor), N steps.
-   Runs alternate (C++, Python, C++, Python, ...); the medians of images/s and their ratio.
+   Runs alternate (C++, Python, C++, Python, ...); the medians of images/s and their ratio. Both
+   at the same settings (C++ in the Python loop's contiguous layout), then each at its defaults
+   (C++ with training.memory_format: auto, which times both layouts and keeps the faster).
 2. Input-pipeline overhead: the C++ trainer on the real data vs `data.source: synthetic`,
    alternating; the ratio of step times (real / synthetic).
 3. Time to accuracy: ResNet-18, ImageNet stem, the first 10,000 real training images, test
@@ -61,7 +63,9 @@ def cpp_rate(args, bins, work, extra):
                    "--set", "optimizer.nesterov=false", "--set", "optimizer.weight_decay=0",
                    "--set", "optimizer.lr=0.01", "--set", "schedule.name=constant", "--set", "schedule.warmup_epochs=0",
                    "--set", f"training.threads={args.threads}", "--set", "checkpoint.enabled=false",
-                   "--set", "monitor.sample_period=0"] + extra
+                   "--set", "monitor.sample_period=0",
+                   # The Python loop's layout (contiguous): the same work (auto would time both).
+                   "--set", "training.memory_format=contiguous"] + extra
         run(command)
         row = json.loads((Path(tmp) / "run/metrics.jsonl").read_text().splitlines()[0])
         return row["images_per_second"], command
@@ -103,6 +107,12 @@ def main(argv=None):
         ours.append(rate)
         rate, commands["python"] = python_rate(args, bins, work)
         theirs.append(rate)
+    defaults, python_defaults = [], []
+    for _ in range(args.pairs):
+        rate, commands["cpp_defaults"] = cpp_rate(args, bins, work, ["--set", "training.memory_format=auto"])
+        defaults.append(rate)
+        rate, commands["python_defaults"] = python_rate(args, bins, work)
+        python_defaults.append(rate)
     real, synthetic = [], []
     for _ in range(args.pairs):
         rate, commands["cpp_real"] = cpp_rate(args, bins, work, [])
@@ -118,12 +128,21 @@ def main(argv=None):
              f"| Python loop | {', '.join(f'{r:.1f}' for r in theirs)} | {statistics.median(theirs):.1f} |", "",
              f"**C++ / Python = {statistics.median(ours) / statistics.median(theirs):.3f}** (ratio of medians; "
              f"per pair: {', '.join(f'{a / b:.3f}' for a, b in zip(ours, theirs))}).", "",
+             "## Each at its defaults (C++: `training.memory_format: auto`; Python: the seed's loop)", "",
+             "| implementation | images/s per run | median |", "|---|---|---|",
+             f"| C++ `train` | {', '.join(f'{r:.1f}' for r in defaults)} | {statistics.median(defaults):.1f} |",
+             f"| Python loop | {', '.join(f'{r:.1f}' for r in python_defaults)} | "
+             f"{statistics.median(python_defaults):.1f} |", "",
+             f"**C++ / Python at their defaults = {statistics.median(defaults) / statistics.median(python_defaults):.3f}**",
+             "",
              "## Input-pipeline overhead (C++): real data vs synthetic", "",
              "| data | images/s per run | median |", "|---|---|---|",
              f"| real (binary batches) | {', '.join(f'{r:.1f}' for r in real)} | {statistics.median(real):.1f} |",
              f"| synthetic | {', '.join(f'{r:.1f}' for r in synthetic)} | {statistics.median(synthetic):.1f} |", "",
              f"**real / synthetic step time = {statistics.median(synthetic) / statistics.median(real):.3f}**", ""]
-    results = {"throughput": {"cpp": ours, "python": theirs}, "pipeline": {"real": real, "synthetic": synthetic}}
+    results = {"throughput": {"cpp": ours, "python": theirs},
+               "defaults": {"cpp": defaults, "python": python_defaults},
+               "pipeline": {"real": real, "synthetic": synthetic}}
 
     if not args.skip_accuracy:
         py = json.loads(run([sys.executable, str(REPO / "scripts/python_baseline.py"), "--data", str(bins),

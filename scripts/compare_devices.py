@@ -1,147 +1,247 @@
 #!/usr/bin/env python3
-"""CPU-vs-GPU comparison: the same config, the same bounded amount of work, on each device.
+"""CPU vs GPU, as the seed means it: one training epoch on each device, side by side.
 
-  scripts/compare_devices.py --config configs/quick_cpu.yaml [--steps 50 | --epochs 1]
-      [--train-limit 5000] [--threads 2] [--devices cpu,cuda] [--out DIR] [--set key=value ...]
+  scripts/compare_devices.py [--config configs/resnet50_cifar10.yaml] [--tables seed,study,fastest]
+      [--cpu-steps 30] [--gpu-steps N | --gpu-epochs 1] [--devices cpu,cuda] [--threads N]
+      [--fastest-precisions fp32,bf16] [--trial-timeout 300] [--batch-size N]
+      [--out DIR] [--set key=value ...]
 
-Runs `train` once per device (training.max_steps or training.epochs bounds the work,
-data.train_limit the subset, training.threads the CPU threads), then writes into DIR:
+Three tables, each a `train compare` of one run per device:
 
-  compare.md     the table of `train compare` over the devices' runs (what differs in their
-                 configs, accuracy, time per epoch, images/s and its ratio to the CPU, memory
-                 peaks, waiting for data), under a header naming the work and the command; a
-                 device that did not run is listed below it
-  compare.json   per device: threads, steps, time, step time, images/s, speedup over the CPU,
-                 the phases' peak memory, waiting for data, and its run directory
-  compare.png    images/s per device, bar chart
-  runs/          `train compare`'s own files (compare.md, compare.json, accuracy.png, loss.png,
-                 memory.png) when two or more devices ran
-  <device>/      each device's run directory
+  seed     the seed's settings: the config with the torchvision (ImageNet) stem, 1000 classes,
+           batch 32, fp32, contiguous -- each device at the same settings
+  study    the config as written, each device at the same settings
+  fastest  each device at its own fastest precision and memory format, measured first by a short
+           `train sweep` over fp32/bf16 (--fastest-precisions) x contiguous/channels_last at the
+           config's batch size (trials that fail or time out, --trial-timeout, are left out); the
+           table's "fastest setting" row says which won
 
-A device that is not available (cuda on a machine without a GPU) is marked "not available" and
-the script still exits 0.
+Each device trains with `train`: the GPU one whole epoch (--gpu-epochs, or --gpu-steps steps),
+the CPU --cpu-steps steps, its epoch time projected from its steady steps and marked so. Images/s
+are steady: each process's first warm-up steps (cuDNN's autotuning, first allocations; `train`'s
+Trainer::kWarmupSteps) are listed apart, never averaged in. Memory peaks and the mean utilisation
+come from the runs' own records (the allocator, the sampler). Evaluation runs on data.test_limit
+512 images unless --set says otherwise: accuracy is not what this compares.
+
+Writes into DIR (default runs/compare-<date>-<time>):
+  compare.md     the tables, under a header naming the work and the command; a device that did
+                 not run is listed under its table
+  compare.json   per table and device: the settings, the command, the exit code, and the run's
+                 totals from `train compare` (steady images/s, warm-up, epoch time and whether it
+                 is projected, peaks, utilisation) with the speed-up over the CPU
+  <table>/<device>/   each run; <table>/compare/ `train compare`'s files; fastest/sweep-<device>/
+
+Exit codes: 0 when at least one device ran in every table; 2 for bad arguments (a missing config,
+steps that leave no steady step) or when no device ran (a device that is not available --
+cuda on a machine without a GPU -- is listed, not an error while another device ran).
 """
 import argparse
 import json
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+WARMUP_STEPS = 5  # the trainer's warm-up (training/trainer.h, Trainer::kWarmupSteps)
+MIN_STEADY_STEPS = 10
+SEED_SETTINGS = ["model.stem=imagenet", "model.num_classes=1000", "training.batch_size=32",
+                 "training.precision=fp32", "training.memory_format=contiguous"]
+TABLE_TITLES = {
+    "seed": "The seed's settings (torchvision stem, 1000 classes, batch 32, fp32), each device the same",
+    "study": "The study config as written, each device the same",
+    "fastest": "Each device at its own fastest precision and memory format (measured by train sweep)",
+}
 
 
-def run_device(args, device, out):
-    run_dir = out / device.replace(":", "-")
+def fail(message):
+    print(f"compare_devices: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def last_error(proc):
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "[error]" in line]
+    return (errors[-1].split("] ", 2)[-1] if errors else lines[-1] if lines else f"exit {proc.returncode}")
+
+
+def work_flags(args, device):
+    """training.max_steps / epochs for `device`: whole epochs on a GPU, steps on the CPU."""
+    if device == "cpu":
+        return ["--set", f"training.max_steps={args.cpu_steps}", "--set", "training.epochs=1"]
+    if args.gpu_steps:
+        return ["--set", f"training.max_steps={args.gpu_steps}", "--set", "training.epochs=1"]
+    return ["--set", f"training.epochs={args.gpu_epochs}"]
+
+
+def train_device(args, device, run_dir, overrides):
     command = [args.train, "--config", args.config, "--device", device, "--output-dir", str(run_dir),
-               "--set", "checkpoint.enabled=false"]
-    if args.steps:
-        command += ["--set", f"training.max_steps={args.steps}"]
-    if args.epochs:
-        command += ["--set", f"training.epochs={args.epochs}"]
-    if args.train_limit:
-        command += ["--set", f"data.train_limit={args.train_limit}"]
+               "--set", "checkpoint.enabled=false", "--set", "data.test_limit=512", *work_flags(args, device)]
+    if args.threads:
+        command += ["--set", f"training.threads={args.threads}"]
+    for override in [*overrides, *args.set]:
+        command += ["--set", override]
+    print("$", " ".join(command), flush=True)
+    proc = subprocess.run(command, capture_output=True, text=True)
+    entry = {"device": device, "settings": overrides, "command": command, "run_dir": str(run_dir),
+             "exit_code": proc.returncode, "available": proc.returncode == 0}
+    if proc.returncode != 0:
+        message = last_error(proc)
+        entry["note"] = ("not available: no CUDA device on this machine"
+                         if device.startswith("cuda") and "no CUDA device" in message else f"failed: {message}")
+    return entry
+
+
+def config_value(args, section, key):
+    """A key of the effective config (`train --print-config` with the --set overrides)."""
+    command = [args.train, "--config", args.config, "--print-config"]
+    for override in args.set:
+        command += ["--set", override]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        fail(f"--config: {args.config}: {last_error(proc)}")
+    current = None
+    for line in proc.stdout.splitlines():
+        if line and not line.startswith(" "):
+            current = line.rstrip(":")
+        elif current == section and line.strip().startswith(f"{key}:"):
+            return line.split(":", 1)[1].strip()
+    fail(f"{section}.{key}: not in the effective config of {args.config}")
+
+
+def fastest_settings(args, device, sweep_dir):
+    """The fastest precision x memory format on `device` (a short train sweep), as overrides."""
+    command = [args.train, "sweep", "--config", args.config, "--device", device, "--output-dir", str(sweep_dir),
+               "--precisions", args.fastest_precisions, "--memory-formats", "contiguous,channels_last",
+               "--warmup-steps", "2", "--measure-steps", "3", "--set", f"sweep.trial_timeout={args.trial_timeout}"]
+    command += ["--batch-sizes", str(args.batch_size or config_value(args, "training", "batch_size"))]
     if args.threads:
         command += ["--set", f"training.threads={args.threads}"]
     for override in args.set:
         command += ["--set", override]
     print("$", " ".join(command), flush=True)
-    started = time.time()
     proc = subprocess.run(command, capture_output=True, text=True)
-    wall = time.time() - started
-    entry = {"device": device, "command": command, "run_dir": str(run_dir), "exit_code": proc.returncode}
+    sweep = sweep_dir / "sweep.json"
+    if not sweep.exists():
+        return None, f"failed: {last_error(proc)}"
+    cells = [c for c in json.loads(sweep.read_text())["cells"] if c.get("fastest_batch")]
+    if not cells:
+        return None, "failed: no setting trained in the sweep"
+    best = max(cells, key=lambda c: c["fastest_images_per_second"])
+    return [f"training.precision={best['precision']}", f"training.memory_format={best['memory_format']}"], None
+
+
+def compare_table(args, table_dir, entries):
+    """`train compare` over the runs that finished; its table, and its totals into the entries."""
+    ran = [e for e in entries if e["available"]]
+    output = table_dir / "compare"
+    proc = subprocess.run([args.train, "compare", *[e["run_dir"] for e in ran], "--output", str(output)],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
-        error = [line for line in proc.stderr.splitlines() if "[error]" in line]
-        message = error[-1].split("] ", 2)[-1] if error else proc.stderr.strip().splitlines()[-1:]
-        entry["available"] = False
-        entry["note"] = ("not available: no CUDA device on this machine" if device.startswith("cuda")
-                         and "no CUDA device" in str(message) else f"failed: {message}")
-        return entry
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
-    log = (run_dir / "train.log").read_text()
-    threads = re.search(r"device \S+ \((\d+) threads\)", log)
-    seconds = sum(r["epoch_seconds"] for r in rows)
-    images = sum(r["images_per_second"] * r["epoch_seconds"] for r in rows)
-    steps = rows[-1]["step"]
-    entry.update({
-        "available": True,
-        "threads": int(threads.group(1)) if threads else None,
-        "steps": steps,
-        "train_seconds": seconds,
-        "step_seconds": seconds / steps if steps else None,
-        "images_per_second": images / seconds if seconds else None,
-        # The training phase's peaks: what training needs (evaluation has its own batch size).
-        "train_peak_allocated_bytes": max(r.get("train_peak_allocated_bytes") or 0 for r in rows),
-        "train_peak_reserved_bytes": max(r.get("train_peak_reserved_bytes") or 0 for r in rows),
-        "eval_peak_allocated_bytes": max(r.get("eval_peak_allocated_bytes") or 0 for r in rows),
-        "data_wait_fraction": sum(r.get("data_seconds", 0) for r in rows) / seconds if seconds else None,
-        "test_acc": rows[-1]["test_acc"],
-        "wall_seconds": wall,
-    })
-    return entry
+        fail(f"train compare of {table_dir} failed: {last_error(proc)}")
+    runs = json.loads((output / "compare.json").read_text())["runs"]
+    for entry, run in zip(ran, runs):
+        entry["totals"] = run["totals"]
+    cpu = next((e for e in ran if e["device"] == "cpu"), None)
+    cpu_rate = cpu["totals"]["steady_images_per_second"] if cpu else None
+    for entry in ran:
+        rate = entry["totals"]["steady_images_per_second"]
+        entry["speedup_over_cpu"] = rate / cpu_rate if rate and cpu_rate else None
+    table = (output / "compare.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("|")]
+    if any(e.get("fastest") for e in ran):
+        rows.append("| fastest setting (train sweep) | " + " | ".join(
+            ", ".join(s.split("=", 1)[1] for s in e["settings"]) for e in ran) + " |")
+    if cpu_rate and len(ran) > 1:
+        rows.append("| steady images/s vs the CPU | " + " | ".join(
+            f"{e['speedup_over_cpu']:.2f}x" if e["speedup_over_cpu"] else "-" for e in ran) + " |")
+    return rows
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=str(REPO / "configs" / "resnet50_cifar10.yaml"))
+    parser.add_argument("--train", default=str(REPO / "build" / "train"))
+    parser.add_argument("--tables", default="seed,study,fastest")
+    parser.add_argument("--cpu-steps", type=int, default=30, help="CPU steps (its epoch time is projected)")
+    parser.add_argument("--gpu-steps", type=int, help="GPU steps instead of whole epochs (projected too)")
+    parser.add_argument("--gpu-epochs", type=int, default=1, help="GPU whole epochs (default 1)")
+    parser.add_argument("--batch-size", type=int, help="the fastest table's sweep batch (default: the config's)")
+    parser.add_argument("--trial-timeout", type=int, default=300, help="seconds per fastest-setting trial")
+    parser.add_argument("--fastest-precisions", default="fp32,bf16",
+                        help="the precisions the fastest table's sweep tries (fp32 alone skips bf16 on a "
+                             "CPU without native bf16, where it is ~300x slower)")
+    parser.add_argument("--threads", type=int, help="CPU intra-op threads (training.threads)")
+    parser.add_argument("--devices", default="cpu,cuda")
+    parser.add_argument("--set", action="append", default=[], help="more config overrides, for every run")
+    parser.add_argument("--out", default=f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
+    args = parser.parse_args(argv)
+    if not Path(args.config).is_file():
+        fail(f"--config: {args.config}: no such file")
+    if not Path(args.train).is_file():
+        fail(f"--train: {args.train}: no such file (build first: scripts/setup.sh)")
+    for flag, value in (("--cpu-steps", args.cpu_steps), ("--gpu-steps", args.gpu_steps)):
+        if value is not None and value < WARMUP_STEPS + MIN_STEADY_STEPS:
+            fail(f"{flag}: {value}: expected at least {WARMUP_STEPS + MIN_STEADY_STEPS} "
+                 f"({WARMUP_STEPS} warm-up steps and {MIN_STEADY_STEPS} steady ones to measure)")
+    for flag, value in (("--gpu-epochs", args.gpu_epochs), ("--batch-size", args.batch_size),
+                        ("--trial-timeout", args.trial_timeout), ("--threads", args.threads)):
+        if value is not None and value < 1:
+            fail(f"{flag}: {value}: expected a positive number")
+    args.tables = args.tables.split(",")
+    unknown = [t for t in args.tables if t not in TABLE_TITLES]
+    if unknown or not args.tables:
+        fail(f"--tables: {','.join(unknown) or 'empty'}: expected some of seed,study,fastest")
+    args.devices = [d for d in args.devices.split(",") if d]
+    if not args.devices or any(d != "cpu" and not d.startswith("cuda") for d in args.devices):
+        fail(f"--devices: expected cpu and/or cuda[:N], comma-separated")
+    return args
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--train", default=str(REPO / "build" / "train"))
-    parser.add_argument("--steps", type=int, help="optimizer steps per device (training.max_steps)")
-    parser.add_argument("--epochs", type=int, help="epochs per device (training.epochs)")
-    parser.add_argument("--train-limit", type=int, help="training images (data.train_limit)")
-    parser.add_argument("--threads", type=int, help="CPU intra-op threads (training.threads)")
-    parser.add_argument("--devices", default="cpu,cuda")
-    parser.add_argument("--set", action="append", default=[], help="more config overrides")
-    parser.add_argument("--out", default=f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
-    args = parser.parse_args(argv)
-    if not args.steps and not args.epochs:
-        parser.error("give --steps or --epochs: the amount of work must be bounded")
+    args = parse_args(argv)
     out = Path(args.out)
     if (out / "compare.json").exists():
-        print(f"compare_devices: {out}: already holds a comparison", file=sys.stderr)
-        return 2
+        fail(f"--out: {out}: already holds a comparison")
     out.mkdir(parents=True, exist_ok=True)
 
-    entries = [run_device(args, device, out) for device in args.devices.split(",")]
-    cpu = next((e for e in entries if e["device"] == "cpu" and e["available"]), None)
-    for e in entries:
-        e["speedup_over_cpu"] = (e["images_per_second"] / cpu["images_per_second"]
-                                 if e["available"] and cpu and cpu["images_per_second"] else None)
-
+    gpu_work = f"{args.gpu_steps} steps" if args.gpu_steps else f"{args.gpu_epochs} whole epoch(s)"
     lines = [f"# CPU vs GPU: `{args.config}`", "",
-             f"Work per device: {f'{args.steps} steps' if args.steps else f'{args.epochs} epoch(s)'}"
-             f"{f', {args.train_limit} training images' if args.train_limit else ''}"
-             f"{f', {args.threads} CPU threads' if args.threads else ''}. Command: "
-             f"`scripts/compare_devices.py {' '.join(argv if argv is not None else sys.argv[1:])}`", ""]
-    ran = [e for e in entries if e["available"]]
-    if len(ran) >= 2:
-        # The table is `train compare`'s: one column per device's run.
-        subprocess.run([args.train, "compare", *[e["run_dir"] for e in ran], "--output", str(out / "runs")],
-                       check=True, stdout=subprocess.DEVNULL)
-        table = (out / "runs" / "compare.md").read_text()
-        lines += table[table.index("|"):].rstrip("\n").split("\n")
-    else:
-        lines += [f"Only {', '.join(e['device'] for e in ran) or 'no device'} ran: nothing to compare."]
-    lines += [f"- {e['device']}: {e['note']}" for e in entries if not e["available"]]
-    (out / "compare.md").write_text("\n".join(lines) + "\n")
-    (out / "compare.json").write_text(json.dumps({"config": args.config, "entries": entries}, indent=2) + "\n")
-
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 4))
-    names = [e["device"] for e in entries]
-    values = [e["images_per_second"] if e["available"] else 0 for e in entries]
-    bars = ax.bar(names, values, color=["tab:blue" if e["available"] else "lightgray" for e in entries])
-    for bar, e in zip(bars, entries):
-        ax.annotate(f"{e['images_per_second']:.0f}" if e["available"] else "not available",
-                    (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom")
-    ax.set_ylabel("training images / s")
-    ax.set_title(f"CPU vs GPU: {Path(args.config).name}")
-    fig.tight_layout()
-    fig.savefig(out / "compare.png", dpi=110)
+             f"Work per device: the CPU {args.cpu_steps} steps (its epoch time projected from the steps after "
+             f"the warm-up), a GPU {gpu_work}. Command: `scripts/compare_devices.py "
+             f"{' '.join(argv if argv is not None else sys.argv[1:])}`", ""]
+    result = {"config": args.config, "tables": {}}
+    any_table_ran = True
+    for name in args.tables:
+        table_dir = out / name
+        entries = []
+        for device in args.devices:
+            overrides = SEED_SETTINGS if name == "seed" else []
+            note = None
+            if name == "fastest":
+                overrides, note = fastest_settings(args, device, table_dir / f"sweep-{device.replace(':', '-')}")
+            if note:
+                entries.append({"device": device, "available": False, "note": note, "settings": None})
+                continue
+            entry = train_device(args, device, table_dir / device.replace(":", "-"), overrides)
+            entry["fastest"] = name == "fastest"
+            entries.append(entry)
+        lines += [f"## {TABLE_TITLES[name]}", ""]
+        if any(e["available"] for e in entries):
+            lines += compare_table(args, table_dir, entries)
+        else:
+            any_table_ran = False
+            lines.append("No device ran.")
+        lines += [""] + [f"- {e['device']}: {e['note']}" for e in entries if not e["available"]]
+        lines.append("")
+        result["tables"][name] = entries
+    (out / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "compare.md").write_text("\n".join(lines).rstrip("\n") + "\n")
     print("\n".join(lines))
     print(f"written to {out}")
+    if not any_table_ran:
+        print("compare_devices: no device ran in at least one table; see compare.md", file=sys.stderr)
+        return 2
     return 0
 
 

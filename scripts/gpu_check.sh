@@ -7,12 +7,14 @@
 #    network: TRAIN_PYTHON (default python3) must already hold torch 2.11.0; the Debian packages
 #    come from carried .deb files when TRAIN_DEBS (default .devdeps, filled here by
 #    EXTRA_DEBS="libssl-dev libssl3" ../shared/device/fetch-debs.sh; add the protobuf and Boost
-#    packages the README lists for TensorBoard files) exists; OpenCV is not needed
+#    packages docs/commands.md lists for TensorBoard files) exists; OpenCV is not needed
 # 2. runs the CUDA suite, `ctest -L cuda`
 # 3. a find-max sweep under a 4 GiB limit (ResNet-18, CIFAR stem), `train plan` for a 16 GiB card
 #    from that sweep, `train memory` for ResNet-50 at batch 256 (with the allocator's snapshot),
-#    one NCCL rank through scripts/launch.py, and the CPU-vs-GPU comparison
-#    (scripts/compare_devices.py, 30 steps each)
+#    one NCCL rank through scripts/launch.py, and the seed's CPU-vs-GPU table
+#    (scripts/compare_devices.py on configs/resnet50_cifar10.yaml: the seed's settings, the study
+#    config, each device at its fastest; the GPU a whole epoch, the CPU 30 steps, projected; on the
+#    real data when it was converted, else synthetic)
 # 4. real data, when .devdata/cifar10-jpeg.tar.gz (or CIFAR10_TARBALL) is there: converted to
 #    binary batches with numpy + Pillow (scripts/get_data.py --to-binary); one epoch on it
 # 5. with --speed: matmul fp32/bf16 at N=8192 with % of peak, ResNet-50 (CIFAR stem) bf16 +
@@ -35,7 +37,9 @@
 # and the CUDA runtime through LD_LIBRARY_PATH; otherwise it builds.
 #
 # Writes OUT_DIR/gpu_check.md, OUT_DIR/gpu_check.json and one log per check; exits 1 when any
-# check failed (2 for bad arguments). A re-run reuses the build folder.
+# check failed (2 for bad arguments). On a machine where `nvidia-smi -L` lists no GPU it says so in
+# its first line and exits 1 without building, running or writing anything. A re-run reuses the
+# build folder.
 set -uo pipefail
 export BUILD_DIR=${BUILD_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build-gpu}
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -43,7 +47,7 @@ cd "$REPO_ROOT"
 
 usage() { echo "usage: scripts/gpu_check.sh OUT_DIR [--speed] [--only GROUP,...]" >&2; exit 2; }
 [[ $# -ge 1 && $1 != -* ]] || usage
-out=$(mkdir -p "$1" && cd "$1" && pwd) || { echo "gpu_check: cannot create $1" >&2; exit 2; }
+out_arg=$1
 shift
 speed=0
 only=""
@@ -65,6 +69,12 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
+# Without a GPU there is nothing to check: said first, before anything is built, run or written.
+if ! gpus=$(nvidia-smi -L 2>/dev/null) || [[ $gpus != *GPU* ]]; then
+  echo "gpu_check: no GPU on this machine (nvidia-smi -L lists none); nothing was checked" >&2
+  exit 1
+fi
+out=$(mkdir -p "$out_arg" && cd "$out_arg" && pwd) || { echo "gpu_check: cannot create $out_arg" >&2; exit 2; }
 # wanted GROUP: the group runs (every group when --only is not given). named GROUP: --only names it.
 named() { [[ $only == *",$1,"* ]]; }
 wanted() { [[ -z $only ]] || named "$1"; }
@@ -153,10 +163,14 @@ nccl_one_rank() {
     --set training.max_steps=20 --set training.epochs=1 --output-dir "$out/nccl"
 }
 
-compare() {
+compare() {  # the seed's CPU-vs-GPU table: the seed's settings, the study config, each fastest
   rm -rf "$out/compare"
-  "$TRAIN_PYTHON" scripts/compare_devices.py --train "$train" --config configs/quick_cpu.yaml \
-    --steps 30 --devices cpu,cuda --set data.source=synthetic --out "$out/compare"
+  local data=(--set data.source=synthetic)
+  [[ -f "$REPO_ROOT/.devdata/cifar10-bin/cifar-10-batches-bin/data_batch_1.bin" ]] &&
+    data=(--set data.source=binary --set data.root="$REPO_ROOT/.devdata/cifar10-bin")
+  "$TRAIN_PYTHON" scripts/compare_devices.py --train "$train" --config configs/resnet50_cifar10.yaml \
+    --cpu-steps 30 --gpu-epochs 1 --devices cpu,cuda --threads "$(nproc)" "${data[@]}" \
+    --out "$out/compare" && cat "$out/compare/compare.md"
 }
 
 matmul() {
@@ -238,14 +252,14 @@ if [[ -x "$train" ]]; then
     check "train memory, ResNet-50 batch 256" memory.log memory_study || failed=1
   fi
   if wanted nccl; then check "NCCL, one rank" nccl.log nccl_one_rank || failed=1; fi
-  if wanted compare; then check "CPU vs GPU comparison" compare.log compare || failed=1; fi
   data=0
-  if [[ -f "$tarball" ]] && { wanted data || wanted speed || named fast || named fast-graphed; }; then
+  if [[ -f "$tarball" ]] && { wanted data || wanted compare || wanted speed || named fast || named fast-graphed; }; then
     check "real CIFAR-10 to binary batches" convert.log convert_data && data=1 || failed=1
   fi
   if ((data)) && wanted data; then
     check "real CIFAR-10, one epoch" real_data.log real_data || failed=1
   fi
+  if wanted compare; then check "CPU vs GPU, the seed's table" compare.log compare || failed=1; fi
   if ((speed)); then
     check "matmul fp32/bf16 N=8192" matmul.log matmul || failed=1
     check "ResNet-50 bf16 channels_last, batch 128 and 512, 100 steps" resnet50.log \

@@ -135,9 +135,9 @@ def main(argv):
 
     compare = read_json(out / "compare" / "compare.json")
     if compare:
-        figures["compare"] = [{k: e.get(k) for k in ("device", "available", "images_per_second",
-                                                     "speedup_over_cpu", "note")}
-                              for e in compare["entries"]]
+        figures["compare"] = {name: [{k: e.get(k) for k in ("device", "available", "settings", "totals",
+                                                            "speedup_over_cpu", "note")} for e in entries]
+                              for name, entries in compare["tables"].items()}
 
     matmul = read_json(out / "matmul.json")
     if matmul:
@@ -190,13 +190,20 @@ def main(argv):
         lines += [f"- {c['setting']}: largest batch {c['largest_fitting_batch']}, smallest failing "
                   f"{c['smallest_failing_batch']}" for c in figures["find_max"]]
     if "compare" in figures:
-        lines += ["", "CPU vs GPU (configs/quick_cpu.yaml, synthetic data, 30 steps):", ""]
-        for e in figures["compare"]:
-            if e["available"]:
+        lines += ["", "CPU vs GPU (configs/resnet50_cifar10.yaml; compare/compare.md has the tables):"]
+        for name, entries in figures["compare"].items():
+            lines += ["", f"{name}:", ""]
+            for e in entries:
+                if not e["available"]:
+                    lines.append(f"- {e['device']}: {e['note']}")
+                    continue
+                t = e["totals"]
+                rate = f"{t['steady_images_per_second']:.0f}" if t["steady_images_per_second"] else "-"
+                epoch = (f"{t['epoch_seconds']:.1f} s" + (f" (projected from {t['projected_from_steps']} steady "
+                         "steps)" if t["epoch_seconds_projected"] else "")) if t["epoch_seconds"] else "-"
                 speedup = f", {e['speedup_over_cpu']:.1f}x the CPU" if e["speedup_over_cpu"] else ""
-                lines.append(f"- {e['device']}: {e['images_per_second']:.0f} images/s{speedup}")
-            else:
-                lines.append(f"- {e['device']}: {e['note']}")
+                lines.append(f"- {e['device']} ({', '.join(e['settings']) or 'as written'}): {rate} steady "
+                             f"images/s{speedup}, epoch {epoch}")
     if "matmul" in figures:
         lines += ["", "Matmul, N=8192:", ""]
         for r in figures["matmul"]:

@@ -11,7 +11,8 @@
 #   3. the CUDA compiler and headers that the CUDA LibTorch's CMake files need: the system toolkit
 #      (nvcc on PATH or /usr/local/cuda), or, when there is none or TRAIN_IGNORE_SYSTEM_CUDA=1,
 #      NVIDIA's CUDA 13.0 wheels from PyPI in the virtualenv (scripts/pip_cuda.sh)
-#   4. CMake configure + build in $BUILD_DIR ($BUILD_TYPE, default Release); BUILD_TARGETS limits
+#   4. CMake configure (skipped when $BUILD_DIR was configured with the same command) + build in
+#      $BUILD_DIR ($BUILD_TYPE, default Release); BUILD_TARGETS limits
 #      the build to some targets, CMAKE_ARGS adds configure options, CONFIGURE_ONLY=1 stops after
 #      the configure step
 set -euo pipefail
@@ -104,12 +105,22 @@ prefix=${LIBTORCH:-$("$python" -c 'import torch; print(torch.utils.cmake_prefix_
 [[ -n "$extra_prefix" ]] && prefix="$prefix;$extra_prefix"
 generator=(-G Ninja)
 command -v ninja >/dev/null || generator=()
-# shellcheck disable=SC2086  # CMAKE_ARGS is a list of options
 # The options' defaults are passed every time, so that one run's CMAKE_ARGS does not stay in the
 # build folder's cache for the next.
-cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
-  -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$python" \
-  "${cuda_args[@]}" -DTRAIN_USE_OPENCV=ON -DTRAIN_SANITIZE=OFF -DTRAIN_FUZZ=OFF ${CMAKE_ARGS:-} >/dev/null
+# shellcheck disable=SC2206  # CMAKE_ARGS is a list of options
+configure=(cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE"
+  -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$python"
+  "${cuda_args[@]}" -DTRAIN_USE_OPENCV=ON -DTRAIN_SANITIZE=OFF -DTRAIN_FUZZ=OFF ${CMAKE_ARGS:-})
+# Configured before with the same command: not again (LibTorch's CMake files warn on every
+# configure; a changed CMakeLists.txt still reconfigures, from the build itself).
+stamp="$BUILD_DIR/.configure-command"
+if [[ -f "$BUILD_DIR/CMakeCache.txt" && -f "$stamp" && "$(cat "$stamp")" == "${configure[*]}" ]]; then
+  :
+else
+  rm -f "$stamp"
+  "${configure[@]}" >/dev/null
+  printf '%s' "${configure[*]}" >"$stamp"
+fi
 if [[ "${CONFIGURE_ONLY:-0}" == 1 ]]; then
   echo "setup: configured $BUILD_DIR"
   exit 0

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "data/torch_data.h"
+#include "training/memory_format.h"
 #include "training/optim.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
@@ -15,7 +16,7 @@ models::ResNet build_model(const Config& config, const torch::Device& device) {
   seed_everything(static_cast<uint64_t>(config.training.seed));
   models::ResNet model(config.model);
   model->to(device);
-  models::convert_memory_format(*model, config.training.memory_format);
+  models::convert_memory_format(*model, memory_format_for(config, device));
   apply_checkpointing(*model, config.checkpointing);
   return model;
 }
@@ -55,7 +56,7 @@ std::unique_ptr<data::Loader> make_loader(data::Split split, const Config& confi
           .device_resident(config.data.device_resident)
           .prefetch(prefetch_for(config.data, device.is_cuda()))
           .seed(static_cast<uint64_t>(config.training.seed))
-          .memory_format(config.training.memory_format)
+          .memory_format(memory_format_for(config, device))
           .simulated_delay_ms(train ? config.data.simulated_delay_ms : 0.0)
           .shard_index(group ? group->rank() : 0)
           .shard_count(group ? group->world_size() : 1);

@@ -38,6 +38,10 @@ const Choices<Precision> kPrecisions = {
 const Choices<c10::MemoryFormat> kMemoryFormats = {
     {"contiguous", c10::MemoryFormat::Contiguous},
     {"channels_last", c10::MemoryFormat::ChannelsLast}};
+const Choices<std::optional<c10::MemoryFormat>> kMemoryFormatModes = {
+    {"auto", std::nullopt},
+    {"contiguous", c10::MemoryFormat::Contiguous},
+    {"channels_last", c10::MemoryFormat::ChannelsLast}};
 const Choices<LoaderKind> kLoaders = {{"batched", LoaderKind::Batched},
                                       {"torch_data", LoaderKind::TorchData}};
 const Choices<CudaGraphMode> kCudaGraphModes = {
@@ -90,7 +94,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.integer("log_every_steps", c.training.log_every_steps, 1, 1000000);
     v.integer("threads", c.training.threads, 0, 4096);
     v.choice("precision", c.training.precision, kPrecisions);
-    v.choice("memory_format", c.training.memory_format, kMemoryFormats);
+    v.choice("memory_format", c.training.memory_format, kMemoryFormatModes);
     v.boolean("cudnn_benchmark", c.training.cudnn_benchmark);
     v.boolean("allow_tf32", c.training.allow_tf32);
     v.boolean("eval_flip", c.training.eval_flip);
@@ -296,6 +300,10 @@ int64_t prefetch_for(const DataConfig& data, bool cuda) {
 
 std::string memory_format_name(c10::MemoryFormat format) {
   return choice_text(kMemoryFormats, format);
+}
+
+std::string memory_format_name(const std::optional<c10::MemoryFormat>& format) {
+  return choice_text(kMemoryFormatModes, format);
 }
 
 std::string source_name(data::Source source) {

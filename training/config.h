@@ -3,6 +3,7 @@
 // that span keys); config_yaml.h the YAML machinery it drives.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,9 @@ struct TrainingConfig {
   int64_t log_every_steps = 50;           // progress line / running-loss read-back interval
   int64_t threads = 0;                    // CPU intra-op threads (0 = LibTorch's default)
   Precision precision = Precision::FP32;  // autocast dtype; fp16 adds the GradScaler
-  c10::MemoryFormat memory_format = c10::MemoryFormat::Contiguous;  // of weights and inputs
+  // Of weights and inputs; empty = auto, chosen for the device before the run is built
+  // (memory_format.h: channels_last on CUDA, the faster of the two measured on the CPU).
+  std::optional<c10::MemoryFormat> memory_format;
   bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms once per shape
   bool allow_tf32 = true;       // CUDA (Ampere+): TF32 tensor cores for fp32 matmul/convolution
   // Evaluation averages the logits of each test image and of its mirror image (test-time
@@ -180,6 +183,7 @@ std::string stem_name(const models::ResNetOptions& model);
 
 // "contiguous" / "channels_last".
 std::string memory_format_name(c10::MemoryFormat format);
+std::string memory_format_name(const std::optional<c10::MemoryFormat>& format);  // "auto" if empty
 
 // The config's spellings of the other choices: "binary", "block", "cosine", ...
 std::string source_name(data::Source source);

@@ -16,8 +16,9 @@ std::optional<std::string> long_cpu_run_warning(int64_t steps_left, int64_t batc
   if (seconds <= 3600) return std::nullopt;
   return fmt::format(
       "cpu: at {:.0f} img/s the remaining {} steps take about {} on this CPU (training alone, "
-      "evaluation extra); for a first result in about a minute try --config "
-      "configs/quick_cpu.yaml, or bound this run with --set training.max_steps=N. Continuing.",
+      "evaluation extra); for a first result in minutes try --config configs/quick_cpu.yaml, "
+      "run this config on a GPU (--device cuda), or bound this run with --set "
+      "training.max_steps=N. Continuing.",
       images_per_second, steps_left, format_duration(seconds));
 }
 

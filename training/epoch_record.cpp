@@ -16,6 +16,8 @@ nlohmann::ordered_json column_json(const std::optional<T>& value) {
   return optional_json(value);
 }
 
+bool added_later(const std::string& key);
+
 // Reads column `key` of `row` into `out` (null for an absent optional value).
 class ColumnReader {
  public:
@@ -23,6 +25,7 @@ class ColumnReader {
 
   template <class T>
   void operator()(const char* key, T& out) const {
+    if (!row_.contains(key) && added_later(key)) return;
     try {
       out = row_.at(key).get<T>();
     } catch (const nlohmann::json::exception&) {
@@ -31,6 +34,7 @@ class ColumnReader {
   }
   template <class T>
   void operator()(const char* key, std::optional<T>& out) const {
+    if (!row_.contains(key) && added_later(key)) return;
     if (!row_.contains(key)) fail(key);
     try {
       out = row_.at(key).is_null() ? std::nullopt : std::optional<T>(row_.at(key).get<T>());
@@ -77,6 +81,21 @@ void columns(Record& r, Visit&& visit) {
   visit("utilization_max", r.utilization_max);
   visit("memory_used_max_bytes", r.memory_used_max_bytes);
   visit("world_size", r.world_size);
+  visit("warmup_steps", r.warmup_steps);
+  visit("warmup_seconds", r.warmup_seconds);
+  visit("steady_images_per_second", r.steady_images_per_second);
+  visit("batches", r.batches);
+  visit("epoch_batches", r.epoch_batches);
+}
+
+// Columns added after the first release of metrics.jsonl: a row without them reads back with
+// their defaults (a run written by an older train can still be resumed, reported and compared).
+bool added_later(const std::string& key) {
+  for (const char* added :
+       {"warmup_steps", "warmup_seconds", "steady_images_per_second", "batches", "epoch_batches"}) {
+    if (key == added) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -85,6 +104,15 @@ nlohmann::ordered_json to_json(const EpochRecord& record) {
   nlohmann::ordered_json row;
   columns(record, [&](const char* key, const auto& value) { row[key] = column_json(value); });
   return row;
+}
+
+std::optional<EpochTime> epoch_time(const EpochRecord& r) {
+  if (r.epoch_batches == 0 || r.batches >= r.epoch_batches) return EpochTime{r.epoch_seconds};
+  if (!r.steady_images_per_second || r.batches == 0) return std::nullopt;
+  const double images_per_batch = r.images_per_second * r.epoch_seconds / r.batches;
+  const double missing = static_cast<double>(r.epoch_batches - r.batches) * images_per_batch;
+  return EpochTime{r.epoch_seconds + missing / *r.steady_images_per_second, true,
+                   r.batches - r.warmup_steps};
 }
 
 std::vector<AccuracyCrossing> accuracy_crossings(const std::vector<EpochRecord>& records,
@@ -129,6 +157,7 @@ Scalars tensorboard_scalars(const EpochRecord& r) {
   optional("device/utilization_mean", r.utilization_mean);
   optional("device/utilization_max", r.utilization_max);
   optional("device/memory_used_max_bytes", r.memory_used_max_bytes);
+  optional("time/steady_images_per_second", r.steady_images_per_second);
   return s;
 }
 

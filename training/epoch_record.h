@@ -38,7 +38,26 @@ struct EpochRecord {
   std::optional<double> utilization_mean, utilization_max;  // the sampler's (GPU or CPU)
   std::optional<int64_t> memory_used_max_bytes;             // NVML used memory, or RSS
   int64_t world_size = 1;
+  // Steady-state speed. The first steps a process trains (Trainer::kWarmupSteps: cuDNN's
+  // autotuning, first allocations, a graph's warm-up and capture) are timed apart and never
+  // averaged into the steady rate. Columns added later: rows written before them read back with
+  // these defaults.
+  int64_t warmup_steps = 0;                        // steps of this epoch that were warm-up
+  double warmup_seconds = 0;                       // their wall time (part of epoch_seconds)
+  std::optional<double> steady_images_per_second;  // after the warm-up; null without such steps
+  int64_t batches = 0;        // batches trained in this epoch (0: not recorded)
+  int64_t epoch_batches = 0;  // batches in a whole epoch (0: not recorded)
 };
+
+// The time a whole epoch takes: epoch_seconds for a whole epoch, or, for an epoch that stopped
+// early (training.max_steps), its time plus its missing batches at the steady rate -- projected,
+// with the number of steady steps it rests on. Null when an unfinished epoch has no steady step.
+struct EpochTime {
+  double seconds = 0;
+  bool projected = false;
+  int64_t steady_steps = 0;  // the steps the projection rests on
+};
+std::optional<EpochTime> epoch_time(const EpochRecord& record);
 
 nlohmann::ordered_json to_json(const EpochRecord& record);
 

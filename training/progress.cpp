@@ -26,8 +26,14 @@ std::string format_progress(const ProgressSnapshot& s) {
                 "epoch %ld/%ld  step %ld/%ld  %.0f img/s  loss %.4f  acc %.2f%%  lr %.4g  ETA %s",
                 static_cast<long>(s.epoch), static_cast<long>(s.epochs), static_cast<long>(s.batch),
                 static_cast<long>(s.batches), s.images_per_second, s.running_loss,
-                100.0 * s.running_acc, s.lr, format_duration(s.eta_seconds).c_str());
+                100.0 * s.running_acc, s.lr,
+                s.eta_seconds ? format_duration(*s.eta_seconds).c_str() : "after warm-up");
   return text;
+}
+
+bool progress_due_by_time(bool shown_before, int64_t steps, double seconds, double since_last) {
+  if (!shown_before) return steps >= kFirstLineSteps && seconds >= kFirstLineSeconds;
+  return since_last >= kEverySeconds;
 }
 
 ProgressLine::ProgressLine() : live_(::isatty(STDERR_FILENO) == 1) {}

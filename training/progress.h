@@ -2,6 +2,8 @@
 // lines otherwise (and always written to train.log).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace training {
@@ -12,8 +14,18 @@ struct ProgressSnapshot {
   double images_per_second = 0;
   double running_loss = 0, running_acc = 0;
   double lr = 0;
-  double eta_seconds = 0;  // rest of this epoch's training
+  // Rest of this epoch's training at the steady rate; empty while the process still warms up.
+  std::optional<double> eta_seconds;
 };
+
+// When a progress line is due by time (training.log_every_steps makes the others): the first once
+// the process has trained kFirstLineSteps steps and kFirstLineSeconds seconds, whichever comes
+// later, then kEverySeconds after the last line. `steps` and `seconds` count from the start of
+// training in this process; `since_last` from the last line (ignored before the first).
+constexpr int64_t kFirstLineSteps = 3;
+constexpr double kFirstLineSeconds = 10.0;
+constexpr double kEverySeconds = 30.0;
+bool progress_due_by_time(bool shown_before, int64_t steps, double seconds, double since_last);
 
 std::string format_progress(const ProgressSnapshot& snapshot);
 std::string format_duration(double seconds);  // "1:02:03", "4:05"

@@ -77,6 +77,12 @@ void write_results(std::ostringstream& md, const std::vector<EpochRecord>& epoch
      << fmt::format("{:.1f}", t.eval_seconds) << " s |\n"
      << fmt::format("| mean throughput | {:.1f} images/s |\n",
                     t.train_seconds > 0 ? t.images / t.train_seconds : 0.0)
+     << "| steady throughput (after " << t.warmup_steps << " warm-up steps, "
+     << fmt::format("{:.1f} s", t.warmup_seconds) << ") | "
+     << (t.steady_images_per_second ? fmt::format("{:.1f} images/s", *t.steady_images_per_second)
+                                    : std::string("no step after the warm-up"))
+     << " |\n"
+     << "| time per epoch | " << format_epoch_time(t.epoch_time) << " |\n"
      << "| peak memory, training (allocator) | " << format_bytes(t.train_allocated) << " allocated"
      << (cuda ? ", " + format_bytes(t.train_reserved) + " reserved" : "") << " |\n"
      << "| peak memory, evaluation (allocator) | " << format_bytes(t.eval_allocated) << " allocated"
@@ -142,7 +148,32 @@ Totals totals_of(const std::vector<EpochRecord>& epochs) {
     if (r.test_acc > epochs[t.best].test_acc) t.best = i;
   }
   if (utilization_epochs > 0) t.utilization_mean = utilization_sum / utilization_epochs;
+  double steady_images = 0, steady_seconds = 0, whole_seconds = 0;
+  int64_t whole = 0;
+  for (const auto& r : epochs) {
+    t.warmup_steps += r.warmup_steps;
+    t.warmup_seconds += r.warmup_seconds;
+    if (r.steady_images_per_second) {
+      const double seconds = std::max(r.epoch_seconds - r.warmup_seconds, 0.0);
+      steady_images += *r.steady_images_per_second * seconds;
+      steady_seconds += seconds;
+    }
+    const auto time = epoch_time(r);
+    if (time && !time->projected) whole_seconds += time->seconds, ++whole;
+  }
+  if (steady_seconds > 0) t.steady_images_per_second = steady_images / steady_seconds;
+  if (whole > 0) {
+    t.epoch_time = EpochTime{whole_seconds / static_cast<double>(whole)};
+  } else {
+    t.epoch_time = epoch_time(epochs.back());
+  }
   return t;
+}
+
+std::string format_epoch_time(const std::optional<EpochTime>& time) {
+  if (!time) return "-";
+  if (!time->projected) return fmt::format("{:.2f} s", time->seconds);
+  return fmt::format("{:.1f} s, projected from {} steady steps", time->seconds, time->steady_steps);
 }
 
 fs::path write_report(const fs::path& run_dir) {

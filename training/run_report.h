@@ -22,8 +22,19 @@ struct Totals {
   int64_t device_used = 0;
   std::optional<double> utilization_mean;  // over the epochs that were sampled
   size_t best = 0;                         // index of the epoch with the best test accuracy
+  // Steady state: the warm-up's steps and seconds, and the images/s of the steps after it (the
+  // epochs' steady rates weighted by their steady time; null when no epoch has one).
+  int64_t warmup_steps = 0;
+  double warmup_seconds = 0;
+  std::optional<double> steady_images_per_second;
+  // The time per epoch: the mean over whole epochs, or, when the run trained none (stopped by
+  // training.max_steps), the projection of its partial epoch (epoch_record.h's epoch_time).
+  std::optional<EpochTime> epoch_time;
 };
 Totals totals_of(const std::vector<EpochRecord>& epochs);
+
+// "12.90 s", "2014.3 s, projected from 25 steady steps", "-" (no steady step to project from).
+std::string format_epoch_time(const std::optional<EpochTime>& time);
 
 // Writes the report (atomically) and returns its path. Throws UserError when `run_dir` holds
 // no run (no metrics.jsonl). Missing plots (no Python/matplotlib) are noted in the report.

@@ -11,6 +11,7 @@
 #include "data/dataset.h"
 #include "training/checkpoint_io.h"
 #include "training/config.h"
+#include "training/memory_format.h"
 #include "training/platform/device.h"
 #include "training/platform/distributed.h"
 #include "training/platform/errors.h"
@@ -84,7 +85,7 @@ void log_model_memory(torch::nn::Module& model, const Config& config) {
   int64_t parameters = 0;
   for (const auto& p : model.parameters()) parameters += p.numel() * p.element_size();
   const int64_t momentum = config.optimizer.momentum() > 0 ? parameters : 0;
-  spdlog::info(
+  spdlog::trace(
       "memory: parameters {}, gradients {}, optimizer state {} (momentum), {} in all "
       "before activations",
       format_bytes(parameters), format_bytes(parameters), format_bytes(momentum),
@@ -224,21 +225,32 @@ void open_run(const TrainRequest& request, const ResumeTarget& resume, const Con
       : in_place                  ? resume.run_dir
                  : new_run_path(config.output.dir, config.output.name, arch_name(config.model));
   run.emplace(path, in_place);
-  spdlog::info("run directory: {}", run->path().string());
+  spdlog::info("run directory: {} (config.yaml holds the full config, train.log everything said)",
+               run->path().string());
 }
 
-// The start-up facts, into the console and train.log.
+// The start-up summary, on the terminal and in train.log: device and threads, data, model,
+// precision, layout, batch and epochs (the run directory was said when it was opened). The full
+// effective config and the memory arithmetic go to train.log only (trace level: the console shows
+// info and above); config.yaml holds the config too.
 void log_start(const Config& config, const std::string& yaml, const torch::Device& device,
-               const LoadedData& data, Trainer& trainer) {
-  spdlog::info("LibTorch {}, device {}", TORCH_VERSION, describe_device(device));
+               const LoadedData& data, Trainer& trainer, const MemoryFormatChoice& layout) {
+  spdlog::info("device {}, LibTorch {}", describe_device(device), TORCH_VERSION);
   warn_if_bf16_is_emulated(device, config.training.precision);
-  spdlog::info("effective config:\n{}", yaml);
+  spdlog::trace("effective config:\n{}", yaml);
   spdlog::info("data: {} from {}: {} train / {} test images, decoded in {:.1f} s",
                source_description(data.source), data.root, trainer.train_size(),
                trainer.test_size(), data.seconds);
-  spdlog::info("model: {} ({} stem), {} parameters, {} steps per epoch, {} steps planned",
-               arch_name(config.model), stem_name(config.model), count_parameters(*trainer.model()),
-               trainer.steps_per_epoch(), trainer.total_steps());
+  spdlog::info(
+      "model: {} ({} stem, {} classes, {} parameters), {} {}, batch {}: {} epochs of {} steps "
+      "({} steps planned)",
+      arch_name(config.model), stem_name(config.model), config.model.num_classes(),
+      count_parameters(*trainer.model()), precision_name(config.training.precision),
+      memory_format_name(config.training.memory_format), config.training.batch_size,
+      config.training.epochs, trainer.steps_per_epoch(), trainer.total_steps());
+  spdlog::info("memory format {}: {}", memory_format_name(layout.format), layout.reason);
+  const std::string slow_layout = memory_format_warning(config, device);
+  if (!slow_layout.empty()) spdlog::warn("{}", slow_layout);
   log_model_memory(*trainer.model(), config);
   if (config.memory.limit > 0) {
     spdlog::info(
@@ -280,15 +292,19 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
 int train_command(const TrainRequest& request) {
   const auto launch = launch_env_from_environment();
   const ResumeTarget resume = resume_target(request.resume);
-  const Config config = effective_config(request, resume);
-  const std::string yaml = to_yaml(config);
+  Config config = effective_config(request, resume);
   if (request.print_config) {
-    std::cout << yaml;
+    std::cout << to_yaml(config);
     return kExitOk;
   }
   // Everything that can be refused is checked, and everything that can run out of memory before
   // the first step is built, before the run directory is created or touched.
   const torch::Device device = prepare_device(config, launch);
+  // training.memory_format: auto becomes this run's layout (in config.yaml and the checkpoint).
+  const MemoryFormatChoice layout =
+      choose_memory_format(config, device, launch && launch->world_size > 1);
+  config.training.memory_format = layout.format;
+  const std::string yaml = to_yaml(config);
   LoadedData data = load_data(config);
   std::unique_ptr<ProcessGroup> group;
   if (launch && launch->world_size > 1) {
@@ -314,7 +330,7 @@ int train_command(const TrainRequest& request) {
         group->rank(), group->world_size(), group->backend_name(), launch->local_rank,
         launch->master_addr, launch->master_port);
   }
-  log_start(config, yaml, device, data, trainer);
+  log_start(config, yaml, device, data, trainer, layout);
   if (!resume.checkpoint.empty()) {
     auto loading = [&] {
       return OutOfMemoryWhere{OutOfMemoryWhere::Setup,

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <optional>
 
 #include "training/components.h"
 #include "training/diagnosis.h"
@@ -42,9 +43,12 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
       test_loader_((check_labels(test, "test", config.model.num_classes()),
                     make_loader(std::move(test), config, device, /*train=*/false, group))),
       averager_(group ? group->gradient_averager(*parts_.model) : nullptr),
-      graphed_(use_cuda_graph(config, device, group != nullptr)
-                   ? std::make_unique<GraphedStep>(parts_, step_options(config), device)
-                   : nullptr),
+      graphed_(
+          use_cuda_graph(config, device, group != nullptr)
+              ? std::make_unique<GraphedStep>(
+                    parts_, step_options(config), device,
+                    /*eager_if_capture_fails=*/config.training.cuda_graph == CudaGraphMode::Auto)
+              : nullptr),
       total_steps_(
           capped_by_max_steps(config, config.training.epochs * train_loader_->batches_per_epoch())),
       schedule_(config.schedule, config.optimizer.lr(), train_loader_->batches_per_epoch(),
@@ -186,6 +190,13 @@ bool Trainer::train_epoch() {
   auto interval_start = start;
   int64_t interval_images = 0;
   data_seconds_ = 0;
+  warmup_steps_ = 0;
+  steady_steps_ = 0;
+  steady_images_ = 0;
+  // Where this epoch's steady steps start: now, or after the process's last warm-up step.
+  steady_start_.reset();
+  if (process_steps_ >= kWarmupSteps) steady_start_ = start;
+  if (!training_start_) training_start_ = start;
 
   while (state_.step < total_steps_ && !stop_now()) {
     // Host time blocked waiting for the next batch: the input pipeline's share of the epoch.
@@ -222,15 +233,39 @@ bool Trainer::train_epoch() {
     interval_images += count;
     ++state_.step;
     ++state_.batch_in_epoch;
+    if (++process_steps_ <= kWarmupSteps) {
+      ++warmup_steps_;
+      if (process_steps_ == kWarmupSteps) {
+        synchronize(device_);  // once per process: the warm-up's queued work is done
+        steady_start_ = Clock::now();
+      }
+    } else {
+      ++steady_steps_;
+      steady_images_ += count;
+    }
 
-    if (state_.batch_in_epoch % config_.training.log_every_steps == 0) {
+    if (steady_steps_ == kProjectionSteps) judge_cpu_run_length();
+    // Every log_every_steps steps, and by time: early in a slow run, and at least every 30 s.
+    if (state_.batch_in_epoch % config_.training.log_every_steps == 0 ||
+        progress_due_by_time(shown_line_, process_steps_, seconds_since(*training_start_),
+                             seconds_since(last_line_))) {
       log_interval(progress, epoch, batches, interval_start, interval_images);
-      interval_start = Clock::now();
+      interval_start = last_line_ = Clock::now();
       interval_images = 0;
+      shown_line_ = true;
     }
   }
   synchronize(device_);
-  state_.train_seconds = seconds_before + seconds_since(start);
+  const auto end = Clock::now();
+  const auto seconds_between = [](Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double>(to - from).count();
+  };
+  state_.train_seconds = seconds_before + seconds_between(start, end);
+  // The warm-up's share ends where the steady steps start; an epoch without a step after the
+  // warm-up is warm-up throughout.
+  const bool steady = steady_start_ && steady_steps_ > 0;
+  steady_seconds_ = steady ? seconds_between(*steady_start_, end) : 0.0;
+  warmup_seconds_ = seconds_between(start, steady ? *steady_start_ : end);
   train_memory_ = memory_stats(device_);
   progress.clear();
   return state_.batch_in_epoch == batches;
@@ -246,15 +281,17 @@ void Trainer::log_interval(ProgressLine& progress, int64_t epoch, int64_t batche
   const double rate = interval_images / std::max(seconds_since(interval_start), 1e-9);
   const int64_t left =
       std::min(batches, state_.batch_in_epoch + total_steps_ - state_.step) - state_.batch_in_epoch;
-  progress.show({epoch, config_.training.epochs, state_.batch_in_epoch, batches, rate, running_loss,
-                 running_acc, last_lr_,
-                 left * static_cast<double>(config_.training.batch_size) / std::max(rate, 1e-9)});
-  if (!device_.is_cuda() && !said_cpu_projection_) {
-    said_cpu_projection_ = true;
-    const auto warning =
-        long_cpu_run_warning(total_steps_ - state_.step, config_.training.batch_size, rate);
-    if (warning) spdlog::warn("{}", *warning);
+  // The ETA and the projection rest on the steady steps only (warm-up apart, see kWarmupSteps).
+  std::optional<double> steady_rate;
+  if (steady_steps_ > 0) {
+    steady_rate =
+        static_cast<double>(steady_images_) / std::max(seconds_since(*steady_start_), 1e-9);
   }
+  std::optional<double> eta;
+  if (steady_rate) eta = left * static_cast<double>(config_.training.batch_size) / *steady_rate;
+  progress.show({epoch, config_.training.epochs, state_.batch_in_epoch, batches, rate, running_loss,
+                 running_acc, last_lr_, eta});
+
   if (events_) {
     events_->add_scalars(state_.step, {{"train/loss", running_loss},
                                        {"train/accuracy", running_acc},
@@ -262,6 +299,16 @@ void Trainer::log_interval(ProgressLine& progress, int64_t epoch, int64_t batche
                                        {"train/images_per_second", rate}});
     events_->flush();
   }
+}
+
+void Trainer::judge_cpu_run_length() {
+  if (device_.is_cuda() || said_cpu_projection_) return;
+  said_cpu_projection_ = true;
+  const double steady_rate =
+      static_cast<double>(steady_images_) / std::max(seconds_since(*steady_start_), 1e-9);
+  const auto warning =
+      long_cpu_run_warning(total_steps_ - state_.step, config_.training.batch_size, steady_rate);
+  if (warning) spdlog::warn("{}", *warning);
 }
 
 Evaluation Trainer::evaluate() {
@@ -310,10 +357,19 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   auto loss_sum = state_.loss_sum.clone(), correct = state_.correct.clone();
   auto seen_total = torch::full({}, static_cast<double>(state_.seen), on_device);
   auto seconds = torch::full({}, state_.train_seconds, on_device);
-  all_reduce_sum({loss_sum, correct, seen_total});
-  all_reduce_max({seconds});
+  auto steady_images = torch::full({}, static_cast<double>(steady_images_), on_device);
+  auto steady_seconds = torch::full({}, steady_seconds_, on_device);
+  all_reduce_sum({loss_sum, correct, seen_total, steady_images});
+  all_reduce_max({seconds, steady_seconds});
   const double seen = std::max(seen_total.item<double>(), 1.0);
   r.epoch_seconds = seconds.item<double>();
+  r.warmup_steps = warmup_steps_;
+  r.warmup_seconds = warmup_seconds_;
+  if (steady_images_ > 0 && steady_seconds.item<double>() > 0) {
+    r.steady_images_per_second = steady_images.item<double>() / steady_seconds.item<double>();
+  }
+  r.batches = state_.batch_in_epoch;
+  r.epoch_batches = train_loader_->batches_per_epoch();
   r.train_loss = loss_sum.item<double>() / seen;
   r.train_acc = static_cast<double>(correct.item<int64_t>()) / seen;
   r.images_per_second = seen / std::max(r.epoch_seconds, 1e-9);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "data/loader.h"
 #include "models/resnet.h"
@@ -38,6 +39,13 @@ enum class FitEnd { Finished, Stopped };  // Stopped: a stop signal, checkpoint 
 
 class Trainer {
  public:
+  // The first steps each process trains are warm-up (cuDNN's autotuning, first allocations, a
+  // graph's warm-up and capture: GraphedStep::kWarmupSteps + 1): timed apart in the epoch
+  // records, never averaged into the steady images/s.
+  static constexpr int64_t kWarmupSteps = 5;
+  // Steady steps the long-CPU-run projection waits for (then judged once).
+  static constexpr int64_t kProjectionSteps = 3;
+
   // Builds the model, loaders, optimizer and schedule, and refuses what cannot run (labels beyond
   // num_classes, a batch larger than the split, a profiler window after the last step) before
   // anything is written. `group` is the data-parallel process group (null when training alone).
@@ -69,10 +77,13 @@ class Trainer {
   // (max_steps or a stop signal) with the epoch unfinished.
   bool train_epoch();
   // At a log interval: the progress line (the running loss and accuracy read back from the
-  // device, then the interval's images/s), the long-CPU-run projection once, the TensorBoard
+  // device, then the interval's images/s and the ETA at the steady rate), the TensorBoard
   // progress scalars.
   void log_interval(ProgressLine& progress, int64_t epoch, int64_t batches,
                     std::chrono::steady_clock::time_point interval_start, int64_t interval_images);
+  // Once per run, on the CPU, after kProjectionSteps steady steps: warns when the rest of the run
+  // would take more than an hour at the steady rate (diagnosis.h's long_cpu_run_warning).
+  void judge_cpu_run_length();
   void record_epoch(int64_t epoch, const Evaluation& evaluation);
   // The epoch's memory columns: each phase's peaks, the largest over the ranks.
   void record_memory(EpochRecord& record);
@@ -103,6 +114,18 @@ class Trainer {
   TrainState state_;
   double last_lr_ = 0;
   double data_seconds_ = 0;  // this epoch's time waiting for the next batch
+  // Warm-up and steady state (kWarmupSteps): steps this process has trained so far, and this
+  // epoch's warm-up steps and seconds, and its steady start, seconds, steps and images.
+  int64_t process_steps_ = 0;
+  int64_t warmup_steps_ = 0;
+  double warmup_seconds_ = 0, steady_seconds_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> steady_start_;
+  int64_t steady_steps_ = 0, steady_images_ = 0;
+  // Progress lines (progress.h's progress_due_by_time): when this process started training, when
+  // the last line was shown, whether one was.
+  std::optional<std::chrono::steady_clock::time_point> training_start_;
+  std::chrono::steady_clock::time_point last_line_;
+  bool shown_line_ = false;
   bool stopping_ = false;    // a stop was agreed (see stop_now)
   bool evaluating_ = false;  // inside evaluate()
   // The device's peaks in this epoch's training phase and in its evaluation: the peak counters

@@ -196,6 +196,38 @@ TEST(Cli, TrainsWritesTheRunDirectoryAndResumes) {
   EXPECT_NE(test_support::read_text(run / "train.log").find("resumed from"), std::string::npos);
 }
 
+// The terminal gets a short start-up summary; the full config is in config.yaml and train.log.
+// training.memory_format: auto (the default) is timed on the CPU, and the run's config.yaml and
+// checkpoint hold the layout it chose, which a resume uses without timing again.
+TEST(Cli, StartUpSummaryAndTheMemoryFormatChosenOnce) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  auto r = run_train("--config " + write_tiny_config(dir, 2).string() + " --output-dir " +
+                     run.string() + " --set training.max_steps=5");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("effective config"), std::string::npos) << r.output;
+  for (const char* said : {"run directory: ", "device cpu (", "data: ",
+                           "model: resnet18 (imagenet "
+                           "stem, 10 classes",
+                           "fp32 ", "batch 32: 2 epochs of 4 steps",
+                           "memory format auto: timing contiguous and channels_last"}) {
+    EXPECT_NE(r.output.find(said), std::string::npos) << said << "\n" << r.output;
+  }
+  const std::string log = test_support::read_text(run / "train.log");
+  EXPECT_NE(log.find("effective config:"), std::string::npos);
+  EXPECT_NE(log.find("auto: timed on this CPU, contiguous "), std::string::npos) << log;
+  const std::string yaml = test_support::read_text(run / "config.yaml");
+  const bool channels_last = yaml.find("memory_format: channels_last") != std::string::npos;
+  EXPECT_TRUE(channels_last || yaml.find("memory_format: contiguous") != std::string::npos) << yaml;
+  r = run_train("--resume " + run.string() + " --set training.max_steps=0");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("timing contiguous and channels_last"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(std::string("memory format ") +
+                          (channels_last ? "channels_last" : "contiguous") + ": set in the config"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
   test_support::TempDir dir;
   const auto run = dir / "run";
@@ -513,7 +545,6 @@ TEST(Cli, CompareRefusesBadInputInOneLine) {
   };
   fs::create_directories(dir / "empty");
   for (const auto& c : std::vector<Case>{
-           {"compare " + run, "expected at least two run directories, got 1"},
            {"compare " + run + " " + (dir / "empty").string(), "not a run directory"},
            {"compare " + run + " " + (dir / "nowhere").string(), "not a directory"}}) {
     const auto r = run_train(c.arguments + " --output " + (dir / "out").string());

@@ -3,6 +3,7 @@
 // scripts/gpu_check.sh runs it on a GPU machine. Most tests drive the `train` executable, each
 // in a fresh process, because start-up (the device's lazy initialisation, the memory limit before
 // the first tensor) is part of what they check.
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <execinfo.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -18,8 +19,10 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "models/resnet.h"
+#include "support/step_state.h"
 #include "test_support.h"
 #include "training/amp.h"
+#include "training/checkpoint_io.h"
 #include "training/components.h"
 #include "training/config.h"
 #include "training/graphed_step.h"
@@ -437,18 +440,31 @@ std::string resume_config(const test_support::TempDir& dir) {
          "training.allow_tf32=false";
 }
 
-// Three epochs each, the same steps, training losses within 2% (cuDNN's non-deterministic
-// algorithms: close, not bit-equal).
+// Three epochs each, the same steps, training and test losses within 2% (cuDNN's
+// non-deterministic algorithms: close, not bit-equal).
 void expect_same_loss_curve(const std::vector<json>& straight, const std::vector<json>& resumed) {
   ASSERT_EQ(straight.size(), 3u);
   ASSERT_EQ(resumed.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
-    EXPECT_NEAR(straight[i].at("train_loss").get<double>(),
-                resumed[i].at("train_loss").get<double>(),
-                0.02 * straight[i].at("train_loss").get<double>())
-        << "epoch " << i + 1;
+    for (const char* column : {"train_loss", "test_loss"}) {
+      EXPECT_NEAR(straight[i].at(column).get<double>(), resumed[i].at(column).get<double>(),
+                  0.02 * straight[i].at(column).get<double>())
+          << column << ", epoch " << i + 1;
+    }
     EXPECT_EQ(straight[i].at("step"), resumed[i].at("step"));
   }
+}
+
+// The two runs' final checkpoints hold the same state: parameters, BatchNorm statistics (the
+// step counts equal), momentum buffers, each within 5% of its norm.
+void expect_same_final_state(const test_support::TempDir& dir, const fs::path& straight,
+                             const fs::path& resumed) {
+  const auto config = training::parse_config(test_support::read_text(dir / "gpu.yaml"), "gpu.yaml");
+  training::StepParts a = training::build_step_parts(config, kGpu);
+  training::StepParts b = training::build_step_parts(config, kGpu);
+  training::load_checkpoint(straight / "checkpoint.pt", *a.model, *a.optimizer, kGpu);
+  training::load_checkpoint(resumed / "checkpoint.pt", *b.model, *b.optimizer, kGpu);
+  test_support::expect_same_step_state(a, b, /*relative=*/0.05);
 }
 
 // A gentle learning rate and cuDNN's default algorithms without TF32: at lr 0.1 on random labels
@@ -467,6 +483,7 @@ TEST(Cuda, ResumeContinuesTheSameLossCurve) {
   r = train("--resume " + (dir / "split").string() + " --set training.max_steps=0");
   ASSERT_EQ(r.code, 0) << r.output;
   expect_same_loss_curve(metrics(dir / "straight"), metrics(dir / "split"));
+  expect_same_final_state(dir, dir / "straight", dir / "split");
 }
 
 // training.cuda_graph: the captured step against the eager one, from the same weights on the
@@ -477,7 +494,7 @@ TEST(Cuda, GraphedStepTrainsLikeTheEagerStepWithAChangingLearningRate) {
   const auto config = training::parse_config(
       "model: {arch: resnet18, stem: cifar}\n"
       "training: {device: cuda, batch_size: 64, precision: bf16, memory_format: channels_last, "
-      "cuda_graph: on}\n",
+      "cuda_graph: on, ema_decay: 0.9}\n",
       "graph");
   training::StepParts eager = training::build_step_parts(config, kGpu);
   training::StepParts graphed_parts = training::build_step_parts(config, kGpu);
@@ -499,6 +516,8 @@ TEST(Cuda, GraphedStepTrainsLikeTheEagerStepWithAChangingLearningRate) {
     const double b = graphed.run(images, labels).loss.item<double>();
     EXPECT_NEAR(a, b, 0.02 * std::abs(a) + 1e-3) << "step " << step;
     EXPECT_EQ(graphed.captured(), step > training::GraphedStep::kWarmupSteps) << "step " << step;
+    EXPECT_EQ(graphed.last_run_replayed(), step > training::GraphedStep::kWarmupSteps)
+        << "step " << step;
     if (step == 10) {
       for (const auto& p : graphed_parts.model->parameters())
         after_ten.push_back(p.detach().clone());
@@ -517,6 +536,9 @@ TEST(Cuda, GraphedStepTrainsLikeTheEagerStepWithAChangingLearningRate) {
     moved += params[i].equal(after_ten[i]) ? 0 : 1;
   }
   EXPECT_GT(moved, 0);  // and the five replays at 0.05 did move them
+  // BatchNorm's statistics and step counts, the momentum buffers and the weight average moved
+  // inside the replays as in the eager steps.
+  test_support::expect_same_step_state(eager, graphed_parts, /*relative=*/0.02);
 }
 
 // Checkpoints are the same whichever step wrote them: a graphed run stopped mid-epoch resumes
@@ -543,6 +565,7 @@ TEST(Cuda, CheckpointsResumeAcrossGraphedAndEagerSteps) {
               std::string::npos)
         << log;
     expect_same_loss_curve(straight, metrics(split));
+    expect_same_final_state(dir, dir / "straight", split);
   }
 }
 
@@ -556,7 +579,73 @@ TEST(Cuda, GraphedSweepTrialMeasuresReplays) {
   const auto result = training::measure_trial(config, 2, 3);
   ASSERT_EQ(result.status, training::TrialStatus::Ok) << result.message;
   EXPECT_EQ(result.steps, training::GraphedStep::kWarmupSteps + 1 + 3);
+  EXPECT_EQ(result.replayed_steps, 3);  // every measured step, and only those
+  EXPECT_EQ(training::trial_from_json(training::to_json(result)).replayed_steps, 3);
   EXPECT_GT(result.images_per_second, 0.0);
+}
+
+// The capture starts from an empty cache (as torch.cuda.graph's does): blocks the warm-up freed
+// are not held twice, once in the default pool and once in the graph's.
+TEST(Cuda, GraphCaptureEmptiesTheCacheFirst) {
+  CUDA_OR_SKIP();
+  const int64_t cached = int64_t{512} << 20;
+  torch::empty({cached}, torch::TensorOptions(torch::kUInt8).device(kGpu));  // freed, cached
+  ASSERT_GE(training::memory_stats(kGpu).reserved, cached);
+  auto x = torch::ones({1024}, torch::TensorOptions().device(kGpu));
+  auto y = torch::zeros_like(x);
+  training::DeviceGraph graph(kGpu);
+  graph.warm_up([&] { y.copy_(x * 2); });
+  graph.capture([&] { y.copy_(x * 2); });
+  EXPECT_LT(training::memory_stats(kGpu).reserved, cached);
+  x.fill_(3);
+  graph.replay();
+  EXPECT_EQ(y.sum().item<double>(), 6.0 * 1024);
+}
+
+// A capture that fails leaves the process as before it: the pool released, the allocator no
+// longer routing to it, and the next graph captures and replays. Two ways to fail: the work
+// throws, and the work does what a capture forbids (a host synchronisation).
+TEST(Cuda, AFailedCaptureLeavesTheAllocatorAsItWas) {
+  CUDA_OR_SKIP();
+  auto x = torch::ones({1024}, torch::TensorOptions().device(kGpu));
+  const std::vector<std::function<void()>> failures = {
+      [&] {
+        auto held = torch::empty({int64_t{64} << 20}, torch::TensorOptions().device(kGpu));
+        throw std::runtime_error("the work failed");
+      },
+      [&] { (void)(x * 2).sum().item<double>(); },
+  };
+  for (size_t i = 0; i < failures.size(); ++i) {
+    SCOPED_TRACE(i);
+    training::DeviceGraph failing(kGpu);
+    failing.warm_up([&] { (void)(x * 2); });
+    const int64_t before = training::memory_stats(kGpu).allocated;
+    EXPECT_ANY_THROW(failing.capture(failures[i]));
+    EXPECT_FALSE(failing.captured());
+    EXPECT_EQ(training::memory_stats(kGpu).allocated, before);
+    EXPECT_LT(training::memory_stats(kGpu).reserved, int64_t{64} << 20);  // the pool is gone
+    // Eager work on the current stream, then a new graph on its own stream.
+    EXPECT_EQ((x * 3).sum().item<double>(), 3.0 * 1024);
+    auto y = torch::zeros_like(x);
+    training::DeviceGraph next(kGpu);
+    next.warm_up([&] { y.copy_(x + 1); });
+    next.capture([&] { y.copy_(x + 1); });
+    x.fill_(4);
+    next.replay();
+    EXPECT_EQ(y.sum().item<double>(), 5.0 * 1024);
+    x.fill_(1);
+  }
+}
+
+// The graph's side stream is never one the loader (or anything else taking from the global
+// pool) is handed, however many streams are taken.
+TEST(Cuda, TheGraphsStreamIsNeverALoaderStream) {
+  CUDA_OR_SKIP();
+  training::DeviceGraph graph(kGpu);
+  const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+  for (int i = 0; i < 96; ++i) {
+    EXPECT_NE(cuda.getStreamFromGlobalPool(kGpu).id(), graph.stream_id()) << i;
+  }
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-"""scripts/compare_devices.py on a few steps of a tiny synthetic config (needs TRAIN_BINARY)."""
+"""scripts/compare_devices.py on a tiny synthetic config (needs TRAIN_BINARY)."""
 import json
 import os
 import subprocess
@@ -8,44 +8,94 @@ import unittest
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+TINY = ("model: {arch: resnet18, stem: imagenet}\n"
+        "data: {source: synthetic, synthetic_train_size: 512, synthetic_test_size: 32}\n"
+        "training: {batch_size: 16}\n")
+
+
+def compare(*args):
+    return subprocess.run([sys.executable, str(REPO / "scripts/compare_devices.py"),
+                           "--train", os.environ.get("TRAIN_BINARY", sys.executable), *args],
+                          capture_output=True, text=True)
+
+
+def cuda_usable():
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0 if \
+        any((Path(p) / "nvidia-smi").exists() for p in os.environ.get("PATH", "").split(":")) else False
 
 
 @unittest.skipUnless(os.environ.get("TRAIN_BINARY"), "TRAIN_BINARY not set (ctest sets it)")
 class CompareDevicesTest(unittest.TestCase):
-    def test_cpu_side_runs_and_cuda_is_marked_when_absent(self):
+    def test_three_tables_with_steady_rates_and_a_projected_cpu_epoch(self):
         with tempfile.TemporaryDirectory() as tmp:
             config = Path(tmp) / "tiny.yaml"
-            config.write_text("model: {arch: resnet18, stem: imagenet}\n"
-                              "data: {source: synthetic, synthetic_train_size: 96, synthetic_test_size: 32}\n"
-                              "training: {batch_size: 16}\n")
+            config.write_text(TINY)
             out = Path(tmp) / "compare"
-            proc = subprocess.run([sys.executable, str(REPO / "scripts/compare_devices.py"), "--config", str(config),
-                                   "--train", os.environ["TRAIN_BINARY"], "--steps", "3", "--threads", "1",
-                                   "--out", str(out)], capture_output=True, text=True)
+            proc = compare("--config", str(config), "--cpu-steps", "15", "--threads", "1",
+                           "--trial-timeout", "120", "--fastest-precisions", "fp32", "--out", str(out))
             self.assertEqual(proc.returncode, 0, proc.stderr)
             result = json.loads((out / "compare.json").read_text())
-            cpu, cuda = result["entries"]
-            self.assertTrue(cpu["available"])
-            self.assertEqual(cpu["steps"], 3)
-            self.assertEqual(cpu["threads"], 1)
-            self.assertGreater(cpu["images_per_second"], 0)
-            self.assertAlmostEqual(cpu["speedup_over_cpu"], 1.0)
+            self.assertEqual(list(result["tables"]), ["seed", "study", "fastest"])
             table = (out / "compare.md").read_text()
-            if not cuda["available"]:
-                self.assertEqual(cuda["note"], "not available: no CUDA device on this machine")
-                self.assertIn("Only cpu ran: nothing to compare.", table)
-                self.assertIn("- cuda: not available: no CUDA device on this machine", table)
-            else:
-                self.assertGreater(cuda["images_per_second"], 0)
-                self.assertIn("| | cpu | cuda |", table)  # train compare's table of the two runs
-                self.assertEqual((out / "runs" / "accuracy.png").read_bytes()[1:4], b"PNG")
-            self.assertEqual((out / "compare.png").read_bytes()[1:4], b"PNG")
+            for name, entries in result["tables"].items():
+                cpu, cuda = entries
+                self.assertTrue(cpu["available"], (name, cpu))
+                totals = cpu["totals"]
+                # 15 of an epoch's 32 (seed: 16) batches: 5 warm-up steps apart, 10 steady ones,
+                # the epoch projected from them.
+                self.assertEqual(totals["warmup_steps"], 5, name)
+                self.assertGreater(totals["warmup_seconds"], 0, name)
+                self.assertGreater(totals["steady_images_per_second"], 0, name)
+                self.assertTrue(totals["epoch_seconds_projected"], name)
+                self.assertEqual(totals["projected_from_steps"], 10, name)
+                self.assertGreater(totals["epoch_seconds"], 0, name)
+                if not cuda["available"]:
+                    self.assertIn("- cuda: ", table)
+            self.assertEqual(result["tables"]["seed"][0]["settings"][:3],
+                             ["model.stem=imagenet", "model.num_classes=1000", "training.batch_size=32"])
+            fastest = result["tables"]["fastest"][0]["settings"]
+            self.assertEqual(len(fastest), 2)
+            self.assertEqual(fastest[0], "training.precision=fp32")
+            self.assertIn(fastest[1], ["training.memory_format=contiguous", "training.memory_format=channels_last"])
+            self.assertIn("projected from 10 steady steps", table)
+            self.assertIn("| images/s, steady |", table)
+            self.assertIn("| warm-up (steps, s) | 5, ", table)
+            self.assertIn("| fastest setting (train sweep) | " + ", ".join(s.split("=")[1] for s in fastest), table)
+            self.assertEqual(table.count("## "), 3)
+            # The fastest table's sweep measured every setting it could.
+            sweep = json.loads((out / "fastest/sweep-cpu/sweep.json").read_text())
+            self.assertEqual(len(sweep["cells"]), 2)
 
-    def test_unbounded_work_is_refused(self):
-        proc = subprocess.run([sys.executable, str(REPO / "scripts/compare_devices.py"), "--config", "x.yaml"],
-                              capture_output=True, text=True)
-        self.assertEqual(proc.returncode, 2)
-        self.assertIn("give --steps or --epochs", proc.stderr)
+    @unittest.skipIf(cuda_usable(), "a GPU is present: cuda runs")
+    def test_no_device_that_ran_exits_2(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            config = Path(tmp) / "tiny.yaml"
+            config.write_text(TINY)
+            out = Path(tmp) / "compare"
+            proc = compare("--config", str(config), "--tables", "study", "--devices", "cuda",
+                           "--gpu-steps", "15", "--out", str(out))
+            self.assertEqual(proc.returncode, 2, proc.stdout)
+            self.assertIn("no device ran", proc.stderr)
+            self.assertIn("- cuda: not available: no CUDA device on this machine", (out / "compare.md").read_text())
+
+
+class CompareDevicesArgumentsTest(unittest.TestCase):
+    def test_bad_input_is_one_line_and_exit_2(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            config = Path(tmp) / "tiny.yaml"
+            config.write_text(TINY)
+            for args, message in (
+                    (["--config", str(Path(tmp) / "missing.yaml")], "--config: "),
+                    (["--config", str(config), "--cpu-steps", "-3"], "--cpu-steps: -3: expected at least 15"),
+                    (["--config", str(config), "--gpu-steps", "8"], "--gpu-steps: 8: expected at least 15"),
+                    (["--config", str(config), "--gpu-epochs", "0"], "--gpu-epochs: 0: expected a positive"),
+                    (["--config", str(config), "--tables", "seed,bogus"], "--tables: bogus"),
+                    (["--config", str(config), "--devices", "tpu"], "--devices: expected cpu")):
+                proc = compare(*args, "--out", str(Path(tmp) / "out"))
+                self.assertEqual(proc.returncode, 2, args)
+                self.assertIn(message, proc.stderr)
+                self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+                self.assertFalse((Path(tmp) / "out").exists())
 
 
 if __name__ == "__main__":

@@ -42,6 +42,27 @@ class ScriptArgumentsTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 2)
             self.assertEqual(proc.stderr, "gpu_check: --only: unknown group 'bogus'\n")
 
+    def test_gpu_check_without_a_gpu_says_so_first_and_stops(self):
+        # nvidia-smi as on a machine without a GPU: absent, or present with no driver to talk to.
+        for fake in (None, "echo 'NVIDIA-SMI has failed because it could not communicate with the driver'; exit 9"):
+            with tempfile.TemporaryDirectory() as tmp:
+                bin_dir = Path(tmp) / "bin"
+                bin_dir.mkdir()
+                for tool in ("bash", "dirname", "date", "mkdir"):
+                    (bin_dir / tool).symlink_to(subprocess.run(["which", tool], capture_output=True,
+                                                               text=True).stdout.strip())
+                if fake:
+                    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\n{fake}\n")
+                    (bin_dir / "nvidia-smi").chmod(0o755)
+                out = Path(tmp) / "out"
+                proc = subprocess.run([str(bin_dir / "bash"), str(REPO / "scripts" / "gpu_check.sh"), str(out)],
+                                      capture_output=True, text=True, env={"PATH": str(bin_dir), "HOME": tmp})
+                self.assertEqual(proc.returncode, 1, proc.stderr)
+                output = (proc.stderr + proc.stdout).splitlines()
+                self.assertEqual(output, ["gpu_check: no GPU on this machine (nvidia-smi -L lists none); "
+                                          "nothing was checked"])
+                self.assertFalse(out.exists())
+
     def test_setup_scripts_refuse_bad_switches(self):
         proc = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh")], capture_output=True, text=True,
                               env=dict(os.environ, TRAIN_IGNORE_SYSTEM_CUDA="yes"))
@@ -123,6 +144,31 @@ class ScriptArgumentsTest(unittest.TestCase):
             self.assertNotIn("| graph-captured step |", md)  # that run left nothing
             report = __import__("json").loads((out / "gpu_check.json").read_text())
             self.assertEqual(report["figures"]["fast_config"][0]["time_to_accuracy"]["0.94"], 14.0)
+
+    def test_gpu_check_report_gives_the_seeds_cpu_vs_gpu_table(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp)
+            (out / "checks.jsonl").write_text(
+                '{"check": "build (Release)", "log": "build.log", "passed": true, "exit_code": 0, "seconds": 61.0}\n')
+            (out / "compare").mkdir()
+
+            def totals(rate, seconds, projected):
+                return {"steady_images_per_second": rate, "warmup_steps": 5, "warmup_seconds": 2.0,
+                        "epoch_seconds": seconds, "epoch_seconds_projected": projected,
+                        "projected_from_steps": 25 if projected else 0}
+            seed = ["model.stem=imagenet", "model.num_classes=1000"]
+            (out / "compare" / "compare.json").write_text(__import__("json").dumps({"tables": {"seed": [
+                {"device": "cpu", "available": True, "settings": seed, "totals": totals(150.0, 333.3, True),
+                 "speedup_over_cpu": 1.0},
+                {"device": "cuda", "available": True, "settings": seed, "totals": totals(3000.0, 17.5, False),
+                 "speedup_over_cpu": 20.0}]}}))
+            proc = run("gpu_check_report.py", tmp)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            md = (out / "gpu_check.md").read_text()
+            self.assertIn("- cpu (model.stem=imagenet, model.num_classes=1000): 150 steady images/s, 1.0x the CPU, "
+                          "epoch 333.3 s (projected from 25 steady steps)", md)
+            self.assertIn("- cuda (model.stem=imagenet, model.num_classes=1000): 3000 steady images/s, 20.0x the CPU, "
+                          "epoch 17.5 s", md)
 
 
 if __name__ == "__main__":

@@ -345,12 +345,13 @@ INSTANTIATE_TEST_SUITE_P(
 
 namespace {
 
-TEST(Config, ReadmeDocumentsEveryKey) {
-  const std::string readme =
-      test_support::read_text(std::string(PROJECT_SOURCE_DIR) + "/README.md");
-  ASSERT_FALSE(readme.empty());
+TEST(Config, TheReferenceDocumentsEveryKey) {
+  const std::string reference =
+      test_support::read_text(std::string(PROJECT_SOURCE_DIR) + "/docs/reference.md");
+  ASSERT_FALSE(reference.empty());
   for (const auto& key : training::config_keys()) {
-    EXPECT_NE(readme.find("| `" + key + "` |"), std::string::npos) << key << " missing in README";
+    EXPECT_NE(reference.find("| `" + key + "` |"), std::string::npos)
+        << key << " missing in docs/reference.md";
   }
 }
 

@@ -70,6 +70,7 @@ TEST(Diagnostics, ARunOfMoreThanAnHourOnTheCpuIsProjectedOnce) {
   EXPECT_NE(warning->find("2:13:20"), std::string::npos) << *warning;
   EXPECT_NE(warning->find("configs/quick_cpu.yaml"), std::string::npos) << *warning;
   EXPECT_NE(warning->find("training.max_steps"), std::string::npos) << *warning;
+  EXPECT_NE(warning->find("on a GPU (--device cuda)"), std::string::npos) << *warning;
   EXPECT_FALSE(training::long_cpu_run_warning(100, 32, 40.0).has_value());  // 80 s
 
   // A run whose steps are bounded (training.max_steps) is projected from those steps only.

@@ -32,6 +32,50 @@ TEST(EpochRecord, ReadsBackWhatItWritesAndNamesAMissingColumn) {
   }
 }
 
+// metrics.jsonl rows written before the steady-state columns existed read back with their
+// defaults; any other missing column is still refused (above).
+TEST(EpochRecord, RowsWithoutTheColumnsAddedLaterReadBack) {
+  auto record = row(2, 0.5);
+  record.warmup_steps = 5;
+  record.steady_images_per_second = 40.0;
+  record.batches = record.epoch_batches = 7;
+  auto json = training::to_json(record);
+  for (const char* added :
+       {"warmup_steps", "warmup_seconds", "steady_images_per_second", "batches", "epoch_batches"}) {
+    json.erase(added);
+  }
+  const auto back = training::epoch_record_from_json(json, "old.jsonl row 1");
+  EXPECT_EQ(back.warmup_steps, 0);
+  EXPECT_FALSE(back.steady_images_per_second.has_value());
+  EXPECT_EQ(back.epoch_batches, 0);
+  EXPECT_EQ(back.train_loss, 0.5);
+}
+
+// A whole epoch's time is measured; a stopped one is its time plus the missing batches at the
+// steady rate, marked projected; without a steady step there is nothing to project from.
+TEST(EpochRecord, EpochTimeIsMeasuredOrProjectedFromTheSteadyRate) {
+  training::EpochRecord r;
+  r.epoch_seconds = 10;
+  r.images_per_second = 64;  // 640 images in 10 batches of 64
+  r.batches = r.epoch_batches = 10;
+  auto time = training::epoch_time(r);
+  ASSERT_TRUE(time.has_value());
+  EXPECT_FALSE(time->projected);
+  EXPECT_DOUBLE_EQ(time->seconds, 10.0);
+  r.epoch_batches = 100;  // 90 batches missing, 5760 images at 128 images/s: 45 s more
+  r.warmup_steps = 5;
+  r.steady_images_per_second = 128;
+  time = training::epoch_time(r);
+  ASSERT_TRUE(time.has_value());
+  EXPECT_TRUE(time->projected);
+  EXPECT_DOUBLE_EQ(time->seconds, 55.0);
+  EXPECT_EQ(time->steady_steps, 5);
+  r.steady_images_per_second.reset();
+  EXPECT_FALSE(training::epoch_time(r).has_value());
+  r.epoch_batches = 0;  // a row from before the columns: its measured time
+  EXPECT_DOUBLE_EQ(training::epoch_time(r)->seconds, 10.0);
+}
+
 // The first epoch at or above each threshold, with the training and evaluation time up to its end.
 TEST(EpochRecord, AccuracyCrossingsAreTheFirstEpochAtEachThreshold) {
   std::vector<training::EpochRecord> rows(3);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "support/step_state.h"
 #include "training/components.h"
 #include "training/config.h"
 #include "training/optim.h"
@@ -46,7 +47,7 @@ TEST(GraphedStep, TrainsLikeTheEagerStepThroughWarmUpCaptureAndReplays) {
   training::StepParts graphed_parts = training::build_step_parts(config, torch::kCPU);
   int graphs_made = 0;
   const auto options = training::StepOptions().label_smoothing(0.1);
-  training::GraphedStep graphed(graphed_parts, options, torch::kCPU,
+  training::GraphedStep graphed(graphed_parts, options, torch::kCPU, false,
                                 [&] { return std::make_unique<EmulatedGraph>(&graphs_made); });
   dynamic_cast<training::FusedSGD&>(*eager.optimizer).use_device_lr(torch::kCPU);
   eager.model->train();
@@ -69,14 +70,14 @@ TEST(GraphedStep, TrainsLikeTheEagerStepThroughWarmUpCaptureAndReplays) {
     // warms up for 3 steps (9-11) and is captured at 12.
     const bool captured = step <= 8 ? step > 3 : step > 11;
     EXPECT_EQ(graphed.captured(), captured) << "step " << step;
+    EXPECT_EQ(graphed.last_run_replayed(), captured) << "step " << step;
   }
   EXPECT_EQ(graphs_made, 2);
-  const auto pa = eager.model->parameters(), pb = graphed_parts.model->parameters();
-  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(pa[i].equal(pb[i])) << i;
+  // Parameters, BatchNorm statistics and step counts, momentum buffers, the weight average.
+  test_support::expect_same_step_state(eager, graphed_parts, /*relative=*/0);
+  const auto pa = eager.model->parameters();
   const auto ea = eager.ema->average()->parameters();
-  const auto eb = graphed_parts.ema->average()->parameters();
   for (size_t i = 0; i < ea.size(); ++i) {
-    EXPECT_TRUE(ea[i].equal(eb[i])) << i;
     // An average: neither the first weights nor the last.
     EXPECT_FALSE(ea[i].equal(initial[i])) << i;
     EXPECT_FALSE(ea[i].equal(pa[i])) << i;
@@ -97,9 +98,63 @@ TEST(GraphedStep, NeedsAGraphOnTheCpuAndTheFusedSgd) {
   config = cpu_config("", "optimizer: {fused: false}\n");
   training::StepParts plain = training::build_step_parts(config, torch::kCPU);
   int made = 0;
-  EXPECT_THROW(training::GraphedStep(plain, {}, torch::kCPU,
+  EXPECT_THROW(training::GraphedStep(plain, {}, torch::kCPU, false,
                                      [&] { return std::make_unique<EmulatedGraph>(&made); }),
                training::UserError);
+}
+
+// A graph whose capture fails, as CUDA's does when the work calls something a capture forbids:
+// the work is started (recording) and the capture throws.
+class FailingGraph : public EmulatedGraph {
+ public:
+  using EmulatedGraph::EmulatedGraph;
+  void capture(const std::function<void()>& /*work*/) override {
+    throw std::runtime_error("operation not permitted when stream is capturing");
+  }
+};
+
+// training.cuda_graph: auto goes on eagerly after a failed capture, training exactly like the
+// eager step (the failed capture ran nothing); on stops with the capture's error.
+TEST(GraphedStep, AFailedCaptureFallsBackToTheEagerStepUnderAutoOnly) {
+  const auto config = cpu_config(", ema_decay: 0.9");
+  training::StepParts eager = training::build_step_parts(config, torch::kCPU);
+  training::StepParts graphed_parts = training::build_step_parts(config, torch::kCPU);
+  int made = 0;
+  const auto options = training::StepOptions();
+  training::GraphedStep graphed(graphed_parts, options, torch::kCPU,
+                                /*eager_if_capture_fails=*/true,
+                                [&] { return std::make_unique<FailingGraph>(&made); });
+  dynamic_cast<training::FusedSGD&>(*eager.optimizer).use_device_lr(torch::kCPU);
+  training::set_learning_rate(*eager.optimizer, 0.1);
+  training::set_learning_rate(*graphed_parts.optimizer, 0.1);
+  eager.model->train();
+  graphed_parts.model->train();
+  torch::manual_seed(5);
+  for (int step = 1; step <= 7; ++step) {
+    const auto images = torch::randn({8, 3, 32, 32});
+    const auto labels = torch::randint(0, 10, {8}, torch::kInt64);
+    const auto a = training::train_step(eager, images, labels, options);
+    const auto b = graphed.run(images, labels);
+    EXPECT_TRUE(a.loss.equal(b.loss)) << "step " << step;
+    EXPECT_FALSE(graphed.captured()) << "step " << step;
+    EXPECT_FALSE(graphed.last_run_replayed()) << "step " << step;
+    EXPECT_EQ(graphed.fell_back_to_eager(), step > training::GraphedStep::kWarmupSteps)
+        << "step " << step;
+  }
+  EXPECT_EQ(made, 1);  // no second capture is tried
+  test_support::expect_same_step_state(eager, graphed_parts, /*relative=*/0);
+
+  training::StepParts strict_parts = training::build_step_parts(config, torch::kCPU);
+  training::GraphedStep strict(strict_parts, options, torch::kCPU,
+                               /*eager_if_capture_fails=*/false,
+                               [&] { return std::make_unique<FailingGraph>(&made); });
+  const auto images = torch::randn({8, 3, 32, 32});
+  const auto labels = torch::randint(0, 10, {8}, torch::kInt64);
+  for (int64_t step = 1; step <= training::GraphedStep::kWarmupSteps; ++step) {
+    strict.run(images, labels);
+  }
+  EXPECT_THROW(strict.run(images, labels), std::runtime_error);
+  EXPECT_FALSE(strict.fell_back_to_eager());
 }
 
 TEST(GraphedStep, AutoCapturesOnlyWhereItCan) {

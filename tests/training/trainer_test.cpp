@@ -1,6 +1,10 @@
 #include "training/trainer.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <thread>
 
 #include "test_support.h"
 #include "training/platform/memory.h"
@@ -108,6 +112,39 @@ TEST(Trainer, AStopSignalCheckpointsAndTheRunContinuesExactly) {
                       run(tiny_config(), dir / "stopped", dir / "stopped/checkpoint.pt", true));
 }
 
+// A long CPU run is projected as soon as 3 steady steps give a rate: after step 8 (5 warm-up
+// steps), not at the first log interval (log_every_steps is 1000 here). The run is planned for
+// 500,000 steps; it is stopped once the projection is in train.log.
+TEST(Trainer, ALongCpuRunIsProjectedAfterThreeSteadySteps) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  config.training.epochs = 100000;
+  config.training.log_every_steps = 1000;
+  spdlog::default_logger()->flush_on(spdlog::level::trace);  // as train's own logger does
+  training::RunDirectory run_dir(dir / "long", false);
+  training::Trainer trainer(config, torch::kCPU, split_for(config, data::SplitName::Train),
+                            split_for(config, data::SplitName::Test));
+  trainer.write_to(run_dir);
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    for (int i = 0; i < 6000 && !done; ++i) {
+      if (test_support::read_text(dir / "long/train.log").find("on this CPU") !=
+          std::string::npos) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    training::request_stop();
+  });
+  const auto end = trainer.fit();
+  done = true;
+  watcher.join();
+  training::clear_stop_request();
+  EXPECT_EQ(end, training::FitEnd::Stopped);
+  const std::string log = test_support::read_text(dir / "long/train.log");
+  EXPECT_NE(log.find("the remaining 499992 steps take about"), std::string::npos) << log;
+}
+
 TEST(Trainer, ChannelsLastTrainsToTheSameLosses) {
   test_support::TempDir dir;
   auto config = tiny_config();
@@ -192,6 +229,40 @@ TEST(Trainer, WritesEveryMetricColumnAndACheckpoint) {
   EXPECT_EQ(rows[0].at("step"), 5);
   EXPECT_GT(rows[0].at("images_per_second").get<double>(), 0.0);
   EXPECT_TRUE(fs::exists(dir / "r/checkpoint.pt"));
+}
+
+// The first Trainer::kWarmupSteps steps of a process are timed apart: 5 batches per epoch, so
+// epoch 1 is all warm-up (no steady rate) and epoch 2 all steady. A run resumed at the epoch
+// boundary warms up again in its first epoch; one stopped by max_steps after 7 steps records the
+// part epoch with 2 of its 5 batches, from which train report projects the whole epoch.
+TEST(Trainer, WarmUpStepsAreTimedApartFromTheSteadyRate) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  config.training.epochs = 2;
+  auto rows = run(config, dir / "r");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].at("warmup_steps"), 5);
+  EXPECT_DOUBLE_EQ(rows[0].at("warmup_seconds").get<double>(),
+                   rows[0].at("epoch_seconds").get<double>());
+  EXPECT_TRUE(rows[0].at("steady_images_per_second").is_null());
+  EXPECT_EQ(rows[1].at("warmup_steps"), 0);
+  EXPECT_EQ(rows[1].at("warmup_seconds"), 0.0);
+  EXPECT_GT(rows[1].at("steady_images_per_second").get<double>(), 0.0);
+  EXPECT_EQ(rows[1].at("batches"), 5);
+  EXPECT_EQ(rows[1].at("epoch_batches"), 5);
+
+  config.training.epochs = 4;
+  config.training.max_steps = 7;
+  rows = run(config, dir / "stopped");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].at("batches"), 2);
+  EXPECT_EQ(rows[1].at("epoch_batches"), 5);
+  const auto part = training::epoch_record_from_json(rows[1], "row 2");
+  const auto time = training::epoch_time(part);
+  ASSERT_TRUE(time.has_value());
+  EXPECT_TRUE(time->projected);
+  EXPECT_EQ(time->steady_steps, 2);
+  EXPECT_GT(time->seconds, part.epoch_seconds);
 }
 
 // Memory per phase: ResNet-18 (CIFAR stem, so activations dominate) for 2 steps of 16, evaluated

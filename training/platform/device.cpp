@@ -56,6 +56,9 @@ bool DeviceGraph::captured() const {
 int64_t DeviceGraph::pool_bytes() const {
   return 0;
 }
+int64_t DeviceGraph::stream_id() const {
+  return 0;
+}
 #endif
 
 std::optional<DeviceSpec> parse_device_spec(const std::string& text) {

@@ -73,11 +73,16 @@ class Graph {
   virtual int64_t pool_bytes() const = 0;  // device memory the recorded work holds
 };
 
-// A CUDA graph of some device work (ATen's CUDAGraph), on its own side stream. warm_up runs the
+// A CUDA graph of some device work (ATen's CUDAGraph), on its own side stream (from the
+// high-priority stream pool, which nothing else here takes from). warm_up runs the
 // work eagerly on that stream (cuDNN's algorithm search, cuBLAS's per-stream workspaces and
-// first-use allocations happen there, not in the capture); capture records the work without
-// running it (autocast's cast cache off), in the graph's private memory pool; replay runs the
-// recorded work on the current stream. Tensors the work reads and writes keep their addresses:
+// first-use allocations happen there, not in the capture); capture first empties the caching
+// allocator's and the pinned-host allocator's caches (as torch.cuda.graph does), then records the
+// work without running it (autocast's cast cache off), in the graph's private memory pool; replay
+// runs the recorded work on the current stream. A capture that fails (the work throws, or CUDA
+// refuses the capture) ends the stream's capture and the allocators' routing to the pool and
+// releases the pool before the error is rethrown: the process goes on as before the capture, and
+// this graph stays uncaptured. Tensors the work reads and writes keep their addresses:
 // inputs are copied into tensors allocated before the capture, outputs are read after replay.
 // Throws UserError naming training.cuda_graph on the CPU and in builds without CUDA.
 class DeviceGraph final : public Graph {
@@ -93,6 +98,8 @@ class DeviceGraph final : public Graph {
   bool captured() const override;
   // Bytes the caching allocator reserved during the capture: the graph's private pool.
   int64_t pool_bytes() const override;
+  // The side stream's id (c10::Stream::id), for tests.
+  int64_t stream_id() const;
 
  private:
   struct State;

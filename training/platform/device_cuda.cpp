@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -226,8 +227,12 @@ DeviceGraph::DeviceGraph(const torch::Device& device) {
   at::globalContext().lazyInitDevice(c10::kCUDA);
   c10::cuda::CUDAGuard on_device(index);
   // A stream of its own: a capture cannot run on the legacy default stream, and the warm-up runs
-  // where the capture will, so that per-stream state (cuBLAS workspaces) exists beforehand.
-  state_ = std::make_unique<State>(index, c10::cuda::getStreamFromPool(false, index));
+  // where the capture will, so that per-stream state (cuBLAS workspaces) exists beforehand. It
+  // comes from the high-priority pool: every other stream of this program (the loader's prefetch
+  // stream, c10d's) comes from the low-priority pool, so the two can never be the same stream,
+  // however many streams are taken in between (each pool hands out its 32 streams round-robin).
+  state_ =
+      std::make_unique<State>(index, c10::cuda::getStreamFromPool(/*isHighPriority=*/true, index));
 }
 
 DeviceGraph::~DeviceGraph() = default;
@@ -239,6 +244,40 @@ void wait_for(const c10::cuda::CUDAStream& waiting, const c10::cuda::CUDAStream&
   c10::cuda::CUDAEvent event;
   event.record(done);
   event.block(waiting);
+}
+
+// Runs `undo`; false when it threw (used on a path that already has an error to report).
+template <class Undo>
+bool quietly(Undo&& undo) {
+  try {
+    undo();
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+// After a capture that failed (the work threw, or cudaStreamEndCapture refused the capture),
+// leaves the stream, the allocators and the error state as they were before capture_begin.
+// CUDAGraph::capture_end throws at cudaStreamEndCapture before it ends the allocators' routing to
+// the graph's pool, so without this every later allocation on the stream would keep consulting
+// the dead capture's filter and the pool's blocks would never be reclaimed. A routing that
+// capture_end did end is left alone, and so is its pool: CUDAGraph's destructor releases the
+// pool of a capture that got that far, and a second release would abort the process.
+void abandon_capture(c10::DeviceIndex device, const c10::cuda::CUDAStream& stream,
+                     c10::MempoolId_t pool) {
+  cudaGraph_t partial = nullptr;
+  if (cudaStreamEndCapture(stream.stream(), &partial) == cudaSuccess && partial != nullptr) {
+    cudaGraphDestroy(partial);
+  }
+  (void)cudaGetLastError();  // a capture's failure is not sticky; clear what it left
+  if (quietly([&] { c10::cuda::CUDACachingAllocator::endAllocateToPool(device, pool); })) {
+    quietly([&] { c10::cuda::CUDACachingAllocator::releasePool(device, pool); });
+  }
+  if (quietly([&] { at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(pool); })) {
+    quietly([&] { at::getHostAllocator(at::kCUDA)->release_pool(pool); });
+  }
+  quietly([] { c10::cuda::CUDACachingAllocator::emptyCache(); });  // frees the released pool
 }
 
 }  // namespace
@@ -255,26 +294,32 @@ void DeviceGraph::warm_up(const std::function<void()>& work) {
 
 void DeviceGraph::capture(const std::function<void()>& work) {
   c10::cuda::CUDAGuard on_device(state_->index);
-  c10::cuda::device_synchronize();  // nothing else may be in flight while capturing
+  // As torch.cuda.graph does before capture_begin: nothing else in flight, and the blocks the
+  // warm-up freed given back to the device (and the pinned-host cache emptied). Blocks cached in
+  // the default pool cannot serve the graph's private pool, so without this reserved memory
+  // would hold the step's transient memory twice.
+  c10::cuda::device_synchronize();
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  at::getHostAllocator(at::kCUDA)->empty_cache();
   const int64_t reserved_before = cuda::memory_stats(state_->index).reserved;
   const bool cache_was_enabled = at::autocast::is_autocast_cache_enabled();
   at::autocast::set_autocast_cache_enabled(false);  // cached casts would outlive the capture
+  // The pool's id is ours, so that a failed capture can release it (CUDAGraph keeps its own
+  // private until capture_end succeeds).
+  const auto pool = at::cuda::graph_pool_handle();
   {
     c10::cuda::CUDAStreamGuard on_stream(state_->stream);
-    // Thread-local mode: the loader's prefetch thread keeps copying batches on its own stream
-    // during the capture, which the default (global) mode would forbid it.
-    state_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     try {
+      // Thread-local mode: the loader's prefetch thread keeps copying batches on its own stream
+      // during the capture, which the default (global) mode would forbid it.
+      state_->graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       work();
+      state_->graph.capture_end();
     } catch (...) {
       at::autocast::set_autocast_cache_enabled(cache_was_enabled);
-      try {
-        state_->graph.capture_end();  // ends the stream's capture mode; the graph is unusable
-      } catch (...) {
-      }
+      abandon_capture(state_->index, state_->stream, pool);
       throw;
     }
-    state_->graph.capture_end();
   }
   at::autocast::set_autocast_cache_enabled(cache_was_enabled);
   state_->pool_bytes = cuda::memory_stats(state_->index).reserved - reserved_before;
@@ -291,6 +336,10 @@ bool DeviceGraph::captured() const {
 
 int64_t DeviceGraph::pool_bytes() const {
   return state_->pool_bytes;
+}
+
+int64_t DeviceGraph::stream_id() const {
+  return state_->stream.id();
 }
 
 }  // namespace training

@@ -10,6 +10,7 @@
 
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
+#include "training/platform/json_rows.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
 #include "training/run_dir.h"
@@ -56,6 +57,20 @@ nlohmann::ordered_json to_json(const ComparedRun& run, const std::vector<std::st
   j["dir"] = run.dir.string();
   j["name"] = run.dir.filename().string();
   j["model"] = model_of(run);
+  const Totals t = totals_of(run.epochs);
+  j["totals"] = {
+      {"steady_images_per_second", optional_json(t.steady_images_per_second)},
+      {"warmup_steps", t.warmup_steps},
+      {"warmup_seconds", t.warmup_seconds},
+      {"epoch_seconds", t.epoch_time ? nlohmann::ordered_json(t.epoch_time->seconds) : nullptr},
+      {"epoch_seconds_projected", t.epoch_time && t.epoch_time->projected},
+      {"projected_from_steps", t.epoch_time ? t.epoch_time->steady_steps : 0},
+      {"peak_allocated_bytes", std::max(t.train_allocated, t.eval_allocated)},
+      {"peak_reserved_bytes",
+       run.epochs.back().peak_reserved_bytes
+           ? nlohmann::ordered_json(std::max(t.train_reserved, t.eval_reserved))
+           : nullptr},
+      {"utilization_mean", optional_json(t.utilization_mean)}};
   auto& differing = j["config"] = nlohmann::ordered_json::object();
   for (const auto& key : keys) differing[key] = value_of(run, key);
   auto& epochs = j["epochs"] = nlohmann::ordered_json::array();
@@ -141,16 +156,26 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
   row("final test accuracy", [](const ComparedRun& r, const Totals&) {
     return fmt::format("{:.2f}%", 100 * r.epochs.back().test_acc);
   });
-  const auto rate = [](const Totals& t) { return t.images / std::max(t.train_seconds, 1e-12); };
+  // Steady images/s where the runs recorded it (warm-up steps apart), else over all training.
+  const auto rate = [](const Totals& t) {
+    return t.steady_images_per_second.value_or(t.images / std::max(t.train_seconds, 1e-12));
+  };
   row("best test accuracy (epoch)", [](const ComparedRun& r, const Totals& t) {
     const auto& best = r.epochs[t.best];
     return fmt::format("{:.2f}% ({})", 100 * best.test_acc, best.epoch);
   });
-  row("time per epoch (s)", [](const ComparedRun& r, const Totals& t) {
-    return fmt::format("{:.2f}", t.train_seconds / static_cast<double>(r.epochs.size()));
+  row("time per epoch",
+      [](const ComparedRun&, const Totals& t) { return format_epoch_time(t.epoch_time); });
+  row("images/s, steady", [](const ComparedRun&, const Totals& t) {
+    return t.steady_images_per_second ? fmt::format("{:.1f}", *t.steady_images_per_second)
+                                      : std::string("-");
   });
-  row("images/s",
-      [&](const ComparedRun&, const Totals& t) { return fmt::format("{:.1f}", rate(t)); });
+  row("warm-up (steps, s)", [](const ComparedRun&, const Totals& t) {
+    return fmt::format("{}, {:.1f}", t.warmup_steps, t.warmup_seconds);
+  });
+  row("images/s, all training time", [](const ComparedRun&, const Totals& t) {
+    return fmt::format("{:.1f}", t.images / std::max(t.train_seconds, 1e-12));
+  });
   row("images/s vs the first run", [&](const ComparedRun&, const Totals& t) {
     return fmt::format("{:.2f}x", rate(t) / std::max(rate(totals.front()), 1e-12));
   });
@@ -158,22 +183,27 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
     return fmt::format("{:.1f}", to_mib(std::max(t.train_allocated, t.eval_allocated)));
   });
   row("peak reserved (MiB)", peak_reserved);
+  row("utilisation, mean (sampler)", [](const ComparedRun&, const Totals& t) {
+    return t.utilization_mean ? fmt::format("{:.0f}%", 100 * *t.utilization_mean)
+                              : std::string("-");
+  });
   row("waiting for data", [](const ComparedRun&, const Totals& t) {
     return fmt::format("{:.1f}%", 100 * t.data_seconds / std::max(t.train_seconds, 1e-12));
   });
-  md << "\nAs in each run's report.md: images/s and waiting for data over all its training time, "
-        "peaks the largest of any epoch; time per epoch is the mean. Config rows: the keys whose "
-        "values differ between the runs.\n\n"
+  md << "\nAs in each run's report.md. Steady images/s leave out each process's first "
+        "warm-up steps (cuDNN's autotuning, first allocations, a graph's capture), which are "
+        "listed apart; \"vs the first run\" compares steady rates. Time per epoch: the mean over "
+        "whole epochs, or a stopped epoch's time with its missing batches at the steady rate "
+        "(projected). Peaks: the largest of any epoch (reserved: CUDA only). Utilisation: the "
+        "run's own sampler (GPU on CUDA, the process's CPU share on the CPU). Config rows: the "
+        "keys whose values differ between the runs.\n\n"
         "Plots: `accuracy.png` (test accuracy per epoch and against wall time), `loss.png` (test "
         "loss likewise), `memory.png` (peak allocated and reserved per epoch).\n";
   return md.str();
 }
 
 fs::path compare_command(const CompareRequest& request) {
-  if (request.run_dirs.size() < 2) {
-    throw UserError("compare: expected at least two run directories, got " +
-                    std::to_string(request.run_dirs.size()));
-  }
+  if (request.run_dirs.empty()) throw UserError("compare: expected one or more run directories");
   std::vector<ComparedRun> runs;
   for (const auto& dir : request.run_dirs) runs.push_back(read_compared_run(dir));
   const fs::path out = !request.output_dir.empty() ? fs::path(request.output_dir)

@@ -1,4 +1,5 @@
-// `train compare RUN_DIR... [--output DIR]`: finished runs side by side. One column per run: the
+// `train compare RUN_DIR... [--output DIR]`: finished runs side by side (one run alone is a table
+// of one column). One column per run: the
 // config keys whose values differ between the runs, the model, device, accuracy (final and
 // best), time per epoch, images/s and its ratio to the first run, memory peaks and the wait for
 // data; written as compare.md and compare.json, with overlaid curves drawn by
@@ -37,7 +38,7 @@ struct CompareRequest {
   std::string output_dir;  // default: runs/<date>-<time>-compare
 };
 
-// Refuses fewer than two runs, a directory that holds no run, and an output directory that already
+// Refuses no run, a directory that holds no run, and an output directory that already
 // holds a comparison (UserError: exit 2); writes compare.md, compare.json and the plots (a missing
 // Python only costs the plots, said once). Returns the output directory.
 std::filesystem::path compare_command(const CompareRequest& request);

@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "training/memory_format.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/dir_lock.h"
@@ -46,7 +47,7 @@ std::vector<SweepCell> memory_settings(const std::string& requested, const Confi
   for (bool checkpointing : {false, true}) {
     for (auto precision : {Precision::FP32, Precision::BF16}) {
       if (precision == Precision::BF16 && !bf16) continue;
-      cells.push_back({precision, checkpointing, config.training.memory_format});
+      cells.push_back({precision, checkpointing, memory_format_for(config, device)});
     }
   }
   return cells;

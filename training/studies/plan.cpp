@@ -7,6 +7,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "training/memory_format.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
@@ -187,7 +188,8 @@ fs::path run_small_sweep(const PlanRequest& request) {
   sweep.overrides = {
       {"sweep.precisions=" + precisions, plan},
       {"sweep.checkpointing=[false, true]", plan},
-      {"sweep.memory_formats=[" + memory_format_name(config.training.memory_format) + "]", plan},
+      {"sweep.memory_formats=[" + memory_format_name(memory_format_for(config, device)) + "]",
+       plan},
       {"sweep.warmup_steps=1", plan},
       {"sweep.measure_steps=2", plan},
       {"sweep.find_max=false", plan},

@@ -9,6 +9,7 @@
 #include "data/dataset.h"
 #include "training/components.h"
 #include "training/graphed_step.h"
+#include "training/memory_format.h"
 #include "training/optim.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
@@ -41,6 +42,7 @@ nlohmann::ordered_json to_json(const TrialResult& r) {
           {"median_step_seconds", r.median_step_seconds},
           {"images_per_second", r.images_per_second},
           {"steps", r.steps},
+          {"replayed_steps", r.replayed_steps},
           {"outside_allocator_bytes", r.outside_allocator_bytes}};
 }
 
@@ -58,6 +60,7 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   r.median_step_seconds = j.at("median_step_seconds").get<double>();
   r.images_per_second = j.at("images_per_second").get<double>();
   r.steps = j.at("steps").get<int64_t>();
+  r.replayed_steps = j.value("replayed_steps", int64_t{0});                    // older sweeps
   r.outside_allocator_bytes = j.value("outside_allocator_bytes", int64_t{0});  // older sweeps
   return r;
 }
@@ -66,7 +69,7 @@ std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,
                                                         const torch::Device& device) {
   const int64_t batch = config.training.batch_size;
   auto images = torch::randn({batch, 3, 32, 32}, torch::TensorOptions().device(device))
-                    .contiguous(config.training.memory_format);
+                    .contiguous(memory_format_for(config, device));
   auto labels = torch::randint(0, config.model.num_classes(), {batch},
                                torch::TensorOptions(torch::kInt64).device(device));
   return {images, labels};
@@ -108,7 +111,9 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
     // A graphed trial measures replays: its warm-up covers the graph's warm-up and capture.
     std::unique_ptr<GraphedStep> graphed;
     if (use_cuda_graph(config, device, /*data_parallel=*/false)) {
-      graphed = std::make_unique<GraphedStep>(parts, step_options(config), device);
+      graphed = std::make_unique<GraphedStep>(
+          parts, step_options(config), device,
+          /*eager_if_capture_fails=*/config.training.cuda_graph == CudaGraphMode::Auto);
       warmup_steps = std::max(warmup_steps, GraphedStep::kWarmupSteps + 1);
     }
     synchronize(device);
@@ -136,7 +141,10 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
       synchronize(device);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (step >= warmup_steps) step_seconds.push_back(seconds);
+      if (step >= warmup_steps) {
+        step_seconds.push_back(seconds);
+        if (graphed && graphed->last_run_replayed()) ++result.replayed_steps;
+      }
       ++result.steps;
     }
     result.status = TrialStatus::Ok;

@@ -33,6 +33,9 @@ struct TrialResult {
   double median_step_seconds = 0;
   double images_per_second = 0;
   int64_t steps = 0;  // steps completed
+  // Measured steps that replayed a CUDA graph (training.cuda_graph); 0 for an eager trial. A
+  // graphed trial whose capture failed under `auto` measures eager steps and says so here.
+  int64_t replayed_steps = 0;
   // CUDA: device memory in use outside the caching allocator at the end (the CUDA context,
   // cuBLAS/cuDNN handles and workspaces; other processes on the GPU count too). 0 on the CPU.
   int64_t outside_allocator_bytes = 0;
