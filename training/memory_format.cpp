@@ -1,7 +1,6 @@
 #include "training/memory_format.h"
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
@@ -63,10 +62,6 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
     choice.reason = "auto: not timed with data-parallel training (every rank must choose alike)";
     return choice;
   }
-  spdlog::info(
-      "memory format auto: timing contiguous and channels_last on this CPU (3 steps of {} images "
-      "each)",
-      std::min<int64_t>(config.training.batch_size, 8));
   const MeasureRate rate = measure ? measure : MeasureRate(measure_training_rate);
   Config c = config;
   c.training.memory_format = c10::MemoryFormat::Contiguous;
@@ -78,9 +73,10 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
                       ? c10::MemoryFormat::ChannelsLast
                       : c10::MemoryFormat::Contiguous;
   choice.reason = fmt::format(
-      "auto: timed on this CPU, contiguous {:.1f} images/s, channels_last {:.1f} images/s "
-      "({} {:.2f}x faster)",
-      choice.contiguous_rate, choice.channels_last_rate, memory_format_name(choice.format),
+      "auto: timed here over 3 steps of {} images, contiguous {:.1f} images/s, channels_last "
+      "{:.1f} images/s ({} {:.2f}x faster)",
+      std::min<int64_t>(config.training.batch_size, 8), choice.contiguous_rate,
+      choice.channels_last_rate, memory_format_name(choice.format),
       std::max(choice.contiguous_rate, choice.channels_last_rate) /
           std::max(std::min(choice.contiguous_rate, choice.channels_last_rate), 1e-12));
   return choice;

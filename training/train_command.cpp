@@ -300,11 +300,6 @@ int train_command(const TrainRequest& request) {
   // Everything that can be refused is checked, and everything that can run out of memory before
   // the first step is built, before the run directory is created or touched.
   const torch::Device device = prepare_device(config, launch);
-  // training.memory_format: auto becomes this run's layout (in config.yaml and the checkpoint).
-  const MemoryFormatChoice layout =
-      choose_memory_format(config, device, launch && launch->world_size > 1);
-  config.training.memory_format = layout.format;
-  const std::string yaml = to_yaml(config);
   LoadedData data = load_data(config);
   std::unique_ptr<ProcessGroup> group;
   if (launch && launch->world_size > 1) {
@@ -313,6 +308,12 @@ int train_command(const TrainRequest& request) {
   auto building = [] {
     return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while building the model and its data"};
   };
+  // training.memory_format: auto becomes this run's layout (in config.yaml and the checkpoint).
+  const MemoryFormatChoice layout = out_of_memory_is_exit_3(config, device, building, [&] {
+    return choose_memory_format(config, device, group != nullptr);
+  });
+  config.training.memory_format = layout.format;
+  const std::string yaml = to_yaml(config);
   Trainer trainer = out_of_memory_is_exit_3(config, device, building, [&] {
     return Trainer(config, device, std::move(data.train), std::move(data.test), group.get());
   });

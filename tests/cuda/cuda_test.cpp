@@ -419,14 +419,23 @@ TEST(Cuda, BenchMatmulAndCompareDevicesProduceCudaRows) {
   }
   r = run(std::string(TEST_PYTHON) + " " + PROJECT_SOURCE_DIR +
           "/scripts/compare_devices.py --train " + TRAIN_BINARY + " --config " +
-          write_config(dir).string() + " --steps 4 --devices cpu,cuda --out " +
+          write_config(dir).string() +
+          " --tables study --cpu-steps 15 --gpu-steps 15 --devices cpu,cuda --out " +
           (dir / "compare").string());
   ASSERT_EQ(r.code, 0) << r.output;
   std::ifstream compare(dir / "compare/compare.json");
-  bool cuda_row = false;
   const auto comparison = json::parse(compare);  // alive for the loop (a temporary's member is not)
-  for (const auto& entry : comparison.at("entries")) {
-    if (entry.at("device") == "cuda") cuda_row = entry.at("available").get<bool>();
+  bool cuda_row = false;
+  for (const auto& entry : comparison.at("tables").at("study")) {
+    if (entry.at("device") != "cuda") continue;
+    cuda_row = entry.at("available").get<bool>();
+    if (!cuda_row) break;
+    // write_config's whole epoch is 8 steps (512 images, batch 64; 15 steps asked for): 5 of
+    // them warm-up, 3 steady, the epoch measured.
+    EXPECT_GT(entry.at("totals").at("steady_images_per_second").get<double>(), 0.0);
+    EXPECT_EQ(entry.at("totals").at("warmup_steps").get<int64_t>(), 5);
+    EXPECT_FALSE(entry.at("totals").at("epoch_seconds_projected").get<bool>());
+    EXPECT_GT(entry.at("speedup_over_cpu").get<double>(), 0.0);
   }
   EXPECT_TRUE(cuda_row) << test_support::read_text(dir / "compare/compare.json");
 }
