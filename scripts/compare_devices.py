@@ -8,8 +8,8 @@
 
 Three tables, each a `train compare` of one run per device:
 
-  seed     the seed's settings: the config with the torchvision (ImageNet) stem, 1000 classes,
-           batch 32, fp32, contiguous -- each device at the same settings
+  seed     the seed's settings: the config with ResNet-50, the torchvision (ImageNet) stem, 1000
+           classes, batch 32, fp32, contiguous -- each device at the same settings
   study    the config as written, each device at the same settings
   fastest  each device at its own fastest precision and memory format, measured first by a short
            `train sweep` over fp32/bf16 (--fastest-precisions) x contiguous/channels_last at the
@@ -45,10 +45,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 WARMUP_STEPS = 5  # the trainer's warm-up (training/trainer.h, Trainer::kWarmupSteps)
 MIN_STEADY_STEPS = 10
-SEED_SETTINGS = ["model.stem=imagenet", "model.num_classes=1000", "training.batch_size=32",
+SEED_SETTINGS = ["model.arch=resnet50", "model.stem=imagenet", "model.num_classes=1000", "training.batch_size=32",
                  "training.precision=fp32", "training.memory_format=contiguous"]
 TABLE_TITLES = {
-    "seed": "The seed's settings (torchvision stem, 1000 classes, batch 32, fp32), each device the same",
+    "seed": "The seed's settings (ResNet-50, torchvision stem, 1000 classes, batch 32, fp32), each device the same",
     "study": "The study config as written, each device the same",
     "fastest": "Each device at its own fastest precision and memory format (measured by train sweep)",
 }

@@ -190,13 +190,7 @@ bool Trainer::train_epoch() {
   auto interval_start = start;
   int64_t interval_images = 0;
   data_seconds_ = 0;
-  warmup_steps_ = 0;
-  steady_steps_ = 0;
-  steady_images_ = 0;
-  // Where this epoch's steady steps start: now, or after the process's last warm-up step.
-  steady_start_.reset();
-  if (process_steps_ >= kWarmupSteps) steady_start_ = start;
-  if (!training_start_) training_start_ = start;
+  begin_epoch_timing(start);
 
   while (state_.step < total_steps_ && !stop_now()) {
     // Host time blocked waiting for the next batch: the input pipeline's share of the epoch.
@@ -233,18 +227,7 @@ bool Trainer::train_epoch() {
     interval_images += count;
     ++state_.step;
     ++state_.batch_in_epoch;
-    if (++process_steps_ <= kWarmupSteps) {
-      ++warmup_steps_;
-      if (process_steps_ == kWarmupSteps) {
-        synchronize(device_);  // once per process: the warm-up's queued work is done
-        steady_start_ = Clock::now();
-      }
-    } else {
-      ++steady_steps_;
-      steady_images_ += count;
-    }
-
-    if (steady_steps_ == kProjectionSteps) judge_cpu_run_length();
+    count_step(count);
     // Every log_every_steps steps, and by time: early in a slow run, and at least every 30 s.
     if (state_.batch_in_epoch % config_.training.log_every_steps == 0 ||
         progress_due_by_time(shown_line_, process_steps_, seconds_since(*training_start_),
@@ -256,6 +239,37 @@ bool Trainer::train_epoch() {
     }
   }
   synchronize(device_);
+  end_epoch_timing(start, seconds_before);
+  train_memory_ = memory_stats(device_);
+  progress.clear();
+  return state_.batch_in_epoch == batches;
+}
+
+void Trainer::begin_epoch_timing(Clock::time_point start) {
+  warmup_steps_ = 0;
+  steady_steps_ = 0;
+  steady_images_ = 0;
+  // Where this epoch's steady steps start: now, or after the process's last warm-up step.
+  steady_start_.reset();
+  if (process_steps_ >= kWarmupSteps) steady_start_ = start;
+  if (!training_start_) training_start_ = start;
+}
+
+void Trainer::count_step(int64_t images) {
+  if (++process_steps_ <= kWarmupSteps) {
+    ++warmup_steps_;
+    if (process_steps_ == kWarmupSteps) {
+      synchronize(device_);  // once per process: the warm-up's queued work is done
+      steady_start_ = Clock::now();
+    }
+  } else {
+    ++steady_steps_;
+    steady_images_ += images;
+  }
+  if (steady_steps_ == kProjectionSteps) judge_cpu_run_length();
+}
+
+void Trainer::end_epoch_timing(Clock::time_point start, double seconds_before) {
   const auto end = Clock::now();
   const auto seconds_between = [](Clock::time_point from, Clock::time_point to) {
     return std::chrono::duration<double>(to - from).count();
@@ -266,9 +280,6 @@ bool Trainer::train_epoch() {
   const bool steady = steady_start_ && steady_steps_ > 0;
   steady_seconds_ = steady ? seconds_between(*steady_start_, end) : 0.0;
   warmup_seconds_ = seconds_between(start, steady ? *steady_start_ : end);
-  train_memory_ = memory_stats(device_);
-  progress.clear();
-  return state_.batch_in_epoch == batches;
 }
 
 void Trainer::log_interval(ProgressLine& progress, int64_t epoch, int64_t batches,

@@ -81,6 +81,12 @@ class Trainer {
   // progress scalars.
   void log_interval(ProgressLine& progress, int64_t epoch, int64_t batches,
                     std::chrono::steady_clock::time_point interval_start, int64_t interval_images);
+  // The epoch's warm-up and steady-state accounting (kWarmupSteps): reset at its start, counted
+  // after each step (`images` trained; the projection below once it can be made), and at its end
+  // (device synchronised) the training time split into warm-up and steady seconds.
+  void begin_epoch_timing(std::chrono::steady_clock::time_point start);
+  void count_step(int64_t images);
+  void end_epoch_timing(std::chrono::steady_clock::time_point start, double seconds_before);
   // Once per run, on the CPU, after kProjectionSteps steady steps: warns when the rest of the run
   // would take more than an hour at the steady rate (diagnosis.h's long_cpu_run_warning).
   void judge_cpu_run_length();

@@ -51,8 +51,9 @@ class CompareDevicesTest(unittest.TestCase):
                 self.assertGreater(totals["epoch_seconds"], 0, name)
                 if not cuda["available"]:
                     self.assertIn("- cuda: ", table)
-            self.assertEqual(result["tables"]["seed"][0]["settings"][:3],
-                             ["model.stem=imagenet", "model.num_classes=1000", "training.batch_size=32"])
+            self.assertEqual(result["tables"]["seed"][0]["settings"][:4],
+                             ["model.arch=resnet50", "model.stem=imagenet", "model.num_classes=1000",
+                              "training.batch_size=32"])
             fastest = result["tables"]["fastest"][0]["settings"]
             self.assertEqual(len(fastest), 2)
             self.assertEqual(fastest[0], "training.precision=fp32")

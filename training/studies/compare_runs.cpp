@@ -122,6 +122,22 @@ std::vector<std::string> differing_keys(const std::vector<ComparedRun>& runs) {
   return keys;
 }
 
+namespace {
+
+// Under the table: how its rows are defined.
+constexpr const char* kTableNotes =
+    "\nAs in each run's report.md. Steady images/s leave out each process's first "
+    "warm-up steps (cuDNN's autotuning, first allocations, a graph's capture), which are "
+    "listed apart; \"vs the first run\" compares steady rates. Time per epoch: the mean over "
+    "whole epochs, or a stopped epoch's time with its missing batches at the steady rate "
+    "(projected). Peaks: the largest of any epoch (reserved: CUDA only). Utilisation: the "
+    "run's own sampler (GPU on CUDA, the process's CPU share on the CPU). Config rows: the "
+    "keys whose values differ between the runs.\n\n"
+    "Plots: `accuracy.png` (test accuracy per epoch and against wall time), `loss.png` (test "
+    "loss likewise), `memory.png` (peak allocated and reserved per epoch).\n";
+
+}  // namespace
+
 std::string compare_markdown(const std::vector<ComparedRun>& runs) {
   const auto keys = differing_keys(runs);
   std::ostringstream md;
@@ -190,15 +206,7 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
   row("waiting for data", [](const ComparedRun&, const Totals& t) {
     return fmt::format("{:.1f}%", 100 * t.data_seconds / std::max(t.train_seconds, 1e-12));
   });
-  md << "\nAs in each run's report.md. Steady images/s leave out each process's first "
-        "warm-up steps (cuDNN's autotuning, first allocations, a graph's capture), which are "
-        "listed apart; \"vs the first run\" compares steady rates. Time per epoch: the mean over "
-        "whole epochs, or a stopped epoch's time with its missing batches at the steady rate "
-        "(projected). Peaks: the largest of any epoch (reserved: CUDA only). Utilisation: the "
-        "run's own sampler (GPU on CUDA, the process's CPU share on the CPU). Config rows: the "
-        "keys whose values differ between the runs.\n\n"
-        "Plots: `accuracy.png` (test accuracy per epoch and against wall time), `loss.png` (test "
-        "loss likewise), `memory.png` (peak allocated and reserved per epoch).\n";
+  md << kTableNotes;
   return md.str();
 }
 
