@@ -32,7 +32,7 @@ Writes into DIR (default runs/compare-<date>-<time>):
   <table>/<device>/   each run; <table>/compare/ `train compare`'s files; fastest/sweep-<device>/
 
 Exit codes: 0 when at least one device ran in every table; 2 for bad arguments (a missing config,
-steps that leave no steady step) or when no device ran (a device that is not available --
+steps that leave no steady step, an --out that is not empty) or when no device ran (a device that is not available --
 cuda on a machine without a GPU -- is listed, not an error while another device ran).
 """
 import argparse
@@ -203,6 +203,10 @@ def main(argv=None):
     out = Path(args.out)
     if (out / "compare.json").exists():
         fail(f"--out: {out}: already holds a comparison")
+    if out.exists() and any(out.iterdir()):
+        # compare.json is written last: without it, runs of a comparison that was stopped, which
+        # `train` would refuse to train into again.
+        fail(f"--out: {out}: not empty (a comparison stopped before its end?); give another folder")
     out.mkdir(parents=True, exist_ok=True)
 
     gpu_work = f"{args.gpu_steps} steps" if args.gpu_steps else f"{args.gpu_epochs} whole epoch(s)"

@@ -97,6 +97,13 @@ class CompareDevicesArgumentsTest(unittest.TestCase):
                 self.assertIn(message, proc.stderr)
                 self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
                 self.assertFalse((Path(tmp) / "out").exists())
+            # A comparison stopped before its end left its runs but no compare.json: refused, kept.
+            stopped = Path(tmp) / "stopped"
+            (stopped / "study" / "cpu").mkdir(parents=True)
+            proc = compare("--config", str(config), "--out", str(stopped))
+            self.assertEqual(proc.returncode, 2)
+            self.assertIn("not empty (a comparison stopped before its end?)", proc.stderr)
+            self.assertTrue((stopped / "study" / "cpu").exists())
 
 
 if __name__ == "__main__":
