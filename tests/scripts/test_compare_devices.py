@@ -1,6 +1,7 @@
 """scripts/compare_devices.py on a tiny synthetic config (needs TRAIN_BINARY)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,16 +21,22 @@ def compare(*args):
 
 
 def cuda_usable():
-    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0 if \
-        any((Path(p) / "nvidia-smi").exists() for p in os.environ.get("PATH", "").split(":")) else False
+    return shutil.which("nvidia-smi") is not None and \
+        subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+def tiny_config(tmp):
+    """TINY written into the folder `tmp`; its path."""
+    config = Path(tmp) / "tiny.yaml"
+    config.write_text(TINY)
+    return config
 
 
 @unittest.skipUnless(os.environ.get("TRAIN_BINARY"), "TRAIN_BINARY not set (ctest sets it)")
 class CompareDevicesTest(unittest.TestCase):
     def test_three_tables_with_steady_rates_and_a_projected_cpu_epoch(self):
         with tempfile.TemporaryDirectory() as tmp:
-            config = Path(tmp) / "tiny.yaml"
-            config.write_text(TINY)
+            config = tiny_config(tmp)
             out = Path(tmp) / "compare"
             proc = compare("--config", str(config), "--cpu-steps", "15", "--threads", "1",
                            "--trial-timeout", "120", "--fastest-precisions", "fp32", "--out", str(out))
@@ -70,8 +77,7 @@ class CompareDevicesTest(unittest.TestCase):
     @unittest.skipIf(cuda_usable(), "a GPU is present: cuda runs")
     def test_no_device_that_ran_exits_2(self):
         with tempfile.TemporaryDirectory() as tmp:
-            config = Path(tmp) / "tiny.yaml"
-            config.write_text(TINY)
+            config = tiny_config(tmp)
             out = Path(tmp) / "compare"
             proc = compare("--config", str(config), "--tables", "study", "--devices", "cuda",
                            "--gpu-steps", "15", "--out", str(out))
@@ -83,8 +89,7 @@ class CompareDevicesTest(unittest.TestCase):
 class CompareDevicesArgumentsTest(unittest.TestCase):
     def test_bad_input_is_one_line_and_exit_2(self):
         with tempfile.TemporaryDirectory() as tmp:
-            config = Path(tmp) / "tiny.yaml"
-            config.write_text(TINY)
+            config = tiny_config(tmp)
             for args, message in (
                     (["--config", str(Path(tmp) / "missing.yaml")], "--config: "),
                     (["--config", str(config), "--cpu-steps", "-3"], "--cpu-steps: -3: expected at least 15"),
