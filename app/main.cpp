@@ -17,6 +17,7 @@
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
+#include "training/platform/stop_signal.h"
 #include "training/run_dir.h"
 #include "training/run_report.h"
 #include "training/studies/bench_loader.h"
@@ -301,6 +302,15 @@ void set_up_process() {
 }
 
 }  // namespace
+
+// A stop before a command can stop gracefully exits with 130, from the first instruction on: the
+// dynamic loader runs .preinit_array before any library's initialisers (LibTorch's take a
+// noticeable time), so only the loading itself is left to the default action.
+extern "C" void train_preinit(int, char**, char**) {
+  training::install_exit_on_stop();
+}
+__attribute__((section(".preinit_array"),
+               used)) static void (*const kPreinit)(int, char**, char**) = train_preinit;
 
 int main(int argc, char** argv) {
   CLI::App app{

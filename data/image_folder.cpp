@@ -53,6 +53,12 @@ std::vector<Labelled> list_images(const fs::path& dir) {
   for (const auto& name : image_folder_classes(dir)) {
     std::vector<fs::path> files;
     for (const auto& entry : fs::directory_iterator(dir / name)) {
+      std::error_code ec;
+      if (entry.is_symlink(ec) && !fs::exists(entry.path(), ec)) {
+        throw DataError(entry.path().string() + ": a symbolic link to nothing (its target " +
+                        fs::read_symlink(entry.path(), ec).string() +
+                        " does not exist); remove it or restore the image");
+      }
       if (entry.is_regular_file() && entry.path().filename().string().front() != '.') {
         files.push_back(entry.path());
       }

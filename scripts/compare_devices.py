@@ -42,6 +42,8 @@ import sys
 import time
 from pathlib import Path
 
+import script_support
+
 REPO = Path(__file__).resolve().parents[1]
 WARMUP_STEPS = 5  # the trainer's warm-up (training/trainer.h, Trainer::kWarmupSteps)
 MIN_STEADY_STEPS = 10
@@ -250,4 +252,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_support.run("compare_devices", main))

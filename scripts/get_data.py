@@ -22,6 +22,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+import script_support
+
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
 MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
 BIN_DIR = "cifar-10-batches-bin"
@@ -86,6 +88,11 @@ def download(destination):
     return target
 
 
+def class_folders(split_dir):
+    """A split's class folders, sorted: a class's label is its position (as in train's reader)."""
+    return sorted(p.name for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
 def convert_to_binary(image_root, out_dir):
     """Writes image folders as official-format batches, in the round-robin class order that the
     C++ image-folder reader uses, so the first N records are the same N images either way."""
@@ -95,10 +102,19 @@ def convert_to_binary(image_root, out_dir):
     except ImportError as e:
         raise Refused(f"--to-binary needs numpy and Pillow ({e}); run scripts/setup.sh first")
     out_dir.mkdir(parents=True, exist_ok=True)
+    class_lists = {split: class_folders(image_root / split) for split in ("train", "test")}
+    if class_lists["train"] != class_lists["test"]:
+        train, test = set(class_lists["train"]), set(class_lists["test"])
+        differences = "; ".join(part for part in (
+            "missing " + ", ".join(f"'{c}'" for c in sorted(train - test)) if train - test else "",
+            "extra " + ", ".join(f"'{c}'" for c in sorted(test - train)) if test - train else "") if part)
+        raise Refused(f"{image_root / 'test'}: its class folders differ from {image_root / 'train'}'s "
+                      f"({differences}); a class's label is its folder's position, so every later label "
+                      "would shift")
     for split, names in (("train", [f"data_batch_{i}.bin" for i in range(1, 6)]),
                          ("test", ["test_batch.bin"])):
         split_dir = image_root / split
-        classes = sorted(p.name for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+        classes = class_lists[split]
         if len(classes) > 10:
             raise Refused(f"{split_dir}: {len(classes)} classes; the binary format holds labels 0..9")
         per_class = [sorted(f for f in (split_dir / c).iterdir()
@@ -165,6 +181,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     root = Path(args.root)
     try:
+        if root.exists() and not root.is_dir():
+            raise Refused(f"--root: {root}: is a file, expected a folder (data.root in the config)")
         if has_data(root) and not args.force:
             print(f"{root}: CIFAR-10 already present (use --force to replace it)")
             return 0
@@ -187,4 +205,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_support.run("get-data", main))

@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+import script_support
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -53,6 +55,8 @@ def main(argv=None):
     command = list(args.command)
     if command[0] == "--":
         command = command[1:]
+    if not command:
+        parser.error("give the command to run after --, e.g. -- train --config FILE")
     if command[0] == "train":
         command[0] = str(REPO / "build" / "train")
     port = args.master_port or (free_port() if args.nnodes == 1 else parser.error("--master-port 0 needs one node"))
@@ -116,4 +120,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_support.run("launch", main))

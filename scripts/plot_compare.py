@@ -18,6 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from figure_file import save  # noqa: E402
+import script_support  # noqa: E402
+from script_support import number  # noqa: E402
 
 MIB = 1 << 20
 
@@ -33,7 +35,7 @@ def curves(runs, column, ylabel, path, scale=1.0):
         epochs = run["epochs"]
         x = [e["epoch"] for e in epochs]
         wall = list(accumulate(e["epoch_seconds"] + e["eval_seconds"] for e in epochs))
-        y = [e[column] * scale for e in epochs]
+        y = [number(e[column]) * scale for e in epochs]
         by_epoch.plot(x, y, marker="o", label=label(run))
         by_time.plot(wall, y, marker="o", label=label(run))
     by_epoch.set_xlabel("epoch")
@@ -82,4 +84,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(script_support.run("plot_compare", main, sys.argv))

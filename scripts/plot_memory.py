@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from figure_file import save  # noqa: E402
+import script_support  # noqa: E402
 
 MIB = 1 << 20
 
@@ -107,12 +108,12 @@ def main(argv):
         print(f"plot_memory: {folder}: {e}", file=sys.stderr)
         return 2
     if not any(s["status"] == "ok" for s in study["settings"]):
-        print(f"plot_memory: {folder}: no setting was measured", file=sys.stderr)
-        return 1
+        print(f"plot_memory: {folder}: no setting was measured, nothing to plot", file=sys.stderr)
+        return 2
     breakdown_plot(study, folder / "memory_breakdown.png")
     timeline_plot(study, timelines, folder / "memory_timeline.png")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(script_support.run("plot_memory", main, sys.argv))

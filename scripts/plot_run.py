@@ -8,7 +8,6 @@
 
 usage: plot_run.py RUN_DIR
 """
-import json
 import sys
 from pathlib import Path
 
@@ -18,13 +17,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+import script_support  # noqa: E402
+from figure_file import save  # noqa: E402
+from script_support import number, read_jsonl  # noqa: E402
+
 MIB = 1 << 20
-
-
-def read_lines(path):
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def main(argv):
@@ -32,22 +29,22 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     run = Path(argv[1])
-    rows = read_lines(run / "metrics.jsonl")
+    rows = read_jsonl(run / "metrics.jsonl")
     if not rows:
         print(f"plot_run: {run / 'metrics.jsonl'}: no epochs", file=sys.stderr)
         return 2
     epochs = [r["epoch"] for r in rows]
 
     fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4))
-    loss_ax.plot(epochs, [r["train_loss"] for r in rows], "o-", label="train")
-    loss_ax.plot(epochs, [r["test_loss"] for r in rows], "o-", label="test")
+    loss_ax.plot(epochs, [number(r["train_loss"]) for r in rows], "o-", label="train")
+    loss_ax.plot(epochs, [number(r["test_loss"]) for r in rows], "o-", label="test")
     loss_ax.set_xlabel("epoch"), loss_ax.set_ylabel("cross-entropy"), loss_ax.set_title("Loss")
-    acc_ax.plot(epochs, [100 * r["train_acc"] for r in rows], "o-", label="train (augmented)")
-    acc_ax.plot(epochs, [100 * r["test_acc"] for r in rows], "o-", label="test")
+    acc_ax.plot(epochs, [100 * number(r["train_acc"]) for r in rows], "o-", label="train (augmented)")
+    acc_ax.plot(epochs, [100 * number(r["test_acc"]) for r in rows], "o-", label="test")
     acc_ax.set_xlabel("epoch"), acc_ax.set_ylabel("top-1 (%)"), acc_ax.set_title("Accuracy")
     for ax in (loss_ax, acc_ax):
         ax.grid(True, alpha=0.3), ax.legend(), ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    fig.tight_layout(), fig.savefig(run / "loss_accuracy.png", dpi=110), plt.close(fig)
+    fig.tight_layout(), save(fig, run / "loss_accuracy.png", dpi=110)
 
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.bar(epochs, [r["images_per_second"] for r in rows], color="tab:blue", label="images/s")
@@ -58,9 +55,9 @@ def main(argv):
         twin.set_ylim(0, 100)
     ax.set_xlabel("epoch"), ax.set_ylabel("training images / s"), ax.set_title("Throughput per epoch")
     ax.grid(True, axis="y", alpha=0.3), ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    fig.tight_layout(), fig.savefig(run / "throughput.png", dpi=110), plt.close(fig)
+    fig.tight_layout(), save(fig, run / "throughput.png", dpi=110)
 
-    samples = read_lines(run / "gpu.jsonl")
+    samples = read_jsonl(run / "gpu.jsonl")
     fig, (epoch_ax, time_ax) = plt.subplots(1, 2, figsize=(11, 4))
     # Each phase's own peak: training (what the study changes) and evaluation (its own batch size).
     for phase, style in (("train", "o-"), ("eval", "s-")):
@@ -85,10 +82,10 @@ def main(argv):
     else:
         time_ax.set_title("no samples (monitor.sample_period: 0)")
     time_ax.set_xlabel("seconds since start"), time_ax.set_ylabel("MiB"), time_ax.grid(True, alpha=0.3)
-    fig.tight_layout(), fig.savefig(run / "memory.png", dpi=110), plt.close(fig)
+    fig.tight_layout(), save(fig, run / "memory.png", dpi=110)
     print(f"wrote loss_accuracy.png, throughput.png, memory.png in {run}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(script_support.run("plot_run", main, sys.argv))

@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from figure_file import save  # noqa: E402
+import script_support  # noqa: E402
 
 MIB = 1 << 20
 
@@ -46,6 +47,10 @@ def main(argv):
         sweep = json.loads((folder / "sweep.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
         print(f"plot_sweep: {folder / 'sweep.json'}: {e}", file=sys.stderr)
+        return 2
+    if not sweep.get("trials"):
+        print(f"plot_sweep: {folder / 'sweep.json'}: no trial finished (the sweep stopped before its "
+              "first), nothing to plot", file=sys.stderr)
         return 2
     limit_mib = sweep["memory_limit_bytes"] / MIB
     title = f'{sweep["arch"]} ({sweep["stem"]} stem) on {sweep["device"]}'
@@ -86,4 +91,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(script_support.run("plot_sweep", main, sys.argv))

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """Reads a run's TensorBoard event files back with TensorBoard's own reader, as `tensorboard
 --logdir` does, and prints every scalar as JSON: {"tag": [[step, value], ...], ...}, in step order.
+A value that is not a number (a diverged loss) is null, as in metrics.jsonl (JSON has no NaN).
 
   scripts/read_tensorboard.py RUN_DIR
 
 Exit codes: 0; 2 when RUN_DIR holds no event file or the tensorboard package is missing.
 """
 import json
+import math
 import sys
 from pathlib import Path
+
+import script_support
 
 
 def main(argv):
@@ -27,12 +31,13 @@ def main(argv):
         return 2
     accumulator = EventAccumulator(str(run), size_guidance={"scalars": 0})  # 0: keep every point
     accumulator.Reload()
-    scalars = {tag: [[event.step, event.value] for event in accumulator.Scalars(tag)]
+    scalars = {tag: [[event.step, event.value if math.isfinite(event.value) else None]
+                     for event in accumulator.Scalars(tag)]
                for tag in accumulator.Tags()["scalars"]}
-    json.dump(scalars, sys.stdout)
+    json.dump(scalars, sys.stdout, allow_nan=False)
     print()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(script_support.run("read_tensorboard", main, sys.argv))

@@ -226,7 +226,13 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
                     const std::vector<Override>& overrides) {
   YAML::Node root;
   try {
-    root = YAML::Load(yaml_text);
+    const auto documents = YAML::LoadAll(yaml_text);
+    if (documents.size() > 1) {
+      throw ConfigError(origin + ": holds " + std::to_string(documents.size()) +
+                        " YAML documents (separated by '---'); a config is one document, "
+                        "so join them or keep one");
+    }
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::ParserException& e) {
     throw ConfigError(origin + ": YAML syntax error at line " + std::to_string(e.mark.line + 1) +
                       ", column " + std::to_string(e.mark.column + 1) + ": " + e.msg);
@@ -254,14 +260,26 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
 
 Config load_config(const std::string& path, const std::vector<Override>& overrides) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
+  const auto status = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(status)) {
     throw ConfigError(path + ": is a directory, expected a YAML config file");
+  }
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw ConfigError(path + ": is not a regular file (a device, pipe or socket), expected a " +
+                      "YAML config file");
   }
   std::ifstream in(path);
   if (!in) throw ConfigError(path + ": cannot open config file");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_config(text.str(), path, overrides);
+  // A config is a few KiB; a bound keeps a wrong path (a huge log, a disk image) from being read
+  // until memory runs out.
+  constexpr std::streamsize kMaxConfigBytes = 1 << 20;
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), kMaxConfigBytes + 1);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > static_cast<size_t>(kMaxConfigBytes)) {
+    throw ConfigError(path + ": is larger than 1 MiB, expected a YAML config file of a few KiB");
+  }
+  return parse_config(text, path, overrides);
 }
 
 std::string cuda_graph_obstacle(const Config& config) {

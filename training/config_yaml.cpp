@@ -1,5 +1,6 @@
 #include "training/config_yaml.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -67,6 +68,22 @@ std::string shortest_double(double value) {
     if (std::strtod(buffer, nullptr) == value) break;
   }
   return buffer;
+}
+
+bool decimal_integer(const YAML::Node& node, int64_t& out) {
+  if (!node.IsScalar()) return false;
+  const std::string& text = node.Scalar();
+  size_t start = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  if (start == text.size()) return false;
+  for (size_t i = start; i < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+  }
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);  // base 10: leading zeros too
+  if (errno == ERANGE || *end != '\0') return false;
+  out = value;
+  return true;
 }
 
 void apply_override(YAML::Node& root, const Override& override,

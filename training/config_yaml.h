@@ -46,6 +46,9 @@ std::string describe(const YAML::Node& node);
 bool is_map(const YAML::Node& node);
 // The shortest text that reads back as exactly `value` ("1000", "0.0005").
 std::string shortest_double(double value);
+// A scalar read as the decimal integer it is written as: "010" is 10 (yaml-cpp alone would read
+// YAML 1.1's octal 8), "+5" is 5; "0x10", "0o10", "1e3", "1.0" and overflow are not integers.
+bool decimal_integer(const YAML::Node& node, int64_t& out);
 
 // Reads a parsed YAML document into a typed config as walk() visits the schema: every field
 // read is checked (type, range, choice) and every key the document has but the schema lacks is
@@ -86,7 +89,7 @@ class Reader {
     const std::string expected = "expected an integer in [" + std::to_string(lo) + ", " +
                                  (hi == kMaxInt ? std::string("inf") : std::to_string(hi)) + "]";
     int64_t value = 0;
-    if (!node->IsScalar() || !YAML::convert<int64_t>::decode(*node, value)) {
+    if (!node->IsScalar() || !decimal_integer(*node, value)) {
       fail(name, expected + ", got " + describe(*node));
     }
     if (value < lo || value > hi) fail(name, expected + ", got " + std::to_string(value));
@@ -99,8 +102,7 @@ class Reader {
     if (!node) return;
     if (node->IsScalar() && node->Scalar() == "auto") return void(out = kAuto);
     int64_t value = 0;
-    if (!node->IsScalar() || !YAML::convert<int64_t>::decode(*node, value) || value < lo ||
-        value > hi) {
+    if (!node->IsScalar() || !decimal_integer(*node, value) || value < lo || value > hi) {
       fail(name, "expected auto or an integer in [" + std::to_string(lo) + ", " +
                      std::to_string(hi) + "], got " + describe(*node));
     }
@@ -161,7 +163,7 @@ class Reader {
                                  "list of integers in [" + std::to_string(lo) + ", " +
                                  std::to_string(hi) + "]";
     list(name, out, non_empty, expected, [&](const YAML::Node& item, int64_t& value) {
-      return YAML::convert<int64_t>::decode(item, value) && value >= lo && value <= hi;
+      return decimal_integer(item, value) && value >= lo && value <= hi;
     });
   }
 

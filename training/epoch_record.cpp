@@ -1,5 +1,9 @@
 #include "training/epoch_record.h"
 
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
 #include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
 
@@ -26,6 +30,13 @@ class ColumnReader {
   template <class T>
   void operator()(const char* key, T& out) const {
     if (!row_.contains(key) && added_later(key)) return;
+    if constexpr (std::is_floating_point_v<T>) {
+      // JSON has no NaN or infinity: nlohmann writes them as null (a diverged run's losses).
+      if (row_.contains(key) && row_.at(key).is_null()) {
+        out = std::numeric_limits<T>::quiet_NaN();
+        return;
+      }
+    }
     try {
       out = row_.at(key).get<T>();
     } catch (const nlohmann::json::exception&) {
@@ -99,6 +110,29 @@ bool added_later(const std::string& key) {
 }
 
 }  // namespace
+
+bool diverged(const EpochRecord& r) {
+  return !std::isfinite(r.train_loss) || !std::isfinite(r.test_loss);
+}
+
+const EpochRecord* first_diverged(const std::vector<EpochRecord>& records) {
+  for (const auto& r : records) {
+    if (diverged(r)) return &r;
+  }
+  return nullptr;
+}
+
+std::string non_finite_text(double value) {
+  if (std::isnan(value)) return "NaN";
+  return value > 0 ? "inf" : "-inf";
+}
+
+std::string divergence_text(const EpochRecord& r) {
+  const bool train = !std::isfinite(r.train_loss);
+  return "diverged in epoch " + std::to_string(r.epoch) + " (step " + std::to_string(r.step) +
+         "): the " + (train ? "training" : "test") + " loss is " +
+         non_finite_text(train ? r.train_loss : r.test_loss);
+}
 
 nlohmann::ordered_json to_json(const EpochRecord& record) {
   nlohmann::ordered_json row;

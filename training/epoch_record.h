@@ -59,6 +59,17 @@ struct EpochTime {
 };
 std::optional<EpochTime> epoch_time(const EpochRecord& record);
 
+// A run diverged when a loss stopped being a number (NaN or infinite): its training loss, or its
+// test loss (a model whose weights overflowed). JSON has no NaN: such values are written as null
+// and read back as NaN.
+bool diverged(const EpochRecord& record);
+// The first diverged epoch's record, if any.
+const EpochRecord* first_diverged(const std::vector<EpochRecord>& records);
+// "NaN", "inf" or "-inf" for a value that is not a number.
+std::string non_finite_text(double value);
+// "diverged in epoch 3 (step 1200): the training loss is NaN", for a diverged record.
+std::string divergence_text(const EpochRecord& record);
+
 nlohmann::ordered_json to_json(const EpochRecord& record);
 
 // The record as TensorBoard scalars, tags grouped by section: train/ (the epoch's running loss and

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "training/output_dir.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
@@ -18,18 +19,6 @@ namespace training {
 
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
-
-namespace {}  // namespace
-
-std::string held_outputs(const fs::path& dir) {
-  std::error_code ec;
-  if (fs::is_regular_file(dir / "sweep.json", ec)) return "a sweep";
-  if (fs::is_regular_file(dir / "memory_breakdown.json", ec)) return "a memory study";
-  for (const char* name : {"config.yaml", "metrics.jsonl", "checkpoint.pt", "train.log"}) {
-    if (fs::is_regular_file(dir / name, ec)) return "a run";
-  }
-  return "";
-}
 
 int remove_stale_temporaries(const fs::path& dir) {
   int removed = 0;
@@ -49,14 +38,9 @@ RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
   std::error_code ec;
   if (resuming) {
     if (!fs::is_directory(dir_, ec)) throw UserError(dir_.string() + ": run directory not found");
+    check_is_run(dir_);
   } else {
-    const std::string held = fs::exists(dir_, ec) ? held_outputs(dir_) : "";
-    if (!held.empty()) {
-      throw UserError(dir_.string() + ": already holds " + held + "; choose another --output-dir" +
-                      (held == "a run" ? " or continue it with --resume " + dir_.string() : ""));
-    }
-    fs::create_directories(dir_, ec);
-    if (ec) throw UserError(dir_.string() + ": cannot create run directory: " + ec.message());
+    claim_output_dir(dir_, OutputKind::Run, "--output-dir");
   }
   lock_ = std::make_unique<DirectoryLock>(dir_);
   const int stale = remove_stale_temporaries(dir_);

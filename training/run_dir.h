@@ -7,6 +7,7 @@
 //   <run>/metrics.csv      the same rows as CSV
 //   <run>/checkpoint.pt    latest checkpoint (see checkpoint_io.h)
 //   <run>/.lock            held by the process writing the run (see dir_lock.h)
+//   <run>/.train-output    "run": what the folder is (see output_dir.h)
 #pragma once
 
 #include <spdlog/sinks/sink.h>
@@ -22,20 +23,16 @@
 
 namespace training {
 
-// What `dir` holds of this program's outputs: "a run", "a sweep", "a memory study", or ""
-// (nothing: absent, empty, or only unrelated files).
-std::string held_outputs(const std::filesystem::path& dir);
-
 // Removes the temporaries that an interrupted atomic write (kill -9, a second Ctrl-C) left in
 // `dir`; returns how many. Only safe while holding the directory's lock.
 int remove_stale_temporaries(const std::filesystem::path& dir);
 
 class RunDirectory {
  public:
-  // Opens `dir` for a new run (creating it; refusing one that already holds a run or a sweep) or,
-  // when `resuming`, an existing run whose metrics are read back. Takes the directory's lock
-  // (dir_lock.h) for the object's life, removes temporaries an interrupted write left, and starts
-  // logging to train.log.
+  // Opens `dir` for a new run (claim_output_dir in output_dir.h: absent, empty, or a run that
+  // never started) or, when `resuming`, an existing run whose metrics are read back. Takes the
+  // directory's lock (dir_lock.h) for the object's life, removes temporaries an interrupted write
+  // left, and starts logging to train.log.
   RunDirectory(std::filesystem::path dir, bool resuming);
   ~RunDirectory();
   RunDirectory(const RunDirectory&) = delete;

@@ -70,6 +70,9 @@ void write_results(std::ostringstream& md, const std::vector<EpochRecord>& epoch
                     last.epoch)
      << fmt::format("| best test accuracy | {:.2f}% (epoch {}) |\n", 100 * best.test_acc,
                     best.epoch)
+     << (first_diverged(epochs) ? "| **diverged** | " + divergence_text(*first_diverged(epochs)) +
+                                      "; the run stopped there (lower optimizer.lr) |\n"
+                                : std::string())
      << fmt::format("| epochs / steps | {} / {} |\n", epochs.size(), last.step)
      << "| time to accuracy (training + evaluation) | " << time_to_accuracy(epochs, c) << " |\n"
      << "| training time | " << format_duration(t.train_seconds) << " ("

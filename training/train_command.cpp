@@ -12,6 +12,7 @@
 #include "training/checkpoint_io.h"
 #include "training/config.h"
 #include "training/memory_format.h"
+#include "training/output_dir.h"
 #include "training/platform/device.h"
 #include "training/platform/distributed.h"
 #include "training/platform/errors.h"
@@ -54,6 +55,7 @@ ResumeTarget resume_target(const std::string& resume) {
   if (resume.empty()) return {};
   std::error_code ec;
   const fs::path path(resume);
+  if (fs::is_directory(path, ec)) check_is_run(path);
   if (fs::is_directory(path, ec) && !fs::exists(path / "checkpoint.pt", ec) &&
       fs::exists(path / "config.yaml", ec)) {
     return {path, {}};
@@ -207,9 +209,34 @@ LoadedData load_data(const Config& config) {
   LoadedData loaded;
   loaded.source = data::resolve_source(dataset);
   loaded.root = loaded.source == data::Source::Synthetic ? "memory" : dataset.root();
+  if (loaded.source == data::Source::Synthetic) {
+    // A size the machine cannot hold is a bad value, said before memory runs out.
+    const int64_t host = total_memory(torch::Device(torch::kCPU));
+    for (const auto& [key, images] :
+         {std::pair<const char*, int64_t>{"data.synthetic_train_size",
+                                          dataset.synthetic_train_size()},
+          {"data.synthetic_test_size", dataset.synthetic_test_size()}}) {
+      const int64_t bytes = images * data::kChannels * data::kImageSide * data::kImageSide;
+      if (bytes > host) {
+        throw UserError(std::string(key) + ": " + std::to_string(images) + " images are " +
+                        format_bytes(bytes) + " decoded, more than this machine's " +
+                        format_bytes(host) + " of memory");
+      }
+    }
+  }
   TrackingCpuAllocator::HostData host_data;
-  loaded.train = data::load_split(dataset, data::SplitName::Train);
-  loaded.test = data::load_split(dataset, data::SplitName::Test);
+  const OutOfMemory no_room("out of host memory while loading the data set (" +
+                            std::string(source_description(loaded.source)) +
+                            "); lower data.train_limit or data.synthetic_train_size");
+  try {
+    loaded.train = data::load_split(dataset, data::SplitName::Train);
+    loaded.test = data::load_split(dataset, data::SplitName::Test);
+  } catch (const std::bad_alloc&) {
+    throw no_room;
+  } catch (const c10::Error& e) {
+    if (!is_out_of_memory(e)) throw;
+    throw no_room;
+  }
   loaded.seconds = seconds_since(start);
   return loaded;
 }
@@ -352,6 +379,7 @@ int train_command(const TrainRequest& request) {
   const bool has_epochs = run && !run->epochs().empty();
   if (has_epochs) spdlog::info("report: {}", write_report(run->path()).string());
   if (end == FitEnd::Stopped) return kExitStopped;
+  if (end == FitEnd::Diverged) return kExitDiverged;
   spdlog::info("done: {} epochs, {} steps in {:.1f} s{}", trainer.state().epoch,
                trainer.state().step, seconds_since(start),
                has_epochs ? fmt::format("; final test accuracy {:.2f}%",

@@ -2,8 +2,10 @@
 
 #include <ATen/record_function.h>
 #include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
 
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 #include "training/components.h"
@@ -26,6 +28,32 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A mid-epoch checkpoint continues its epoch only on the samples it started: the keys that choose
+// them (the order, the crops, the data itself) must be as stored. (training.batch_size has its own
+// message in resume().)
+void check_same_samples(const std::filesystem::path& checkpoint, const TrainState& state,
+                        const std::string& current_yaml) {
+  const YAML::Node stored = YAML::Load(checkpoint_config(checkpoint));
+  const YAML::Node current = YAML::Load(current_yaml);
+  for (const auto& [section, key] :
+       std::vector<std::pair<std::string, std::string>>{{"training", "seed"},
+                                                        {"data", "source"},
+                                                        {"data", "root"},
+                                                        {"data", "train_limit"},
+                                                        {"data", "synthetic_train_size"},
+                                                        {"data", "augment"}}) {
+    const std::string was = stored[section][key].as<std::string>("");
+    const std::string now = current[section][key].as<std::string>("");
+    if (was == now) continue;
+    throw UserError(section + "." + key + ": " + checkpoint.string() + " stopped " +
+                    std::to_string(state.batch_in_epoch) + " batches into epoch " +
+                    std::to_string(state.epoch + 1) + " with " + key + " " + was +
+                    "; finishing that epoch with " + now +
+                    " would train on other samples than the interrupted epoch. Resume with " +
+                    section + "." + key + "=" + was + " (change it at an epoch boundary)");
+  }
 }
 
 }  // namespace
@@ -67,7 +95,8 @@ void Trainer::write_to(RunDirectory& run) {
   sampler_ = make_sampler(config_.monitor, device_, run.path() / "gpu.jsonl");
   if (config_.monitor.tensorboard) {
     // A resumed run writes a new file, from the step after the last one the earlier files hold.
-    events_ = std::make_unique<EventWriter>(run.path(), last_event_step(run.path()));
+    earlier_events_ = last_event_step(run.path()) >= 0;
+    events_ = std::make_unique<EventWriter>(run.path());
   }
   if (config_.profiler.enabled) {
     profiler_ = std::make_unique<StepProfiler>(profiler_options(config_.profiler),
@@ -117,6 +146,7 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
         std::to_string(state_.batch_size) +
         " (change it at an epoch boundary: resume with training.epochs set to this epoch first)");
   }
+  if (state_.batch_in_epoch > 0) check_same_samples(checkpoint, state_, config_yaml_);
   const int64_t ranks = group_ ? group_->world_size() : 1;
   if (state_.world_size != ranks) {
     throw UserError(checkpoint.string() + ": written by a run of " +
@@ -144,19 +174,24 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
 }
 
 FitEnd Trainer::fit() {
+  check_evaluation_fits();
+  if (events_ && earlier_events_) {
+    // A resumed (or restarted) run: TensorBoard drops the dead session's points from here on,
+    // which this one writes again (a redone epoch's, an evaluation killed part-way).
+    events_->start_session(state_.step + 1);
+    earlier_events_ = false;
+  }
   while (state_.epoch < config_.training.epochs && state_.step < total_steps_) {
     const bool finished = train_epoch();
     if (!finished && stopping_) {
-      save();
-      spdlog::warn(
-          "stopped by signal in epoch {} after step {}; checkpoint written, continue "
-          "with: train --resume {}",
-          state_.epoch + 1, state_.step, run_ ? run_->path().string() : "<run dir>");
+      spdlog::warn("stopped by signal in epoch {} after step {}; {}", state_.epoch + 1, state_.step,
+                   save_on_stop());
       return FitEnd::Stopped;
     }
     const int64_t epoch = state_.epoch + 1;
     const Evaluation evaluation = evaluate();
-    record_epoch(epoch, evaluation);
+    const EpochRecord record = record_epoch(epoch, evaluation);
+    if (diverged(record)) return end_diverged(record);
     if (finished) {
       state_.epoch = epoch;
       state_.batch_in_epoch = 0;
@@ -169,6 +204,40 @@ FitEnd Trainer::fit() {
   if (profiler_ && profiler_->active()) profiler_->finish_early(state_.step);
   if (snapshot_ && snapshot_->active()) snapshot_->finish_early(state_.step);
   return FitEnd::Finished;
+}
+
+std::string Trainer::save_on_stop() {
+  const std::string dir = run_ ? run_->path().string() : "<run dir>";
+  if (!config_.checkpoint.enabled) {
+    return "no checkpoint written (checkpoint.enabled: false): this run cannot be continued; "
+           "metrics.jsonl holds its finished epochs";
+  }
+  if (config_.data.loader == LoaderKind::TorchData) {
+    // Its epochs cannot be continued part-way: a checkpoint of this point would be one that
+    // cannot be resumed, so the last one (at an epoch's end) is kept.
+    return state_.epoch > 0 ? fmt::format(
+                                  "data.loader: torch_data cannot continue an epoch part-way, so "
+                                  "the checkpoint of epoch {} is kept: train --resume {} trains "
+                                  "epoch {} again",
+                                  state_.epoch, dir, state_.epoch + 1)
+                            : "data.loader: torch_data cannot continue an epoch part-way and "
+                              "epoch 1 had no checkpoint yet: train --resume " +
+                                  dir + " starts the run again";
+  }
+  save();
+  return "checkpoint written, continue with: train --resume " + dir;
+}
+
+FitEnd Trainer::end_diverged(const EpochRecord& r) {
+  const bool train = !std::isfinite(r.train_loss);
+  spdlog::error(
+      "training diverged in epoch {} by step {}: the {} loss is {} (lr {:.4g}); stopped. "
+      "metrics.jsonl and report.md record the epoch, the last checkpoint is kept: continue with "
+      "a lower learning rate, e.g. train --resume {} --set optimizer.lr={:.4g}",
+      r.epoch, r.step, train ? "training" : "test",
+      non_finite_text(train ? r.train_loss : r.test_loss), r.lr,
+      run_ ? run_->path().string() : "<run dir>", config_.optimizer.lr() / 10);
+  return FitEnd::Diverged;
 }
 
 bool Trainer::train_epoch() {
@@ -192,7 +261,7 @@ bool Trainer::train_epoch() {
   data_seconds_ = 0;
   begin_epoch_timing(start);
 
-  while (state_.step < total_steps_ && !stop_now()) {
+  while (state_.step < total_steps_ && !diverged_ && !stop_now()) {
     // Host time blocked waiting for the next batch: the input pipeline's share of the epoch.
     const auto wait_start = Clock::now();
     auto batch = train_loader_->next();
@@ -202,6 +271,7 @@ bool Trainer::train_epoch() {
     set_learning_rate(*parts_.optimizer, last_lr_);
     if (sampler_) sampler_->set_position(epoch, state_.step + 1);
 
+    if (group_) group_->broadcast_buffers(*parts_.model);  // as DDP's broadcast_buffers
     if (profiler_) profiler_->before_step(state_.step + 1);
     if (snapshot_) snapshot_->before_step(state_.step + 1);
     StepResult result;
@@ -288,6 +358,9 @@ void Trainer::log_interval(ProgressLine& progress, int64_t epoch, int64_t batche
   const double seen = static_cast<double>(state_.seen);
   // Reading the accumulators waits for the queued steps; only then is the rate honest.
   const double running_loss = state_.loss_sum.item<double>() / seen;
+  // Alone, a non-finite running loss ends the epoch here (data-parallel ranks read their own
+  // losses at their own times: they decide at the epoch's end, on the all-reduced loss).
+  if (!group_ && !std::isfinite(running_loss)) diverged_ = true;
   const double running_acc = static_cast<double>(state_.correct.item<int64_t>()) / seen;
   const double rate = interval_images / std::max(seconds_since(interval_start), 1e-9);
   const int64_t left =
@@ -334,18 +407,10 @@ Evaluation Trainer::evaluate() {
   const auto start = Clock::now();
   auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device_));
   auto correct = torch::zeros({}, torch::TensorOptions(torch::kInt64).device(device_));
+  if (group_) group_->broadcast_buffers(*model);  // every rank evaluates with rank 0's statistics
   test_loader_->start_epoch(0);
   while (auto batch = test_loader_->next()) {
-    auto logits = model->forward(batch->images);
-    if (config_.training.eval_flip) {  // the image and its mirror image (NCHW: width is dim 3)
-      logits = (logits.to(torch::kFloat32) +
-                model->forward(batch->images.flip({3})).to(torch::kFloat32)) /
-               2;
-    }
-    loss_sum += F::cross_entropy(logits.to(torch::kFloat32), batch->labels,
-                                 F::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .to(torch::kFloat64);
-    correct += logits.argmax(1).eq(batch->labels).sum();
+    evaluate_batch(model, batch->images, batch->labels, loss_sum, correct);
   }
   auto count = torch::full({}, static_cast<double>(test_loader_->shard_size()),
                            torch::TensorOptions(torch::kFloat64).device(device_));
@@ -358,7 +423,59 @@ Evaluation Trainer::evaluate() {
   return evaluation;
 }
 
-void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
+void Trainer::evaluate_batch(models::ResNet& model, const torch::Tensor& images,
+                             const torch::Tensor& labels, torch::Tensor& loss_sum,
+                             torch::Tensor& correct) {
+  const int64_t n = labels.size(0);
+  for (int64_t begin = 0; begin < n;) {
+    const int64_t size = std::min(eval_chunk_ > 0 ? eval_chunk_ : n, n - begin);
+    try {
+      const auto chunk = images.narrow(0, begin, size);
+      const auto chunk_labels = labels.narrow(0, begin, size);
+      auto logits = model->forward(chunk);
+      if (config_.training.eval_flip) {  // the image and its mirror image (NCHW: width is dim 3)
+        logits =
+            (logits.to(torch::kFloat32) + model->forward(chunk.flip({3})).to(torch::kFloat32)) / 2;
+      }
+      const auto loss = F::cross_entropy(logits.to(torch::kFloat32), chunk_labels,
+                                         F::CrossEntropyFuncOptions().reduction(torch::kSum));
+      const auto hits = logits.argmax(1).eq(chunk_labels).sum();
+      loss_sum += loss.to(torch::kFloat64);  // added only once the whole chunk went through
+      correct += hits;
+      begin += size;
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e) || size == 1) throw;
+      eval_chunk_ = size / 2;
+      spdlog::warn(
+          "memory: evaluation ran out of memory at {} images per forward pass; it goes on in "
+          "chunks of {} (training.eval_batch_size {}; the results do not depend on it)",
+          size, eval_chunk_, config_.training.eval_batch_size);
+    }
+  }
+}
+
+void Trainer::check_evaluation_fits() {
+  // One evaluation batch (the first of the test split), before the first step: what does not fit
+  // is split now, not after an epoch of training. Its peak is not the epoch's (reset after).
+  // Where memory is bounded only: on a CPU without memory.limit there is nothing to fit into.
+  if (!device_.is_cuda() && config_.memory.limit == 0) return;
+  torch::NoGradGuard no_grad;
+  AutocastGuard autocast(device_.type(), config_.training.precision);
+  models::ResNet& model = parts_.ema ? parts_.ema->average() : parts_.model;
+  model->eval();
+  test_loader_->start_epoch(0);
+  if (auto batch = test_loader_->next()) {
+    auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device_));
+    auto correct = torch::zeros({}, torch::TensorOptions(torch::kInt64).device(device_));
+    evaluating_ = true;
+    evaluate_batch(model, batch->images, batch->labels, loss_sum, correct);
+    evaluating_ = false;
+  }
+  test_loader_->start_epoch(0);  // no batch left half-taken
+  parts_.model->train();
+}
+
+EpochRecord Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   EpochRecord r;
   r.epoch = epoch;
   r.step = state_.step;
@@ -418,6 +535,7 @@ void Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
     events_->flush();
   }
   log_epoch(r);
+  return r;
 }
 
 void Trainer::record_memory(EpochRecord& r) {
@@ -475,6 +593,9 @@ void Trainer::log_epoch(const EpochRecord& r) {
 
 void Trainer::save() {
   if (!config_.checkpoint.enabled || !run_) return;  // only rank 0 writes
+  // torch_data cannot continue an epoch part-way: the last checkpoint (an epoch's end) is kept
+  // rather than replaced by one that cannot be resumed.
+  if (config_.data.loader == LoaderKind::TorchData && state_.batch_in_epoch > 0) return;
   state_.world_size = group_ ? group_->world_size() : 1;
   state_.batch_size = config_.training.batch_size;
   if (parts_.scaler.enabled()) {

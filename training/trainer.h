@@ -35,7 +35,9 @@ struct Evaluation {
   double seconds = 0;
 };
 
-enum class FitEnd { Finished, Stopped };  // Stopped: a stop signal, checkpoint written
+// Stopped: a stop signal, checkpoint written. Diverged: a loss stopped being a number (epoch
+// record written, no checkpoint of the diverged weights: the last one is kept).
+enum class FitEnd { Finished, Stopped, Diverged };
 
 class Trainer {
  public:
@@ -90,7 +92,15 @@ class Trainer {
   // Once per run, on the CPU, after kProjectionSteps steady steps: warns when the rest of the run
   // would take more than an hour at the steady rate (diagnosis.h's long_cpu_run_warning).
   void judge_cpu_run_length();
-  void record_epoch(int64_t epoch, const Evaluation& evaluation);
+  EpochRecord record_epoch(int64_t epoch, const Evaluation& evaluation);
+  // One evaluation batch into the sums, in chunks of eval_chunk_ images; an out-of-memory error
+  // halves the chunk (said once per halving) and redoes it.
+  void evaluate_batch(models::ResNet& model, const torch::Tensor& images,
+                      const torch::Tensor& labels, torch::Tensor& loss_sum, torch::Tensor& correct);
+  void check_evaluation_fits();
+  FitEnd end_diverged(const EpochRecord& record);
+  // At a stop signal: the checkpoint if one that can be resumed can be written; what was done.
+  std::string save_on_stop();
   // The epoch's memory columns: each phase's peaks, the largest over the ranks.
   void record_memory(EpochRecord& record);
   // The epoch's line, the evaluation-peak hint (once) and the diagnosis (diagnosis.h).
@@ -132,8 +142,11 @@ class Trainer {
   std::optional<std::chrono::steady_clock::time_point> training_start_;
   std::chrono::steady_clock::time_point last_line_;
   bool shown_line_ = false;
-  bool stopping_ = false;    // a stop was agreed (see stop_now)
-  bool evaluating_ = false;  // inside evaluate()
+  bool stopping_ = false;        // a stop was agreed (see stop_now)
+  bool diverged_ = false;        // the running training loss is not a number (one process only)
+  bool earlier_events_ = false;  // the run directory holds event files of an earlier session
+  bool evaluating_ = false;      // inside evaluate()
+  int64_t eval_chunk_ = 0;       // images per evaluation forward pass; 0: the whole batch
   // The device's peaks in this epoch's training phase and in its evaluation: the peak counters
   // are reset at each phase boundary, so each phase's peak is its own (the first step stays in
   // the training peak: it is what must fit).

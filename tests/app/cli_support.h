@@ -93,6 +93,17 @@ class Background {
   bool waited_ = false;
 };
 
+// Processes whose command line holds `argument`.
+inline int processes_running_with(const fs::path& argument) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    std::string cmdline = test_support::read_text(entry.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(argument.string()) != std::string::npos) ++count;
+  }
+  return count;
+}
+
 // Waits (up to `seconds`) until `file` exists; whether it does.
 inline bool wait_for_file(const fs::path& file, int seconds = 300) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);

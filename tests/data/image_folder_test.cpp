@@ -88,6 +88,16 @@ TEST(ImageFolder, EmptyFileIsNamed) {
             (dir / "train/a/0.png").string() + ": not a decodable image");
 }
 
+// A dangling symbolic link among the images was skipped without a word.
+TEST(ImageFolder, ADanglingSymbolicLinkIsNamed) {
+  test_support::TempDir dir;
+  write_png(dir / "train/a/0.png", 1, 2, 3);
+  fs::create_symlink(dir / "gone.png", dir / "train/a/1.png");
+  EXPECT_EQ(error_of([&] { data::read_image_folder(dir / "train"); }),
+            (dir / "train/a/1.png").string() + ": a symbolic link to nothing (its target " +
+                (dir / "gone.png").string() + " does not exist); remove it or restore the image");
+}
+
 TEST(ImageFolder, RealJpegSliceDecodes) {
   REAL_DATA_ROOT_OR_SKIP(root);
   auto split = data::read_image_folder(root / "test", 200);

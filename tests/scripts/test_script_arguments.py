@@ -170,6 +170,53 @@ class ScriptArgumentsTest(unittest.TestCase):
             self.assertIn("- cuda (model.stem=imagenet, model.num_classes=1000): 3000 steady images/s, 20.0x the CPU, "
                           "epoch 17.5 s", md)
 
+    def test_failures_are_one_line_and_exit_two_never_a_traceback(self):
+        """Cases that ended in tracebacks (reliability round 2)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            (tmp / "afile").write_text("")
+            (tmp / "loop1").symlink_to(tmp / "loop2")
+            (tmp / "loop2").symlink_to(tmp / "loop1")
+            (tmp / "sweep").mkdir()
+            (tmp / "sweep" / "sweep.json").write_text('{"trials": [], "cells": []}')
+            cases = [("get_data.py", "--root", str(tmp / "afile"), "--from", str(tmp)),
+                     ("get_data.py", "--root", str(tmp / "loop1"), "--from", str(tmp)),
+                     ("launch.py", "-n", "1", "--"),
+                     ("launch.py", "-n", "1", str(tmp / "no-such-binary")),
+                     ("plot_sweep.py", str(tmp / "sweep")),
+                     ("compare_devices.py", "--config", str(tmp / "missing.yaml"), "--out", str(tmp / "cmp"))]
+            for script, *args in cases:
+                proc = run(script, *args)
+                self.assertEqual(proc.returncode, 2, (script, args, proc.stderr))
+                self.assertNotIn("Traceback", proc.stderr, (script, args))
+                last = proc.stderr.strip().splitlines()[-1]
+                self.assertRegex(last, r"^(get-data|launch|plot_sweep|compare_devices|launch\.py): ", (script, args))
+
+    def test_a_torn_last_line_and_a_diverged_loss_still_plot(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            run_dir = Path(tmp)
+            row = {"epoch": 1, "train_loss": None, "test_loss": None, "train_acc": 0.1, "test_acc": 0.1,
+                   "images_per_second": 10.0, "data_wait_fraction": 0.0, "device": "cpu",
+                   "train_peak_allocated_bytes": 1, "eval_peak_allocated_bytes": 1}
+            (run_dir / "metrics.jsonl").write_text(__import__("json").dumps(row) + "\n")
+            (run_dir / "gpu.jsonl").write_text('{"time": 1.0, "device": "cpu", "memory_used_bytes": 5}\n{"time": 2')
+            proc = run("plot_run.py", tmp)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertTrue((run_dir / "loss_accuracy.png").exists())
+
+    def test_the_converter_refuses_splits_with_other_class_folders_as_train_does(self):
+        sys.path.insert(0, str(REPO / "scripts"))
+        import get_data
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "src"
+            for split, classes in (("train", ("bird", "cat", "deer")), ("test", ("bird", "deer"))):
+                for name in classes:
+                    (src / split / name).mkdir(parents=True)
+            with self.assertRaises(get_data.Refused) as refused:
+                get_data.convert_to_binary(src, Path(tmp) / "out")
+            self.assertIn("its class folders differ", str(refused.exception))
+            self.assertIn("missing 'cat'", str(refused.exception))
+
 
 if __name__ == "__main__":
     unittest.main()

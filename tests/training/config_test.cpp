@@ -366,6 +366,54 @@ TEST(Config, ADirectoryIsNotAConfig) {
   }
 }
 
+// yaml-cpp alone reads "010" as YAML 1.1's octal 8: every integer is read as the decimal it shows.
+TEST(Config, NumbersAreReadAsWritten) {
+  const Config c = training::parse_config(
+      "training: {epochs: 010, seed: 0123, batch_size: +64}\nschedule: {milestones: [08, 09]}\n",
+      "c.yaml");
+  EXPECT_EQ(c.training.epochs, 10);
+  EXPECT_EQ(c.training.seed, 123);
+  EXPECT_EQ(c.training.batch_size, 64);
+  EXPECT_EQ(c.schedule.milestones(), (std::vector<int64_t>{8, 9}));
+  EXPECT_EQ(training::parse_config("", "c.yaml", {"training.epochs=007"}).training.epochs, 7);
+  for (const std::string text : {"0x10", "0o10", "1e3", "1.0", "99999999999999999999"}) {
+    EXPECT_EQ(error_of("training: {epochs: " + text + "}"),
+              "c.yaml: training.epochs: expected an integer in [1, 100000], got '" + text + "'");
+  }
+}
+
+// A second document after '---' was silently ignored.
+TEST(Config, ASecondYamlDocumentIsRefused) {
+  EXPECT_EQ(error_of("training: {epochs: 3}\n---\ntraining: {epochs: 30}\n"),
+            "c.yaml: holds 2 YAML documents (separated by '---'); a config is one document, so "
+            "join them or keep one");
+  EXPECT_EQ(training::parse_config("---\ntraining: {epochs: 3}\n", "c.yaml").training.epochs, 3);
+}
+
+// /dev/zero was read until memory ran out; a FIFO would block the read forever.
+TEST(Config, OnlyARegularFileOfBoundedSizeIsRead) {
+  for (const std::string device : {"/dev/zero", "/dev/null"}) {
+    try {
+      training::load_config(device);
+      ADD_FAILURE() << device << " was read as a config";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()), device +
+                                           ": is not a regular file (a device, pipe or socket), "
+                                           "expected a YAML config file");
+    }
+  }
+  test_support::TempDir dir;
+  std::ofstream(dir / "big.yaml") << "# " << std::string(2 << 20, 'x') << "\n";
+  try {
+    training::load_config((dir / "big.yaml").string());
+    ADD_FAILURE() << "a 2 MiB file was read as a config";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "big.yaml").string() +
+                                         ": is larger than 1 MiB, expected a YAML config file "
+                                         "of a few KiB");
+  }
+}
+
 TEST(Config, ShippedConfigsAreValid) {
   for (const char* name : {"resnet50_cifar10.yaml", "resnet50_cifar10_fast.yaml", "quick_cpu.yaml",
                            "sweep_cpu.yaml"}) {

@@ -128,16 +128,6 @@ TEST(RunDirectory, OpeningRemovesTemporariesAnInterruptedWriteLeft) {
   EXPECT_TRUE(fs::exists(dir / "run/keep.txt"));
 }
 
-TEST(RunDirectory, SaysWhatAFolderHolds) {
-  test_support::TempDir dir;
-  EXPECT_EQ(training::held_outputs(dir / "absent"), "");
-  EXPECT_EQ(training::held_outputs(dir.path()), "");
-  std::ofstream(dir / "metrics.jsonl") << "";
-  EXPECT_EQ(training::held_outputs(dir.path()), "a run");
-  std::ofstream(dir / "sweep.json") << "{}";
-  EXPECT_EQ(training::held_outputs(dir.path()), "a sweep");
-}
-
 TEST(RunDirectory, NewRunPathsAreNamedOrStampedAndUnique) {
   test_support::TempDir dir;
   EXPECT_EQ(training::new_run_path(dir.path(), "exp", "resnet50"), dir / "exp");

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 
 #include "training/platform/errors.h"
 
@@ -130,6 +131,25 @@ void ProcessGroup::broadcast_from_main(torch::nn::Module& module) {
   }
 }
 
+void ProcessGroup::broadcast_buffers(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  for (auto& b : module.buffers()) by_dtype[b.scalar_type()].push_back(b.detach());
+  for (auto& [dtype, buffers] : by_dtype) {
+    std::vector<torch::Tensor> flat = {torch::cat([&] {
+      std::vector<torch::Tensor> views;
+      for (auto& b : buffers) views.push_back(b.reshape({-1}));
+      return views;
+    }())};
+    impl_->group->broadcast(flat)->wait();
+    int64_t offset = 0;
+    for (auto& b : buffers) {
+      b.copy_(flat[0].narrow(0, offset, b.numel()).view_as(b));
+      offset += b.numel();
+    }
+  }
+}
+
 void ProcessGroup::all_reduce(std::vector<torch::Tensor>& tensors, bool max) {
   c10d::AllreduceOptions options;
   options.reduceOp = max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
@@ -198,6 +218,7 @@ const char* ProcessGroup::backend_name() const {
   return "none";
 }
 void ProcessGroup::broadcast_from_main(torch::nn::Module&) {}
+void ProcessGroup::broadcast_buffers(torch::nn::Module&) {}
 void ProcessGroup::all_reduce(std::vector<torch::Tensor>&, bool) {}
 void ProcessGroup::barrier() {}
 std::unique_ptr<ProcessGroup::GradientAverager> ProcessGroup::gradient_averager(

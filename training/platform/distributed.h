@@ -72,6 +72,10 @@ class ProcessGroup {
 
   // Every parameter and buffer of `module` takes rank 0's value.
   void broadcast_from_main(torch::nn::Module& module);
+  // Every buffer (BatchNorm's running statistics) takes rank 0's value, as PyTorch's DDP does
+  // before each forward (broadcast_buffers): the ranks evaluate with the same statistics, and a
+  // resume from rank 0's checkpoint continues exactly. One broadcast per dtype.
+  void broadcast_buffers(torch::nn::Module& module);
   // Element-wise sum (or max) over the ranks, in place.
   void all_reduce(std::vector<torch::Tensor>& tensors, bool max = false);
   void barrier();

@@ -16,6 +16,7 @@ inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitOutOfMemory = 3;
 inline constexpr int kExitDistributed = 4;
 inline constexpr int kExitCannotWrite = 5;  // an output could not be written (disk full, quota...)
+inline constexpr int kExitDiverged = 6;     // the loss stopped being a number; results written
 inline constexpr int kExitStopped = 130;    // stopped by SIGINT/SIGTERM, checkpoint written
 
 // The first line of a message: LibTorch's and Gloo's errors append backtraces and context lines.

@@ -2,7 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,22 +30,56 @@ std::string ProcessOutcome::describe() const {
   return "exit code " + std::to_string(exit_code);
 }
 
+namespace {
+
+// fork + exec, where the child asks the kernel to kill it when this process dies (kill -9
+// included: PR_SET_PDEATHSIG), so no trial outlives its sweep. The child does only
+// async-signal-safe calls before exec; an exec failure's errno comes back through a pipe.
+pid_t start_child(std::vector<char*>& args, const fs::path& log_file) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    throw UserError(std::string(args[0]) + ": cannot start (" + std::strerror(errno) + ")");
+  }
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int error = 0;
+    const int log = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log < 0 || ::dup2(log, STDOUT_FILENO) < 0 || ::dup2(log, STDERR_FILENO) < 0 ||
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+      error = errno;
+    } else if (::getppid() != parent) {
+      ::_exit(127);  // the parent died before the request took effect
+    } else {
+      ::execve(args[0], args.data(), environ);
+      error = errno;
+    }
+    ssize_t written = ::write(pipe_fds[1], &error, sizeof error);
+    (void)written;
+    ::_exit(127);
+  }
+  const int fork_error = errno;
+  ::close(pipe_fds[1]);
+  int child_error = 0;
+  const ssize_t got = pid > 0 ? ::read(pipe_fds[0], &child_error, sizeof child_error) : 0;
+  ::close(pipe_fds[0]);
+  if (pid < 0 || got == static_cast<ssize_t>(sizeof child_error)) {
+    if (pid > 0) ::waitpid(pid, nullptr, 0);
+    throw UserError(std::string(args[0]) + ": cannot start (" +
+                    std::strerror(pid < 0 ? fork_error : child_error) + ")");
+  }
+  return pid;
+}
+
+}  // namespace
+
 ProcessOutcome run_process(const std::vector<std::string>& argv, const fs::path& log_file,
                            int64_t timeout_seconds) {
   std::vector<char*> args;
   std::vector<std::string> copies = argv;
   for (auto& arg : copies) args.push_back(arg.data());
   args.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_file.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = 0;
-  const int error = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (error != 0) throw UserError(argv[0] + ": cannot start (" + std::strerror(error) + ")");
+  const pid_t pid = start_child(args, log_file);
 
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
@@ -101,11 +135,20 @@ std::string run_python_script(const std::string& script, const std::vector<std::
   if (!fs::exists(path)) return path.string() + " not found";
   std::vector<std::string> argv = {python_executable(), path.string()};
   argv.insert(argv.end(), arguments.begin(), arguments.end());
-  // posix_spawn needs a path: resolve a bare "python3" through PATH with /usr/bin/env.
+  // exec needs a path: resolve a bare "python3" through PATH with /usr/bin/env.
   if (argv[0].find('/') == std::string::npos) argv.insert(argv.begin(), "/usr/bin/env");
   std::error_code ignored;
   fs::remove(log_file, ignored);
-  const auto outcome = run_process(argv, log_file, 600);
+  // The log's folder is checked first, so that a read-only folder is not blamed on Python.
+  if (!std::ofstream(log_file, std::ios::app)) {
+    return log_file.string() + ": cannot write (" + std::strerror(errno) + ")";
+  }
+  ProcessOutcome outcome;
+  try {
+    outcome = run_process(argv, log_file, 600);
+  } catch (const UserError& e) {  // the plots are optional: a missing Python is said, not fatal
+    return std::string("Python ") + e.what() + " (set TRAIN_PYTHON, or run scripts/setup.sh)";
+  }
   if (outcome.exit_code == 0) return "";
   const std::string last = last_line(log_file);
   return script + ": " + outcome.describe() + (last.empty() ? "" : " (" + last + ")");

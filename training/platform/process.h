@@ -21,7 +21,8 @@ struct ProcessOutcome {
 // Runs argv[0] (a path) with stdout and stderr appended to `log_file`; kills it after
 // `timeout_seconds`. When this process is asked to stop (stop_signal.h: Ctrl-C, SIGTERM), passes
 // SIGTERM on to the child and waits for it (SIGKILL after 10 s), so no child is left running.
-// Throws UserError when it cannot be started.
+// The child is killed when this process dies (PR_SET_PDEATHSIG), kill -9 included. Throws
+// UserError when it cannot be started.
 ProcessOutcome run_process(const std::vector<std::string>& argv,
                            const std::filesystem::path& log_file, int64_t timeout_seconds);
 

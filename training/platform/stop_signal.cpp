@@ -1,7 +1,11 @@
 #include "training/platform/stop_signal.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
+
+#include "training/platform/errors.h"
 
 namespace training {
 namespace {
@@ -13,7 +17,16 @@ extern "C" void on_stop_signal(int signal) {
   std::signal(signal, SIG_DFL);  // the next one terminates immediately
 }
 
+extern "C" void exit_on_stop_signal(int) {
+  ::_exit(kExitStopped);
+}
+
 }  // namespace
+
+void install_exit_on_stop() {
+  std::signal(SIGINT, exit_on_stop_signal);
+  std::signal(SIGTERM, exit_on_stop_signal);
+}
 
 void install_stop_handlers() {
   std::signal(SIGINT, on_stop_signal);

@@ -45,6 +45,14 @@ std::string encode_scalars(int64_t step, const Scalars& scalars) {
   return event.SerializeAsString();
 }
 
+std::string encode_session_start(int64_t step) {
+  tensorboard::Event event;
+  event.set_wall_time(wall_time());
+  event.set_step(step);
+  event.mutable_session_log()->set_status(tensorboard::SessionLog::START);
+  return event.SerializeAsString();
+}
+
 // The largest summary step in one file; stops at the first torn or unparsable record.
 int64_t last_step_in(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
@@ -82,6 +90,9 @@ std::string encode_file_version() {
 std::string encode_scalars(int64_t, const Scalars&) {
   not_built();
 }
+std::string encode_session_start(int64_t) {
+  not_built();
+}
 int64_t last_step_in(const fs::path&) {
   not_built();
 }
@@ -113,14 +124,16 @@ int64_t last_event_step(const fs::path& dir) {
   int64_t last = -1;
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(dir, error)) {
-    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) {
+    // Regular files only: a FIFO or a device named like an event file would block the read.
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0 &&
+        entry.is_regular_file(error)) {
       last = std::max(last, last_step_in(entry.path()));
     }
   }
   return last;
 }
 
-EventWriter::EventWriter(const fs::path& dir, int64_t skip_through) : skip_through_(skip_through) {
+EventWriter::EventWriter(const fs::path& dir) {
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
   const auto seconds = static_cast<int64_t>(wall_time());
@@ -133,8 +146,13 @@ EventWriter::EventWriter(const fs::path& dir, int64_t skip_through) : skip_throu
 }
 
 void EventWriter::add_scalars(int64_t step, const Scalars& scalars) {
-  if (step <= skip_through_ || scalars.empty()) return;
+  if (scalars.empty()) return;
   write_record(encode_scalars(step, scalars));
+}
+
+void EventWriter::start_session(int64_t step) {
+  write_record(encode_session_start(step));
+  flush();
 }
 
 void EventWriter::flush() {

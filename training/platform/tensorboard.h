@@ -23,16 +23,21 @@ uint32_t masked_crc32c(const void* data, size_t size);
 
 using Scalars = std::vector<std::pair<std::string, double>>;
 
-// The largest step of any scalar in the event files of `dir` (-1 when there are none): where a
-// resumed run's new file starts. A torn or unreadable record ends the reading of its file.
+// The largest step of any scalar in the event files of `dir` (-1 when there are none): whether a
+// run directory holds an earlier session. A torn or unreadable record ends the reading of its
+// file; files that are not regular files (a FIFO) are not read.
 int64_t last_event_step(const std::filesystem::path& dir);
 
 class EventWriter {
  public:
-  // Creates a new event file in `dir` (its first record names the format version). Scalars at
-  // steps up to `skip_through` are dropped: a resumed run repeats steps the earlier file has.
-  // Throws UserError naming the file when it cannot be created.
-  explicit EventWriter(const std::filesystem::path& dir, int64_t skip_through = -1);
+  // Creates a new event file in `dir` (its first record names the format version). Throws
+  // UserError naming the file when it cannot be created.
+  explicit EventWriter(const std::filesystem::path& dir);
+
+  // TensorBoard's convention for a restart (a resumed run): a SessionLog START at `step`, after
+  // which its reader drops what earlier files hold at `step` and later; the resumed run writes
+  // those steps again, so the event files agree with metrics.jsonl.
+  void start_session(int64_t step);
 
   // One Event at `step` holding every value (tag, value as float32).
   void add_scalars(int64_t step, const Scalars& scalars);
@@ -44,7 +49,6 @@ class EventWriter {
 
   std::filesystem::path path_;
   std::ofstream out_;
-  int64_t skip_through_;
 };
 
 }  // namespace training

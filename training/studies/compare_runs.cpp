@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "training/output_dir.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
@@ -55,7 +56,7 @@ std::string model_of(const ComparedRun& run) {
 nlohmann::ordered_json to_json(const ComparedRun& run, const std::vector<std::string>& keys) {
   nlohmann::ordered_json j;
   j["dir"] = run.dir.string();
-  j["name"] = run.dir.filename().string();
+  j["name"] = run.name;
   j["model"] = model_of(run);
   const Totals t = totals_of(run.epochs);
   j["totals"] = {
@@ -88,7 +89,8 @@ ComparedRun read_compared_run(const fs::path& dir) {
                     "writes them)");
   }
   ComparedRun run;
-  run.dir = dir;
+  run.dir = dir.filename().empty() ? dir.parent_path() : dir;  // "runs/a/" is "runs/a"
+  run.name = run.dir.filename().string();
   try {
     flatten(YAML::LoadFile((dir / "config.yaml").string()), "", run.config);
   } catch (const YAML::Exception& e) {
@@ -150,7 +152,7 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
           "for that reason too.\n\n";
   }
   md << "| |";
-  for (const auto& run : runs) md << " " << run.dir.filename().string() << " |";
+  for (const auto& run : runs) md << " " << run.name << " |";
   md << "\n|---|";
   for (size_t i = 0; i < runs.size(); ++i) md << "---:|";
   md << "\n";
@@ -176,6 +178,10 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
   const auto rate = [](const Totals& t) {
     return t.steady_images_per_second.value_or(t.images / std::max(t.train_seconds, 1e-12));
   };
+  row("diverged", [](const ComparedRun& r, const Totals&) {
+    const EpochRecord* diverged = first_diverged(r.epochs);
+    return diverged ? "in epoch " + std::to_string(diverged->epoch) : std::string("no");
+  });
   row("best test accuracy (epoch)", [](const ComparedRun& r, const Totals& t) {
     const auto& best = r.epochs[t.best];
     return fmt::format("{:.2f}% ({})", 100 * best.test_acc, best.epoch);
@@ -214,12 +220,16 @@ fs::path compare_command(const CompareRequest& request) {
   if (request.run_dirs.empty()) throw UserError("compare: expected one or more run directories");
   std::vector<ComparedRun> runs;
   for (const auto& dir : request.run_dirs) runs.push_back(read_compared_run(dir));
+  for (auto& run : runs) {
+    const auto same_name = [&](const ComparedRun& other) {
+      return other.dir.filename() == run.dir.filename();
+    };
+    run.name = std::count_if(runs.begin(), runs.end(), same_name) > 1 ? run.dir.string()
+                                                                      : run.dir.filename().string();
+  }
   const fs::path out = !request.output_dir.empty() ? fs::path(request.output_dir)
                                                    : new_run_path("runs", "", "compare");
-  if (fs::exists(out / "compare.md")) {
-    throw UserError("--output: " + out.string() + " already holds a comparison (compare.md)");
-  }
-  fs::create_directories(out);
+  claim_output_dir(out, OutputKind::Comparison, "--output");
   const std::string markdown = compare_markdown(runs);
   nlohmann::ordered_json j;
   const auto keys = differing_keys(runs);
@@ -229,6 +239,7 @@ fs::path compare_command(const CompareRequest& request) {
   write_file_atomically(out / "compare.md", markdown);
   const std::string failed = run_python_script("plot_compare.py", {out.string()}, out / "plot.log");
   if (!failed.empty()) spdlog::warn("plots skipped: {}; the table is complete", failed);
+  mark_finished(out, OutputKind::Comparison);
   std::cout << markdown;
   spdlog::info("comparison written to {}", out.string());
   return out;

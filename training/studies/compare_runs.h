@@ -19,6 +19,7 @@ namespace training {
 
 struct ComparedRun {
   std::filesystem::path dir;
+  std::string name;  // its column's heading: the folder's name, or its path where names repeat
   std::map<std::string, std::string> config;  // every key of config.yaml, "section.key" -> value
   std::vector<EpochRecord> epochs;
 };

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "training/memory_format.h"
+#include "training/output_dir.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/dir_lock.h"
@@ -18,11 +19,11 @@ namespace training {
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
-std::vector<SweepCell> memory_settings(const std::string& requested, const Config& config,
-                                       const torch::Device& device) {
+std::vector<SweepCell> memory_settings(const std::optional<std::string>& requested,
+                                       const Config& config, const torch::Device& device) {
   std::vector<SweepCell> cells;
-  if (!requested.empty()) {
-    std::istringstream in(requested);
+  if (requested) {  // given, even as '': an empty list is refused, never the defaults
+    std::istringstream in(*requested);
     std::string item;
     while (std::getline(in, item, ',')) {
       const auto cell = parse_setting(item);
@@ -166,13 +167,7 @@ fs::path study_directory(const MemoryRequest& request, const Config& config) {
       !request.output_dir.empty()
           ? fs::path(request.output_dir)
           : new_run_path(config.output.dir, "", "memory-" + arch_name(config.model));
-  std::error_code ec;
-  const std::string held = fs::exists(dir, ec) ? held_outputs(dir) : "";
-  if (!held.empty()) {
-    throw UserError(dir.string() + ": already holds " + held + "; choose another --output-dir");
-  }
-  fs::create_directories(dir, ec);
-  if (ec) throw UserError(dir.string() + ": cannot create the study directory: " + ec.message());
+  claim_output_dir(dir, OutputKind::MemoryStudy, "--output-dir");
   return dir;
 }
 
@@ -235,6 +230,7 @@ int memory_command(const MemoryRequest& request) {
   for (std::string line; std::getline(lines, line);) spdlog::info("{}", line);
   const std::string problem = run_python_script("plot_memory.py", {dir.string()}, dir / "plot.log");
   if (!problem.empty()) spdlog::warn("plots skipped: {}; the tables are complete", problem);
+  mark_finished(dir, OutputKind::MemoryStudy);
   spdlog::info("memory study written to {}", dir.string());
   return exit_code;
 }

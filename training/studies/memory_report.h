@@ -11,6 +11,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,15 +23,15 @@ namespace training {
 struct MemoryRequest {
   std::string config_path;
   std::vector<Override> overrides;
-  std::string settings;    // "fp32,bf16+checkpointing"; "" = the default list
-  std::string output_dir;  // "" = <output.dir>/<date>-<time>-memory-<arch>
+  std::optional<std::string> settings;  // "fp32,bf16+checkpointing"; none = the default list
+  std::string output_dir;               // "" = <output.dir>/<date>-<time>-memory-<arch>
 };
 
 // The settings to measure: `requested` ("fp32,bf16+checkpointing"; UserError naming --settings),
 // or by default fp32, bf16, fp32+checkpointing, bf16+checkpointing in the configured memory
 // format, leaving bf16 out where it is not native (said in the log).
-std::vector<SweepCell> memory_settings(const std::string& requested, const Config& config,
-                                       const torch::Device& device);
+std::vector<SweepCell> memory_settings(const std::optional<std::string>& requested,
+                                       const Config& config, const torch::Device& device);
 
 // The side-by-side table in MiB; a value outside its setting's peak is in parentheses.
 std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns);

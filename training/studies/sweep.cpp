@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "training/graphed_step.h"
+#include "training/output_dir.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/dir_lock.h"
@@ -217,7 +218,8 @@ class Sweep {
                            config_.memory.limit > 0,
                            config_.sweep.warmup_steps,
                            config_.sweep.measure_steps,
-                           memory_sizes()};
+                           memory_sizes(),
+                           config_.training.eval_batch_size};
     write_sweep_tables(dir_, facts, summaries(), trials_, complete);
   }
 
@@ -309,17 +311,16 @@ int run_sweep(const SweepRequest& request) {
       !request.output_dir.empty()
           ? fs::path(request.output_dir)
           : new_run_path(config.output.dir, config.output.name, "sweep-" + arch_name(config.model));
+  claim_output_dir(dir, OutputKind::Sweep, "--output-dir");
   std::error_code ec;
-  const std::string held = fs::exists(dir, ec) ? held_outputs(dir) : "";
-  if (!held.empty()) {
-    throw UserError(dir.string() + ": already holds " + held + "; choose another --output-dir");
-  }
   fs::create_directories(dir / "trials", ec);
   if (ec) throw UserError(dir.string() + ": cannot create the sweep directory: " + ec.message());
   const DirectoryLock lock(dir);
   write_file_atomically(dir / "config.yaml", to_yaml(config));
   install_stop_handlers();
-  return Sweep(config, dir, request.executable, device).run() ? kExitOk : kExitStopped;
+  if (!Sweep(config, dir, request.executable, device).run()) return kExitStopped;
+  mark_finished(dir, OutputKind::Sweep);
+  return kExitOk;
 }
 
 }  // namespace training

@@ -139,7 +139,11 @@ std::string markdown(const SweepFacts& facts, const std::vector<CellSummary>& ce
      << " measured steps on synthetic images through the run's loader; step time (the step alone) "
         "is the median. "
         "Peaks include the first step (what must fit); the steady peak is over the measured "
-        "steps after the warm-up.\n\n";
+        "steps after the warm-up. The answers are the training step's: `train` evaluates at "
+        "training.eval_batch_size "
+     << facts.eval_batch_size
+     << ", tried before its first step and split into smaller chunks where it does not fit "
+        "(the results do not depend on it).\n\n";
   trials_table(md, trials);
   settings_table(md, cells);
   predictions_table(md, facts, cells);

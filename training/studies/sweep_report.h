@@ -22,6 +22,7 @@ struct SweepFacts {
   bool limit_is_emulated = false;
   int64_t warmup_steps = 0, measure_steps = 0;
   std::vector<int64_t> memory_sizes;  // the limit, then --predict-for's sizes
+  int64_t eval_batch_size = 0;        // training.eval_batch_size of the swept config
 };
 
 // Writes sweep.json, sweep.csv and sweep.md (each atomically); `complete` is false while the

@@ -1,6 +1,7 @@
 #include "training/platform/tensorboard.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <fstream>
@@ -69,9 +70,10 @@ TEST(TensorBoard, RecordsAreFramedAndChecksummed) {
   EXPECT_NE(bytes.find("train/loss"), std::string::npos);
 }
 
-// A resumed run starts after the last step the earlier files hold; a torn last record (a killed
-// run) ends the reading of its file without an error.
-TEST(TensorBoard, TheLastStepSurvivesATornRecordAndResumedStepsAreNotRepeated) {
+// The last step of the earlier files says whether a run directory holds an earlier session; a
+// torn last record (a killed run) ends the reading of its file without an error, and a FIFO named
+// like an event file is not opened (it would block the reading for ever).
+TEST(TensorBoard, TheLastStepSurvivesATornRecordAndAFifoIsNotRead) {
   TENSORBOARD_OR_SKIP();
   test_support::TempDir dir;
   EXPECT_EQ(training::last_event_step(dir.path()), -1);
@@ -83,18 +85,23 @@ TEST(TensorBoard, TheLastStepSurvivesATornRecordAndResumedStepsAreNotRepeated) {
   }
   const fs::path first = only_event_file(dir.path());
   std::ofstream(first, std::ios::app | std::ios::binary) << std::string("\x30\x00\x00", 3);
+  ASSERT_EQ(::mkfifo((dir / "events.out.tfevents.0.fifo.1").c_str(), 0644), 0);
   EXPECT_EQ(training::last_event_step(dir.path()), 7);
+}
 
-  const fs::path other = dir / "other";
-  fs::create_directories(other);
+// A restart is TensorBoard's SessionLog START (Event field 7, status 1) at its step, one record.
+TEST(TensorBoard, ARestartIsASessionStartRecord) {
+  TENSORBOARD_OR_SKIP();
+  test_support::TempDir dir;
   {
-    training::EventWriter writer(other, /*skip_through=*/7);
-    writer.add_scalars(5, {{"train/loss", 9.0}});  // already in the earlier file: dropped
-    writer.add_scalars(9, {{"train/loss", 1.5}});
-    writer.flush();
+    training::EventWriter writer(dir.path());
+    writer.start_session(5);
   }
-  EXPECT_EQ(training::last_event_step(other), 9);
-  EXPECT_EQ(count_records(test_support::read_text(only_event_file(other))), 2u);  // version, 9
+  const std::string bytes = test_support::read_text(only_event_file(dir.path()));
+  EXPECT_EQ(count_records(bytes), 2u);  // the file version, then the session start
+  // The last record's payload ends with the session_log field (field 7, length 2) holding
+  // status = START (field 1, varint 1).
+  EXPECT_NE(bytes.find(std::string("\x3a\x02\x08\x01", 4)), std::string::npos);
 }
 
 TEST(TensorBoard, AnUnwritableDirectoryIsABadInput) {

@@ -56,10 +56,10 @@ TEST(MemoryReport, WritesTheStudyFolder) {
   }
 }
 
-// Bad input is refused before the folder exists.
+// Bad input is refused before the folder exists; an empty --settings is no list, not the defaults.
 TEST(MemoryReport, RefusesBadInputBeforeWriting) {
   test_support::TempDir dir;
-  for (const std::string settings : {"fp32,fp64", "bf16+", ","}) {
+  for (const std::string settings : {"fp32,fp64", "bf16+", ",", ""}) {
     try {
       training::memory_command(request(dir, settings));
       ADD_FAILURE() << settings << " was accepted";

@@ -1,0 +1,45 @@
+// Which command's folder a directory is. Every output directory (a run, a sweep, a memory study,
+// a comparison) carries a marker, `.train-output`, naming its kind, and "finished" once its
+// command completed; only its own command writes into it:
+//   - a new output goes into an absent or empty folder, or into an unfinished one of its own kind
+//     (a sweep, study or comparison stopped part-way is started again; a run is continued with
+//     --resume instead);
+//   - `train --resume` continues runs only.
+// Folders written before the marker existed are recognised by their files (sweep.json, ...).
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace training {
+
+enum class OutputKind { Run, Sweep, MemoryStudy, Comparison };
+
+// "a run", "a sweep", "a memory study", "a comparison".
+std::string kind_text(OutputKind kind);
+
+struct HeldOutputs {
+  std::optional<OutputKind> kind;  // none: absent, empty, or not one of ours
+  bool finished = false;           // its command completed (older folders without a marker: true)
+  std::vector<std::string> other_files;  // up to three names of files that are none of ours
+  // A run folder whose start-up failed before config.yaml (a full disk, a signal): nothing to
+  // resume, nothing lost by starting again.
+  bool never_started = false;
+};
+
+HeldOutputs held_outputs(const std::filesystem::path& dir);
+
+// Creates `dir` for a new output of `kind`, or refuses (UserError, one line naming `flag` and
+// what the folder holds). Removes the temporaries an interrupted write left. The marker is
+// written before anything else.
+void claim_output_dir(const std::filesystem::path& dir, OutputKind kind, const std::string& flag);
+
+// The marker says the command finished (a finished sweep, study or comparison is not redone).
+void mark_finished(const std::filesystem::path& dir, OutputKind kind);
+
+// Refuses (UserError) a `--resume` of a folder that is not a run.
+void check_is_run(const std::filesystem::path& dir);
+
+}  // namespace training
