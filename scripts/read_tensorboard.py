@@ -7,7 +7,9 @@ A value that is not a number (a diverged loss) is null, as in metrics.jsonl (JSO
 
 Exit codes: 0; 2 when RUN_DIR holds no event file or the tensorboard package is missing.
 """
+import contextlib
 import json
+import logging
 import math
 import sys
 from pathlib import Path
@@ -29,8 +31,11 @@ def main(argv):
         print(f"read_tensorboard: the tensorboard package is missing ({e}); run scripts/setup.sh",
               file=sys.stderr)
         return 2
+    # TensorBoard says where a restart purged points (a resumed run); stdout is for the JSON only.
+    logging.getLogger("tensorboard").setLevel(logging.ERROR)
     accumulator = EventAccumulator(str(run), size_guidance={"scalars": 0})  # 0: keep every point
-    accumulator.Reload()
+    with contextlib.redirect_stdout(sys.stderr):
+        accumulator.Reload()
     scalars = {tag: [[event.step, event.value if math.isfinite(event.value) else None]
                      for event in accumulator.Scalars(tag)]
                for tag in accumulator.Tags()["scalars"]}
