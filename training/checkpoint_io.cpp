@@ -285,6 +285,7 @@ TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
   state.skipped_steps = read_value(archive, file, "skipped_steps").toInt();
   state.world_size = read_value(archive, file, "world_size").toInt();
   state.batch_size = read_value(archive, file, "batch_size").toInt();
+  state.config_yaml = read_value(archive, file, "config").toStringRef();
   c10::IValue scale, tracker;
   if (archive.try_read("grad_scale", scale) && archive.try_read("growth_tracker", tracker)) {
     state.grad_scale = scale.toTensor();

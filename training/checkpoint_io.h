@@ -33,6 +33,7 @@ struct TrainState {
   int64_t skipped_steps = 0;   // fp16 steps skipped this epoch (inf/NaN gradients)
   int64_t world_size = 1;      // data-parallel ranks that wrote it (resume needs the same)
   int64_t batch_size = 0;      // training.batch_size that wrote it (mid-epoch resume needs it)
+  std::string config_yaml;     // the config it was written with (read back; save takes its own)
   // GradScaler state (fp16 only; undefined otherwise).
   torch::Tensor grad_scale;
   torch::Tensor growth_tracker;

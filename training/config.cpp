@@ -268,18 +268,17 @@ Config load_config(const std::string& path, const std::vector<Override>& overrid
     throw ConfigError(path + ": is not a regular file (a device, pipe or socket), expected a " +
                       "YAML config file");
   }
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot open config file");
   // A config is a few KiB; a bound keeps a wrong path (a huge log, a disk image) from being read
   // until memory runs out.
-  constexpr std::streamsize kMaxConfigBytes = 1 << 20;
-  std::string text(kMaxConfigBytes + 1, '\0');
-  in.read(text.data(), kMaxConfigBytes + 1);
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (text.size() > static_cast<size_t>(kMaxConfigBytes)) {
+  if (std::filesystem::is_regular_file(status) &&
+      std::filesystem::file_size(path, ec) > (1 << 20)) {
     throw ConfigError(path + ": is larger than 1 MiB, expected a YAML config file of a few KiB");
   }
-  return parse_config(text, path, overrides);
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open config file");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path, overrides);
 }
 
 std::string cuda_graph_obstacle(const Config& config) {

@@ -38,7 +38,6 @@ RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
   std::error_code ec;
   if (resuming) {
     if (!fs::is_directory(dir_, ec)) throw UserError(dir_.string() + ": run directory not found");
-    check_is_run(dir_);
   } else {
     claim_output_dir(dir_, OutputKind::Run, "--output-dir");
   }

@@ -30,9 +30,9 @@ int remove_stale_temporaries(const std::filesystem::path& dir);
 class RunDirectory {
  public:
   // Opens `dir` for a new run (claim_output_dir in output_dir.h: absent, empty, or a run that
-  // never started) or, when `resuming`, an existing run whose metrics are read back. Takes the
-  // directory's lock (dir_lock.h) for the object's life, removes temporaries an interrupted write
-  // left, and starts logging to train.log.
+  // never started) or, when `resuming`, an existing run (train_command checked that it is one:
+  // check_is_run) whose metrics are read back. Takes the directory's lock (dir_lock.h) for the
+  // object's life, removes temporaries an interrupted write left, and starts logging to train.log.
   RunDirectory(std::filesystem::path dir, bool resuming);
   ~RunDirectory();
   RunDirectory(const RunDirectory&) = delete;

@@ -64,15 +64,16 @@ void write_results(std::ostringstream& md, const std::vector<EpochRecord>& epoch
   const auto& last = epochs.back();
   const auto& best = epochs[t.best];
   const bool cuda = last.device.rfind("cuda", 0) == 0;
+  const EpochRecord* diverged = first_diverged(epochs);
   const double wait = t.train_seconds > 0 ? t.data_seconds / t.train_seconds : 0;
   md << "## Results\n\n| | |\n|---|---|\n"
      << fmt::format("| final test accuracy | {:.2f}% (epoch {}) |\n", 100 * last.test_acc,
                     last.epoch)
      << fmt::format("| best test accuracy | {:.2f}% (epoch {}) |\n", 100 * best.test_acc,
                     best.epoch)
-     << (first_diverged(epochs) ? "| **diverged** | " + divergence_text(*first_diverged(epochs)) +
-                                      "; the run stopped there (lower optimizer.lr) |\n"
-                                : std::string())
+     << (diverged ? "| **diverged** | " + divergence_text(*diverged) +
+                        "; the run stopped there (lower optimizer.lr) |\n"
+                  : std::string())
      << fmt::format("| epochs / steps | {} / {} |\n", epochs.size(), last.step)
      << "| time to accuracy (training + evaluation) | " << time_to_accuracy(epochs, c) << " |\n"
      << "| training time | " << format_duration(t.train_seconds) << " ("

@@ -35,7 +35,7 @@ double seconds_since(Clock::time_point start) {
 // message in resume().)
 void check_same_samples(const std::filesystem::path& checkpoint, const TrainState& state,
                         const std::string& current_yaml) {
-  const YAML::Node stored = YAML::Load(checkpoint_config(checkpoint));
+  const YAML::Node stored = YAML::Load(state.config_yaml);
   const YAML::Node current = YAML::Load(current_yaml);
   for (const auto& [section, key] :
        std::vector<std::pair<std::string, std::string>>{{"training", "seed"},
@@ -94,7 +94,7 @@ void Trainer::write_to(RunDirectory& run) {
   run_ = &run;
   sampler_ = make_sampler(config_.monitor, device_, run.path() / "gpu.jsonl");
   if (config_.monitor.tensorboard) {
-    // A resumed run writes a new file, from the step after the last one the earlier files hold.
+    // A resumed run writes a new file; fit() starts it with a restart (see start_session).
     earlier_events_ = last_event_step(run.path()) >= 0;
     events_ = std::make_unique<EventWriter>(run.path());
   }
@@ -212,9 +212,7 @@ std::string Trainer::save_on_stop() {
     return "no checkpoint written (checkpoint.enabled: false): this run cannot be continued; "
            "metrics.jsonl holds its finished epochs";
   }
-  if (config_.data.loader == LoaderKind::TorchData) {
-    // Its epochs cannot be continued part-way: a checkpoint of this point would be one that
-    // cannot be resumed, so the last one (at an epoch's end) is kept.
+  if (!resumable_here()) {
     return state_.epoch > 0 ? fmt::format(
                                   "data.loader: torch_data cannot continue an epoch part-way, so "
                                   "the checkpoint of epoch {} is kept: train --resume {} trains "
@@ -226,6 +224,12 @@ std::string Trainer::save_on_stop() {
   }
   save();
   return "checkpoint written, continue with: train --resume " + dir;
+}
+
+bool Trainer::resumable_here() const {
+  // torch_data's crops and flips are not a function of the batch: its epochs cannot be continued
+  // part-way.
+  return config_.data.loader != LoaderKind::TorchData || state_.batch_in_epoch == 0;
 }
 
 FitEnd Trainer::end_diverged(const EpochRecord& r) {
@@ -399,9 +403,7 @@ Evaluation Trainer::evaluate() {
   evaluating_ = true;
   torch::NoGradGuard no_grad;
   AutocastGuard autocast(device_.type(), config_.training.precision);
-  parts_.model->eval();
-  // With training.ema_decay, the weight average is the model evaluated.
-  models::ResNet& model = parts_.ema ? parts_.ema->average() : parts_.model;
+  models::ResNet& model = evaluated_model();
   synchronize(device_);
   reset_peak_memory(device_);  // evaluation's peak is its own
   const auto start = Clock::now();
@@ -421,6 +423,12 @@ Evaluation Trainer::evaluate() {
   eval_memory_ = memory_stats(device_);
   evaluating_ = false;
   return evaluation;
+}
+
+models::ResNet& Trainer::evaluated_model() {
+  parts_.model->eval();
+  // With training.ema_decay, the weight average is the model evaluated.
+  return parts_.ema ? parts_.ema->average() : parts_.model;
 }
 
 void Trainer::evaluate_batch(models::ResNet& model, const torch::Tensor& images,
@@ -461,8 +469,7 @@ void Trainer::check_evaluation_fits() {
   if (!device_.is_cuda() && config_.memory.limit == 0) return;
   torch::NoGradGuard no_grad;
   AutocastGuard autocast(device_.type(), config_.training.precision);
-  models::ResNet& model = parts_.ema ? parts_.ema->average() : parts_.model;
-  model->eval();
+  models::ResNet& model = evaluated_model();
   test_loader_->start_epoch(0);
   if (auto batch = test_loader_->next()) {
     auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device_));
@@ -593,9 +600,8 @@ void Trainer::log_epoch(const EpochRecord& r) {
 
 void Trainer::save() {
   if (!config_.checkpoint.enabled || !run_) return;  // only rank 0 writes
-  // torch_data cannot continue an epoch part-way: the last checkpoint (an epoch's end) is kept
-  // rather than replaced by one that cannot be resumed.
-  if (config_.data.loader == LoaderKind::TorchData && state_.batch_in_epoch > 0) return;
+  // The last checkpoint is kept rather than replaced by one that cannot be resumed.
+  if (!resumable_here()) return;
   state_.world_size = group_ ? group_->world_size() : 1;
   state_.batch_size = config_.training.batch_size;
   if (parts_.scaler.enabled()) {

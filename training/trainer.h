@@ -98,9 +98,13 @@ class Trainer {
   void evaluate_batch(models::ResNet& model, const torch::Tensor& images,
                       const torch::Tensor& labels, torch::Tensor& loss_sum, torch::Tensor& correct);
   void check_evaluation_fits();
+  // The model evaluate() runs (the weight average with training.ema_decay), in eval mode.
+  models::ResNet& evaluated_model();
   FitEnd end_diverged(const EpochRecord& record);
   // At a stop signal: the checkpoint if one that can be resumed can be written; what was done.
   std::string save_on_stop();
+  // Whether a checkpoint of this point could be resumed (not part-way through a torch_data epoch).
+  bool resumable_here() const;
   // The epoch's memory columns: each phase's peaks, the largest over the ranks.
   void record_memory(EpochRecord& record);
   // The epoch's line, the evaluation-peak hint (once) and the diagnosis (diagnosis.h).
