@@ -18,7 +18,18 @@ namespace {
 
 std::vector<char> read_whole_file(const fs::path& file) {
   std::error_code ec;
-  if (!fs::is_regular_file(file, ec)) throw DataError(file.string() + ": file not found");
+  const auto status = fs::status(file, ec);
+  if (ec && status.type() != fs::file_type::not_found) {
+    throw DataError(file.string() + ": " + ec.message());  // a loop of links, no permission
+  }
+  if (!fs::exists(status)) throw DataError(file.string() + ": file not found");
+  if (fs::is_directory(status)) {
+    throw DataError(file.string() + ": is a folder, expected a CIFAR-10 binary batch file");
+  }
+  if (!fs::is_regular_file(status)) {
+    throw DataError(file.string() + ": is not a regular file (a device, pipe or socket), " +
+                    "expected a CIFAR-10 binary batch file");
+  }
   const auto bytes = fs::file_size(file, ec);
   if (ec) throw DataError(file.string() + ": cannot read size: " + ec.message());
   if (bytes % kBinaryRecordBytes != 0) {

@@ -63,6 +63,18 @@ TEST(BinaryReader, MissingFileIsNamed) {
             (dir / "data_batch_1.bin").string() + ": file not found");
 }
 
+// A folder or a loop of links where a batch file is expected was said as "file not found".
+TEST(BinaryReader, AFolderOrALoopWhereAFileIsExpectedIsSaidAsSuch) {
+  test_support::TempDir dir;
+  fs::create_directories(dir / "data_batch_1.bin");
+  EXPECT_EQ(
+      error_of([&] { data::read_binary_batches({dir / "data_batch_1.bin"}); }),
+      (dir / "data_batch_1.bin").string() + ": is a folder, expected a CIFAR-10 binary batch file");
+  fs::create_symlink(dir / "data_batch_2.bin", dir / "data_batch_2.bin");
+  EXPECT_EQ(error_of([&] { data::read_binary_batches({dir / "data_batch_2.bin"}); }),
+            (dir / "data_batch_2.bin").string() + ": Too many levels of symbolic links");
+}
+
 TEST(BinaryReader, TruncatedFileIsNamedWithItsSize) {
   test_support::TempDir dir;
   write_batch(dir / "t.bin", {1, 2});
