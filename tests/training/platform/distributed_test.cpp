@@ -269,6 +269,9 @@ TEST(DataParallel, ResumeNeedsTheSameNumberOfRanks) {
 TEST(DataParallel, AResumeMidEpochEndsAsTheUninterruptedRun) {
   test_support::TempDir dir;
   const auto config = tiny_config(dir, 2, 60).string();
+  // A constant learning rate: training.max_steps, which stops the first part, would otherwise
+  // change the schedule's length.
+  const std::string constant = "schedule.name=constant";
   auto run_ranks = [&](std::vector<std::string> args, const std::string& name) {
     const int port = free_port();
     std::vector<pid_t> ranks;
@@ -282,10 +285,11 @@ TEST(DataParallel, AResumeMidEpochEndsAsTheUninterruptedRun) {
       ASSERT_EQ(wait_exit(pid), 0) << test_support::read_text(dir / (name + "0.log"));
     }
   };
-  run_ranks({"--config", config, "--output-dir", (dir / "whole").string()}, "whole");
-  // 8 steps per epoch: stopped 4 steps into epoch 2, then resumed.
-  run_ranks({"--config", config, "--output-dir", (dir / "parts").string(), "--set",
-             "training.max_steps=12"},
+  run_ranks({"--config", config, "--output-dir", (dir / "whole").string(), "--set", constant},
+            "whole");
+  // Stopped part-way through epoch 1, then resumed.
+  run_ranks({"--config", config, "--output-dir", (dir / "parts").string(), "--set", constant,
+             "--set", "training.max_steps=5"},
             "first");
   run_ranks({"--resume", (dir / "parts").string(), "--set", "training.max_steps=0"}, "second");
   auto last_test_loss = [&](const fs::path& run) {
