@@ -79,21 +79,30 @@ void add_shorthands(CLI::App& command, std::vector<ShorthandFlag>& flags) {
 }
 
 // --set's assignments, then the shorthand flags that were given, as overrides naming their flag.
-// A flag given an empty value is refused: it would otherwise silently leave the config's value.
+// (An empty value was refused by refuse_empty_values.)
 std::vector<training::Override> overrides_from(const std::vector<std::string>& sets,
                                                const std::vector<ShorthandFlag>& flags) {
   std::vector<training::Override> overrides(sets.begin(), sets.end());
   for (const auto& flag : flags) {
     if (flag.option->count() == 0) continue;
-    if (flag.value.empty()) {
-      throw training::UserError(flag.name + ": expected a value" +
-                                (flag.list ? " (a comma-separated list, e.g. 32,64,128)" : "") +
-                                ", got an empty string");
-    }
     overrides.emplace_back(flag.key + "=" + (flag.list ? "[" + flag.value + "]" : flag.value),
                            flag.name);
   }
   return overrides;
+}
+
+// An option given an empty value (--output-dir '', --config '') is refused: read as "not given",
+// it would silently fall back to the default (a new run folder, the default settings).
+void refuse_empty_values(const CLI::App& command) {
+  for (const CLI::Option* option : command.get_options()) {
+    if (option->get_type_size_max() == 0) continue;  // a flag
+    for (const auto& value : option->results()) {
+      if (value.empty()) {
+        throw training::UserError(option->get_name() + ": expected a value, got an empty string");
+      }
+    }
+  }
+  for (const CLI::App* subcommand : command.get_subcommands()) refuse_empty_values(*subcommand);
 }
 
 // Runs `action`, mapping every error to its one-line message and exit code.
@@ -338,6 +347,11 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitBadInput;
   }
   set_up_process();
+  const int given = guarded([&] {
+    refuse_empty_values(app);
+    return kExitOk;
+  });
+  if (given != kExitOk) return given;
 
   if (*matmul) return guarded([&] { return training::matmul_command(a.matmul); });
   if (*loader) {

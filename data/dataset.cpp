@@ -55,9 +55,16 @@ std::string how_to_get_data(const fs::path& root) {
 }  // namespace
 
 Source resolve_source(const DataOptions& options) {
-  if (options.source() != Source::Auto) return options.source();
+  if (options.source() == Source::Synthetic) return Source::Synthetic;
   const fs::path root = options.root();
   std::error_code ec;
+  // A file as the root would otherwise read as "root/train: folder not found".
+  if (fs::exists(root, ec) && !fs::is_directory(root, ec)) {
+    throw DataError(root.string() +
+                    ": is not a folder; data.root names the folder that holds CIFAR-10 "
+                    "(cifar-10-batches-bin/ or train/ and test/)");
+  }
+  if (options.source() != Source::Auto) return options.source();
   if (fs::exists(binary_dir(root) / "test_batch.bin", ec) ||
       fs::exists(binary_dir(root) / "data_batch_1.bin", ec)) {
     return Source::Binary;

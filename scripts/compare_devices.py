@@ -197,6 +197,9 @@ def parse_args(argv):
     args.devices = [d for d in args.devices.split(",") if d]
     if not args.devices or any(d != "cpu" and not d.startswith("cuda") for d in args.devices):
         fail(f"--devices: expected cpu and/or cuda[:N], comma-separated")
+    for flag, items in (("--tables", args.tables), ("--devices", args.devices)):
+        if len(set(items)) != len(items):  # the same run folder twice
+            fail(f"{flag}: {','.join(items)} names one twice; name each once")
     return args
 
 

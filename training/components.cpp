@@ -70,9 +70,10 @@ void check_labels(const data::Split& split, const char* name, int64_t num_classe
   if (split.size() == 0) throw UserError(std::string("data: the ") + name + " split is empty");
   const int64_t top = split.labels.max().item<int64_t>();
   if (top >= num_classes) {
-    throw UserError(std::string("model.num_classes: the ") + name + " split has labels up to " +
-                    std::to_string(top) + ", so num_classes must be at least " +
-                    std::to_string(top + 1) + ", got " + std::to_string(num_classes));
+    throw KeyError("model.num_classes",
+                   std::string("the ") + name + " split has labels up to " + std::to_string(top) +
+                       ", so num_classes must be at least " + std::to_string(top + 1) + ", got " +
+                       std::to_string(num_classes));
   }
 }
 

@@ -216,6 +216,22 @@ void validate(const Config& c, const std::function<std::string(const std::string
   if (c.data.dataset.root().empty() && c.data.dataset.source() != data::Source::Synthetic) {
     fail("data.root: expected a folder path, got an empty string");
   }
+  // A grid axis that lists a value twice would say "2 batch sizes" and measure one.
+  auto once_each = [&](const std::string& key, const auto& values) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (values[i] == values[j]) {
+          fail(key + ": item " + std::to_string(i + 1) + " repeats item " + std::to_string(j + 1) +
+               "; list each value once");
+        }
+      }
+    }
+  };
+  once_each("sweep.batch_sizes", c.sweep.batch_sizes);
+  once_each("sweep.precisions", c.sweep.precisions);
+  once_each("sweep.checkpointing", c.sweep.checkpointing);
+  once_each("sweep.memory_formats", c.sweep.memory_formats);
+  once_each("sweep.predict_for", c.sweep.predict_for);
 }
 
 }  // namespace
@@ -251,11 +267,15 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
   config_yaml::Reader reader(root, origin, overridden);
   walk(reader, config);
   reader.check_sections();
-  validate(config, [&](const std::string& key) {
-    const auto found = overridden.find(key);
-    return found != overridden.end() ? found->second : origin;
-  });
+  config.origin = origin;
+  config.flags = std::move(overridden);
+  validate(config, [&](const std::string& key) { return config.origin_of(key); });
   return config;
+}
+
+std::string Config::origin_of(const std::string& key) const {
+  const auto found = flags.find(key);
+  return found != flags.end() ? found->second : origin;
 }
 
 Config load_config(const std::string& path, const std::vector<Override>& overrides) {

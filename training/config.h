@@ -3,6 +3,7 @@
 // that span keys); config_yaml.h the YAML machinery it drives.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -135,6 +136,13 @@ struct Config {
   OutputConfig output;
   SweepConfig sweep;
   DistributedOptions distributed;
+
+  // Where `key` ("section.key") was set: the flag that set it ("--device", "--set
+  // training.device"), else the config's origin (its file). Messages about a value that is
+  // checked only where it is used name it, as the config's own checks do.
+  std::string origin_of(const std::string& key) const;
+  std::string origin;                        // the config file (or the text's origin)
+  std::map<std::string, std::string> flags;  // "section.key" → the flag that set it
 };
 
 // A config problem: the message names the file (or --set), the key, and what was expected.
@@ -153,6 +161,18 @@ struct Override {
   std::string assignment;
   std::string flag;
 };
+
+// Runs `work` and returns what it returns. A KeyError from it (a value this machine or this data
+// cannot use) becomes a ConfigError led by where the key was set, as the config's own checks are:
+// "--device: training.device: 'cuda:3' requested, but this machine has 1 CUDA device(s) ...".
+template <class Work>
+auto with_key_origins(const Config& config, Work&& work) -> decltype(work()) {
+  try {
+    return work();
+  } catch (const KeyError& e) {
+    throw ConfigError(config.origin_of(e.key()) + ": " + e.what());
+  }
+}
 
 // Reads `path` (YAML), applies `overrides` in order and validates. Keys absent from the file keep
 // their defaults. Refuses a path that is not a readable file, and duplicate keys.

@@ -13,8 +13,9 @@ bool use_cuda_graph(const Config& config, const torch::Device& device, bool data
       return false;
     case CudaGraphMode::On:
       if (!device.is_cuda()) {
-        throw UserError("training.cuda_graph: on needs a CUDA device; this run trains on " +
-                        device.str() + " (set training.cuda_graph: off or auto)");
+        throw KeyError("training.cuda_graph", "on needs a CUDA device; this run trains on " +
+                                                  device.str() +
+                                                  " (set training.cuda_graph: off or auto)");
       }
       if (data_parallel) {
         throw UserError(
@@ -41,7 +42,7 @@ GraphedStep::GraphedStep(StepParts& parts, StepOptions options, const torch::Dev
       graph_(make_graph_()) {
   auto* fused = dynamic_cast<FusedSGD*>(parts_.optimizer.get());
   if (!fused) {
-    throw UserError("training.cuda_graph: the captured step needs optimizer.fused: true");
+    throw KeyError("training.cuda_graph", "the captured step needs optimizer.fused: true");
   }
   fused->use_device_lr(device);
 }

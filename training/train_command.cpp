@@ -61,7 +61,10 @@ ResumeTarget resume_target(const std::string& resume) {
     return {path, {}};
   }
   const fs::path checkpoint = find_checkpoint(path);
-  return {checkpoint.parent_path(), checkpoint};
+  // A checkpoint named from inside its run ("checkpoint.pt") is in this folder.
+  const fs::path run_dir = checkpoint.has_parent_path() ? checkpoint.parent_path() : ".";
+  check_is_run(run_dir);
+  return {run_dir, checkpoint};
 }
 
 Config effective_config(const TrainRequest& request, const ResumeTarget& resume) {
@@ -218,9 +221,9 @@ LoadedData load_data(const Config& config) {
           {"data.synthetic_test_size", dataset.synthetic_test_size()}}) {
       const int64_t bytes = images * data::kChannels * data::kImageSide * data::kImageSide;
       if (bytes > host) {
-        throw UserError(std::string(key) + ": " + std::to_string(images) + " images are " +
-                        format_bytes(bytes) + " decoded, more than this machine's " +
-                        format_bytes(host) + " of memory");
+        throw KeyError(key, std::to_string(images) + " images are " + format_bytes(bytes) +
+                                " decoded, more than this machine's " + format_bytes(host) +
+                                " of memory");
       }
     }
   }
@@ -314,16 +317,9 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
   }
 }
 
-}  // namespace
-
-int train_command(const TrainRequest& request) {
+// The run itself, from its effective config: set up, train, report.
+int train(const TrainRequest& request, const ResumeTarget& resume, Config& config) {
   const auto launch = launch_env_from_environment();
-  const ResumeTarget resume = resume_target(request.resume);
-  Config config = effective_config(request, resume);
-  if (request.print_config) {
-    std::cout << to_yaml(config);
-    return kExitOk;
-  }
   // Everything that can be refused is checked, and everything that can run out of memory before
   // the first step is built, before the run directory is created or touched.
   const torch::Device device = prepare_device(config, launch);
@@ -386,6 +382,18 @@ int train_command(const TrainRequest& request) {
                                         100.0 * run->epochs().back().test_acc)
                           : "");
   return kExitOk;
+}
+
+}  // namespace
+
+int train_command(const TrainRequest& request) {
+  const ResumeTarget resume = resume_target(request.resume);
+  Config config = effective_config(request, resume);
+  if (request.print_config) {
+    std::cout << to_yaml(config);
+    return kExitOk;
+  }
+  return with_key_origins(config, [&] { return train(request, resume, config); });
 }
 
 }  // namespace training

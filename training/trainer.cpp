@@ -47,12 +47,12 @@ void check_same_samples(const std::filesystem::path& checkpoint, const TrainStat
     const std::string was = stored[section][key].as<std::string>("");
     const std::string now = current[section][key].as<std::string>("");
     if (was == now) continue;
-    throw UserError(section + "." + key + ": " + checkpoint.string() + " stopped " +
-                    std::to_string(state.batch_in_epoch) + " batches into epoch " +
-                    std::to_string(state.epoch + 1) + " with " + key + " " + was +
-                    "; finishing that epoch with " + now +
-                    " would train on other samples than the interrupted epoch. Resume with " +
-                    section + "." + key + "=" + was + " (change it at an epoch boundary)");
+    throw KeyError(section + "." + key,
+                   checkpoint.string() + " stopped " + std::to_string(state.batch_in_epoch) +
+                       " batches into epoch " + std::to_string(state.epoch + 1) + " with " + key +
+                       " " + was + "; finishing that epoch with " + now +
+                       " would train on other samples than the interrupted epoch. Resume with " +
+                       section + "." + key + "=" + was + " (change it at an epoch boundary)");
   }
 }
 
@@ -82,10 +82,11 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
       schedule_(config.schedule, config.optimizer.lr(), train_loader_->batches_per_epoch(),
                 total_steps_) {
   if (train_loader_->batches_per_epoch() == 0) {
-    throw UserError("training.batch_size: " + std::to_string(config.training.batch_size) +
-                    " is larger than the training set (" +
-                    std::to_string(train_loader_->dataset_size()) +
-                    " images), so an epoch has no full batch; lower it or raise data.train_limit");
+    throw KeyError(
+        "training.batch_size",
+        std::to_string(config.training.batch_size) + " is larger than the training set (" +
+            std::to_string(train_loader_->dataset_size()) +
+            " images), so an epoch has no full batch; lower it or raise data.train_limit");
   }
   check_profiler_window();
 }
@@ -113,10 +114,11 @@ void Trainer::check_profiler_window() const {
   const int64_t first = config_.profiler.steps.at(0);
   const bool windowed = config_.profiler.enabled || config_.memory.snapshot;
   if (!windowed || first <= state_.step || first <= total_steps_) return;
-  throw UserError("profiler.steps: the window starts at step " + std::to_string(first) +
-                  ", but this run makes " + std::to_string(total_steps_) +
-                  " steps; move the window or lengthen the run (training.epochs, "
-                  "training.max_steps)");
+  throw KeyError("profiler.steps",
+                 "the window starts at step " + std::to_string(first) + ", but this run makes " +
+                     std::to_string(total_steps_) +
+                     " steps; move the window or lengthen the run (training.epochs, "
+                     "training.max_steps)");
 }
 
 void Trainer::resume(const std::filesystem::path& checkpoint) {
@@ -129,11 +131,12 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
                  checkpoint.string());
   }
   if (state_.batch_in_epoch > 0 && config_.data.loader == LoaderKind::TorchData) {
-    throw UserError("data.loader: torch_data cannot resume " + checkpoint.string() + ", which " +
-                    "stopped " + std::to_string(state_.batch_in_epoch) + " batches into epoch " +
-                    std::to_string(state_.epoch + 1) +
-                    ": its crops and flips are not a function of the batch. Resume it with "
-                    "data.loader: batched, or resume torch_data runs at epoch boundaries");
+    throw KeyError("data.loader",
+                   "torch_data cannot resume " + checkpoint.string() + ", which " + "stopped " +
+                       std::to_string(state_.batch_in_epoch) + " batches into epoch " +
+                       std::to_string(state_.epoch + 1) +
+                       ": its crops and flips are not a function of the batch. Resume it with "
+                       "data.loader: batched, or resume torch_data runs at epoch boundaries");
   }
   if (state_.batch_in_epoch > 0 && state_.batch_size != config_.training.batch_size) {
     throw UserError(
@@ -171,6 +174,12 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
                state_.batch_in_epoch > 0 ? fmt::format(", {} batches into epoch {}",
                                                        state_.batch_in_epoch, state_.epoch + 1)
                                          : "");
+  if (state_.epoch >= config_.training.epochs) {
+    spdlog::info(
+        "all {} epochs of training.epochs are trained; to train on, raise it (e.g. --set "
+        "training.epochs={})",
+        config_.training.epochs, config_.training.epochs + 10);
+  }
 }
 
 FitEnd Trainer::fit() {

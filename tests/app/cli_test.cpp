@@ -556,10 +556,9 @@ TEST(Cli, CompareRefusesBadInputInOneLine) {
     EXPECT_EQ(count_lines(r.output), 1) << r.output;
   }
   EXPECT_FALSE(fs::exists(dir / "out"));
-  ASSERT_EQ(run_train("compare " + run + " " + run + " --output " + (dir / "out").string()).code,
-            0);
+  ASSERT_EQ(run_train("compare " + run + " --output " + (dir / "out").string()).code, 0);
   const auto before = test_support::read_text(dir / "out/compare.md");
-  const auto r = run_train("compare " + run + " " + run + " --output " + (dir / "out").string());
+  const auto r = run_train("compare " + run + " --output " + (dir / "out").string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("already holds a comparison"), std::string::npos) << r.output;
   EXPECT_EQ(test_support::read_text(dir / "out/compare.md"), before);

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "app/cli_support.h"
 #include "training/epoch_record.h"
@@ -101,6 +104,25 @@ TEST(Outcomes, EachFolderIsWrittenOnlyByItsOwnCommand) {
   EXPECT_NE(r.output.find("holds files that are not a run (metrics.csv)"), std::string::npos)
       << r.output;
   EXPECT_EQ(test_support::read_text(own / "metrics.csv"), "my,own\n");
+
+  // A checkpoint file is resumed into its own folder, which must be a run: one copied into the
+  // sweep is refused; one named from inside its run ("checkpoint.pt") continues that run (was
+  // "no config", its folder taken for none).
+  fs::copy_file(run / "checkpoint.pt", sweep / "copied.pt");
+  r = run_train("--resume " + (sweep / "copied.pt").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("holds a sweep, not a run"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(sweep / "metrics.jsonl"));
+  r = run_shell("cd " + run.string() + " && " + TRAIN_BINARY +
+                " --resume checkpoint.pt --set training.epochs=2");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 2);  // two epochs
+  // Resumed once more, the finished run says how to train on.
+  r = run_train("--resume " + run.string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("all 2 epochs of training.epochs are trained; to train on, raise it"),
+            std::string::npos)
+      << r.output;
 }
 
 // kill -9 of `train sweep` left its trial running for up to sweep.trial_timeout.
@@ -233,8 +255,9 @@ TEST(Outcomes, AMidEpochResumeWithOtherSamplesIsRefused) {
   }
 }
 
-// A missing Python turned a finished run, sweep or comparison into exit 2 without report.md.
-TEST(Outcomes, AMissingPythonLeavesThePlotsOutNotTheResults) {
+// A missing Python turned a finished run, sweep or comparison into exit 2 without report.md; a
+// plot log that cannot be written was blamed on Python.
+TEST(Outcomes, PlotsThatCannotBeDrawnAreLeftOutNotTheResults) {
   test_support::TempDir dir;
   const auto run = dir / "run";
   auto r = run_shell("TRAIN_PYTHON=/nowhere/python " + std::string(TRAIN_BINARY) + " " +
@@ -247,6 +270,50 @@ TEST(Outcomes, AMissingPythonLeavesThePlotsOutNotTheResults) {
                 run.string() + " --output " + (dir / "cmp").string());
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(fs::exists(dir / "cmp/compare.md"));
+  // A plot log that cannot be written (here a folder in its place: the tests run as root, whom a
+  // read-only folder does not stop) is named, and Python is not blamed.
+  fs::remove(run / "plot.log");
+  fs::create_directories(run / "plot.log/kept");
+  r = run_train("report " + run.string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  const auto redone = test_support::read_text(run / "report.md");
+  EXPECT_NE(redone.find("Not drawn: " + (run / "plot.log").string() + ": cannot write"),
+            std::string::npos)
+      << redone;
+  EXPECT_EQ(redone.find("Python"), std::string::npos) << redone;
+}
+
+// A value checked where it is used (the device exists, the memory limit fits the device) was
+// blamed on its key when a flag had set it: "training.device: ..." for --device.
+TEST(Outcomes, AValueIsBlamedOnTheFlagOrFileThatSetIt) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir).string();
+  const std::string lacking = "'cuda:9' requested, but";  // no machine here has ten GPUs
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--config " + config + " --device cuda:9", "--device: training.device: " + lacking},
+      {"--config " + config + " --set training.device=cuda:9",
+       "--set training.device: training.device: " + lacking},
+      {"sweep --config " + config + " --device cuda:9", "--device: training.device: " + lacking},
+      {"memory --config " + config + " --device cuda:9", "--device: training.device: " + lacking},
+      {"memory --config " + config + " --memory-limit 64TiB",
+       "--memory-limit: memory.limit: 64.00 TiB is more than"},
+      {"sweep --config " + config + " --memory-limit 64TiB",
+       "--memory-limit: memory.limit: 64.00 TiB is more than"}};
+  for (const auto& [arguments, said] : cases) {
+    const auto r = run_train(arguments + " --output-dir " + (dir / "out").string());
+    EXPECT_EQ(r.code, 2) << arguments << ": " << r.output;
+    EXPECT_EQ(r.output.find("[error]"), r.output.rfind("[error]")) << r.output;  // one error line
+    EXPECT_NE(r.output.find(said), std::string::npos) << arguments << ": " << r.output;
+    EXPECT_FALSE(fs::exists(dir / "out")) << arguments;  // refused before anything is written
+    fs::remove_all(dir / "out");
+  }
+  // Set in the file, the file is named.
+  const auto gpu = dir / "gpu.yaml";
+  std::ofstream(gpu) << "training: {device: cuda:9}\n";
+  const auto r = run_train("--config " + gpu.string() + " --output-dir " + (dir / "out").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(gpu.string() + ": training.device: " + lacking), std::string::npos)
+      << r.output;
 }
 
 // A disk full at start-up left .lock and an empty train.log: afterwards --resume said "no
@@ -261,19 +328,29 @@ TEST(Outcomes, ARunThatFailedAtStartUpCanBeStartedAgain) {
 }
 
 // Inputs read as what they are: /dev/zero as a config was read until memory ran out; an empty
-// --settings ran the default settings.
+// --settings ran the default settings, an empty --output-dir trained into a new folder of runs/.
 TEST(Outcomes, InputsThatAreNotWhatTheyClaimAreRefusedInOneLine) {
   test_support::TempDir dir;
   auto r = run_train("--config /dev/zero");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
   EXPECT_NE(r.output.find("/dev/zero: is not a regular file"), std::string::npos) << r.output;
-  r = run_train("memory --config " + write_tiny_config(dir).string() + " --settings '' " +
-                "--output-dir " + (dir / "study").string());
-  EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("--settings: expected at least one setting"), std::string::npos)
-      << r.output;
+  const std::string config = write_tiny_config(dir).string();
+  for (const auto& [arguments, option] : std::vector<std::pair<std::string, std::string>>{
+           {"memory --config " + config + " --settings '' --output-dir study", "--settings"},
+           {"--config " + config + " --output-dir ''", "--output-dir"},
+           {"--config ''", "--config"},
+           {"--config " + config + " --resume ''", "--resume"},
+           {"sweep --config " + config + " --output-dir ''", "--output-dir"},
+           {"report ''", "run_dir"}}) {
+    r = run_shell("cd " + dir.path().string() + " && " + TRAIN_BINARY + " " + arguments);
+    EXPECT_EQ(r.code, 2) << arguments << ": " << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << arguments << ": " << r.output;
+    EXPECT_NE(r.output.find(option + ": expected a value, got an empty string"), std::string::npos)
+        << arguments << ": " << r.output;
+  }
   EXPECT_FALSE(fs::exists(dir / "study"));
+  EXPECT_FALSE(fs::exists(dir / "runs"));
 }
 
 // After kill -9 part-way through an epoch and a resume with another learning rate, TensorBoard
@@ -311,13 +388,23 @@ TEST(Outcomes, RunsOfTheSameNameAreToldApartInAComparison) {
   test_support::TempDir dir;
   ASSERT_EQ(run_train(tiny_run(dir, dir / "a/run")).code, 0);
   ASSERT_EQ(run_train(tiny_run(dir, dir / "b/run")).code, 0);
-  const auto r = run_train("compare " + (dir / "a/run").string() + " " + (dir / "b/run").string() +
-                           "/ --output " + (dir / "cmp").string());
+  auto r = run_train("compare " + (dir / "a/run").string() + " " + (dir / "b/run").string() +
+                     "/ --output " + (dir / "cmp").string());
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(
       r.output.find("| | " + (dir / "a/run").string() + " | " + (dir / "b/run").string() + " |"),
       std::string::npos)
       << r.output;
+  // One run given twice gave two equal columns under one heading.
+  r = run_train("compare " + (dir / "a/run").string() + " " + (dir / "a/../a/run").string() +
+                " --output " + (dir / "cmp2").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find((dir / "a/../a/run").string() + ": given twice (also as " +
+                          (dir / "a/run").string() + "); compare each run once"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "cmp2"));
 }
 
 // A synthetic split larger than the machine's memory was exit 1, "LibTorch error".

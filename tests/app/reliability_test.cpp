@@ -274,7 +274,7 @@ TEST(Reliability, FlagsAreNamedInTheirErrors) {
   EXPECT_NE(r.output.find("--set foo: unknown section 'foo'"), std::string::npos) << r.output;
   r = run_train("sweep --config " + config + " --batch-sizes ''");
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("--batch-sizes: expected a value (a comma-separated list"),
+  EXPECT_NE(r.output.find("--batch-sizes: expected a value, got an empty string"),
             std::string::npos)
       << r.output;
   r = run_train("sweep --config " + config + " --memory-limit 12apples");

@@ -150,6 +150,19 @@ TEST(ImageFolder, SplitsWithDifferentClassFoldersAreRefused) {
   EXPECT_EQ(error_of([&] { data::load_split(options, data::SplitName::Test); }), expected);
 }
 
+// A file as data.root was said as "<file>/train: folder not found; run get-data.sh --root <file>".
+TEST(ImageFolder, ARootThatIsNotAFolderIsSaidAsSuch) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "root.yaml") << "model: {}\n";
+  for (const auto source : {data::Source::Auto, data::Source::Images, data::Source::Binary}) {
+    const auto options = data::DataOptions().source(source).root((dir / "root.yaml").string());
+    EXPECT_EQ(error_of([&] { data::load_split(options, data::SplitName::Train); }),
+              (dir / "root.yaml").string() +
+                  ": is not a folder; data.root names the folder that holds CIFAR-10 "
+                  "(cifar-10-batches-bin/ or train/ and test/)");
+  }
+}
+
 TEST(ImageFolder, SupportFlagMatchesTheBuild) {
 #ifdef TRAIN_HAVE_OPENCV
   EXPECT_TRUE(data::image_folders_supported());

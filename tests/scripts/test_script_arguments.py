@@ -184,7 +184,8 @@ class ScriptArgumentsTest(unittest.TestCase):
                      ("launch.py", "-n", "1", "--"),
                      ("launch.py", "-n", "1", str(tmp / "no-such-binary")),
                      ("plot_sweep.py", str(tmp / "sweep")),
-                     ("compare_devices.py", "--config", str(tmp / "missing.yaml"), "--out", str(tmp / "cmp"))]
+                     ("compare_devices.py", "--config", str(tmp / "missing.yaml"), "--out", str(tmp / "cmp")),
+                     ("compare_devices.py", "--devices", "cpu,cpu", "--out", str(tmp / "cmp"))]
             for script, *args in cases:
                 proc = run(script, *args)
                 self.assertEqual(proc.returncode, 2, (script, args, proc.stderr))

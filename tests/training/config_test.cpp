@@ -308,6 +308,14 @@ INSTANTIATE_TEST_SUITE_P(
                   "",
                   {training::Override("memory.limit=[1", "--memory-limit")},
                   "--memory-limit [1: value is not valid YAML (end of sequence flow not found)"},
+        BadConfig{"SweepAxisListsEachValueOnce",
+                  "sweep: {batch_sizes: [32, 64, 32]}",
+                  {},
+                  "c.yaml: sweep.batch_sizes: item 3 repeats item 1; list each value once"},
+        BadConfig{"SweepAxisFromAFlagListsEachValueOnce",
+                  "",
+                  {training::Override("sweep.precisions=[bf16, bf16]", "--precisions")},
+                  "--precisions: sweep.precisions: item 2 repeats item 1; list each value once"},
         BadConfig{"CudaGraphModeIsAChoice",
                   "training: {cuda_graph: yes}",
                   {},
@@ -420,6 +428,25 @@ TEST(Config, ShippedConfigsAreValid) {
     EXPECT_NO_THROW(training::load_config(std::string(PROJECT_SOURCE_DIR) + "/configs/" + name))
         << name;
   }
+}
+
+// Where each key was set: the flag, else the file. A value checked later, where it is used (a
+// KeyError), is said with it, as the config's own checks are.
+TEST(Config, AKeyCheckedWhereItIsUsedIsSaidWithWhereItWasSet) {
+  const auto config = training::parse_config(
+      "training: {device: cpu}\n", "run.yaml",
+      {training::Override("training.device=cuda:9", "--device"), "memory.limit=1GiB"});
+  EXPECT_EQ(config.origin_of("training.device"), "--device");
+  EXPECT_EQ(config.origin_of("memory.limit"), "--set memory.limit");
+  EXPECT_EQ(config.origin_of("training.epochs"), "run.yaml");
+  try {
+    training::with_key_origins(config,
+                               []() -> int { throw training::KeyError("training.device", "x"); });
+    FAIL() << "expected a ConfigError";
+  } catch (const training::ConfigError& e) {
+    EXPECT_STREQ(e.what(), "--device: training.device: x");
+  }
+  EXPECT_EQ(training::with_key_origins(config, [] { return 7; }), 7);
 }
 
 }  // namespace

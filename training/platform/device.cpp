@@ -39,10 +39,10 @@ std::string cuda_unavailable_reason(int64_t index) {
 struct DeviceGraph::State {};
 
 DeviceGraph::DeviceGraph(const torch::Device& device) {
-  throw UserError("training.cuda_graph: CUDA graphs need a CUDA device; this run trains on " +
-                  device.str() +
-                  " and this build uses a CPU-only LibTorch (set "
-                  "training.cuda_graph: off or auto)");
+  throw KeyError("training.cuda_graph", "CUDA graphs need a CUDA device; this run trains on " +
+                                            device.str() +
+                                            " and this build uses a CPU-only LibTorch (set "
+                                            "training.cuda_graph: off or auto)");
 }
 DeviceGraph::~DeviceGraph() = default;
 void DeviceGraph::warm_up(const std::function<void()>& work) {
@@ -84,15 +84,21 @@ torch::Device resolve_device(const std::string& spec) {
   const int64_t index = parsed->index;
   const std::string why = cuda_unavailable_reason(index);
   if (!why.empty()) {
-    throw UserError("training.device: '" + spec + "' requested, but " + why +
-                    "; use device: cpu or auto");
+    throw KeyError("training.device",
+                   "'" + spec + "' requested, but " + why + "; use device: cpu or auto");
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
 torch::Device rank_device(const torch::Device& configured, int64_t local_rank) {
   if (!configured.is_cuda()) return configured;
-  return resolve_device("cuda:" + std::to_string(local_rank));
+  const std::string why = cuda_unavailable_reason(local_rank);
+  if (!why.empty()) {
+    throw UserError("local rank " + std::to_string(local_rank) + " trains on cuda:" +
+                    std::to_string(local_rank) + " (one GPU per local rank), but " + why +
+                    "; start at most one process per GPU on each machine");
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
 void make_current(const torch::Device& device) {
@@ -158,9 +164,9 @@ void trace_allocations(const torch::Device& device, MemoryTimeline* timeline) {
 
 void check_memory_history_supported(const torch::Device& device) {
   if (!device.is_cuda()) {
-    throw UserError("memory.snapshot: the allocator history is the CUDA caching allocator's; " +
-                    device.str() +
-                    " has none (on the CPU, `train memory` draws the step's memory timeline)");
+    throw KeyError("memory.snapshot",
+                   "the allocator history is the CUDA caching allocator's; " + device.str() +
+                       " has none (on the CPU, `train memory` draws the step's memory timeline)");
   }
 }
 
@@ -205,8 +211,8 @@ int64_t total_memory(const torch::Device& device) {
 void set_memory_limit(const torch::Device& device, int64_t bytes) {
   const int64_t total = total_memory(device);
   if (bytes > total) {
-    throw UserError("memory.limit: " + format_bytes(bytes) + " is more than " + device.str() +
-                    " has (" + format_bytes(total) + ")");
+    throw KeyError("memory.limit", format_bytes(bytes) + " is more than " + device.str() +
+                                       " has (" + format_bytes(total) + ")");
   }
 #ifdef TRAIN_WITH_CUDA
   if (device.is_cuda()) {

@@ -32,7 +32,7 @@ struct DeviceSpec {
 std::optional<DeviceSpec> parse_device_spec(const std::string& text);
 
 // "auto" (cuda:0 when a CUDA device is usable, else cpu), "cpu", "cuda" or "cuda:N".
-// Throws UserError naming training.device when CUDA is asked for but cannot be used.
+// Throws KeyError (training.device) when CUDA is asked for but cannot be used.
 torch::Device resolve_device(const std::string& spec);
 
 // The device a data-parallel rank trains on: cuda:<local_rank> when training on CUDA (one GPU per

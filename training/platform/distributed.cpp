@@ -67,7 +67,7 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
   const bool nccl = options.backend == DistributedBackend::Nccl ||
                     (options.backend == DistributedBackend::Auto && device.is_cuda());
   if (nccl && !device.is_cuda()) {
-    throw UserError("distributed.backend: nccl needs training.device cuda; use gloo on the CPU");
+    throw KeyError("distributed.backend", "nccl needs training.device cuda; use gloo on the CPU");
   }
   const auto timeout = std::chrono::seconds(options.timeout_seconds);
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);

@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace training {
 
@@ -34,6 +35,20 @@ inline std::string error_line(const std::exception& error) {
 class UserError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A config value that passed the config's checks but that this machine or this data cannot use: a
+// device the machine lacks, a memory limit above the device's memory, a batch larger than the
+// data. The message starts with the key ("training.device: ..."); a command that holds the Config
+// puts where the key was set in front of it (training/config.h, with_key_origins).
+class KeyError : public UserError {
+ public:
+  KeyError(std::string key, const std::string& what)
+      : UserError(key + ": " + what), key_(std::move(key)) {}
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string key_;
 };
 
 // An output file could not be written: the disk is full, a quota or file-size limit was hit, or

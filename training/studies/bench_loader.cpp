@@ -14,9 +14,10 @@
 
 namespace training {
 
-LoaderBenchResult loader_bench_command(const LoaderBenchRequest& request) {
-  if (request.batches < 1) throw UserError("--batches: expected 1 or more");
-  const Config config = load_config(request.config_path, request.overrides);
+namespace {
+
+// The benchmark itself, from its config.
+LoaderBenchResult bench_loader(const LoaderBenchRequest& request, const Config& config) {
   set_cpu_threads(config.training.threads);
   const torch::Device device = resolve_device(config.training.device);
   make_current(device);
@@ -29,7 +30,7 @@ LoaderBenchResult loader_bench_command(const LoaderBenchRequest& request) {
   }
   auto loader = make_loader(std::move(split), config, device, /*train=*/true, nullptr);
   if (loader->batches_per_epoch() == 0) {
-    throw UserError("training.batch_size: larger than the training set, so there is no batch");
+    throw KeyError("training.batch_size", "larger than the training set, so there is no batch");
   }
   LoaderBenchResult result;
   result.loader = config.data.loader == LoaderKind::TorchData ? "torch_data" : "batched";
@@ -67,6 +68,14 @@ LoaderBenchResult loader_bench_command(const LoaderBenchRequest& request) {
       "input pipeline alone: {} ({} workers, prefetch {}): {:.0f} images/s over {} batches",
       result.loader, result.workers, result.prefetch, result.images_per_second, result.batches);
   return result;
+}
+
+}  // namespace
+
+LoaderBenchResult loader_bench_command(const LoaderBenchRequest& request) {
+  if (request.batches < 1) throw UserError("--batches: expected 1 or more");
+  const Config config = load_config(request.config_path, request.overrides);
+  return with_key_origins(config, [&] { return bench_loader(request, config); });
 }
 
 }  // namespace training

@@ -220,6 +220,16 @@ fs::path compare_command(const CompareRequest& request) {
   if (request.run_dirs.empty()) throw UserError("compare: expected one or more run directories");
   std::vector<ComparedRun> runs;
   for (const auto& dir : request.run_dirs) runs.push_back(read_compared_run(dir));
+  // One run given twice ("run" and "./run") would be two equal columns under one heading.
+  for (size_t i = 0; i < runs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      std::error_code ec;
+      if (fs::equivalent(runs[i].dir, runs[j].dir, ec)) {
+        throw UserError(request.run_dirs[i] + ": given twice (also as " + request.run_dirs[j] +
+                        "); compare each run once");
+      }
+    }
+  }
   for (auto& run : runs) {
     const auto same_name = [&](const ComparedRun& other) {
       return other.dir.filename() == run.dir.filename();

@@ -171,13 +171,12 @@ fs::path study_directory(const MemoryRequest& request, const Config& config) {
   return dir;
 }
 
-}  // namespace
-
-int memory_command(const MemoryRequest& request) {
-  const Config config = load_config(request.config_path, request.overrides);
+// The study itself, from its config.
+int memory_study(const MemoryRequest& request, const Config& config) {
   set_cpu_threads(config.training.threads);
   const torch::Device device = resolve_device(config.training.device);
   if (config.memory.snapshot) check_memory_history_supported(device);
+  set_memory_limit(device, config.memory.limit);  // refused before the study's folder exists
   const auto settings = memory_settings(request.settings, config, device);
   const fs::path dir = study_directory(request, config);
   const DirectoryLock lock(dir);
@@ -233,6 +232,13 @@ int memory_command(const MemoryRequest& request) {
   mark_finished(dir, OutputKind::MemoryStudy);
   spdlog::info("memory study written to {}", dir.string());
   return exit_code;
+}
+
+}  // namespace
+
+int memory_command(const MemoryRequest& request) {
+  const Config config = load_config(request.config_path, request.overrides);
+  return with_key_origins(config, [&] { return memory_study(request, config); });
 }
 
 }  // namespace training

@@ -180,7 +180,8 @@ int64_t parse_size_flag(const std::string& flag, const std::string& text) {
 // The small sweep `train plan` runs without --from; returns its directory (empty when stopped).
 fs::path run_small_sweep(const PlanRequest& request) {
   const Config config = load_config(request.config_path, request.overrides);
-  const torch::Device device = resolve_device(config.training.device);
+  const torch::Device device =
+      with_key_origins(config, [&] { return resolve_device(config.training.device); });
   const std::string precisions = has_fast_bf16(device) ? "[fp32, bf16]" : "[fp32]";
   SweepRequest sweep;
   sweep.config_path = request.config_path;

@@ -280,16 +280,19 @@ std::vector<CellSummary> summarize(const std::vector<SweepCell>& cells,
   return summaries;
 }
 
-int run_sweep(const SweepRequest& request) {
-  const Config config = load_config(request.config_path, request.overrides);
+namespace {
+
+// The sweep itself, from its config.
+int sweep(const SweepRequest& request, const Config& config) {
   set_cpu_threads(config.training.threads);
   const torch::Device device = resolve_device(config.training.device);
   for (auto precision : config.sweep.precisions) {
     if (precision == Precision::BF16) check_bf16_supported(device, "sweep.precisions");
   }
   if (config.memory.limit > total_memory(device)) {
-    throw UserError("memory.limit: " + format_bytes(config.memory.limit) + " is more than " +
-                    device.str() + " has (" + format_bytes(total_memory(device)) + ")");
+    throw KeyError("memory.limit", format_bytes(config.memory.limit) + " is more than " +
+                                       device.str() + " has (" +
+                                       format_bytes(total_memory(device)) + ")");
   }
   if (config.training.cuda_graph == CudaGraphMode::On) {
     use_cuda_graph(config, device, /*data_parallel=*/false);  // refuses the CPU
@@ -321,6 +324,13 @@ int run_sweep(const SweepRequest& request) {
   if (!Sweep(config, dir, request.executable, device).run()) return kExitStopped;
   mark_finished(dir, OutputKind::Sweep);
   return kExitOk;
+}
+
+}  // namespace
+
+int run_sweep(const SweepRequest& request) {
+  const Config config = load_config(request.config_path, request.overrides);
+  return with_key_origins(config, [&] { return sweep(request, config); });
 }
 
 }  // namespace training

@@ -147,8 +147,9 @@ TEST(DataParallel, EachLocalRankBindsItsOwnDevice) {
       training::rank_device(torch::Device(torch::kCUDA, 0), 1);
       FAIL() << "expected a UserError";
     } catch (const training::UserError& e) {
-      EXPECT_NE(std::string(e.what()).find("training.device: 'cuda:1' requested, but"),
-                std::string::npos)
+      EXPECT_NE(
+          std::string(e.what()).find("local rank 1 trains on cuda:1 (one GPU per local rank), but"),
+          std::string::npos)
           << e.what();
     }
   }

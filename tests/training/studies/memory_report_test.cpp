@@ -73,7 +73,8 @@ TEST(MemoryReport, RefusesBadInputBeforeWriting) {
     training::memory_command(snapshot);
     ADD_FAILURE() << "memory.snapshot was accepted on the CPU";
   } catch (const training::UserError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("memory.snapshot: ", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("--set memory.snapshot: memory.snapshot: ", 0), 0u)
+        << e.what();
   }
   EXPECT_FALSE(fs::exists(dir / "study"));
 }
