@@ -8,9 +8,12 @@ Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and M
 bare `train` means this checkout's build/train. Every output line is prefixed with "[rank R] ".
 When a rank fails, the others are stopped (SIGTERM, then SIGKILL after --grace seconds) and the
 launcher exits with the failed rank's code; Ctrl-C / SIGTERM are passed on to every rank (which
-then checkpoint and stop together). --master-port 0 picks a free port (one host only).
+then checkpoint and stop together). The ranks die with the launcher (SIGKILL when it dies, also by
+kill -9: Linux PR_SET_PDEATHSIG), so no rank trains on unwatched. --master-port 0 picks a free port
+(one host only).
 """
 import argparse
+import ctypes
 import os
 import signal
 import socket
@@ -29,6 +32,18 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with(launcher_pid):
+    """A preexec_fn: the rank is killed when the launcher dies (also when it already has)."""
+    def arrange():
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != launcher_pid:
+            os._exit(1)
+    return arrange
 
 
 def pump(stream, prefix, out, lock):
@@ -69,7 +84,7 @@ def main(argv=None):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local),
                    LOCAL_WORLD_SIZE=str(args.nproc_per_node), MASTER_ADDR=args.master_addr, MASTER_PORT=str(port))
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with(os.getpid()))
         procs.append((rank, proc))
         thread = threading.Thread(target=pump, args=(proc.stdout, f"[rank {rank}] ", sys.stdout, lock), daemon=True)
         thread.start()

@@ -165,6 +165,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.choice("backend", c.distributed.backend, kBackends);
     v.integer("bucket_mb", c.distributed.bucket_mb, 1, 1024);
     v.integer("timeout_seconds", c.distributed.timeout_seconds, 1, 86400);
+    v.text("interface", c.distributed.interface);
   });
 }
 

@@ -182,12 +182,6 @@ torch::Device prepare_device(const Config& config, const std::optional<LaunchEnv
   torch::Device device = resolve_device(config.training.device);
   if (data_parallel) device = rank_device(device, launch->local_rank);
   make_current(device);
-  if (data_parallel && config.checkpointing.enabled()) {
-    throw UserError(
-        "checkpointing.enabled: gradient checkpointing is not supported with "
-        "WORLD_SIZE > 1 (c10d's reducer and the re-entrant recomputation are not "
-        "combined here); turn one of them off");
-  }
   if (config.training.precision == Precision::BF16) {
     check_bf16_supported(device, "training.precision");
   }
@@ -309,11 +303,13 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
     }
     // A collective failed: a peer died, hung past the timeout, or the network broke. (Gloo
     // reports a dead peer with its own exception type, NCCL and timeouts with c10's.)
-    throw DistributedError("rank " + std::to_string(group->rank()) +
-                           ": lost contact with the other ranks in epoch " +
-                           std::to_string(trainer.state().epoch + 1) + " after " +
-                           std::to_string(trainer.state().step) + " steps (" + error_line(e) +
-                           "); the last checkpoint is intact");
+    throw DistributedError(
+        "rank " + std::to_string(group->rank()) + ": lost contact with the other ranks in epoch " +
+        std::to_string(trainer.state().epoch + 1) + " after " +
+        std::to_string(trainer.state().step) + " steps (" + group->describe_peers(e.what()) +
+        ": " + error_line(e) +
+        "); the last checkpoint is intact: --resume continues from it once every host is back "
+        "(a peer slower than distributed.timeout_seconds counts as lost)");
   }
 }
 

@@ -5,15 +5,22 @@
 #ifdef TRAIN_WITH_DISTRIBUTED
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #endif
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "training/platform/errors.h"
+#include "training/platform/network.h"
 
 #ifdef TRAIN_WITH_NCCL
 #include "training/platform/device_cuda.h"
@@ -61,6 +68,78 @@ struct ProcessGroup::Impl {
   c10d::ProcessGroup::BackendType type = c10d::ProcessGroup::BackendType::GLOO;
 };
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Seconds past distributed.timeout_seconds after which a rank still joining its group ends itself.
+constexpr auto kJoinGrace = std::chrono::seconds(5);
+
+// Ends the process with exit code 4 and the message of the stage it is in when the join has not
+// finished by its deadline: a library call that outlives its own timeout (a connect to a peer
+// behind a dead link) cannot keep a rank waiting.
+class JoinDeadline {
+ public:
+  JoinDeadline(Clock::time_point at, std::string stage) : at_(at), stage_(std::move(stage)) {
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (done_.wait_until(lock, at_, [this] { return finished_; })) return;
+      spdlog::error("{}", stage_);
+      spdlog::shutdown();
+      std::_Exit(kExitDistributed);
+    });
+  }
+  ~JoinDeadline() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finished_ = true;
+    }
+    done_.notify_all();
+    thread_.join();
+  }
+  // What the rank is waiting for, said if the deadline passes.
+  void stage(std::string message) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stage_ = std::move(message);
+  }
+  std::chrono::milliseconds remaining() const {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at_ - kJoinGrace -
+                                                                            Clock::now());
+    return std::max(left, std::chrono::milliseconds(1000));
+  }
+
+ private:
+  Clock::time_point at_;
+  std::mutex mutex_;
+  std::condition_variable done_;
+  bool finished_ = false;
+  std::string stage_;
+  std::thread thread_;
+};
+
+std::string text_of(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
+
+// Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) the agent of node 0 already hosts the store on
+// MASTER_ADDR:MASTER_PORT: every rank is its client. Otherwise rank 0 hosts it. The keys of each
+// elastic restart are kept apart.
+c10::intrusive_ptr<c10d::Store> join_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_store = agent && std::string(agent) == "True";
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(env.master_port);
+  options.isServer = !agent_store && env.rank == 0;
+  options.waitWorkers = false;  // the ranks meet below, where a missing one can be named
+  options.timeout = timeout;
+  auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return c10::make_intrusive<c10d::PrefixStore>(
+      std::string("train/attempt_") + (restart ? restart : "0"), store);
+}
+
+}  // namespace
+
 ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& options,
                            const torch::Device& device)
     : env_(env), options_(options), device_(device), impl_(std::make_unique<Impl>()) {
@@ -69,48 +148,133 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
   if (nccl && !device.is_cuda()) {
     throw KeyError("distributed.backend", "nccl needs training.device cuda; use gloo on the CPU");
   }
+  // Refused here, before any other rank is waited for: a named interface this host lacks.
+  network_ = choose_peer_network(options.interface, std::getenv("GLOO_SOCKET_IFNAME"),
+                                 env.master_addr, static_cast<int>(env.master_port));
+  const std::string me = "rank " + std::to_string(env.rank);
+  spdlog::info("{} of {}: reached by its peers through {} (chosen by {}; GLOO_SOCKET_IFNAME or "
+               "distributed.interface choose others)",
+               me, env.world_size, describe(network_.interfaces), network_.chosen_by);
+  if (nccl && !std::getenv("NCCL_SOCKET_IFNAME")) {
+    std::string names;
+    for (const auto& i : network_.interfaces) names += (names.empty() ? "" : ",") + i.name;
+    ::setenv("NCCL_SOCKET_IFNAME", names.c_str(), 1);
+    spdlog::info("{}: NCCL_SOCKET_IFNAME={} (unset before: NCCL's bootstrap uses the same "
+                 "interface)", me, names);
+  }
   const auto timeout = std::chrono::seconds(options.timeout_seconds);
-  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  const std::string store_address = env.master_addr + ":" + std::to_string(env.master_port);
+  const std::string within = " within " + std::to_string(options.timeout_seconds) + " s";
+  JoinDeadline deadline(Clock::now() + timeout + kJoinGrace,
+                        me + ": could not reach the other ranks through " + store_address + within +
+                            " (the store, hosted by rank 0: is every rank started, with the same "
+                            "MASTER_ADDR, MASTER_PORT and WORLD_SIZE?)");
   try {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<uint16_t>(env.master_port);
-    store_options.isServer = env.rank == 0;
-    store_options.numWorkers = static_cast<int>(env.world_size);
-    store_options.waitWorkers = true;
-    store_options.timeout = timeout;
-    impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    impl_->store = join_store(env, deadline.remaining());
   } catch (const std::exception& e) {
-    throw DistributedError("rank " + std::to_string(env.rank) +
-                           ": could not reach the other ranks through " + where + " within " +
-                           std::to_string(options.timeout_seconds) +
-                           " s (is every rank started, with the same MASTER_ADDR, MASTER_PORT and "
-                           "WORLD_SIZE?): " +
+    throw DistributedError(me + ": could not reach the other ranks through " + store_address +
+                           within +
+                           " (the store, hosted by rank 0: is every rank started, with the same "
+                           "MASTER_ADDR, MASTER_PORT and WORLD_SIZE?): " +
                            first_line(e.what()));
   }
+  meet_peers(deadline.remaining(), within);
+  deadline.stage(me + ": could not connect to " + describe_peers("") + within +
+                 "; the hosts must reach each other on these addresses: set GLOO_SOCKET_IFNAME "
+                 "(or distributed.interface) on each host to the interface that does");
   c10::intrusive_ptr<c10d::Backend> backend;
-  if (nccl) {
+  try {
+    if (nccl) {
 #ifdef TRAIN_WITH_NCCL
-    backend = cuda::make_nccl_backend(impl_->store, env.rank, env.world_size, timeout);
-    impl_->type = c10d::ProcessGroup::BackendType::NCCL;
+      backend = cuda::make_nccl_backend(impl_->store, env.rank, env.world_size, timeout);
+      impl_->type = c10d::ProcessGroup::BackendType::NCCL;
 #else
-    throw UserError(
-        "distributed.backend: nccl is not in this build (it needs a CUDA LibTorch and "
-        "nccl.h at build time); use gloo");
+      throw UserError(
+          "distributed.backend: nccl is not in this build (it needs a CUDA LibTorch and "
+          "nccl.h at build time); use gloo");
 #endif
-  } else {
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create();
-    gloo_options->timeout = timeout;
-    // Loopback rendezvous: talk over loopback; otherwise the interface this host name resolves to.
-    const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
-    gloo_options->devices.push_back(
-        loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                 : c10d::ProcessGroupGloo::createDefaultDevice());
-    backend = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world_size,
-                                                          gloo_options);
+    } else {
+      // Gloo connects its full mesh in its constructor, within the options' timeout: what is left
+      // of the join's. Its collectives then get the whole distributed.timeout_seconds.
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(deadline.remaining());
+      for (const auto& interface : network_.interfaces) {
+        gloo_options->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForHostname(interface.address));
+      }
+      auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank,
+                                                              env.world_size, gloo_options);
+      gloo->setTimeout(timeout);
+      backend = gloo;
+    }
+    impl_->group = c10::make_intrusive<c10d::ProcessGroup>(impl_->store, env.rank, env.world_size);
+    impl_->group->setBackend(device.type(), impl_->type, backend);
+    impl_->group->setDefaultBackend(impl_->type);
+    // A first collective: NCCL makes its communicator here, and every connection has carried data.
+    std::vector<torch::Tensor> probe = {torch::zeros({1}, torch::TensorOptions().device(device))};
+    impl_->group->allreduce(probe)->wait();
+  } catch (const UserError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistributedError(me + ": could not connect to " + describe_peers(e.what()) + within +
+                           " (" + error_line(e) +
+                           "); the hosts must reach each other on these addresses: set "
+                           "GLOO_SOCKET_IFNAME (or distributed.interface) on each host to the "
+                           "interface that does");
   }
-  impl_->group = c10::make_intrusive<c10d::ProcessGroup>(impl_->store, env.rank, env.world_size);
-  impl_->group->setBackend(device.type(), impl_->type, backend);
-  impl_->group->setDefaultBackend(impl_->type);
+}
+
+// Every rank publishes the address its peers reach it at and reads theirs: the rendezvous (a rank
+// that does not come is named) and what the error messages name.
+void ProcessGroup::meet_peers(std::chrono::milliseconds timeout, const std::string& within) {
+  auto& store = *impl_->store;
+  const auto& first = network_.interfaces.front();
+  store.set("peer/" + std::to_string(env_.rank), first.address + " " + first.name);
+  store.setTimeout(timeout);
+  peers_.assign(env_.world_size, "");
+  std::vector<std::string> missing;
+  for (int64_t r = 0; r < env_.world_size; ++r) {
+    if (r == env_.rank) {
+      peers_[r] = first.address + " " + first.name;
+      continue;
+    }
+    try {
+      peers_[r] = text_of(store.get("peer/" + std::to_string(r)));
+    } catch (const std::exception&) {
+      missing.push_back(std::to_string(r));
+      // The others are not waited for again: the whole timeout is spent.
+      store.setTimeout(std::chrono::milliseconds(1));
+    }
+  }
+  store.setTimeout(std::chrono::seconds(options_.timeout_seconds));
+  if (!missing.empty()) {
+    std::string ranks;
+    for (const auto& r : missing) ranks += (ranks.empty() ? "" : ", ") + r;
+    throw DistributedError("rank " + std::to_string(env_.rank) + ": rank(s) " + ranks +
+                           " did not join" + within + " (each has to reach the store at " +
+                           env_.master_addr + ":" + std::to_string(env_.master_port) +
+                           ": is it started, with the same MASTER_ADDR, MASTER_PORT and "
+                           "WORLD_SIZE?)");
+  }
+}
+
+// "rank 1 at 10.0.0.2 (eth0)": the peers whose address appears in `error` (Gloo names the remote
+// end: "remote=[10.0.0.2]:4711"), or every peer when none does.
+std::string ProcessGroup::describe_peers(const std::string& error) const {
+  std::vector<int64_t> named, others;
+  for (int64_t r = 0; r < static_cast<int64_t>(peers_.size()); ++r) {
+    if (r == env_.rank || peers_[r].empty()) continue;
+    const std::string address = peers_[r].substr(0, peers_[r].find(' '));
+    (error.find("[" + address + "]") != std::string::npos ? named : others).push_back(r);
+  }
+  if (named.empty()) named = others;
+  std::string text;
+  for (const int64_t r : named) {
+    const std::string& peer = peers_[r];
+    const size_t space = peer.find(' ');
+    text += (text.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " at " +
+            peer.substr(0, space) + " (" + peer.substr(space + 1) + ")";
+  }
+  return text.empty() ? "the other ranks" : text;
 }
 
 ProcessGroup::~ProcessGroup() = default;
@@ -221,6 +385,10 @@ void ProcessGroup::broadcast_from_main(torch::nn::Module&) {}
 void ProcessGroup::broadcast_buffers(torch::nn::Module&) {}
 void ProcessGroup::all_reduce(std::vector<torch::Tensor>&, bool) {}
 void ProcessGroup::barrier() {}
+void ProcessGroup::meet_peers(std::chrono::milliseconds, const std::string&) {}
+std::string ProcessGroup::describe_peers(const std::string&) const {
+  return "the other ranks";
+}
 std::unique_ptr<ProcessGroup::GradientAverager> ProcessGroup::gradient_averager(
     torch::nn::Module&) const {
   return nullptr;

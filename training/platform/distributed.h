@@ -18,13 +18,10 @@
 #include <string>
 #include <vector>
 
-namespace training {
+#include "training/platform/errors.h"
+#include "training/platform/network.h"
 
-// A rank lost contact with the others, or never reached them: exit code 4 on every rank.
-class DistributedError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace training {
 
 struct LaunchEnv {
   int64_t rank = 0;
@@ -44,6 +41,7 @@ struct DistributedOptions {
   DistributedBackend backend = DistributedBackend::Auto;  // auto: nccl on CUDA, gloo on the CPU
   int64_t bucket_mb = 25;                                 // all-reduce bucket size
   int64_t timeout_seconds = 60;                           // rendezvous and collectives
+  std::string interface;  // the interfaces peers reach this rank through ("" = route to the store)
 };
 
 // The gradient buckets of `params` (in definition order) as c10d's Reducer all-reduces them, each
@@ -58,7 +56,10 @@ std::vector<std::vector<size_t>> gradient_buckets(const std::vector<torch::Tenso
 
 class ProcessGroup {
  public:
-  // Joins the group (blocks until every rank has reached the store, or the timeout).
+  // Joins the group: the store, the peers' addresses, the backend's connections and a first
+  // collective, all within distributed.timeout_seconds (a rank still joining a few seconds after
+  // it exits with code 4 and the stage it was in). Throws UserError (before waiting for anyone)
+  // for an interface this host lacks, DistributedError when a peer cannot be reached.
   ProcessGroup(const LaunchEnv& env, const DistributedOptions& options,
                const torch::Device& device);
   ~ProcessGroup();
@@ -80,6 +81,10 @@ class ProcessGroup {
   void all_reduce(std::vector<torch::Tensor>& tensors, bool max = false);
   void barrier();
 
+  // The peers named by a backend's error ("rank 1 at 10.0.0.2 (eth0)"; every peer when the error
+  // names none): who a rank lost contact with.
+  std::string describe_peers(const std::string& error) const;
+
   // Averages gradients across ranks during backward: call prepare(output) before each backward.
   class GradientAverager {
    public:
@@ -89,7 +94,11 @@ class ProcessGroup {
   std::unique_ptr<GradientAverager> gradient_averager(torch::nn::Module& module) const;
 
  private:
+  void meet_peers(std::chrono::milliseconds timeout, const std::string& within);
+
   struct Impl;
+  PeerNetwork network_;
+  std::vector<std::string> peers_;  // per rank: "address interface"
   LaunchEnv env_;
   DistributedOptions options_;
   torch::Device device_;

@@ -58,6 +58,12 @@ class CannotWrite : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A data-parallel rank lost contact with the others, or never reached them: exit code 4.
+class DistributedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Training ran out of device memory (or of the emulated memory.limit): exit code 3. The message
 // gives the peak reached, the limit and the remedies.
 class OutOfMemory : public std::runtime_error {

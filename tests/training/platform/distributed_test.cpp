@@ -40,11 +40,16 @@ int free_port() {
   return ntohs(address.sin_port);
 }
 
-// Starts `argv` as rank `rank` of `world` (output to `log`); returns the pid.
-pid_t start_rank(std::vector<std::string> argv, int rank, int world, int port,
-                 const fs::path& log) {
+// Starts `argv` as rank `rank` of `world` (output to `log`), with `env` ("NAME=value") added;
+// returns the pid.
+pid_t start_rank(std::vector<std::string> argv, int rank, int world, int port, const fs::path& log,
+                 const std::vector<std::string>& env = {}) {
   const pid_t pid = ::fork();
   if (pid == 0) {
+    for (const auto& assignment : env) {
+      const auto equals = assignment.find('=');
+      setenv(assignment.substr(0, equals).c_str(), assignment.substr(equals + 1).c_str(), 1);
+    }
     setenv("RANK", std::to_string(rank).c_str(), 1);
     setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
     setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
@@ -303,6 +308,71 @@ TEST(DataParallel, AResumeMidEpochEndsAsTheUninterruptedRun) {
   };
   const double whole = last_test_loss(dir / "whole"), parts = last_test_loss(dir / "parts");
   EXPECT_NEAR(parts, whole, 1e-4 * std::abs(whole));  // the review saw 0.3%
+}
+
+// GLOO_SOCKET_IFNAME (or distributed.interface) naming an interface this host lacks is refused in
+// one line, exit 2, before the rank waits for anyone (its peers would wait the whole timeout).
+TEST(DataParallel, AnInterfaceThisHostLacksIsRefusedBeforeTheRendezvous) {
+  test_support::TempDir dir;
+  const auto config = tiny_config(dir, 1, 60).string();
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t rank = start_rank({TRAIN_BINARY, "--config", config, "--output-dir",
+                                 (dir / "run").string()},
+                                1, 2, free_port(), dir / "rank1.log", {"GLOO_SOCKET_IFNAME=nope0"});
+  EXPECT_EQ(wait_exit(rank), 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  const auto log = test_support::read_text(dir / "rank1.log");
+  EXPECT_NE(log.find("GLOO_SOCKET_IFNAME=nope0: this host has no network interface 'nope0' that "
+                     "is up with an address (it has: lo"),
+            std::string::npos)
+      << log;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+  // The config key: the same refusal, said with where the key was set.
+  const pid_t keyed = start_rank({TRAIN_BINARY, "--config", config, "--output-dir",
+                                  (dir / "run").string(), "--set", "distributed.interface=nope0"},
+                                 1, 2, free_port(), dir / "keyed.log");
+  EXPECT_EQ(wait_exit(keyed), 2);
+  EXPECT_NE(test_support::read_text(dir / "keyed.log")
+                .find("distributed.interface: this host has no network interface 'nope0'"),
+            std::string::npos)
+      << test_support::read_text(dir / "keyed.log");
+}
+
+// Gradient checkpointing under data parallelism: the recomputation in backward hands each
+// gradient to c10d's reducer once, so the loss curve is the one without checkpointing, to the
+// last digit, and the training peak is lower.
+TEST(DataParallel, GradientCheckpointingGivesTheSameLossCurveWithLessMemory) {
+  test_support::TempDir dir;
+  const auto config = tiny_config(dir, 2, 60).string();
+  auto train_ranks = [&](const std::string& name, const std::string& checkpointing) {
+    const int port = free_port();
+    std::vector<pid_t> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      ranks.push_back(start_rank({TRAIN_BINARY, "--config", config, "--output-dir",
+                                  (dir / name).string(), "--set",
+                                  "checkpointing.enabled=" + checkpointing},
+                                 rank, 2, port, dir / (name + std::to_string(rank) + ".log")));
+    }
+    for (auto pid : ranks) {
+      EXPECT_EQ(wait_exit(pid), 0) << test_support::read_text(dir / (name + "0.log"));
+    }
+    std::vector<nlohmann::json> rows;
+    std::ifstream in(dir / name / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+    return rows;
+  };
+  const auto plain = train_ranks("plain", "false");
+  const auto recomputed = train_ranks("recomputed", "true");
+  ASSERT_EQ(plain.size(), 2u);
+  ASSERT_EQ(recomputed.size(), 2u);
+  for (size_t epoch = 0; epoch < plain.size(); ++epoch) {
+    for (const char* key : {"train_loss", "train_acc", "test_loss", "test_acc"}) {
+      EXPECT_EQ(plain[epoch].at(key), recomputed[epoch].at(key)) << key << " in epoch "
+                                                                   << epoch + 1;
+    }
+    EXPECT_LT(recomputed[epoch].at("train_peak_allocated_bytes").get<int64_t>(),
+              plain[epoch].at("train_peak_allocated_bytes").get<int64_t>());
+  }
 }
 
 TEST(DataParallel, MalformedLaunchVariablesAreRefused) {
