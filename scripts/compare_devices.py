@@ -178,10 +178,9 @@ def parse_args(argv):
     parser.add_argument("--set", action="append", default=[], help="more config overrides, for every run")
     parser.add_argument("--out", default=f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
     args = parser.parse_args(argv)
-    if not Path(args.config).is_file():
-        fail(f"--config: {args.config}: no such file")
-    if not Path(args.train).is_file():
-        fail(f"--train: {args.train}: no such file (build first: scripts/setup.sh)")
+    script_support.path_argument("--config", args.config, "a config file (YAML)")
+    script_support.path_argument("--train", args.train, "the train binary (build it: scripts/setup.sh)")
+    script_support.path_argument("--out", args.out, "a folder for the comparison", kind="folder", must_exist=False)
     for flag, value in (("--cpu-steps", args.cpu_steps), ("--gpu-steps", args.gpu_steps)):
         if value is not None and value < WARMUP_STEPS + MIN_STEADY_STEPS:
             fail(f"{flag}: {value}: expected at least {WARMUP_STEPS + MIN_STEADY_STEPS} "
