@@ -87,8 +87,8 @@ class Archive:
     """A tarball, looked into through its member list: at its root and in its one top folder."""
     extracts = True
 
-    def __init__(self, path):
-        self.path = path
+    def __init__(self, path, label=None):
+        self.path, self.label = path, label or str(path)
         try:
             with tarfile.open(path) as tar:
                 self.members = tar.getmembers()
@@ -113,7 +113,7 @@ class Archive:
         return rel in self.dirs
 
     def origin(self, rel):
-        return f"{self.path} (its {rel}/)" if rel else str(self.path)
+        return f"{self.label} (its {rel}/)" if rel else self.label
 
     def fetch(self, rels, work):
         """Extracts the members at or under `rels` into a folder of `work`, and returns it."""
@@ -129,8 +129,8 @@ class Archive:
         return extracted
 
 
-def open_source(path):
-    """The --from file or folder (or the downloaded tarball) to look for CIFAR-10 in."""
+def open_source(path, label=None):
+    """The --from file or folder (or the downloaded tarball, said as `label`) to look into."""
     if path.is_dir():
         return Folder(path)
     if path.name == "cifar-10-binary.tar.gz":
@@ -138,7 +138,7 @@ def open_source(path):
         if digest != MD5:
             raise Refused(f"{path}: md5 {digest} does not match the official {MD5} "
                           "(incomplete or altered download)")
-    return Archive(path)
+    return Archive(path, label)
 
 
 def find_layout(tree):
@@ -290,13 +290,15 @@ def gather(tree, kind, place, to_binary, work):
     return result
 
 
-def install(root, result, origin, work):
+def install(root, result, origin, work, force):
     """Moves the result's entries into the root, each in place of the entry of its name (moved
     aside into `work`, which is removed after), and lists them in the root's manifest."""
+    entries = sorted(result.iterdir())
+    check_replaceable(root, [entry.name for entry in entries], force)  # again: the work took a while
     root.mkdir(parents=True, exist_ok=True)
     listed = installed(root)
     (work / "replaced").mkdir()
-    for entry in sorted(result.iterdir()):
+    for entry in entries:
         target = root / entry.name
         if os.path.lexists(target):
             os.replace(target, work / "replaced" / entry.name)
@@ -310,10 +312,10 @@ def install(root, result, origin, work):
         tmp.unlink(missing_ok=True)
 
 
-def plan(source, root, args):
+def plan(source, root, args, label=None):
     """Where the source holds CIFAR-10 and what the root gets from it; refused before any work
     when that would replace an entry get-data did not install."""
-    tree = open_source(source)
+    tree = open_source(source, label)
     kind, place = find_layout(tree)
     names = [BIN_DIR] if kind == "binary" or args.to_binary else ["train", "test"]
     check_replaceable(root, names, args.force)
@@ -341,9 +343,9 @@ def main(argv=None):
         root.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".get-data-", dir=root.parent) as work:
             work = Path(work)
-            tree, kind, place, names = planned or plan(download(work), root, args)
+            tree, kind, place, names = planned or plan(download(work), root, args, label=URL)
             result = gather(tree, kind, place, args.to_binary, work)
-            install(root, result, tree.origin(place), work)
+            install(root, result, tree.origin(place), work, args.force)
         print(f"{root}: CIFAR-10 ready: {', '.join(n + '/' for n in names)} from {tree.origin(place)}")
         return 0
     except Refused as e:

@@ -156,6 +156,16 @@ class GetDataTest(unittest.TestCase):
         self.assertIn("could not download", err)
         self.assertIn("scripts/get-data.sh --from /path/to/cifar-10-binary.tar.gz", err)
 
+    def test_a_download_is_named_by_its_address(self):
+        make_binary_tarball(self.dir / "official.tar.gz")
+        payload = (self.dir / "official.tar.gz").read_bytes()
+        with mock.patch("urllib.request.urlopen", return_value=io.BytesIO(payload)), \
+                mock.patch.object(get_data, "MD5", hashlib.md5(payload).hexdigest()):
+            code, out, err = self.run_with_output("--root", str(self.dir / "root"))
+        self.assertEqual(code, 0, err)
+        self.assertIn(f"CIFAR-10 ready: cifar-10-batches-bin/ from {get_data.URL} (its cifar-10-batches-bin/)", out)
+        self.assertEqual(sorted(p.name for p in self.dir.iterdir()), ["official.tar.gz", "root"])
+
     def test_md5_helper(self):
         (self.dir / "f").write_bytes(b"abc")
         self.assertEqual(get_data.md5_of(self.dir / "f"), hashlib.md5(b"abc").hexdigest())
