@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import script_support
+
 REPO = Path(__file__).resolve().parents[1]
 LOADERS = [("batched", 0), ("torch_data", 0), ("torch_data", 1)]
 
@@ -38,8 +40,12 @@ def run(command):
     return proc
 
 
+def has_batches(folder):
+    return (folder / "cifar-10-batches-bin" / "data_batch_1.bin").exists() or (folder / "data_batch_1.bin").exists()
+
+
 def binary_root(folder, jpeg):
-    if (folder / "cifar-10-batches-bin" / "data_batch_1.bin").exists() or (folder / "data_batch_1.bin").exists():
+    if has_batches(folder):
         return folder
     run([sys.executable, str(REPO / "scripts/get_data.py"), "--from", jpeg, "--root", str(folder), "--to-binary"])
     return folder
@@ -87,6 +93,13 @@ def main(argv=None):
     if min(args.pairs, args.batches, args.steps, args.threads) < 1:
         parser.error("--pairs, --batches, --steps and --threads must be at least 1")
     args.train_limit = max(64 * args.steps, 64 * args.batches, 1280)
+    script_support.path_argument("--train", args.train, "the train binary (build it: scripts/setup.sh)")
+    data = script_support.path_argument("--data", args.data, "a folder of binary batches (made from --jpeg when it "
+                                        "has none)", kind="folder", must_exist=False)
+    if not has_batches(data):
+        script_support.path_argument("--jpeg", args.jpeg, "the JPEG tarball to make --data from")
+    if args.markdown is not None:
+        script_support.path_argument("--markdown", args.markdown, "a file to write the table to", must_exist=False)
     root = binary_root(Path(args.data), args.jpeg)
 
     pipeline = {key: [] for key in LOADERS}
@@ -124,4 +137,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_support.run("bench_loader", main))

@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import script_support
+
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
 
@@ -35,6 +37,11 @@ def main(argv=None):
     parser.add_argument("--out", help="sweep directory (default: a temporary one)")
     parser.add_argument("--markdown", help="also write the results as Markdown to this file")
     args = parser.parse_args(argv)
+    script_support.path_argument("--train", args.train, "the train binary (build it: scripts/setup.sh)")
+    if args.out is not None:
+        script_support.path_argument("--out", args.out, "a folder for the sweep", kind="folder", must_exist=False)
+    if args.markdown is not None:
+        script_support.path_argument("--markdown", args.markdown, "a file to write the table to", must_exist=False)
 
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-memory-")) / "sweep"
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as config:
@@ -89,4 +96,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_support.run("bench_memory", main))

@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import script_support
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -43,11 +45,17 @@ def run(command, capture=True):
     return proc
 
 
+def binary_batches(folder):
+    """The folder of `folder` that holds binary batches, or None."""
+    for bins in (folder / "cifar-10-batches-bin", folder):
+        if (bins / "data_batch_1.bin").exists():
+            return bins
+    return None
+
+
 def ensure_binary_data(folder, jpeg_source):
-    if (folder / "cifar-10-batches-bin" / "data_batch_1.bin").exists():
-        return folder / "cifar-10-batches-bin"
-    if (folder / "data_batch_1.bin").exists():
-        return folder
+    if binary_batches(folder):
+        return binary_batches(folder)
     run([sys.executable, str(REPO / "scripts/get_data.py"), "--from", jpeg_source, "--root", str(folder), "--to-binary"])
     return folder / "cifar-10-batches-bin"
 
@@ -95,7 +103,14 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--markdown")
     args = parser.parse_args(argv)
-    bins = ensure_binary_data(Path(args.data), args.jpeg)
+    script_support.path_argument("--train", args.train, "the train binary (build it: scripts/setup.sh)")
+    data = script_support.path_argument("--data", args.data, "a folder of binary batches (made from --jpeg when it "
+                                        "has none)", kind="folder", must_exist=False)
+    if not binary_batches(data):
+        script_support.path_argument("--jpeg", args.jpeg, "the JPEG tarball to make --data from")
+    if args.markdown is not None:
+        script_support.path_argument("--markdown", args.markdown, "a file to write the table to", must_exist=False)
+    bins = ensure_binary_data(data, args.jpeg)
     work = {"arch": "resnet50", "classes": 1000, "batch": 32, "steps": args.steps}
     if args.quick:
         work.update(arch="resnet18", steps=5)
@@ -190,4 +205,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_support.run("bench_python", main))

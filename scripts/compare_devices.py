@@ -17,8 +17,10 @@ Three tables, each a `train compare` of one run per device:
            table's "fastest setting" row says which won
 
 Each device trains with `train`: the GPU one whole epoch (--gpu-epochs, or --gpu-steps steps),
-the CPU --cpu-steps steps, its epoch time projected from its steady steps and marked so. Images/s
-are steady: each process's first warm-up steps (cuDNN's autotuning, first allocations; `train`'s
+the CPU --cpu-steps steps, its epoch time projected from its steady steps and marked so. Steps
+beyond an epoch (a small data set) are trained over as many epochs as they take; the header says,
+per table and device, the steps and epochs that were trained. Images/s are steady: each
+process's first warm-up steps (cuDNN's autotuning, first allocations; `train`'s
 Trainer::kWarmupSteps) are listed apart, never averaged in. Memory peaks and the mean utilisation
 come from the runs' own records (the allocator, the sampler). Evaluation runs on data.test_limit
 512 images unless --set says otherwise: accuracy is not what this compares.
@@ -26,14 +28,16 @@ come from the runs' own records (the allocator, the sampler). Evaluation runs on
 Writes into DIR (default runs/compare-<date>-<time>):
   compare.md     the tables, under a header naming the work and the command; a device that did
                  not run is listed under its table
-  compare.json   per table and device: the settings, the command, the exit code, and the run's
-                 totals from `train compare` (steady images/s, warm-up, epoch time and whether it
-                 is projected, peaks, utilisation) with the speed-up over the CPU
+  compare.json   per table and device: the settings, the command, the exit code, the steps and
+                 epochs trained, and the run's totals from `train compare` (steady images/s,
+                 warm-up, epoch time and whether it is projected, peaks, utilisation) with the
+                 speed-up over the CPU
   <table>/<device>/   each run; <table>/compare/ `train compare`'s files; fastest/sweep-<device>/
 
-Exit codes: 0 when at least one device ran in every table; 2 for bad arguments (a missing config,
-steps that leave no steady step, an --out that is not empty) or when no device ran (a device that is not available --
-cuda on a machine without a GPU -- is listed, not an error while another device ran).
+Exit codes: 0 when at least one device ran in every table; 2 for bad arguments (a config that is
+missing, empty or a folder, steps that leave no steady step, an --out that is not empty) or when
+no device ran (a device that is not available -- cuda on a machine without a GPU -- is listed, not
+an error while another device ran).
 """
 import argparse
 import json
@@ -68,12 +72,31 @@ def last_error(proc):
 
 
 def work_flags(args, device):
-    """training.max_steps / epochs for `device`: whole epochs on a GPU, steps on the CPU."""
-    if device == "cpu":
-        return ["--set", f"training.max_steps={args.cpu_steps}", "--set", "training.epochs=1"]
-    if args.gpu_steps:
-        return ["--set", f"training.max_steps={args.gpu_steps}", "--set", "training.epochs=1"]
+    """training.max_steps / epochs for `device`: whole epochs on a GPU, steps on the CPU. Steps
+    are trained over as many epochs as they take (each epoch has at least one step)."""
+    steps = args.cpu_steps if device == "cpu" else args.gpu_steps
+    if steps:
+        return ["--set", f"training.max_steps={steps}", "--set", f"training.epochs={steps}"]
     return ["--set", f"training.epochs={args.gpu_epochs}"]
+
+
+def trained(run_dir):
+    """The steps and epochs a run trained, from its metrics.jsonl."""
+    rows = script_support.read_jsonl(Path(run_dir) / "metrics.jsonl")
+    return rows and {"steps": rows[-1]["step"], "epochs": len(rows), "steps_per_epoch": rows[0].get("epoch_batches")}
+
+
+def trained_text(entry):
+    """'cpu 15 steps in 2 epochs of 8 steps', 'cuda 8 steps (1 epoch)', 'cpu 30 of an epoch's 1563 steps'."""
+    work = entry["trained"]
+    if not work:
+        return f"{entry['device']} (no epoch recorded)"
+    steps, epochs, per_epoch = work["steps"], work["epochs"], work["steps_per_epoch"]
+    if epochs > 1:
+        return f"{entry['device']} {steps} steps in {epochs} epochs of {per_epoch} steps"
+    if per_epoch and steps < per_epoch:
+        return f"{entry['device']} {steps} of an epoch's {per_epoch} steps"
+    return f"{entry['device']} {steps} steps (1 epoch)"
 
 
 def train_device(args, device, run_dir, overrides):
@@ -178,10 +201,9 @@ def parse_args(argv):
     parser.add_argument("--set", action="append", default=[], help="more config overrides, for every run")
     parser.add_argument("--out", default=f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
     args = parser.parse_args(argv)
-    if not Path(args.config).is_file():
-        fail(f"--config: {args.config}: no such file")
-    if not Path(args.train).is_file():
-        fail(f"--train: {args.train}: no such file (build first: scripts/setup.sh)")
+    script_support.path_argument("--config", args.config, "a config file (YAML)")
+    script_support.path_argument("--train", args.train, "the train binary (build it: scripts/setup.sh)")
+    script_support.path_argument("--out", args.out, "a folder for the comparison", kind="folder", must_exist=False)
     for flag, value in (("--cpu-steps", args.cpu_steps), ("--gpu-steps", args.gpu_steps)):
         if value is not None and value < WARMUP_STEPS + MIN_STEADY_STEPS:
             fail(f"{flag}: {value}: expected at least {WARMUP_STEPS + MIN_STEADY_STEPS} "
@@ -214,11 +236,7 @@ def main(argv=None):
         fail(f"--out: {out}: not empty (a comparison stopped before its end?); give another folder")
     out.mkdir(parents=True, exist_ok=True)
 
-    gpu_work = f"{args.gpu_steps} steps" if args.gpu_steps else f"{args.gpu_epochs} whole epoch(s)"
-    lines = [f"# CPU vs GPU: `{args.config}`", "",
-             f"Work per device: the CPU {args.cpu_steps} steps (its epoch time projected from the steps after "
-             f"the warm-up), a GPU {gpu_work}. Command: `scripts/compare_devices.py "
-             f"{' '.join(argv if argv is not None else sys.argv[1:])}`", ""]
+    lines = []
     result = {"config": args.config, "tables": {}}
     any_table_ran = True
     for name in args.tables:
@@ -234,6 +252,8 @@ def main(argv=None):
                 continue
             entry = train_device(args, device, table_dir / device.replace(":", "-"), overrides)
             entry["fastest"] = name == "fastest"
+            if entry["available"]:
+                entry["trained"] = trained(entry["run_dir"])
             entries.append(entry)
         lines += [f"## {TABLE_TITLES[name]}", ""]
         if any(e["available"] for e in entries):
@@ -244,6 +264,14 @@ def main(argv=None):
         lines += [""] + [f"- {e['device']}: {e['note']}" for e in entries if not e["available"]]
         lines.append("")
         result["tables"][name] = entries
+    gpu_work = f"{args.gpu_steps} steps" if args.gpu_steps else f"{args.gpu_epochs} whole epoch(s)"
+    work = "; ".join(f"{name}: " + ", ".join(trained_text(e) for e in entries if e["available"])
+                     for name, entries in result["tables"].items() if any(e["available"] for e in entries))
+    lines = [f"# CPU vs GPU: `{args.config}`", "",
+             f"Work per device: the CPU {args.cpu_steps} steps (its epoch time projected from the steps after "
+             f"the warm-up when they are less than an epoch), a GPU {gpu_work}; steps beyond an epoch are "
+             f"trained over more epochs. Trained: {work or 'nothing'}. Command: `scripts/compare_devices.py "
+             f"{' '.join(argv if argv is not None else sys.argv[1:])}`", "", *lines]
     (out / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "compare.md").write_text("\n".join(lines).rstrip("\n") + "\n")
     print("\n".join(lines))

@@ -8,13 +8,23 @@
   get-data.sh --from ... --to-binary                 also convert image folders to binary batches
                                                      (needs numpy + Pillow; for builds without OpenCV)
 
-Afterwards the root holds cifar-10-batches-bin/*.bin or train/ and test/ image folders. The root
-is filled only when everything succeeded (work happens in a temporary folder beside it).
+Where CIFAR-10 is looked for, and nowhere else: in the --from folder, or in a tarball's root or
+its one top folder, either binary batches (data_batch_1..5.bin and test_batch.bin, there or in its
+cifar-10-batches-bin/) or image folders train/ and test/; binary batches first.
+
+Afterwards the root holds cifar-10-batches-bin/ or train/ and test/, and .get-data.json listing
+what get-data installed there (the "ready" line names the source). The root is filled only when
+everything succeeded (work happens in a temporary folder beside it). get-data replaces only what
+it installed itself: a cifar-10-batches-bin/, train/ or test/ it did not write (or that changed
+since) is refused in one line naming it, unless --force, which replaces the entries this install
+writes, whoever wrote them, and nothing else.
 Exit codes: 0 ok (or already present), 2 bad input / no network and no local copy.
 """
 import argparse
 import hashlib
+import json
 import os
+import posixpath
 import shutil
 import sys
 import tarfile
@@ -27,12 +37,13 @@ import script_support
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
 MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
 BIN_DIR = "cifar-10-batches-bin"
+BIN_FILES = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
+BIN_EXTRAS = ["batches.meta.txt"]  # copied along when present
+MANIFEST = ".get-data.json"
 RECORD_BYTES = 1 + 3 * 32 * 32
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp"}
 
-
-class Refused(Exception):
-    """A problem the user can fix; main() prints it on one line and exits with 2."""
+Refused = script_support.BadInput  # a problem the user can fix: one line, exit 2
 
 
 def md5_of(path):
@@ -47,30 +58,146 @@ def has_data(root):
     return (root / BIN_DIR / "test_batch.bin").exists() or (root / "train").is_dir()
 
 
-def safe_extract(archive, destination):
-    """Extracts a tarball, refusing members that would land outside `destination`."""
+def join(base, name):
+    return f"{base}/{name}" if base else name
+
+
+class Folder:
+    """A folder given with --from: CIFAR-10 is looked for in it, not below."""
+    bases = [""]
+    extracts = False
+
+    def __init__(self, path):
+        self.path = path
+
+    def is_file(self, rel):
+        return (self.path / rel).is_file()
+
+    def is_dir(self, rel):
+        return (self.path / rel).is_dir()
+
+    def origin(self, rel):
+        return str(self.path / rel) if rel else str(self.path)
+
+    def fetch(self, rels, work):
+        return self.path
+
+
+class Archive:
+    """A tarball, looked into through its member list: at its root and in its one top folder."""
+    extracts = True
+
+    def __init__(self, path, label=None):
+        self.path, self.label = path, label or str(path)
+        try:
+            with tarfile.open(path) as tar:
+                self.members = tar.getmembers()
+        except (tarfile.TarError, EOFError, OSError) as e:
+            raise Refused(f"{path}: not a readable tar archive ({e})")
+        self.files, self.dirs = set(), set()
+        for member in self.members:
+            name = posixpath.normpath(member.name)
+            if name.startswith(("/", "../")) or name == ".." or not (member.isfile() or member.isdir()):
+                raise Refused(f"{path}: unsafe member '{member.name}' in archive")
+            (self.files if member.isfile() else self.dirs).add(name)
+            parts = name.split("/")
+            self.dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        self.dirs.discard(".")
+        tops = {name.split("/")[0] for name in self.files | self.dirs}
+        self.bases = [""] + sorted(tops & self.dirs if len(tops) == 1 else [])
+
+    def is_file(self, rel):
+        return rel in self.files
+
+    def is_dir(self, rel):
+        return rel in self.dirs
+
+    def origin(self, rel):
+        return f"{self.label} (its {rel}/)" if rel else self.label
+
+    def fetch(self, rels, work):
+        """Extracts the members at or under `rels` into a folder of `work`, and returns it."""
+        wanted = [m for m in self.members
+                  if any(n == r or n.startswith(r + "/") for r in rels for n in [posixpath.normpath(m.name)])]
+        extracted = work / "extracted"
+        extracted.mkdir()
+        try:
+            with tarfile.open(self.path) as tar:
+                tar.extractall(extracted, members=wanted)
+        except (tarfile.TarError, EOFError, OSError) as e:
+            raise Refused(f"{self.path}: not a readable tar archive ({e})")
+        return extracted
+
+
+def open_source(path, label=None):
+    """The --from file or folder (or the downloaded tarball, said as `label`) to look into."""
+    if path.is_dir():
+        return Folder(path)
+    if path.name == "cifar-10-binary.tar.gz":
+        digest = md5_of(path)
+        if digest != MD5:
+            raise Refused(f"{path}: md5 {digest} does not match the official {MD5} "
+                          "(incomplete or altered download)")
+    return Archive(path, label)
+
+
+def find_layout(tree):
+    """('binary', place) or ('images', place): where in `tree` CIFAR-10 is, at the documented
+    places only (see the module's docstring)."""
+    partial = None
+    for place in (p for base in tree.bases for p in (base, join(base, BIN_DIR))):
+        present = [n for n in BIN_FILES if tree.is_file(join(place, n))]
+        if len(present) == len(BIN_FILES):
+            return "binary", place
+        partial = partial or (present and (place, present))
+    for base in tree.bases:
+        if tree.is_dir(join(base, "train")) and tree.is_dir(join(base, "test")):
+            return "images", base
+    if partial:
+        place, present = partial
+        missing = [n for n in BIN_FILES if n not in present]
+        raise Refused(f"{tree.origin(place)}: holds {', '.join(present)} but not {', '.join(missing)}")
+    raise Refused(f"{tree.origin('')}: holds neither CIFAR-10 binary batches (data_batch_1..5.bin and "
+                  f"test_batch.bin, in it or in its {BIN_DIR}/) nor image folders train/<class>/ and "
+                  "test/<class>/")
+
+
+def identity(path):
+    """What tells a folder get-data installed from one put there since: its inode and its ctime
+    (which changes when an entry is added, removed or renamed in it)."""
+    info = path.lstat()
+    return {"inode": info.st_ino, "ctime_ns": info.st_ctime_ns}
+
+
+def installed(root):
+    """The entries of `root` that get-data installed: listed in its manifest and unchanged since."""
     try:
-        with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                target = (destination / member.name).resolve()
-                if not str(target).startswith(str(destination.resolve())) or member.issym() or member.islnk():
-                    raise Refused(f"{archive}: unsafe member '{member.name}' in archive")
-            tar.extractall(destination)
-    except (tarfile.TarError, EOFError, OSError) as e:
-        raise Refused(f"{archive}: not a readable tar archive ({e})")
+        listed = json.loads((root / MANIFEST).read_text())["installed"]
+        return {name: entry for name, entry in listed.items() if name in (BIN_DIR, "train", "test")
+                and (root / name).is_dir() and identity(root / name).items() <= entry.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
-def find_layout(folder):
-    """Returns ('binary', dir_with_bins) or ('images', dir_with_train_test) inside folder."""
-    candidates = [folder] + sorted(p for p in folder.rglob("*") if p.is_dir())
-    for c in candidates:
-        if (c / "test_batch.bin").exists() or (c / "data_batch_1.bin").exists():
-            return "binary", c
-    for c in candidates:
-        if (c / "train").is_dir() and (c / "test").is_dir():
-            return "images", c
-    raise Refused(f"{folder}: holds neither CIFAR-10 binary batches (data_batch_1.bin ...) "
-                  "nor image folders train/<class>/ and test/<class>/")
+def contents(path):
+    if path.is_symlink():
+        return f"a link to {os.readlink(path)}"
+    if not path.is_dir():
+        return "a file"
+    names = sorted(p.name for p in path.iterdir())
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return "holds " + ", ".join(names[:3]) + more if names else "empty"
+
+
+def check_replaceable(root, names, force):
+    """Refuses, unless --force, to replace an entry of `root` that get-data did not install."""
+    ours = installed(root)
+    for name in names:
+        target = root / name
+        if os.path.lexists(target) and name not in ours and not force:
+            raise Refused(f"{target}: already there and not written by get-data ({contents(target)}); "
+                          "get-data replaces only what it installed: move it away, or give --force to "
+                          "replace it")
 
 
 def download(destination):
@@ -137,39 +264,62 @@ def convert_to_binary(image_root, out_dir):
         print(f"{split}: {len(order)} images -> {', '.join(names)}")
 
 
-def fill(root, source, to_binary, work):
-    """Puts CIFAR-10 from `source` (a tarball, a folder, or None = download) into work/result."""
-    if source is None:
-        source = download(work)
-    source = Path(source)
-    # Extracted files can be moved into place; a user's own folder must be copied.
-    place = shutil.copytree
-    if source.is_file():
-        if source.name == "cifar-10-binary.tar.gz":
-            digest = md5_of(source)
-            if digest != MD5:
-                raise Refused(f"{source}: md5 {digest} does not match the official {MD5} "
-                              "(incomplete or altered download)")
-        extracted = work / "extracted"
-        extracted.mkdir()
-        safe_extract(source, extracted)
-        source = extracted
-        place = shutil.move
-    elif not source.is_dir():
-        raise Refused(f"{source}: no such file or folder")
+def copy(source, destination):
+    (shutil.copytree if source.is_dir() else shutil.copyfile)(source, destination)
 
-    kind, found = find_layout(source)
+
+def gather(tree, kind, place, to_binary, work):
+    """What the root gets, in work/result: the binary batches found, the image folders, or their
+    conversion. A user's folder is copied; what an archive extracted is moved."""
     result = work / "result"
+    result.mkdir()
+    put = shutil.move if tree.extracts else copy
     if kind == "binary":
-        result.mkdir()
-        place(found, result / BIN_DIR)
-    elif to_binary:
+        names = BIN_FILES + [n for n in BIN_EXTRAS if tree.is_file(join(place, n))]
+        found = tree.fetch([join(place, n) for n in names], work) / place
+        (result / BIN_DIR).mkdir()
+        for name in names:
+            put(found / name, result / BIN_DIR / name)
+        return result
+    found = tree.fetch([join(place, "train"), join(place, "test")], work) / place
+    if to_binary:
         convert_to_binary(found, result / BIN_DIR)
     else:
-        result.mkdir()
         for split in ("train", "test"):
-            place(found / split, result / split)
+            put(found / split, result / split)
     return result
+
+
+def install(root, result, origin, work, force):
+    """Moves the result's entries into the root, each in place of the entry of its name (moved
+    aside into `work`, which is removed after), and lists them in the root's manifest."""
+    entries = sorted(result.iterdir())
+    check_replaceable(root, [entry.name for entry in entries], force)  # again: the work took a while
+    root.mkdir(parents=True, exist_ok=True)
+    listed = installed(root)
+    (work / "replaced").mkdir()
+    for entry in entries:
+        target = root / entry.name
+        if os.path.lexists(target):
+            os.replace(target, work / "replaced" / entry.name)
+        os.replace(entry, target)
+        listed[entry.name] = {**identity(target), "from": origin}
+    tmp = root / f"{MANIFEST}.tmp{os.getpid()}"
+    try:
+        tmp.write_text(json.dumps({"written_by": "scripts/get-data.sh", "installed": listed}, indent=2) + "\n")
+        os.replace(tmp, root / MANIFEST)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def plan(source, root, args, label=None):
+    """Where the source holds CIFAR-10 and what the root gets from it; refused before any work
+    when that would replace an entry get-data did not install."""
+    tree = open_source(source, label)
+    kind, place = find_layout(tree)
+    names = [BIN_DIR] if kind == "binary" or args.to_binary else ["train", "test"]
+    check_replaceable(root, names, args.force)
+    return tree, kind, place, names
 
 
 def main(argv=None):
@@ -177,27 +327,26 @@ def main(argv=None):
     parser.add_argument("--root", default="datasets/cifar10", help="data root (data.root in the config)")
     parser.add_argument("--from", dest="source", help="local tarball or folder instead of downloading")
     parser.add_argument("--to-binary", action="store_true", help="store image folders as binary batches")
-    parser.add_argument("--force", action="store_true", help="replace data already in the root")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the root's cifar-10-batches-bin/ (or train/ and test/) even when "
+                             "get-data did not write them")
     args = parser.parse_args(argv)
-    root = Path(args.root)
     try:
-        if root.exists() and not root.is_dir():
-            raise Refused(f"--root: {root}: is a file, expected a folder (data.root in the config)")
+        root = script_support.path_argument("--root", args.root, "the data root folder (data.root in the "
+                                            "config)", kind="folder", must_exist=False)
+        source = None if args.source is None else script_support.path_argument(
+            "--from", args.source, "a tarball or a folder", kind="file or folder")
         if has_data(root) and not args.force:
             print(f"{root}: CIFAR-10 already present (use --force to replace it)")
             return 0
+        planned = plan(source, root, args) if source else None
         root.parent.mkdir(parents=True, exist_ok=True)
-        converting_in_place = args.source is not None and Path(args.source).resolve() == root.resolve()
         with tempfile.TemporaryDirectory(prefix=".get-data-", dir=root.parent) as work:
-            result = fill(root, args.source, args.to_binary, Path(work))
-            # What the result replaces; a root converted in place keeps its image folders.
-            for name in (BIN_DIR,) if converting_in_place else (BIN_DIR, "train", "test"):
-                if (root / name).exists():
-                    shutil.rmtree(root / name)
-            root.mkdir(parents=True, exist_ok=True)
-            for entry in result.iterdir():
-                os.replace(entry, root / entry.name)
-        print(f"{root}: CIFAR-10 ready ({', '.join(sorted(p.name for p in root.iterdir()))})")
+            work = Path(work)
+            tree, kind, place, names = planned or plan(download(work), root, args, label=URL)
+            result = gather(tree, kind, place, args.to_binary, work)
+            install(root, result, tree.origin(place), work, args.force)
+        print(f"{root}: CIFAR-10 ready: {', '.join(n + '/' for n in names)} from {tree.origin(place)}")
         return 0
     except Refused as e:
         print(f"get-data: {e}", file=sys.stderr)

@@ -10,7 +10,8 @@ Exit code: 0, or 2 when OUT_DIR holds no checks.jsonl.
 import json
 import re
 import sys
-from pathlib import Path
+
+import script_support
 
 # ResNet-50 with the CIFAR stem: 1.298 GMAC per 32x32 image forward; a training step is about 3x
 # the forward (forward, input gradients, weight gradients), 2 FLOP per MAC.
@@ -108,7 +109,7 @@ def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    out = Path(argv[1])
+    out = script_support.path_argument("OUT_DIR", argv[1], "the folder gpu_check.sh wrote", kind="folder")
     checks_file = out / "checks.jsonl"
     if not checks_file.exists():
         print(f"gpu_check_report: {checks_file}: not found", file=sys.stderr)
@@ -249,4 +250,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(script_support.run("gpu_check_report", main, sys.argv))

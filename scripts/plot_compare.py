@@ -10,7 +10,6 @@ usage: plot_compare.py COMPARE_DIR
 import json
 import sys
 from itertools import accumulate
-from pathlib import Path
 
 import matplotlib
 
@@ -71,7 +70,7 @@ def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    out = Path(argv[1])
+    out = script_support.path_argument("COMPARE_DIR", argv[1], "a comparison folder", kind="folder")
     try:
         runs = json.loads((out / "compare.json").read_text())["runs"]
     except (OSError, ValueError, KeyError) as e:

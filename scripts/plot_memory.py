@@ -12,7 +12,6 @@ usage: plot_memory.py STUDY_DIR
 """
 import json
 import sys
-from pathlib import Path
 
 import matplotlib
 
@@ -100,7 +99,7 @@ def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    folder = Path(argv[1])
+    folder = script_support.path_argument("STUDY_DIR", argv[1], "a memory study folder", kind="folder")
     try:
         study = json.loads((folder / "memory_breakdown.json").read_text())
         timelines = json.loads((folder / "memory_timeline.json").read_text())

@@ -9,7 +9,6 @@
 usage: plot_run.py RUN_DIR
 """
 import sys
-from pathlib import Path
 
 import matplotlib
 
@@ -28,7 +27,7 @@ def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    run = Path(argv[1])
+    run = script_support.path_argument("RUN_DIR", argv[1], "a run folder", kind="folder")
     rows = read_jsonl(run / "metrics.jsonl")
     if not rows:
         print(f"plot_run: {run / 'metrics.jsonl'}: no epochs", file=sys.stderr)

@@ -9,7 +9,6 @@ usage: plot_sweep.py SWEEP_DIR
 """
 import json
 import sys
-from pathlib import Path
 
 import matplotlib
 
@@ -42,7 +41,7 @@ def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    folder = Path(argv[1])
+    folder = script_support.path_argument("SWEEP_DIR", argv[1], "a sweep folder", kind="folder")
     try:
         sweep = json.loads((folder / "sweep.json").read_text())
     except (OSError, json.JSONDecodeError) as e:

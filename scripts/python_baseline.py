@@ -31,6 +31,8 @@ import torch
 import torchvision
 from torchvision import transforms
 
+import script_support
+
 
 class Cifar10FromBatches(torchvision.datasets.CIFAR10):
     """torchvision's CIFAR10 (its __getitem__: PIL image from the array, then the transform),
@@ -66,7 +68,10 @@ def main(argv=None):
     parser.add_argument("--compile-mode", default="reduce-overhead")
     args = parser.parse_args(argv)
 
-    folder = Path(args.data)
+    folder = script_support.path_argument("--data", args.data, "a folder of binary batches (data_batch_1..5.bin, "
+                                          "test_batch.bin)", kind="folder")
+    if args.json is not None:
+        script_support.path_argument("--json", args.json, "a file to write the result to", must_exist=False)
     if not (folder / "data_batch_1.bin").exists():
         print(f"python_baseline: {folder}: no data_batch_1.bin (run scripts/get-data.sh --to-binary)", file=sys.stderr)
         return 2
@@ -135,4 +140,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_support.run("python_baseline", main))

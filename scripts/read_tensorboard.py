@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import sys
-from pathlib import Path
 
 import script_support
 
@@ -21,7 +20,7 @@ def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    run = Path(argv[1])
+    run = script_support.path_argument("RUN_DIR", argv[1], "a run folder", kind="folder")
     if not list(run.glob("events.out.tfevents.*")):
         print(f"read_tensorboard: {run}: no events.out.tfevents.* file", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
 """What the helper scripts share: one line and exit code 2 for any failure (never a traceback),
-and reading the .jsonl files `train` writes.
+path arguments checked before any work, and reading the .jsonl files `train` writes.
 
     if __name__ == "__main__":
         sys.exit(script_support.run("plot_run", main, sys.argv))
@@ -9,7 +9,13 @@ TRAIN_DEBUG=1 shows the traceback instead (for developing the scripts).
 import json
 import math
 import os
+import stat
 import sys
+from pathlib import Path
+
+
+class BadInput(Exception):
+    """Input the user can fix: run() prints its message alone on one line and returns 2."""
 
 
 def run(name, main, *args):
@@ -29,11 +35,35 @@ def run(name, main, *args):
 
 def describe(error):
     """"path: No such file or directory", or the exception's type and message, on one line."""
+    if isinstance(error, BadInput):
+        return str(error)
     if isinstance(error, OSError) and error.strerror:
         where = f"{error.filename}: " if error.filename else ""
         return f"{where}{error.strerror}"
     text = " ".join(str(error).split()) or "no details"
     return f"{type(error).__name__}: {text}"
+
+
+def path_argument(name, value, expected, kind="file", must_exist=True):
+    """`value`, given as `name` (a flag or RUN_DIR), as a Path naming a `kind` ("file", "folder" or
+    "file or folder"). Refused with BadInput ("--config: configs: is a folder; expected a config
+    file") when it is empty, missing (unless not `must_exist`: an output to create) or of another
+    kind."""
+    if not value:
+        raise BadInput(f"{name}: empty; expected {expected}")
+    try:
+        mode = os.stat(value).st_mode
+    except FileNotFoundError:
+        if must_exist:
+            raise BadInput(f"{name}: {value}: no such {kind}; expected {expected}") from None
+        return Path(value)
+    except OSError as e:
+        raise BadInput(f"{name}: {value}: {e.strerror}; expected {expected}") from None
+    is_folder, is_file = stat.S_ISDIR(mode), stat.S_ISREG(mode)
+    if (is_folder and "folder" in kind) or (is_file and "file" in kind):
+        return Path(value)
+    what = "a folder" if is_folder else "a file" if is_file else "neither a file nor a folder"
+    raise BadInput(f"{name}: {value}: is {what}; expected {expected}")
 
 
 def read_jsonl(path):

@@ -74,6 +74,23 @@ class CompareDevicesTest(unittest.TestCase):
             sweep = json.loads((out / "fastest/sweep-cpu/sweep.json").read_text())
             self.assertEqual(len(sweep["cells"]), 2)
 
+    def test_steps_beyond_an_epoch_are_trained_over_more_epochs_and_the_header_says_so(self):
+        """--cpu-steps 15 on 256 images at batch 32 (8 steps an epoch) trained 8 steps under a header
+        that said 15 (reliability round 3)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            config = Path(tmp) / "small.yaml"
+            config.write_text(TINY.replace("synthetic_train_size: 512", "synthetic_train_size: 256")
+                              .replace("batch_size: 16", "batch_size: 32"))
+            out = Path(tmp) / "compare"
+            proc = compare("--config", str(config), "--tables", "study", "--devices", "cpu", "--cpu-steps", "15",
+                           "--threads", "1", "--out", str(out))
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            rows = [json.loads(line) for line in (out / "study/cpu/metrics.jsonl").read_text().splitlines()]
+            self.assertEqual([(r["epoch"], r["step"]) for r in rows], [(1, 8), (2, 15)])
+            cpu = json.loads((out / "compare.json").read_text())["tables"]["study"][0]
+            self.assertEqual(cpu["trained"], {"steps": 15, "epochs": 2, "steps_per_epoch": 8})
+            self.assertIn("Trained: study: cpu 15 steps in 2 epochs of 8 steps.", (out / "compare.md").read_text())
+
     @unittest.skipIf(cuda_usable(), "a GPU is present: cuda runs")
     def test_no_device_that_ran_exits_2(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -1,6 +1,9 @@
 """Tests for scripts/get_data.py on archives and folders the tests build themselves."""
 import hashlib
 import io
+import os
+import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -8,8 +11,11 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
 import get_data  # noqa: E402
+
+REAL_TARBALL = Path(os.environ.get("CIFAR10_JPEG_TARBALL", REPO.parent / "shared/data/cifar10-jpeg.tar.gz"))
 
 
 def binary_records(labels):
@@ -38,6 +44,19 @@ def make_image_folder(root, per_class=2, classes=("cat", "airplane"), size=32):
                 Image.new("RGB", (size, size), (label * 100, i * 50, 7)).save(root / split / name / f"{i:04d}.png")
 
 
+def make_image_tarball(path, work, top="cifar10-jpeg"):
+    """A JPEG-tarball lookalike: <top>/{train,test}/<class>/*.png, made from image folders in `work`."""
+    make_image_folder(work / top)
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(work / top, arcname=top)
+
+
+def make_binary_folder(folder):
+    folder.mkdir(parents=True)
+    for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+        (folder / name).write_bytes(binary_records([1, 2, 3]))
+
+
 class GetDataTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -47,9 +66,13 @@ class GetDataTest(unittest.TestCase):
         self.tmp.cleanup()
 
     def run_main(self, *args):
-        with mock.patch("sys.stdout", new=io.StringIO()), mock.patch("sys.stderr", new=io.StringIO()) as err:
+        code, _, err = self.run_with_output(*args)
+        return code, err
+
+    def run_with_output(self, *args):
+        with mock.patch("sys.stdout", new=io.StringIO()) as out, mock.patch("sys.stderr", new=io.StringIO()) as err:
             code = get_data.main(list(args))
-        return code, err.getvalue()
+        return code, out.getvalue(), err.getvalue()
 
     def test_binary_tarball_is_unpacked_into_the_root(self):
         make_binary_tarball(self.dir / "any.tar.gz")
@@ -133,9 +156,129 @@ class GetDataTest(unittest.TestCase):
         self.assertIn("could not download", err)
         self.assertIn("scripts/get-data.sh --from /path/to/cifar-10-binary.tar.gz", err)
 
+    def test_a_download_is_named_by_its_address(self):
+        make_binary_tarball(self.dir / "official.tar.gz")
+        payload = (self.dir / "official.tar.gz").read_bytes()
+        with mock.patch("urllib.request.urlopen", return_value=io.BytesIO(payload)), \
+                mock.patch.object(get_data, "MD5", hashlib.md5(payload).hexdigest()):
+            code, out, err = self.run_with_output("--root", str(self.dir / "root"))
+        self.assertEqual(code, 0, err)
+        self.assertIn(f"CIFAR-10 ready: cifar-10-batches-bin/ from {get_data.URL} (its cifar-10-batches-bin/)", out)
+        self.assertEqual(sorted(p.name for p in self.dir.iterdir()), ["official.tar.gz", "root"])
+
     def test_md5_helper(self):
         (self.dir / "f").write_bytes(b"abc")
         self.assertEqual(get_data.md5_of(self.dir / "f"), hashlib.md5(b"abc").hexdigest())
+
+    def test_a_folder_it_did_not_write_is_never_replaced(self):
+        """Reliability round 3: a user's test/ was replaced (exit 0, its files gone), also by a forced
+        install of binary batches, which writes no test/ at all."""
+        make_image_tarball(self.dir / "jpeg.tar.gz", self.dir / "work")
+        root = self.dir / "root"
+        (root / "test").mkdir(parents=True)
+        (root / "test" / "mine.txt").write_text("my notes")
+        code, err = self.run_main("--from", str(self.dir / "jpeg.tar.gz"), "--root", str(root))
+        self.assertEqual(code, 2)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertIn(f"{root / 'test'}: already there and not written by get-data (holds mine.txt)", err)
+        self.assertIn("--force", err)
+        self.assertEqual((root / "test" / "mine.txt").read_text(), "my notes")
+        self.assertFalse((root / "train").exists())
+        # --force with binary batches replaces cifar-10-batches-bin/ only.
+        (root / "train").mkdir()
+        (root / "train" / "mine.txt").write_text("more notes")
+        make_binary_tarball(self.dir / "bin.tar.gz")
+        code, err = self.run_main("--from", str(self.dir / "bin.tar.gz"), "--root", str(root), "--force")
+        self.assertEqual(code, 0, err)
+        self.assertTrue((root / "cifar-10-batches-bin" / "test_batch.bin").exists())
+        self.assertEqual((root / "test" / "mine.txt").read_text(), "my notes")
+        self.assertEqual((root / "train" / "mine.txt").read_text(), "more notes")
+        # --force replaces what the new install writes, whoever wrote it (as documented).
+        code, err = self.run_main("--from", str(self.dir / "jpeg.tar.gz"), "--root", str(root), "--force")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(sorted(p.name for p in (root / "test").iterdir()), ["airplane", "cat"])
+
+    def test_a_rerun_replaces_its_own_install_and_nothing_else(self):
+        make_image_tarball(self.dir / "jpeg.tar.gz", self.dir / "work")
+        root = self.dir / "root"
+        self.assertEqual(self.run_main("--from", str(self.dir / "jpeg.tar.gz"), "--root", str(root))[0], 0)
+        shutil.rmtree(root / "train")  # an install that lost a split: get-data redoes its own
+        code, err = self.run_main("--from", str(self.dir / "jpeg.tar.gz"), "--root", str(root))
+        self.assertEqual(code, 0, err)
+        self.assertTrue((root / "train" / "cat" / "0000.png").exists())
+        # A folder of the user's in place of get-data's own test/ is the user's.
+        shutil.rmtree(root / "train")
+        shutil.rmtree(root / "test")
+        (root / "test").mkdir()
+        (root / "test" / "mine.txt").write_text("my notes")
+        code, err = self.run_main("--from", str(self.dir / "jpeg.tar.gz"), "--root", str(root))
+        self.assertEqual(code, 2)
+        self.assertIn(f"{root / 'test'}: already there and not written by get-data", err)
+        self.assertTrue((root / "test" / "mine.txt").exists())
+
+    def test_empty_values_are_refused_and_the_current_folder_left_alone(self):
+        """`--root ''` installed into the current folder, replacing its test/; `--from ''` searched
+        it recursively (reliability round 3)."""
+        make_image_tarball(self.dir / "jpeg.tar.gz", self.dir / "work")
+        cwd = self.dir / "cwd"
+        make_binary_folder(cwd / "old" / "cifar-10-batches-bin")
+        (cwd / "test").mkdir()
+        (cwd / "test" / "mine.txt").write_text("my notes")
+        before = sorted(str(p.relative_to(cwd)) for p in cwd.rglob("*"))
+        for args, message in ((["--root", "", "--from", str(self.dir / "jpeg.tar.gz")],
+                               "get-data: --root: empty; expected the data root folder (data.root in the config)"),
+                              (["--from", "", "--root", str(self.dir / "root")],
+                               "get-data: --from: empty; expected a tarball or a folder")):
+            proc = subprocess.run([sys.executable, str(REPO / "scripts/get_data.py"), *args], cwd=cwd,
+                                  capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 2, (args, proc.stdout))
+            self.assertEqual(proc.stderr.strip(), message)
+            self.assertEqual(sorted(str(p.relative_to(cwd)) for p in cwd.rglob("*")), before)
+            self.assertFalse((self.dir / "root").exists())
+
+    def test_only_the_documented_layouts_at_their_depths_and_ready_names_the_source(self):
+        """A folder of top-level images and an old/cifar-10-batches-bin imported the nested copy
+        without saying so (reliability round 3)."""
+        src = self.dir / "src"
+        make_image_folder(src)
+        make_binary_folder(src / "old" / "cifar-10-batches-bin")
+        code, out, err = self.run_with_output("--from", str(src), "--root", str(self.dir / "root"))
+        self.assertEqual(code, 0, err)
+        self.assertIn(f"CIFAR-10 ready: train/, test/ from {src}", out)
+        self.assertFalse((self.dir / "root" / "cifar-10-batches-bin").exists())
+        self.assertTrue((self.dir / "root" / "train" / "cat" / "0000.png").exists())
+        # Deeper than documented: not looked for.
+        make_binary_folder(self.dir / "deep" / "a" / "cifar-10-batches-bin")
+        code, err = self.run_main("--from", str(self.dir / "deep"), "--root", str(self.dir / "root2"))
+        self.assertEqual(code, 2)
+        self.assertIn("holds neither CIFAR-10 binary batches", err)
+        # Binary batches with files missing: named, not imported.
+        (self.dir / "part").mkdir()
+        (self.dir / "part" / "data_batch_1.bin").write_bytes(binary_records([1]))
+        code, err = self.run_main("--from", str(self.dir / "part"), "--root", str(self.dir / "root2"))
+        self.assertEqual(code, 2)
+        self.assertIn(f"{self.dir / 'part'}: holds data_batch_1.bin but not data_batch_2.bin", err)
+        self.assertFalse((self.dir / "root2").exists())
+        # A tarball: its own top folder is the documented depth; the ready line names both.
+        make_image_tarball(self.dir / "jpeg.tar.gz", self.dir / "work")
+        code, out, err = self.run_with_output("--from", str(self.dir / "jpeg.tar.gz"), "--root", str(self.dir / "r3"))
+        self.assertEqual(code, 0, err)
+        self.assertIn(f"CIFAR-10 ready: train/, test/ from {self.dir / 'jpeg.tar.gz'} (its cifar10-jpeg/)", out)
+        with tarfile.open(self.dir / "deep.tar.gz", "w:gz") as tar:
+            tar.add(self.dir / "work", arcname="a")
+        code, err = self.run_main("--from", str(self.dir / "deep.tar.gz"), "--root", str(self.dir / "r4"))
+        self.assertEqual(code, 2)
+        self.assertIn("holds neither CIFAR-10 binary batches", err)
+
+    @unittest.skipUnless(REAL_TARBALL.is_file(), f"{REAL_TARBALL} not found")
+    def test_the_real_tarball_keeps_a_users_folder(self):
+        root = self.dir / "root"
+        (root / "test").mkdir(parents=True)
+        (root / "test" / "mine.txt").write_text("my notes")
+        code, err = self.run_main("--from", str(REAL_TARBALL), "--root", str(root))
+        self.assertEqual(code, 2)
+        self.assertIn(f"{root / 'test'}: already there and not written by get-data (holds mine.txt)", err)
+        self.assertEqual(sorted(p.name for p in self.dir.iterdir()), ["root"])  # no temporary left
 
 
 if __name__ == "__main__":

@@ -193,6 +193,66 @@ class ScriptArgumentsTest(unittest.TestCase):
                 last = proc.stderr.strip().splitlines()[-1]
                 self.assertRegex(last, r"^(get-data|launch|plot_sweep|compare_devices|launch\.py): ", (script, args))
 
+    def test_a_folder_an_empty_value_or_a_missing_path_is_said_with_what_was_expected(self):
+        """`compare_devices.py --config <a folder>` said "no such file"; `plot_run.py ''` read the
+        current folder; a folder as --markdown failed after the benchmark (reliability round 3)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            folder, afile, missing = tmp, str(Path(tmp) / "afile"), str(Path(tmp) / "missing")
+            Path(afile).write_text("")
+            (Path(tmp) / "empty").mkdir()
+            empty, python = str(Path(tmp) / "empty"), sys.executable
+            config, train = "a config file (YAML)", "the train binary (build it: scripts/setup.sh)"
+            cases = [
+                ("compare_devices.py", ["--config", folder], f"--config: {folder}: is a folder; expected {config}"),
+                ("compare_devices.py", ["--config", ""], f"--config: empty; expected {config}"),
+                ("compare_devices.py", ["--config", missing], f"--config: {missing}: no such file; expected {config}"),
+                ("compare_devices.py", ["--config", afile, "--train", folder],
+                 f"--train: {folder}: is a folder; expected {train}"),
+                ("compare_devices.py", ["--config", afile, "--train", python, "--out", afile],
+                 f"--out: {afile}: is a file; expected a folder for the comparison"),
+                ("compare_devices.py", ["--config", afile, "--train", python, "--out", ""],
+                 "--out: empty; expected a folder for the comparison"),
+                ("python_baseline.py", ["--data", afile],
+                 f"--data: {afile}: is a file; expected a folder of binary batches (data_batch_1..5.bin, test_batch.bin)"),
+                ("python_baseline.py", ["--data", ""],
+                 "--data: empty; expected a folder of binary batches (data_batch_1..5.bin, test_batch.bin)"),
+                ("python_baseline.py", ["--data", empty, "--json", folder],
+                 f"--json: {folder}: is a folder; expected a file to write the result to"),
+                ("bench_memory.py", ["--train", folder], f"--train: {folder}: is a folder; expected {train}"),
+                ("bench_memory.py", ["--train", python, "--out", afile],
+                 f"--out: {afile}: is a file; expected a folder for the sweep"),
+                ("bench_memory.py", ["--train", python, "--markdown", folder],
+                 f"--markdown: {folder}: is a folder; expected a file to write the table to"),
+            ]
+            for script in ("bench_loader.py", "bench_python.py"):
+                data = ["--data", empty, "--jpeg", afile]  # never the defaults: the repository's datasets/
+                cases += [
+                    (script, ["--train", missing, *data], f"--train: {missing}: no such file; expected {train}"),
+                    (script, ["--train", python, "--data", afile],
+                     f"--data: {afile}: is a file; expected a folder of binary batches (made from --jpeg when it has none)"),
+                    (script, ["--train", python, "--data", empty, "--jpeg", folder],
+                     f"--jpeg: {folder}: is a folder; expected the JPEG tarball to make --data from"),
+                    (script, ["--train", python, "--data", empty, "--jpeg", ""],
+                     "--jpeg: empty; expected the JPEG tarball to make --data from"),
+                    (script, ["--train", python, *data, "--markdown", folder],
+                     f"--markdown: {folder}: is a folder; expected a file to write the table to")]
+            for script, name, what in (("plot_run.py", "RUN_DIR", "a run folder"),
+                                       ("read_tensorboard.py", "RUN_DIR", "a run folder"),
+                                       ("plot_sweep.py", "SWEEP_DIR", "a sweep folder"),
+                                       ("plot_memory.py", "STUDY_DIR", "a memory study folder"),
+                                       ("plot_compare.py", "COMPARE_DIR", "a comparison folder"),
+                                       ("gpu_check_report.py", "OUT_DIR", "the folder gpu_check.sh wrote")):
+                cases += [(script, [""], f"{name}: empty; expected {what}"),
+                          (script, [afile], f"{name}: {afile}: is a file; expected {what}"),
+                          (script, [missing], f"{name}: {missing}: no such folder; expected {what}")]
+            for script, args, message in cases:
+                with self.subTest(script=script, args=args):
+                    proc = subprocess.run([sys.executable, str(REPO / "scripts" / script), *args],
+                                          capture_output=True, text=True, cwd=empty)
+                    self.assertEqual((proc.returncode, proc.stderr), (2, f"{script[:-3]}: {message}\n"))
+            self.assertEqual(list(Path(empty).iterdir()), [])
+            self.assertEqual(Path(afile).read_text(), "")
+
     def test_a_torn_last_line_and_a_diverged_loss_still_plot(self):
         with tempfile.TemporaryDirectory() as tmp:
             run_dir = Path(tmp)
