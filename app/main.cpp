@@ -105,31 +105,47 @@ void refuse_empty_values(const CLI::App& command) {
   for (const CLI::App* subcommand : command.get_subcommands()) refuse_empty_values(*subcommand);
 }
 
+// A message as one line: a newline in it (a file name holding one) is written as \n.
+std::string one_line(const std::string& message) {
+  std::string line;
+  for (const char c : message) {
+    if (c == '\n') {
+      line += "\\n";
+    } else if (c == '\r') {
+      line += "\\r";
+    } else {
+      line += c;
+    }
+  }
+  return line;
+}
+
 // Runs `action`, mapping every error to its one-line message and exit code.
 int guarded(const std::function<int()>& action) {
   try {
     return action();
   } catch (const training::OutOfMemory& e) {
-    spdlog::error("{}", e.what());
+    spdlog::error("{}", one_line(e.what()));
     return kExitOutOfMemory;
   } catch (const training::DistributedError& e) {
-    spdlog::error("{}", e.what());
+    spdlog::error("{}", one_line(e.what()));
     return kExitDistributed;
   } catch (const training::CannotWrite& e) {
-    spdlog::error("{}", e.what());
+    spdlog::error("{}", one_line(e.what()));
     return kExitCannotWrite;
   } catch (const std::filesystem::filesystem_error& e) {
     // A path that cannot be used (a loop of symbolic links, a name too long, a folder where a
     // file is expected): the user's to fix, unless the disk is full.
     const int code = e.code().value();
-    spdlog::error("{}: {}", e.path1().empty() ? std::string("filesystem") : e.path1().string(),
+    spdlog::error("{}: {}",
+                  one_line(e.path1().empty() ? std::string("filesystem") : e.path1().string()),
                   e.code().message());
     return code == ENOSPC || code == EDQUOT || code == EFBIG || code == EIO ? kExitCannotWrite
                                                                             : kExitBadInput;
   } catch (const data::DataError& e) {
-    spdlog::error("{}", e.what());
+    spdlog::error("{}", one_line(e.what()));
   } catch (const training::UserError& e) {
-    spdlog::error("{}", e.what());
+    spdlog::error("{}", one_line(e.what()));
   } catch (const c10::Error& e) {
     spdlog::error("LibTorch error: {}", first_line(e.what_without_backtrace()));
     return kExitInternalError;
@@ -247,6 +263,21 @@ CLI::App* add_plan_command(CLI::App& app, Arguments& a) {
                    "Seconds after which the small sweep starts no new trial (default 300)");
   plan->add_option("--output-dir", a.plan.output_dir, "The small sweep's directory");
   return plan;
+}
+
+// `train plan --from` plans from a sweep already run: a flag that sets up the small sweep it
+// would otherwise run first is refused, not ignored.
+void refuse_small_sweep_flags_with_from(const CLI::App& plan) {
+  if (plan.get_option("--from")->count() == 0) return;
+  for (const CLI::Option* option : plan.get_options()) {
+    const std::string name = option->get_name();
+    if (option->count() == 0 || name == "--from" || name == "--memory" || name == "--headroom" ||
+        name == "--overhead" || name == "--help" || name == "--config") {
+      continue;
+    }
+    throw training::UserError(name + ": sets up the small sweep that --from replaces (plan " +
+                              "reads the sweep already run); give one of them");
+  }
 }
 
 CLI::App* add_report_command(CLI::App& app, Arguments& a) {
@@ -369,7 +400,7 @@ int main(int argc, char** argv) {
   }
   if (*report) {
     return guarded([&] {
-      spdlog::info("report: {}", training::write_report(a.report_dir).string());
+      spdlog::info("report: {}", training::report_command(a.report_dir).string());
       return kExitOk;
     });
   }
@@ -377,6 +408,7 @@ int main(int argc, char** argv) {
     return guarded([&] { return training::child_trial_main(a.trial_config, a.trial_result); });
   if (*plan) {
     return guarded([&] {
+      refuse_small_sweep_flags_with_from(*plan);
       a.plan.overrides = overrides_from(a.plan_sets, a.plan_flags);
       a.plan.executable = training::current_executable();
       return training::plan_command(a.plan);

@@ -93,13 +93,7 @@ def main(argv=None):
     if min(args.pairs, args.batches, args.steps, args.threads) < 1:
         parser.error("--pairs, --batches, --steps and --threads must be at least 1")
     args.train_limit = max(64 * args.steps, 64 * args.batches, 1280)
-    script_support.path_argument("--train", args.train, "the train binary (build it: scripts/setup.sh)")
-    data = script_support.path_argument("--data", args.data, "a folder of binary batches (made from --jpeg when it "
-                                        "has none)", kind="folder", must_exist=False)
-    if not has_batches(data):
-        script_support.path_argument("--jpeg", args.jpeg, "the JPEG tarball to make --data from")
-    if args.markdown is not None:
-        script_support.path_argument("--markdown", args.markdown, "a file to write the table to", must_exist=False)
+    data = script_support.bench_arguments(args, has_batches)
     root = binary_root(Path(args.data), args.jpeg)
 
     pipeline = {key: [] for key in LOADERS}

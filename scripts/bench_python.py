@@ -103,13 +103,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--markdown")
     args = parser.parse_args(argv)
-    script_support.path_argument("--train", args.train, "the train binary (build it: scripts/setup.sh)")
-    data = script_support.path_argument("--data", args.data, "a folder of binary batches (made from --jpeg when it "
-                                        "has none)", kind="folder", must_exist=False)
-    if not binary_batches(data):
-        script_support.path_argument("--jpeg", args.jpeg, "the JPEG tarball to make --data from")
-    if args.markdown is not None:
-        script_support.path_argument("--markdown", args.markdown, "a file to write the table to", must_exist=False)
+    data = script_support.bench_arguments(args, binary_batches)
     bins = ensure_binary_data(data, args.jpeg)
     work = {"arch": "resnet50", "classes": 1000, "batch": 32, "steps": args.steps}
     if args.quick:

@@ -9,7 +9,8 @@ bare `train` means this checkout's build/train. Every output line is prefixed wi
 When a rank fails, the others are stopped (SIGTERM, then SIGKILL after --grace seconds) and the
 launcher exits with the failed rank's code; Ctrl-C / SIGTERM are passed on to every rank (which
 then checkpoint and stop together). The ranks die with the launcher (SIGKILL when it dies, also by
-kill -9: Linux PR_SET_PDEATHSIG), so no rank trains on unwatched. --master-port 0 picks a free port
+kill -9: Linux PR_SET_PDEATHSIG), so no rank trains on unwatched (a rank's own children die with
+the rank as train arranges for its sweep trials and plots). --master-port 0 picks a free port
 (one host only).
 """
 import argparse
@@ -35,13 +36,14 @@ def free_port():
 
 
 PR_SET_PDEATHSIG = 1
+PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
 
 
 def die_with(launcher_pid):
-    """A preexec_fn: the rank is killed when the launcher dies (also when it already has)."""
+    """A preexec_fn: the rank is killed when the launcher dies (also when it already has). It runs
+    between fork and exec, so it only calls prctl and getppid."""
     def arrange():
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != launcher_pid:
+        if PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL) != 0 or os.getppid() != launcher_pid:
             os._exit(1)
     return arrange
 

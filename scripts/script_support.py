@@ -66,6 +66,21 @@ def path_argument(name, value, expected, kind="file", must_exist=True):
     raise BadInput(f"{name}: {value}: is {what}; expected {expected}")
 
 
+def bench_arguments(args, has_batches):
+    """A bench script's --train, --data (made from --jpeg when it has no batches: `has_batches`)
+    and --markdown, checked before any work; returns --data as a Path."""
+    path_argument("--train", args.train, "the train binary (build it: scripts/setup.sh)")
+    data = path_argument("--data", args.data, "a folder of binary batches (made from --jpeg when it "
+                         "has none)", kind="folder", must_exist=False)
+    if not has_batches(data):
+        expected = "the JPEG tarball (or its unpacked folder, holding train/ and test/) to make --data from"
+        jpeg = path_argument("--jpeg", args.jpeg, expected, kind="file or folder")
+        if jpeg.is_dir() and not ((jpeg / "train").is_dir() and (jpeg / "test").is_dir()):
+            raise BadInput(f"--jpeg: {jpeg}: a folder without train/ and test/; expected {expected}")
+    if args.markdown is not None:
+        path_argument("--markdown", args.markdown, "a file to write the table to", must_exist=False)
+    return data
+
 def read_jsonl(path):
     """The rows of a .jsonl file ([] when it is absent). A torn last line (its writer was killed
     mid-line) is left out; a bad line elsewhere raises ValueError naming it. JSON has no NaN:

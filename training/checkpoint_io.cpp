@@ -187,12 +187,39 @@ std::string_view verified_payload(std::string_view bytes, const std::string& nam
   return payload;
 }
 
+std::string what_stands_at(const fs::path& path) {
+  std::error_code ec;
+  const auto link = fs::symlink_status(path, ec);
+  if (link.type() == fs::file_type::not_found) return "missing";
+  const auto target = fs::status(path, ec);
+  if (ec == std::errc::too_many_symbolic_link_levels) return "a loop of symbolic links";
+  if (target.type() == fs::file_type::not_found) return "a dangling symbolic link";
+  if (ec) return ec.message();
+  switch (target.type()) {
+    case fs::file_type::regular:
+      return "a file";
+    case fs::file_type::directory:
+      return "a folder";
+    case fs::file_type::fifo:
+      return "a FIFO";
+    case fs::file_type::socket:
+      return "a socket";
+    case fs::file_type::block:
+    case fs::file_type::character:
+      return "a device";
+    default:
+      return "not a regular file";
+  }
+}
+
 fs::path find_checkpoint(const fs::path& run_dir_or_file) {
   std::error_code ec;
-  const fs::path file =
-      fs::is_directory(run_dir_or_file, ec) ? run_dir_or_file / "checkpoint.pt" : run_dir_or_file;
+  // A folder named as the checkpoint itself ("RUN/checkpoint.pt") is said as such.
+  const bool run_dir =
+      fs::is_directory(run_dir_or_file, ec) && run_dir_or_file.extension() != ".pt";
+  const fs::path file = run_dir ? run_dir_or_file / "checkpoint.pt" : run_dir_or_file;
   if (!fs::is_regular_file(file, ec)) {
-    throw UserError(file.string() + ": no checkpoint to resume from");
+    throw UserError(file.string() + ": " + what_stands_at(file) + "; no checkpoint to resume from");
   }
   return file;
 }

@@ -160,6 +160,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.byte_sizes("predict_for", c.sweep.predict_for);
     v.integer("trial_timeout", c.sweep.trial_timeout, 1, 7 * 86400);
     v.integer("time_budget", c.sweep.time_budget, 0, 7 * 86400);
+    v.boolean("data_parallel", c.sweep.data_parallel);
   });
   v.section("distributed", [&] {
     v.choice("backend", c.distributed.backend, kBackends);

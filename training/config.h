@@ -94,6 +94,9 @@ struct SweepConfig {
   // Seconds after which no new trial starts (0 = none); with a budget the grid runs batch by
   // batch across the settings, so every setting gets its small batches first.
   int64_t time_budget = 0;
+  // Each trial holds what one rank of a data-parallel run holds: a one-rank process group of
+  // distributed.backend and c10d's reducer with its gradient buckets (distributed.bucket_mb).
+  bool data_parallel = false;
 };
 
 struct MonitorConfig {

@@ -118,7 +118,11 @@ void apply_override(YAML::Node& root, const Override& override,
   }
   if (!section.IsDefined()) overridden[parts[0]] = set ? "--set " + parts[0] : override.flag;
   if (!is_map(section)) root[parts[0]] = YAML::Node(YAML::NodeType::Map);
-  root[parts[0]][parts[1]] = value;
+  // The key gets a node of its own: assigning into its node would change every alias that shares
+  // it (`batch_size: &b 32` with `eval_batch_size: *b` or `batch_sizes: [*b]`).
+  YAML::Node target = root[parts[0]];
+  target.remove(parts[1]);
+  target[parts[1]] = value;
   overridden[path] = label;
 }
 

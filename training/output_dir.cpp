@@ -120,6 +120,16 @@ void mark_finished(const fs::path& dir, OutputKind kind) {
   write_file_atomically(dir / kMarker, std::string(info(kind).word) + " finished\n");
 }
 
+void check_file_outside_outputs(const fs::path& file, const std::string& flag) {
+  const fs::path folder = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  const HeldOutputs held = held_outputs(folder);
+  if (held.kind) {
+    throw UserError(flag + ": " + file.string() + " would be written into " + folder.string() +
+                    ", which holds " + kind_text(*held.kind) +
+                    " (only its own command writes there); give a path outside it");
+  }
+}
+
 void check_is_run(const fs::path& dir) {
   const HeldOutputs held = held_outputs(dir);
   if (held.kind && *held.kind != OutputKind::Run) {

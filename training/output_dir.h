@@ -39,6 +39,10 @@ void claim_output_dir(const std::filesystem::path& dir, OutputKind kind, const s
 // The marker says the command finished (a finished sweep, study or comparison is not redone).
 void mark_finished(const std::filesystem::path& dir, OutputKind kind);
 
+// Refuses (UserError, naming `flag`) a file output (a bench's --output) that would land in an
+// output folder of ours: only that folder's own command writes there.
+void check_file_outside_outputs(const std::filesystem::path& file, const std::string& flag);
+
 // Refuses (UserError) a `--resume` of a folder that is not a run.
 void check_is_run(const std::filesystem::path& dir);
 

@@ -78,9 +78,12 @@ void RunDirectory::record_epoch(const EpochRecord& record) {
   write_metrics();
 }
 
-void RunDirectory::keep_epochs_through(int64_t epoch) {
+void RunDirectory::keep_epochs_through(int64_t epoch, int64_t step) {
   epochs_.erase(std::remove_if(epochs_.begin(), epochs_.end(),
-                               [&](const EpochRecord& r) { return r.epoch > epoch; }),
+                               [&](const EpochRecord& r) {
+                                 return r.epoch > epoch &&
+                                        !(r.epoch == epoch + 1 && r.step == step);
+                               }),
                 epochs_.end());
   write_metrics();
 }
@@ -100,8 +103,15 @@ std::vector<EpochRecord> read_metrics(const fs::path& file) {
   std::vector<EpochRecord> records;
   const auto rows = read_jsonl(file);
   for (size_t i = 0; i < rows.size(); ++i) {
-    records.push_back(
-        epoch_record_from_json(rows[i], file.string() + " row " + std::to_string(i + 1)));
+    const std::string where = file.string() + " row " + std::to_string(i + 1);
+    records.push_back(epoch_record_from_json(rows[i], where));
+    // train writes each epoch once, in order (a redone epoch replaces its row): anything else was
+    // edited by hand, and would be reported as one more epoch.
+    if (records.size() > 1 && records.back().epoch <= records[records.size() - 2].epoch) {
+      throw UserError(where + ": epoch " + std::to_string(records.back().epoch) + " after epoch " +
+                      std::to_string(records[records.size() - 2].epoch) +
+                      "; a run records each epoch once, in order (the file was edited or damaged)");
+    }
   }
   return records;
 }

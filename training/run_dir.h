@@ -45,8 +45,10 @@ class RunDirectory {
 
   // Adds (or replaces, by epoch) one epoch's record and rewrites metrics.jsonl and metrics.csv.
   void record_epoch(const EpochRecord& record);
-  // Drops records after `epoch` (on resume: rows written after the checkpoint being resumed).
-  void keep_epochs_through(int64_t epoch);
+  // Drops records after `epoch` (on resume: rows written after the checkpoint being resumed),
+  // except the row of a part-way epoch recorded at `step` itself (training.max_steps ended it
+  // there, and the checkpoint holds it): it stays until that epoch is trained on and replaces it.
+  void keep_epochs_through(int64_t epoch, int64_t step = -1);
   const std::vector<EpochRecord>& epochs() const { return epochs_; }
 
  private:

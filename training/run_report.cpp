@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "training/config.h"
 #include "training/diagnosis.h"
+#include "training/output_dir.h"
 #include "training/platform/atomic_file.h"
+#include "training/platform/dir_lock.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
@@ -212,6 +215,27 @@ fs::path write_report(const fs::path& run_dir) {
   write_file_atomically(report, md.str());
   if (!plot_problem.empty()) spdlog::warn("report plots skipped: {}", plot_problem);
   return report;
+}
+
+fs::path report_command(const fs::path& run_dir) {
+  // Held for the whole report when it can be taken, so that no other command's temporaries are
+  // taken for stale; a run being trained keeps its lock, and its report is written without it.
+  std::optional<DirectoryLock> lock;
+  if (held_outputs(run_dir).kind == OutputKind::Run) {
+    try {
+      lock.emplace(run_dir);
+    } catch (const UserError&) {
+      // Held by a training process, or a folder that cannot be locked (read-only).
+    }
+  }
+  if (lock) {
+    const int stale = remove_stale_temporaries(run_dir);
+    if (stale > 0) {
+      spdlog::info("removed {} temporary file(s) an interrupted write left in {}", stale,
+                   run_dir.string());
+    }
+  }
+  return write_report(run_dir);
 }
 
 }  // namespace training

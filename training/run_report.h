@@ -40,4 +40,9 @@ std::string format_epoch_time(const std::optional<EpochTime>& time);
 // no run (no metrics.jsonl). Missing plots (no Python/matplotlib) are noted in the report.
 std::filesystem::path write_report(const std::filesystem::path& run_dir);
 
+// `train report RUN`: when no process holds the run, takes its lock for the report and first
+// removes the temporaries an interrupted write left, as --resume does (a training run's own are
+// left to it); then write_report().
+std::filesystem::path report_command(const std::filesystem::path& run_dir);
+
 }  // namespace training

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <regex>
@@ -44,27 +45,51 @@ const char* source_description(data::Source source) {
 }
 
 // What --resume names: a checkpoint to continue from, in a run directory. A run directory that
-// holds a run but no checkpoint yet (it stopped before its first one) starts again from its
-// stored config.
+// holds a run but no checkpoint (nothing at all at its checkpoint.pt) starts again from its
+// stored config only when it recorded no epoch (it stopped before its first checkpoint); a run
+// that recorded epochs is refused, so that its metrics and report are never trained over.
 struct ResumeTarget {
   fs::path run_dir;     // empty when not resuming
   fs::path checkpoint;  // empty when restarting a run that has none
 };
 
+// The epochs a run directory recorded: the rows of metrics.jsonl (or of metrics.csv).
+int64_t recorded_epochs(const fs::path& run_dir) {
+  int64_t epochs = 0;
+  for (const auto& [name, header] :
+       {std::pair<const char*, int64_t>{"metrics.jsonl", 0}, {"metrics.csv", 1}}) {
+    std::ifstream in(run_dir / name);
+    int64_t lines = 0;
+    for (std::string line; std::getline(in, line);) lines += line.empty() ? 0 : 1;
+    epochs = std::max(epochs, lines - header);
+  }
+  return epochs;
+}
+
 ResumeTarget resume_target(const std::string& resume) {
   if (resume.empty()) return {};
   std::error_code ec;
   const fs::path path(resume);
-  if (fs::is_directory(path, ec)) check_is_run(path);
-  if (fs::is_directory(path, ec) && !fs::exists(path / "checkpoint.pt", ec) &&
+  const bool run_dir = fs::is_directory(path, ec) && path.extension() != ".pt";
+  if (run_dir) check_is_run(path);
+  const fs::path checkpoint = path / "checkpoint.pt";
+  if (run_dir && fs::symlink_status(checkpoint, ec).type() == fs::file_type::not_found &&
       fs::exists(path / "config.yaml", ec)) {
+    if (const int64_t epochs = recorded_epochs(path); epochs > 0) {
+      throw UserError(checkpoint.string() + ": missing, but the run recorded " +
+                      std::to_string(epochs) +
+                      " epoch(s) (metrics.jsonl / metrics.csv): starting it again would replace "
+                      "them; put its "
+                      "checkpoint back, or train a new run from its config (--config " +
+                      (path / "config.yaml").string() + " --output-dir NEW)");
+    }
     return {path, {}};
   }
-  const fs::path checkpoint = find_checkpoint(path);
+  const fs::path found = find_checkpoint(path);
   // A checkpoint named from inside its run ("checkpoint.pt") is in this folder.
-  const fs::path run_dir = checkpoint.has_parent_path() ? checkpoint.parent_path() : ".";
-  check_is_run(run_dir);
-  return {run_dir, checkpoint};
+  const fs::path run = found.has_parent_path() ? found.parent_path() : ".";
+  check_is_run(run);
+  return {run, found};
 }
 
 Config effective_config(const TrainRequest& request, const ResumeTarget& resume) {
@@ -306,8 +331,8 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
     throw DistributedError(
         "rank " + std::to_string(group->rank()) + ": lost contact with the other ranks in epoch " +
         std::to_string(trainer.state().epoch + 1) + " after " +
-        std::to_string(trainer.state().step) + " steps (" + group->describe_peers(e.what()) +
-        ": " + error_line(e) +
+        std::to_string(trainer.state().step) + " steps (" + group->describe_peers(e.what()) + ": " +
+        error_line(e) +
         "); the last checkpoint is intact: --resume continues from it once every host is back "
         "(a peer slower than distributed.timeout_seconds counts as lost)");
   }
@@ -339,18 +364,16 @@ int train(const TrainRequest& request, const ResumeTarget& resume, Config& confi
 
   std::optional<RunDirectory> run;
   open_run(request, resume, config, group.get(), run);
-  if (run) {
-    run->write_config(yaml);
-    trainer.write_to(*run);
-  }
   if (group) {
     spdlog::info(
-        "rank {} of {} ({}, local rank {}, rendezvous {}:{}); only rank 0 writes the run "
+        "rank {} of {} ({}, local rank {}, rendezvous {}:{}; {}); only rank 0 writes the run "
         "directory",
         group->rank(), group->world_size(), group->backend_name(), launch->local_rank,
-        launch->master_addr, launch->master_port);
+        launch->master_addr, launch->master_port, group->network_description());
   }
   log_start(config, yaml, device, data, trainer, layout);
+  // The checkpoint is loaded and checked against this run's config before anything but the log
+  // is written: a refused resume leaves config.yaml, the metrics and the event files as they were.
   if (!resume.checkpoint.empty()) {
     auto loading = [&] {
       return OutOfMemoryWhere{OutOfMemoryWhere::Setup,
@@ -362,7 +385,12 @@ int train(const TrainRequest& request, const ResumeTarget& resume, Config& confi
         "{} has no checkpoint yet (it stopped before its first one): starting the run "
         "again from its config",
         resume.run_dir.string());
-    if (run) run->keep_epochs_through(0);
+  }
+  if (run) {
+    run->write_config(yaml);
+    trainer.write_to(*run);
+    if (!resume.run_dir.empty())
+      run->keep_epochs_through(trainer.state().epoch, trainer.state().step);
   }
 
   install_stop_handlers();
@@ -372,6 +400,15 @@ int train(const TrainRequest& request, const ResumeTarget& resume, Config& confi
   if (has_epochs) spdlog::info("report: {}", write_report(run->path()).string());
   if (end == FitEnd::Stopped) return kExitStopped;
   if (end == FitEnd::Diverged) return kExitDiverged;
+  if (stop_requested()) {
+    // After the last epoch's training (its evaluation, the checkpoint, the report's plots): the
+    // training is kept, and the stop is said as any other.
+    spdlog::warn("stopped by signal after the last epoch's training (its results are recorded){}",
+                 run ? ": train --resume " + run->path().string() +
+                           " finishes what was left (the report and its plots)"
+                     : std::string());
+    return kExitStopped;
+  }
   spdlog::info("done: {} epochs, {} steps in {:.1f} s{}", trainer.state().epoch,
                trainer.state().step, seconds_since(start),
                has_epochs ? fmt::format("; final test accuracy {:.2f}%",

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <optional>
 
+#include "data/dataset.h"
 #include "training/components.h"
 #include "training/diagnosis.h"
 #include "training/optim.h"
@@ -56,6 +57,22 @@ void check_same_samples(const std::filesystem::path& checkpoint, const TrainStat
   }
 }
 
+// Why the training set holds `images` and what makes it larger: the key that set its size
+// (data.train_limit or data.synthetic_train_size), or none when it is the whole data set.
+std::string training_set_size(const Config& config, int64_t images) {
+  const auto& d = config.data.dataset;
+  const bool synthetic = data::resolve_source(d) == data::Source::Synthetic;
+  // The limit set the size when it cut the set: below what the source holds.
+  const bool limited = d.train_limit() > 0 && d.train_limit() <= images &&
+                       (!synthetic || d.train_limit() < d.synthetic_train_size());
+  const std::string key = limited     ? "data.train_limit"
+                          : synthetic ? "data.synthetic_train_size"
+                                      : "";
+  return std::to_string(images) + " images" +
+         (key.empty() ? ", the whole data set" : " by " + key) +
+         "), so an epoch has no full batch; lower it" + (key.empty() ? "" : " or raise " + key);
+}
+
 }  // namespace
 
 Trainer::Trainer(const Config& config, torch::Device device, data::Split train, data::Split test,
@@ -82,11 +99,10 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
       schedule_(config.schedule, config.optimizer.lr(), train_loader_->batches_per_epoch(),
                 total_steps_) {
   if (train_loader_->batches_per_epoch() == 0) {
-    throw KeyError(
-        "training.batch_size",
-        std::to_string(config.training.batch_size) + " is larger than the training set (" +
-            std::to_string(train_loader_->dataset_size()) +
-            " images), so an epoch has no full batch; lower it or raise data.train_limit");
+    throw KeyError("training.batch_size",
+                   std::to_string(config.training.batch_size) +
+                       " is larger than the training set (" +
+                       training_set_size(config, train_loader_->dataset_size()));
   }
   check_profiler_window();
 }
@@ -150,6 +166,12 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
         " (change it at an epoch boundary: resume with training.epochs set to this epoch first)");
   }
   if (state_.batch_in_epoch > 0) check_same_samples(checkpoint, state_, config_yaml_);
+  if (group_ && !group_->is_main() && state_.batch_in_epoch > 0) {
+    // The part-way epoch's sums in the checkpoint are every rank's: rank 0 carries them on.
+    state_.loss_sum.zero_();
+    state_.correct.zero_();
+    state_.seen = 0;
+  }
   const int64_t ranks = group_ ? group_->world_size() : 1;
   if (state_.world_size != ranks) {
     throw UserError(checkpoint.string() + ": written by a run of " +
@@ -168,7 +190,7 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
   if (state_.grad_scale.defined() && parts_.scaler.enabled()) {
     parts_.scaler.load_state(state_.grad_scale, state_.growth_tracker);
   }
-  if (run_) run_->keep_epochs_through(state_.epoch);
+  if (run_) run_->keep_epochs_through(state_.epoch, state_.step);
   spdlog::info("resumed from {}: {} epochs and {} steps done{}", checkpoint.string(), state_.epoch,
                state_.step,
                state_.batch_in_epoch > 0 ? fmt::format(", {} batches into epoch {}",
@@ -608,16 +630,26 @@ void Trainer::log_epoch(const EpochRecord& r) {
 }
 
 void Trainer::save() {
-  if (!config_.checkpoint.enabled || !run_) return;  // only rank 0 writes
   // The last checkpoint is kept rather than replaced by one that cannot be resumed.
-  if (!resumable_here()) return;
-  state_.world_size = group_ ? group_->world_size() : 1;
-  state_.batch_size = config_.training.batch_size;
-  if (parts_.scaler.enabled()) {
-    state_.grad_scale = parts_.scaler.scale_state();
-    state_.growth_tracker = parts_.scaler.growth_tracker_state();
+  if (!config_.checkpoint.enabled || !resumable_here()) return;
+  // A part-way epoch's sums are every rank's: the checkpoint holds them all (each rank calls
+  // save() at the same step), and a resume gives them to rank 0 alone (resume()).
+  TrainState saved = state_;
+  if (group_ && state_.batch_in_epoch > 0) {
+    saved.loss_sum = state_.loss_sum.clone();
+    saved.correct = state_.correct.clone();
+    auto seen = torch::full({}, state_.seen, torch::TensorOptions(torch::kInt64).device(device_));
+    all_reduce_sum({saved.loss_sum, saved.correct, seen});
+    saved.seen = seen.item<int64_t>();
   }
-  save_checkpoint(run_->checkpoint_path(), *parts_.model, *parts_.optimizer, state_, config_yaml_,
+  if (!run_) return;  // only rank 0 writes
+  saved.world_size = group_ ? group_->world_size() : 1;
+  saved.batch_size = config_.training.batch_size;
+  if (parts_.scaler.enabled()) {
+    saved.grad_scale = parts_.scaler.scale_state();
+    saved.growth_tracker = parts_.scaler.growth_tracker_state();
+  }
+  save_checkpoint(run_->checkpoint_path(), *parts_.model, *parts_.optimizer, saved, config_yaml_,
                   parts_.ema ? parts_.ema->average().get() : nullptr);
 }
 

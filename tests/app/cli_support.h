@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -55,6 +56,16 @@ inline fs::path write_tiny_config(const test_support::TempDir& dir, int epochs =
                                       "training: {device: cpu, epochs: "
                                    << epochs << ", batch_size: 32, log_every_steps: 1}\n";
   return dir / "tiny.yaml";
+}
+
+// A finished one-epoch tiny run in dir / name.
+inline fs::path finished_tiny_run(const test_support::TempDir& dir,
+                                  const std::string& name = "run") {
+  const auto run = dir / name;
+  const auto r =
+      run_train("--config " + write_tiny_config(dir).string() + " --output-dir " + run.string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  return run;
 }
 
 // `train` with `args`, running in the background with its output in `log`.

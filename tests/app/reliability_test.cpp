@@ -1,9 +1,13 @@
 // Faults and hostile input against the `train` executable: nothing already written is lost,
 // nothing silently wrong is accepted, every refusal is one line with its documented exit code.
 // Each test reproduces one case of docs/reliability.md.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "app/cli_support.h"
 
@@ -230,6 +234,251 @@ TEST(Reliability, ARunKilledBeforeItsFirstCheckpointCanBeResumed) {
   EXPECT_TRUE(fs::exists(run / "checkpoint.pt"));
   EXPECT_FALSE(fs::exists(run / ".checkpoint.pt.tmp999999"));
   EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
+}
+
+// Round 3: a run that recorded epochs is never started again from its config. Its checkpoint
+// missing, a dangling link, a loop of links, a folder or a FIFO: --resume refuses in one line
+// naming the path and what stands there, and the run's files are untouched. "No checkpoint yet"
+// is concluded only for a run with no recorded epoch. A resume its checkpoint refuses rewrites
+// nothing (config.yaml said the refused model before).
+TEST(Reliability, AResumeNeverRetrainsARunThatRecordedEpochsAndARefusedOneWritesNothing) {
+  test_support::TempDir dir;
+  const auto run = cli::finished_tiny_run(dir);
+  const auto metrics = test_support::read_text(run / "metrics.jsonl");
+  const auto report = test_support::read_text(run / "report.md");
+  fs::rename(run / "checkpoint.pt", dir / "kept.pt");
+  const std::string checkpoint = (run / "checkpoint.pt").string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"true", "missing"},
+      {"ln -s " + (dir / "gone.pt").string() + " " + checkpoint, "a dangling symbolic link"},
+      {"ln -s " + checkpoint + " " + checkpoint + ".b && ln -s " + checkpoint + ".b " + checkpoint,
+       "a loop of symbolic links"},
+      {"mkdir " + checkpoint, "a folder"},
+      {"mkfifo " + checkpoint, "a FIFO"},
+  };
+  for (const auto& [make, what] : cases) {
+    ASSERT_EQ(run_shell(make).code, 0) << make;
+    for (const auto& target : {run, run / "checkpoint.pt"}) {
+      const auto r = run_train("--resume " + target.string());
+      EXPECT_EQ(r.code, 2) << what << ": " << r.output;
+      EXPECT_EQ(count_lines(r.output), 1) << what << ": " << r.output;
+      EXPECT_NE(r.output.find(checkpoint + ": " + what), std::string::npos) << r.output;
+      EXPECT_EQ(r.output.find("checkpoint.pt/checkpoint.pt"), std::string::npos) << r.output;
+      EXPECT_EQ(test_support::read_text(run / "metrics.jsonl"), metrics) << what;
+      EXPECT_EQ(test_support::read_text(run / "report.md"), report) << what;
+    }
+    run_shell("rm -rf " + checkpoint + " " + checkpoint + ".b");
+  }
+  // Put back, a resume the checkpoint refuses (another model) writes nothing but the log: the
+  // config, the metrics and the event files stay as they were.
+  fs::rename(dir / "kept.pt", run / "checkpoint.pt");
+  auto files = [&] {
+    std::set<std::string> names;
+    for (const auto& entry : fs::directory_iterator(run)) names.insert(entry.path().filename());
+    return names;
+  };
+  const auto config = test_support::read_text(run / "config.yaml");
+  const auto before = files();
+  const auto refused =
+      run_train("--resume " + run.string() + " --set model.arch=resnet34 --set training.epochs=2");
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_EQ(test_support::read_text(run / "config.yaml"), config);
+  EXPECT_EQ(files(), before);
+  // It resumes (and, the run being finished, trains nothing more).
+  EXPECT_EQ(run_train("--resume " + run.string()).code, 0);
+  EXPECT_EQ(test_support::read_text(run / "metrics.jsonl"), metrics);
+}
+
+// Round 3: a stop after the last epoch's training (here: while the report's plots are drawn, by
+// a plot script that signals train) is exit 130 like any other stop, and --resume finishes the
+// report. It was exit 0, "done", with the plots killed.
+TEST(Reliability, AStopAfterTheLastEpochsTrainingIsExit130AndResumeFinishesTheReport) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  const auto python = dir / "signalling-python";
+  std::ofstream(python) << "#!/bin/sh\nkill -TERM $PPID\nsleep 1\nexit 1\n";
+  fs::permissions(python, fs::perms::owner_all);
+  const auto r = run_shell("TRAIN_PYTHON=" + python.string() + " " TRAIN_BINARY " --config " +
+                           write_tiny_config(dir).string() + " --output-dir " + run.string());
+  EXPECT_EQ(r.code, 130) << r.output;
+  EXPECT_NE(r.output.find("stopped by signal after the last epoch's training"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("done:"), std::string::npos) << r.output;
+  ASSERT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
+  const auto resumed = run_train("--resume " + run.string());
+  EXPECT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
+}
+
+// Round 3: each output folder is written only by its command. A bench's --output inside a run
+// is refused before it measures; a second `train compare` into a comparison being written is
+// refused by its lock (both exited 0 before, one comparison replacing the other).
+TEST(Reliability, OutputsOfOneKindAreWrittenOnlyByTheirCommand) {
+  test_support::TempDir dir;
+  const auto run = cli::finished_tiny_run(dir);
+  const auto config = dir / "tiny.yaml";
+  const auto csv = test_support::read_text(run / "metrics.csv");
+  const auto yaml = test_support::read_text(run / "config.yaml");
+  for (const auto& [command, file] : std::vector<std::pair<std::string, fs::path>>{
+           {"bench loader --config " + config.string() + " --batches 1", run / "metrics.csv"},
+           {"bench matmul --size 8 --repeats 1", run / "config.yaml"}}) {
+    const auto r = run_train(command + " --output " + file.string());
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find("--output: " + file.string() + " would be written into " +
+                            run.string() + ", which holds a run"),
+              std::string::npos)
+        << r.output;
+  }
+  EXPECT_EQ(test_support::read_text(run / "metrics.csv"), csv);
+  EXPECT_EQ(test_support::read_text(run / "config.yaml"), yaml);
+
+  const auto out = dir / "compare";
+  fs::create_directories(out);
+  std::ofstream(out / ".train-output") << "comparison\n";  // one being written
+  const int held = ::open((out / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);
+  const auto r = run_train("compare " + run.string() + " --output " + out.string());
+  ::close(held);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(out.string() + ": in use by another train process"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(out / "compare.md"));
+}
+
+// Round 3: the row of an epoch that training.max_steps ended part-way is what the checkpoint
+// holds. A resume with nothing left to train kept to drop it (and never wrote it again); a resume
+// that trains on replaces it with the whole epoch's row.
+TEST(Reliability, AResumeKeepsTheRowOfAnEpochMaxStepsEndedPartWay) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  ASSERT_EQ(run_train("--config " + write_tiny_config(dir, 2).string() + " --output-dir " +
+                      run.string() + " --set training.max_steps=2")
+                .code,
+            0);
+  const auto partial = test_support::read_text(run / "metrics.jsonl");
+  ASSERT_EQ(count_lines(partial), 1);
+  EXPECT_EQ(nlohmann::json::parse(partial).at("step"), 2);
+  EXPECT_EQ(run_train("--resume " + run.string()).code, 0);
+  EXPECT_EQ(test_support::read_text(run / "metrics.jsonl"), partial);
+  EXPECT_EQ(run_train("--resume " + run.string() + " --set training.max_steps=0").code, 0);
+  std::vector<int64_t> steps;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    steps.push_back(nlohmann::json::parse(line).at("step").get<int64_t>());
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{4, 8}));  // 128 images / batch 32, two epochs
+}
+
+// Round 3: `train plan --from` plans from a sweep already run; the flags that set up its small
+// sweep were ignored without a word, and are refused (as --config is).
+TEST(Reliability, PlanFromASweepRefusesTheSmallSweepsFlags) {
+  for (const std::string flag : {"--set training.epochs=2", "--budget 5", "--output-dir x",
+                                 "--device cpu", "--batch-sizes 8"}) {
+    const auto r = run_train("plan --memory 12GiB --from some-sweep " + flag);
+    EXPECT_EQ(r.code, 2) << flag << ": " << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find(flag.substr(0, flag.find(' ')) +
+                            ": sets up the small sweep that --from replaces"),
+              std::string::npos)
+        << r.output;
+  }
+}
+
+// Round 3: a file name holding a newline split the one error line in two; it is written as \n.
+TEST(Reliability, AFileNameHoldingANewlineKeepsTheErrorOneLine) {
+  test_support::TempDir dir;
+  const auto name = (dir / "a\nb.yaml").string();
+  const auto r = run_train("--config '" + name + "'");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find((dir / "a\\nb.yaml").string()), std::string::npos) << r.output;
+}
+
+// Round 3: a batch larger than the training set named data.train_limit as the remedy also when
+// data.synthetic_train_size set the size (and the limit was 0); it names the key that did.
+TEST(Reliability, ABatchLargerThanTheTrainingSetNamesTheKeyThatSetItsSize) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir).string();  // 128 synthetic images
+  auto r = run_train("--config " + config + " --set training.batch_size=1000");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("1000 is larger than the training set (128 images by "
+                          "data.synthetic_train_size), so an epoch has no full batch; lower it or "
+                          "raise data.synthetic_train_size"),
+            std::string::npos)
+      << r.output;
+  r = run_train("--config " + config + " --set data.train_limit=64 --set training.batch_size=100");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("(64 images by data.train_limit), so an epoch has no full batch; lower "
+                          "it or raise data.train_limit"),
+            std::string::npos)
+      << r.output;
+}
+
+// Round 3: `train memory` with training.cuda_graph: on on the CPU exited 0; it is refused as
+// train, sweep and plan refuse it, before the study's folder exists.
+TEST(Reliability, TrainMemoryRefusesAGraphedStepOnTheCpu) {
+  test_support::TempDir dir;
+  const auto r =
+      run_train("memory --config " + write_tiny_config(dir).string() +
+                " --set training.cuda_graph=on --output-dir " + (dir / "study").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find("training.cuda_graph: on needs a CUDA device"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "study"));
+}
+
+// Round 3: `train report` left the temporaries an interrupted write left (a checkpoint's, a
+// plot's) that --resume removes; it removes them too when no process holds the run.
+TEST(Reliability, TrainReportRemovesTheTemporariesAnInterruptedWriteLeft) {
+  test_support::TempDir dir;
+  const auto run = cli::finished_tiny_run(dir);
+  for (const char* name : {".checkpoint.pt.tmp4242", ".memory.png.tmp4242.png"}) {
+    std::ofstream(run / name) << "x";
+  }
+  const auto r = run_train("report " + run.string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(run / ".checkpoint.pt.tmp4242"));
+  EXPECT_FALSE(fs::exists(run / ".memory.png.tmp4242.png"));
+  EXPECT_NE(r.output.find("removed 2 temporary file(s)"), std::string::npos) << r.output;
+}
+
+// Round 3: a duplicated row in a hand-edited metrics.jsonl was reported as one more epoch; it is
+// refused in one line naming the file and the row (train report, train compare, --resume).
+TEST(Reliability, ADuplicatedEpochRowIsRefusedNotReportedAsAnotherEpoch) {
+  test_support::TempDir dir;
+  const auto run = cli::finished_tiny_run(dir);
+  const auto row = test_support::read_text(run / "metrics.jsonl");
+  std::ofstream(run / "metrics.jsonl", std::ios::app) << row;
+  for (const std::string command : {"report ", "compare ", "--resume "}) {
+    const auto r = run_train(command + run.string());
+    EXPECT_EQ(r.code, 2) << command << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find((run / "metrics.jsonl").string() +
+                            " row 2: epoch 1 after epoch 1; a run records each epoch once"),
+              std::string::npos)
+        << r.output;
+  }
+}
+
+// Round 3: `train compare` set a steady rate against one with the warm-up in it ("images/s vs
+// the first run" for a run without a steady rate); a ratio is of like rates only.
+TEST(Reliability, CompareRatesOnlyLikeAgainstLike) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir).string();  // 4 steps an epoch, 5 are warm-up
+  ASSERT_EQ(run_train("--config " + config + " --output-dir " + (dir / "short").string()).code, 0);
+  ASSERT_EQ(run_train("--config " + config + " --output-dir " + (dir / "long").string() +
+                      " --set training.epochs=3")
+                .code,
+            0);
+  const auto r = run_train("compare " + (dir / "short").string() + " " + (dir / "long").string() +
+                           " --output " + (dir / "cmp").string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("| images/s vs the first run | 1.00x (all training time) | - (one of "
+                          "the two has no steady rate) |"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(Reliability, PathsThatCannotBeUsedAreNamedWithExitTwo) {

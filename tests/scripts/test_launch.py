@@ -12,6 +12,13 @@ REPO = Path(__file__).resolve().parents[2]
 LAUNCH = [sys.executable, str(REPO / "scripts/launch.py")]
 
 
+def running(pid):
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except FileNotFoundError:
+        return False
+
+
 class LaunchTest(unittest.TestCase):
     def test_each_rank_gets_the_torchrun_variables_and_a_prefix(self):
         code = "import os; print(os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['LOCAL_RANK'], os.environ['MASTER_ADDR'])"
@@ -30,6 +37,29 @@ class LaunchTest(unittest.TestCase):
         self.assertLess(time.time() - started, 15)
         self.assertIn("[rank 1] failing", proc.stdout)
         self.assertIn("launch: rank 1 exited with code 7; stopping the other ranks", proc.stderr)
+
+    def test_ranks_die_with_a_killed_launcher(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            script = f'echo $$ > {tmp}/rank$RANK.pid; exec sleep 60'
+            launcher = subprocess.Popen(LAUNCH + ["-n", "2", "--", "sh", "-c", script],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.addCleanup(launcher.wait)
+            self.addCleanup(launcher.kill)
+            pids = [Path(tmp) / f"rank{r}.pid" for r in (0, 1)]
+            deadline = time.time() + 30
+            while not all(p.exists() and p.read_text().strip() for p in pids) and time.time() < deadline:
+                time.sleep(0.05)
+            ranks = [int(p.read_text()) for p in pids if p.exists() and p.read_text().strip()]
+            self.assertEqual(len(ranks), 2, "the ranks did not start")
+            launcher.kill()
+            launcher.wait()
+            deadline = time.time() + 10
+            while any(map(running, ranks)) and time.time() < deadline:
+                time.sleep(0.05)
+            alive = [pid for pid in ranks if running(pid)]
+            for pid in alive:
+                os.kill(pid, 9)
+            self.assertEqual(alive, [])
 
     def test_bad_arguments_are_refused(self):
         proc = subprocess.run(LAUNCH + ["-n", "0", "true"], capture_output=True, text=True)

@@ -231,9 +231,11 @@ class ScriptArgumentsTest(unittest.TestCase):
                     (script, ["--train", python, "--data", afile],
                      f"--data: {afile}: is a file; expected a folder of binary batches (made from --jpeg when it has none)"),
                     (script, ["--train", python, "--data", empty, "--jpeg", folder],
-                     f"--jpeg: {folder}: is a folder; expected the JPEG tarball to make --data from"),
+                     f"--jpeg: {folder}: a folder without train/ and test/; expected the JPEG tarball (or its "
+                     "unpacked folder, holding train/ and test/) to make --data from"),
                     (script, ["--train", python, "--data", empty, "--jpeg", ""],
-                     "--jpeg: empty; expected the JPEG tarball to make --data from"),
+                     "--jpeg: empty; expected the JPEG tarball (or its unpacked folder, holding train/ and test/) "
+                     "to make --data from"),
                     (script, ["--train", python, *data, "--markdown", folder],
                      f"--markdown: {folder}: is a folder; expected a file to write the table to")]
             for script, name, what in (("plot_run.py", "RUN_DIR", "a run folder"),

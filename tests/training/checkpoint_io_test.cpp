@@ -110,7 +110,7 @@ TEST(Checkpoint, ADifferentModelIsRefusedNamingTheTensor) {
 TEST(Checkpoint, FindCheckpointAcceptsRunDirOrFile) {
   test_support::TempDir dir;
   EXPECT_EQ(user_error_of([&] { training::find_checkpoint(dir.path()); }),
-            (dir / "checkpoint.pt").string() + ": no checkpoint to resume from");
+            (dir / "checkpoint.pt").string() + ": missing; no checkpoint to resume from");
   std::ofstream(dir / "checkpoint.pt") << "x";
   EXPECT_EQ(training::find_checkpoint(dir.path()), dir / "checkpoint.pt");
   EXPECT_EQ(training::find_checkpoint(dir / "checkpoint.pt"), dir / "checkpoint.pt");

@@ -63,6 +63,18 @@ TEST(Config, OverridesApplyInOrderAndCreateSections) {
   EXPECT_EQ(c.schedule.milestones().size(), 2u);
 }
 
+// An override changes one key, also where YAML aliases share the key's node: with
+// `batch_size: &b 32`, `--set training.batch_size=16` changed eval_batch_size and
+// sweep.batch_sizes[0] too (round 3).
+TEST(Config, AnOverrideChangesOneKeyThroughYamlAliases) {
+  const auto c = training::parse_config(
+      "training: {batch_size: &b 32, eval_batch_size: *b}\nsweep: {batch_sizes: [*b, 64]}\n",
+      "anchors.yaml", {"training.batch_size=16"});
+  EXPECT_EQ(c.training.batch_size, 16);
+  EXPECT_EQ(c.training.eval_batch_size, 32);
+  EXPECT_EQ(c.sweep.batch_sizes, (std::vector<int64_t>{32, 64}));
+}
+
 TEST(Config, YamlRoundTripIsExact) {
   const Config c = training::parse_config(
       "optimizer: {lr: 0.1, weight_decay: 5.0e-4}\nschedule: {name: onecycle, pct_start: 0.3}\n"
@@ -232,8 +244,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"BadByteSize",
                   "memory: {limit: 12 apples}",
                   {},
-                  "c.yaml: memory.limit: expected a size like 12GiB, 512MiB, 1.5GB or a number of "
-                  "bytes, got '12 apples'"},
+                  "c.yaml: memory.limit: expected a size like 12GiB, 512MiB, 1.5GB or a whole "
+                  "number of bytes, got '12 apples'"},
         BadConfig{"EmptyGridList",
                   "sweep: {batch_sizes: []}",
                   {},

@@ -2,7 +2,7 @@
 // the same directory: `flock` on <dir>/.lock, held for the life of the object (in practice the
 // process's), released by the operating system when the process dies, so kill -9 never leaves a
 // directory locked. The holder's pid is written into the file, for the message the next process
-// gets. Read-only commands (train report) take no lock.
+// gets. `train report` takes it when it is free (run_report.h) and writes without it otherwise.
 #pragma once
 
 #include <filesystem>

@@ -3,9 +3,9 @@
 #include "build_config.h"
 
 #ifdef TRAIN_WITH_DISTRIBUTED
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #endif
@@ -53,6 +53,10 @@ std::optional<LaunchEnv> launch_env_from_environment() {
   env.local_rank = env_integer("LOCAL_RANK", env.rank, 0, env.world_size - 1);
   if (const char* addr = std::getenv("MASTER_ADDR")) env.master_addr = addr;
   env.master_port = env_integer("MASTER_PORT", 29500, 1, 65535);
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  env.agent_store = agent && std::string(agent) == "True";
+  if (const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT")) env.restart = restart;
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) env.gloo_socket_ifname = ifname;
   if (env.world_size > 1 && (!std::getenv("RANK") || !std::getenv("MASTER_PORT"))) {
     throw UserError("WORLD_SIZE=" + std::to_string(env.world_size) +
                     " needs RANK and MASTER_PORT too (start the ranks with scripts/launch.py)");
@@ -85,7 +89,7 @@ class JoinDeadline {
       std::unique_lock<std::mutex> lock(mutex_);
       if (done_.wait_until(lock, at_, [this] { return finished_; })) return;
       spdlog::error("{}", stage_);
-      spdlog::shutdown();
+      spdlog::default_logger()->flush();
       std::_Exit(kExitDistributed);
     });
   }
@@ -103,8 +107,8 @@ class JoinDeadline {
     stage_ = std::move(message);
   }
   std::chrono::milliseconds remaining() const {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at_ - kJoinGrace -
-                                                                            Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(at_ - kJoinGrace - Clock::now());
     return std::max(left, std::chrono::milliseconds(1000));
   }
 
@@ -124,18 +128,20 @@ std::string text_of(const std::vector<uint8_t>& bytes) {
 // Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) the agent of node 0 already hosts the store on
 // MASTER_ADDR:MASTER_PORT: every rank is its client. Otherwise rank 0 hosts it. The keys of each
 // elastic restart are kept apart.
-c10::intrusive_ptr<c10d::Store> join_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
-  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
-  const bool agent_store = agent && std::string(agent) == "True";
+c10::intrusive_ptr<c10d::Store> join_store(const LaunchEnv& env,
+                                           std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(env.master_port);
-  options.isServer = !agent_store && env.rank == 0;
+  options.isServer = !env.agent_store && env.rank == 0;
   options.waitWorkers = false;  // the ranks meet below, where a missing one can be named
   options.timeout = timeout;
   auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
-  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  return c10::make_intrusive<c10d::PrefixStore>(
-      std::string("train/attempt_") + (restart ? restart : "0"), store);
+  return c10::make_intrusive<c10d::PrefixStore>("train/attempt_" + env.restart, store);
+}
+
+// Who hosts the store, for messages.
+std::string store_host(const LaunchEnv& env) {
+  return env.agent_store ? "torchrun's agent on node 0" : "rank 0";
 }
 
 }  // namespace
@@ -149,36 +155,43 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
     throw KeyError("distributed.backend", "nccl needs training.device cuda; use gloo on the CPU");
   }
   // Refused here, before any other rank is waited for: a named interface this host lacks.
-  network_ = choose_peer_network(options.interface, std::getenv("GLOO_SOCKET_IFNAME"),
-                                 env.master_addr, static_cast<int>(env.master_port));
+  network_ = choose_peer_network(options.interface, env.gloo_socket_ifname.c_str(), env.master_addr,
+                                 static_cast<int>(env.master_port));
   const std::string me = "rank " + std::to_string(env.rank);
-  spdlog::info("{} of {}: reached by its peers through {} (chosen by {}; GLOO_SOCKET_IFNAME or "
-               "distributed.interface choose others)",
-               me, env.world_size, describe(network_.interfaces), network_.chosen_by);
+  network_description_ = "reached by its peers through " + describe(network_.interfaces) +
+                         ", chosen by " + network_.chosen_by;
   if (nccl && !std::getenv("NCCL_SOCKET_IFNAME")) {
     std::string names;
     for (const auto& i : network_.interfaces) names += (names.empty() ? "" : ",") + i.name;
-    ::setenv("NCCL_SOCKET_IFNAME", names.c_str(), 1);
-    spdlog::info("{}: NCCL_SOCKET_IFNAME={} (unset before: NCCL's bootstrap uses the same "
-                 "interface)", me, names);
+    // "=": NCCL then matches the names exactly, not as prefixes (eth1 would take eth10 too).
+    ::setenv("NCCL_SOCKET_IFNAME", ("=" + names).c_str(), 1);
+    network_description_ += "; NCCL_SOCKET_IFNAME==" + names + " set to match";
   }
   const auto timeout = std::chrono::seconds(options.timeout_seconds);
   const std::string store_address = env.master_addr + ":" + std::to_string(env.master_port);
   const std::string within = " within " + std::to_string(options.timeout_seconds) + " s";
   JoinDeadline deadline(Clock::now() + timeout + kJoinGrace,
                         me + ": could not reach the other ranks through " + store_address + within +
-                            " (the store, hosted by rank 0: is every rank started, with the same "
-                            "MASTER_ADDR, MASTER_PORT and WORLD_SIZE?)");
+                            " (the store, hosted by " + store_host(env) +
+                            ": is every rank started, with the same MASTER_ADDR, MASTER_PORT and "
+                            "WORLD_SIZE?)");
   try {
     impl_->store = join_store(env, deadline.remaining());
   } catch (const std::exception& e) {
     throw DistributedError(me + ": could not reach the other ranks through " + store_address +
-                           within +
-                           " (the store, hosted by rank 0: is every rank started, with the same "
-                           "MASTER_ADDR, MASTER_PORT and WORLD_SIZE?): " +
+                           within + " (the store, hosted by " + store_host(env) +
+                           ": is every rank started, with the same MASTER_ADDR, MASTER_PORT and "
+                           "WORLD_SIZE?): " +
                            first_line(e.what()));
   }
-  meet_peers(deadline.remaining(), within);
+  try {
+    meet_peers(deadline.remaining(), within);
+  } catch (const DistributedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistributedError(me + ": lost the store at " + store_address + " (hosted by " +
+                           store_host(env) + ") while meeting the other ranks: " + error_line(e));
+  }
   deadline.stage(me + ": could not connect to " + describe_peers("") + within +
                  "; the hosts must reach each other on these addresses: set GLOO_SOCKET_IFNAME "
                  "(or distributed.interface) on each host to the interface that does");
@@ -239,6 +252,8 @@ void ProcessGroup::meet_peers(std::chrono::milliseconds timeout, const std::stri
     }
     try {
       peers_[r] = text_of(store.get("peer/" + std::to_string(r)));
+    } catch (const c10::DistNetworkError&) {
+      throw;  // the store itself is lost, not a rank late
     } catch (const std::exception&) {
       missing.push_back(std::to_string(r));
       // The others are not waited for again: the whole timeout is spent.
@@ -246,6 +261,22 @@ void ProcessGroup::meet_peers(std::chrono::milliseconds timeout, const std::stri
     }
   }
   store.setTimeout(std::chrono::seconds(options_.timeout_seconds));
+  // An address on loopback is reachable from its own host only: with a peer elsewhere (one not on
+  // loopback), the mesh would wait the whole timeout. (A host name mapped to 127.0.1.1 on one
+  // host.)
+  for (int64_t r = 0; missing.empty() && r < env_.world_size; ++r) {
+    const std::string address = peers_[r].substr(0, peers_[r].find(' '));
+    for (int64_t other = 0; is_loopback_address(address) && other < env_.world_size; ++other) {
+      const std::string theirs = peers_[other].substr(0, peers_[other].find(' '));
+      if (is_loopback_address(theirs)) continue;
+      throw DistributedError(
+          "rank " + std::to_string(env_.rank) + ": rank " + std::to_string(r) + " is reached at " +
+          address + " (loopback) but rank " + std::to_string(other) + " at " + theirs +
+          ", on another host: set GLOO_SOCKET_IFNAME (or distributed.interface)"
+          " on rank " +
+          std::to_string(r) + "'s host to the interface the others reach it through");
+    }
+  }
   if (!missing.empty()) {
     std::string ranks;
     for (const auto& r : missing) ranks += (ranks.empty() ? "" : ", ") + r;

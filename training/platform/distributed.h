@@ -4,8 +4,8 @@
 // Ranks are started like torchrun starts them: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 // MASTER_PORT in the environment (scripts/launch.py sets them).
 //
-// BatchNorm keeps local statistics: each rank normalises with its own batch's statistics and
-// keeps its own running estimates; rank 0's are the ones checkpointed.
+// BatchNorm normalises with each rank's own batch; the running estimates are rank 0's, broadcast
+// before each step and before evaluating (broadcast_buffers, as PyTorch's DDP does).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -29,10 +29,13 @@ struct LaunchEnv {
   int64_t local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 29500;
+  bool agent_store = false;        // TORCHELASTIC_USE_AGENT_STORE=True: torchrun hosts the store
+  std::string restart = "0";       // TORCHELASTIC_RESTART_COUNT: each restart's keys apart
+  std::string gloo_socket_ifname;  // GLOO_SOCKET_IFNAME ("" = unset)
 };
 
-// The torchrun variables, or nullopt when WORLD_SIZE is unset. Throws UserError naming the
-// variable when one is malformed or inconsistent (RANK >= WORLD_SIZE, ...).
+// The torchrun variables (and GLOO_SOCKET_IFNAME), or nullopt when WORLD_SIZE is unset. Throws
+// UserError naming the variable when one is malformed or inconsistent (RANK >= WORLD_SIZE, ...).
 std::optional<LaunchEnv> launch_env_from_environment();
 
 enum class DistributedBackend { Auto, Gloo, Nccl };
@@ -81,6 +84,10 @@ class ProcessGroup {
   void all_reduce(std::vector<torch::Tensor>& tensors, bool max = false);
   void barrier();
 
+  // "reached by its peers through eth0 (10.0.0.2), chosen by the route to the store at ...":
+  // what the rank's start-up line says of its network.
+  const std::string& network_description() const { return network_description_; }
+
   // The peers named by a backend's error ("rank 1 at 10.0.0.2 (eth0)"; every peer when the error
   // names none): who a rank lost contact with.
   std::string describe_peers(const std::string& error) const;
@@ -99,6 +106,7 @@ class ProcessGroup {
   struct Impl;
   PeerNetwork network_;
   std::vector<std::string> peers_;  // per rank: "address interface"
+  std::string network_description_;
   LaunchEnv env_;
   DistributedOptions options_;
   torch::Device device_;

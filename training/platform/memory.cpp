@@ -3,10 +3,12 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <regex>
 #include <stdexcept>
 
 namespace training {
@@ -105,40 +107,45 @@ void TrackingCpuAllocator::reset_peak() {
 }
 
 int64_t parse_byte_size(const std::string& text) {
+  // Digits, an optional fraction and a unit, read exactly: no sign, exponent, hexadecimal,
+  // infinity or NaN (which a floating-point reader takes), and a whole number of bytes.
   const std::string expected =
-      "expected a size like 12GiB, 512MiB, 1.5GB or a number of bytes, got '" + text + "'";
-  size_t end = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &end);
-  } catch (const std::exception&) {
-    throw std::invalid_argument(expected);
+      "expected a size like 12GiB, 512MiB, 1.5GB or a whole number of "
+      "bytes, got '" +
+      text + "'";
+  static const std::regex form(R"(^\s*([0-9]{1,18})(?:\.([0-9]{1,12}))?\s*([A-Za-z]*)\s*$)");
+  std::smatch match;
+  if (!std::regex_match(text, match, form)) throw std::invalid_argument(expected);
+  std::string unit = match[3].str();
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::pair<const char*, int64_t> kUnits[] = {{"", 1},
+                                                           {"b", 1},
+                                                           {"kib", 1LL << 10},
+                                                           {"mib", 1LL << 20},
+                                                           {"gib", 1LL << 30},
+                                                           {"tib", 1LL << 40},
+                                                           {"kb", 1000},
+                                                           {"mb", 1000000},
+                                                           {"gb", 1000000000},
+                                                           {"tb", 1000000000000}};
+  const auto known = std::find_if(std::begin(kUnits), std::end(kUnits),
+                                  [&](const auto& u) { return unit == u.first; });
+  if (known == std::end(kUnits)) throw std::invalid_argument(expected);
+  if (std::stoll(match[1].str()) > static_cast<int64_t>(9.0e18) / known->second) {
+    throw std::invalid_argument(expected);  // before the arithmetic below could overflow
   }
-  std::string unit;
-  for (size_t i = end; i < text.size(); ++i) {
-    if (!std::isspace(static_cast<unsigned char>(text[i]))) {
-      unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
-    }
+  const std::string fraction = match[2].str();
+  __int128 scale = 1;
+  for (size_t i = 0; i < fraction.size(); ++i) scale *= 10;
+  const __int128 written = static_cast<__int128>(std::stoll(match[1].str())) * scale +
+                           (fraction.empty() ? 0 : std::stoll(fraction));
+  const __int128 scaled = written * known->second;
+  if (scaled % scale != 0) {
+    throw std::invalid_argument("'" + text + "' is not a whole number of bytes");
   }
-  static const std::pair<const char*, double> kUnits[] = {{"", 1.0},
-                                                          {"b", 1.0},
-                                                          {"kib", 1024.0},
-                                                          {"mib", 1048576.0},
-                                                          {"gib", 1073741824.0},
-                                                          {"tib", 1099511627776.0},
-                                                          {"kb", 1e3},
-                                                          {"mb", 1e6},
-                                                          {"gb", 1e9},
-                                                          {"tb", 1e12}};
-  for (const auto& [name, factor] : kUnits) {
-    if (unit == name) {
-      const double bytes = value * factor;
-      if (!std::isfinite(bytes) || bytes < 0 || bytes > 9.0e18)
-        throw std::invalid_argument(expected);
-      return static_cast<int64_t>(std::llround(bytes));
-    }
-  }
-  throw std::invalid_argument(expected);
+  const __int128 bytes = scaled / scale;
+  if (bytes > static_cast<__int128>(9.0e18)) throw std::invalid_argument(expected);
+  return static_cast<int64_t>(bytes);
 }
 
 std::string format_bytes(int64_t bytes) {

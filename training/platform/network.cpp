@@ -56,8 +56,8 @@ std::vector<std::string> split_list(const std::string& list) {
   size_t start = 0;
   while (true) {
     const size_t comma = list.find(',', start);
-    items.push_back(list.substr(start, comma == std::string::npos ? std::string::npos
-                                                                  : comma - start));
+    items.push_back(
+        list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) return items;
     start = comma + 1;
   }
@@ -87,7 +87,8 @@ std::vector<NetworkInterface> host_interfaces() {
       first.push_back(entry);
     } else if (entry.address.find(':') == std::string::npos) {
       for (auto& i : first) {
-        if (i.name == entry.name && i.address.find(':') != std::string::npos) i.address = entry.address;
+        if (i.name == entry.name && i.address.find(':') != std::string::npos)
+          i.address = entry.address;
       }
     }
   }
@@ -169,6 +170,20 @@ PeerNetwork choose_peer_network(const std::string& configured, const char* envir
   }
   return {{route_to(master_addr, master_port)},
           "the route to the store at " + master_addr + ":" + std::to_string(master_port)};
+}
+
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof address;
+  const bool bound = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), size) == 0 &&
+                     ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0;
+  const std::string reason = std::strerror(errno);
+  if (fd >= 0) ::close(fd);
+  if (!bound) throw DistributedError("no free TCP port on 127.0.0.1: " + reason);
+  return ntohs(address.sin_port);
 }
 
 std::string describe(const std::vector<NetworkInterface>& interfaces) {

@@ -43,6 +43,9 @@ struct PeerNetwork {
 PeerNetwork choose_peer_network(const std::string& configured, const char* environment,
                                 const std::string& master_addr, int master_port);
 
+// A TCP port on 127.0.0.1 that nothing listens on now (for a one-host, one-rank group).
+int free_loopback_port();
+
 // "veth1 (10.231.7.2)", "eth0 (10.0.0.2), eth1 (10.1.0.2)".
 std::string describe(const std::vector<NetworkInterface>& interfaces);
 

@@ -7,6 +7,7 @@
 
 #include "data/dataset.h"
 #include "training/components.h"
+#include "training/output_dir.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
@@ -74,6 +75,7 @@ LoaderBenchResult bench_loader(const LoaderBenchRequest& request, const Config& 
 
 LoaderBenchResult loader_bench_command(const LoaderBenchRequest& request) {
   if (request.batches < 1) throw UserError("--batches: expected 1 or more");
+  if (!request.output.empty()) check_file_outside_outputs(request.output, "--output");
   const Config config = load_config(request.config_path, request.overrides);
   return with_key_origins(config, [&] { return bench_loader(request, config); });
 }

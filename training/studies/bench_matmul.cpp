@@ -8,6 +8,7 @@
 #include <regex>
 #include <sstream>
 
+#include "training/output_dir.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
@@ -238,6 +239,7 @@ int matmul_command(const MatmulRequest& request) {
   const auto options = parse_matmul_options(request.sizes, request.devices, request.dtypes,
                                             request.repeats, request.peaks, request.memory_limit);
   if (request.threads < 0) throw UserError("--threads: expected 0 or more");
+  check_file_outside_outputs(request.output, "--output");
   set_cpu_threads(request.threads);
   const auto results = run_matmul_bench(options);
   std::printf("%s", format_matmul_table(results).c_str());

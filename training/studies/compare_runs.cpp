@@ -10,6 +10,7 @@
 
 #include "training/output_dir.h"
 #include "training/platform/atomic_file.h"
+#include "training/platform/dir_lock.h"
 #include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
 #include "training/platform/memory.h"
@@ -130,7 +131,8 @@ namespace {
 constexpr const char* kTableNotes =
     "\nAs in each run's report.md. Steady images/s leave out each process's first "
     "warm-up steps (cuDNN's autotuning, first allocations, a graph's capture), which are "
-    "listed apart; \"vs the first run\" compares steady rates. Time per epoch: the mean over "
+    "listed apart; \"vs the first run\" compares steady rates (all-training rates where "
+    "neither run has one; none between the two). Time per epoch: the mean over "
     "whole epochs, or a stopped epoch's time with its missing batches at the steady rate "
     "(projected). Peaks: the largest of any epoch (reserved: CUDA only). Utilisation: the "
     "run's own sampler (GPU on CUDA, the process's CPU share on the CPU). Config rows: the "
@@ -198,8 +200,15 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
   row("images/s, all training time", [](const ComparedRun&, const Totals& t) {
     return fmt::format("{:.1f}", t.images / std::max(t.train_seconds, 1e-12));
   });
+  // Like against like: steady rates when both runs have one, all-training rates when neither has
+  // (said so), and no ratio between a steady rate and one with the warm-up in it.
   row("images/s vs the first run", [&](const ComparedRun&, const Totals& t) {
-    return fmt::format("{:.2f}x", rate(t) / std::max(rate(totals.front()), 1e-12));
+    const Totals& first = totals.front();
+    if (t.steady_images_per_second.has_value() != first.steady_images_per_second.has_value()) {
+      return std::string("- (one of the two has no steady rate)");
+    }
+    return fmt::format("{:.2f}x{}", rate(t) / std::max(rate(first), 1e-12),
+                       t.steady_images_per_second ? "" : " (all training time)");
   });
   row("peak allocated (MiB)", [](const ComparedRun&, const Totals& t) {
     return fmt::format("{:.1f}", to_mib(std::max(t.train_allocated, t.eval_allocated)));
@@ -240,6 +249,7 @@ fs::path compare_command(const CompareRequest& request) {
   const fs::path out = !request.output_dir.empty() ? fs::path(request.output_dir)
                                                    : new_run_path("runs", "", "compare");
   claim_output_dir(out, OutputKind::Comparison, "--output");
+  const DirectoryLock lock(out);  // a second comparison into the same folder is refused
   const std::string markdown = compare_markdown(runs);
   nlohmann::ordered_json j;
   const auto keys = differing_keys(runs);

@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "training/graphed_step.h"
 #include "training/memory_format.h"
 #include "training/output_dir.h"
 #include "training/platform/atomic_file.h"
@@ -175,6 +176,9 @@ fs::path study_directory(const MemoryRequest& request, const Config& config) {
 int memory_study(const MemoryRequest& request, const Config& config) {
   set_cpu_threads(config.training.threads);
   const torch::Device device = resolve_device(config.training.device);
+  // training.cuda_graph: on is refused where it cannot run, as train, sweep and plan refuse it;
+  // on CUDA the study measures the eager step, whose memory the captured one holds too.
+  if (config.training.cuda_graph == CudaGraphMode::On) use_cuda_graph(config, device, false);
   if (config.memory.snapshot) check_memory_history_supported(device);
   set_memory_limit(device, config.memory.limit);  // refused before the study's folder exists
   const auto settings = memory_settings(request.settings, config, device);

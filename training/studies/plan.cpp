@@ -74,6 +74,7 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
   plan.headroom = headroom;
   plan.usable_bytes = static_cast<int64_t>(static_cast<double>(card_bytes) * (1 - headroom));
   std::tie(plan.overhead_bytes, plan.overhead_source) = plan_overhead(sweep, overhead);
+  plan.sweep_complete = sweep.complete;
   const int64_t for_allocator = plan.usable_bytes - plan.overhead_bytes;
   plan.cells = summarize(sweep.cells, sweep.trials, {std::max<int64_t>(0, for_allocator)},
                          /*searched=*/false);
@@ -123,6 +124,11 @@ std::string plan_table(const Plan& plan) {
       << format_bytes(plan.overhead_bytes) << " outside the allocator (" << plan.overhead_source
       << ") leaves " << format_bytes(plan.usable_bytes - plan.overhead_bytes)
       << " for the allocator's peak.\n\n"
+      << (plan.sweep_complete
+              ? ""
+              : "The sweep did not complete (stopped, out of sweep.time_budget, or a find-max "
+                "search ended on a trial that failed twice): batches larger than those it "
+                "measured may fit; this plan chooses among the measured ones only.\n\n")
       << "| setting | batch | images/s | predicted peak | verdict |\n"
       << "|---|---:|---:|---:|---|\n";
   const auto& best = plan.candidates.at(*plan.chosen);

@@ -38,6 +38,7 @@ struct Plan {
   std::vector<PlanCandidate> candidates;  // fastest first
   std::optional<size_t> chosen;           // the fastest that fits
   std::vector<CellSummary> cells;         // per setting: the largest batch predicted to fit
+  bool sweep_complete = true;  // false: stopped, out of time, or a search ended on a failed trial
 };
 
 // "10%" or "0.1": the share of the card to keep free, in [0, 1). Throws UserError naming

@@ -12,6 +12,7 @@
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/dir_lock.h"
+#include "training/platform/distributed.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
@@ -97,7 +98,7 @@ class Sweep {
                    trials_.size(), dir_.string());
       return false;
     }
-    write_tables(/*complete=*/!budget_spent_);
+    write_tables(/*complete=*/!budget_spent_ && !search_failed_);
     plot_sweep(dir_);
     for (const auto& summary : summaries()) log_summary(summary);
     spdlog::info("sweep written to {}", dir_.string());
@@ -108,9 +109,9 @@ class Sweep {
   // Measures one trial in a child process (parent side); a batch already measured for this cell
   // is not measured twice.
   const TrialResult& trial_in_child_process(const SweepCell& cell, int64_t batch,
-                                            const std::string& source) {
+                                            const std::string& source, bool again = false) {
     for (const auto& done : trials_) {
-      if (done.cell == cell && done.batch == batch) return done.result;
+      if (!again && done.cell == cell && done.batch == batch) return done.result;
     }
     const auto budget = std::chrono::seconds(config_.sweep.time_budget);
     if (budget.count() > 0 && std::chrono::steady_clock::now() - start_ >= budget) {
@@ -180,16 +181,26 @@ class Sweep {
     }
     if (fails != 0 && fails < fits) fails = 0;  // inconsistent points: search afresh above
     const int64_t cap = config_.sweep.max_batch;
-    // Measures `batch` and moves the bound it decides; false when the trial failed for another
-    // reason than memory, which ends the search for this cell.
+    // Measures `batch` and moves the bound it decides. A trial that failed for another reason
+    // than memory is tried once more; failing again, it ends this cell's search, and the sweep is
+    // not complete: its largest batch is not known (a smaller one is no answer).
     auto probe = [&](int64_t batch) {
-      const auto& r = trial_in_child_process(cell, batch, "find-max");
-      if (r.status == TrialStatus::Ok) fits = batch;
-      if (r.status == TrialStatus::OutOfMemory) fails = batch;
-      if (r.status == TrialStatus::Error) {
-        spdlog::warn("{}: find-max stopped, a trial failed: {}", cell.name(), r.message);
+      const TrialResult* r = &trial_in_child_process(cell, batch, "find-max");
+      if (r->status == TrialStatus::Error) {
+        spdlog::warn("{}: batch {} failed ({}); trying it once more", cell.name(), batch,
+                     r->message);
+        r = &trial_in_child_process(cell, batch, "find-max", /*again=*/true);
       }
-      return r.status != TrialStatus::Error;
+      if (r->status == TrialStatus::Ok) fits = batch;
+      if (r->status == TrialStatus::OutOfMemory) fails = batch;
+      if (r->status == TrialStatus::Error) {
+        spdlog::warn(
+            "{}: find-max stopped: batch {} failed twice ({}); its largest batch that fits is not "
+            "known, and sweep.json says complete: false",
+            cell.name(), batch, r->message);
+        search_failed_ = true;
+      }
+      return r->status != TrialStatus::Error;
     };
     while (fails == 0 && fits < cap) {
       if (!probe(std::min(cap, std::max<int64_t>(1, fits * 2)))) return;
@@ -219,7 +230,8 @@ class Sweep {
                            config_.sweep.warmup_steps,
                            config_.sweep.measure_steps,
                            memory_sizes(),
-                           config_.training.eval_batch_size};
+                           config_.training.eval_batch_size,
+                           config_.sweep.data_parallel ? config_.distributed.bucket_mb : 0};
     write_sweep_tables(dir_, facts, summaries(), trials_, complete);
   }
 
@@ -244,6 +256,7 @@ class Sweep {
   std::vector<SweepTrial> trials_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   bool budget_spent_ = false;
+  bool search_failed_ = false;  // a find-max search ended on a trial that failed twice
 };
 
 }  // namespace
@@ -293,6 +306,17 @@ int sweep(const SweepRequest& request, const Config& config) {
     throw KeyError("memory.limit", format_bytes(config.memory.limit) + " is more than " +
                                        device.str() + " has (" +
                                        format_bytes(total_memory(device)) + ")");
+  }
+  if (const auto launch = launch_env_from_environment(); launch && launch->world_size > 1) {
+    throw UserError("WORLD_SIZE=" + std::to_string(launch->world_size) +
+                    ": train sweep runs its trials one process at a time; start it without "
+                    "WORLD_SIZE, and set sweep.data_parallel: true to measure what one rank of a "
+                    "data-parallel run holds");
+  }
+  if (config.sweep.data_parallel && config.training.cuda_graph == CudaGraphMode::On) {
+    throw KeyError("sweep.data_parallel",
+                   "true is not combined with training.cuda_graph: on (a data-parallel step is "
+                   "not captured); set training.cuda_graph to auto or off");
   }
   if (config.training.cuda_graph == CudaGraphMode::On) {
     use_cuda_graph(config, device, /*data_parallel=*/false);  // refuses the CPU

@@ -143,7 +143,15 @@ std::string markdown(const SweepFacts& facts, const std::vector<CellSummary>& ce
         "training.eval_batch_size "
      << facts.eval_batch_size
      << ", tried before its first step and split into smaller chunks where it does not fit "
-        "(the results do not depend on it).\n\n";
+        "(the results do not depend on it).";
+  if (facts.data_parallel_bucket_mb > 0) {
+    md << " Each trial held what one rank of a data-parallel run holds (sweep.data_parallel): "
+          "c10d's reducer with its gradient buckets of "
+       << facts.data_parallel_bucket_mb
+       << " MiB, in a one-rank process group; the communication with other ranks is not "
+          "measured.";
+  }
+  md << "\n\n";
   trials_table(md, trials);
   settings_table(md, cells);
   predictions_table(md, facts, cells);
@@ -168,6 +176,7 @@ void write_sweep_tables(const fs::path& dir, const SweepFacts& facts,
                             {"limit_is_emulated", facts.limit_is_emulated},
                             {"warmup_steps", facts.warmup_steps},
                             {"measure_steps", facts.measure_steps},
+                            {"data_parallel", facts.data_parallel_bucket_mb > 0},
                             {"complete", complete},
                             {"cells", summary},
                             {"trials", rows}};

@@ -21,8 +21,9 @@ struct SweepFacts {
   int64_t memory_limit_bytes = 0;  // the device's memory, or memory.limit
   bool limit_is_emulated = false;
   int64_t warmup_steps = 0, measure_steps = 0;
-  std::vector<int64_t> memory_sizes;  // the limit, then --predict-for's sizes
-  int64_t eval_batch_size = 0;        // training.eval_batch_size of the swept config
+  std::vector<int64_t> memory_sizes;    // the limit, then --predict-for's sizes
+  int64_t eval_batch_size = 0;          // training.eval_batch_size of the swept config
+  int64_t data_parallel_bucket_mb = 0;  // sweep.data_parallel: the reducer's bucket size; 0 = off
 };
 
 // Writes sweep.json, sweep.csv and sweep.md (each atomically); `complete` is false while the

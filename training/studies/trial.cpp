@@ -13,8 +13,10 @@
 #include "training/optim.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
+#include "training/platform/distributed.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
+#include "training/platform/network.h"
 #include "training/platform/statistics.h"
 #include "training/step.h"
 
@@ -106,13 +108,25 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
   std::vector<double> step_seconds;
   MemoryStats warmup_peaks;  // over the warm-up steps (the first step among them)
   try {
-    StepParts parts = build_step_parts(config, device);
+    // sweep.data_parallel: the rank's reducer and its buckets, in a group of one.
+    std::unique_ptr<ProcessGroup> group;
+    if (config.sweep.data_parallel) {
+      // On loopback whatever the launch environment says (torchrun's store, GLOO_SOCKET_IFNAME).
+      LaunchEnv one;
+      one.master_port = free_loopback_port();
+      DistributedOptions options = config.distributed;
+      options.interface.clear();
+      group = std::make_unique<ProcessGroup>(one, options, device);
+    }
+    StepParts parts = build_step_parts(config, device, group.get());
+    const auto averager = group ? group->gradient_averager(*parts.model) : nullptr;
+    const StepOptions options = step_options(config).averager(averager.get());
     parts.model->train();
     // A graphed trial measures replays: its warm-up covers the graph's warm-up and capture.
     std::unique_ptr<GraphedStep> graphed;
-    if (use_cuda_graph(config, device, /*data_parallel=*/false)) {
+    if (use_cuda_graph(config, device, /*data_parallel=*/group != nullptr)) {
       graphed = std::make_unique<GraphedStep>(
-          parts, step_options(config), device,
+          parts, options, device,
           /*eager_if_capture_fails=*/config.training.cuda_graph == CudaGraphMode::Auto);
       warmup_steps = std::max(warmup_steps, GraphedStep::kWarmupSteps + 1);
     }
@@ -136,7 +150,7 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
       if (graphed) {
         graphed->run(batch->images, batch->labels);
       } else {
-        train_step(parts, batch->images, batch->labels, step_options(config));
+        train_step(parts, batch->images, batch->labels, options);
       }
       synchronize(device);
       const double seconds =

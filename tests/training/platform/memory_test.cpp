@@ -90,6 +90,24 @@ TEST(ByteSize, ParsesBinaryAndDecimalUnits) {
   }
 }
 
+// One reader for every size (config keys, --memory-limit, train plan's --memory and --overhead,
+// --predict-for): the documented forms only, and a whole number of bytes (round 3: a
+// floating-point reader took hexadecimal, exponents, inf, and rounded "1.5" bytes).
+TEST(ByteSize, OnlyTheDocumentedFormsOfAWholeNumberOfBytesAreRead) {
+  EXPECT_EQ(training::parse_byte_size("0.5KiB"), 512);
+  EXPECT_EQ(training::parse_byte_size("1.25GiB"), int64_t{5} << 28);
+  EXPECT_EQ(training::parse_byte_size(" 2 TB "), 2000000000000);
+  for (const char* bad : {"0x10", "1e3", "1E3MiB", "inf", "nan", "+5", "1.5", "0.3KiB", "1.5B",
+                          "12 GiB x", "1,5GiB", ".5GiB", "5.GiB", "99999999999TiB"}) {
+    EXPECT_THROW(training::parse_byte_size(bad), std::invalid_argument) << bad;
+  }
+  try {
+    training::parse_byte_size("0.3KiB");
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "'0.3KiB' is not a whole number of bytes");
+  }
+}
+
 TEST(ByteSize, FormatsWithTheLargestFittingUnit) {
   EXPECT_EQ(training::format_bytes(12), "12 B");
   EXPECT_EQ(training::format_bytes(1536), "1.50 KiB");

@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 
+#include "models/resnet.h"
 #include "test_support.h"
+#include "training/platform/errors.h"
 #include "training/platform/process.h"
+#include "training/studies/plan.h"
 
 namespace {
 
@@ -126,6 +130,70 @@ sweep: {batch_sizes: [8, 16, 32], warmup_steps: 1, measure_steps: 1}
   EXPECT_NEAR(predicted, measured, 0.10 * measured);
 }
 
+// sweep.data_parallel with sweep.checkpointing: each trial holds one rank's reducer and its
+// gradient buckets (about the parameters' size more than a single process), and checkpointing
+// lowers that rank's peak. Under WORLD_SIZE > 1 a sweep is refused: its trials are one process.
+TEST(Sweep, DataParallelTrialsHoldTheReducersBucketsAndCombineWithCheckpointing) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: cifar}
+training: {device: cpu}
+sweep: {batch_sizes: [8], checkpointing: [false, true], warmup_steps: 1, measure_steps: 1}
+)");
+  auto peaks = [&](const std::string& name, const std::string& data_parallel) {
+    EXPECT_EQ(training::run_sweep({config.string(),
+                                   {"sweep.data_parallel=" + data_parallel},
+                                   (dir / name).string(),
+                                   TRAIN_BINARY}),
+              0);
+    const auto sweep = read_json(dir / name / "sweep.json");
+    EXPECT_EQ(sweep.at("data_parallel").get<bool>(), data_parallel == "true");
+    std::map<bool, int64_t> peak;  // checkpointing -> peak allocated
+    for (const auto& trial : sweep.at("trials")) {
+      EXPECT_EQ(trial.at("status"), "ok") << trial.dump();
+      peak[trial.at("checkpointing").get<bool>()] = trial.at("peak_allocated_bytes").get<int64_t>();
+    }
+    return peak;
+  };
+  const auto alone = peaks("alone", "false");
+  const auto rank = peaks("rank", "true");
+  int64_t parameter_bytes = 0;
+  for (const auto& p :
+       models::ResNet(models::ResNetOptions(18).stem(models::Stem::Cifar))->parameters()) {
+    parameter_bytes += p.numel() * p.element_size();
+  }
+  for (const bool checkpointing : {false, true}) {
+    EXPECT_GT(rank.at(checkpointing), alone.at(checkpointing) + parameter_bytes / 2)
+        << "checkpointing " << checkpointing;
+  }
+  EXPECT_LT(rank.at(true), rank.at(false));
+  EXPECT_NE(test_support::read_text(dir / "rank/sweep.md").find("sweep.data_parallel"),
+            std::string::npos);
+
+  struct LaunchVariables {  // set for this case only, whatever it throws
+    LaunchVariables() {
+      setenv("WORLD_SIZE", "2", 1);
+      setenv("RANK", "0", 1);
+      setenv("MASTER_PORT", "29500", 1);
+    }
+    ~LaunchVariables() {
+      unsetenv("WORLD_SIZE");
+      unsetenv("RANK");
+      unsetenv("MASTER_PORT");
+    }
+  } launched;
+  try {
+    training::run_sweep({config.string(), {}, (dir / "refused").string(), TRAIN_BINARY});
+    ADD_FAILURE() << "expected a UserError";
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("WORLD_SIZE=2: train sweep runs its trials one process "
+                                         "at a time"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "refused"));
+}
+
 TEST(Sweep, ACrashingTrialIsRecordedAndTheSweepGoesOn) {
   test_support::TempDir dir;
   const auto config = write_config(dir, R"(
@@ -149,6 +217,49 @@ sweep: {batch_sizes: [8, 16, 24], warmup_steps: 0, measure_steps: 1}
   EXPECT_EQ(trials[1].at("message"),
             "trial process killed by signal 11 (Segmentation fault): about to crash");
   EXPECT_EQ(trials[2].at("status"), "ok");
+}
+
+// Round 3: find-max after a crashed trial. A stand-in for `train` whose memory ends above batch 40
+// and whose trial at batch 32 crashes once (then the search retries it and finds 40) or every
+// time (then the sweep is not complete: it had stopped there and said 16, complete: true).
+TEST(Sweep, FindMaxRetriesACrashedTrialOnceAndIsIncompleteWhenItFailsAgain) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+training: {device: cpu}
+memory: {limit: 1GiB}
+sweep: {batch_sizes: [8], find_max: true, max_batch: 64}
+)");
+  auto sweep_with = [&](const std::string& name, const std::string& crash) {
+    const auto fake = dir / (name + ".sh");
+    std::ofstream(fake)
+        << "#!/bin/sh\n"
+           "b=$(grep -E '^  batch_size: ' \"$3\" | awk '{print $2}')\n"
+           "if [ \"$b\" = 32 ] && "
+        << crash
+        << "; then kill -SEGV $$; fi\n"
+           "status=ok; code=0; if [ \"$b\" -gt 40 ]; then status=oom; code=3; fi\n"
+           "printf '{\"status\":\"%s\",\"message\":\"\",\"peak_allocated_bytes\":%d,"
+           "\"peak_reserved_bytes\":%d,\"steady_peak_allocated_bytes\":%d,"
+           "\"steady_peak_reserved_bytes\":%d,\"median_step_seconds\":0.1,"
+           "\"images_per_second\":%d,\"steps\":1}\\n' $status $((b*1000)) $((b*1000)) "
+           "$((b*1000)) $((b*1000)) $((b*10)) > \"$5\"\n"
+           "exit $code\n";
+    fs::permissions(fake, fs::perms::owner_all);
+    EXPECT_EQ(training::run_sweep({config.string(), {}, (dir / name).string(), fake}), 0);
+    return read_json(dir / name / "sweep.json");
+  };
+  const auto once = sweep_with(
+      "once", "[ ! -e " + (dir / "crashed").string() + " ] && touch " + (dir / "crashed").string());
+  EXPECT_TRUE(once.at("complete").get<bool>());
+  EXPECT_EQ(once.at("cells").at(0).at("largest_fitting_batch"), 40);
+  const auto always = sweep_with("always", "true");
+  EXPECT_FALSE(always.at("complete").get<bool>());
+  int64_t crashed = 0;
+  for (const auto& trial : always.at("trials")) crashed += trial.at("status") == "error";
+  EXPECT_EQ(crashed, 2);  // tried once more
+  // train plan says that it chooses among what was measured.
+  const auto plan = training::make_plan(dir / "always", int64_t{1} << 30, 0.1, int64_t{0});
+  EXPECT_NE(training::plan_table(plan).find("The sweep did not complete"), std::string::npos);
 }
 
 TEST(Sweep, ATrialPastItsTimeoutIsKilledAndRecorded) {
