@@ -6,6 +6,7 @@
   the link of host B cut in epoch 2      --resume on both hosts ends as one host's run, exactly
   two ranks per host (scripts/launch.py) with GLOO_SOCKET_IFNAME: as 4 ranks on one host, exactly
   host B 20 s late / never               trains / exit 4 within the timeout + a few seconds
+  host B's rank on loopback (GLOO_SOCKET_IFNAME=lo)  both exit 4 at once, naming it
   torchrun on one host and across two    trains alike; a killed rank ends the run
 """
 import json
@@ -177,6 +178,19 @@ class LateHosts(unittest.TestCase):
         time.sleep(20)
         second = self.hosts.popen("b", args, Path(self.tmp) / "b.log", rank_env(1, 2, self.master))
         self.assertEqual(wait_all([first, second], 300), [0, 0], text(Path(self.tmp) / "a.log")[-3000:])
+
+    def test_a_rank_on_loopback_with_a_peer_elsewhere_is_named_at_once(self):
+        config = write_config(self.tmp, timeout=60, epochs=1, train_images=64)
+        args = [TRAIN, "--config", str(config), "--output-dir", str(Path(self.tmp) / "run")]
+        started = time.time()
+        procs = [self.hosts.popen("a", args, Path(self.tmp) / "a.log", rank_env(0, 2, self.master)),
+                 self.hosts.popen("b", args, Path(self.tmp) / "b.log",
+                                  rank_env(1, 2, self.master, GLOO_SOCKET_IFNAME="lo"))]
+        self.assertEqual(wait_all(procs, 120), [4, 4], text(Path(self.tmp) / "a.log")[-2000:])
+        self.assertLess(time.time() - started, 30)  # not the 60 s timeout
+        self.assertIn(f"rank 0: rank 1 is reached at 127.0.0.1 (loopback) but rank 0 at {self.master}, on "
+                      "another host: set GLOO_SOCKET_IFNAME (or distributed.interface) on rank 1's host",
+                      text(Path(self.tmp) / "a.log"))
 
     def test_a_host_that_never_comes_ends_the_other_in_time(self):
         config = write_config(self.tmp, timeout=5, epochs=1, train_images=64)
