@@ -100,7 +100,7 @@ class TwoHosts(unittest.TestCase):
     def test_one_rank_per_host_trains_as_one_host_and_a_cut_link_ends_both_in_time(self):
         # Three epochs: the link is cut once epoch 1's checkpoint exists, and two epochs are left
         # for the cut to land in.
-        config = write_config(self.tmp, timeout=10, epochs=3, train_images=256)
+        config = write_config(self.tmp, timeout=10, epochs=3, train_images=128)
         reference = one_host_reference(self.tmp, config, 2)
         run = Path(self.tmp) / "run"
 
