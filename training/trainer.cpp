@@ -476,8 +476,12 @@ void Trainer::evaluate_batch(models::ResNet& model, const torch::Tensor& images,
         logits =
             (logits.to(torch::kFloat32) + model->forward(chunk.flip({3})).to(torch::kFloat32)) / 2;
       }
+      // Each image's loss, summed in float64: a float32 sum over the chunk would depend on the
+      // chunk size (the 7th digit), which an out-of-memory split changes.
       const auto loss = F::cross_entropy(logits.to(torch::kFloat32), chunk_labels,
-                                         F::CrossEntropyFuncOptions().reduction(torch::kSum));
+                                         F::CrossEntropyFuncOptions().reduction(torch::kNone))
+                            .to(torch::kFloat64)
+                            .sum();
       const auto hits = logits.argmax(1).eq(chunk_labels).sum();
       loss_sum += loss.to(torch::kFloat64);  // added only once the whole chunk went through
       correct += hits;
