@@ -301,8 +301,10 @@ TEST(Cli, AnEvaluationBatchThatDoesNotFitIsSplitBeforeTheFirstStep) {
                                       "data: {source: synthetic, synthetic_train_size: 32, "
                                       "synthetic_test_size: 1024}\n"
                                       "training: {device: cpu, epochs: 1, batch_size: 16, "
-                                      "eval_batch_size: 1024, log_every_steps: 1}\n";
-  // Training at batch 16 needs about 200 MiB; one 1024-image activation alone is 256 MiB.
+                                      "eval_batch_size: 1024, log_every_steps: 1, "
+                                      "memory_format: contiguous}\n";
+  // Training at batch 16 needs about 200 MiB; one 1024-image activation alone is 256 MiB. (The
+  // layout is set: `auto` times both, and two runs could choose apart.)
   const auto r = run_train("--config " + (dir / "eval.yaml").string() + " --output-dir " +
                            (dir / "run").string() + " --memory-limit 400MiB");
   EXPECT_EQ(r.code, 0) << r.output;
