@@ -170,19 +170,17 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
   const auto timeout = std::chrono::seconds(options.timeout_seconds);
   const std::string store_address = env.master_addr + ":" + std::to_string(env.master_port);
   const std::string within = " within " + std::to_string(options.timeout_seconds) + " s";
-  JoinDeadline deadline(Clock::now() + timeout + kJoinGrace,
-                        me + ": could not reach the other ranks through " + store_address + within +
-                            " (the store, hosted by " + store_host(env) +
-                            ": is every rank started, with the same MASTER_ADDR, MASTER_PORT and "
-                            "WORLD_SIZE?)");
+  // Each stage's message, said by the deadline if the stage outlives it, or with the error that
+  // ended it.
+  const std::string unreachable =
+      me + ": could not reach the other ranks through " + store_address + within +
+      " (the store, hosted by " + store_host(env) +
+      ": is every rank started, with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE?)";
+  JoinDeadline deadline(Clock::now() + timeout + kJoinGrace, unreachable);
   try {
     impl_->store = join_store(env, deadline.remaining());
   } catch (const std::exception& e) {
-    throw DistributedError(me + ": could not reach the other ranks through " + store_address +
-                           within + " (the store, hosted by " + store_host(env) +
-                           ": is every rank started, with the same MASTER_ADDR, MASTER_PORT and "
-                           "WORLD_SIZE?): " +
-                           first_line(e.what()));
+    throw DistributedError(unreachable + ": " + first_line(e.what()));
   }
   try {
     meet_peers(deadline.remaining(), within);
@@ -192,9 +190,11 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
     throw DistributedError(me + ": lost the store at " + store_address + " (hosted by " +
                            store_host(env) + ") while meeting the other ranks: " + error_line(e));
   }
-  deadline.stage(me + ": could not connect to " + describe_peers("") + within +
-                 "; the hosts must reach each other on these addresses: set GLOO_SOCKET_IFNAME "
-                 "(or distributed.interface) on each host to the interface that does");
+  const std::string reach_each_other =
+      "the hosts must reach each other on these addresses: set GLOO_SOCKET_IFNAME (or "
+      "distributed.interface) on each host to the interface that does";
+  deadline.stage(me + ": could not connect to " + describe_peers("") + within + "; " +
+                 reach_each_other);
   c10::intrusive_ptr<c10d::Backend> backend;
   try {
     if (nccl) {
@@ -229,10 +229,7 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
     throw;
   } catch (const std::exception& e) {
     throw DistributedError(me + ": could not connect to " + describe_peers(e.what()) + within +
-                           " (" + error_line(e) +
-                           "); the hosts must reach each other on these addresses: set "
-                           "GLOO_SOCKET_IFNAME (or distributed.interface) on each host to the "
-                           "interface that does");
+                           " (" + error_line(e) + "); " + reach_each_other);
   }
 }
 
