@@ -170,6 +170,21 @@ sweep: {batch_sizes: [8], checkpointing: [false, true], warmup_steps: 1, measure
   EXPECT_NE(test_support::read_text(dir / "rank/sweep.md").find("sweep.data_parallel"),
             std::string::npos);
 
+  // A data-parallel step is not captured: with training.cuda_graph: on, refused in one line.
+  try {
+    training::run_sweep({config.string(),
+                         {"sweep.data_parallel=true", "training.cuda_graph=on"},
+                         (dir / "graphed").string(),
+                         TRAIN_BINARY});
+    ADD_FAILURE() << "expected a UserError";
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "sweep.data_parallel: true is not combined with training.cuda_graph: on"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "graphed"));
+
   struct LaunchVariables {  // set for this case only, whatever it throws
     LaunchVariables() {
       setenv("WORLD_SIZE", "2", 1);
