@@ -26,6 +26,7 @@
 #include "training/studies/memory_report.h"
 #include "training/studies/plan.h"
 #include "training/studies/sweep.h"
+#include "training/convert_command.h"
 #include "training/train_command.h"
 
 namespace {
@@ -196,6 +197,7 @@ struct Arguments {
   training::MatmulRequest matmul;
   training::LoaderBenchRequest loader_bench;
   std::vector<std::string> loader_sets;
+  training::ConvertRequest convert;
   std::string trial_config, trial_result;
 };
 
@@ -327,6 +329,24 @@ CLI::App* add_matmul_command(CLI::App& bench, Arguments& a) {
   return matmul;
 }
 
+CLI::App* add_convert_command(CLI::App& app, Arguments& a) {
+  auto* convert = app.add_subcommand(
+      "convert",
+      "Write image folders (ROOT/train/<class>/, ROOT/test/<class>/) as CIFAR-10 binary batches, "
+      "read exactly as train reads them");
+  convert->add_option("root", a.convert.root, "The data root holding train/ and test/")
+      ->required();
+  auto* output = convert->add_option(
+      "output", a.convert.output,
+      "The folder to create (data_batch_1..5.bin, test_batch.bin, batches.meta.txt)");
+  convert
+      ->add_flag("--list", a.convert.list,
+                 "Print the images train reads, in its order, one JSON line each (split, "
+                 "label, class, file), and convert nothing")
+      ->excludes(output);
+  return convert;
+}
+
 // Process-wide set-up once the arguments are valid: logging, LibTorch's log level, signals, the
 // CPU memory accounting.
 void set_up_process() {
@@ -355,7 +375,7 @@ __attribute__((section(".preinit_array"),
 int main(int argc, char** argv) {
   CLI::App app{
       "Train ResNet on CIFAR-10 with LibTorch and measure memory and speed.\n"
-      "Without a subcommand: train. Subcommands: sweep, memory, plan, compare, report, bench."};
+      "Without a subcommand: train. Subcommands: sweep, memory, plan, compare, report, convert, bench."};
   app.footer(kExamples);
   app.require_subcommand(0, 1);
   Arguments a;
@@ -365,6 +385,7 @@ int main(int argc, char** argv) {
   auto* plan = add_plan_command(app, a);
   auto* report = add_report_command(app, a);
   auto* compare = add_compare_command(app, a);
+  auto* convert = add_convert_command(app, a);
   auto* bench = app.add_subcommand("bench", "Micro-benchmarks");
   bench->require_subcommand(1);
   auto* matmul = add_matmul_command(*bench, a);
@@ -384,6 +405,14 @@ int main(int argc, char** argv) {
   });
   if (given != kExitOk) return given;
 
+  if (*convert) {
+    return guarded([&] {
+      if (!a.convert.list && a.convert.output.empty()) {
+        throw training::UserError("convert: expected ROOT OUTPUT (or ROOT --list)");
+      }
+      return training::convert_command(a.convert);
+    });
+  }
   if (*matmul) return guarded([&] { return training::matmul_command(a.matmul); });
   if (*loader) {
     return guarded([&] {

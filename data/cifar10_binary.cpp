@@ -85,4 +85,23 @@ Split read_binary_batches(const std::vector<fs::path>& files, int64_t limit) {
   return {images, labels};
 }
 
+std::string binary_records(const Split& split, int64_t begin, int64_t end) {
+  constexpr int64_t kPixelBytes = kBinaryRecordBytes - 1;
+  const auto images = split.images.contiguous();
+  const auto labels = split.labels.contiguous();
+  const auto* pixels = images.data_ptr<uint8_t>();
+  const auto* label_in = labels.data_ptr<int64_t>();
+  std::string bytes(static_cast<size_t>((end - begin) * kBinaryRecordBytes), '\0');
+  for (int64_t n = begin; n < end; ++n) {
+    if (label_in[n] < 0 || label_in[n] >= kNumClasses) {
+      throw DataError("image " + std::to_string(n) + " has label " + std::to_string(label_in[n]) +
+                      "; the binary format holds labels 0..9");
+    }
+    char* record = bytes.data() + (n - begin) * kBinaryRecordBytes;
+    record[0] = static_cast<char>(label_in[n]);
+    std::memcpy(record + 1, pixels + n * kPixelBytes, kPixelBytes);
+  }
+  return bytes;
+}
+
 }  // namespace data

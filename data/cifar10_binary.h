@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "data/split.h"
@@ -19,5 +20,10 @@ std::vector<std::filesystem::path> binary_batch_files(const std::filesystem::pat
 // Throws DataError naming the file (and record) for a missing file, a size that is not a whole
 // number of records, or a label above 9.
 Split read_binary_batches(const std::vector<std::filesystem::path>& files, int64_t limit = 0);
+
+// Records [begin, end) of `split` in the official format, the bytes read_binary_batches reads
+// back as the same images and labels. Throws DataError for a label above 9 (the format's byte
+// holds one, the reader refuses it).
+std::string binary_records(const Split& split, int64_t begin, int64_t end);
 
 }  // namespace data

@@ -39,16 +39,8 @@ std::vector<std::string> image_folder_classes(const fs::path& dir) {
   return classes;
 }
 
-#ifdef TRAIN_HAVE_OPENCV
-namespace {
-
-struct Labelled {
-  fs::path file;
-  int64_t label;
-};
-
 // Round-robin over the classes so that any prefix of the list is class-balanced.
-std::vector<Labelled> list_images(const fs::path& dir) {
+std::vector<LabelledFile> list_image_folder(const fs::path& dir) {
   std::vector<std::vector<fs::path>> per_class;
   for (const auto& name : image_folder_classes(dir)) {
     std::vector<fs::path> files;
@@ -66,7 +58,7 @@ std::vector<Labelled> list_images(const fs::path& dir) {
     std::sort(files.begin(), files.end());
     per_class.push_back(std::move(files));
   }
-  std::vector<Labelled> images;
+  std::vector<LabelledFile> images;
   for (size_t i = 0;; ++i) {
     bool any = false;
     for (size_t c = 0; c < per_class.size(); ++c) {
@@ -80,6 +72,9 @@ std::vector<Labelled> list_images(const fs::path& dir) {
   if (images.empty()) throw DataError(dir.string() + ": class folders hold no images");
   return images;
 }
+
+#ifdef TRAIN_HAVE_OPENCV
+namespace {
 
 // Decodes one image into `chw` (3*32*32 bytes, RGB planes).
 void decode_into(const fs::path& file, uint8_t* chw) {
@@ -109,12 +104,10 @@ Split read_image_folder(const fs::path& dir, int64_t limit) {
   (void)limit;
   throw DataError(dir.string() +
                   ": this build has no OpenCV, so image folders cannot be decoded; convert them "
-                  "with `scripts/get-data.sh --from " +
-                  dir.parent_path().string() + " --to-binary --root " + dir.parent_path().string() +
-                  "-bin` (then data.root: " + dir.parent_path().string() +
-                  "-bin) or rebuild with OpenCV");
+                  "where train has OpenCV (`train convert " +
+                  dir.parent_path().string() + " OUT`, then data.root: OUT) or rebuild with OpenCV");
 #else
-  auto images = list_images(dir);
+  const auto images = list_image_folder(dir);
   const int64_t count = limit > 0 ? std::min<int64_t>(limit, images.size()) : images.size();
   Split split{torch::empty({count, kChannels, kImageSide, kImageSide}, torch::kUInt8),
               torch::empty({count}, torch::kInt64)};

@@ -18,7 +18,18 @@ bool image_folders_supported();
 // Sorted class folder names under `dir`.
 std::vector<std::string> image_folder_classes(const std::filesystem::path& dir);
 
-// Decodes up to `limit` images (0 = all). Throws DataError naming the file for an undecodable
+// One image of a split and its label (its class folder's position), in the order train reads.
+struct LabelledFile {
+  std::filesystem::path file;
+  int64_t label;
+};
+
+// The images train reads from `dir`: every regular file not starting with '.' in each class
+// folder, sorted by name per class, taken round-robin over the classes. Needs no OpenCV. Throws
+// DataError for a symbolic link to nothing, a folder with no class sub-folders, or no images.
+std::vector<LabelledFile> list_image_folder(const std::filesystem::path& dir);
+
+// Decodes up to `limit` images (0 = all) of list_image_folder(dir). Throws DataError naming the file for an undecodable
 // image, an image that is not 32x32, or a folder with no class sub-folders.
 Split read_image_folder(const std::filesystem::path& dir, int64_t limit = 0);
 

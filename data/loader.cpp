@@ -186,7 +186,7 @@ void BatchLoader::produce(int64_t first_batch) {
 
 std::optional<Batch> BatchLoader::next() {
   if (options_.prefetch() == 0) {
-    if (next_batch_ >= batches_per_epoch()) return std::nullopt;
+    if (next_batch_ >= batches_per_epoch()) return end_of_epoch();
     return prepare(next_batch_++);
   }
   Prepared prepared;
@@ -195,7 +195,8 @@ std::optional<Batch> BatchLoader::next() {
     changed_.wait(lock, [&] { return !ready_.empty() || produced_all_; });
     if (ready_.empty()) {
       if (error_) std::rethrow_exception(error_);
-      return std::nullopt;
+      lock.unlock();
+      return end_of_epoch();  // the producer has made every batch: it reads order_ no more
     }
     prepared = std::move(ready_.front());
     ready_.pop_front();
@@ -211,6 +212,14 @@ std::optional<Batch> BatchLoader::next() {
     prepared.batch.labels.record_stream(consumer);
   }
   return std::move(prepared.batch);
+}
+
+std::optional<Batch> BatchLoader::end_of_epoch() {
+  // The epoch's order is not kept past its last batch: a loader between epochs (the test loader
+  // during training) holds nothing, so a resumed process, whose test loader has not run yet,
+  // measures the same training peak as the process that ran the last evaluation.
+  order_ = torch::Tensor();
+  return std::nullopt;
 }
 
 void BatchLoader::stop_producer() {

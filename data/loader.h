@@ -112,11 +112,13 @@ class BatchLoader : public Loader {
   Batch prepare(int64_t batch_index) const;
   void produce(int64_t first_batch);
   void stop_producer();
+  std::optional<Batch> end_of_epoch();
 
   Split split_;  // on the CPU, or on the device when device_resident
   LoaderOptions options_;
   Normalizer normalize_;
   torch::Tensor order_;  // this epoch's samples for this shard, int64 on the split's device
+                         // (released after the epoch's last batch: end_of_epoch)
   int64_t epoch_ = 0;
   int64_t next_batch_ = 0;
 

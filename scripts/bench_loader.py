@@ -44,10 +44,11 @@ def has_batches(folder):
     return (folder / "cifar-10-batches-bin" / "data_batch_1.bin").exists() or (folder / "data_batch_1.bin").exists()
 
 
-def binary_root(folder, jpeg):
+def binary_root(folder, jpeg, train):
     if has_batches(folder):
         return folder
-    run([sys.executable, str(REPO / "scripts/get_data.py"), "--from", jpeg, "--root", str(folder), "--to-binary"])
+    run([sys.executable, str(REPO / "scripts/get_data.py"), "--from", jpeg, "--root", str(folder), "--to-binary",
+         "--train", str(train)])
     return folder
 
 
@@ -94,7 +95,7 @@ def main(argv=None):
         parser.error("--pairs, --batches, --steps and --threads must be at least 1")
     args.train_limit = max(64 * args.steps, 64 * args.batches, 1280)
     data = script_support.bench_arguments(args, has_batches)
-    root = binary_root(Path(args.data), args.jpeg)
+    root = binary_root(Path(args.data, args.train), args.jpeg, args.train)
 
     pipeline = {key: [] for key in LOADERS}
     training = {key: [] for key in LOADERS}

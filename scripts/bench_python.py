@@ -17,7 +17,7 @@
    accuracy and time; the time the C++ run needed to first reach that accuracy.
 
 --data is a folder of official-format binary batches; when it has none they are made once from
---jpeg (default ../shared/data/cifar10-jpeg.tar.gz) with scripts/get-data.sh --to-binary.
+--jpeg (default ../shared/data/cifar10-jpeg.tar.gz) with scripts/get-data.sh --to-binary (train convert).
 --quick runs a tiny configuration (ResNet-18, 5 steps, one pair, no accuracy part) for CI.
 --markdown writes the tables and the exact commands to FILE (docs/performance.md).
 """
@@ -53,10 +53,11 @@ def binary_batches(folder):
     return None
 
 
-def ensure_binary_data(folder, jpeg_source):
+def ensure_binary_data(folder, jpeg_source, train):
     if binary_batches(folder):
         return binary_batches(folder)
-    run([sys.executable, str(REPO / "scripts/get_data.py"), "--from", jpeg_source, "--root", str(folder), "--to-binary"])
+    run([sys.executable, str(REPO / "scripts/get_data.py"), "--from", jpeg_source, "--root", str(folder), "--to-binary",
+         "--train", str(train)])
     return folder / "cifar-10-batches-bin"
 
 
@@ -104,7 +105,7 @@ def main(argv=None):
     parser.add_argument("--markdown")
     args = parser.parse_args(argv)
     data = script_support.bench_arguments(args, binary_batches)
-    bins = ensure_binary_data(data, args.jpeg)
+    bins = ensure_binary_data(data, args.jpeg, args.train)
     work = {"arch": "resnet50", "classes": 1000, "batch": 32, "steps": args.steps}
     if args.quick:
         work.update(arch="resnet18", steps=5)

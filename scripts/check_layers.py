@@ -8,7 +8,15 @@ The layers, lowest first (docs/architecture.md):
   training/platform   device and process plumbing: the CUDA seam, memory accounting, c10d,
                       sampler, profiler, child processes, atomic files, locks, errors
   data, models        CIFAR-10 readers and loader; the ResNets (each on its own)
-  training            one training run: config, components, the loop, checkpoints, run directory
+  training            one training run, in rooms, lowest first:
+    training/step       one training step and its parts (AMP, optimizer, schedule, EMA,
+                        gradient checkpointing, the graph-captured step)
+    training/config     the typed config: its schema and the YAML machinery
+    training/parts      the config turned into the parts of a run (model, loaders, layout)
+    training/run        what writes or reads a run directory: run and output directories, epoch
+                        records, checkpoints, report, diagnosis
+    training/loop       the loop and what watches it (observers, timing, evaluation, progress)
+    training            the commands (training/*.cpp: train, convert)
   training/studies    measurements over runs: sweeps and trials, memory model, matmul bench
   app                 command-line parsing and dispatch
 
@@ -19,14 +27,18 @@ import re
 import sys
 from pathlib import Path
 
-# Each layer and the layers it may include (itself included).
+# The rooms of the training layer, lowest first; a room may include itself and the rooms before it.
+ROOMS = ["training/step", "training/config", "training/parts", "training/run", "training/loop",
+         "training"]
+BELOW_TRAINING = {"training/platform", "data", "models"}
+# Each layer (a room counts as one) and the layers it may include (itself included).
 ALLOWED = {
     "training/platform": {"training/platform"},
     "data": {"data"},
     "models": {"models"},
-    "training": {"training", "training/platform", "data", "models"},
-    "training/studies": {"training/studies", "training", "training/platform", "data", "models"},
-    "app": {"app", "training/studies", "training", "training/platform", "data", "models"},
+    **{room: set(ROOMS[:i + 1]) | BELOW_TRAINING for i, room in enumerate(ROOMS)},
+    "training/studies": {"training/studies", *ROOMS, *BELOW_TRAINING},
+    "app": {"app", "training/studies", *ROOMS, *BELOW_TRAINING},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -34,7 +46,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 def layer_of(path):
     """The layer of a repository-relative path, or None for files outside the layers."""
     parts = Path(path).parts
-    if len(parts) >= 2 and parts[0] == "training" and parts[1] in ("platform", "studies"):
+    if len(parts) >= 3 and parts[0] == "training" and f"training/{parts[1]}" in ALLOWED:
         return f"training/{parts[1]}"
     if parts and parts[0] in ("training", "data", "models", "app"):
         return parts[0]

@@ -5,8 +5,14 @@
   get-data.sh --from cifar-10-binary.tar.gz          use a local copy of it
   get-data.sh --from cifar10-jpeg.tar.gz             a JPEG tarball <top>/{train,test}/<class>/*.jpg
   get-data.sh --from /path/to/folder                 a folder with cifar-10-batches-bin/ or train/ test/
-  get-data.sh --from ... --to-binary                 also convert image folders to binary batches
-                                                     (needs numpy + Pillow; for builds without OpenCV)
+  get-data.sh --from ... --to-binary                 also convert image folders to binary batches,
+                                                     with `train convert` (train's own listing and
+                                                     decoder; --train names the binary, default
+                                                     $BUILD_DIR/train or build/train)
+  get-data.sh --from ... --to-binary --decode-with-pillow
+                                                     where train has no OpenCV: train's listing
+                                                     (`train convert --list`), Pillow's decoder
+                                                     (numpy + Pillow; 8-bit images only)
 
 Where CIFAR-10 is looked for, and nowhere else: in the --from folder, or in a tarball's root or
 its one top folder, either binary batches (data_batch_1..5.bin and test_batch.bin, there or in its
@@ -25,7 +31,9 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -41,7 +49,9 @@ BIN_FILES = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
 BIN_EXTRAS = ["batches.meta.txt"]  # copied along when present
 MANIFEST = ".get-data.json"
 RECORD_BYTES = 1 + 3 * 32 * 32
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp"}
+# Pillow modes whose 8-bit pixels Pillow's RGB conversion and OpenCV's IMREAD_COLOR agree on
+# (alpha dropped, grey replicated, a palette looked up); anything else (16-bit, CMYK, ...) is refused.
+PILLOW_MODES = {"RGB", "RGBA", "L", "LA", "P"}
 
 Refused = script_support.BadInput  # a problem the user can fix: one line, exit 2
 
@@ -215,60 +225,71 @@ def download(destination):
     return target
 
 
-def class_folders(split_dir):
-    """A split's class folders, sorted: a class's label is its position (as in train's reader)."""
-    return sorted(p.name for p in split_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+def default_train():
+    return Path(os.environ.get("BUILD_DIR", Path(__file__).resolve().parents[1] / "build")) / "train"
 
 
-def convert_to_binary(image_root, out_dir):
-    """Writes image folders as official-format batches, in the round-robin class order that the
-    C++ image-folder reader uses, so the first N records are the same N images either way."""
+def run_train(train, args):
+    """Runs `train ARGS`; its one-line error becomes this script's (without spdlog's prefix)."""
+    if not (train.is_file() and os.access(train, os.X_OK)):
+        raise Refused(f"--to-binary converts with `train convert`, and {train} is not an executable "
+                      "file: build it (scripts/setup.sh) or name it with --train")
+    proc = subprocess.run([str(train), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit {proc.returncode}"]
+        raise Refused(re.sub(r"^(\[[^]]*\] )+", "", lines[-1]))
+    return proc.stdout
+
+
+def decode_with_pillow(listing, out_dir):
+    """Train's listing decoded with Pillow, written as train convert writes it (5 training files,
+    the longer ones first, as numpy.array_split cuts)."""
     try:
         import numpy as np
         from PIL import Image
     except ImportError as e:
-        raise Refused(f"--to-binary needs numpy and Pillow ({e}); run scripts/setup.sh first")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    class_lists = {split: class_folders(image_root / split) for split in ("train", "test")}
-    if class_lists["train"] != class_lists["test"]:
-        train, test = set(class_lists["train"]), set(class_lists["test"])
-        differences = "; ".join(part for part in (
-            "missing " + ", ".join(f"'{c}'" for c in sorted(train - test)) if train - test else "",
-            "extra " + ", ".join(f"'{c}'" for c in sorted(test - train)) if test - train else "") if part)
-        raise Refused(f"{image_root / 'test'}: its class folders differ from {image_root / 'train'}'s "
-                      f"({differences}); a class's label is its folder's position, so every later label "
-                      "would shift")
-    for split, names in (("train", [f"data_batch_{i}.bin" for i in range(1, 6)]),
-                         ("test", ["test_batch.bin"])):
-        split_dir = image_root / split
-        classes = class_lists[split]
-        if len(classes) > 10:
-            raise Refused(f"{split_dir}: {len(classes)} classes; the binary format holds labels 0..9")
-        per_class = [sorted(f for f in (split_dir / c).iterdir()
-                            if f.suffix.lower() in IMAGE_SUFFIXES) for c in classes]
-        order = []
-        for i in range(max(len(files) for files in per_class)):
-            order += [(files[i], label) for label, files in enumerate(per_class) if i < len(files)]
+        raise Refused(f"--decode-with-pillow needs numpy and Pillow ({e}); run scripts/setup.sh first")
+    out_dir.mkdir(parents=True)
+    rows = [json.loads(line) for line in listing.splitlines() if line]
+    classes = {}
+    for split, names in (("train", [f"data_batch_{i}.bin" for i in range(1, 6)]), ("test", ["test_batch.bin"])):
+        order = [row for row in rows if row["split"] == split]
         records = np.empty((len(order), RECORD_BYTES), dtype=np.uint8)
-        for n, (path, label) in enumerate(order):
+        for n, row in enumerate(order):
             try:
-                image = np.asarray(Image.open(path).convert("RGB"))
+                with Image.open(row["file"]) as image:
+                    if image.mode not in PILLOW_MODES:
+                        raise Refused(f"{row['file']}: Pillow reads it as mode {image.mode}, which Pillow and train's "
+                                      "OpenCV may decode to different pixels; convert with `train convert` where "
+                                      "train has OpenCV")
+                    pixels = np.asarray(image.convert("RGB"))
             except OSError as e:
-                raise Refused(f"{path}: not a decodable image ({e})")
-            if image.shape != (32, 32, 3):
-                raise Refused(f"{path}: image is {image.shape[1]}x{image.shape[0]}, expected 32x32")
-            records[n, 0] = label
-            records[n, 1:] = image.transpose(2, 0, 1).reshape(-1)
+                raise Refused(f"{row['file']}: not a decodable image ({e})")
+            if pixels.shape != (32, 32, 3):
+                raise Refused(f"{row['file']}: image is {pixels.shape[1]}x{pixels.shape[0]}, expected 32x32")
+            records[n, 0] = row["label"]
+            records[n, 1:] = pixels.transpose(2, 0, 1).reshape(-1)
+            classes[row["label"]] = row["class"]
         for name, chunk in zip(names, np.array_split(records, len(names))):
             chunk.tofile(out_dir / name)
-        print(f"{split}: {len(order)} images -> {', '.join(names)}")
+        print(f"{split}: {len(order)} images -> {', '.join(names)} (decoded with Pillow)")
+    (out_dir / "batches.meta.txt").write_text("".join(classes[label] + "\n" for label in sorted(classes)))
+
+
+def convert_to_binary(image_root, out_dir, train, pillow=False):
+    """The image folders as binary batches in `out_dir` (which must not exist yet), read as train
+    reads them: `train convert` itself, or train's listing with Pillow's decoder."""
+    if pillow:
+        decode_with_pillow(run_train(train, ["convert", str(image_root), "--list"]), out_dir)
+    else:
+        print(run_train(train, ["convert", str(image_root), str(out_dir)]), end="")
 
 
 def copy(source, destination):
     (shutil.copytree if source.is_dir() else shutil.copyfile)(source, destination)
 
 
-def gather(tree, kind, place, to_binary, work):
+def gather(tree, kind, place, args, work):
     """What the root gets, in work/result: the binary batches found, the image folders, or their
     conversion. A user's folder is copied; what an archive extracted is moved."""
     result = work / "result"
@@ -282,8 +303,8 @@ def gather(tree, kind, place, to_binary, work):
             put(found / name, result / BIN_DIR / name)
         return result
     found = tree.fetch([join(place, "train"), join(place, "test")], work) / place
-    if to_binary:
-        convert_to_binary(found, result / BIN_DIR)
+    if args.to_binary:
+        convert_to_binary(found, result / BIN_DIR, args.train, args.decode_with_pillow)
     else:
         for split in ("train", "test"):
             put(found / split, result / split)
@@ -327,6 +348,10 @@ def main(argv=None):
     parser.add_argument("--root", default="datasets/cifar10", help="data root (data.root in the config)")
     parser.add_argument("--from", dest="source", help="local tarball or folder instead of downloading")
     parser.add_argument("--to-binary", action="store_true", help="store image folders as binary batches")
+    parser.add_argument("--train", help="the train binary that converts (default: $BUILD_DIR/train, "
+                        "else build/train)")
+    parser.add_argument("--decode-with-pillow", action="store_true",
+                        help="with --to-binary where train has no OpenCV: decode train's listing with Pillow")
     parser.add_argument("--force", action="store_true",
                         help="replace the root's cifar-10-batches-bin/ (or train/ and test/) even when "
                              "get-data did not write them")
@@ -334,6 +359,10 @@ def main(argv=None):
     try:
         root = script_support.path_argument("--root", args.root, "the data root folder (data.root in the "
                                             "config)", kind="folder", must_exist=False)
+        if args.decode_with_pillow and not args.to_binary:
+            raise Refused("--decode-with-pillow: only with --to-binary")
+        args.train = default_train() if args.train is None else script_support.path_argument(
+            "--train", args.train, "the train binary (build it: scripts/setup.sh)")
         source = None if args.source is None else script_support.path_argument(
             "--from", args.source, "a tarball or a folder", kind="file or folder")
         if has_data(root) and not args.force:
@@ -344,7 +373,7 @@ def main(argv=None):
         with tempfile.TemporaryDirectory(prefix=".get-data-", dir=root.parent) as work:
             work = Path(work)
             tree, kind, place, names = planned or plan(download(work), root, args, label=URL)
-            result = gather(tree, kind, place, args.to_binary, work)
+            result = gather(tree, kind, place, args, work)
             install(root, result, tree.origin(place), work, args.force)
         print(f"{root}: CIFAR-10 ready: {', '.join(n + '/' for n in names)} from {tree.origin(place)}")
         return 0

@@ -16,7 +16,8 @@
 #    config, each device at its fastest; the GPU a whole epoch, the CPU 30 steps, projected; on the
 #    real data when it was converted, else synthetic)
 # 4. real data, when .devdata/cifar10-jpeg.tar.gz (or CIFAR10_TARBALL) is there: converted to
-#    binary batches with numpy + Pillow (scripts/get_data.py --to-binary); one epoch on it
+#    binary batches in train's order, decoded with Pillow (get_data.py --to-binary
+#    --decode-with-pillow: this build has no OpenCV); one epoch on it
 # 5. with --speed: matmul fp32/bf16 at N=8192 with % of peak, ResNet-50 (CIFAR stem) bf16 +
 #    channels_last at batch 128 and 512 for 100 steps on synthetic device-resident data (images/s,
 #    TFLOP/s, MFU), eager and with the graph-captured step (training.cuda_graph=on), the same
@@ -205,8 +206,9 @@ seed_settings() {  # seed_settings DIR [train args]: the seed's model and batch 
 }
 
 convert_data() {
+  # This machine's train has no OpenCV: train's listing (train convert --list), Pillow's decoder.
   "$TRAIN_PYTHON" scripts/get_data.py --from "$tarball" --root "$REPO_ROOT/.devdata/cifar10-bin" \
-    --to-binary
+    --to-binary --decode-with-pillow --train "$train"
 }
 
 python_baseline() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Quick start: install what is missing, build (Release), get CIFAR-10 into datasets/cifar10, then
-# train. Without arguments:
+# Quick start: install what is missing, build the `train` target alone (Release; the tests are
+# scripts/test.sh's), get CIFAR-10 into datasets/cifar10, then train. Without arguments:
 #   - with a GPU (nvidia-smi -L lists one): the study, configs/resnet50_cifar10.yaml (30 epochs);
 #   - without one: configs/quick_cpu.yaml (ResNet-18, 10,000 images, 4 epochs: minutes on a CPU,
 #     where the study would take days), with its report, then the command for the study.
@@ -10,7 +10,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$REPO_ROOT"
-scripts/setup.sh
+BUILD_TARGETS=${BUILD_TARGETS:-train} scripts/setup.sh
 scripts/get-data.sh --root datasets/cifar10 ${CIFAR10_FROM:+--from "$CIFAR10_FROM"}
 study=(--config configs/resnet50_cifar10.yaml)
 if [[ $# -gt 0 ]] || { gpus=$(nvidia-smi -L 2>/dev/null) && [[ $gpus == *GPU* ]]; }; then
@@ -20,4 +20,5 @@ echo "quickstart: no GPU here, so a short CPU run (configs/quick_cpu.yaml: ResNe
      "images, 4 epochs) instead of the 30-epoch ResNet-50 study, which would take days on a CPU"
 "$BUILD_DIR/train" --config configs/quick_cpu.yaml
 echo "quickstart: the full study: $BUILD_DIR/train ${study[*]}   (on a GPU; on this CPU add e.g." \
-     "--set training.max_steps=200 to bound it)"
+     "--set training.max_steps=200 --set data.test_limit=1000 to bound its training and its" \
+     "evaluation)"

@@ -10,16 +10,27 @@
 namespace training {
 
 std::optional<std::string> long_cpu_run_warning(int64_t steps_left, int64_t batch_size,
-                                                double images_per_second) {
-  const double seconds =
-      static_cast<double>(steps_left * batch_size) / std::max(images_per_second, 1e-9);
+                                                double images_per_second, int64_t evaluations,
+                                                int64_t test_images, bool eval_flip) {
+  // An evaluated image is one forward pass (two with eval_flip), a trained one a forward and a
+  // backward pass: about three.
+  const double evaluated = static_cast<double>(evaluations * test_images) * (eval_flip ? 2 : 1) / 3;
+  const double seconds = (static_cast<double>(steps_left * batch_size) + evaluated) /
+                         std::max(images_per_second, 1e-9);
   if (seconds <= 3600) return std::nullopt;
+  const std::string work =
+      evaluations > 0 && test_images > 0
+          ? fmt::format("{} steps take about {} on this CPU with their {} evaluation(s) of {} "
+                        "test images (an evaluated image counted as {} of a trained one)",
+                        steps_left, format_duration(seconds), evaluations, test_images,
+                        eval_flip ? "two thirds" : "a third")
+          : fmt::format("{} steps take about {} on this CPU (training alone, evaluation extra)",
+                        steps_left, format_duration(seconds));
   return fmt::format(
-      "cpu: at {:.0f} img/s the remaining {} steps take about {} on this CPU (training alone, "
-      "evaluation extra); for a first result in minutes try --config configs/quick_cpu.yaml, "
-      "run this config on a GPU (--device cuda), or bound this run with --set "
-      "training.max_steps=N. Continuing.",
-      images_per_second, steps_left, format_duration(seconds));
+      "cpu: at {:.0f} img/s the remaining {}; for a first result in minutes try --config "
+      "configs/quick_cpu.yaml, run this config on a GPU (--device cuda), or bound this run with "
+      "--set training.max_steps=N{}. Continuing.",
+      images_per_second, work, evaluations > 0 ? " --set data.test_limit=N" : "");
 }
 
 Diagnosis diagnose(double data_wait_fraction, std::optional<double> utilization_mean, bool cuda,

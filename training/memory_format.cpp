@@ -8,6 +8,7 @@
 
 #include "training/components.h"
 #include "training/platform/device.h"
+#include "training/platform/heartbeat.h"
 #include "training/platform/statistics.h"
 #include "training/step.h"
 
@@ -64,8 +65,10 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
   }
   const MeasureRate rate = measure ? measure : MeasureRate(measure_training_rate);
   Config c = config;
+  Heartbeat beat("memory_format auto: timing a few steps in each layout", 2, "layouts");
   c.training.memory_format = c10::MemoryFormat::Contiguous;
   choice.contiguous_rate = rate(c, device);
+  beat.advance(1);
   c.training.memory_format = c10::MemoryFormat::ChannelsLast;
   choice.channels_last_rate = rate(c, device);
   choice.timed = true;

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -26,6 +27,14 @@ namespace F = torch::nn::functional;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The scalars written at each log interval (the epoch's are epoch_record.h's tensorboard_scalars).
+constexpr const char* kStepTags[] = {"train/loss", "train/accuracy", "train/lr",
+                                     "train/images_per_second"};
+
+bool is_step_tag(const std::string& tag) {
+  return std::find(std::begin(kStepTags), std::end(kStepTags), tag) != std::end(kStepTags);
+}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -207,9 +216,18 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
 FitEnd Trainer::fit() {
   check_evaluation_fits();
   if (events_ && earlier_events_) {
-    // A resumed (or restarted) run: TensorBoard drops the dead session's points from here on,
-    // which this one writes again (a redone epoch's, an evaluation killed part-way).
-    events_->start_session(state_.step + 1);
+    // A resumed (or restarted) run: TensorBoard drops the dead session's points from this step
+    // on, which this one writes again (a redone epoch's, an evaluation killed part-way). At this
+    // step itself the points stay, written again here, except a part-trained epoch's
+    // evaluation: this run replaces that row of metrics.jsonl (RunDirectory::keep_epochs_through).
+    auto kept = scalars_at(events_->path().parent_path(), state_.step);
+    if (state_.batch_in_epoch > 0) {
+      kept.erase(std::remove_if(kept.begin(), kept.end(),
+                              [](const auto& scalar) { return !is_step_tag(scalar.first); }),
+               kept.end());
+    }
+    events_->start_session(state_.step);
+    events_->add_scalars(state_.step, kept);
     earlier_events_ = false;
   }
   while (state_.epoch < config_.training.epochs && state_.step < total_steps_) {
@@ -412,10 +430,10 @@ void Trainer::log_interval(ProgressLine& progress, int64_t epoch, int64_t batche
                  running_acc, last_lr_, eta});
 
   if (events_) {
-    events_->add_scalars(state_.step, {{"train/loss", running_loss},
-                                       {"train/accuracy", running_acc},
-                                       {"train/lr", last_lr_},
-                                       {"train/images_per_second", rate}});
+    events_->add_scalars(state_.step, {{kStepTags[0], running_loss},
+                                       {kStepTags[1], running_acc},
+                                       {kStepTags[2], last_lr_},
+                                       {kStepTags[3], rate}});
     events_->flush();
   }
 }

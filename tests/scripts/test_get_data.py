@@ -15,6 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 import get_data  # noqa: E402
 
+TRAIN = os.environ.get("TRAIN_BINARY", "")  # ctest sets it: --to-binary converts with `train convert`
+needs_train = unittest.skipUnless(TRAIN, "TRAIN_BINARY not set (ctest sets it)")
 REAL_TARBALL = Path(os.environ.get("CIFAR10_JPEG_TARBALL", REPO.parent / "shared/data/cifar10-jpeg.tar.gz"))
 
 
@@ -96,9 +98,11 @@ class GetDataTest(unittest.TestCase):
         code, _ = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / "root"))
         self.assertEqual(code, 0)  # already present: nothing to do
 
+    @needs_train
     def test_to_binary_interleaves_classes_like_the_cpp_reader(self):
         make_image_folder(self.dir / "src", per_class=3)
-        code, _ = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / "root"), "--to-binary")
+        code, _ = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / "root"), "--to-binary",
+                                "--train", TRAIN)
         self.assertEqual(code, 0)
         bins = self.dir / "root/cifar-10-batches-bin"
         data = b"".join((bins / f"data_batch_{i}.bin").read_bytes() for i in range(1, 6))
@@ -111,18 +115,77 @@ class GetDataTest(unittest.TestCase):
         self.assertEqual((fourth[5], fourth[5 + 1024], fourth[5 + 2048]), (0, 50, 7))
         self.assertFalse((self.dir / "root/train").exists())
 
+    @needs_train
     def test_converting_a_root_in_place_keeps_its_image_folders(self):
         make_image_folder(self.dir / "root")
-        code, _ = self.run_main("--from", str(self.dir / "root"), "--root", str(self.dir / "root"), "--to-binary", "--force")
+        code, _ = self.run_main("--from", str(self.dir / "root"), "--root", str(self.dir / "root"), "--to-binary", "--force",
+                                "--train", TRAIN)
         self.assertEqual(code, 0)
         self.assertTrue((self.dir / "root/cifar-10-batches-bin/test_batch.bin").exists())
         self.assertTrue((self.dir / "root/train/cat/0000.png").exists())
 
+    @needs_train
     def test_wrong_image_size_is_named(self):
         make_image_folder(self.dir / "src", size=16)
-        code, err = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / "root"), "--to-binary")
+        for pillow in ([], ["--decode-with-pillow"]):
+            code, err = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / "root"), "--to-binary",
+                                      "--train", TRAIN, *pillow)
+            self.assertEqual(code, 2)
+            self.assertIn("0000.png: image is 16x16, expected 32x32", err)
+            self.assertFalse((self.dir / "root").exists() and any((self.dir / "root").iterdir()))
+
+    @needs_train
+    def test_pillow_decodes_trains_listing_to_the_bytes_train_convert_writes(self):
+        # A hidden file train skips and a file without an image suffix that train reads: the
+        # listing is train's, so the records line up with train convert's, byte for byte.
+        make_image_folder(self.dir / "src", per_class=3)
+        from PIL import Image
+        (self.dir / "src/train/cat/.hidden.png").write_bytes(b"not an image")
+        Image.new("RGB", (32, 32), (1, 2, 3)).save(self.dir / "src/train/cat/extra", format="PNG")
+        Image.new("P", (32, 32), 5).save(self.dir / "src/test/cat/palette.png")
+        for name, pillow in (("train", []), ("pillow", ["--decode-with-pillow"])):
+            code, err = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / name), "--to-binary",
+                                      "--train", TRAIN, *pillow)
+            self.assertEqual(code, 0, err)
+        for file in ("data_batch_1.bin", "data_batch_5.bin", "test_batch.bin", "batches.meta.txt"):
+            self.assertEqual((self.dir / "pillow/cifar-10-batches-bin" / file).read_bytes(),
+                             (self.dir / "train/cifar-10-batches-bin" / file).read_bytes(), file)
+        self.assertEqual(sum((self.dir / f"train/cifar-10-batches-bin/data_batch_{i}.bin").stat().st_size
+                             for i in range(1, 6)), 7 * 3073)
+
+    @needs_train
+    def test_pillow_refuses_an_image_it_may_decode_unlike_train(self):
+        make_image_folder(self.dir / "src")
+        from PIL import Image
+        Image.new("I;16", (32, 32), 40000).save(self.dir / "src/test/cat/deep.png")
+        code, err = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / "root"), "--to-binary",
+                                  "--train", TRAIN, "--decode-with-pillow")
         self.assertEqual(code, 2)
-        self.assertIn("0000.png: image is 16x16, expected 32x32", err)
+        self.assertIn("deep.png: Pillow reads it as mode I", err)
+
+    @needs_train
+    def test_a_set_train_refuses_is_not_converted(self):
+        make_image_folder(self.dir / "src")
+        for image in (self.dir / "src/test").rglob("*.png"):
+            image.unlink()
+        for pillow in ([], ["--decode-with-pillow"]):
+            code, err = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / "root"), "--to-binary",
+                                      "--train", TRAIN, *pillow)
+            self.assertEqual(code, 2)
+            self.assertIn("test: class folders hold no images", err)
+            self.assertFalse((self.dir / "root").exists() and any((self.dir / "root").iterdir()))
+
+    def test_to_binary_without_a_train_binary_says_how_to_get_one(self):
+        make_image_folder(self.dir / "src")
+        with mock.patch.dict(os.environ, {"BUILD_DIR": str(self.dir / "nobuild")}):
+            code, err = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / "root"), "--to-binary")
+        self.assertEqual(code, 2)
+        self.assertIn("nobuild/train is not an executable file: build it (scripts/setup.sh) or name it with --train",
+                      err)
+        code, err = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / "root"),
+                                  "--decode-with-pillow")
+        self.assertEqual(code, 2)
+        self.assertIn("--decode-with-pillow: only with --to-binary", err)
 
     def test_unsafe_tar_member_is_refused(self):
         with tarfile.open(self.dir / "evil.tar.gz", "w:gz") as tar:

@@ -72,6 +72,20 @@ TEST(Diagnostics, ARunOfMoreThanAnHourOnTheCpuIsProjectedOnce) {
   EXPECT_NE(warning->find("training.max_steps"), std::string::npos) << *warning;
   EXPECT_NE(warning->find("on a GPU (--device cuda)"), std::string::npos) << *warning;
   EXPECT_FALSE(training::long_cpu_run_warning(100, 32, 40.0).has_value());  // 80 s
+  // The evaluations count too: 100 steps (80 s) and 20 passes over 10,000 test images, each
+  // image a third of a trained one: 80 + 20 * 10000 / 3 / 40 = 1746.7 s; with eval_flip 3413 s,
+  // still under the hour; 30 passes with eval_flip: 5080 s.
+  EXPECT_FALSE(training::long_cpu_run_warning(100, 32, 40.0, 20, 10000).has_value());
+  EXPECT_FALSE(training::long_cpu_run_warning(100, 32, 40.0, 20, 10000, true).has_value());
+  const auto evaluating = training::long_cpu_run_warning(100, 32, 40.0, 30, 10000, true);
+  ASSERT_TRUE(evaluating.has_value());
+  EXPECT_NE(evaluating->find("the remaining 100 steps take about 1:24:40 on this CPU with their "
+                             "30 evaluation(s) of 10000 test images"),
+            std::string::npos)
+      << *evaluating;
+  EXPECT_NE(evaluating->find("--set training.max_steps=N --set data.test_limit=N"),
+            std::string::npos)
+      << *evaluating;
 
   // A run whose steps are bounded (training.max_steps) is projected from those steps only.
   test_support::TempDir dir;

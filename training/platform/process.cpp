@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "build_config.h"
+#include "training/platform/heartbeat.h"
 #include "training/platform/errors.h"
 #include "training/platform/stop_signal.h"
 
@@ -145,6 +146,7 @@ std::string run_python_script(const std::string& script, const std::vector<std::
   }
   ProcessOutcome outcome;
   try {
+    Heartbeat beat("plots: " + script + " drawing into " + log_file.parent_path().string());
     outcome = run_process(argv, log_file, 600);
   } catch (const UserError& e) {  // the plots are optional: a missing Python is said, not fatal
     return std::string("Python ") + e.what() + " (set TRAIN_PYTHON, or run scripts/setup.sh)";

@@ -53,10 +53,10 @@ std::string encode_session_start(int64_t step) {
   return event.SerializeAsString();
 }
 
-// The largest summary step in one file; stops at the first torn or unparsable record.
-int64_t last_step_in(const fs::path& file) {
+// Calls visit(event) for each record of `file` in order; stops at the first torn or unparsable one.
+template <class Visit>
+void read_events(const fs::path& file, Visit visit) {
   std::ifstream in(file, std::ios::binary);
-  int64_t last = -1;
   for (;;) {
     char header[12];
     if (!in.read(header, sizeof header)) break;
@@ -74,9 +74,37 @@ int64_t last_step_in(const fs::path& file) {
     }
     tensorboard::Event event;
     if (!event.ParseFromString(bytes)) break;
-    if (event.has_summary()) last = std::max<int64_t>(last, event.step());
+    visit(event);
   }
+}
+
+int64_t last_step_in(const fs::path& file) {
+  int64_t last = -1;
+  read_events(file, [&](const tensorboard::Event& event) {
+    if (event.has_summary()) last = std::max<int64_t>(last, event.step());
+  });
   return last;
+}
+
+// TensorBoard's view at `step`: each file in the order written, a restart at or before `step`
+// dropping what the earlier files hold there.
+void scalars_in(const fs::path& file, int64_t step, Scalars& shown) {
+  read_events(file, [&](const tensorboard::Event& event) {
+    if (event.has_session_log() && event.session_log().status() == tensorboard::SessionLog::START &&
+        event.step() <= step) {
+      shown.clear();
+    } else if (event.has_summary() && event.step() == step) {
+      for (const auto& value : event.summary().value()) {
+        auto same = [&](const auto& entry) { return entry.first == value.tag(); };
+        const auto at = std::find_if(shown.begin(), shown.end(), same);
+        if (at != shown.end()) {
+          at->second = value.simple_value();
+        } else {
+          shown.emplace_back(value.tag(), value.simple_value());
+        }
+      }
+    }
+  });
 }
 #else
 [[noreturn]] void not_built() {
@@ -94,6 +122,9 @@ std::string encode_session_start(int64_t) {
   not_built();
 }
 int64_t last_step_in(const fs::path&) {
+  not_built();
+}
+void scalars_in(const fs::path&, int64_t, Scalars&) {
   not_built();
 }
 #endif
@@ -120,17 +151,35 @@ uint32_t masked_crc32c(const void* data, size_t size) {
 #endif
 }
 
-int64_t last_event_step(const fs::path& dir) {
-  int64_t last = -1;
+namespace {
+
+// The event files of `dir` in the order they were written (their names start with the second
+// they were made). Regular files only: a FIFO or a device named like one would block the read.
+std::vector<fs::path> event_files(const fs::path& dir) {
+  std::vector<fs::path> files;
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(dir, error)) {
-    // Regular files only: a FIFO or a device named like an event file would block the read.
     if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0 &&
         entry.is_regular_file(error)) {
-      last = std::max(last, last_step_in(entry.path()));
+      files.push_back(entry.path());
     }
   }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+int64_t last_event_step(const fs::path& dir) {
+  int64_t last = -1;
+  for (const auto& file : event_files(dir)) last = std::max(last, last_step_in(file));
   return last;
+}
+
+Scalars scalars_at(const fs::path& dir, int64_t step) {
+  Scalars shown;
+  for (const auto& file : event_files(dir)) scalars_in(file, step, shown);
+  return shown;
 }
 
 EventWriter::EventWriter(const fs::path& dir) {

@@ -28,6 +28,11 @@ using Scalars = std::vector<std::pair<std::string, double>>;
 // file; files that are not regular files (a FIFO) are not read.
 int64_t last_event_step(const std::filesystem::path& dir);
 
+// The scalars TensorBoard shows at `step` from the event files of `dir`, as its reader keeps
+// them: the files in the order written, a restart (start_session) at or before `step` dropping
+// what earlier files hold there, a later value of a tag replacing an earlier one.
+Scalars scalars_at(const std::filesystem::path& dir, int64_t step);
+
 class EventWriter {
  public:
   // Creates a new event file in `dir` (its first record names the format version). Throws

@@ -1,0 +1,116 @@
+#include "training/loop/evaluator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "training/platform/device.h"
+#include "training/platform/heartbeat.h"
+#include "training/step/amp.h"
+
+namespace training {
+
+namespace F = torch::nn::functional;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+torch::Tensor zero(torch::Dtype dtype, torch::Device device) {
+  return torch::zeros({}, torch::TensorOptions(dtype).device(device));
+}
+
+}  // namespace
+
+Evaluator::Evaluator(const Config& config, torch::Device device, ProcessGroup* group)
+    : config_(config), device_(device), group_(group) {}
+
+Evaluation Evaluator::run(models::ResNet& model, data::Loader& loader) {
+  evaluating_ = true;
+  torch::NoGradGuard no_grad;
+  AutocastGuard autocast(device_.type(), config_.training.precision);
+  synchronize(device_);
+  reset_peak_memory(device_);  // evaluation's peak is its own
+  const auto start = std::chrono::steady_clock::now();
+  auto loss_sum = zero(torch::kFloat64, device_);
+  auto correct = zero(torch::kInt64, device_);
+  if (group_) group_->broadcast_buffers(*model);  // every rank evaluates with rank 0's statistics
+  loader.start_epoch(0);
+  Heartbeat beat("evaluation", loader.batches_per_epoch(), "batches");
+  int64_t batches = 0, images = 0;
+  while (auto batch = loader.next()) {
+    add_batch(model, batch->images, batch->labels, loss_sum, correct);
+    images += batch->labels.size(0);
+    beat.advance(++batches, images);
+  }
+  auto count = torch::full({}, static_cast<double>(loader.shard_size()),
+                           torch::TensorOptions(torch::kFloat64).device(device_));
+  if (group_) {  // each rank evaluated its shard of the test set
+    std::vector<torch::Tensor> sums = {loss_sum, correct, count};
+    group_->all_reduce(sums);
+  }
+  const double n = count.item<double>();
+  Evaluation evaluation{loss_sum.item<double>() / n, correct.item<int64_t>() / n, 0.0, {}};
+  evaluation.seconds = seconds_since(start);
+  evaluation.memory = memory_stats(device_);
+  evaluating_ = false;
+  return evaluation;
+}
+
+void Evaluator::add_batch(models::ResNet& model, const torch::Tensor& images,
+                          const torch::Tensor& labels, torch::Tensor& loss_sum,
+                          torch::Tensor& correct) {
+  const int64_t n = labels.size(0);
+  for (int64_t begin = 0; begin < n;) {
+    const int64_t size = std::min(chunk_ > 0 ? chunk_ : n, n - begin);
+    try {
+      const auto chunk = images.narrow(0, begin, size);
+      const auto chunk_labels = labels.narrow(0, begin, size);
+      auto logits = model->forward(chunk);
+      if (config_.training.eval_flip) {  // the image and its mirror image (NCHW: width is dim 3)
+        logits =
+            (logits.to(torch::kFloat32) + model->forward(chunk.flip({3})).to(torch::kFloat32)) / 2;
+      }
+      // Each image's loss, summed in float64: a float32 sum over the chunk would depend on the
+      // chunk size (the 7th digit), which an out-of-memory split changes.
+      const auto loss = F::cross_entropy(logits.to(torch::kFloat32), chunk_labels,
+                                         F::CrossEntropyFuncOptions().reduction(torch::kNone))
+                            .to(torch::kFloat64)
+                            .sum();
+      const auto hits = logits.argmax(1).eq(chunk_labels).sum();
+      loss_sum += loss.to(torch::kFloat64);  // added only once the whole chunk went through
+      correct += hits;
+      begin += size;
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e) || size == 1) throw;
+      chunk_ = size / 2;
+      spdlog::warn(
+          "memory: evaluation ran out of memory at {} images per forward pass; it goes on in "
+          "chunks of {} (training.eval_batch_size {}; the results do not depend on it)",
+          size, chunk_, config_.training.eval_batch_size);
+    }
+  }
+}
+
+void Evaluator::check_fits(models::ResNet& model, data::Loader& loader) {
+  // Its peak is not the epoch's (reset after). On a CPU without memory.limit there is nothing
+  // to fit into.
+  if (!device_.is_cuda() && config_.memory.limit == 0) return;
+  torch::NoGradGuard no_grad;
+  AutocastGuard autocast(device_.type(), config_.training.precision);
+  loader.start_epoch(0);
+  if (auto batch = loader.next()) {
+    auto loss_sum = zero(torch::kFloat64, device_);
+    auto correct = zero(torch::kInt64, device_);
+    evaluating_ = true;
+    Heartbeat beat("evaluation probe: one test batch of " +
+                   std::to_string(batch->labels.size(0)) + " images before the first step");
+    add_batch(model, batch->images, batch->labels, loss_sum, correct);
+    evaluating_ = false;
+  }
+  loader.start_epoch(0);  // no batch left half-taken
+}
+
+}  // namespace training

@@ -1,0 +1,28 @@
+// The loop in TensorBoard's event files (monitor.tensorboard): the progress scalars at each log
+// interval (train/loss, train/accuracy, train/lr, train/images_per_second) and the epoch's record
+// (epoch_record.h's tensorboard_scalars). A resumed run writes a restart first, so that the
+// event files agree with metrics.jsonl (on_fit_start).
+#pragma once
+
+#include <filesystem>
+
+#include "training/loop/observer.h"
+#include "training/platform/tensorboard.h"
+
+namespace training {
+
+class TensorBoardObserver final : public LoopObserver {
+ public:
+  // A new event file in `run_dir`; whether the folder holds an earlier session's is read now.
+  explicit TensorBoardObserver(const std::filesystem::path& run_dir);
+  void on_fit_start(const TrainState& state) override;
+  void on_interval(const Interval& interval) override;
+  void on_epoch_end(const EpochRecord& record) override;
+
+ private:
+  std::filesystem::path run_dir_;
+  bool earlier_events_;  // the run directory holds event files of an earlier session
+  EventWriter events_;
+};
+
+}  // namespace training

@@ -1,0 +1,269 @@
+#include "training/loop/trainer.h"
+
+#include <ATen/record_function.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "data/dataset.h"
+#include "training/loop/console_observer.h"
+#include "training/loop/instruments.h"
+#include "training/loop/progress.h"
+#include "training/loop/tensorboard_observer.h"
+#include "training/platform/device.h"
+#include "training/platform/duration.h"
+#include "training/platform/errors.h"
+#include "training/platform/stop_signal.h"
+#include "training/run/diagnosis.h"
+#include "training/step/optim.h"
+#include "training/step/step.h"
+
+namespace training {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Why the training set holds `images` and what makes it larger: the key that set its size
+// (data.train_limit or data.synthetic_train_size), or none when it is the whole data set.
+std::string training_set_size(const Config& config, int64_t images) {
+  const auto& d = config.data.dataset;
+  const bool synthetic = data::resolve_source(d) == data::Source::Synthetic;
+  // The limit set the size when it cut the set: below what the source holds.
+  const bool limited = d.train_limit() > 0 && d.train_limit() <= images &&
+                       (!synthetic || d.train_limit() < d.synthetic_train_size());
+  const std::string key = limited     ? "data.train_limit"
+                          : synthetic ? "data.synthetic_train_size"
+                                      : "";
+  return std::to_string(images) + " images" +
+         (key.empty() ? ", the whole data set" : " by " + key) +
+         "), so an epoch has no full batch; lower it" + (key.empty() ? "" : " or raise " + key);
+}
+
+// Epoch `done` is trained through: the state moves on to the next one.
+void start_next_epoch(TrainState& state, int64_t done) {
+  state.epoch = done;
+  state.batch_in_epoch = 0;
+  state.seen = 0;
+  state.train_seconds = 0;
+  state.skipped_steps = 0;
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& config, torch::Device device, data::Split train, data::Split test,
+                 ProcessGroup* group)
+    : config_(config),
+      config_yaml_(to_yaml(config)),
+      device_(device),
+      run_(nullptr),
+      group_(group),
+      parts_(build_step_parts(config, device, group)),
+      train_loader_((check_labels(train, "training", config.model.num_classes()),
+                     make_loader(std::move(train), config, device, /*train=*/true, group))),
+      test_loader_((check_labels(test, "test", config.model.num_classes()),
+                    make_loader(std::move(test), config, device, /*train=*/false, group))),
+      averager_(group ? group->gradient_averager(*parts_.model) : nullptr),
+      graphed_(
+          use_cuda_graph(config, device, group != nullptr)
+              ? std::make_unique<GraphedStep>(
+                    parts_, step_options(config), device,
+                    /*eager_if_capture_fails=*/config.training.cuda_graph == CudaGraphMode::Auto)
+              : nullptr),
+      total_steps_(
+          capped_by_max_steps(config, config.training.epochs * train_loader_->batches_per_epoch())),
+      schedule_(config.schedule, config.optimizer.lr(), train_loader_->batches_per_epoch(),
+                total_steps_),
+      timing_(device),
+      evaluator_(config_, device, group) {
+  if (train_loader_->batches_per_epoch() == 0) {
+    throw KeyError("training.batch_size",
+                   std::to_string(config.training.batch_size) +
+                       " is larger than the training set (" +
+                       training_set_size(config, train_loader_->dataset_size()));
+  }
+  check_profiler_window();
+  observers_.add(std::make_unique<ConsoleObserver>(config_, device_));
+}
+
+void Trainer::write_to(RunDirectory& run) {
+  run_ = &run;
+  if (auto sampler = make_sampler(config_.monitor, device_, run.path() / "gpu.jsonl")) {
+    observers_.add(std::make_unique<SamplerObserver>(std::move(sampler)));
+  }
+  if (config_.monitor.tensorboard) {
+    observers_.add(std::make_unique<TensorBoardObserver>(run.path()));
+  }
+  if (config_.profiler.enabled) {
+    observers_.add(std::make_unique<ProfilerObserver>(std::make_unique<StepProfiler>(
+        profiler_options(config_.profiler), run.path() / "trace.json", device_)));
+  }
+  if (config_.memory.snapshot) {
+    observers_.add(std::make_unique<SnapshotObserver>(std::make_unique<StepMemorySnapshot>(
+        config_.profiler.steps.at(0), config_.profiler.steps.at(1),
+        config_.memory.snapshot_max_entries, run.path() / "memory_snapshot.pickle", device_)));
+  }
+}
+
+FitEnd Trainer::fit() {
+  evaluator_.check_fits(evaluated_model(), *test_loader_);
+  parts_.model->train();
+  observers_.on_fit_start(state_);
+  while (state_.epoch < config_.training.epochs && state_.step < total_steps_) {
+    const bool finished = train_epoch();
+    if (!finished && stopping_) {
+      spdlog::warn("stopped by signal in epoch {} after step {}; {}", state_.epoch + 1, state_.step,
+                   save_on_stop());
+      return FitEnd::Stopped;
+    }
+    const int64_t epoch = state_.epoch + 1;
+    const EpochRecord record = record_epoch(epoch, evaluate());
+    if (diverged(record)) return end_diverged(record);
+    if (finished) start_next_epoch(state_, epoch);
+    save();
+  }
+  observers_.on_fit_end(state_.step);
+  return FitEnd::Finished;
+}
+
+bool Trainer::train_epoch() {
+  parts_.model->train();
+  const int64_t epoch = state_.epoch + 1;
+  const int64_t batches = train_loader_->batches_per_epoch();
+  if (state_.batch_in_epoch == 0) {
+    state_.loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device_));
+    state_.correct = torch::zeros({}, torch::TensorOptions(torch::kInt64).device(device_));
+  }
+  train_loader_->start_epoch(epoch, state_.batch_in_epoch);
+  synchronize(device_);
+  reset_peak_memory(device_);
+  observers_.on_epoch_start(epoch);
+  const auto start = Clock::now();
+  const double seconds_before = state_.train_seconds;
+  auto interval_start = start;
+  int64_t interval_images = 0;
+  data_seconds_ = 0;
+  timing_.begin_epoch(start);
+
+  while (state_.step < total_steps_ && !diverged_ && !stop_now()) {
+    // Host time blocked waiting for the next batch: the input pipeline's share of the epoch.
+    const auto wait_start = Clock::now();
+    auto batch = train_loader_->next();
+    data_seconds_ += seconds_since(wait_start);
+    if (!batch) break;
+    last_lr_ = schedule_.at(state_.step);
+    set_learning_rate(*parts_.optimizer, last_lr_);
+    if (group_) group_->broadcast_buffers(*parts_.model);  // as DDP's broadcast_buffers
+    observers_.before_step(epoch, state_.step + 1);
+    const StepResult result = step(*batch);
+    observers_.after_step(state_.step + 1);
+    if (!result.stepped) ++state_.skipped_steps;
+
+    // Accumulated on the device; read back only at log intervals so steps stay asynchronous.
+    const int64_t count = batch->labels.size(0);
+    torch::NoGradGuard no_grad;
+    state_.loss_sum += result.loss.to(torch::kFloat64) * count;
+    state_.correct += result.logits.argmax(1).eq(batch->labels).sum();
+    state_.seen += count;
+    interval_images += count;
+    ++state_.step;
+    ++state_.batch_in_epoch;
+    if (timing_.count_step(count)) judge_cpu_run_length();
+    if (interval_due()) {
+      observers_.on_interval(
+          read_interval(epoch, batches, seconds_since(interval_start), interval_images));
+      interval_start = last_line_ = Clock::now();
+      interval_images = 0;
+      shown_line_ = true;
+    }
+  }
+  synchronize(device_);
+  state_.train_seconds = seconds_before + timing_.end_epoch(start);
+  train_memory_ = memory_stats(device_);
+  observers_.on_training_end();
+  return state_.batch_in_epoch == batches;
+}
+
+StepResult Trainer::step(const data::Batch& batch) {
+  RECORD_USER_SCOPE("ProfilerStep#" + std::to_string(state_.step + 1));
+  if (graphed_) return graphed_->run(batch.images, batch.labels);
+  return train_step(parts_, batch.images, batch.labels,
+                    step_options(config_).averager(averager_.get()));
+}
+
+bool Trainer::interval_due() const {
+  return state_.batch_in_epoch % config_.training.log_every_steps == 0 ||
+         progress_due_by_time(shown_line_, timing_.process_steps(), timing_.seconds_training(),
+                              seconds_since(last_line_));
+}
+
+Interval Trainer::read_interval(int64_t epoch, int64_t batches, double interval_seconds,
+                                int64_t interval_images) {
+  const double seen = static_cast<double>(state_.seen);
+  // Reading the accumulators waits for the queued steps; only then is the rate honest.
+  const double running_loss = state_.loss_sum.item<double>() / seen;
+  // Alone, a non-finite running loss ends the epoch here (data-parallel ranks read their own
+  // losses at their own times: they decide at the epoch's end, on the all-reduced loss).
+  if (!group_ && !std::isfinite(running_loss)) diverged_ = true;
+  const double running_acc = static_cast<double>(state_.correct.item<int64_t>()) / seen;
+  const double rate = interval_images / std::max(interval_seconds, 1e-9);
+  const int64_t left =
+      std::min(batches, state_.batch_in_epoch + total_steps_ - state_.step) - state_.batch_in_epoch;
+  // The ETA rests on the steady steps only (warm-up apart, see StepTiming).
+  std::optional<double> eta;
+  if (const auto steady = timing_.steady_rate()) {
+    eta = left * static_cast<double>(config_.training.batch_size) / *steady;
+  }
+  return {epoch,       config_.training.epochs, state_.step, state_.batch_in_epoch, batches, rate,
+          running_loss, running_acc,            last_lr_,    eta};
+}
+
+void Trainer::judge_cpu_run_length() {
+  if (device_.is_cuda()) return;
+  // The evaluations still to come: one at the end of each epoch left (this one included), and
+  // one where max_steps ends an epoch part-way.
+  const int64_t batches = train_loader_->batches_per_epoch();
+  const int64_t steps_left = total_steps_ - state_.step;
+  const int64_t evaluations = (state_.batch_in_epoch + steps_left + batches - 1) / batches;
+  const auto warning =
+      long_cpu_run_warning(steps_left, config_.training.batch_size, *timing_.steady_rate(),
+                           evaluations, test_loader_->shard_size(), config_.training.eval_flip);
+  if (warning) spdlog::warn("{}", *warning);
+}
+
+Evaluation Trainer::evaluate() { return evaluator_.run(evaluated_model(), *test_loader_); }
+
+models::ResNet& Trainer::evaluated_model() {
+  parts_.model->eval();
+  // With training.ema_decay, the weight average is the model evaluated.
+  return parts_.ema ? parts_.ema->average() : parts_.model;
+}
+
+FitEnd Trainer::end_diverged(const EpochRecord& r) {
+  const bool train = !std::isfinite(r.train_loss);
+  spdlog::error(
+      "training diverged in epoch {} by step {}: the {} loss is {} (lr {:.4g}); stopped. "
+      "metrics.jsonl and report.md record the epoch, the last checkpoint is kept: continue with "
+      "a lower learning rate, e.g. train --resume {} --set optimizer.lr={:.4g}",
+      r.epoch, r.step, train ? "training" : "test",
+      non_finite_text(train ? r.train_loss : r.test_loss), r.lr,
+      run_ ? run_->path().string() : "<run dir>", config_.optimizer.lr() / 10);
+  return FitEnd::Diverged;
+}
+
+bool Trainer::stop_now() {
+  if (!group_) return stopping_ = stop_requested();
+  if (state_.batch_in_epoch % config_.training.log_every_steps != 0) return stopping_;
+  auto flag = torch::full({}, stop_requested() ? 1.0 : 0.0,
+                          torch::TensorOptions(torch::kFloat64).device(device_));
+  std::vector<torch::Tensor> any = {flag};
+  group_->all_reduce(any, /*max=*/true);
+  return stopping_ = flag.item<double>() > 0;
+}
+
+}  // namespace training

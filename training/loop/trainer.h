@@ -1,0 +1,127 @@
+// The training loop: for each epoch, for each batch, a step; then evaluate, record, save. It reads
+// like pytorch/examples' MNIST loop: what watches it (progress lines, TensorBoard, the profiler,
+// the snapshot, the sampler) are observers (observer.h), the warm-up/steady clock is StepTiming,
+// the evaluation with its out-of-memory halving is the Evaluator.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "data/loader.h"
+#include "models/resnet.h"
+#include "training/config/config.h"
+#include "training/loop/evaluator.h"
+#include "training/loop/observer.h"
+#include "training/loop/step_timing.h"
+#include "training/parts/components.h"
+#include "training/platform/distributed.h"
+#include "training/platform/memory.h"
+#include "training/run/checkpoint_io.h"
+#include "training/run/epoch_record.h"
+#include "training/run/run_dir.h"
+#include "training/step/graphed_step.h"
+#include "training/step/schedule.h"
+
+namespace training {
+
+// Stopped: a stop signal, checkpoint written. Diverged: a loss stopped being a number (epoch
+// record written, no checkpoint of the diverged weights: the last one is kept).
+enum class FitEnd { Finished, Stopped, Diverged };
+
+class Trainer {
+ public:
+  static constexpr int64_t kWarmupSteps = StepTiming::kWarmupSteps;
+
+  // Builds the model, loaders, optimizer and schedule, and refuses what cannot run (labels beyond
+  // num_classes, a batch larger than the split, a profiler window after the last step) before
+  // anything is written. `group` is the data-parallel process group (null when training alone).
+  Trainer(const Config& config, torch::Device device, data::Split train, data::Split test,
+          ProcessGroup* group = nullptr);
+
+  // Where records, checkpoints, samples and the trace go. Not called on data-parallel ranks other
+  // than 0, which write nothing.
+  void write_to(RunDirectory& run);
+
+  // Continues from a checkpoint instead of the fresh initialisation (after write_to, whose rows
+  // newer than the checkpoint it drops). Refuses a mid-epoch checkpoint written at another
+  // training.batch_size: the rest of that epoch would be other samples (resume.cpp).
+  void resume(const std::filesystem::path& checkpoint);
+  FitEnd fit();
+
+  Evaluation evaluate();
+  // True while evaluate() runs (an out-of-memory error there needs other remedies).
+  bool evaluating() const { return evaluator_.evaluating(); }
+  models::ResNet& model() { return parts_.model; }
+  const TrainState& state() const { return state_; }
+  int64_t steps_per_epoch() const { return train_loader_->batches_per_epoch(); }
+  int64_t train_size() const { return train_loader_->dataset_size(); }
+  int64_t test_size() const { return test_loader_->dataset_size(); }
+  int64_t total_steps() const { return total_steps_; }
+
+ private:
+  // Trains epoch state_.epoch + 1 from batch state_.batch_in_epoch; false when it stopped early
+  // (max_steps or a stop signal) with the epoch unfinished.
+  bool train_epoch();
+  StepResult step(const data::Batch& batch);
+  // Whether a progress line is due after this step: every log_every_steps steps, and by time
+  // (early in a slow run, then at least every 30 s: progress.h).
+  bool interval_due() const;
+  // At a log interval: the running loss and accuracy read back from the device (a non-finite
+  // loss ends the epoch when training alone), the interval's images/s and the ETA.
+  Interval read_interval(int64_t epoch, int64_t batches, double interval_seconds,
+                         int64_t interval_images);
+  // Once per run, on the CPU, after StepTiming::kProjectionSteps steady steps: warns when the
+  // rest of the run, its evaluations included, would take more than an hour.
+  void judge_cpu_run_length();
+  // The epoch's record (over all ranks), written to the run and told to the observers.
+  EpochRecord record_epoch(int64_t epoch, const Evaluation& evaluation);
+  // The epoch's memory columns: each phase's peaks, the largest over the ranks.
+  void record_memory(EpochRecord& record, const MemoryStats& evaluation);
+  // The model evaluate() runs (the weight average with training.ema_decay), in eval mode.
+  models::ResNet& evaluated_model();
+  FitEnd end_diverged(const EpochRecord& record);
+  // At a stop signal: the checkpoint if one that can be resumed can be written; what was done.
+  std::string save_on_stop();
+  // Whether a checkpoint of this point could be resumed (not part-way through a torch_data epoch).
+  bool resumable_here() const;
+  void save();
+  // Refuses a profiler.steps window (profiling, memory.snapshot) that starts after the last step.
+  void check_profiler_window() const;
+  // A stop signal on any rank stops every rank at the same step (checked at log intervals when
+  // data-parallel, so steps stay free of extra synchronisation).
+  bool stop_now();
+  // Sums (maxima) over all ranks, in place (identity when training alone).
+  void all_reduce_sum(std::vector<torch::Tensor> tensors);
+  void all_reduce_max(std::vector<torch::Tensor> tensors);
+
+  Config config_;
+  std::string config_yaml_;
+  torch::Device device_;
+  RunDirectory* run_;
+  ProcessGroup* group_;
+  StepParts parts_;  // model, optimizer, loss scaler
+  std::unique_ptr<data::Loader> train_loader_;
+  std::unique_ptr<data::Loader> test_loader_;
+  std::unique_ptr<ProcessGroup::GradientAverager> averager_;
+  std::unique_ptr<GraphedStep> graphed_;  // null unless training.cuda_graph puts the step in one
+  int64_t total_steps_;
+  LrSchedule schedule_;
+  TrainState state_;
+  double last_lr_ = 0;
+  double data_seconds_ = 0;  // this epoch's time waiting for the next batch
+  StepTiming timing_;
+  Evaluator evaluator_;
+  Observers observers_;
+  bool shown_line_ = false;  // a progress line was shown in this process
+  std::chrono::steady_clock::time_point last_line_;
+  bool stopping_ = false;  // a stop was agreed (see stop_now)
+  bool diverged_ = false;  // the running training loss is not a number (one process only)
+  // The device's peaks in this epoch's training phase: the peak counters are reset at each
+  // phase boundary, so each phase's peak is its own (the first step stays in the training peak:
+  // it is what must fit).
+  MemoryStats train_memory_;
+};
+
+}  // namespace training

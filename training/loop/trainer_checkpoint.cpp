@@ -1,0 +1,169 @@
+// The Trainer's checkpoints: what a resume checks and restores, what a save writes (every rank's
+// part-way sums), and what a stop signal leaves behind (trainer.h).
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+#include "training/loop/trainer.h"
+#include "training/platform/errors.h"
+
+namespace training {
+
+namespace {
+
+// A mid-epoch checkpoint continues its epoch only on the samples it started: the keys that choose
+// them (the order, the crops, the data itself) must be as stored. (training.batch_size has its own
+// message in resume().)
+void check_same_samples(const std::filesystem::path& checkpoint, const TrainState& state,
+                        const std::string& current_yaml) {
+  const YAML::Node stored = YAML::Load(state.config_yaml);
+  const YAML::Node current = YAML::Load(current_yaml);
+  for (const auto& [section, key] :
+       std::vector<std::pair<std::string, std::string>>{{"training", "seed"},
+                                                        {"data", "source"},
+                                                        {"data", "root"},
+                                                        {"data", "train_limit"},
+                                                        {"data", "synthetic_train_size"},
+                                                        {"data", "augment"}}) {
+    const std::string was = stored[section][key].as<std::string>("");
+    const std::string now = current[section][key].as<std::string>("");
+    if (was == now) continue;
+    throw KeyError(section + "." + key,
+                   checkpoint.string() + " stopped " + std::to_string(state.batch_in_epoch) +
+                       " batches into epoch " + std::to_string(state.epoch + 1) + " with " + key +
+                       " " + was + "; finishing that epoch with " + now +
+                       " would train on other samples than the interrupted epoch. Resume with " +
+                       section + "." + key + "=" + was + " (change it at an epoch boundary)");
+  }
+}
+
+}  // namespace
+
+void Trainer::resume(const std::filesystem::path& checkpoint) {
+  bool had_average = false;
+  state_ = load_checkpoint(checkpoint, *parts_.model, *parts_.optimizer, device_,
+                           parts_.ema ? parts_.ema->average().get() : nullptr, &had_average);
+  if (parts_.ema && !had_average) {
+    parts_.ema->reset();
+    spdlog::info("{} holds no weight average; training.ema_decay starts one from its weights",
+                 checkpoint.string());
+  }
+  if (state_.batch_in_epoch > 0 && config_.data.loader == LoaderKind::TorchData) {
+    throw KeyError("data.loader",
+                   "torch_data cannot resume " + checkpoint.string() + ", which " + "stopped " +
+                       std::to_string(state_.batch_in_epoch) + " batches into epoch " +
+                       std::to_string(state_.epoch + 1) +
+                       ": its crops and flips are not a function of the batch. Resume it with "
+                       "data.loader: batched, or resume torch_data runs at epoch boundaries");
+  }
+  if (state_.batch_in_epoch > 0 && state_.batch_size != config_.training.batch_size) {
+    throw UserError(
+        "training.batch_size: " + checkpoint.string() + " stopped " +
+        std::to_string(state_.batch_in_epoch) + " batches into epoch " +
+        std::to_string(state_.epoch + 1) + " at batch size " + std::to_string(state_.batch_size) +
+        "; finishing that epoch at " + std::to_string(config_.training.batch_size) +
+        " would train on other samples than the interrupted epoch. Resume with "
+        "training.batch_size=" +
+        std::to_string(state_.batch_size) +
+        " (change it at an epoch boundary: resume with training.epochs set to this epoch first)");
+  }
+  if (state_.batch_in_epoch > 0) check_same_samples(checkpoint, state_, config_yaml_);
+  if (group_ && !group_->is_main() && state_.batch_in_epoch > 0) {
+    // The part-way epoch's sums in the checkpoint are every rank's: rank 0 carries them on.
+    state_.loss_sum.zero_();
+    state_.correct.zero_();
+    state_.seen = 0;
+  }
+  const int64_t ranks = group_ ? group_->world_size() : 1;
+  if (state_.world_size != ranks) {
+    throw UserError(checkpoint.string() + ": written by a run of " +
+                    std::to_string(state_.world_size) + " rank(s), this run has " +
+                    std::to_string(ranks) +
+                    "; resume with the same number of ranks (the data shards and the batch per "
+                    "rank depend on it)");
+  }
+  // The remaining epochs at this run's batch size (which may differ from the checkpoint's).
+  const int64_t steps_per_epoch = train_loader_->batches_per_epoch();
+  const int64_t by_epochs = state_.step - state_.batch_in_epoch +
+                            (config_.training.epochs - state_.epoch) * steps_per_epoch;
+  total_steps_ = capped_by_max_steps(config_, by_epochs);
+  schedule_ = LrSchedule(config_.schedule, config_.optimizer.lr(), steps_per_epoch, total_steps_);
+  check_profiler_window();
+  if (state_.grad_scale.defined() && parts_.scaler.enabled()) {
+    parts_.scaler.load_state(state_.grad_scale, state_.growth_tracker);
+  }
+  if (run_) run_->keep_epochs_through(state_.epoch, state_.step);
+  spdlog::info("resumed from {}: {} epochs and {} steps done{}", checkpoint.string(), state_.epoch,
+               state_.step,
+               state_.batch_in_epoch > 0 ? fmt::format(", {} batches into epoch {}",
+                                                       state_.batch_in_epoch, state_.epoch + 1)
+                                         : "");
+  if (state_.epoch >= config_.training.epochs) {
+    spdlog::info(
+        "all {} epochs of training.epochs are trained; to train on, raise it (e.g. --set "
+        "training.epochs={})",
+        config_.training.epochs, config_.training.epochs + 10);
+  }
+}
+
+void Trainer::check_profiler_window() const {
+  const int64_t first = config_.profiler.steps.at(0);
+  const bool windowed = config_.profiler.enabled || config_.memory.snapshot;
+  if (!windowed || first <= state_.step || first <= total_steps_) return;
+  throw KeyError("profiler.steps",
+                 "the window starts at step " + std::to_string(first) + ", but this run makes " +
+                     std::to_string(total_steps_) +
+                     " steps; move the window or lengthen the run (training.epochs, "
+                     "training.max_steps)");
+}
+
+std::string Trainer::save_on_stop() {
+  const std::string dir = run_ ? run_->path().string() : "<run dir>";
+  if (!config_.checkpoint.enabled) {
+    return "no checkpoint written (checkpoint.enabled: false): this run cannot be continued; "
+           "metrics.jsonl holds its finished epochs";
+  }
+  if (!resumable_here()) {
+    return state_.epoch > 0 ? fmt::format(
+                                  "data.loader: torch_data cannot continue an epoch part-way, so "
+                                  "the checkpoint of epoch {} is kept: train --resume {} trains "
+                                  "epoch {} again",
+                                  state_.epoch, dir, state_.epoch + 1)
+                            : "data.loader: torch_data cannot continue an epoch part-way and "
+                              "epoch 1 had no checkpoint yet: train --resume " +
+                                  dir + " starts the run again";
+  }
+  save();
+  return "checkpoint written, continue with: train --resume " + dir;
+}
+
+bool Trainer::resumable_here() const {
+  // torch_data's crops and flips are not a function of the batch: its epochs cannot be continued
+  // part-way.
+  return config_.data.loader != LoaderKind::TorchData || state_.batch_in_epoch == 0;
+}
+
+void Trainer::save() {
+  // The last checkpoint is kept rather than replaced by one that cannot be resumed.
+  if (!config_.checkpoint.enabled || !resumable_here()) return;
+  // A part-way epoch's sums are every rank's: the checkpoint holds them all (each rank calls
+  // save() at the same step), and a resume gives them to rank 0 alone (resume()).
+  TrainState saved = state_;
+  if (group_ && state_.batch_in_epoch > 0) {
+    saved.loss_sum = state_.loss_sum.clone();
+    saved.correct = state_.correct.clone();
+    auto seen = torch::full({}, state_.seen, torch::TensorOptions(torch::kInt64).device(device_));
+    all_reduce_sum({saved.loss_sum, saved.correct, seen});
+    saved.seen = seen.item<int64_t>();
+  }
+  if (!run_) return;  // only rank 0 writes
+  saved.world_size = group_ ? group_->world_size() : 1;
+  saved.batch_size = config_.training.batch_size;
+  if (parts_.scaler.enabled()) {
+    saved.grad_scale = parts_.scaler.scale_state();
+    saved.growth_tracker = parts_.scaler.growth_tracker_state();
+  }
+  save_checkpoint(run_->checkpoint_path(), *parts_.model, *parts_.optimizer, saved, config_yaml_,
+                  parts_.ema ? parts_.ema->average().get() : nullptr);
+}
+
+}  // namespace training

@@ -1,0 +1,21 @@
+// Durations as people read them: "1:02:03", "4:05" (hours only when there are any).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace training {
+
+inline std::string format_duration(double seconds) {
+  const auto total = static_cast<long>(seconds + 0.5);
+  char text[32];
+  if (total >= 3600) {
+    std::snprintf(text, sizeof text, "%ld:%02ld:%02ld", total / 3600, total / 60 % 60, total % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%ld:%02ld", total / 60, total % 60);
+  }
+  return text;
+}
+
+}  // namespace training
