@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "data/split.h"
+#include "training/convert_command.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/distributed.h"
@@ -18,15 +19,14 @@
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
 #include "training/platform/stop_signal.h"
-#include "training/run_dir.h"
-#include "training/run_report.h"
+#include "training/run/run_dir.h"
+#include "training/run/run_report.h"
 #include "training/studies/bench_loader.h"
 #include "training/studies/bench_matmul.h"
 #include "training/studies/compare_runs.h"
 #include "training/studies/memory_report.h"
 #include "training/studies/plan.h"
 #include "training/studies/sweep.h"
-#include "training/convert_command.h"
 #include "training/train_command.h"
 
 namespace {
@@ -334,8 +334,7 @@ CLI::App* add_convert_command(CLI::App& app, Arguments& a) {
       "convert",
       "Write image folders (ROOT/train/<class>/, ROOT/test/<class>/) as CIFAR-10 binary batches, "
       "read exactly as train reads them");
-  convert->add_option("root", a.convert.root, "The data root holding train/ and test/")
-      ->required();
+  convert->add_option("root", a.convert.root, "The data root holding train/ and test/")->required();
   auto* output = convert->add_option(
       "output", a.convert.output,
       "The folder to create (data_batch_1..5.bin, test_batch.bin, batches.meta.txt)");
@@ -375,7 +374,8 @@ __attribute__((section(".preinit_array"),
 int main(int argc, char** argv) {
   CLI::App app{
       "Train ResNet on CIFAR-10 with LibTorch and measure memory and speed.\n"
-      "Without a subcommand: train. Subcommands: sweep, memory, plan, compare, report, convert, bench."};
+      "Without a subcommand: train. Subcommands: sweep, memory, plan, compare, report, convert, "
+      "bench."};
   app.footer(kExamples);
   app.require_subcommand(0, 1);
   Arguments a;

@@ -22,32 +22,6 @@ fs::path binary_dir(const fs::path& root) {
   return fs::is_directory(nested) ? nested : root;
 }
 
-// A class's index is its folder's position among the split's class folders, so both splits must
-// have the same class folders: one missing in a split would shift every later label by one.
-void check_same_classes(const fs::path& root) {
-  std::error_code ec;
-  if (!fs::is_directory(root / "train", ec) || !fs::is_directory(root / "test", ec)) return;
-  const auto train = image_folder_classes(root / "train");
-  const auto test = image_folder_classes(root / "test");
-  if (train == test) return;
-  std::vector<std::string> missing, extra;
-  std::set_difference(train.begin(), train.end(), test.begin(), test.end(),
-                      std::back_inserter(missing));
-  std::set_difference(test.begin(), test.end(), train.begin(), train.end(),
-                      std::back_inserter(extra));
-  auto list = [](const std::vector<std::string>& names) {
-    std::string text;
-    for (const auto& name : names) text += (text.empty() ? "'" : ", '") + name + "'";
-    return text;
-  };
-  throw DataError((root / "test").string() + ": its class folders differ from " +
-                  (root / "train").string() + "'s (" +
-                  (missing.empty() ? "" : "missing " + list(missing)) +
-                  (missing.empty() || extra.empty() ? "" : "; ") +
-                  (extra.empty() ? "" : "extra " + list(extra)) +
-                  "); a class's label is its folder's position, so every later label would shift");
-}
-
 std::string how_to_get_data(const fs::path& root) {
   return "run `scripts/get-data.sh --root " + root.string() + "` to download or unpack CIFAR-10";
 }
@@ -101,7 +75,7 @@ Split load_split(const DataOptions& options, SplitName which) {
       if (!fs::is_directory(dir)) {
         throw DataError(dir.string() + ": folder not found; " + how_to_get_data(root));
       }
-      check_same_classes(root);
+      check_same_class_folders(root);
       return read_image_folder(dir, limit);
     }
     case Source::Auto:

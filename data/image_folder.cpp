@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 
 #include "build_config.h"
 
 #ifdef TRAIN_HAVE_OPENCV
+#include <opencv2/core/utils/logger.hpp>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 #endif
@@ -37,6 +39,30 @@ std::vector<std::string> image_folder_classes(const fs::path& dir) {
   }
   std::sort(classes.begin(), classes.end());
   return classes;
+}
+
+void check_same_class_folders(const fs::path& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root / "train", ec) || !fs::is_directory(root / "test", ec)) return;
+  const auto train = image_folder_classes(root / "train");
+  const auto test = image_folder_classes(root / "test");
+  if (train == test) return;
+  std::vector<std::string> missing, extra;
+  std::set_difference(train.begin(), train.end(), test.begin(), test.end(),
+                      std::back_inserter(missing));
+  std::set_difference(test.begin(), test.end(), train.begin(), train.end(),
+                      std::back_inserter(extra));
+  auto list = [](const std::vector<std::string>& names) {
+    std::string text;
+    for (const auto& name : names) text += (text.empty() ? "'" : ", '") + name + "'";
+    return text;
+  };
+  throw DataError((root / "test").string() + ": its class folders differ from " +
+                  (root / "train").string() + "'s (" +
+                  (missing.empty() ? "" : "missing " + list(missing)) +
+                  (missing.empty() || extra.empty() ? "" : "; ") +
+                  (extra.empty() ? "" : "extra " + list(extra)) +
+                  "); a class's label is its folder's position, so every later label would shift");
 }
 
 // Round-robin over the classes so that any prefix of the list is class-balanced.
@@ -105,9 +131,12 @@ Split read_image_folder(const fs::path& dir, int64_t limit) {
   throw DataError(dir.string() +
                   ": this build has no OpenCV, so image folders cannot be decoded; convert them "
                   "where train has OpenCV (`train convert " +
-                  dir.parent_path().string() + " OUT`, then data.root: OUT) or rebuild with OpenCV");
+                  dir.parent_path().string() +
+                  " OUT`, then data.root: OUT) or rebuild with OpenCV");
 #else
   const auto images = list_image_folder(dir);
+  // OpenCV's own warnings (a 32-bit TIFF's) would come before the one-line error.
+  cv::utils::logging::setLogLevel(cv::utils::logging::LOG_LEVEL_SILENT);
   const int64_t count = limit > 0 ? std::min<int64_t>(limit, images.size()) : images.size();
   Split split{torch::empty({count, kChannels, kImageSide, kImageSide}, torch::kUInt8),
               torch::empty({count}, torch::kInt64)};

@@ -18,6 +18,11 @@ bool image_folders_supported();
 // Sorted class folder names under `dir`.
 std::vector<std::string> image_folder_classes(const std::filesystem::path& dir);
 
+// A class's index is its folder's position among the split's class folders, so both splits of
+// `root` (train/ and test/, where both are folders) must have the same class folders: one missing
+// in a split would shift every later label by one. Throws DataError naming what differs.
+void check_same_class_folders(const std::filesystem::path& root);
+
 // One image of a split and its label (its class folder's position), in the order train reads.
 struct LabelledFile {
   std::filesystem::path file;
@@ -29,8 +34,8 @@ struct LabelledFile {
 // DataError for a symbolic link to nothing, a folder with no class sub-folders, or no images.
 std::vector<LabelledFile> list_image_folder(const std::filesystem::path& dir);
 
-// Decodes up to `limit` images (0 = all) of list_image_folder(dir). Throws DataError naming the file for an undecodable
-// image, an image that is not 32x32, or a folder with no class sub-folders.
+// Decodes up to `limit` images (0 = all) of list_image_folder(dir). Throws DataError naming the
+// file for an undecodable image, an image that is not 32x32, or a folder with no class sub-folders.
 Split read_image_folder(const std::filesystem::path& dir, int64_t limit = 0);
 
 }  // namespace data

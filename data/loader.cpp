@@ -162,7 +162,7 @@ void BatchLoader::produce(int64_t first_batch) {
   try {
     for (int64_t b = first_batch; b < batches_per_epoch(); ++b) {
       profiler.follow();
-      Prepared prepared{prepare(b), nullptr};
+      Prepared prepared{prepare(b), nullptr, b};
       if (accelerator) {
         prepared.ready = std::make_unique<c10::Event>(device.type());
         prepared.ready->record(accelerator->getStream(device));
@@ -186,8 +186,10 @@ void BatchLoader::produce(int64_t first_batch) {
 
 std::optional<Batch> BatchLoader::next() {
   if (options_.prefetch() == 0) {
-    if (next_batch_ >= batches_per_epoch()) return end_of_epoch();
-    return prepare(next_batch_++);
+    if (next_batch_ >= batches_per_epoch()) return std::nullopt;
+    auto batch = prepare(next_batch_++);
+    if (next_batch_ == batches_per_epoch()) release_order();
+    return batch;
   }
   Prepared prepared;
   {
@@ -195,8 +197,7 @@ std::optional<Batch> BatchLoader::next() {
     changed_.wait(lock, [&] { return !ready_.empty() || produced_all_; });
     if (ready_.empty()) {
       if (error_) std::rethrow_exception(error_);
-      lock.unlock();
-      return end_of_epoch();  // the producer has made every batch: it reads order_ no more
+      return std::nullopt;
     }
     prepared = std::move(ready_.front());
     ready_.pop_front();
@@ -211,15 +212,16 @@ std::optional<Batch> BatchLoader::next() {
     prepared.batch.images.record_stream(consumer);
     prepared.batch.labels.record_stream(consumer);
   }
+  // The last batch: the producer is done with the order, and (above) this stream waits for it.
+  if (prepared.index == batches_per_epoch() - 1) release_order();
   return std::move(prepared.batch);
 }
 
-std::optional<Batch> BatchLoader::end_of_epoch() {
+void BatchLoader::release_order() {
   // The epoch's order is not kept past its last batch: a loader between epochs (the test loader
   // during training) holds nothing, so a resumed process, whose test loader has not run yet,
   // measures the same training peak as the process that ran the last evaluation.
   order_ = torch::Tensor();
-  return std::nullopt;
 }
 
 void BatchLoader::stop_producer() {

@@ -107,18 +107,19 @@ class BatchLoader : public Loader {
   struct Prepared {
     Batch batch;
     std::unique_ptr<c10::Event> ready;
+    int64_t index = 0;  // the batch's place in the epoch
   };
 
   Batch prepare(int64_t batch_index) const;
   void produce(int64_t first_batch);
   void stop_producer();
-  std::optional<Batch> end_of_epoch();
+  void release_order();
 
   Split split_;  // on the CPU, or on the device when device_resident
   LoaderOptions options_;
   Normalizer normalize_;
   torch::Tensor order_;  // this epoch's samples for this shard, int64 on the split's device
-                         // (released after the epoch's last batch: end_of_epoch)
+                         // (released with the epoch's last batch: release_order)
   int64_t epoch_ = 0;
   int64_t next_batch_ = 0;
 

@@ -95,7 +95,7 @@ def main(argv=None):
         parser.error("--pairs, --batches, --steps and --threads must be at least 1")
     args.train_limit = max(64 * args.steps, 64 * args.batches, 1280)
     data = script_support.bench_arguments(args, has_batches)
-    root = binary_root(Path(args.data, args.train), args.jpeg, args.train)
+    root = binary_root(Path(args.data), args.jpeg, args.train)
 
     pipeline = {key: [] for key in LOADERS}
     training = {key: [] for key in LOADERS}

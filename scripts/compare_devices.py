@@ -49,7 +49,7 @@ from pathlib import Path
 import script_support
 
 REPO = Path(__file__).resolve().parents[1]
-WARMUP_STEPS = 5  # the trainer's warm-up (training/trainer.h, Trainer::kWarmupSteps)
+WARMUP_STEPS = 5  # the trainer's warm-up (training/loop/trainer.h, Trainer::kWarmupSteps)
 MIN_STEADY_STEPS = 10
 SEED_SETTINGS = ["model.arch=resnet50", "model.stem=imagenet", "model.num_classes=1000", "training.batch_size=32",
                  "training.precision=fp32", "training.memory_format=contiguous"]

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import warnings
 import urllib.request
 from pathlib import Path
 
@@ -52,6 +53,9 @@ RECORD_BYTES = 1 + 3 * 32 * 32
 # Pillow modes whose 8-bit pixels Pillow's RGB conversion and OpenCV's IMREAD_COLOR agree on
 # (alpha dropped, grey replicated, a palette looked up); anything else (16-bit, CMYK, ...) is refused.
 PILLOW_MODES = {"RGB", "RGBA", "L", "LA", "P"}
+# Formats both decode (OpenCV's imgcodecs reads no GIF, ICO, PCX or TGA: train refuses them).
+PILLOW_FORMATS = {"JPEG", "PNG", "BMP", "TIFF", "WEBP", "PPM"}
+EXIF_ORIENTATION = 0x0112  # OpenCV turns the image as this tag says; Pillow does not
 
 Refused = script_support.BadInput  # a problem the user can fix: one line, exit 2
 
@@ -234,7 +238,8 @@ def run_train(train, args):
     if not (train.is_file() and os.access(train, os.X_OK)):
         raise Refused(f"--to-binary converts with `train convert`, and {train} is not an executable "
                       "file: build it (scripts/setup.sh) or name it with --train")
-    proc = subprocess.run([str(train), *args], capture_output=True, text=True)
+    proc = subprocess.run([os.path.abspath(train), *args], capture_output=True, text=True,
+                          errors="surrogateescape")
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit {proc.returncode}"]
         raise Refused(re.sub(r"^(\[[^]]*\] )+", "", lines[-1]))
@@ -249,31 +254,43 @@ def decode_with_pillow(listing, out_dir):
         from PIL import Image
     except ImportError as e:
         raise Refused(f"--decode-with-pillow needs numpy and Pillow ({e}); run scripts/setup.sh first")
+    lines = [json.loads(line) for line in listing.splitlines() if line]
+    classes, rows = lines[0]["classes"], lines[1:]
     out_dir.mkdir(parents=True)
-    rows = [json.loads(line) for line in listing.splitlines() if line]
-    classes = {}
     for split, names in (("train", [f"data_batch_{i}.bin" for i in range(1, 6)]), ("test", ["test_batch.bin"])):
         order = [row for row in rows if row["split"] == split]
         records = np.empty((len(order), RECORD_BYTES), dtype=np.uint8)
         for n, row in enumerate(order):
-            try:
-                with Image.open(row["file"]) as image:
-                    if image.mode not in PILLOW_MODES:
-                        raise Refused(f"{row['file']}: Pillow reads it as mode {image.mode}, which Pillow and train's "
-                                      "OpenCV may decode to different pixels; convert with `train convert` where "
-                                      "train has OpenCV")
-                    pixels = np.asarray(image.convert("RGB"))
-            except OSError as e:
-                raise Refused(f"{row['file']}: not a decodable image ({e})")
-            if pixels.shape != (32, 32, 3):
-                raise Refused(f"{row['file']}: image is {pixels.shape[1]}x{pixels.shape[0]}, expected 32x32")
             records[n, 0] = row["label"]
-            records[n, 1:] = pixels.transpose(2, 0, 1).reshape(-1)
-            classes[row["label"]] = row["class"]
+            records[n, 1:] = pillow_pixels(Image, np, row["file"]).transpose(2, 0, 1).reshape(-1)
         for name, chunk in zip(names, np.array_split(records, len(names))):
             chunk.tofile(out_dir / name)
         print(f"{split}: {len(order)} images -> {', '.join(names)} (decoded with Pillow)")
-    (out_dir / "batches.meta.txt").write_text("".join(classes[label] + "\n" for label in sorted(classes)))
+    (out_dir / "batches.meta.txt").write_text("".join(name + "\n" for name in classes))
+
+
+def pillow_pixels(Image, np, file):
+    """One image as 32x32x3 uint8, refused where Pillow and train's OpenCV may disagree."""
+    def differs(why):
+        return Refused(f"{file}: {why}, which Pillow and train's OpenCV may decode to different pixels; "
+                       "convert with `train convert` where train has OpenCV")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Pillow's DecompressionBombWarning: refused below
+            with Image.open(file) as image:
+                if image.format not in PILLOW_FORMATS:
+                    raise Refused(f"{file}: not a decodable image (train reads no {image.format})")
+                if image.size != (32, 32):
+                    raise Refused(f"{file}: image is {image.size[0]}x{image.size[1]}, expected 32x32")
+                if image.mode not in PILLOW_MODES:
+                    raise differs(f"Pillow reads it as mode {image.mode}")
+                if image.getexif().get(EXIF_ORIENTATION, 1) != 1:
+                    raise differs("it has an EXIF orientation that OpenCV applies and Pillow does not")
+                return np.asarray(image.convert("RGB"))
+    except Refused:
+        raise
+    except Exception as e:  # noqa: BLE001: Pillow raises OSError, SyntaxError, DecompressionBombError...
+        raise Refused(f"{file}: not a decodable image ({' '.join(str(e).split())})")
 
 
 def convert_to_binary(image_root, out_dir, train, pillow=False):
@@ -283,6 +300,9 @@ def convert_to_binary(image_root, out_dir, train, pillow=False):
         decode_with_pillow(run_train(train, ["convert", str(image_root), "--list"]), out_dir)
     else:
         print(run_train(train, ["convert", str(image_root), str(out_dir)]), end="")
+    missing = [n for n in BIN_FILES if not (out_dir / n).is_file()]
+    if missing:
+        raise Refused(f"{train} convert exited 0 but wrote no {', '.join(missing)} into {out_dir}")
 
 
 def copy(source, destination):

@@ -78,7 +78,7 @@ FAST_THRESHOLDS = (0.90, 0.93, 0.94, 0.95)
 
 def time_to_accuracy(rows):
     """{threshold: seconds} of training + evaluation until the test accuracy first reached it
-    (train's own definition, training/epoch_record.cpp); None where it never did."""
+    (train's own definition, training/run/epoch_record.cpp); None where it never did."""
     reached = {}
     for threshold in FAST_THRESHOLDS:
         seconds, reached[threshold] = 0.0, None

@@ -9,6 +9,7 @@ TRAIN_DEBUG=1 shows the traceback instead (for developing the scripts).
 import json
 import math
 import os
+import signal
 import stat
 import sys
 from pathlib import Path
@@ -18,9 +19,15 @@ class BadInput(Exception):
     """Input the user can fix: run() prints its message alone on one line and returns 2."""
 
 
+def _stop(signum, frame):
+    raise KeyboardInterrupt
+
+
 def run(name, main, *args):
     """Calls main(*args) and returns its exit code; an exception becomes one line and exit 2,
-    Ctrl-C exit 130."""
+    Ctrl-C or SIGTERM exit 130 (either unwinds: temporary folders are removed, a child started
+    with subprocess.run is killed)."""
+    signal.signal(signal.SIGTERM, _stop)
     try:
         return main(*args)
     except KeyboardInterrupt:

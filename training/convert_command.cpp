@@ -1,11 +1,14 @@
 #include "training/convert_command.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -22,11 +25,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Train's own checks before anything is decoded: the root holds both splits' folders, with the
-// same class folders (data::load_split's), at most the 10 labels a record's byte may hold.
+constexpr const char* kTemporaryPrefix = ".train-convert.";  // + pid + "." + 6 random characters
+
+data::DataOptions images_at(const fs::path& root) {
+  return data::DataOptions().source(data::Source::Images).root(root.string());
+}
+
+// Train's own checks before anything is decoded (data::load_split's: the root holds both splits'
+// folders with the same class folders), and the format's: at most the 10 labels a record's byte
+// holds, names that batches.meta.txt can hold one per line.
 std::vector<std::string> checked_classes(const fs::path& root) {
-  const auto options = data::DataOptions().source(data::Source::Images).root(root.string());
-  data::resolve_source(options);  // a file as the root
+  data::resolve_source(images_at(root));  // a file as the root
   for (const char* split : {"train", "test"}) {
     std::error_code ec;
     if (!fs::is_directory(root / split, ec)) {
@@ -35,40 +44,122 @@ std::vector<std::string> checked_classes(const fs::path& root) {
                             "train/<class>/<image> and test/<class>/<image>");
     }
   }
+  data::check_same_class_folders(root);
   const auto classes = data::image_folder_classes(root / "train");
   if (classes.size() > static_cast<size_t>(data::kNumClasses)) {
     throw data::DataError((root / "train").string() + ": " + std::to_string(classes.size()) +
                           " class folders; the binary format holds labels 0..9");
   }
+  for (const auto& name : classes) {
+    if (name.find_first_of("\n\r") != std::string::npos) {
+      throw data::DataError((root / "train" / name).string() +
+                            ": a class folder whose name holds a line break; batches.meta.txt "
+                            "holds one class name per line: rename it");
+    }
+  }
   return classes;
 }
 
+// One JSON line; a name that is not UTF-8 cannot be written in JSON and is named instead.
+std::string json_line(const nlohmann::ordered_json& line, const fs::path& file) {
+  try {
+    return line.dump();
+  } catch (const nlohmann::json::exception&) {
+    throw data::DataError(file.string() +
+                          ": a name that is not UTF-8, which the listing (JSON) cannot carry; "
+                          "rename it, or convert with train convert where train has OpenCV");
+  }
+}
+
 void print_listing(const fs::path& root, const std::vector<std::string>& classes) {
+  std::string text = json_line({{"classes", classes}}, root / "train") + "\n";
   for (const char* split : {"train", "test"}) {
     for (const auto& image : data::list_image_folder(root / split)) {
-      std::cout << nlohmann::json{{"split", split},
-                                  {"label", image.label},
-                                  {"class", classes[image.label]},
-                                  {"file", image.file.string()}}
-                       .dump()
-                << '\n';
+      text += json_line({{"split", split},
+                         {"label", image.label},
+                         {"class", classes[image.label]},
+                         {"file", image.file.string()}},
+                        image.file) +
+              "\n";
     }
   }
-  std::cout.flush();
+  std::cout << text << std::flush;
   if (!std::cout) throw_write_error("standard output", errno);
 }
 
-// Where the output is written before it is renamed into place: hidden, beside it, this process's.
-fs::path temporary_for(const fs::path& output) {
-  return output.parent_path() / ("." + output.filename().string() + ".tmp" +
-                                 std::to_string(::getpid()));
+bool is_ours(const fs::path& file) {  // what a conversion writes into its temporary folder
+  const auto name = file.filename().string();
+  return name == "batches.meta.txt" || name == "test_batch.bin" ||
+         name.rfind("data_batch_", 0) == 0 || is_temporary_of(file, "test_batch.bin") ||
+         name.rfind(".data_batch_", 0) == 0 || is_temporary_of(file, "batches.meta.txt");
+}
+
+// Removes a temporary folder of a conversion: only the files a conversion writes, then the folder
+// (which stays when it holds anything else). (The pip LibTorch's std::filesystem::remove_all is
+// not safe to call: tests/test_support.h.)
+void remove_work(const fs::path& work) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(work, ec)) {
+    if (is_ours(entry.path())) fs::remove(entry.path(), ec);
+  }
+  fs::remove(work, ec);
+}
+
+// The temporary folders that conversions killed before they could remove them left in `parent`
+// (their process is gone).
+void remove_stale_work(const fs::path& parent) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(parent, ec)) {
+    const auto name = entry.path().filename().string();
+    if (name.rfind(kTemporaryPrefix, 0) != 0 || !entry.is_directory(ec)) continue;
+    const long pid = std::strtol(name.c_str() + std::strlen(kTemporaryPrefix), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      remove_work(entry.path());
+    }
+  }
+}
+
+// The folder to create, as given (the kernel resolves it as mkdir would), without trailing
+// slashes.
+fs::path output_path(const std::string& given) {
+  std::string text = given;
+  while (text.size() > 1 && text.back() == '/') text.pop_back();
+  const fs::path output = text;
+  const auto name = output.filename();
+  if (name.empty() || name == "." || name == ".." || text == "/") {
+    throw UserError(given + ": expected the path of a folder to create");
+  }
+  std::error_code ec;
+  const auto status = fs::symlink_status(output, ec);
+  if (ec && status.type() != fs::file_type::not_found) {
+    throw UserError(output.string() + ": cannot be created (" + ec.message() + ")");
+  }
+  if (status.type() != fs::file_type::not_found) {
+    throw UserError(output.string() + ": already there; train convert writes a new folder and " +
+                    "replaces nothing (give a path that does not exist)");
+  }
+  const fs::path parent = output.has_parent_path() ? output.parent_path() : fs::path(".");
+  if (!fs::is_directory(parent, ec)) {
+    throw UserError(parent.string() + ": no such folder to create " + name.string() + " in");
+  }
+  remove_stale_work(parent);
+  return output;
+}
+
+// A new folder of this process beside `output`, never one that exists already.
+fs::path make_work(const fs::path& output) {
+  const fs::path parent = output.has_parent_path() ? output.parent_path() : fs::path(".");
+  std::string name =
+      (parent / (std::string(kTemporaryPrefix) + std::to_string(::getpid()) + ".XXXXXX")).string();
+  if (::mkdtemp(name.data()) == nullptr) throw_write_error(output, errno);
+  return name;
 }
 
 // Renames the finished folder into place, unless something appeared there meanwhile.
 void rename_into_place(const fs::path& from, const fs::path& to) {
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return;
   const int error = errno;
-  if (error == EEXIST) {
+  if (error == EEXIST || error == ENOTEMPTY) {
     throw UserError(to.string() + ": appeared while converting; train convert replaces nothing, " +
                     "so the conversion was not kept");
   }
@@ -90,14 +181,6 @@ void write_split(const data::Split& split, const std::vector<fs::path>& files) {
   }
 }
 
-// Removes the temporary folder: it holds only files this process wrote (the pip LibTorch's copy
-// of std::filesystem::remove_all is not safe to call: tests/test_support.h).
-void remove_work(const fs::path& work) {
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(work, ec)) fs::remove(entry.path(), ec);
-  fs::remove(work, ec);
-}
-
 std::string class_names(const std::vector<std::string>& classes) {
   std::string text;
   for (const auto& name : classes) text += name + "\n";
@@ -113,19 +196,7 @@ int convert_command(const ConvertRequest& request) {
     print_listing(root, classes);
     return kExitOk;
   }
-  const fs::path output = fs::path(request.output).lexically_normal();
-  if (output.filename().empty() || output.filename() == "." || output.filename() == "..") {
-    throw UserError(request.output + ": expected the path of a folder to create");
-  }
-  std::error_code ec;
-  if (fs::symlink_status(output, ec).type() != fs::file_type::not_found) {
-    throw UserError(output.string() + ": already there; train convert writes a new folder and " +
-                    "replaces nothing (give a path that does not exist)");
-  }
-  if (!output.parent_path().empty() && !fs::is_directory(output.parent_path(), ec)) {
-    throw UserError(output.parent_path().string() + ": no such folder to create " +
-                    output.filename().string() + " in");
-  }
+  const fs::path output = output_path(request.output);
   if (!data::image_folders_supported()) {
     throw data::DataError(root.string() +
                           ": this build has no OpenCV, so train convert cannot decode images; run "
@@ -134,33 +205,32 @@ int convert_command(const ConvertRequest& request) {
                           "Pillow's pixels)");
   }
   install_stop_handlers();
-  const auto work = temporary_for(output);
-  fs::create_directory(work);
+  // Both splits are read (and refused as train refuses them) before anything is written.
+  const auto train = data::load_split(images_at(root), data::SplitName::Train);
+  const auto test = data::load_split(images_at(root), data::SplitName::Test);
+  if (stop_requested()) {
+    spdlog::warn("convert: stopped; nothing was written to {}", output.string());
+    return kExitStopped;
+  }
+  const auto work = make_work(output);
   try {
-    const auto options = data::DataOptions().source(data::Source::Images).root(root.string());
-    for (const bool train : {true, false}) {
-      const auto split = data::load_split(options, train ? data::SplitName::Train
-                                                         : data::SplitName::Test);
-      if (stop_requested()) break;
-      write_split(split, data::binary_batch_files(work, train));
-      spdlog::info("convert: {}: {} images -> {}", (root / (train ? "train" : "test")).string(),
-                   split.size(), train ? "data_batch_1..5.bin" : "test_batch.bin");
-    }
-    if (!stop_requested()) {
-      write_file_atomically(work / "batches.meta.txt", class_names(classes));
-      rename_into_place(work, output);
-    }
+    write_split(train, data::binary_batch_files(work, true));
+    write_split(test, data::binary_batch_files(work, false));
+    write_file_atomically(work / "batches.meta.txt", class_names(classes));
+    if (!stop_requested()) rename_into_place(work, output);
   } catch (...) {
     remove_work(work);
     throw;
   }
-  if (stop_requested()) {
+  if (!fs::exists(output)) {  // stopped before the rename: nothing is left
     remove_work(work);
     spdlog::warn("convert: stopped; nothing was written to {}", output.string());
     return kExitStopped;
   }
-  spdlog::info("convert: {} ready ({} classes: data.root: {})", output.string(), classes.size(),
-               output.string());
+  spdlog::info(
+      "convert: {} ready: {} training images (data_batch_1..5.bin), {} test images "
+      "(test_batch.bin), {} classes; use it as data.root",
+      output.string(), train.size(), test.size(), classes.size());
   return kExitOk;
 }
 

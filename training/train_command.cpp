@@ -10,18 +10,19 @@
 #include <regex>
 
 #include "data/dataset.h"
-#include "training/checkpoint_io.h"
-#include "training/config.h"
-#include "training/memory_format.h"
-#include "training/output_dir.h"
+#include "training/config/config.h"
+#include "training/loop/trainer.h"
+#include "training/parts/memory_format.h"
 #include "training/platform/device.h"
 #include "training/platform/distributed.h"
 #include "training/platform/errors.h"
+#include "training/platform/heartbeat.h"
 #include "training/platform/memory.h"
 #include "training/platform/stop_signal.h"
-#include "training/run_dir.h"
-#include "training/run_report.h"
-#include "training/trainer.h"
+#include "training/run/checkpoint_io.h"
+#include "training/run/output_dir.h"
+#include "training/run/run_dir.h"
+#include "training/run/run_report.h"
 
 namespace training {
 
@@ -251,7 +252,9 @@ LoadedData load_data(const Config& config) {
                             std::string(source_description(loaded.source)) +
                             "); lower data.train_limit or data.synthetic_train_size");
   try {
+    Heartbeat beat(std::string("data: reading ") + source_description(loaded.source), 2, "splits");
     loaded.train = data::load_split(dataset, data::SplitName::Train);
+    beat.advance(1);
     loaded.test = data::load_split(dataset, data::SplitName::Test);
   } catch (const std::bad_alloc&) {
     throw no_room;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "training/config.h"
+#include "training/config/config.h"
 #include "training/platform/errors.h"
 
 namespace training {

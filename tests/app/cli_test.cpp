@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "app/cli_support.h"
-#include "training/epoch_record.h"
 #include "training/platform/tensorboard.h"
+#include "training/run/epoch_record.h"
 
 namespace {
 

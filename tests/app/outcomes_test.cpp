@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "app/cli_support.h"
-#include "training/epoch_record.h"
 #include "training/platform/tensorboard.h"
+#include "training/run/epoch_record.h"
 
 namespace {
 

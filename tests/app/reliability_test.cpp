@@ -370,6 +370,41 @@ TEST(Reliability, AResumeKeepsTheRowOfAnEpochMaxStepsEndedPartWay) {
   EXPECT_EQ(steps, (std::vector<int64_t>{4, 8}));  // 128 images / batch 32, two epochs
 }
 
+// Round 3: the first epoch trained after a resume reported a training peak 512 B below the
+// uninterrupted run's: the test loader's order of its 64 images, held from the last evaluation on
+// in the uninterrupted process, not yet in the resumed one. Each run is its own process here, as
+// a user's are; at an epoch boundary and part-way through an epoch.
+TEST(Reliability, AResumedRunMeasuresTheMemoryPeaksOfTheUninterruptedOne) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir, 2).string();
+  const std::string layout = " --set training.memory_format=contiguous";  // auto times both
+  auto peaks = [](const fs::path& run) {
+    std::vector<std::vector<int64_t>> rows;
+    std::ifstream in(run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const auto row = nlohmann::json::parse(line);
+      rows.push_back({row.at("step").get<int64_t>(), row.at("train_peak_allocated_bytes"),
+                      row.at("eval_peak_allocated_bytes"), row.at("peak_allocated_bytes")});
+    }
+    return rows;
+  };
+  ASSERT_EQ(
+      run_train("--config " + config + " --output-dir " + (dir / "straight").string() + layout)
+          .code,
+      0);
+  for (const std::string bound : {"training.epochs=1", "training.max_steps=6"}) {
+    const auto run = dir / ("cut-" + std::to_string(bound.size()));
+    ASSERT_EQ(run_train("--config " + config + " --output-dir " + run.string() + layout +
+                        " --set " + bound)
+                  .code,
+              0);
+    const std::string lifted =
+        bound == "training.epochs=1" ? "training.epochs=2" : "training.max_steps=0";
+    ASSERT_EQ(run_train("--resume " + run.string() + " --set " + lifted).code, 0);
+    EXPECT_EQ(peaks(run), peaks(dir / "straight")) << bound;
+  }
+}
+
 // Round 3: `train plan --from` plans from a sweep already run; the flags that set up its small
 // sweep were ignored without a word, and are refused (as --config is).
 TEST(Reliability, PlanFromASweepRefusesTheSmallSweepsFlags) {

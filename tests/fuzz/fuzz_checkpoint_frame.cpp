@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "training/checkpoint_io.h"
 #include "training/platform/errors.h"
+#include "training/run/checkpoint_io.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "training/config.h"
+#include "training/config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

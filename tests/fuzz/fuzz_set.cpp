@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "training/config.h"
+#include "training/config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::istringstream lines(std::string(reinterpret_cast<const char*>(data), size));

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import unittest
 from pathlib import Path
 from unittest import mock
@@ -174,6 +175,75 @@ class GetDataTest(unittest.TestCase):
             self.assertEqual(code, 2)
             self.assertIn("test: class folders hold no images", err)
             self.assertFalse((self.dir / "root").exists() and any((self.dir / "root").iterdir()))
+
+    @needs_train
+    def test_pillow_keeps_trains_class_list_and_refuses_what_opencv_reads_otherwise(self):
+        from PIL import Image
+        make_image_folder(self.dir / "src", classes=("airplane", "bird", "cat"))
+        for split in ("train", "test"):  # an empty class keeps its name and label
+            for image in (self.dir / "src" / split / "bird").iterdir():
+                image.unlink()
+        for name, pillow in (("train", []), ("pillow", ["--decode-with-pillow"])):
+            code, err = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / name), "--to-binary",
+                                      "--train", TRAIN, *pillow)
+            self.assertEqual(code, 0, err)
+        meta = (self.dir / "train/cifar-10-batches-bin/batches.meta.txt").read_text()
+        self.assertEqual(meta, "airplane\nbird\ncat\n")
+        self.assertEqual((self.dir / "pillow/cifar-10-batches-bin/batches.meta.txt").read_text(), meta)
+        # OpenCV turns an image by its EXIF orientation, Pillow does not; a GIF train cannot read.
+        exif = Image.Exif()
+        exif[0x0112] = 6
+        Image.new("RGB", (32, 32), (9, 9, 9)).save(self.dir / "src/test/cat/turned.jpg", exif=exif)
+        Image.new("P", (32, 32), 1).save(self.dir / "src/train/cat/anim.gif")
+        for image, said in (("src/test/cat/turned.jpg", "turned.jpg: it has an EXIF orientation"),
+                            ("src/train/cat/anim.gif", "anim.gif: not a decodable image (train reads no GIF)")):
+            others = [p for p in ("src/test/cat/turned.jpg", "src/train/cat/anim.gif") if p != image]
+            moved = {p: (self.dir / p).rename(self.dir / ("away-" + Path(p).name)) for p in others}
+            code, err = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / "root"), "--to-binary",
+                                      "--train", TRAIN, "--decode-with-pillow")
+            for p, away in moved.items():
+                away.rename(self.dir / p)
+            self.assertEqual(code, 2, err)
+            self.assertIn(said, err)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+
+    @needs_train
+    def test_a_relative_train_path_is_that_file_and_a_train_that_writes_nothing_is_refused(self):
+        make_image_folder(self.dir / "src")
+        shutil.copy(TRAIN, self.dir / "train")
+        cwd = os.getcwd()
+        os.chdir(self.dir)
+        try:
+            code, err = self.run_main("--from", "src", "--root", "root", "--to-binary", "--train", "./train")
+        finally:
+            os.chdir(cwd)
+        self.assertEqual(code, 0, err)
+        self.assertTrue((self.dir / "root/cifar-10-batches-bin/test_batch.bin").is_file())
+        fake = self.dir / "fake-train"
+        fake.write_text("#!/bin/sh\necho hi\n")
+        fake.chmod(0o755)
+        code, err = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / "root2"), "--to-binary",
+                                  "--train", str(fake))
+        self.assertEqual(code, 2)
+        self.assertIn("convert exited 0 but wrote no data_batch_1.bin", err)
+        self.assertFalse((self.dir / "root2").exists() and any((self.dir / "root2").iterdir()))
+
+    def test_sigterm_during_the_conversion_is_exit_130_and_leaves_no_work_folder(self):
+        make_image_folder(self.dir / "src")
+        fake = self.dir / "slow-train"  # a converter that is still working when the stop comes
+        fake.write_text(f"#!/bin/sh\ntouch {self.dir}/started\nexec sleep 60\n")
+        fake.chmod(0o755)
+        proc = subprocess.Popen([sys.executable, str(REPO / "scripts/get_data.py"), "--from", str(self.dir / "src"),
+                                 "--root", str(self.dir / "root"), "--to-binary", "--train", str(fake)],
+                                stderr=subprocess.PIPE, text=True)
+        for _ in range(600):
+            if (self.dir / "started").exists():
+                break
+            time.sleep(0.05)
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertEqual(sorted(p.name for p in self.dir.iterdir()), ["slow-train", "src", "started"])
 
     def test_to_binary_without_a_train_binary_says_how_to_get_one(self):
         make_image_folder(self.dir / "src")

@@ -8,10 +8,10 @@
 
 #include "data/dataset.h"
 #include "data/loader.h"
-#include "training/config.h"
-#include "training/optim.h"
+#include "training/config/config.h"
 #include "training/platform/distributed.h"
-#include "training/step.h"
+#include "training/step/optim.h"
+#include "training/step/step.h"
 
 int main(int argc, char** argv) {
   if (argc != 4) {

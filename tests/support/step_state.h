@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "training/step.h"
+#include "training/step/step.h"
 
 namespace test_support {
 

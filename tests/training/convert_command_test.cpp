@@ -1,6 +1,7 @@
 #include "training/convert_command.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -8,8 +9,9 @@
 #include "data/cifar10_binary.h"
 #include "data/dataset.h"
 #include "test_support.h"
-#include "tiny_run.h"
 #include "training/platform/errors.h"
+#include "training/tiny_run.h"
+
 
 #ifdef TRAIN_HAVE_OPENCV
 #include <opencv2/imgcodecs.hpp>
@@ -39,6 +41,14 @@ int convert(const fs::path& root, const fs::path& output) {
   return training::convert_command(request);
 }
 
+// A conversion of `root` into `output` as given (a string: a trailing slash stays).
+std::string convert_request_for_cleanup(const fs::path& root, const std::string& output) {
+  training::ConvertRequest request;
+  request.root = root.string();
+  request.output = output;
+  return refusal_of([&] { training::convert_command(request); });
+}
+
 // Everything under `dir`, as names relative to it.
 std::vector<std::string> entries(const fs::path& dir) {
   std::vector<std::string> names;
@@ -60,6 +70,32 @@ TEST(Convert, AFolderThatIsAlreadyThereIsNotReplaced) {
             std::string::npos)
       << message;
   EXPECT_EQ(entries(dir / "out"), (std::vector<std::string>{"mine.txt"}));
+}
+
+// The folder is created where mkdir would create it (a trailing slash is the same folder); a path
+// that cannot be created says why; a temporary folder a killed conversion left is removed, one of
+// a live process or holding other files is not.
+TEST(Convert, TheOutputIsTakenAsGivenAndStaleTemporariesOfDeadConversionsGo) {
+  test_support::TempDir dir;
+  fs::create_directories(dir / "root/train/a");
+  fs::create_directories(dir / "root/test/a");
+  EXPECT_NE(refusal_of([&] {
+              convert(dir / "root", dir / std::string(300, 'x'));
+            }).find(": cannot be created (File name too long)"),
+            std::string::npos);
+  fs::create_directories(dir / ".train-convert.999999999.abcdef");  // no such process
+  std::ofstream(dir / ".train-convert.999999999.abcdef/data_batch_1.bin") << "partial";
+  fs::create_directories(dir / ".train-convert.999999998.abcdef");
+  std::ofstream(dir / ".train-convert.999999998.abcdef/mine.txt") << "not ours";
+  const auto live = ".train-convert." + std::to_string(::getpid()) + ".abcdef";
+  fs::create_directories(dir / live);
+  std::ofstream(dir / live / "data_batch_1.bin") << "in progress";
+  // The root's images are missing, so the conversion itself is refused: after the clean-up.
+  convert_request_for_cleanup(dir / "root", dir.path().string() + "/out/");
+  EXPECT_FALSE(fs::exists(dir / ".train-convert.999999999.abcdef"));
+  EXPECT_TRUE(fs::exists(dir / ".train-convert.999999998.abcdef/mine.txt"));
+  EXPECT_FALSE(fs::exists(dir / ".train-convert.999999998.abcdef/data_batch_1.bin"));
+  EXPECT_TRUE(fs::exists(dir / live / "data_batch_1.bin"));
 }
 
 #ifdef TRAIN_HAVE_OPENCV
@@ -87,7 +123,8 @@ void write_image(const fs::path& file, const cv::Mat& image, const std::string& 
   std::vector<uint8_t> bytes;
   ASSERT_TRUE(cv::imencode(format.empty() ? file.extension().string() : format, image, bytes));
   std::ofstream(file, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
 }
 
 // A root in every form train accepts: PNG at 8 and 16 bits, JPEG, TIFF, WebP (lossless), BMP, a
@@ -137,8 +174,8 @@ TEST(Convert, TrainingOnTheFoldersAndOnTheirConversionGivesTheSameMetrics) {
   ASSERT_EQ(convert(dir / "root", dir / "bin"), training::kExitOk);
   std::vector<nlohmann::ordered_json> rows[2];
   int n = 0;
-  for (const auto& [source, root] : {std::pair{data::Source::Images, dir / "root"},
-                                     {data::Source::Binary, dir / "bin"}}) {
+  for (const auto& [source, root] :
+       {std::pair{data::Source::Images, dir / "root"}, {data::Source::Binary, dir / "bin"}}) {
     auto config = tiny_run::tiny("");
     config.data.dataset.source(source).root(root.string());
     config.training.epochs = 2;
@@ -186,8 +223,9 @@ TEST(Convert, WhatTrainRefusesIsRefusedAndNothingIsWritten) {
               train_says)
         << root;
   }
-  EXPECT_NE(refusal_of([&] { convert(dir / "eleven", dir / "eleven-bin"); })
-                .find("11 class folders; the binary format holds labels 0..9"),
+  EXPECT_NE(refusal_of([&] {
+              convert(dir / "eleven", dir / "eleven-bin");
+            }).find("11 class folders; the binary format holds labels 0..9"),
             std::string::npos);
   // Nothing beside the roots: no output folder, no temporary.
   EXPECT_EQ(entries(dir.path()).size(),

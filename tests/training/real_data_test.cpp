@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "test_support.h"
-#include "training/run_dir.h"
+#include "training/run/run_dir.h"
 #include "training/train_command.h"
 
 namespace {

@@ -8,9 +8,9 @@
 
 #include "data/dataset.h"
 #include "test_support.h"
-#include "training/config.h"
-#include "training/run_dir.h"
-#include "training/trainer.h"
+#include "training/config/config.h"
+#include "training/loop/trainer.h"
+#include "training/run/run_dir.h"
 
 namespace tiny_run {
 

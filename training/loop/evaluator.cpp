@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "training/platform/device.h"
@@ -105,8 +106,8 @@ void Evaluator::check_fits(models::ResNet& model, data::Loader& loader) {
     auto loss_sum = zero(torch::kFloat64, device_);
     auto correct = zero(torch::kInt64, device_);
     evaluating_ = true;
-    Heartbeat beat("evaluation probe: one test batch of " +
-                   std::to_string(batch->labels.size(0)) + " images before the first step");
+    Heartbeat beat("evaluation probe: one test batch of " + std::to_string(batch->labels.size(0)) +
+                   " images before the first step");
     add_batch(model, batch->images, batch->labels, loss_sum, correct);
     evaluating_ = false;
   }

@@ -19,7 +19,7 @@ struct Evaluation {
   double loss = 0;      // mean cross-entropy (no label smoothing)
   double accuracy = 0;  // top-1, in [0,1]
   double seconds = 0;
-  MemoryStats memory;   // the device's peaks during the evaluation (reset at its start)
+  MemoryStats memory;  // the device's peaks during the evaluation (reset at its start)
 };
 
 class Evaluator {

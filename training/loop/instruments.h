@@ -12,32 +12,21 @@
 
 namespace training {
 
-class ProfilerObserver final : public LoopObserver {
+// A window of steps: the profiler's (trace.json) or the allocator snapshot's
+// (memory_snapshot.pickle). Opened before the window's first step, closed after its last, or
+// when the loop ends before it.
+template <class Window>
+class StepWindowObserver final : public LoopObserver {
  public:
-  explicit ProfilerObserver(std::unique_ptr<StepProfiler> profiler)
-      : profiler_(std::move(profiler)) {}
-  void before_step(int64_t, int64_t step) override { profiler_->before_step(step); }
-  void after_step(int64_t step) override { profiler_->after_step(step); }
+  explicit StepWindowObserver(std::unique_ptr<Window> window) : window_(std::move(window)) {}
+  void before_step(int64_t step) override { window_->before_step(step); }
+  void after_step(int64_t step) override { window_->after_step(step); }
   void on_fit_end(int64_t step) override {
-    if (profiler_->active()) profiler_->finish_early(step);
+    if (window_->active()) window_->finish_early(step);
   }
 
  private:
-  std::unique_ptr<StepProfiler> profiler_;
-};
-
-class SnapshotObserver final : public LoopObserver {
- public:
-  explicit SnapshotObserver(std::unique_ptr<StepMemorySnapshot> snapshot)
-      : snapshot_(std::move(snapshot)) {}
-  void before_step(int64_t, int64_t step) override { snapshot_->before_step(step); }
-  void after_step(int64_t step) override { snapshot_->after_step(step); }
-  void on_fit_end(int64_t step) override {
-    if (snapshot_->active()) snapshot_->finish_early(step);
-  }
-
- private:
-  std::unique_ptr<StepMemorySnapshot> snapshot_;
+  std::unique_ptr<Window> window_;
 };
 
 class SamplerObserver final : public LoopObserver {
@@ -45,7 +34,7 @@ class SamplerObserver final : public LoopObserver {
   explicit SamplerObserver(std::unique_ptr<Sampler> sampler) : sampler_(std::move(sampler)) {}
   // The epoch's summary starts now.
   void on_epoch_start(int64_t) override { sampler_->take_summary(); }
-  void before_step(int64_t epoch, int64_t step) override { sampler_->set_position(epoch, step); }
+  void on_batch(int64_t epoch, int64_t step) override { sampler_->set_position(epoch, step); }
   void complete_record(EpochRecord& record) override {
     sampler_->sample_now();  // a short epoch gets a sample too
     const SamplerSummary samples = sampler_->take_summary();

@@ -34,8 +34,10 @@ class LoopObserver {
   virtual void on_fit_start(const TrainState& state) { (void)state; }
   // Epoch `epoch` starts (or continues, when resumed part-way) its training.
   virtual void on_epoch_start(int64_t epoch) { (void)epoch; }
-  // Around training step `step` (counted from 1) of epoch `epoch`.
-  virtual void before_step(int64_t epoch, int64_t step) { (void)epoch, (void)step; }
+  // Training step `step` (counted from 1) of epoch `epoch` has its batch; then, once the ranks
+  // share rank 0's buffers, around the step itself.
+  virtual void on_batch(int64_t epoch, int64_t step) { (void)epoch, (void)step; }
+  virtual void before_step(int64_t step) { (void)step; }
   virtual void after_step(int64_t step) { (void)step; }
   virtual void on_interval(const Interval& interval) { (void)interval; }
   // The epoch's training phase is over (its evaluation comes next).
@@ -56,9 +58,10 @@ class Observers final : public LoopObserver {
   }
   void on_fit_start(const TrainState& state) override { each(&LoopObserver::on_fit_start, state); }
   void on_epoch_start(int64_t epoch) override { each(&LoopObserver::on_epoch_start, epoch); }
-  void before_step(int64_t epoch, int64_t step) override {
-    each(&LoopObserver::before_step, epoch, step);
+  void on_batch(int64_t epoch, int64_t step) override {
+    each(&LoopObserver::on_batch, epoch, step);
   }
+  void before_step(int64_t step) override { each(&LoopObserver::before_step, step); }
   void after_step(int64_t step) override { each(&LoopObserver::after_step, step); }
   void on_interval(const Interval& interval) override {
     each(&LoopObserver::on_interval, interval);

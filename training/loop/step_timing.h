@@ -48,7 +48,7 @@ class StepTiming {
   std::optional<Clock::time_point> steady_start_;
   int64_t steady_steps_ = 0, steady_images_ = 0;
   std::optional<Clock::time_point> training_start_;  // when this process started training
-  bool projected_ = false;  // count_step said the projection is due
+  bool projected_ = false;                           // count_step said the projection is due
 };
 
 }  // namespace training

@@ -3,6 +3,7 @@
 #include <ATen/record_function.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -12,7 +13,6 @@
 #include "training/loop/progress.h"
 #include "training/loop/tensorboard_observer.h"
 #include "training/platform/device.h"
-#include "training/platform/duration.h"
 #include "training/platform/errors.h"
 #include "training/platform/stop_signal.h"
 #include "training/run/diagnosis.h"
@@ -100,13 +100,15 @@ void Trainer::write_to(RunDirectory& run) {
     observers_.add(std::make_unique<TensorBoardObserver>(run.path()));
   }
   if (config_.profiler.enabled) {
-    observers_.add(std::make_unique<ProfilerObserver>(std::make_unique<StepProfiler>(
-        profiler_options(config_.profiler), run.path() / "trace.json", device_)));
+    observers_.add(
+        std::make_unique<StepWindowObserver<StepProfiler>>(std::make_unique<StepProfiler>(
+            profiler_options(config_.profiler), run.path() / "trace.json", device_)));
   }
   if (config_.memory.snapshot) {
-    observers_.add(std::make_unique<SnapshotObserver>(std::make_unique<StepMemorySnapshot>(
-        config_.profiler.steps.at(0), config_.profiler.steps.at(1),
-        config_.memory.snapshot_max_entries, run.path() / "memory_snapshot.pickle", device_)));
+    observers_.add(std::make_unique<StepWindowObserver<StepMemorySnapshot>>(
+        std::make_unique<StepMemorySnapshot>(
+            config_.profiler.steps.at(0), config_.profiler.steps.at(1),
+            config_.memory.snapshot_max_entries, run.path() / "memory_snapshot.pickle", device_)));
   }
 }
 
@@ -158,8 +160,9 @@ bool Trainer::train_epoch() {
     if (!batch) break;
     last_lr_ = schedule_.at(state_.step);
     set_learning_rate(*parts_.optimizer, last_lr_);
+    observers_.on_batch(epoch, state_.step + 1);
     if (group_) group_->broadcast_buffers(*parts_.model);  // as DDP's broadcast_buffers
-    observers_.before_step(epoch, state_.step + 1);
+    observers_.before_step(state_.step + 1);
     const StepResult result = step(*batch);
     observers_.after_step(state_.step + 1);
     if (!result.stepped) ++state_.skipped_steps;
@@ -175,8 +178,7 @@ bool Trainer::train_epoch() {
     ++state_.batch_in_epoch;
     if (timing_.count_step(count)) judge_cpu_run_length();
     if (interval_due()) {
-      observers_.on_interval(
-          read_interval(epoch, batches, seconds_since(interval_start), interval_images));
+      observers_.on_interval(read_interval(epoch, batches, interval_start, interval_images));
       interval_start = last_line_ = Clock::now();
       interval_images = 0;
       shown_line_ = true;
@@ -202,7 +204,7 @@ bool Trainer::interval_due() const {
                               seconds_since(last_line_));
 }
 
-Interval Trainer::read_interval(int64_t epoch, int64_t batches, double interval_seconds,
+Interval Trainer::read_interval(int64_t epoch, int64_t batches, Clock::time_point interval_start,
                                 int64_t interval_images) {
   const double seen = static_cast<double>(state_.seen);
   // Reading the accumulators waits for the queued steps; only then is the rate honest.
@@ -211,7 +213,7 @@ Interval Trainer::read_interval(int64_t epoch, int64_t batches, double interval_
   // losses at their own times: they decide at the epoch's end, on the all-reduced loss).
   if (!group_ && !std::isfinite(running_loss)) diverged_ = true;
   const double running_acc = static_cast<double>(state_.correct.item<int64_t>()) / seen;
-  const double rate = interval_images / std::max(interval_seconds, 1e-9);
+  const double rate = interval_images / std::max(seconds_since(interval_start), 1e-9);
   const int64_t left =
       std::min(batches, state_.batch_in_epoch + total_steps_ - state_.step) - state_.batch_in_epoch;
   // The ETA rests on the steady steps only (warm-up apart, see StepTiming).
@@ -219,8 +221,11 @@ Interval Trainer::read_interval(int64_t epoch, int64_t batches, double interval_
   if (const auto steady = timing_.steady_rate()) {
     eta = left * static_cast<double>(config_.training.batch_size) / *steady;
   }
-  return {epoch,       config_.training.epochs, state_.step, state_.batch_in_epoch, batches, rate,
-          running_loss, running_acc,            last_lr_,    eta};
+  return {epoch,        config_.training.epochs,
+          state_.step,  state_.batch_in_epoch,
+          batches,      rate,
+          running_loss, running_acc,
+          last_lr_,     eta};
 }
 
 void Trainer::judge_cpu_run_length() {
@@ -236,7 +241,9 @@ void Trainer::judge_cpu_run_length() {
   if (warning) spdlog::warn("{}", *warning);
 }
 
-Evaluation Trainer::evaluate() { return evaluator_.run(evaluated_model(), *test_loader_); }
+Evaluation Trainer::evaluate() {
+  return evaluator_.run(evaluated_model(), *test_loader_);
+}
 
 models::ResNet& Trainer::evaluated_model() {
   parts_.model->eval();

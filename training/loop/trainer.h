@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 
@@ -39,6 +40,9 @@ class Trainer {
   // anything is written. `group` is the data-parallel process group (null when training alone).
   Trainer(const Config& config, torch::Device device, data::Split train, data::Split test,
           ProcessGroup* group = nullptr);
+  // Its evaluator and observers hold references to its config: it stays where it was made.
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // Where records, checkpoints, samples and the trace go. Not called on data-parallel ranks other
   // than 0, which write nothing.
@@ -70,7 +74,8 @@ class Trainer {
   bool interval_due() const;
   // At a log interval: the running loss and accuracy read back from the device (a non-finite
   // loss ends the epoch when training alone), the interval's images/s and the ETA.
-  Interval read_interval(int64_t epoch, int64_t batches, double interval_seconds,
+  Interval read_interval(int64_t epoch, int64_t batches,
+                         std::chrono::steady_clock::time_point interval_start,
                          int64_t interval_images);
   // Once per run, on the CPU, after StepTiming::kProjectionSteps steady steps: warns when the
   // rest of the run, its evaluations included, would take more than an hour.

@@ -60,7 +60,7 @@ void set_cpu_threads(int64_t threads);
 // and TF32 for fp32 matmuls and convolutions on GPUs that have it.
 void set_cuda_math(bool cudnn_benchmark, bool allow_tf32);
 
-// Device work recorded once and replayed: what training/graphed_step.h needs of a graph.
+// Device work recorded once and replayed: what training/step/graphed_step.h needs of a graph.
 // warm_up runs the work eagerly; capture records it without running it; replay runs what was
 // recorded (the work's host logic is not run again, only its device operations).
 class Graph {

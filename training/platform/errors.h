@@ -40,7 +40,7 @@ class UserError : public std::runtime_error {
 // A config value that passed the config's checks but that this machine or this data cannot use: a
 // device the machine lacks, a memory limit above the device's memory, a batch larger than the
 // data. The message starts with the key ("training.device: ..."); a command that holds the Config
-// puts where the key was set in front of it (training/config.h, with_key_origins).
+// puts where the key was set in front of it (training/config/config.h, with_key_origins).
 class KeyError : public UserError {
  public:
   KeyError(std::string key, const std::string& what)

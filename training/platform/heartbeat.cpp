@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -29,7 +30,8 @@ std::string Heartbeat::line(const std::string& what, int64_t done, int64_t total
   if (images > 0) text += fmt::format(", {:.0f} img/s", images / std::max(seconds, 1e-9));
   text += fmt::format(" ({:.1f} s so far", seconds);
   if (total > 0 && done > 0 && done < total) {
-    text += ", about " + format_duration(seconds / static_cast<double>(done) * (total - done)) + " left";
+    text += ", about " + format_duration(seconds / static_cast<double>(done) * (total - done)) +
+            " left";
   }
   return text + ")";
 }

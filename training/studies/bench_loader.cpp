@@ -6,12 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "data/dataset.h"
-#include "training/components.h"
-#include "training/output_dir.h"
+#include "training/parts/components.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
+#include "training/run/output_dir.h"
 
 namespace training {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "training/config.h"
+#include "training/config/config.h"
 
 namespace training {
 

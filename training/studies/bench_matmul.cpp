@@ -8,12 +8,12 @@
 #include <regex>
 #include <sstream>
 
-#include "training/output_dir.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/statistics.h"
+#include "training/run/output_dir.h"
 
 namespace training {
 

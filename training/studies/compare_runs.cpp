@@ -8,15 +8,15 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "training/output_dir.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/dir_lock.h"
 #include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
-#include "training/run_dir.h"
-#include "training/run_report.h"
+#include "training/run/output_dir.h"
+#include "training/run/run_dir.h"
+#include "training/run/run_report.h"
 
 namespace training {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "training/epoch_record.h"
+#include "training/run/epoch_record.h"
 
 namespace training {
 

@@ -6,11 +6,11 @@
 #include <set>
 #include <sstream>
 
-#include "training/components.h"
+#include "training/parts/components.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
-#include "training/recompute.h"
-#include "training/step.h"
+#include "training/step/recompute.h"
+#include "training/step/step.h"
 
 namespace training {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "training/config.h"
+#include "training/config/config.h"
 #include "training/platform/memory_timeline.h"
 #include "training/studies/sweep.h"
 #include "training/studies/trial.h"

@@ -4,16 +4,17 @@
 
 #include <sstream>
 
-#include "training/graphed_step.h"
-#include "training/memory_format.h"
-#include "training/output_dir.h"
+#include "training/parts/components.h"
+#include "training/parts/memory_format.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/dir_lock.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
-#include "training/run_dir.h"
+#include "training/run/output_dir.h"
+#include "training/run/run_dir.h"
+#include "training/step/graphed_step.h"
 
 namespace training {
 

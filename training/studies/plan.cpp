@@ -7,11 +7,11 @@
 #include <iostream>
 #include <sstream>
 
-#include "training/memory_format.h"
+#include "training/parts/memory_format.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
-#include "training/run_dir.h"
+#include "training/run/run_dir.h"
 #include "training/studies/sweep_report.h"
 
 namespace training {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "training/config.h"
+#include "training/config/config.h"
 #include "training/studies/sweep.h"
 
 namespace training {

@@ -7,8 +7,7 @@
 #include <chrono>
 #include <fstream>
 
-#include "training/graphed_step.h"
-#include "training/output_dir.h"
+#include "training/parts/components.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/dir_lock.h"
@@ -17,7 +16,9 @@
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
 #include "training/platform/stop_signal.h"
-#include "training/run_dir.h"
+#include "training/run/output_dir.h"
+#include "training/run/run_dir.h"
+#include "training/step/graphed_step.h"
 #include "training/studies/sweep_report.h"
 
 namespace training {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "training/config.h"
+#include "training/config/config.h"
 #include "training/studies/memory_model.h"
 #include "training/studies/trial.h"
 

@@ -7,10 +7,8 @@
 #include <chrono>
 
 #include "data/dataset.h"
-#include "training/components.h"
-#include "training/graphed_step.h"
-#include "training/memory_format.h"
-#include "training/optim.h"
+#include "training/parts/components.h"
+#include "training/parts/memory_format.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/distributed.h"
@@ -18,7 +16,9 @@
 #include "training/platform/memory.h"
 #include "training/platform/network.h"
 #include "training/platform/statistics.h"
-#include "training/step.h"
+#include "training/step/graphed_step.h"
+#include "training/step/optim.h"
+#include "training/step/step.h"
 
 namespace training {
 

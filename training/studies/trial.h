@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "training/config.h"
+#include "training/config/config.h"
 
 namespace training {
 

@@ -1,0 +1,464 @@
+#include "training/config/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_support.h"
+
+namespace {
+
+using training::Config;
+using training::ConfigError;
+
+std::string error_of(const std::string& yaml,
+                     const std::vector<training::Override>& overrides = {}) {
+  try {
+    training::parse_config(yaml, "c.yaml", overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Config, EmptyFileGivesDefaults) {
+  const Config c = training::parse_config("", "c.yaml");
+  EXPECT_EQ(c.model.depth(), 50);
+  EXPECT_EQ(c.model.stem(), models::Stem::Cifar);
+  EXPECT_EQ(c.training.device, "auto");
+  EXPECT_EQ(c.schedule.kind(), training::ScheduleKind::Cosine);
+  EXPECT_TRUE(c.checkpoint.enabled);
+}
+
+TEST(Config, ReadsEveryKindOfValue) {
+  const Config c = training::parse_config(R"(
+model: {arch: resnet18, stem: imagenet, num_classes: 7, zero_init_residual: true}
+data: {source: synthetic, root: /x, train_limit: 100, augment: false, prefetch: 0}
+training: {device: "cuda:1", epochs: 3, batch_size: 32, label_smoothing: 0.1, seed: 9}
+optimizer: {lr: 0.2, nesterov: false, weight_decay: 1e-4}
+schedule: {name: step, milestones: [2, 5], gamma: 0.5}
+output: {dir: out, name: exp1}
+)",
+                                          "c.yaml");
+  EXPECT_EQ(c.model.depth(), 18);
+  EXPECT_EQ(c.model.stem(), models::Stem::ImageNet);
+  EXPECT_EQ(c.model.num_classes(), 7);
+  EXPECT_TRUE(c.model.zero_init_residual());
+  EXPECT_EQ(c.data.dataset.source(), data::Source::Synthetic);
+  EXPECT_EQ(c.data.dataset.train_limit(), 100);
+  EXPECT_FALSE(c.data.augment);
+  EXPECT_EQ(c.training.device, "cuda:1");
+  EXPECT_DOUBLE_EQ(c.training.label_smoothing, 0.1);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay(), 1e-4);
+  EXPECT_EQ(c.schedule.milestones(), (std::vector<int64_t>{2, 5}));
+  EXPECT_EQ(c.output.name, "exp1");
+}
+
+TEST(Config, OverridesApplyInOrderAndCreateSections) {
+  const Config c = training::parse_config("training: {epochs: 3}", "c.yaml",
+                                          {"training.epochs=5", "optimizer.lr=0.01",
+                                           "schedule.milestones=[1, 2]", "training.epochs=6"});
+  EXPECT_EQ(c.training.epochs, 6);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr(), 0.01);
+  EXPECT_EQ(c.schedule.milestones().size(), 2u);
+}
+
+// An override changes one key, also where YAML aliases share the key's node: with
+// `batch_size: &b 32`, `--set training.batch_size=16` changed eval_batch_size and
+// sweep.batch_sizes[0] too (round 3).
+TEST(Config, AnOverrideChangesOneKeyThroughYamlAliases) {
+  const auto c = training::parse_config(
+      "training: {batch_size: &b 32, eval_batch_size: *b}\nsweep: {batch_sizes: [*b, 64]}\n",
+      "anchors.yaml", {"training.batch_size=16"});
+  EXPECT_EQ(c.training.batch_size, 16);
+  EXPECT_EQ(c.training.eval_batch_size, 32);
+  EXPECT_EQ(c.sweep.batch_sizes, (std::vector<int64_t>{32, 64}));
+}
+
+TEST(Config, YamlRoundTripIsExact) {
+  const Config c = training::parse_config(
+      "optimizer: {lr: 0.1, weight_decay: 5.0e-4}\nschedule: {name: onecycle, pct_start: 0.3}\n"
+      "data: {root: 'my data'}\ntraining: {label_smoothing: 0.1, precision: bf16}\n"
+      "memory: {limit: 12GiB}\nsweep: {checkpointing: [off, on], predict_for: [24GiB, 1.5GB],"
+      " memory_formats: [channels_last], precisions: [fp16, bf16]}",
+      "c.yaml");
+  const std::string yaml = training::to_yaml(c);
+  const Config back = training::parse_config(yaml, "round-trip");
+  EXPECT_EQ(training::to_yaml(back), yaml);
+  EXPECT_DOUBLE_EQ(back.optimizer.weight_decay(), 5e-4);
+  EXPECT_EQ(back.data.dataset.root(), "my data");
+  EXPECT_NE(yaml.find("lr: 0.1\n"), std::string::npos) << yaml;
+  EXPECT_EQ(back.memory.limit, int64_t{12} << 30);
+  EXPECT_EQ(back.sweep.checkpointing, (std::vector<bool>{false, true}));
+  EXPECT_EQ(back.sweep.predict_for, (std::vector<int64_t>{int64_t{24} << 30, 1500000000}));
+  EXPECT_EQ(back.sweep.precisions, (std::vector<training::Precision>{training::Precision::FP16,
+                                                                     training::Precision::BF16}));
+  EXPECT_EQ(back.training.precision, training::Precision::BF16);
+  EXPECT_NE(yaml.find("limit: 12GiB\n"), std::string::npos) << yaml;
+}
+
+TEST(Config, KeysListEverySection) {
+  const auto keys = training::config_keys();
+  for (const char* key : {"model.arch", "data.train_limit", "training.max_steps", "optimizer.lr",
+                          "schedule.milestones", "checkpoint.enabled", "output.dir"}) {
+    EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end()) << key;
+  }
+}
+
+TEST(Config, LoadsAFileAndNamesAMissingOne) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "ok.yaml") << "training: {epochs: 2}\n";
+  EXPECT_EQ(training::load_config((dir / "ok.yaml").string()).training.epochs, 2);
+  try {
+    training::load_config((dir / "nope.yaml").string());
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "nope.yaml").string() + ": cannot open config file");
+  }
+}
+
+// Each bad config and the exact one-line message it must produce.
+struct BadConfig {
+  std::string name;
+  std::string yaml;
+  std::vector<training::Override> overrides;
+  std::string message;
+};
+
+void PrintTo(const BadConfig& bad, std::ostream* out) {
+  *out << bad.name;
+}
+
+class BadConfigs : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(BadConfigs, ProduceTheirMessage) {
+  const auto& bad = GetParam();
+  EXPECT_EQ(error_of(bad.yaml, bad.overrides), bad.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Messages, BadConfigs,
+    ::testing::Values(
+        BadConfig{"UnknownKeySuggestsNearest",
+                  "training: {epoch: 3}",
+                  {},
+                  "c.yaml: unknown key 'training.epoch' (did you mean 'training.epochs'?)"},
+        BadConfig{"UnknownSection",
+                  "modle: {arch: resnet18}",
+                  {},
+                  "c.yaml: unknown section 'modle' (did you mean 'model'?)"},
+        BadConfig{"UnknownKeyListsValidOnes",
+                  "training: {zzz: 1}",
+                  {},
+                  "c.yaml: unknown key 'training.zzz' (valid: device, epochs, max_steps, "
+                  "batch_size, eval_batch_size, seed, label_smoothing, log_every_steps, threads, "
+                  "precision, memory_format, cudnn_benchmark, allow_tf32, eval_flip, "
+                  "accuracy_thresholds, cuda_graph, ema_decay)"},
+        BadConfig{"NotAnInteger",
+                  "training: {epochs: three}",
+                  {},
+                  "c.yaml: training.epochs: expected an integer in [1, 100000], got 'three'"},
+        BadConfig{"BelowRange",
+                  "training: {epochs: 0}",
+                  {},
+                  "c.yaml: training.epochs: expected an integer in [1, 100000], got 0"},
+        BadConfig{"FractionForInteger",
+                  "training: {batch_size: 2.5}",
+                  {},
+                  "c.yaml: training.batch_size: expected an integer in [1, 1048576], got '2.5'"},
+        BadConfig{"NegativeRate",
+                  "optimizer: {lr: -1}",
+                  {},
+                  "c.yaml: optimizer.lr: expected a number in [1e-12, 1000], got -1"},
+        BadConfig{"NanRate",
+                  "optimizer: {lr: .nan}",
+                  {},
+                  "c.yaml: optimizer.lr: expected a number in [1e-12, 1000], got '.nan'"},
+        BadConfig{"UnknownChoice",
+                  "model: {arch: resnet51}",
+                  {},
+                  "c.yaml: model.arch: expected one of resnet18, resnet34, resnet50, resnet101, "
+                  "resnet152, got 'resnet51'"},
+        BadConfig{"NotABoolean",
+                  "data: {augment: maybe}",
+                  {},
+                  "c.yaml: data.augment: expected true or false, got 'maybe'"},
+        BadConfig{"SectionIsAList",
+                  "model: [1, 2]",
+                  {},
+                  "c.yaml: model: expected a mapping of keys, got a list"},
+        BadConfig{
+            "ScalarForList",
+            "schedule: {milestones: 3}",
+            {},
+            "c.yaml: schedule.milestones: expected a list of integers in [1, 100000], got '3'"},
+        BadConfig{"MilestonesNotIncreasing",
+                  "schedule: {milestones: [5, 2]}",
+                  {},
+                  "c.yaml: schedule.milestones: expected strictly increasing epochs"},
+        BadConfig{"BadDevice",
+                  "training: {device: gpu}",
+                  {},
+                  "c.yaml: training.device: expected auto, cpu, cuda or cuda:<index>, got 'gpu'"},
+        BadConfig{"OneCycleWithWarmup",
+                  "schedule: {name: onecycle, warmup_epochs: 1}",
+                  {},
+                  "c.yaml: schedule.warmup_epochs: must be 0 with schedule.name onecycle, which "
+                  "warms up by itself (see schedule.pct_start)"},
+        BadConfig{"NesterovWithoutMomentum",
+                  "optimizer: {momentum: 0}",
+                  {},
+                  "c.yaml: optimizer.nesterov: true needs optimizer.momentum > 0 (set nesterov: "
+                  "false)"},
+        BadConfig{"NameWithSlash",
+                  "output: {name: a/b}",
+                  {},
+                  "c.yaml: output.name: expected a folder name without '/', got 'a/b'"},
+        BadConfig{"YamlSyntax",
+                  "training: {epochs: [1\n",
+                  {},
+                  "c.yaml: YAML syntax error at line 2, column 1: end of sequence flow not found"},
+        BadConfig{"TopLevelList",
+                  "- a\n- b\n",
+                  {},
+                  "c.yaml: expected a mapping of sections (model, data, training, ...) at the "
+                  "top level, got a list"},
+        BadConfig{"SetWithoutValue",
+                  "",
+                  {"training.epochs"},
+                  "--set training.epochs: expected key.path=value"},
+        BadConfig{"SetWithoutSection",
+                  "",
+                  {"epochs=3"},
+                  "--set epochs=3: expected section.key=value, e.g. training.epochs=2"},
+        BadConfig{"SetUnknownKey",
+                  "",
+                  {"training.epoch=3"},
+                  "--set training.epoch: unknown key 'training.epoch' (did you mean "
+                  "'training.epochs'?)"},
+        BadConfig{"SetOutOfRange",
+                  "training: {epochs: 3}",
+                  {"training.epochs=-2"},
+                  "--set training.epochs: training.epochs: expected an integer in [1, 100000], "
+                  "got -2"},
+        BadConfig{"BadByteSize",
+                  "memory: {limit: 12 apples}",
+                  {},
+                  "c.yaml: memory.limit: expected a size like 12GiB, 512MiB, 1.5GB or a whole "
+                  "number of bytes, got '12 apples'"},
+        BadConfig{"EmptyGridList",
+                  "sweep: {batch_sizes: []}",
+                  {},
+                  "c.yaml: sweep.batch_sizes: expected a non-empty list of integers in [1, "
+                  "1048576], got an empty list"},
+        BadConfig{"UnknownPrecision",
+                  "training: {precision: fp8}",
+                  {},
+                  "c.yaml: training.precision: expected one of fp32, bf16, fp16, got 'fp8'"},
+        BadConfig{"UnknownGranularity",
+                  "checkpointing: {granularity: layer}",
+                  {},
+                  "c.yaml: checkpointing.granularity: expected one of block, stage, segments, got "
+                  "'layer'"},
+        BadConfig{"PrefetchNeitherAutoNorNumber",
+                  "data: {prefetch: lots}",
+                  {},
+                  "c.yaml: data.prefetch: expected auto or an integer in [0, 64], got 'lots'"},
+        BadConfig{"NegativeSimulatedDelay",
+                  "data: {simulated_delay_ms: -5}",
+                  {},
+                  "c.yaml: data.simulated_delay_ms: expected a number in [0, 60000], got -5"},
+        BadConfig{"UnknownBackend",
+                  "distributed: {backend: mpi}",
+                  {},
+                  "c.yaml: distributed.backend: expected one of auto, gloo, nccl, got 'mpi'"},
+        BadConfig{"NegativeSamplePeriod",
+                  "monitor: {sample_period: -1}",
+                  {},
+                  "c.yaml: monitor.sample_period: expected a number in [0, 3600], got -1"},
+        BadConfig{"ProfilerWindowBackwards",
+                  "profiler: {steps: [9, 3]}",
+                  {},
+                  "c.yaml: profiler.steps: expected [first, last] optimizer steps with first <= "
+                  "last, e.g. [5, 7]"},
+        BadConfig{"SetInvalidYaml",
+                  "",
+                  {"model.arch=[resnet"},
+                  "--set model.arch=[resnet: value is not valid YAML (end of sequence flow not "
+                  "found)"},
+        BadConfig{"TorchDataIsNotDeviceResident",
+                  "data: {loader: torch_data, device_resident: true}",
+                  {},
+                  "c.yaml: data.device_resident: not with data.loader: torch_data, whose batches "
+                  "are stacked on the host; use data.loader: batched, or device_resident: false"},
+        BadConfig{"UnknownLoader",
+                  "data: {loader: dali}",
+                  {},
+                  "c.yaml: data.loader: expected one of batched, torch_data, got 'dali'"},
+        BadConfig{"DuplicateKey",
+                  "training:\n  epochs: 3\n  batch_size: 64\n  epochs: 30\n",
+                  {},
+                  "c.yaml: duplicate key 'training.epochs' at lines 2 and 4 (YAML would keep the "
+                  "first silently); keep one"},
+        BadConfig{"DuplicateSection",
+                  "model: {arch: resnet18}\ndata: {augment: false}\nmodel: {arch: resnet50}\n",
+                  {},
+                  "c.yaml: duplicate key 'model' at lines 1 and 3 (YAML would keep the first "
+                  "silently); keep one"},
+        BadConfig{"SetUnknownSectionNamesTheFlag",
+                  "model: {arch: resnet18}",
+                  {"foo.bar=1"},
+                  "--set foo: unknown section 'foo' (valid: model, data, training, optimizer, "
+                  "schedule, checkpointing, memory, monitor, profiler, checkpoint, output, sweep, "
+                  "distributed)"},
+        BadConfig{"ShorthandFlagIsNamed",
+                  "training: {device: cpu}",
+                  {training::Override("training.device=cdua", "--device")},
+                  "--device: training.device: expected auto, cpu, cuda or cuda:<index>, got "
+                  "'cdua'"},
+        BadConfig{"ShorthandFlagWithBadYamlIsNamed",
+                  "",
+                  {training::Override("memory.limit=[1", "--memory-limit")},
+                  "--memory-limit [1: value is not valid YAML (end of sequence flow not found)"},
+        BadConfig{"SweepAxisListsEachValueOnce",
+                  "sweep: {batch_sizes: [32, 64, 32]}",
+                  {},
+                  "c.yaml: sweep.batch_sizes: item 3 repeats item 1; list each value once"},
+        BadConfig{"SweepAxisFromAFlagListsEachValueOnce",
+                  "",
+                  {training::Override("sweep.precisions=[bf16, bf16]", "--precisions")},
+                  "--precisions: sweep.precisions: item 2 repeats item 1; list each value once"},
+        BadConfig{"CudaGraphModeIsAChoice",
+                  "training: {cuda_graph: yes}",
+                  {},
+                  "c.yaml: training.cuda_graph: expected one of off, on, auto, got 'yes'"},
+        BadConfig{"EmaDecayBelowOne",
+                  "training: {ema_decay: 1.0}",
+                  {},
+                  "c.yaml: training.ema_decay: expected a number in [0, 0.99999], got 1.0"},
+        BadConfig{"CudaGraphRefusesFp16",
+                  "training: {cuda_graph: on, precision: fp16}",
+                  {},
+                  "c.yaml: training.cuda_graph: on needs training.precision fp32 or bf16; fp16's "
+                  "GradScaler decides on the host whether to skip a step, which a captured graph "
+                  "cannot (auto runs fp16 eager)"},
+        BadConfig{"CudaGraphNeedsTheFusedSgd",
+                  "training: {cuda_graph: on}\noptimizer: {fused: false}",
+                  {},
+                  "c.yaml: training.cuda_graph: on needs optimizer.fused: true (the fused SGD "
+                  "reads the learning rate from device memory, so the schedule goes on between "
+                  "replays)"},
+        BadConfig{"CudaGraphRefusesCheckpointing",
+                  "checkpointing: {enabled: true}",
+                  {"training.cuda_graph=on"},
+                  "--set training.cuda_graph: training.cuda_graph: on is not combined with "
+                  "checkpointing.enabled (the recomputation saves and restores the device's RNG "
+                  "state on the host, which a capture forbids)"},
+        BadConfig{"SetOfAKeyCheckedAcrossKeysIsNamed",
+                  "optimizer: {nesterov: true}",
+                  {"optimizer.momentum=0"},
+                  "c.yaml: optimizer.nesterov: true needs optimizer.momentum > 0 (set nesterov: "
+                  "false)"}),
+    [](const ::testing::TestParamInfo<BadConfig>& info) { return info.param.name; });
+
+}  // namespace
+
+namespace {
+
+TEST(Config, TheReferenceDocumentsEveryKey) {
+  const std::string reference =
+      test_support::read_text(std::string(PROJECT_SOURCE_DIR) + "/docs/reference.md");
+  ASSERT_FALSE(reference.empty());
+  for (const auto& key : training::config_keys()) {
+    EXPECT_NE(reference.find("| `" + key + "` |"), std::string::npos)
+        << key << " missing in docs/reference.md";
+  }
+}
+
+TEST(Config, ADirectoryIsNotAConfig) {
+  test_support::TempDir dir;
+  try {
+    training::load_config(dir.path().string());
+    FAIL() << "a directory was read as a config";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              dir.path().string() + ": is a directory, expected a YAML config file");
+  }
+}
+
+// yaml-cpp alone reads "010" as YAML 1.1's octal 8: every integer is read as the decimal it shows.
+TEST(Config, NumbersAreReadAsWritten) {
+  const Config c = training::parse_config(
+      "training: {epochs: 010, seed: 0123, batch_size: +64}\nschedule: {milestones: [08, 09]}\n",
+      "c.yaml");
+  EXPECT_EQ(c.training.epochs, 10);
+  EXPECT_EQ(c.training.seed, 123);
+  EXPECT_EQ(c.training.batch_size, 64);
+  EXPECT_EQ(c.schedule.milestones(), (std::vector<int64_t>{8, 9}));
+  EXPECT_EQ(training::parse_config("", "c.yaml", {"training.epochs=007"}).training.epochs, 7);
+  for (const std::string text : {"0x10", "0o10", "1e3", "1.0", "99999999999999999999"}) {
+    EXPECT_EQ(error_of("training: {epochs: " + text + "}"),
+              "c.yaml: training.epochs: expected an integer in [1, 100000], got '" + text + "'");
+  }
+}
+
+// A second document after '---' was silently ignored.
+TEST(Config, ASecondYamlDocumentIsRefused) {
+  EXPECT_EQ(error_of("training: {epochs: 3}\n---\ntraining: {epochs: 30}\n"),
+            "c.yaml: holds 2 YAML documents (separated by '---'); a config is one document, so "
+            "join them or keep one");
+  EXPECT_EQ(training::parse_config("---\ntraining: {epochs: 3}\n", "c.yaml").training.epochs, 3);
+}
+
+// /dev/zero was read until memory ran out; a FIFO would block the read forever.
+TEST(Config, OnlyARegularFileOfBoundedSizeIsRead) {
+  for (const std::string device : {"/dev/zero", "/dev/null"}) {
+    try {
+      training::load_config(device);
+      ADD_FAILURE() << device << " was read as a config";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()), device +
+                                           ": is not a regular file (a device, pipe or socket), "
+                                           "expected a YAML config file");
+    }
+  }
+  test_support::TempDir dir;
+  std::ofstream(dir / "big.yaml") << "# " << std::string(2 << 20, 'x') << "\n";
+  try {
+    training::load_config((dir / "big.yaml").string());
+    ADD_FAILURE() << "a 2 MiB file was read as a config";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "big.yaml").string() +
+                                         ": is larger than 1 MiB, expected a YAML config file "
+                                         "of a few KiB");
+  }
+}
+
+TEST(Config, ShippedConfigsAreValid) {
+  for (const char* name : {"resnet50_cifar10.yaml", "resnet50_cifar10_fast.yaml", "quick_cpu.yaml",
+                           "sweep_cpu.yaml"}) {
+    EXPECT_NO_THROW(training::load_config(std::string(PROJECT_SOURCE_DIR) + "/configs/" + name))
+        << name;
+  }
+}
+
+// Where each key was set: the flag, else the file. A value checked later, where it is used (a
+// KeyError), is said with it, as the config's own checks are.
+TEST(Config, AKeyCheckedWhereItIsUsedIsSaidWithWhereItWasSet) {
+  const auto config = training::parse_config(
+      "training: {device: cpu}\n", "run.yaml",
+      {training::Override("training.device=cuda:9", "--device"), "memory.limit=1GiB"});
+  EXPECT_EQ(config.origin_of("training.device"), "--device");
+  EXPECT_EQ(config.origin_of("memory.limit"), "--set memory.limit");
+  EXPECT_EQ(config.origin_of("training.epochs"), "run.yaml");
+  try {
+    training::with_key_origins(config,
+                               []() -> int { throw training::KeyError("training.device", "x"); });
+    FAIL() << "expected a ConfigError";
+  } catch (const training::ConfigError& e) {
+    EXPECT_STREQ(e.what(), "--device: training.device: x");
+  }
+  EXPECT_EQ(training::with_key_origins(config, [] { return 7; }), 7);
+}
+
+}  // namespace

@@ -1,0 +1,105 @@
+#include "training/parts/memory_format.h"
+
+#include <gtest/gtest.h>
+
+#include <tuple>
+#include <vector>
+
+#include "training/platform/device.h"
+
+namespace {
+
+training::Config config_with(const std::string& training) {
+  return training::parse_config(
+      "model: {arch: resnet18, stem: imagenet}\ntraining: {device: cpu" + training + "}\n",
+      "layout");
+}
+
+// A fake timer: the rate of each layout, and the layouts it was asked to time.
+struct FakeRates {
+  double contiguous = 0, channels_last = 0;
+  std::vector<c10::MemoryFormat> asked;
+  training::MeasureRate measure() {
+    return [this](const training::Config& c, const torch::Device&) {
+      asked.push_back(*c.training.memory_format);
+      return *c.training.memory_format == c10::MemoryFormat::ChannelsLast ? channels_last
+                                                                          : contiguous;
+    };
+  }
+};
+
+TEST(MemoryFormat, AutoIsTheDefaultAndReadsBack) {
+  const auto config = config_with("");
+  EXPECT_FALSE(config.training.memory_format.has_value());
+  EXPECT_NE(training::to_yaml(config).find("memory_format: auto"), std::string::npos);
+  EXPECT_EQ(*config_with(", memory_format: channels_last").training.memory_format,
+            c10::MemoryFormat::ChannelsLast);
+}
+
+// On the CPU both layouts are timed and the faster kept, whichever it is.
+TEST(MemoryFormat, AutoKeepsTheFasterLayoutTimedOnTheCpu) {
+  for (const auto& [contiguous, channels_last, expected] :
+       {std::tuple{10.0, 25.0, c10::MemoryFormat::ChannelsLast},
+        std::tuple{161.0, 157.0, c10::MemoryFormat::Contiguous}}) {
+    FakeRates rates{contiguous, channels_last, {}};
+    const auto choice =
+        training::choose_memory_format(config_with(""), torch::kCPU, false, rates.measure());
+    EXPECT_TRUE(choice.timed);
+    EXPECT_EQ(choice.format, expected);
+    EXPECT_EQ(choice.contiguous_rate, contiguous);
+    EXPECT_EQ(choice.channels_last_rate, channels_last);
+    EXPECT_EQ(rates.asked, (std::vector<c10::MemoryFormat>{c10::MemoryFormat::Contiguous,
+                                                           c10::MemoryFormat::ChannelsLast}));
+    EXPECT_NE(choice.reason.find("auto: timed here over 3 steps of 8 images"), std::string::npos)
+        << choice.reason;
+  }
+}
+
+// Nothing is timed for an explicit layout, on CUDA (channels_last), with data-parallel training,
+// or with bf16 where it is emulated.
+TEST(MemoryFormat, WhatIsNotTimed) {
+  FakeRates rates{1.0, 2.0, {}};
+  auto choice = training::choose_memory_format(config_with(", memory_format: contiguous"),
+                                               torch::kCPU, false, rates.measure());
+  EXPECT_FALSE(choice.timed);
+  EXPECT_EQ(choice.format, c10::MemoryFormat::Contiguous);
+  choice = training::choose_memory_format(config_with(""), torch::Device(torch::kCUDA, 0), false,
+                                          rates.measure());
+  EXPECT_FALSE(choice.timed);
+  EXPECT_EQ(choice.format, c10::MemoryFormat::ChannelsLast);
+  choice = training::choose_memory_format(config_with(""), torch::kCPU, true, rates.measure());
+  EXPECT_FALSE(choice.timed);
+  EXPECT_EQ(choice.format, c10::MemoryFormat::Contiguous);
+  choice = training::choose_memory_format(config_with(", precision: bf16"), torch::kCPU, false,
+                                          rates.measure());
+  EXPECT_EQ(choice.timed, training::cpu_has_native_bf16());
+  if (!choice.timed) {
+    EXPECT_EQ(rates.asked.size(), 0u);
+  }
+  // What components build from a config that still says auto: the untimed default.
+  EXPECT_EQ(training::memory_format_for(config_with(""), torch::kCPU),
+            c10::MemoryFormat::Contiguous);
+  EXPECT_EQ(training::memory_format_for(config_with(""), torch::Device(torch::kCUDA, 0)),
+            c10::MemoryFormat::ChannelsLast);
+}
+
+// bf16 contiguous is the combination known to be far slower on a CPU with native bf16.
+TEST(MemoryFormat, Bf16ContiguousOnANativeBf16CpuIsWarnedAbout) {
+  const auto warning = training::memory_format_warning(
+      config_with(", precision: bf16, memory_format: contiguous"), torch::kCPU);
+  EXPECT_EQ(warning.empty(), !training::cpu_has_native_bf16()) << warning;
+  EXPECT_TRUE(training::memory_format_warning(
+                  config_with(", precision: bf16, memory_format: channels_last"), torch::kCPU)
+                  .empty());
+  EXPECT_TRUE(
+      training::memory_format_warning(config_with(", memory_format: contiguous"), torch::kCPU)
+          .empty());
+}
+
+// The default timing really trains: a positive rate for each layout.
+TEST(MemoryFormat, TheDefaultTimingMeasuresTrainingSteps) {
+  auto config = config_with(", memory_format: channels_last");
+  EXPECT_GT(training::measure_training_rate(config, torch::kCPU), 0.0);
+}
+
+}  // namespace

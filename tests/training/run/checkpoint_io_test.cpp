@@ -1,0 +1,170 @@
+#include "training/run/checkpoint_io.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+
+#include "models/resnet.h"
+#include "test_support.h"
+#include "training/platform/atomic_file.h"
+#include "training/platform/errors.h"
+#include "training/step/optim.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Setup {
+  models::ResNet model;
+  std::unique_ptr<torch::optim::SGD> optimizer;
+};
+
+Setup make_setup(int64_t seed, models::Stem stem = models::Stem::ImageNet) {
+  torch::manual_seed(seed);
+  models::ResNet model(models::ResNetOptions(18).stem(stem).num_classes(10));
+  auto optimizer = training::make_sgd(*model, training::OptimizerOptions());
+  return {model, std::move(optimizer)};
+}
+
+void one_step(Setup& s) {
+  auto loss = torch::nn::functional::cross_entropy(s.model->forward(torch::randn({8, 3, 32, 32})),
+                                                   torch::randint(0, 10, {8}, torch::kInt64));
+  s.optimizer->zero_grad();
+  loss.backward();
+  s.optimizer->step();
+}
+
+std::string user_error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const training::UserError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Checkpoint, RoundTripRestoresModelOptimizerStateAndRng) {
+  test_support::TempDir dir;
+  auto a = make_setup(1);
+  one_step(a);
+  training::TrainState state;
+  state.epoch = 3;
+  state.step = 42;
+  state.batch_in_epoch = 5;
+  state.loss_sum = torch::tensor(12.5, torch::kFloat64);
+  state.correct = torch::tensor(17, torch::kInt64);
+  state.seen = 40;
+  state.train_seconds = 1.5;
+  torch::manual_seed(77);
+  training::save_checkpoint(dir / "c.pt", *a.model, *a.optimizer, state, "training: {}\n");
+  const auto expected_random = torch::rand({4});
+
+  auto b = make_setup(2);
+  auto restored = training::load_checkpoint(dir / "c.pt", *b.model, *b.optimizer, torch::kCPU);
+  EXPECT_EQ(restored.epoch, 3);
+  EXPECT_EQ(restored.step, 42);
+  EXPECT_EQ(restored.batch_in_epoch, 5);
+  EXPECT_EQ(restored.seen, 40);
+  EXPECT_DOUBLE_EQ(restored.train_seconds, 1.5);
+  EXPECT_DOUBLE_EQ(restored.loss_sum.item<double>(), 12.5);
+  EXPECT_EQ(restored.correct.item<int64_t>(), 17);
+  EXPECT_TRUE(torch::rand({4}).equal(expected_random));  // the CPU RNG continues where it was
+  EXPECT_EQ(training::checkpoint_config(dir / "c.pt"), "training: {}\n");
+
+  auto pa = a.model->named_parameters(), pb = b.model->named_parameters();
+  for (const auto& p : pa) EXPECT_TRUE(p.value().equal(pb[p.key()])) << p.key();
+  auto ba = a.model->named_buffers(), bb = b.model->named_buffers();
+  for (const auto& x : ba) EXPECT_TRUE(x.value().equal(bb[x.key()])) << x.key();
+  // Momentum buffers come back too: the next step is identical.
+  torch::manual_seed(5);
+  one_step(a);
+  torch::manual_seed(5);
+  one_step(b);
+  EXPECT_TRUE(a.model->named_parameters()["layer1.0.conv1.weight"].equal(
+      b.model->named_parameters()["layer1.0.conv1.weight"]));
+}
+
+TEST(Checkpoint, GarbageFileIsRefusedByName) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "bad.pt") << "not a checkpoint";
+  auto s = make_setup(1);
+  const auto message = user_error_of(
+      [&] { training::load_checkpoint(dir / "bad.pt", *s.model, *s.optimizer, torch::kCPU); });
+  EXPECT_EQ(message.rfind((dir / "bad.pt").string() + ": not a readable checkpoint", 0), 0u)
+      << message;
+}
+
+TEST(Checkpoint, ADifferentModelIsRefusedNamingTheTensor) {
+  test_support::TempDir dir;
+  auto imagenet = make_setup(1, models::Stem::ImageNet);
+  training::save_checkpoint(dir / "c.pt", *imagenet.model, *imagenet.optimizer, {}, "");
+  auto cifar = make_setup(1, models::Stem::Cifar);
+  EXPECT_EQ(user_error_of([&] {
+              training::load_checkpoint(dir / "c.pt", *cifar.model, *cifar.optimizer, torch::kCPU);
+            }),
+            (dir / "c.pt").string() +
+                ": tensor 'conv1.weight' has shape [64, 3, 7, 7], the model expects [64, 3, 3, 3]");
+}
+
+TEST(Checkpoint, FindCheckpointAcceptsRunDirOrFile) {
+  test_support::TempDir dir;
+  EXPECT_EQ(user_error_of([&] { training::find_checkpoint(dir.path()); }),
+            (dir / "checkpoint.pt").string() + ": missing; no checkpoint to resume from");
+  std::ofstream(dir / "checkpoint.pt") << "x";
+  EXPECT_EQ(training::find_checkpoint(dir.path()), dir / "checkpoint.pt");
+  EXPECT_EQ(training::find_checkpoint(dir / "checkpoint.pt"), dir / "checkpoint.pt");
+}
+
+// The frame around the archive: any change to a byte is found before LibTorch reads it.
+TEST(CheckpointFrame, RoundTripsAndRefusesEveryDamage) {
+  const std::string payload = "PK\x03\x04 stands in for a torch archive " + std::string(1000, 'w');
+  const std::string framed = training::frame_checkpoint(payload);
+  ASSERT_EQ(framed.size(), training::kCheckpointHeaderBytes + payload.size());
+  EXPECT_EQ(framed.substr(0, 8), "TRNCKPT\n");
+  EXPECT_EQ(training::verified_payload(framed, "c.pt"), payload);
+
+  auto refused = [](const std::string& bytes) {
+    return user_error_of([&] { training::verified_payload(bytes, "c.pt"); });
+  };
+  // A flipped bit anywhere: in the payload, in the stored digest, in the length, in the magic.
+  for (size_t at :
+       {framed.size() - 1, training::kCheckpointHeaderBytes, size_t{30}, size_t{12}, size_t{0}}) {
+    std::string damaged = framed;
+    damaged[at] ^= 0x04;
+    EXPECT_NE(refused(damaged), "no error") << "byte " << at;
+    EXPECT_EQ(refused(damaged).rfind("c.pt: ", 0), 0u) << refused(damaged);
+  }
+  std::string flipped = framed;
+  flipped[framed.size() / 2] ^= 0x01;
+  EXPECT_EQ(refused(flipped).rfind("c.pt: damaged checkpoint: SHA-256 ", 0), 0u)
+      << refused(flipped);
+  EXPECT_EQ(refused(framed.substr(0, framed.size() - 1)),
+            "c.pt: damaged checkpoint: the header says 1035 payload bytes, the file holds 1034 "
+            "(truncated or extended); it was not loaded");
+  EXPECT_EQ(refused(framed.substr(0, 10)),
+            "c.pt: not a readable checkpoint (no TRNCKPT header: not written by train)");
+  EXPECT_EQ(refused(payload),
+            "c.pt: a checkpoint without a checksum (written by an earlier version of train); it "
+            "cannot be verified, so it is not loaded");
+  std::string other_version = framed;
+  other_version[8] = 7;
+  EXPECT_EQ(refused(other_version), "c.pt: checkpoint frame version 7, this build reads version 2");
+}
+
+TEST(CheckpointFrame, AWrittenCheckpointIsVerifiedAndLoads) {
+  test_support::TempDir dir;
+  auto s = make_setup(1);
+  training::TrainState state;
+  state.batch_size = 32;
+  training::save_checkpoint(dir / "c.pt", *s.model, *s.optimizer, state, "model: {}\n");
+  const std::string bytes = test_support::read_text(dir / "c.pt");
+  EXPECT_EQ(bytes.substr(0, 8), "TRNCKPT\n");
+  EXPECT_NO_THROW(training::verified_payload(bytes, "c.pt"));
+  auto t = make_setup(2);
+  EXPECT_EQ(training::load_checkpoint(dir / "c.pt", *t.model, *t.optimizer, torch::kCPU).batch_size,
+            32);
+  EXPECT_EQ(training::checkpoint_config(dir / "c.pt"), "model: {}\n");
+}
+
+}  // namespace

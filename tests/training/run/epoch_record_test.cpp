@@ -1,0 +1,99 @@
+#include "training/run/epoch_record.h"
+
+#include <gtest/gtest.h>
+
+#include "training/platform/errors.h"
+
+namespace {
+
+training::EpochRecord row(int epoch, double loss) {
+  training::EpochRecord r;
+  r.epoch = epoch;
+  r.train_loss = loss;
+  return r;
+}
+
+TEST(EpochRecord, ReadsBackWhatItWritesAndNamesAMissingColumn) {
+  auto record = row(3, 0.5);
+  record.peak_reserved_bytes = 123;
+  record.utilization_mean = 0.25;
+  const auto back = training::epoch_record_from_json(training::to_json(record), "m.jsonl row 1");
+  EXPECT_EQ(training::to_json(back), training::to_json(record));
+  EXPECT_FALSE(back.grad_scale.has_value());
+  auto json = training::to_json(record);
+  json.erase("test_acc");
+  try {
+    training::epoch_record_from_json(json, "m.jsonl row 1");
+    FAIL() << "a row without test_acc was read";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "m.jsonl row 1: column 'test_acc' is missing or not a value of its type (written "
+              "by another version of train?)");
+  }
+}
+
+// metrics.jsonl rows written before the steady-state columns existed read back with their
+// defaults; any other missing column is still refused (above).
+TEST(EpochRecord, RowsWithoutTheColumnsAddedLaterReadBack) {
+  auto record = row(2, 0.5);
+  record.warmup_steps = 5;
+  record.steady_images_per_second = 40.0;
+  record.batches = record.epoch_batches = 7;
+  auto json = training::to_json(record);
+  for (const char* added :
+       {"warmup_steps", "warmup_seconds", "steady_images_per_second", "batches", "epoch_batches"}) {
+    json.erase(added);
+  }
+  const auto back = training::epoch_record_from_json(json, "old.jsonl row 1");
+  EXPECT_EQ(back.warmup_steps, 0);
+  EXPECT_FALSE(back.steady_images_per_second.has_value());
+  EXPECT_EQ(back.epoch_batches, 0);
+  EXPECT_EQ(back.train_loss, 0.5);
+}
+
+// A whole epoch's time is measured; a stopped one is its time plus the missing batches at the
+// steady rate, marked projected; without a steady step there is nothing to project from.
+TEST(EpochRecord, EpochTimeIsMeasuredOrProjectedFromTheSteadyRate) {
+  training::EpochRecord r;
+  r.epoch_seconds = 10;
+  r.images_per_second = 64;  // 640 images in 10 batches of 64
+  r.batches = r.epoch_batches = 10;
+  auto time = training::epoch_time(r);
+  ASSERT_TRUE(time.has_value());
+  EXPECT_FALSE(time->projected);
+  EXPECT_DOUBLE_EQ(time->seconds, 10.0);
+  r.epoch_batches = 100;  // 90 batches missing, 5760 images at 128 images/s: 45 s more
+  r.warmup_steps = 5;
+  r.steady_images_per_second = 128;
+  time = training::epoch_time(r);
+  ASSERT_TRUE(time.has_value());
+  EXPECT_TRUE(time->projected);
+  EXPECT_DOUBLE_EQ(time->seconds, 55.0);
+  EXPECT_EQ(time->steady_steps, 5);
+  r.steady_images_per_second.reset();
+  EXPECT_FALSE(training::epoch_time(r).has_value());
+  r.epoch_batches = 0;  // a row from before the columns: its measured time
+  EXPECT_DOUBLE_EQ(training::epoch_time(r)->seconds, 10.0);
+}
+
+// The first epoch at or above each threshold, with the training and evaluation time up to its end.
+TEST(EpochRecord, AccuracyCrossingsAreTheFirstEpochAtEachThreshold) {
+  std::vector<training::EpochRecord> rows(3);
+  const double accuracy[] = {0.5, 0.92, 0.91};
+  for (int i = 0; i < 3; ++i) {
+    rows[i].epoch = i + 1;
+    rows[i].step = 10 * (i + 1);
+    rows[i].test_acc = accuracy[i];
+    rows[i].epoch_seconds = 10;
+    rows[i].eval_seconds = 1;
+  }
+  const auto crossings = training::accuracy_crossings(rows, {0.5, 0.9, 0.95});
+  ASSERT_EQ(crossings.size(), 2u);  // 95% never reached
+  EXPECT_EQ(crossings[0].epoch, 1);
+  EXPECT_DOUBLE_EQ(crossings[0].seconds, 11.0);
+  EXPECT_EQ(crossings[1].epoch, 2);
+  EXPECT_EQ(crossings[1].step, 20);
+  EXPECT_DOUBLE_EQ(crossings[1].seconds, 22.0);
+}
+
+}  // namespace

@@ -1,0 +1,140 @@
+#include "training/run/run_dir.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "test_support.h"
+#include "training/platform/errors.h"
+#include "training/platform/json_rows.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+training::EpochRecord row(int epoch, double loss) {
+  training::EpochRecord r;
+  r.epoch = epoch;
+  r.train_loss = loss;
+  return r;
+}
+
+// Column `index` (0-based) of each CSV data line.
+std::vector<std::string> csv_column(const std::string& csv, size_t index) {
+  std::vector<std::string> values;
+  std::istringstream lines(csv);
+  std::string line;
+  std::getline(lines, line);  // header
+  while (std::getline(lines, line)) {
+    std::istringstream cells(line);
+    std::string cell;
+    for (size_t i = 0; i <= index; ++i) std::getline(cells, cell, ',');
+    values.push_back(cell);
+  }
+  return values;
+}
+
+TEST(RunDirectory, WritesMetricsAsJsonLinesAndCsv) {
+  test_support::TempDir dir;
+  training::RunDirectory run(dir / "run", false);
+  run.record_epoch(row(1, 2.5));
+  run.record_epoch(row(2, 1.25));
+  EXPECT_EQ(
+      test_support::read_text(dir / "run/metrics.jsonl"),
+      training::to_json(row(1, 2.5)).dump() + "\n" + training::to_json(row(2, 1.25)).dump() + "\n");
+  const auto csv = test_support::read_text(dir / "run/metrics.csv");
+  EXPECT_EQ(csv.rfind("epoch,step,lr,train_loss,", 0), 0u) << csv;
+  EXPECT_EQ(csv_column(csv, 0), (std::vector<std::string>{"1", "2"}));
+  EXPECT_EQ(csv_column(csv, 3), (std::vector<std::string>{"2.5", "1.25"}));
+  EXPECT_TRUE(fs::exists(dir / "run/train.log"));
+}
+
+TEST(RunDirectory, SameEpochReplacesItsRowAndResumeTrimsLaterOnes) {
+  test_support::TempDir dir;
+  {
+    training::RunDirectory run(dir / "run", false);
+    run.record_epoch(row(1, 2.0));
+    run.record_epoch(row(2, 1.0));
+    run.record_epoch(row(2, 0.5));
+    EXPECT_EQ(run.epochs().size(), 2u);
+    run.record_epoch(row(3, 0.25));
+  }
+  training::RunDirectory resumed(dir / "run", true);
+  ASSERT_EQ(resumed.epochs().size(), 3u);
+  resumed.keep_epochs_through(2);
+  const auto csv = test_support::read_text(dir / "run/metrics.csv");
+  EXPECT_EQ(csv_column(csv, 0), (std::vector<std::string>{"1", "2"}));
+  EXPECT_EQ(csv_column(csv, 3), (std::vector<std::string>{"2.0", "0.5"}));
+}
+
+TEST(RunDirectory, RefusesToReuseADirectoryHoldingARun) {
+  test_support::TempDir dir;
+  {
+    training::RunDirectory run(dir / "run", false);
+    run.write_config("a: 1\n");
+  }
+  try {
+    training::RunDirectory again(dir / "run", false);
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("already holds a run"), std::string::npos);
+  }
+  EXPECT_EQ(test_support::read_text(dir / "run/config.yaml"), "a: 1\n");
+}
+
+TEST(RunDirectory, CorruptMetricsOnResumeAreNamed) {
+  test_support::TempDir dir;
+  fs::create_directories(dir / "run");
+  std::ofstream(dir / "run/metrics.jsonl") << "{\"epoch\":1}\n{broken\n";
+  try {
+    training::RunDirectory run(dir / "run", true);
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(
+                  (dir / "run/metrics.jsonl").string() + ": line 2 is not JSON", 0),
+              0u);
+  }
+}
+
+TEST(RunDirectory, IsLockedWhileOpenAndNamesTheHolder) {
+  test_support::TempDir dir;
+  auto first = std::make_unique<training::RunDirectory>(dir / "run", false);
+  try {
+    training::RunDirectory second(dir / "run", true);
+    FAIL() << "a second writer was let in";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "run").string() +
+                                         ": in use by another train process (pid " +
+                                         std::to_string(::getpid()) +
+                                         "); wait for it to finish or stop it, or choose another "
+                                         "directory");
+  }
+  first.reset();  // released with its owner
+  EXPECT_NO_THROW(training::RunDirectory(dir / "run", true));
+}
+
+TEST(RunDirectory, OpeningRemovesTemporariesAnInterruptedWriteLeft) {
+  test_support::TempDir dir;
+  { training::RunDirectory run(dir / "run", false); }
+  std::ofstream(dir / "run/.checkpoint.pt.tmp4242") << "half";
+  std::ofstream(dir / "run/.metrics.jsonl.tmp17") << "half";
+  std::ofstream(dir / "run/keep.txt") << "mine";
+  training::RunDirectory resumed(dir / "run", true);
+  EXPECT_FALSE(fs::exists(dir / "run/.checkpoint.pt.tmp4242"));
+  EXPECT_FALSE(fs::exists(dir / "run/.metrics.jsonl.tmp17"));
+  EXPECT_TRUE(fs::exists(dir / "run/keep.txt"));
+}
+
+TEST(RunDirectory, NewRunPathsAreNamedOrStampedAndUnique) {
+  test_support::TempDir dir;
+  EXPECT_EQ(training::new_run_path(dir.path(), "exp", "resnet50"), dir / "exp");
+  const auto stamped = training::new_run_path(dir.path(), "", "resnet50");
+  EXPECT_NE(stamped.filename().string().find("-resnet50"), std::string::npos);
+  fs::create_directories(stamped);
+  EXPECT_NE(training::new_run_path(dir.path(), "", "resnet50"), stamped);
+}
+
+}  // namespace

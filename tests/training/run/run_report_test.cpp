@@ -1,0 +1,45 @@
+// The run report: report.md and its plots from a run directory.
+#include "training/run/run_report.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "training/tiny_run.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+using tiny_run::tiny;
+using tiny_run::train;
+
+TEST(Report, SummarisesTheRunWithPlots) {
+  test_support::TempDir dir;
+  auto config = tiny("");
+  config.training.epochs = 2;
+  train(config, dir / "run");
+  const auto report = training::write_report(dir / "run");
+  const auto text = test_support::read_text(report);
+  for (const char* part :
+       {"# Run report: run", "## Setup", "| model | resnet18, imagenet stem", "## Results",
+        "| final test accuracy |", "| waiting for data |", "**Verdict: compute-bound.**",
+        "## Epochs", "| 2 | 16 |", "![loss and accuracy](loss_accuracy.png)"}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
+  }
+  for (const char* png : {"loss_accuracy.png", "throughput.png", "memory.png"}) {
+    std::ifstream in(dir / "run" / png, std::ios::binary);
+    char signature[4] = {};
+    in.read(signature, 4);
+    EXPECT_EQ(std::string(signature + 1, 3), "PNG") << png;
+    EXPECT_GT(fs::file_size(dir / "run" / png), 5000u) << png;
+  }
+}
+
+TEST(Report, RefusesAFolderWithoutARun) {
+  test_support::TempDir dir;
+  EXPECT_THROW(training::write_report(dir.path()), training::UserError);
+}
+
+}  // namespace

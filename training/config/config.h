@@ -1,0 +1,200 @@
+// The one typed configuration of a run. YAML file -> --set overrides -> Config, validated in one
+// place: config.cpp holds the schema (every section, key, type, range and choice, and the checks
+// that span keys); config_yaml.h the YAML machinery it drives.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "models/resnet.h"
+#include "training/config/config_input.h"
+#include "training/platform/distributed.h"
+#include "training/platform/errors.h"
+#include "training/platform/tensorboard.h"
+#include "training/step/amp.h"
+#include "training/step/optim.h"
+#include "training/step/recompute.h"
+#include "training/step/schedule.h"
+
+namespace training {
+
+inline constexpr int64_t kAutoPrefetch = -1;
+
+// Which loader feeds the trainer: the project's batched loader (data/loader.h), or LibTorch's
+// torch::data loader over the same dataset (data/torch_data.h).
+enum class LoaderKind { Batched, TorchData };
+
+struct DataConfig {
+  data::DataOptions dataset;     // source, root, limits, synthetic sizes
+  bool augment = true;           // random crop (4-pixel padding) + horizontal flip when training
+  bool device_resident = false;  // keep the uint8 training set on the training device
+  // Batches prepared ahead by a background thread (0 = inline). kAutoPrefetch: 2 on CUDA, 0 on
+  // the CPU, where the extra thread's OpenMP team makes libgomp throttle its spin-waiting
+  // (measured: a quarter of the step rate lost on 2 cores) and the cores are busy with the step
+  // anyway.
+  int64_t prefetch = kAutoPrefetch;
+  double simulated_delay_ms = 0;  // extra time to prepare each training batch (pipeline studies)
+  LoaderKind loader = LoaderKind::Batched;
+  int64_t workers = 0;  // torch_data: LibTorch's worker threads (0: batches made in next())
+};
+
+// training.cuda_graph: the training step captured once in a CUDA graph and replayed
+// (training/step/graphed_step.h). Auto: on for CUDA with fp32 or bf16 when training alone.
+enum class CudaGraphMode { Off, On, Auto };
+
+struct TrainingConfig {
+  std::string device = "auto";  // auto | cpu | cuda | cuda:<index>
+  int64_t epochs = 30;
+  int64_t max_steps = 0;  // stop after this many optimizer steps (0 = run all epochs)
+  int64_t batch_size = 128;
+  int64_t eval_batch_size = 500;
+  int64_t seed = 0;
+  double label_smoothing = 0.0;
+  int64_t log_every_steps = 50;           // progress line / running-loss read-back interval
+  int64_t threads = 0;                    // CPU intra-op threads (0 = LibTorch's default)
+  Precision precision = Precision::FP32;  // autocast dtype; fp16 adds the GradScaler
+  // Of weights and inputs; empty = auto, chosen for the device before the run is built
+  // (memory_format.h: channels_last on CUDA, the faster of the two measured on the CPU).
+  std::optional<c10::MemoryFormat> memory_format;
+  bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms once per shape
+  bool allow_tf32 = true;       // CUDA (Ampere+): TF32 tensor cores for fp32 matmul/convolution
+  // Evaluation averages the logits of each test image and of its mirror image (test-time
+  // augmentation; twice the evaluation's forward passes).
+  bool eval_flip = false;
+  // Test accuracies whose first crossing is logged with the wall time (time to accuracy).
+  std::vector<double> accuracy_thresholds = {0.90, 0.93, 0.94, 0.95};
+  CudaGraphMode cuda_graph = CudaGraphMode::Off;
+  // Evaluate an exponential moving average of the weights with this decay (0 = off;
+  // training/step/ema.h).
+  double ema_decay = 0.0;
+};
+
+struct MemoryConfig {
+  int64_t limit = 0;  // bytes; allocations beyond it fail like a real out-of-memory (0 = none)
+  // CUDA: record the caching allocator's history over profiler.steps and write
+  // memory_snapshot.pickle (pytorch.org/memory_viz); refused on the CPU.
+  bool snapshot = false;
+  int64_t snapshot_max_entries = 100000;  // allocator events kept (the newest)
+};
+
+// The batch-size sweep grid (train sweep): every combination of the four lists is a cell.
+struct SweepConfig {
+  std::vector<int64_t> batch_sizes = {32, 64, 128};
+  std::vector<Precision> precisions = {Precision::FP32};
+  std::vector<bool> checkpointing = {false};
+  std::vector<c10::MemoryFormat> memory_formats = {c10::MemoryFormat::Contiguous};
+  int64_t warmup_steps = 2;               // steps per trial before measuring
+  int64_t measure_steps = 5;              // measured steps per trial (median step time)
+  bool find_max = false;                  // also search the largest batch that fits, per cell
+  int64_t max_batch = 65536;              // find_max stops doubling here
+  std::vector<int64_t> predict_for = {};  // card sizes (bytes) to predict the max batch for
+  int64_t trial_timeout = 1800;           // seconds before a trial is killed
+  // Seconds after which no new trial starts (0 = none); with a budget the grid runs batch by
+  // batch across the settings, so every setting gets its small batches first.
+  int64_t time_budget = 0;
+  // Each trial holds what one rank of a data-parallel run holds: a one-rank process group of
+  // distributed.backend and c10d's reducer with its gradient buckets (distributed.bucket_mb).
+  bool data_parallel = false;
+};
+
+struct MonitorConfig {
+  double sample_period = 1.0;           // seconds between device samples (0 = no gpu.jsonl)
+  double data_wait_threshold = 0.10;    // warn when the loop waits for data longer than this share
+  double utilization_threshold = 0.70;  // warn when mean GPU utilisation is below this
+  bool tensorboard = tensorboard_built();  // events.out.tfevents.* in the run directory
+};
+
+struct ProfilerConfig {
+  bool enabled = false;
+  std::vector<int64_t> steps = {5, 7};  // first and last optimizer step (1-based) to trace
+  int64_t top = 15;                     // rows of the operator table in the log
+  bool record_shapes = false;
+};
+
+struct CheckpointConfig {
+  bool enabled = true;  // write <run>/checkpoint.pt after every epoch and at the end
+};
+
+struct OutputConfig {
+  std::string dir = "runs";  // parent of run directories
+  std::string name;          // run directory name; empty = <date>-<time>-<arch>
+};
+
+// data.prefetch resolved for the device: "auto" means 2 on CUDA, 0 on the CPU.
+int64_t prefetch_for(const DataConfig& data, bool cuda);
+
+struct Config {
+  models::ResNetOptions model;
+  DataConfig data;
+  TrainingConfig training;
+  OptimizerOptions optimizer;
+  ScheduleOptions schedule;
+  CheckpointingOptions checkpointing;
+  MemoryConfig memory;
+  MonitorConfig monitor;
+  ProfilerConfig profiler;
+  CheckpointConfig checkpoint;
+  OutputConfig output;
+  SweepConfig sweep;
+  DistributedOptions distributed;
+
+  // Where `key` ("section.key") was set: the flag that set it ("--device", "--set
+  // training.device"), else the config's origin (its file). Messages about a value that is
+  // checked only where it is used name it, as the config's own checks do.
+  std::string origin_of(const std::string& key) const;
+  std::string origin;                        // the config file (or the text's origin)
+  std::map<std::string, std::string> flags;  // "section.key" → the flag that set it
+};
+
+// Runs `work` and returns what it returns. A KeyError from it (a value this machine or this data
+// cannot use) becomes a ConfigError led by where the key was set, as the config's own checks are:
+// "--device: training.device: 'cuda:3' requested, but this machine has 1 CUDA device(s) ...".
+template <class Work>
+auto with_key_origins(const Config& config, Work&& work) -> decltype(work()) {
+  try {
+    return work();
+  } catch (const KeyError& e) {
+    throw ConfigError(config.origin_of(e.key()) + ": " + e.what());
+  }
+}
+
+// Reads `path` (YAML), applies `overrides` in order and validates. Keys absent from the file keep
+// their defaults. Refuses a path that is not a readable file, and duplicate keys.
+Config load_config(const std::string& path, const std::vector<Override>& overrides = {});
+
+// Same, from YAML text; `origin` names the source in error messages.
+Config parse_config(const std::string& yaml_text, const std::string& origin,
+                    const std::vector<Override>& overrides = {});
+
+// Why a graph-captured step (training.cuda_graph) cannot run this config, as the end of the
+// sentence "training.cuda_graph: on ..." (fp16, the unfused SGD, checkpointing); empty when it
+// can. The device and data-parallel training are checked apart, once they are known
+// (training/step/graphed_step.h).
+std::string cuda_graph_obstacle(const Config& config);
+
+// The effective config as YAML (every key, defaults included); parse_config() reads it back
+// to an equal Config.
+std::string to_yaml(const Config& config);
+
+// Every valid key as "section.key".
+std::vector<std::string> config_keys();
+
+// "resnet50" etc., as written in the config.
+std::string arch_name(const models::ResNetOptions& model);
+
+// "cifar" / "imagenet", as written in the config.
+std::string stem_name(const models::ResNetOptions& model);
+
+// "contiguous" / "channels_last".
+std::string memory_format_name(c10::MemoryFormat format);
+std::string memory_format_name(const std::optional<c10::MemoryFormat>& format);  // "auto" if empty
+
+// The config's spellings of the other choices: "binary", "block", "cosine", ...
+std::string source_name(data::Source source);
+std::string granularity_name(CheckpointGranularity granularity);
+std::string schedule_name(ScheduleKind kind);
+
+}  // namespace training

@@ -1,0 +1,146 @@
+#include "training/config/config_yaml.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace training::config_yaml {
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string join(const std::vector<std::string>& items, const std::string& separator) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : separator) + item;
+  return out;
+}
+
+std::string suggestion(const std::string& wrong, const std::vector<std::string>& valid,
+                       const std::string& prefix) {
+  const std::string* best = nullptr;
+  size_t best_distance = 0;
+  for (const auto& name : valid) {
+    const size_t d = edit_distance(wrong, name);
+    if (!best || d < best_distance) best = &name, best_distance = d;
+  }
+  if (best && best_distance <= std::max<size_t>(2, best->size() / 3)) {
+    return "(did you mean '" + prefix + *best + "'?)";
+  }
+  return "(valid: " + join(valid, ", ") + ")";
+}
+
+std::string describe(const YAML::Node& node) {
+  if (!node.IsDefined() || node.IsNull()) return "nothing";
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a mapping";
+  return "'" + node.Scalar() + "'";
+}
+
+// yaml-cpp throws when asking the type of a missing ("zombie") node, so ask IsDefined first.
+bool is_map(const YAML::Node& node) {
+  return node.IsDefined() && node.IsMap();
+}
+
+std::string shortest_double(double value) {
+  if (value == std::floor(value) && std::abs(value) < 1e15) {
+    return std::to_string(static_cast<int64_t>(value));  // 1000, not 1e+03
+  }
+  char buffer[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", precision, value);
+    if (std::strtod(buffer, nullptr) == value) break;
+  }
+  return buffer;
+}
+
+bool decimal_integer(const YAML::Node& node, int64_t& out) {
+  if (!node.IsScalar()) return false;
+  const std::string& text = node.Scalar();
+  size_t start = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  if (start == text.size()) return false;
+  for (size_t i = start; i < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+  }
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);  // base 10: leading zeros too
+  if (errno == ERANGE || *end != '\0') return false;
+  out = value;
+  return true;
+}
+
+void apply_override(YAML::Node& root, const Override& override,
+                    std::map<std::string, std::string>& overridden) {
+  const std::string& assignment = override.assignment;
+  const auto eq = assignment.find('=');
+  const bool set = override.flag == "--set";
+  // "--set key=value" names itself; a shorthand flag names itself with the value it was given.
+  const std::string flag =
+      set ? "--set " + assignment
+          : override.flag + " " +
+                (eq == std::string::npos ? assignment : assignment.substr(eq + 1));
+  if (eq == std::string::npos || eq == 0) throw ConfigError(flag + ": expected key.path=value");
+  const std::string path = assignment.substr(0, eq);
+  std::vector<std::string> parts;
+  std::stringstream stream(path);
+  for (std::string part; std::getline(stream, part, '.');) parts.push_back(part);
+  if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
+    throw ConfigError(flag + ": expected section.key=value, e.g. training.epochs=2");
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(flag + ": value is not valid YAML (" + e.msg + ")");
+  }
+  if (!is_map(root)) root = YAML::Node(YAML::NodeType::Map);
+  YAML::Node section = root[parts[0]];
+  const std::string label = set ? "--set " + path : override.flag;
+  if (section.IsDefined() && !section.IsNull() && !section.IsMap()) {
+    throw ConfigError(label + ": '" + parts[0] + "' is not a section");
+  }
+  if (!section.IsDefined()) overridden[parts[0]] = set ? "--set " + parts[0] : override.flag;
+  if (!is_map(section)) root[parts[0]] = YAML::Node(YAML::NodeType::Map);
+  // The key gets a node of its own: assigning into its node would change every alias that shares
+  // it (`batch_size: &b 32` with `eval_batch_size: *b` or `batch_sizes: [*b]`).
+  YAML::Node target = root[parts[0]];
+  target.remove(parts[1]);
+  target[parts[1]] = value;
+  overridden[path] = label;
+}
+
+void check_duplicate_keys(const YAML::Node& node, const std::string& origin,
+                          const std::string& prefix) {
+  if (!is_map(node)) return;
+  std::map<std::string, int> first_line;
+  for (const auto& entry : node) {
+    const std::string key = entry.first.Scalar();
+    const int line = entry.first.Mark().line + 1;
+    const auto [found, fresh] = first_line.emplace(key, line);
+    if (!fresh) {
+      throw ConfigError(origin + ": duplicate key '" + prefix + key + "' at lines " +
+                        std::to_string(found->second) + " and " + std::to_string(line) +
+                        " (YAML would keep the first silently); keep one");
+    }
+    check_duplicate_keys(entry.second, origin, prefix + key + ".");
+  }
+}
+
+}  // namespace training::config_yaml

@@ -1,0 +1,369 @@
+// The YAML machinery behind the config (config.cpp holds the schema): a Reader and a Writer that
+// the schema's walk() drives, the overrides of --set and the shorthand flags, the duplicate-key
+// check, and the "did you mean" suggestions. Nothing here knows a config key.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "training/config/config_input.h"
+#include "training/platform/memory.h"
+
+namespace training::config_yaml {
+
+// A choice's spellings and values, e.g. {{"fp32", Precision::FP32}, ...}.
+template <class E>
+using Choices = std::vector<std::pair<std::string, E>>;
+
+// The spelling of `value` among `choices`.
+template <class E>
+std::string choice_text(const Choices<E>& choices, const E& value) {
+  for (const auto& [text, option] : choices) {
+    if (option == value) return text;
+  }
+  return "?";  // unreachable when every enum value has its entry
+}
+
+inline constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+// What an "auto or integer" field holds for "auto".
+inline constexpr int64_t kAuto = -1;
+
+// "(did you mean 'x'?)" for a close match, else the list of valid names.
+std::string suggestion(const std::string& wrong, const std::vector<std::string>& valid,
+                       const std::string& prefix);
+std::string join(const std::vector<std::string>& items, const std::string& separator);
+// How a node is named in a message: "nothing", "a list", "a mapping", "'text'".
+std::string describe(const YAML::Node& node);
+// yaml-cpp throws when asking the type of a missing ("zombie") node, so this asks IsDefined first.
+bool is_map(const YAML::Node& node);
+// The shortest text that reads back as exactly `value` ("1000", "0.0005").
+std::string shortest_double(double value);
+// A scalar read as the decimal integer it is written as: "010" is 10 (yaml-cpp alone would read
+// YAML 1.1's octal 8), "+5" is 5; "0x10", "0o10", "1e3", "1.0" and overflow are not integers.
+bool decimal_integer(const YAML::Node& node, int64_t& out);
+
+// Reads a parsed YAML document into a typed config as walk() visits the schema: every field
+// read is checked (type, range, choice) and every key the document has but the schema lacks is
+// refused with the nearest valid name. Messages name the file, or the flag that set the key.
+class Reader {
+ public:
+  // `overridden`: the paths ("section.key", and "section" for sections that only an override
+  // created) that flags set, with the text that names the flag in messages.
+  Reader(YAML::Node root, std::string origin, std::map<std::string, std::string> overridden)
+      : root_(std::move(root)), origin_(std::move(origin)), overridden_(std::move(overridden)) {}
+
+  template <class Body>
+  void section(const std::string& name, Body&& body) {
+    sections_.push_back(name);
+    section_ = name;
+    // Rebind (plain assignment would write into the previous section); a missing section becomes
+    // an empty node, since yaml-cpp refuses to bind to a missing one.
+    const YAML::Node found = root_[name];
+    node_.reset(found.IsDefined() ? found : YAML::Node());
+    fields_.clear();
+    if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap()) {
+      fail(name, "expected a mapping of keys, got " + describe(node_));
+    }
+    body();
+    if (!is_map(node_)) return;
+    for (const auto& entry : node_) {
+      const auto key = entry.first.Scalar();
+      if (std::find(fields_.begin(), fields_.end(), key) == fields_.end()) {
+        throw ConfigError(origin_for(name + "." + key) + ": unknown key '" + name + "." + key +
+                          "' " + suggestion(key, fields_, name + "."));
+      }
+    }
+  }
+
+  void integer(const std::string& name, int64_t& out, int64_t lo, int64_t hi) {
+    const auto node = field(name);
+    if (!node) return;
+    const std::string expected = "expected an integer in [" + std::to_string(lo) + ", " +
+                                 (hi == kMaxInt ? std::string("inf") : std::to_string(hi)) + "]";
+    int64_t value = 0;
+    if (!node->IsScalar() || !decimal_integer(*node, value)) {
+      fail(name, expected + ", got " + describe(*node));
+    }
+    if (value < lo || value > hi) fail(name, expected + ", got " + std::to_string(value));
+    out = value;
+  }
+
+  // "auto" (stored as kAuto) or an integer in [lo, hi].
+  void integer_or_auto(const std::string& name, int64_t& out, int64_t lo, int64_t hi) {
+    const auto node = field(name);
+    if (!node) return;
+    if (node->IsScalar() && node->Scalar() == "auto") return void(out = kAuto);
+    int64_t value = 0;
+    if (!node->IsScalar() || !decimal_integer(*node, value) || value < lo || value > hi) {
+      fail(name, "expected auto or an integer in [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "], got " + describe(*node));
+    }
+    out = value;
+  }
+
+  void real(const std::string& name, double& out, double lo, double hi) {
+    const auto node = field(name);
+    if (!node) return;
+    const std::string expected =
+        "expected a number in [" + shortest_double(lo) + ", " + shortest_double(hi) + "]";
+    double value = 0;
+    if (!node->IsScalar() || !YAML::convert<double>::decode(*node, value) ||
+        !std::isfinite(value)) {
+      fail(name, expected + ", got " + describe(*node));
+    }
+    if (value < lo || value > hi) fail(name, expected + ", got " + node->Scalar());
+    out = value;
+  }
+
+  void boolean(const std::string& name, bool& out) {
+    const auto node = field(name);
+    if (!node) return;
+    if (!node->IsScalar() || !YAML::convert<bool>::decode(*node, out)) {
+      fail(name, "expected true or false, got " + describe(*node));
+    }
+  }
+
+  void text(const std::string& name, std::string& out) {
+    const auto node = field(name);
+    if (!node) return;
+    if (node->IsNull()) {
+      out.clear();
+      return;
+    }
+    if (!node->IsScalar()) fail(name, "expected a string, got " + describe(*node));
+    out = node->Scalar();
+  }
+
+  template <class E>
+  void choice(const std::string& name, E& out, const Choices<E>& choices) {
+    const auto node = field(name);
+    if (!node) return;
+    std::vector<std::string> names;
+    for (const auto& [text, value] : choices) {
+      names.push_back(text);
+      if (node->IsScalar() && node->Scalar() == text) {
+        out = value;
+        return;
+      }
+    }
+    fail(name, "expected one of " + join(names, ", ") + ", got " + describe(*node));
+  }
+
+  void integers(const std::string& name, std::vector<int64_t>& out, int64_t lo, int64_t hi,
+                bool non_empty = false) {
+    const std::string expected = std::string("expected a ") + (non_empty ? "non-empty " : "") +
+                                 "list of integers in [" + std::to_string(lo) + ", " +
+                                 std::to_string(hi) + "]";
+    list(name, out, non_empty, expected, [&](const YAML::Node& item, int64_t& value) {
+      return decimal_integer(item, value) && value >= lo && value <= hi;
+    });
+  }
+
+  void reals(const std::string& name, std::vector<double>& out, double lo, double hi) {
+    const std::string expected =
+        "expected a list of numbers in [" + shortest_double(lo) + ", " + shortest_double(hi) + "]";
+    list(name, out, false, expected, [&](const YAML::Node& item, double& value) {
+      return YAML::convert<double>::decode(item, value) && std::isfinite(value) && value >= lo &&
+             value <= hi;
+    });
+  }
+
+  template <class E>
+  void choices(const std::string& name, std::vector<E>& out, const Choices<E>& choices) {
+    std::vector<std::string> names;
+    for (const auto& choice : choices) names.push_back(choice.first);
+    list(name, out, true, "expected a non-empty list of " + join(names, ", "),
+         [&](const YAML::Node& item, E& value) {
+           for (const auto& [text, option] : choices) {
+             if (item.Scalar() == text) return value = option, true;
+           }
+           return false;
+         });
+  }
+
+  void booleans(const std::string& name, std::vector<bool>& out) {
+    std::vector<int> values(out.begin(), out.end());
+    list(name, values, true, "expected a non-empty list of true/false",
+         [](const YAML::Node& item, int& value) {
+           bool flag = false;
+           if (!YAML::convert<bool>::decode(item, flag)) return false;
+           return value = flag, true;
+         });
+    out.assign(values.begin(), values.end());
+  }
+
+  void bytes(const std::string& name, int64_t& out) {
+    const auto node = field(name);
+    if (!node) return;
+    if (node->IsNull()) return void(out = 0);
+    if (!node->IsScalar()) fail(name, "expected a size like 12GiB, got " + describe(*node));
+    if (node->Scalar() == "none") return void(out = 0);
+    try {
+      out = parse_byte_size(node->Scalar());
+    } catch (const std::invalid_argument& e) {
+      fail(name, e.what());
+    }
+  }
+
+  void byte_sizes(const std::string& name, std::vector<int64_t>& out) {
+    list(name, out, false, "expected a list of sizes like [12GiB, 24GiB]",
+         [](const YAML::Node& item, int64_t& value) {
+           try {
+             value = parse_byte_size(item.Scalar());
+             return value > 0;
+           } catch (const std::invalid_argument&) {
+             return false;
+           }
+         });
+  }
+
+  // Reads a YAML list whose items `decode` converts (returning false for a bad item).
+  template <class T, class Decode>
+  void list(const std::string& name, std::vector<T>& out, bool non_empty,
+            const std::string& expected, Decode decode) {
+    const auto node = field(name);
+    if (!node) return;
+    if (!node->IsSequence()) fail(name, expected + ", got " + describe(*node));
+    std::vector<T> values;
+    for (const auto& item : *node) {
+      T value{};
+      if (!item.IsScalar() || !decode(item, value)) {
+        fail(name, expected + ", got " + describe(item) + " in the list");
+      }
+      values.push_back(value);
+    }
+    if (non_empty && values.empty()) fail(name, expected + ", got an empty list");
+    out = std::move(values);
+  }
+
+  // Every key the schema visited, as "section.key", in schema order.
+  const std::vector<std::string>& keys() const { return keys_; }
+
+  // Top-level keys that are not sections.
+  void check_sections() const {
+    if (!is_map(root_)) return;
+    for (const auto& entry : root_) {
+      const auto key = entry.first.Scalar();
+      if (std::find(sections_.begin(), sections_.end(), key) == sections_.end()) {
+        throw ConfigError(origin_for(key) + ": unknown section '" + key + "' " +
+                          suggestion(key, sections_, ""));
+      }
+    }
+  }
+
+ private:
+  std::optional<YAML::Node> field(const std::string& name) {
+    fields_.push_back(name);
+    keys_.push_back(section_ + "." + name);
+    if (!is_map(node_)) return std::nullopt;
+    YAML::Node node = node_[name];
+    if (!node.IsDefined()) return std::nullopt;
+    return node;
+  }
+
+  std::string origin_for(const std::string& path) const {
+    const auto found = overridden_.find(path);
+    return found != overridden_.end() ? found->second : origin_;
+  }
+
+  [[noreturn]] void fail(const std::string& name, const std::string& what) const {
+    const std::string path = name == section_ ? name : section_ + "." + name;
+    throw ConfigError(origin_for(path) + ": " + path + ": " + what);
+  }
+
+  const YAML::Node root_;
+  std::string origin_;
+  std::map<std::string, std::string> overridden_;
+  std::vector<std::string> sections_;
+  std::string section_;
+  YAML::Node node_;
+  std::vector<std::string> fields_;
+  std::vector<std::string> keys_;
+};
+
+// Writes a typed config as YAML as walk() visits the schema: every key, defaults included, in a
+// form the Reader reads back to an equal config.
+class Writer {
+ public:
+  Writer() { out_ << YAML::BeginMap; }
+  std::string str() {
+    out_ << YAML::EndMap;
+    return std::string(out_.c_str()) + "\n";
+  }
+  template <class Body>
+  void section(const std::string& name, Body&& body) {
+    out_ << YAML::Key << name << YAML::Value << YAML::BeginMap;
+    body();
+    out_ << YAML::EndMap;
+  }
+  void integer(const std::string& name, int64_t value, int64_t, int64_t) { emit(name, value); }
+  void integer_or_auto(const std::string& name, int64_t value, int64_t, int64_t) {
+    if (value == kAuto) return emit(name, std::string("auto"));
+    emit(name, value);
+  }
+  void real(const std::string& name, double value, double, double) {
+    emit(name, shortest_double(value));
+  }
+  void boolean(const std::string& name, bool value) { emit(name, value); }
+  void text(const std::string& name, const std::string& value) {
+    out_ << YAML::Key << name << YAML::Value << YAML::DoubleQuoted << value;
+  }
+  template <class E>
+  void choice(const std::string& name, const E& value, const Choices<E>& choices) {
+    emit(name, choice_text(choices, value));
+  }
+  void integers(const std::string& name, const std::vector<int64_t>& values, int64_t, int64_t,
+                bool = false) {
+    out_ << YAML::Key << name << YAML::Value << YAML::Flow << values;
+  }
+  void reals(const std::string& name, const std::vector<double>& values, double, double) {
+    std::vector<std::string> texts;
+    for (double value : values) texts.push_back(shortest_double(value));
+    out_ << YAML::Key << name << YAML::Value << YAML::Flow << texts;
+  }
+  template <class E>
+  void choices(const std::string& name, const std::vector<E>& values, const Choices<E>& choices) {
+    std::vector<std::string> texts;
+    for (const auto& value : values) texts.push_back(choice_text(choices, value));
+    out_ << YAML::Key << name << YAML::Value << YAML::Flow << texts;
+  }
+  void booleans(const std::string& name, const std::vector<bool>& values) {
+    out_ << YAML::Key << name << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (bool value : values) out_ << value;
+    out_ << YAML::EndSeq;
+  }
+  void bytes(const std::string& name, int64_t value) {
+    emit(name, value == 0 ? std::string("none") : byte_size_text(value));
+  }
+  void byte_sizes(const std::string& name, const std::vector<int64_t>& values) {
+    std::vector<std::string> texts;
+    for (int64_t value : values) texts.push_back(byte_size_text(value));
+    out_ << YAML::Key << name << YAML::Value << YAML::Flow << texts;
+  }
+
+ private:
+  template <class T>
+  void emit(const std::string& name, const T& value) {
+    out_ << YAML::Key << name << YAML::Value << value;
+  }
+  YAML::Emitter out_;
+};
+
+// Sets section.key=value in `root`, creating the section as needed. Records in `overridden` what
+// names the flag in messages, for the key and (when the override created it) the section.
+void apply_override(YAML::Node& root, const Override& override,
+                    std::map<std::string, std::string>& overridden);
+
+// Duplicate keys: YAML parsers keep the first silently; refused here, naming both lines.
+void check_duplicate_keys(const YAML::Node& node, const std::string& origin,
+                          const std::string& prefix);
+
+}  // namespace training::config_yaml

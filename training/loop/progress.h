@@ -1,0 +1,47 @@
+// The live progress line during an epoch: rewritten in place on a terminal, logged as ordinary
+// lines otherwise (and always written to train.log).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "training/platform/duration.h"  // format_duration
+
+namespace training {
+
+struct ProgressSnapshot {
+  int64_t epoch = 0, epochs = 0;
+  int64_t batch = 0, batches = 0;  // batches done in this epoch / in the whole epoch
+  double images_per_second = 0;
+  double running_loss = 0, running_acc = 0;
+  double lr = 0;
+  // Rest of this epoch's training at the steady rate; empty while the process still warms up.
+  std::optional<double> eta_seconds;
+};
+
+// When a progress line is due by time (training.log_every_steps makes the others): the first once
+// the process has trained kFirstLineSteps steps and kFirstLineSeconds seconds, whichever comes
+// later, then kEverySeconds after the last line. `steps` and `seconds` count from the start of
+// training in this process; `since_last` from the last line (ignored before the first).
+constexpr int64_t kFirstLineSteps = 3;
+constexpr double kFirstLineSeconds = 10.0;
+constexpr double kEverySeconds = 30.0;
+bool progress_due_by_time(bool shown_before, int64_t steps, double seconds, double since_last);
+
+std::string format_progress(const ProgressSnapshot& snapshot);
+
+class ProgressLine {
+ public:
+  ProgressLine();  // live when stderr is a terminal
+  ~ProgressLine() { clear(); }
+  void show(const ProgressSnapshot& snapshot);
+  // Removes a live line so that the next log line starts on a clean row.
+  void clear();
+
+ private:
+  bool live_;
+  bool shown_ = false;
+};
+
+}  // namespace training

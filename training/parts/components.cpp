@@ -1,0 +1,133 @@
+#include "training/parts/components.h"
+
+#include <spdlog/spdlog.h>
+
+#include "data/torch_data.h"
+#include "training/parts/memory_format.h"
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+#include "training/step/optim.h"
+#include "training/step/recompute.h"
+
+namespace training {
+
+models::ResNet build_model(const Config& config, const torch::Device& device) {
+  // Seeding first makes the initial weights a function of training.seed alone.
+  seed_everything(static_cast<uint64_t>(config.training.seed));
+  models::ResNet model(config.model);
+  model->to(device);
+  models::convert_memory_format(*model, memory_format_for(config, device));
+  apply_checkpointing(*model, config.checkpointing);
+  return model;
+}
+
+StepParts build_step_parts(const Config& config, const torch::Device& device, ProcessGroup* group) {
+  auto model = build_model(config, device);
+  // Rank 0's initial weights everywhere, before anything else touches them.
+  if (group) group->broadcast_from_main(*model);
+  auto optimizer = make_sgd(*model, config.optimizer);
+  std::unique_ptr<WeightAverage> ema;
+  if (config.training.ema_decay > 0) {
+    // Built like the model (the same seed, so the global generator ends where it did), then
+    // overwritten with the model's weights.
+    ema = std::make_unique<WeightAverage>(model, build_model(config, device),
+                                          config.training.ema_decay);
+  }
+  return {model, std::move(optimizer),
+          GradScaler(config.training.precision == Precision::FP16, device), std::move(ema)};
+}
+
+StepOptions step_options(const Config& config) {
+  return StepOptions()
+      .precision(config.training.precision)
+      .label_smoothing(config.training.label_smoothing);
+}
+
+std::unique_ptr<data::Loader> make_loader(data::Split split, const Config& config,
+                                          const torch::Device& device, bool train,
+                                          ProcessGroup* group) {
+  const auto options =
+      data::LoaderOptions()
+          .batch_size(train ? config.training.batch_size : config.training.eval_batch_size)
+          .shuffle(train)
+          .drop_last(train)
+          .augment(train && config.data.augment)
+          .device(device)
+          .device_resident(config.data.device_resident)
+          .prefetch(prefetch_for(config.data, device.is_cuda()))
+          .seed(static_cast<uint64_t>(config.training.seed))
+          .memory_format(memory_format_for(config, device))
+          .simulated_delay_ms(train ? config.data.simulated_delay_ms : 0.0)
+          .shard_index(group ? group->rank() : 0)
+          .shard_count(group ? group->world_size() : 1);
+  if (config.data.loader == LoaderKind::TorchData) {
+    return std::make_unique<data::TorchDataLoader>(std::move(split), options, config.data.workers);
+  }
+  return std::make_unique<data::BatchLoader>(std::move(split), options);
+}
+
+void check_labels(const data::Split& split, const char* name, int64_t num_classes) {
+  if (split.size() == 0) throw UserError(std::string("data: the ") + name + " split is empty");
+  const int64_t top = split.labels.max().item<int64_t>();
+  if (top >= num_classes) {
+    throw KeyError("model.num_classes",
+                   std::string("the ") + name + " split has labels up to " + std::to_string(top) +
+                       ", so num_classes must be at least " + std::to_string(top + 1) + ", got " +
+                       std::to_string(num_classes));
+  }
+}
+
+int64_t capped_by_max_steps(const Config& config, int64_t by_epochs) {
+  return config.training.max_steps > 0 ? std::min(by_epochs, config.training.max_steps) : by_epochs;
+}
+
+ProfilerOptions profiler_options(const ProfilerConfig& config) {
+  return ProfilerOptions()
+      .enabled(config.enabled)
+      .first_step(config.steps.at(0))
+      .last_step(config.steps.at(1))
+      .top(config.top)
+      .record_shapes(config.record_shapes);
+}
+
+std::unique_ptr<Sampler> make_sampler(const MonitorConfig& config, const torch::Device& device,
+                                      const std::filesystem::path& file) {
+  if (config.sample_period <= 0) return nullptr;
+  std::unique_ptr<Probe> probe;
+  if (device.is_cuda()) {
+    std::string why_not;
+    probe = make_nvml_probe(device.str(), pci_bus_id(device), "libnvidia-ml.so.1", &why_not);
+    if (!probe) {
+      spdlog::warn("GPU sampling off: {}; training goes on without gpu.jsonl", why_not);
+      return nullptr;
+    }
+  } else {
+    probe = make_cpu_probe();
+  }
+  return std::make_unique<Sampler>(std::move(probe), config.sample_period, file);
+}
+
+bool use_cuda_graph(const Config& config, const torch::Device& device, bool data_parallel) {
+  switch (config.training.cuda_graph) {
+    case CudaGraphMode::Off:
+      return false;
+    case CudaGraphMode::On:
+      if (!device.is_cuda()) {
+        throw KeyError("training.cuda_graph", "on needs a CUDA device; this run trains on " +
+                                                  device.str() +
+                                                  " (set training.cuda_graph: off or auto)");
+      }
+      if (data_parallel) {
+        throw UserError(
+            "training.cuda_graph: on is not combined with data-parallel training (WORLD_SIZE > "
+            "1): the gradient all-reduce is started from autograd hooks on the host; set it to "
+            "off or auto");
+      }
+      return true;
+    case CudaGraphMode::Auto:
+      return device.is_cuda() && !data_parallel && cuda_graph_obstacle(config).empty();
+  }
+  return false;
+}
+
+}  // namespace training

@@ -1,0 +1,59 @@
+// The config turned into the parts of a run: the model as training runs it, the optimizer and
+// the loss scaler (what one step needs, shared by the trainer and sweep trials), the loaders, the
+// profiler's and the sampler's options, the label checks and the max_steps cap. The trainer keeps
+// only the loop.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "data/loader.h"
+#include "models/resnet.h"
+#include "training/config/config.h"
+#include "training/platform/distributed.h"
+#include "training/platform/monitor.h"
+#include "training/platform/profiler.h"
+#include "training/step/step.h"
+
+namespace training {
+
+// The model as training runs it: seeded by training.seed, on `device`, in the configured memory
+// format, with gradient checkpointing installed when configured.
+models::ResNet build_model(const Config& config, const torch::Device& device);
+
+// What a training step changes, from the config. With a data-parallel `group`, every rank starts
+// from rank 0's initial weights.
+StepParts build_step_parts(const Config& config, const torch::Device& device,
+                           ProcessGroup* group = nullptr);
+
+// The step's precision and label smoothing, from training.*.
+StepOptions step_options(const Config& config);
+
+// The training (shuffled, augmented, last partial batch dropped) or evaluation loader, sharded
+// across the ranks of `group`: data.loader's kind.
+std::unique_ptr<data::Loader> make_loader(data::Split split, const Config& config,
+                                          const torch::Device& device, bool train,
+                                          ProcessGroup* group);
+
+// Throws UserError when `split` (named `name`) is empty or has labels beyond num_classes.
+void check_labels(const data::Split& split, const char* name, int64_t num_classes);
+
+// The steps a run makes: `by_epochs`, cut at training.max_steps when that is set.
+int64_t capped_by_max_steps(const Config& config, int64_t by_epochs);
+
+ProfilerOptions profiler_options(const ProfilerConfig& config);
+
+// NVML on a GPU, /proc on the CPU, writing `file`; none when sampling is off or NVML cannot be
+// loaded (said once).
+std::unique_ptr<Sampler> make_sampler(const MonitorConfig& config, const torch::Device& device,
+                                      const std::filesystem::path& file);
+
+// Whether training.cuda_graph puts this run's step in a graph. off: no. auto: yes on CUDA when
+// training alone with fp32 or bf16, the fused SGD and no gradient checkpointing. on: yes, and a
+// CPU device or data-parallel training is refused (UserError naming training.cuda_graph; the
+// config's validation refuses what cuda_graph_obstacle names).
+bool use_cuda_graph(const Config& config, const torch::Device& device, bool data_parallel);
+
+}  // namespace training

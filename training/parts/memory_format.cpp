@@ -1,0 +1,98 @@
+#include "training/parts/memory_format.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "training/parts/components.h"
+#include "training/platform/device.h"
+#include "training/platform/heartbeat.h"
+#include "training/platform/statistics.h"
+#include "training/step/step.h"
+
+namespace training {
+
+c10::MemoryFormat memory_format_for(const Config& config, const torch::Device& device) {
+  if (config.training.memory_format) return *config.training.memory_format;
+  return device.is_cuda() ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
+}
+
+double measure_training_rate(const Config& config, const torch::Device& device) {
+  Config c = config;
+  c.training.batch_size = std::min<int64_t>(config.training.batch_size, 8);
+  c.training.ema_decay = 0;
+  StepParts parts = build_step_parts(c, device);
+  parts.model->train();
+  const auto format = memory_format_for(c, device);
+  const auto images =
+      torch::randn({c.training.batch_size, 3, 32, 32}, torch::TensorOptions().device(device))
+          .contiguous(format);
+  const auto labels = torch::randint(0, c.model.num_classes(), {c.training.batch_size},
+                                     torch::TensorOptions(torch::kInt64).device(device));
+  std::vector<double> seconds;
+  for (int step = 0; step < 3; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    train_step(parts, images, labels, step_options(c));
+    synchronize(device);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (step > 0) seconds.push_back(took);  // the first step warms up
+  }
+  return static_cast<double>(c.training.batch_size) / std::max(median(seconds), 1e-12);
+}
+
+MemoryFormatChoice choose_memory_format(const Config& config, const torch::Device& device,
+                                        bool data_parallel, const MeasureRate& measure) {
+  MemoryFormatChoice choice;
+  choice.format = memory_format_for(config, device);
+  if (config.training.memory_format) {
+    choice.reason = "set in the config";
+    return choice;
+  }
+  if (device.is_cuda()) {
+    choice.reason = "auto: channels_last on CUDA (the layout of docs/gpu.md's measurements)";
+    return choice;
+  }
+  if (config.training.precision == Precision::BF16 && !cpu_has_native_bf16()) {
+    choice.reason = "auto: not timed, bf16 is emulated on this CPU (far slower in either layout)";
+    return choice;
+  }
+  if (data_parallel) {
+    choice.reason = "auto: not timed with data-parallel training (every rank must choose alike)";
+    return choice;
+  }
+  const MeasureRate rate = measure ? measure : MeasureRate(measure_training_rate);
+  Config c = config;
+  Heartbeat beat("memory_format auto: timing a few steps in each layout", 2, "layouts");
+  c.training.memory_format = c10::MemoryFormat::Contiguous;
+  choice.contiguous_rate = rate(c, device);
+  beat.advance(1);
+  c.training.memory_format = c10::MemoryFormat::ChannelsLast;
+  choice.channels_last_rate = rate(c, device);
+  choice.timed = true;
+  choice.format = choice.channels_last_rate > choice.contiguous_rate
+                      ? c10::MemoryFormat::ChannelsLast
+                      : c10::MemoryFormat::Contiguous;
+  choice.reason = fmt::format(
+      "auto: timed here over 3 steps of {} images, contiguous {:.1f} images/s, channels_last "
+      "{:.1f} images/s ({} {:.2f}x faster)",
+      std::min<int64_t>(config.training.batch_size, 8), choice.contiguous_rate,
+      choice.channels_last_rate, memory_format_name(choice.format),
+      std::max(choice.contiguous_rate, choice.channels_last_rate) /
+          std::max(std::min(choice.contiguous_rate, choice.channels_last_rate), 1e-12));
+  return choice;
+}
+
+std::string memory_format_warning(const Config& config, const torch::Device& device) {
+  if (!device.is_cpu() || config.training.precision != Precision::BF16 || !cpu_has_native_bf16() ||
+      config.training.memory_format != c10::MemoryFormat::Contiguous) {
+    return "";
+  }
+  return "training.memory_format: bf16 in the contiguous layout can be many times slower on a "
+         "CPU than channels_last (18x at the torchvision stem on an AMX-BF16 CPU); "
+         "training.memory_format: auto times both and keeps the faster";
+}
+
+}  // namespace training

@@ -1,0 +1,50 @@
+// training.memory_format: auto. The fastest layout depends on the machine and the model (on one
+// CPU, bf16 at the torchvision stem ran 18x slower contiguous than channels_last, while fp32 at
+// the CIFAR stem ran 2x faster channels_last), so auto is decided for each run, before anything
+// is built, the way cuDNN's benchmark mode decides algorithms: by timing.
+//   - CUDA: channels_last, not timed (docs/gpu.md's H200 figures were taken channels_last).
+//   - CPU: both layouts timed over a few training steps on a small synthetic batch, the faster
+//     kept; both rates and the choice are logged. Not timed where bf16 is emulated (hundreds of
+//     times slower either way) or with data-parallel training (every rank must choose alike).
+// The chosen layout is written into the run's config (config.yaml and the checkpoint's), so a
+// resume uses the same one. train sweep and train plan keep explicit layouts.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+
+#include "training/config/config.h"
+
+namespace training {
+
+// The layout `config` trains in on `device` without timing anything: the explicit one, or auto's
+// untimed default (channels_last on CUDA, contiguous on the CPU). What components use when they
+// are built from a config that still says auto (tests, studies).
+c10::MemoryFormat memory_format_for(const Config& config, const torch::Device& device);
+
+struct MemoryFormatChoice {
+  c10::MemoryFormat format = c10::MemoryFormat::Contiguous;
+  bool timed = false;          // both layouts were timed (the rates below are set)
+  double contiguous_rate = 0;  // training images/s
+  double channels_last_rate = 0;
+  std::string reason;  // why it is this layout, for the log
+};
+
+// Images/s of a few training steps of `config` (its training.memory_format set) on `device`.
+using MeasureRate = std::function<double(const Config& config, const torch::Device& device)>;
+
+// The layout for this run (see the top of this file); `measure` replaces the timing in tests.
+MemoryFormatChoice choose_memory_format(const Config& config, const torch::Device& device,
+                                        bool data_parallel, const MeasureRate& measure = {});
+
+// The timing choose_memory_format does by default: 1 warm-up and 2 timed steps on a synthetic
+// batch of min(training.batch_size, 8) images; the median step's images/s.
+double measure_training_rate(const Config& config, const torch::Device& device);
+
+// One line when an explicit layout is known to be far slower than the other on this machine:
+// bf16 contiguous on a CPU with native bf16 (the 18x case); empty otherwise.
+std::string memory_format_warning(const Config& config, const torch::Device& device);
+
+}  // namespace training

@@ -1,0 +1,141 @@
+#include "training/run/output_dir.h"
+
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <fstream>
+
+#include "training/platform/atomic_file.h"
+#include "training/platform/errors.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kMarker = ".train-output";
+
+struct KindInfo {
+  OutputKind kind;
+  const char* word;       // in the marker
+  const char* text;       // in messages
+  const char* signature;  // the file that says the kind in folders older than the marker
+};
+constexpr std::array<KindInfo, 4> kKinds = {{
+    {OutputKind::Sweep, "sweep", "a sweep", "sweep.json"},
+    {OutputKind::MemoryStudy, "memory-study", "a memory study", "memory_breakdown.json"},
+    {OutputKind::Comparison, "comparison", "a comparison", "compare.md"},
+    {OutputKind::Run, "run", "a run", "config.yaml"},
+}};
+
+const KindInfo& info(OutputKind kind) {
+  for (const auto& k : kKinds) {
+    if (k.kind == kind) return k;
+  }
+  return kKinds.back();  // unreachable: every kind has its entry
+}
+
+bool is_file(const fs::path& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);
+}
+
+// Files this program leaves in any folder it writes: the lock, the marker, temporaries.
+bool is_bookkeeping(const std::string& name) {
+  return name == ".lock" || name == kMarker ||
+         (name.size() > 1 && name[0] == '.' && name.find(".tmp") != std::string::npos);
+}
+
+}  // namespace
+
+std::string kind_text(OutputKind kind) {
+  return info(kind).text;
+}
+
+HeldOutputs held_outputs(const fs::path& dir) {
+  HeldOutputs held;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return held;
+  if (std::ifstream marker{dir / kMarker}) {
+    std::string word, state;
+    marker >> word >> state;
+    for (const auto& k : kKinds) {
+      if (word == k.word) held.kind = k.kind;
+    }
+    held.finished = state == "finished";
+  } else {
+    // A sweep stopped before its first trial has config.yaml and trials/ but no sweep.json yet.
+    if (fs::is_directory(dir / "trials", ec)) held.kind = OutputKind::Sweep;
+    for (const auto& k : kKinds) {
+      if (!held.kind && is_file(dir / k.signature)) {
+        held.kind = k.kind;
+        break;
+      }
+    }
+    for (const char* name : {"metrics.jsonl", "checkpoint.pt", "train.log"}) {
+      if (!held.kind && is_file(dir / name)) held.kind = OutputKind::Run;
+    }
+    held.finished = held.kind.has_value();
+  }
+  if (held.kind == OutputKind::Run) {
+    held.never_started = !is_file(dir / "config.yaml") && !is_file(dir / "checkpoint.pt") &&
+                         !is_file(dir / "metrics.jsonl");
+  }
+  if (!held.kind) {
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!is_bookkeeping(name) && held.other_files.size() < 3) held.other_files.push_back(name);
+    }
+  }
+  return held;
+}
+
+void claim_output_dir(const fs::path& dir, OutputKind kind, const std::string& flag) {
+  const HeldOutputs held = held_outputs(dir);
+  if (held.kind) {
+    const bool same = *held.kind == kind;
+    const bool again = same && (kind == OutputKind::Run ? held.never_started : !held.finished);
+    if (!again) {
+      const bool resumable = same && kind == OutputKind::Run;
+      throw UserError(dir.string() + ": already holds " + kind_text(*held.kind) +
+                      "; choose another " + flag +
+                      (resumable ? " or continue it with --resume " + dir.string() : ""));
+    }
+    spdlog::info("{}: holds {} that stopped before it {}; starting it again", dir.string(),
+                 kind_text(kind), kind == OutputKind::Run ? "started" : "finished");
+  } else if (!held.other_files.empty()) {
+    std::string names;
+    for (const auto& name : held.other_files) names += (names.empty() ? "" : ", ") + name;
+    throw UserError(dir.string() + ": holds files that are not " + kind_text(kind) + " (" + names +
+                    "); choose a new or empty " + flag);
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw UserError(dir.string() + ": cannot create the folder (" + ec.message() + ")");
+  write_file_atomically(dir / kMarker, std::string(info(kind).word) + "\n");
+}
+
+void mark_finished(const fs::path& dir, OutputKind kind) {
+  write_file_atomically(dir / kMarker, std::string(info(kind).word) + " finished\n");
+}
+
+void check_file_outside_outputs(const fs::path& file, const std::string& flag) {
+  const fs::path folder = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  const HeldOutputs held = held_outputs(folder);
+  if (held.kind) {
+    throw UserError(flag + ": " + file.string() + " would be written into " + folder.string() +
+                    ", which holds " + kind_text(*held.kind) +
+                    " (only its own command writes there); give a path outside it");
+  }
+}
+
+void check_is_run(const fs::path& dir) {
+  const HeldOutputs held = held_outputs(dir);
+  if (held.kind && *held.kind != OutputKind::Run) {
+    throw UserError(dir.string() + ": holds " + kind_text(*held.kind) +
+                    ", not a run; train --resume continues training runs only");
+  }
+}
+
+}  // namespace training

@@ -1,0 +1,141 @@
+#include "training/run/run_dir.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "training/platform/atomic_file.h"
+#include "training/platform/errors.h"
+#include "training/platform/json_rows.h"
+#include "training/run/output_dir.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+int remove_stale_temporaries(const fs::path& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    // ".<file>.tmp<pid>", as atomic_file.cpp names them.
+    if (name.size() > 1 && name[0] == '.' && name.find(".tmp") != std::string::npos &&
+        entry.is_regular_file(ec)) {
+      removed += fs::remove(entry.path(), ec) ? 1 : 0;
+    }
+  }
+  return removed;
+}
+
+RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
+  std::error_code ec;
+  if (resuming) {
+    if (!fs::is_directory(dir_, ec)) throw UserError(dir_.string() + ": run directory not found");
+  } else {
+    claim_output_dir(dir_, OutputKind::Run, "--output-dir");
+  }
+  lock_ = std::make_unique<DirectoryLock>(dir_);
+  const int stale = remove_stale_temporaries(dir_);
+  if (resuming) epochs_ = read_metrics(dir_ / "metrics.jsonl");
+  try {
+    log_sink_ = std::make_shared<spdlog::sinks::basic_file_sink_mt>((dir_ / "train.log").string());
+  } catch (const spdlog::spdlog_ex& e) {
+    throw UserError((dir_ / "train.log").string() + ": cannot open the log for writing (" +
+                    e.what() + ")");
+  }
+  spdlog::default_logger()->sinks().push_back(log_sink_);
+  if (stale > 0) {
+    spdlog::info("removed {} temporary file(s) an interrupted write left in {}", stale,
+                 dir_.string());
+  }
+}
+
+RunDirectory::~RunDirectory() {
+  // Detach train.log so a later run in the same process logs to its own directory.
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.erase(std::remove(sinks.begin(), sinks.end(), log_sink_), sinks.end());
+}
+
+void RunDirectory::write_config(const std::string& yaml) const {
+  write_file_atomically(dir_ / "config.yaml", yaml);
+}
+
+void RunDirectory::record_epoch(const EpochRecord& record) {
+  auto same = std::find_if(epochs_.begin(), epochs_.end(),
+                           [&](const EpochRecord& r) { return r.epoch == record.epoch; });
+  if (same != epochs_.end()) {
+    *same = record;
+  } else {
+    epochs_.push_back(record);
+  }
+  write_metrics();
+}
+
+void RunDirectory::keep_epochs_through(int64_t epoch, int64_t step) {
+  epochs_.erase(std::remove_if(epochs_.begin(), epochs_.end(),
+                               [&](const EpochRecord& r) {
+                                 return r.epoch > epoch &&
+                                        !(r.epoch == epoch + 1 && r.step == step);
+                               }),
+                epochs_.end());
+  write_metrics();
+}
+
+void RunDirectory::write_metrics() const {
+  std::vector<ordered_json> rows;
+  std::string jsonl;
+  for (const auto& record : epochs_) {
+    rows.push_back(to_json(record));
+    jsonl += rows.back().dump() + "\n";
+  }
+  write_file_atomically(dir_ / "metrics.jsonl", jsonl);
+  write_file_atomically(dir_ / "metrics.csv", rows_to_csv(rows));
+}
+
+std::vector<EpochRecord> read_metrics(const fs::path& file) {
+  std::vector<EpochRecord> records;
+  const auto rows = read_jsonl(file);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string where = file.string() + " row " + std::to_string(i + 1);
+    records.push_back(epoch_record_from_json(rows[i], where));
+    // train writes each epoch once, in order (a redone epoch replaces its row): anything else was
+    // edited by hand, and would be reported as one more epoch.
+    if (records.size() > 1 && records.back().epoch <= records[records.size() - 2].epoch) {
+      throw UserError(where + ": epoch " + std::to_string(records.back().epoch) + " after epoch " +
+                      std::to_string(records[records.size() - 2].epoch) +
+                      "; a run records each epoch once, in order (the file was edited or damaged)");
+    }
+  }
+  return records;
+}
+
+void configure_console_logging() {
+  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  console->set_level(spdlog::level::info);
+  auto logger = std::make_shared<spdlog::logger>("train", console);
+  logger->set_level(spdlog::level::trace);
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
+  logger->flush_on(spdlog::level::trace);
+  spdlog::set_default_logger(logger);
+}
+
+fs::path new_run_path(const fs::path& parent, const std::string& name, const std::string& arch) {
+  if (!name.empty()) return parent / name;
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  fs::path path = parent / (std::string(stamp) + "-" + arch);
+  for (int n = 2; fs::exists(path); ++n) {
+    path = parent / (std::string(stamp) + "-" + arch + "-" + std::to_string(n));
+  }
+  return path;
+}
+
+}  // namespace training

@@ -1,0 +1,75 @@
+// The run directory and everything in it. One writer owns it: components hand over records,
+// this class writes files (atomically) and owns train.log.
+//
+//   <run>/config.yaml      effective config (every key)
+//   <run>/train.log        the log (same lines as the console)
+//   <run>/metrics.jsonl    one JSON object per epoch
+//   <run>/metrics.csv      the same rows as CSV
+//   <run>/checkpoint.pt    latest checkpoint (see checkpoint_io.h)
+//   <run>/.lock            held by the process writing the run (see dir_lock.h)
+//   <run>/.train-output    "run": what the folder is (see output_dir.h)
+#pragma once
+
+#include <spdlog/sinks/sink.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "training/platform/dir_lock.h"
+#include "training/run/epoch_record.h"
+
+namespace training {
+
+// Removes the temporaries that an interrupted atomic write (kill -9, a second Ctrl-C) left in
+// `dir`; returns how many. Only safe while holding the directory's lock.
+int remove_stale_temporaries(const std::filesystem::path& dir);
+
+class RunDirectory {
+ public:
+  // Opens `dir` for a new run (claim_output_dir in output_dir.h: absent, empty, or a run that
+  // never started) or, when `resuming`, an existing run (train_command checked that it is one:
+  // check_is_run) whose metrics are read back. Takes the directory's lock (dir_lock.h) for the
+  // object's life, removes temporaries an interrupted write left, and starts logging to train.log.
+  RunDirectory(std::filesystem::path dir, bool resuming);
+  ~RunDirectory();
+  RunDirectory(const RunDirectory&) = delete;
+  RunDirectory& operator=(const RunDirectory&) = delete;
+
+  const std::filesystem::path& path() const { return dir_; }
+  std::filesystem::path checkpoint_path() const { return dir_ / "checkpoint.pt"; }
+
+  void write_config(const std::string& yaml) const;
+
+  // Adds (or replaces, by epoch) one epoch's record and rewrites metrics.jsonl and metrics.csv.
+  void record_epoch(const EpochRecord& record);
+  // Drops records after `epoch` (on resume: rows written after the checkpoint being resumed),
+  // except the row of a part-way epoch recorded at `step` itself (training.max_steps ended it
+  // there, and the checkpoint holds it): it stays until that epoch is trained on and replaces it.
+  void keep_epochs_through(int64_t epoch, int64_t step = -1);
+  const std::vector<EpochRecord>& epochs() const { return epochs_; }
+
+ private:
+  void write_metrics() const;
+
+  std::filesystem::path dir_;
+  std::unique_ptr<DirectoryLock> lock_;
+  std::vector<EpochRecord> epochs_;
+  std::shared_ptr<spdlog::sinks::sink> log_sink_;
+};
+
+// The epoch records of a metrics.jsonl (none when it is missing); UserError naming the file and
+// row for a row that is not a record.
+std::vector<EpochRecord> read_metrics(const std::filesystem::path& file);
+
+// The app's logger: info and above to stderr. The logger itself passes trace level so that
+// train.log, whose sink takes everything, also receives the live progress lines.
+void configure_console_logging();
+
+// <parent>/<name>, or <parent>/<YYYYmmdd-HHMMSS>-<arch>[-N] when name is empty (N makes it new).
+std::filesystem::path new_run_path(const std::filesystem::path& parent, const std::string& name,
+                                   const std::string& arch);
+
+}  // namespace training

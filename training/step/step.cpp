@@ -1,0 +1,35 @@
+#include "training/step/step.h"
+
+namespace training {
+
+namespace F = torch::nn::functional;
+
+StepResult train_step(StepParts& parts, const torch::Tensor& images, const torch::Tensor& labels,
+                      const StepOptions& options) {
+  StepObserver none;
+  StepObserver& phases = options.observer() ? *options.observer() : none;
+  parts.optimizer->zero_grad(/*set_to_none=*/true);
+  phases.forward_begins();
+  torch::Tensor logits, loss;
+  {
+    AutocastGuard autocast(images.device().type(), options.precision());
+    logits = parts.model->forward(images);
+    // Autocast runs cross-entropy in float32 whatever the precision.
+    loss = F::cross_entropy(
+        logits, labels, F::CrossEntropyFuncOptions().label_smoothing(options.label_smoothing()));
+    phases.forward_ends();
+  }
+  if (options.averager()) options.averager()->prepare(logits);
+  phases.backward_begins();
+  parts.scaler.scale(loss).backward();
+  phases.optimizer_begins();
+  const bool stepped = parts.scaler.step(*parts.optimizer);
+  parts.scaler.update();
+  // In place, so it adds no memory. Captured by a graph, it runs on every replay: graphs refuse
+  // fp16, the one precision whose steps can be skipped.
+  if (parts.ema && stepped) parts.ema->update();
+  phases.step_ends();
+  return {loss.detach(), logits.detach(), stepped};
+}
+
+}  // namespace training

@@ -1,0 +1,59 @@
+// One training step, shared by the trainer and the sweep's trials so that what a sweep measures
+// is exactly what training runs.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "models/resnet.h"
+#include "training/platform/distributed.h"
+#include "training/step/amp.h"
+#include "training/step/ema.h"
+
+namespace training {
+
+struct StepResult {
+  torch::Tensor loss;    // float32 scalar, unscaled, detached
+  torch::Tensor logits;  // detached
+  bool stepped = true;   // false when fp16 gradients overflowed and the step was skipped
+};
+
+// Told where a step is (memory studies, see studies/memory_breakdown.h): train_step calls each
+// at the boundary it names.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void forward_begins() {}  // after the gradients were dropped
+  virtual void forward_ends() {}    // after the loss, while autocast (and its cast cache) is on
+  virtual void backward_begins() {}
+  virtual void optimizer_begins() {}  // after backward; the GradScaler's checks come after it
+  virtual void step_ends() {}
+};
+
+// What a training step changes (training/parts/components.h builds them from the config).
+struct StepParts {
+  models::ResNet model;
+  std::unique_ptr<torch::optim::SGD> optimizer;
+  GradScaler scaler;                   // enabled for fp16
+  std::unique_ptr<WeightAverage> ema;  // null unless training.ema_decay > 0
+};
+
+struct StepOptions {
+  using AveragerPtr = ProcessGroup::GradientAverager*;  // (TORCH_ARG needs one-word types)
+  using ObserverPtr = StepObserver*;
+
+  TORCH_ARG(Precision, precision) = Precision::FP32;  // autocast's
+  TORCH_ARG(double, label_smoothing) = 0.0;
+  // Data-parallel training: averages the gradients across ranks during backward.
+  TORCH_ARG(AveragerPtr, averager) = nullptr;
+  TORCH_ARG(ObserverPtr, observer) = nullptr;  // memory studies
+};
+
+// Forward under autocast, cross-entropy, (scaled) backward, then the optimizer step unless the
+// GradScaler found inf/NaN gradients, the scaler's update, and the weight average's update after
+// a step that was taken.
+StepResult train_step(StepParts& parts, const torch::Tensor& images, const torch::Tensor& labels,
+                      const StepOptions& options = {});
+
+}  // namespace training
