@@ -49,13 +49,15 @@ const char* kExamples = R"(More examples:
   train plan --memory 12GiB --from runs/20261130-101500-sweep-resnet50
   train report runs/rn50-cpu
   train bench matmul --size 4096 --devices cpu,cuda --dtypes fp32,bf16
+  train convert datasets/cifar10 datasets/cifar10-bin  (image folders as binary batches)
   train --config configs/quick_cpu.yaml --print-config
   scripts/launch.py -n 2 build/train --config FILE     (data-parallel, torchrun-style)
 
 Exit codes: 0 done, 1 internal error, 2 bad input (arguments, config, data),
 3 out of memory (device or memory.limit), 4 lost contact with the other data-parallel ranks,
-5 could not write an output (disk full, quota, file-size limit), 130 stopped by Ctrl-C/SIGTERM
-(checkpoint written; continue with --resume).
+5 could not write an output (disk full, quota, file-size limit), 6 training diverged (the loss is
+not a number; the epoch is recorded), 130 stopped by Ctrl-C/SIGTERM (train: checkpoint written,
+continue with --resume; convert: nothing written).
 
 Start here (copy and paste; about a minute each on a CPU):
   train --config configs/quick_cpu.yaml --output-dir runs/quick-fp32

@@ -50,7 +50,7 @@ class Trainer {
 
   // Continues from a checkpoint instead of the fresh initialisation (after write_to, whose rows
   // newer than the checkpoint it drops). Refuses a mid-epoch checkpoint written at another
-  // training.batch_size: the rest of that epoch would be other samples (resume.cpp).
+  // training.batch_size: the rest of that epoch would be other samples (trainer_checkpoint.cpp).
   void resume(const std::filesystem::path& checkpoint);
   FitEnd fit();
 
