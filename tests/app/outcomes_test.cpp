@@ -6,7 +6,6 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -386,45 +385,6 @@ TEST(Outcomes, TensorBoardAgreesWithTheMetricsAfterAKilledRunIsResumed) {
       EXPECT_LE(point.at(1).get<double>(), 0.0100001);
     }
   }
-}
-
-// A run ended part-way through its epoch by training.max_steps, then resumed with the bound
-// lifted: metrics.jsonl replaced the part-epoch row, but TensorBoard kept that row's evaluation
-// (test/accuracy at step 2 beside the whole epoch's at step 4).
-TEST(Outcomes, TensorBoardDropsAPartEpochsEvaluationThatTheResumeReplaces) {
-  if (!training::tensorboard_built()) GTEST_SKIP() << "built without protobuf / Boost.CRC";
-  test_support::TempDir dir;
-  const auto run = dir / "run";
-  auto r = run_train("--config " + write_tiny_config(dir, 2).string() + " --output-dir " +
-                     run.string() + " --set training.max_steps=2");
-  ASSERT_EQ(r.code, 0) << r.output;
-  r = run_train("--resume " + run.string() + " --set training.max_steps=0");
-  ASSERT_EQ(r.code, 0) << r.output;
-  r = run_shell(std::string(TEST_PYTHON) + " " + PROJECT_SOURCE_DIR +
-                "/scripts/read_tensorboard.py " + run.string() + " 2>/dev/null");
-  if (r.code != 0) GTEST_SKIP() << "no tensorboard package for the reader";
-  const auto scalars = nlohmann::json::parse(r.output);
-  std::vector<int64_t> row_steps;
-  std::vector<double> accuracies;
-  std::istringstream rows(test_support::read_text(run / "metrics.jsonl"));
-  for (std::string line; std::getline(rows, line);) {
-    const auto row = nlohmann::json::parse(line);
-    row_steps.push_back(row.at("step").get<int64_t>());
-    accuracies.push_back(row.at("test_acc").get<double>());
-  }
-  EXPECT_EQ(row_steps, (std::vector<int64_t>{4, 8}));
-  for (const char* tag : {"test/accuracy", "test/loss", "train/epoch_loss"}) {
-    std::vector<int64_t> steps;
-    for (const auto& point : scalars.at(tag)) steps.push_back(point.at(0).get<int64_t>());
-    EXPECT_EQ(steps, row_steps) << tag;
-  }
-  for (size_t i = 0; i < accuracies.size(); ++i) {
-    EXPECT_FLOAT_EQ(scalars.at("test/accuracy").at(i).at(1).get<double>(), accuracies[i]);
-  }
-  // Each step's own points stay, step 2's among them (written again after the restart).
-  std::vector<int64_t> steps;
-  for (const auto& point : scalars.at("train/loss")) steps.push_back(point.at(0).get<int64_t>());
-  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
 
 // Two runs both named `run` gave two columns headed `run`.

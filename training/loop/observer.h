@@ -30,8 +30,11 @@ struct Interval {
 class LoopObserver {
  public:
   virtual ~LoopObserver() = default;
-  // Before the first step of this process; `state` is where the run stands (resumed or fresh).
-  virtual void on_fit_start(const TrainState& state) { (void)state; }
+  // Before the first step of this process; `state` is where the run stands (resumed or fresh),
+  // `trains_on` whether any step is left to train.
+  virtual void on_fit_start(const TrainState& state, bool trains_on) {
+    (void)state, (void)trains_on;
+  }
   // Epoch `epoch` starts (or continues, when resumed part-way) its training.
   virtual void on_epoch_start(int64_t epoch) { (void)epoch; }
   // Training step `step` (counted from 1) of epoch `epoch` has its batch; then, once the ranks
@@ -56,7 +59,9 @@ class Observers final : public LoopObserver {
   void add(std::unique_ptr<LoopObserver> observer) {
     if (observer) all_.push_back(std::move(observer));
   }
-  void on_fit_start(const TrainState& state) override { each(&LoopObserver::on_fit_start, state); }
+  void on_fit_start(const TrainState& state, bool trains_on) override {
+    each(&LoopObserver::on_fit_start, state, trains_on);
+  }
   void on_epoch_start(int64_t epoch) override { each(&LoopObserver::on_epoch_start, epoch); }
   void on_batch(int64_t epoch, int64_t step) override {
     each(&LoopObserver::on_batch, epoch, step);

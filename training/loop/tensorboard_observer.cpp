@@ -20,14 +20,15 @@ bool is_step_tag(const std::string& tag) {
 TensorBoardObserver::TensorBoardObserver(const std::filesystem::path& run_dir)
     : run_dir_(run_dir), earlier_events_(last_event_step(run_dir) >= 0), events_(run_dir) {}
 
-void TensorBoardObserver::on_fit_start(const TrainState& state) {
+void TensorBoardObserver::on_fit_start(const TrainState& state, bool trains_on) {
   if (!earlier_events_) return;
   // A resumed (or restarted) run: TensorBoard drops the dead session's points from this step
   // on, which this one writes again (a redone epoch's, an evaluation killed part-way). At this
   // step itself the points stay, written again here, except a part-trained epoch's
-  // evaluation: this run replaces that row of metrics.jsonl (RunDirectory::keep_epochs_through).
+  // evaluation when this run trains on: it replaces that row of metrics.jsonl
+  // (RunDirectory::keep_epochs_through); a run with nothing left to train keeps the row.
   auto kept = scalars_at(run_dir_, state.step);
-  if (state.batch_in_epoch > 0) {
+  if (state.batch_in_epoch > 0 && trains_on) {
     kept.erase(std::remove_if(kept.begin(), kept.end(),
                               [](const auto& scalar) { return !is_step_tag(scalar.first); }),
                kept.end());

@@ -15,7 +15,7 @@ class TensorBoardObserver final : public LoopObserver {
  public:
   // A new event file in `run_dir`; whether the folder holds an earlier session's is read now.
   explicit TensorBoardObserver(const std::filesystem::path& run_dir);
-  void on_fit_start(const TrainState& state) override;
+  void on_fit_start(const TrainState& state, bool trains_on) override;
   void on_interval(const Interval& interval) override;
   void on_epoch_end(const EpochRecord& record) override;
 

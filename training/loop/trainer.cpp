@@ -115,7 +115,8 @@ void Trainer::write_to(RunDirectory& run) {
 FitEnd Trainer::fit() {
   evaluator_.check_fits(evaluated_model(), *test_loader_);
   parts_.model->train();
-  observers_.on_fit_start(state_);
+  observers_.on_fit_start(state_,
+                          state_.epoch < config_.training.epochs && state_.step < total_steps_);
   while (state_.epoch < config_.training.epochs && state_.step < total_steps_) {
     const bool finished = train_epoch();
     if (!finished && stopping_) {
