@@ -172,7 +172,8 @@ struct Arguments {
   std::vector<ShorthandFlag> sweep_flags = {
       {"--batch-sizes", "sweep.batch_sizes", "e.g. 32,64,128 (sweep.batch_sizes)", true},
       {"--precisions", "sweep.precisions", "e.g. fp32,bf16,fp16 (sweep.precisions)", true},
-      {"--checkpointing", "sweep.checkpointing", "e.g. off,on (sweep.checkpointing)", true},
+      {"--checkpointing", "sweep.checkpointing",
+       "e.g. off,on,auto (sweep.checkpointing; auto chooses blocks for the budget)", true},
       {"--memory-formats", "sweep.memory_formats",
        "e.g. contiguous,channels_last (sweep.memory_formats)", true},
       {"--predict-for", "sweep.predict_for",
@@ -239,8 +240,9 @@ CLI::App* add_memory_command(CLI::App& app, Arguments& a) {
       ->allow_extra_args(false);
   add_shorthands(*memory, a.memory_flags);
   memory->add_option("--settings", a.memory.settings,
-                     "e.g. fp32,bf16,fp32+checkpointing,bf16+checkpointing+channels_last "
-                     "(default: fp32 and bf16, each with and without checkpointing)");
+                     "e.g. fp32,bf16,fp32+checkpointing,fp32+checkpointing=auto,"
+                     "bf16+checkpointing+channels_last (default: fp32 and bf16, each with and "
+                     "without checkpointing)");
   memory->add_option(
       "--output-dir", a.memory.output_dir,
       "Study directory to create (default: <output.dir>/<date>-<time>-memory-<arch>)");

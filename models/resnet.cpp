@@ -43,6 +43,18 @@ const std::vector<int64_t>& supported_depths() {
   return depths;
 }
 
+std::vector<std::string> block_names(int64_t depth) {
+  std::vector<std::string> names;
+  const auto layout = layouts().find(depth);
+  if (layout == layouts().end()) return names;
+  for (size_t stage = 0; stage < layout->second.blocks.size(); ++stage) {
+    for (int64_t block = 0; block < layout->second.blocks[stage]; ++block) {
+      names.push_back("layer" + std::to_string(stage + 1) + "." + std::to_string(block));
+    }
+  }
+  return names;
+}
+
 BasicBlockImpl::BasicBlockImpl(int64_t in_channels, int64_t width, int64_t stride) {
   conv1 = register_module("conv1", conv(in_channels, width, 3, stride));
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(width));
@@ -163,6 +175,7 @@ void ResNetImpl::set_segments(const std::vector<int64_t>& sizes, SegmentRunner r
   size_t begin = 0;
   for (int64_t size : sizes) {
     Segment segment;
+    segment.first_block = static_cast<int64_t>(begin);
     std::vector<torch::nn::AnyModule> members(blocks_.begin() + begin,
                                               blocks_.begin() + begin + size);
     for (auto& member : members) segment.modules.push_back(member.ptr());

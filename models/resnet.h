@@ -28,6 +28,10 @@ struct ResNetOptions {
 // The depths torchvision defines; anything else is refused by the ResNet constructor.
 const std::vector<int64_t>& supported_depths();
 
+// The residual blocks of a ResNet of `depth` in forward order, named as torchvision names their
+// modules: "layer1.0", ..., "layer4.2". Empty for a depth not supported.
+std::vector<std::string> block_names(int64_t depth);
+
 class BasicBlockImpl : public torch::nn::Module {
  public:
   static constexpr int64_t kExpansion = 1;
@@ -59,6 +63,7 @@ TORCH_MODULE(Bottleneck);
 // A run of consecutive residual blocks, as gradient checkpointing sees it: the modules whose
 // state it must look after and the function that runs them.
 struct Segment {
+  int64_t first_block = 0;  // the index of its first block in forward order
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
   std::function<torch::Tensor(const torch::Tensor&)> forward;
 };

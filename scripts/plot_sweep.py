@@ -22,7 +22,8 @@ MIB = 1 << 20
 
 
 def setting(row):
-    ckpt = "ckpt on" if row["checkpointing"] else "ckpt off"
+    value = row["checkpointing"]  # false, true, or "auto"
+    ckpt = "ckpt auto" if value == "auto" else "ckpt on" if value else "ckpt off"
     return f'{row["precision"]} / {ckpt} / {row["memory_format"]}'
 
 

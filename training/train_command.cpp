@@ -12,6 +12,7 @@
 #include "data/dataset.h"
 #include "training/config/config.h"
 #include "training/loop/trainer.h"
+#include "training/parts/checkpoint_choice.h"
 #include "training/parts/memory_format.h"
 #include "training/platform/device.h"
 #include "training/platform/distributed.h"
@@ -168,7 +169,7 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
       "a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
   if (config.training.precision == Precision::FP32)
     message += ", training.precision: bf16 or fp16 (now fp32)";
-  if (!config.checkpointing.enabled()) message += ", checkpointing.enabled: true";
+  if (!config.checkpointing.enabled()) message += ", checkpointing.enabled: auto or true";
   if (config.data.device_resident) message += ", data.device_resident: false";
   return message + "; `train sweep --find-max` finds the largest batch that fits." + intact;
 }
@@ -312,6 +313,39 @@ void log_start(const Config& config, const std::string& yaml, const torch::Devic
   }
 }
 
+// checkpointing auto: the choice made now, or the one the config holds (a resume).
+void log_checkpointing(const Config& config, const std::optional<CheckpointChoice>& choice) {
+  const auto& c = config.checkpointing;
+  if (c.mode() != CheckpointMode::Auto) return;
+  if (choice) {
+    if (!choice->note.empty()) spdlog::info("checkpointing auto: {}", choice->note);
+    spdlog::info("checkpointing auto: {}", describe_choice(*choice));
+    spdlog::debug("checkpointing auto: {}", describe_measurement(*choice));
+    return;
+  }
+  const auto& blocks = c.blocks().value_or(std::vector<std::string>{});
+  std::string names;
+  for (const auto& name : blocks) names += (names.empty() ? "" : ", ") + name;
+  spdlog::info("checkpointing auto: the config's choice, not measured again: {}",
+               blocks.empty() ? std::string("no block recomputed") : "recompute " + names);
+}
+
+// checkpointing auto verified: the training peak the run measured beside the prediction.
+void log_checkpointing_outcome(const Config& config, const RunDirectory& run) {
+  int64_t measured = 0;
+  for (const auto& epoch : run.epochs()) {
+    measured = std::max(measured, epoch.train_peak_allocated_bytes);
+  }
+  bool exceeded = false;
+  const std::string outcome = checkpointing_outcome(config.checkpointing, measured, &exceeded);
+  if (outcome.empty()) return;
+  if (exceeded) {
+    spdlog::warn("checkpointing auto: {}", outcome);
+  } else {
+    spdlog::info("checkpointing auto: {}", outcome);
+  }
+}
+
 // trainer.fit(), with out of memory as exit 3 and a failed collective as exit 4.
 FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
            const ProcessGroup* group) {
@@ -360,6 +394,13 @@ int train(const TrainRequest& request, const ResumeTarget& resume, Config& confi
     return choose_memory_format(config, device, group != nullptr);
   });
   config.training.memory_format = layout.format;
+  // checkpointing.enabled: auto chooses its blocks for this batch and budget (in config.yaml and
+  // the checkpoint, so a resume recomputes the same ones without measuring).
+  const auto checkpointing = out_of_memory_is_exit_3(config, device, building, [&] {
+    return resolve_checkpointing(
+        config, device, group != nullptr, {},
+        held_beside_step(config, device, static_cast<int64_t>(data.train.images.nbytes())));
+  });
   const std::string yaml = to_yaml(config);
   Trainer trainer = out_of_memory_is_exit_3(config, device, building, [&] {
     return Trainer(config, device, std::move(data.train), std::move(data.test), group.get());
@@ -375,6 +416,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, Config& confi
         launch->master_addr, launch->master_port, group->network_description());
   }
   log_start(config, yaml, device, data, trainer, layout);
+  log_checkpointing(config, checkpointing);
   // The checkpoint is loaded and checked against this run's config before anything but the log
   // is written: a refused resume leaves config.yaml, the metrics and the event files as they were.
   if (!resume.checkpoint.empty()) {
@@ -400,6 +442,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, Config& confi
   const auto start = std::chrono::steady_clock::now();
   const FitEnd end = fit(config, device, trainer, group.get());
   const bool has_epochs = run && !run->epochs().empty();
+  if (has_epochs) log_checkpointing_outcome(config, *run);
   if (has_epochs) spdlog::info("report: {}", write_report(run->path()).string());
   if (end == FitEnd::Stopped) return kExitStopped;
   if (end == FitEnd::Diverged) return kExitDiverged;

@@ -260,7 +260,7 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
   for (const char* part :
        {"out of memory on cpu in epoch 2 after 4 steps (tried to allocate ", "MiB): peak",
         "(memory.limit)", "training.batch_size (now 256)", "training.precision: bf16 or fp16",
-        "checkpointing.enabled: true", "train sweep --find-max"}) {
+        "checkpointing.enabled: auto or true", "train sweep --find-max"}) {
     EXPECT_NE(error_line.find(part), std::string::npos) << part << " in " << error_line;
   }
   EXPECT_EQ(test_support::read_text(run / "checkpoint.pt"), checkpoint_before);
@@ -347,8 +347,8 @@ TEST(Cli, SweepRefusesABadGridBeforeAnyTrial) {
             "sweep.precisions: expected a non-empty list of fp32, bf16, fp16, got 'fp64' in the "
             "list"},
            {"--checkpointing maybe",
-            "sweep.checkpointing: expected a non-empty list of true/false, got 'maybe' in the "
-            "list"},
+            "sweep.checkpointing: expected a non-empty list of true, false or auto, got 'maybe' in "
+            "the list"},
            {"--predict-for 12GB,lots",
             "sweep.predict_for: expected a list of sizes like [12GiB, 24GiB], got 'lots' in the "
             "list"},

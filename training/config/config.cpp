@@ -122,9 +122,17 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.real("final_div_factor", c.schedule.final_div_factor(), 1.0, 1e9);
   });
   v.section("checkpointing", [&] {
-    v.boolean("enabled", c.checkpointing.enabled());
+    v.boolean_or_auto("enabled", c.checkpointing.mode(), CheckpointMode::Off, CheckpointMode::On,
+                      CheckpointMode::Auto);
     v.choice("granularity", c.checkpointing.granularity(), kGranularities);
     v.integer("segments", c.checkpointing.segments(), 1, 1000);
+    v.bytes("budget", c.checkpointing.budget());
+    v.real("headroom", c.checkpointing.headroom(), 0.0, 0.9);
+    v.optional_texts("blocks", c.checkpointing.blocks());
+    v.text("chosen_for", c.checkpointing.chosen_for());
+    v.bytes("chosen_budget", c.checkpointing.chosen_budget());
+    v.bytes("predicted_peak", c.checkpointing.predicted_peak());
+    v.real("predicted_extra_ms", c.checkpointing.predicted_extra_ms(), 0.0, 1e9);
   });
   v.section("memory", [&] {
     v.bytes("limit", c.memory.limit);
@@ -151,7 +159,8 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
   v.section("sweep", [&] {
     v.integers("batch_sizes", c.sweep.batch_sizes, 1, 1 << 20, /*non_empty=*/true);
     v.choices("precisions", c.sweep.precisions, kPrecisions);
-    v.booleans("checkpointing", c.sweep.checkpointing);
+    v.booleans_or_auto("checkpointing", c.sweep.checkpointing, CheckpointMode::Off,
+                       CheckpointMode::On, CheckpointMode::Auto);
     v.choices("memory_formats", c.sweep.memory_formats, kMemoryFormats);
     v.integer("warmup_steps", c.sweep.warmup_steps, 0, 1000);
     v.integer("measure_steps", c.sweep.measure_steps, 1, 10000);
@@ -168,6 +177,38 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.integer("timeout_seconds", c.distributed.timeout_seconds, 1, 86400);
     v.text("interface", c.distributed.interface);
   });
+}
+
+// checkpointing.blocks: auto's choice, so only with auto, each a block of the model, once.
+template <class Fail>
+void check_checkpointing(const CheckpointingOptions& c, const models::ResNetOptions& model,
+                         Fail&& fail) {
+  if (!c.blocks()) {
+    if (!c.chosen_for().empty()) {
+      fail(
+          "checkpointing.chosen_for: records the step checkpointing.blocks was chosen for, and "
+          "blocks is null; set chosen_for to \"\" (or give the blocks)");
+    }
+    return;
+  }
+  if (c.mode() != CheckpointMode::Auto) {
+    fail(
+        "checkpointing.blocks: is the choice of checkpointing.enabled: auto, and enabled is not "
+        "auto; set blocks to null, or enabled to auto");
+  }
+  const auto names = models::block_names(model.depth());
+  const auto& chosen = *c.blocks();
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    if (std::find(names.begin(), names.end(), chosen[i]) == names.end()) {
+      fail("checkpointing.blocks: '" + chosen[i] + "' is not a block of " +
+           choice_text(kArchs, model.depth()) + " (" + names.front() + " ... " + names.back() +
+           ")");
+    }
+    if (std::find(chosen.begin(), chosen.begin() + static_cast<std::ptrdiff_t>(i), chosen[i]) !=
+        chosen.begin() + static_cast<std::ptrdiff_t>(i)) {
+      fail("checkpointing.blocks: '" + chosen[i] + "' is listed twice; list each block once");
+    }
+  }
 }
 
 // Checks that span keys. `origin_for(key)` names where the key was set (the file or a flag).
@@ -188,6 +229,13 @@ void validate(const Config& c, const std::function<std::string(const std::string
   if (c.training.cuda_graph == CudaGraphMode::On) {
     const std::string obstacle = cuda_graph_obstacle(c);
     if (!obstacle.empty()) fail("training.cuda_graph: on " + obstacle);
+  }
+  check_checkpointing(c.checkpointing, c.model, fail);
+  if (c.checkpointing.budget() > 0 && c.memory.limit > 0 &&
+      c.checkpointing.budget() > c.memory.limit) {
+    fail("checkpointing.budget: " + format_bytes(c.checkpointing.budget()) +
+         " is more than memory.limit " + format_bytes(c.memory.limit) +
+         "; a budget is what the step may use of the memory there is");
   }
   if (c.optimizer.nesterov() && c.optimizer.momentum() <= 0.0) {
     fail("optimizer.nesterov: true needs optimizer.momentum > 0 (set nesterov: false)");
@@ -351,6 +399,14 @@ std::string source_name(data::Source source) {
 
 std::string granularity_name(CheckpointGranularity granularity) {
   return choice_text(kGranularities, granularity);
+}
+
+std::string checkpoint_mode_name(CheckpointMode mode) {
+  return mode == CheckpointMode::Off ? "false" : mode == CheckpointMode::On ? "true" : "auto";
+}
+
+std::string checkpointing_setting_name(CheckpointMode mode) {
+  return mode == CheckpointMode::Off ? "off" : mode == CheckpointMode::On ? "on" : "auto";
 }
 
 std::string schedule_name(ScheduleKind kind) {

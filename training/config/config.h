@@ -84,7 +84,7 @@ struct MemoryConfig {
 struct SweepConfig {
   std::vector<int64_t> batch_sizes = {32, 64, 128};
   std::vector<Precision> precisions = {Precision::FP32};
-  std::vector<bool> checkpointing = {false};
+  std::vector<CheckpointMode> checkpointing = {CheckpointMode::Off};
   std::vector<c10::MemoryFormat> memory_formats = {c10::MemoryFormat::Contiguous};
   int64_t warmup_steps = 2;               // steps per trial before measuring
   int64_t measure_steps = 5;              // measured steps per trial (median step time)
@@ -195,6 +195,8 @@ std::string memory_format_name(const std::optional<c10::MemoryFormat>& format); 
 // The config's spellings of the other choices: "binary", "block", "cosine", ...
 std::string source_name(data::Source source);
 std::string granularity_name(CheckpointGranularity granularity);
+std::string checkpoint_mode_name(CheckpointMode mode);        // "false", "true", "auto"
+std::string checkpointing_setting_name(CheckpointMode mode);  // "off", "on", "auto" (tables)
 std::string schedule_name(ScheduleKind kind);
 
 }  // namespace training

@@ -109,6 +109,40 @@ class Reader {
     out = value;
   }
 
+  // true or false in YAML's spellings (on/off, yes/no, ...), or "auto": `off`, `on`, `automatic`.
+  template <class E>
+  void boolean_or_auto(const std::string& name, E& out, E off, E on, E automatic) {
+    const auto node = field(name);
+    if (!node) return;
+    if (!decode_boolean_or_auto(*node, out, off, on, automatic)) {
+      fail(name, "expected true, false or auto, got " + describe(*node));
+    }
+  }
+
+  template <class E>
+  void booleans_or_auto(const std::string& name, std::vector<E>& out, E off, E on, E automatic) {
+    list(name, out, true, "expected a non-empty list of true, false or auto",
+         [&](const YAML::Node& item, E& value) {
+           return decode_boolean_or_auto(item, value, off, on, automatic);
+         });
+  }
+
+  // A list of strings, or null (nullopt): a value that is set or not yet.
+  void optional_texts(const std::string& name, std::optional<std::vector<std::string>>& out) {
+    const auto node = field(name);
+    if (!node) return;
+    if (node->IsNull()) return out.reset();
+    if (!node->IsSequence()) fail(name, "expected a list of names or null, got " + describe(*node));
+    std::vector<std::string> values;
+    for (const auto& item : *node) {
+      if (!item.IsScalar() || item.IsNull()) {
+        fail(name, "expected a list of names or null, got " + describe(item) + " in the list");
+      }
+      values.push_back(item.Scalar());
+    }
+    out = std::move(values);
+  }
+
   void real(const std::string& name, double& out, double lo, double hi) {
     const auto node = field(name);
     if (!node) return;
@@ -274,6 +308,15 @@ class Reader {
     return found != overridden_.end() ? found->second : origin_;
   }
 
+  template <class E>
+  static bool decode_boolean_or_auto(const YAML::Node& node, E& out, E off, E on, E automatic) {
+    if (!node.IsScalar()) return false;
+    if (node.Scalar() == "auto") return out = automatic, true;
+    bool flag = false;
+    if (!YAML::convert<bool>::decode(node, flag)) return false;
+    return out = flag ? on : off, true;
+  }
+
   [[noreturn]] void fail(const std::string& name, const std::string& what) const {
     const std::string path = name == section_ ? name : section_ + "." + name;
     throw ConfigError(origin_for(path) + ": " + path + ": " + what);
@@ -313,6 +356,28 @@ class Writer {
     emit(name, shortest_double(value));
   }
   void boolean(const std::string& name, bool value) { emit(name, value); }
+  template <class E>
+  void boolean_or_auto(const std::string& name, E value, E off, E on, E) {
+    emit(name, boolean_or_auto_text(value, off, on));
+  }
+  template <class E>
+  void booleans_or_auto(const std::string& name, const std::vector<E>& values, E off, E on, E) {
+    std::vector<std::string> texts;
+    for (const auto& value : values) texts.push_back(boolean_or_auto_text(value, off, on));
+    out_ << YAML::Key << name << YAML::Value << YAML::Flow << texts;
+  }
+  void optional_texts(const std::string& name,
+                      const std::optional<std::vector<std::string>>& values) {
+    out_ << YAML::Key << name << YAML::Value;
+    if (!values) {
+      out_ << YAML::Null;
+      return;
+    }
+    out_ << YAML::Flow << YAML::BeginSeq;
+    for (const auto& value : *values) out_ << YAML::DoubleQuoted << value;
+    out_ << YAML::EndSeq;
+  }
+
   void text(const std::string& name, const std::string& value) {
     out_ << YAML::Key << name << YAML::Value << YAML::DoubleQuoted << value;
   }
@@ -350,6 +415,10 @@ class Writer {
   }
 
  private:
+  template <class E>
+  static std::string boolean_or_auto_text(E value, E off, E on) {
+    return value == off ? "false" : value == on ? "true" : "auto";
+  }
   template <class T>
   void emit(const std::string& name, const T& value) {
     out_ << YAML::Key << name << YAML::Value << value;

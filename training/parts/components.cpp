@@ -37,6 +37,16 @@ StepParts build_step_parts(const Config& config, const torch::Device& device, Pr
           GradScaler(config.training.precision == Precision::FP16, device), std::move(ema)};
 }
 
+std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,
+                                                        const torch::Device& device) {
+  const int64_t batch = config.training.batch_size;
+  auto images = torch::randn({batch, 3, 32, 32}, torch::TensorOptions().device(device))
+                    .contiguous(memory_format_for(config, device));
+  auto labels = torch::randint(0, config.model.num_classes(), {batch},
+                               torch::TensorOptions(torch::kInt64).device(device));
+  return {images, labels};
+}
+
 StepOptions step_options(const Config& config) {
   return StepOptions()
       .precision(config.training.precision)

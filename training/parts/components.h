@@ -28,6 +28,11 @@ models::ResNet build_model(const Config& config, const torch::Device& device);
 StepParts build_step_parts(const Config& config, const torch::Device& device,
                            ProcessGroup* group = nullptr);
 
+// A random batch of training.batch_size CIFAR-sized images (in training.memory_format) and labels,
+// made on `device`: what trials, memory studies and the checkpointing choice step on.
+std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,
+                                                        const torch::Device& device);
+
 // The step's precision and label smoothing, from training.*.
 StepOptions step_options(const Config& config);
 

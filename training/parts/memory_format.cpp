@@ -23,6 +23,11 @@ double measure_training_rate(const Config& config, const torch::Device& device) 
   Config c = config;
   c.training.batch_size = std::min<int64_t>(config.training.batch_size, 8);
   c.training.ema_decay = 0;
+  // The layout is settled before checkpointing.enabled: auto chooses its blocks (the choice is
+  // measured in the layout): timed without recomputation until then.
+  if (c.checkpointing.mode() == CheckpointMode::Auto && !c.checkpointing.blocks()) {
+    c.checkpointing.mode(CheckpointMode::Off);
+  }
   StepParts parts = build_step_parts(c, device);
   parts.model->train();
   const auto format = memory_format_for(c, device);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "training/config/config.h"
+#include "training/parts/checkpoint_choice.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/dir_lock.h"
 #include "training/platform/duration.h"
@@ -40,6 +41,41 @@ std::string time_to_accuracy(const std::vector<EpochRecord>& epochs, const Confi
   return text.empty() ? "-" : text;
 }
 
+std::string checkpointing_text(const CheckpointingOptions& c) {
+  switch (c.mode()) {
+    case CheckpointMode::Off:
+      return "false";
+    case CheckpointMode::On:
+      return "true (" + granularity_name(c.granularity()) + ")";
+    case CheckpointMode::Auto:
+      break;
+  }
+  const auto& blocks = c.blocks().value_or(std::vector<std::string>{});
+  std::string names;
+  for (const auto& name : blocks) names += (names.empty() ? "" : ", ") + name;
+  return "auto: " + (blocks.empty() ? std::string("no block recomputed") : "recomputes " + names);
+}
+
+// checkpointing auto: the budget, the prediction, and the peak the run measured beside it.
+void write_checkpointing(std::ostringstream& md, const Config& c,
+                         const std::vector<EpochRecord>& epochs) {
+  const auto& k = c.checkpointing;
+  if (k.mode() != CheckpointMode::Auto || k.predicted_peak() <= 0) return;
+  int64_t measured = 0;
+  for (const auto& e : epochs) measured = std::max(measured, e.train_peak_allocated_bytes);
+  bool exceeded = false;
+  const std::string outcome = checkpointing_outcome(k, measured, &exceeded);
+  md << "## Gradient checkpointing: auto\n\n| | |\n|---|---|\n"
+     << "| blocks recomputed | " << checkpointing_text(k) << " |\n"
+     << "| budget | " << format_bytes(k.chosen_budget()) << " |\n"
+     << "| chosen for | " << k.chosen_for() << " |\n"
+     << "| predicted training peak | " << format_bytes(k.predicted_peak()) << " |\n"
+     << "| measured training peak | " << format_bytes(measured) << " (the largest epoch's) |\n"
+     << fmt::format("| predicted time added to a step | {:.0f} ms |\n", k.predicted_extra_ms())
+     << "\n"
+     << (exceeded ? "**Over budget:** " : "") << outcome << ".\n\n";
+}
+
 void write_setup(std::ostringstream& md, const Config& c, const EpochRecord& last) {
   const auto& d = c.data.dataset;
   md << "## Setup\n\n| | |\n|---|---|\n"
@@ -48,8 +84,7 @@ void write_setup(std::ostringstream& md, const Config& c, const EpochRecord& las
      << "| device | " << last.device << " (configured: " << c.training.device << ") |\n"
      << "| precision / memory format | " << precision_name(c.training.precision) << " / "
      << memory_format_name(c.training.memory_format) << " |\n"
-     << "| gradient checkpointing | " << (c.checkpointing.enabled() ? "true" : "false") << " ("
-     << granularity_name(c.checkpointing.granularity()) << ") |\n"
+     << "| gradient checkpointing | " << checkpointing_text(c.checkpointing) << " |\n"
      << "| data | " << source_name(d.source()) << " from " << d.root() << ", train_limit "
      << d.train_limit() << ", test_limit " << d.test_limit() << " |\n"
      << "| batch / epochs | " << c.training.batch_size << " / " << c.training.epochs << " |\n"
@@ -198,6 +233,7 @@ fs::path write_report(const fs::path& run_dir) {
   md << "# Run report: " << run_dir.filename().string() << "\n\n";
   write_setup(md, config, epochs.back());
   write_results(md, epochs, totals_of(epochs), config);
+  write_checkpointing(md, config, epochs);
   write_epochs(md, epochs);
   md << "\n## Plots\n\n";
   if (plot_problem.empty()) {

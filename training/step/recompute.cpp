@@ -3,7 +3,9 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <numeric>
+#include <stdexcept>
 
 #include "training/step/amp.h"
 
@@ -143,11 +145,34 @@ std::vector<int64_t> checkpoint_segment_sizes(const CheckpointingOptions& option
 }
 
 void apply_checkpointing(models::ResNetImpl& model, const CheckpointingOptions& options) {
-  if (!options.enabled()) {
-    model.set_segments({}, nullptr);
-    return;
+  switch (options.mode()) {
+    case CheckpointMode::Off:
+      model.set_segments({}, nullptr);
+      return;
+    case CheckpointMode::On:
+      model.set_segments(checkpoint_segment_sizes(options, model.stage_sizes()), &checkpoint);
+      return;
+    case CheckpointMode::Auto:
+      break;
   }
-  model.set_segments(checkpoint_segment_sizes(options, model.stage_sizes()), &checkpoint);
+  if (!options.blocks()) {
+    throw std::logic_error("checkpointing.enabled: auto with its blocks not chosen yet");
+  }
+  const auto names = models::block_names(model.options().depth());
+  std::vector<bool> recomputed(names.size(), false);
+  for (const auto& name : *options.blocks()) {
+    const auto found = std::find(names.begin(), names.end(), name);
+    if (found == names.end()) {
+      throw std::invalid_argument("checkpointing.blocks: the model has no block '" + name + "'");
+    }
+    recomputed[static_cast<size_t>(found - names.begin())] = true;
+  }
+  model.set_segments(std::vector<int64_t>(names.size(), 1),
+                     [recomputed](const models::Segment& segment, const torch::Tensor& x) {
+                       return recomputed.at(static_cast<size_t>(segment.first_block))
+                                  ? checkpoint(segment, x)
+                                  : segment.forward(x);
+                     });
 }
 
 }  // namespace training

@@ -11,6 +11,8 @@
 #include <torch/arg.h>
 #include <torch/types.h>
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "models/resnet.h"
@@ -23,10 +25,29 @@ enum class CheckpointGranularity {
   Segments,  // the blocks split into `segments` nearly equal consecutive groups
 };
 
+// checkpointing.enabled: off, on (every segment of the granularity recomputed), or auto: the
+// blocks in `blocks` recomputed, each alone, chosen per run to meet a memory budget
+// (training/parts/checkpoint_choice.h).
+enum class CheckpointMode { Off, On, Auto };
+
 struct CheckpointingOptions {
-  TORCH_ARG(bool, enabled) = false;
+  bool enabled() const { return mode_ != CheckpointMode::Off; }  // on or auto
+
+  TORCH_ARG(CheckpointMode, mode) = CheckpointMode::Off;
   TORCH_ARG(CheckpointGranularity, granularity) = CheckpointGranularity::Block;
   TORCH_ARG(int64_t, segments) = 4;  // with granularity Segments
+  // auto: the blocks recomputed, by name ("layer3.2"); nullopt until the choice is made. The
+  // choice's inputs and its record live beside it in the config: a budget in bytes (0: from
+  // memory.limit or the card, less `headroom`); the step it was chosen for ("resnet50 cifar stem,
+  // 10 classes, batch 32, fp32, contiguous"; empty: blocks given by hand), the budget it was
+  // chosen for, the predicted peak and the predicted time added to a step.
+  TORCH_ARG(std::optional<std::vector<std::string>>, blocks);
+  TORCH_ARG(int64_t, budget) = 0;
+  TORCH_ARG(double, headroom) = 0.1;
+  TORCH_ARG(std::string, chosen_for);
+  TORCH_ARG(int64_t, chosen_budget) = 0;
+  TORCH_ARG(int64_t, predicted_peak) = 0;
+  TORCH_ARG(double, predicted_extra_ms) = 0;
 };
 
 // Runs segment.forward(x) keeping only x for backward. When x does not require grad there is
@@ -37,7 +58,8 @@ torch::Tensor checkpoint(const models::Segment& segment, const torch::Tensor& x)
 std::vector<int64_t> checkpoint_segment_sizes(const CheckpointingOptions& options,
                                               const std::vector<int64_t>& stage_sizes);
 
-// Installs checkpointing on the model (or removes it when options.enabled is false).
+// Installs checkpointing on the model (or removes it when the mode is Off). Auto needs its blocks
+// chosen (std::logic_error otherwise; std::invalid_argument for a name the model has not).
 void apply_checkpointing(models::ResNetImpl& model, const CheckpointingOptions& options);
 
 }  // namespace training

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
@@ -16,7 +17,8 @@ namespace training {
 
 std::string setting_label(const SweepCell& cell) {
   std::string label = precision_name(cell.precision);
-  if (cell.checkpointing) label += "+checkpointing";
+  if (cell.checkpointing == CheckpointMode::On) label += "+checkpointing";
+  if (cell.checkpointing == CheckpointMode::Auto) label += "+checkpointing=auto";
   if (cell.memory_format == c10::MemoryFormat::ChannelsLast) label += "+channels_last";
   return label;
 }
@@ -35,8 +37,9 @@ std::optional<SweepCell> parse_setting(const std::string& text) {
   std::set<std::string> seen;
   while (std::getline(in, part, '+')) {
     if (!seen.insert(part).second) return std::nullopt;
-    if (part == "checkpointing") {
-      cell.checkpointing = true;
+    if (part == "checkpointing" || part == "checkpointing=auto") {
+      if (seen.count("checkpointing") + seen.count("checkpointing=auto") > 1) return std::nullopt;
+      cell.checkpointing = part == "checkpointing" ? CheckpointMode::On : CheckpointMode::Auto;
     } else if (part == "channels_last") {
       cell.memory_format = c10::MemoryFormat::ChannelsLast;
     } else {
@@ -280,7 +283,7 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
   Config config = base;
   config.training.precision = cell.precision;
   config.training.memory_format = cell.memory_format;
-  config.checkpointing.enabled(cell.checkpointing);
+  config.checkpointing.mode(cell.checkpointing);
   const torch::Device device = resolve_device(config.training.device);
   make_current(device);
   set_memory_limit(device, config.memory.limit);
@@ -289,18 +292,31 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
   b.cell = cell;
   b.batch_size = config.training.batch_size;
   try {
+    resolve_checkpointing(config, device, /*data_parallel=*/false);
+    if (cell.checkpointing == CheckpointMode::Auto) {  // chosen now, or given in the config
+      b.recomputed_blocks = config.checkpointing.blocks().value_or(std::vector<std::string>{});
+      b.predicted_peak_bytes = config.checkpointing.predicted_peak();
+    }
     StepParts parts = build_step_parts(config, device);
     auto& [model, optimizer, scaler, ema] = parts;
     const auto [images, labels] = synthetic_batch(config, device);
     model->train();
     const auto stages = model->stage_sizes();
-    const std::vector<int64_t> sizes = cell.checkpointing
-                                           ? checkpoint_segment_sizes(config.checkpointing, stages)
-                                           : std::vector<int64_t>(model->blocks().size(), 1);
+    const bool on = cell.checkpointing == CheckpointMode::On;
+    const std::vector<int64_t> sizes = on ? checkpoint_segment_sizes(config.checkpointing, stages)
+                                          : std::vector<int64_t>(model->blocks().size(), 1);
+    // Off: every block plain; auto: the chosen blocks recomputed, each alone.
+    std::vector<bool> recomputed(model->blocks().size(), false);
+    const auto names = models::block_names(config.model.depth());
+    for (const auto& name : b.recomputed_blocks) {
+      recomputed[static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin())] =
+          true;
+    }
     models::SegmentRunner inner = &checkpoint;
-    if (!cell.checkpointing) {
-      inner = [](const models::Segment& segment, const torch::Tensor& x) {
-        return segment.forward(x);
+    if (!on) {
+      inner = [recomputed](const models::Segment& segment, const torch::Tensor& x) {
+        return recomputed[static_cast<size_t>(segment.first_block)] ? checkpoint(segment, x)
+                                                                    : segment.forward(x);
       };
     }
     BreakdownProbe probe(device, inner, segment_layout(sizes, stages));
@@ -338,7 +354,8 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
               autocast_copy_bytes({child(model, "fc")}, precision), segment_copies);
     b.status = TrialStatus::Ok;
   } catch (const std::exception& e) {
-    b.status = is_out_of_memory(e) ? TrialStatus::OutOfMemory : TrialStatus::Error;
+    const bool out_of_memory = is_out_of_memory(e) || dynamic_cast<const OutOfMemory*>(&e);
+    b.status = out_of_memory ? TrialStatus::OutOfMemory : TrialStatus::Error;
     b.message = error_line(e);
     b.rows.clear();
     if (config.memory.snapshot) {

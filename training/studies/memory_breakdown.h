@@ -27,8 +27,9 @@
 
 namespace training {
 
-// A setting as `train memory --settings` spells it: the precision, then "+checkpointing" and
-// "+channels_last" when on ("bf16+checkpointing").
+// A setting as `train memory --settings` spells it: the precision, then "+checkpointing" (every
+// segment of checkpointing.granularity recomputed) or "+checkpointing=auto" (the blocks chosen for
+// the budget, checkpoint_choice.h), and "+channels_last" when on ("bf16+checkpointing").
 std::string setting_label(const SweepCell& cell);
 // nullopt when `text` is not in that grammar.
 std::optional<SweepCell> parse_setting(const std::string& text);
@@ -56,6 +57,9 @@ struct StepBreakdown {
   int64_t timeline_events = 0;
   // memory.snapshot (CUDA): the caching allocator's pickled history of the measured step.
   std::string snapshot;
+  // checkpointing auto: the blocks chosen and the peak the choice predicted.
+  std::vector<std::string> recomputed_blocks;
+  int64_t predicted_peak_bytes = 0;
 
   int64_t unexplained_bytes() const { return measured_peak_bytes - itemized_peak_bytes; }
   // The rows of one group (activations: one stage when `stage` is given), summed.

@@ -32,7 +32,8 @@ std::vector<SweepCell> memory_settings(const std::optional<std::string>& request
       if (!cell) {
         throw UserError("--settings: '" + item +
                         "' is not a setting; expected a precision (fp32, bf16, fp16) with "
-                        "optional +checkpointing and +channels_last, e.g. bf16+checkpointing");
+                        "optional +checkpointing (or +checkpointing=auto) and +channels_last, "
+                        "e.g. bf16+checkpointing");
       }
       if (cell->precision == Precision::BF16) check_bf16_supported(device, "--settings");
       if (std::find(cells.begin(), cells.end(), *cell) == cells.end()) cells.push_back(*cell);
@@ -47,7 +48,7 @@ std::vector<SweepCell> memory_settings(const std::optional<std::string>& request
         "~300x slower); ask for them with --settings",
         device.str());
   }
-  for (bool checkpointing : {false, true}) {
+  for (auto checkpointing : {CheckpointMode::Off, CheckpointMode::On}) {
     for (auto precision : {Precision::FP32, Precision::BF16}) {
       if (precision == Precision::BF16 && !bf16) continue;
       cells.push_back({precision, checkpointing, memory_format_for(config, device)});
@@ -142,7 +143,9 @@ ordered_json breakdown_json(const StepBreakdown& b) {
   }
   return {{"setting", setting_label(b.cell)},
           {"precision", precision_name(b.cell.precision)},
-          {"checkpointing", b.cell.checkpointing},
+          {"checkpointing", checkpointing_json(b.cell.checkpointing)},
+          {"recomputed_blocks", b.recomputed_blocks},
+          {"predicted_peak_bytes", b.predicted_peak_bytes},
           {"memory_format", memory_format_name(b.cell.memory_format)},
           {"batch_size", b.batch_size},
           {"status", status_name(b.status)},
@@ -183,6 +186,15 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   if (config.memory.snapshot) check_memory_history_supported(device);
   set_memory_limit(device, config.memory.limit);  // refused before the study's folder exists
   const auto settings = memory_settings(request.settings, config, device);
+  for (const auto& setting : settings) {
+    if (setting.checkpointing == CheckpointMode::Auto && device.is_cpu() &&
+        config.memory.limit == 0 && config.checkpointing.budget() == 0) {
+      throw UserError(
+          "--settings: " + setting_label(setting) +
+          " needs a memory budget, and on the CPU there is no card to take it from: set "
+          "memory.limit (--memory-limit 2GiB) or checkpointing.budget");
+    }
+  }
   const fs::path dir = study_directory(request, config);
   const DirectoryLock lock(dir);
   write_file_atomically(dir / "config.yaml", to_yaml(config));

@@ -74,6 +74,13 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
   plan.headroom = headroom;
   plan.usable_bytes = static_cast<int64_t>(static_cast<double>(card_bytes) * (1 - headroom));
   std::tie(plan.overhead_bytes, plan.overhead_source) = plan_overhead(sweep, overhead);
+  try {
+    plan.per_block_checkpointing =
+        load_config((sweep_dir / "config.yaml").string()).checkpointing.granularity() ==
+        CheckpointGranularity::Block;
+  } catch (const std::exception&) {
+    // no readable config.yaml: `on` cells are recommended as measured
+  }
   plan.sweep_complete = sweep.complete;
   const int64_t for_allocator = plan.usable_bytes - plan.overhead_bytes;
   plan.cells = summarize(sweep.cells, sweep.trials, {std::max<int64_t>(0, for_allocator)},
@@ -163,11 +170,19 @@ std::string plan_table(const Plan& plan) {
   return out.str();
 }
 
-std::string recommended_flags(const PlanCandidate& c) {
+std::string recommended_flags(const Plan& plan, const PlanCandidate& c) {
+  const bool per_block =
+      c.cell.checkpointing == CheckpointMode::Auto ||
+      (c.cell.checkpointing == CheckpointMode::On && plan.per_block_checkpointing);
+  const std::string checkpointing =
+      c.cell.checkpointing == CheckpointMode::Off ? "false"
+      : per_block                                 ? "auto --set checkpointing.budget=" +
+                        byte_size_text(plan.usable_bytes - plan.overhead_bytes)
+                  : "true";
   return fmt::format(
       "--set training.batch_size={} --set training.precision={} --set checkpointing.enabled={} "
       "--set training.memory_format={}",
-      c.batch, precision_name(c.cell.precision), c.cell.checkpointing ? "true" : "false",
+      c.batch, precision_name(c.cell.precision), checkpointing,
       memory_format_name(c.cell.memory_format));
 }
 
@@ -244,7 +259,7 @@ int plan_command(const PlanRequest& request) {
   }
   const Plan plan = make_plan(sweep_dir, card, headroom, overhead);
   std::cout << plan_table(plan)
-            << "\nrecommended: " << recommended_flags(plan.candidates.at(*plan.chosen))
+            << "\nrecommended: " << recommended_flags(plan, plan.candidates.at(*plan.chosen))
             << std::endl;
   return kExitOk;
 }

@@ -39,6 +39,9 @@ struct Plan {
   std::optional<size_t> chosen;           // the fastest that fits
   std::vector<CellSummary> cells;         // per setting: the largest batch predicted to fit
   bool sweep_complete = true;  // false: stopped, out of time, or a search ended on a failed trial
+  // The sweep's checkpointing.granularity was block: its `on` cells recomputed every block alone,
+  // which checkpointing.enabled: auto can match (see recommended_flags).
+  bool per_block_checkpointing = false;
 };
 
 // "10%" or "0.1": the share of the card to keep free, in [0, 1). Throws UserError naming
@@ -53,8 +56,12 @@ Plan make_plan(const std::filesystem::path& sweep_dir, int64_t card_bytes, doubl
 
 // The table (fastest first, each with why it lost) and the per-setting predictions.
 std::string plan_table(const Plan& plan);
-// "--set training.batch_size=128 --set training.precision=bf16 ..."
-std::string recommended_flags(const PlanCandidate& candidate);
+// "--set training.batch_size=128 --set training.precision=bf16 ...". A candidate measured with
+// per-block checkpointing (auto, or on with granularity block) is recommended with
+// checkpointing.enabled=auto and the plan's budget for the allocator: it recomputes only the
+// blocks that budget needs, at most all of them, which the sweep measured fitting, so it is at
+// least as fast as the candidate measured. Other granularities are recommended as measured.
+std::string recommended_flags(const Plan& plan, const PlanCandidate& candidate);
 
 struct PlanRequest {
   std::string memory;  // the card, "12GiB"

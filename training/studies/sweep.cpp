@@ -7,6 +7,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
@@ -27,7 +28,12 @@ namespace fs = std::filesystem;
 
 std::string SweepCell::name() const {
   return std::string(precision_name(precision)) + " / checkpointing " +
-         (checkpointing ? "on" : "off") + " / " + memory_format_name(memory_format);
+         checkpointing_setting_name(checkpointing) + " / " + memory_format_name(memory_format);
+}
+
+nlohmann::ordered_json checkpointing_json(CheckpointMode mode) {
+  if (mode == CheckpointMode::Auto) return "auto";
+  return mode == CheckpointMode::On;
 }
 
 namespace {
@@ -35,7 +41,7 @@ namespace {
 std::vector<SweepCell> grid_cells(const SweepConfig& sweep) {
   std::vector<SweepCell> cells;
   for (auto precision : sweep.precisions) {
-    for (bool checkpointing : sweep.checkpointing) {
+    for (auto checkpointing : sweep.checkpointing) {
       for (auto format : sweep.memory_formats) cells.push_back({precision, checkpointing, format});
     }
   }
@@ -123,7 +129,8 @@ class Sweep {
     trial_config.training.batch_size = batch;
     trial_config.training.precision = cell.precision;
     trial_config.training.memory_format = cell.memory_format;
-    trial_config.checkpointing.enabled(cell.checkpointing);
+    trial_config.checkpointing.mode(cell.checkpointing);
+    clear_choice(trial_config.checkpointing);  // an auto trial chooses for its own batch
     const fs::path stem = dir_ / "trials" / fmt::format("{:03d}", trial.id);
     const fs::path yaml = stem.string() + ".yaml", result = stem.string() + ".json",
                    log = stem.string() + ".log";
@@ -285,7 +292,9 @@ std::vector<CellSummary> summarize(const std::vector<SweepCell>& cells,
         s.smallest_failing = std::min(s.smallest_failing.value_or(t.batch), t.batch);
       }
     }
-    s.fit = fit_memory(batches, peaks);
+    // An auto cell's peak is held under its budget by recomputing more at larger batches: no line
+    // fits it, and no prediction is made from one.
+    if (cell.checkpointing != CheckpointMode::Auto) s.fit = fit_memory(batches, peaks);
     for (int64_t size : memory_sizes) {
       s.predictions.emplace_back(size, s.fit ? s.fit->max_batch(size) : std::nullopt);
     }
@@ -324,10 +333,26 @@ int sweep(const SweepRequest& request, const Config& config) {
     const auto& p = config.sweep.precisions;
     const auto& c = config.sweep.checkpointing;
     if (std::find(p.begin(), p.end(), Precision::FP16) != p.end() ||
-        std::find(c.begin(), c.end(), true) != c.end()) {
+        std::find_if(c.begin(), c.end(), [](auto mode) { return mode != CheckpointMode::Off; }) !=
+            c.end()) {
       throw UserError(
           "training.cuda_graph: on cannot capture the sweep's fp16 or checkpointing cells; set "
           "it to auto, which runs those cells eager and captures the others");
+    }
+  }
+  const auto& modes = config.sweep.checkpointing;
+  if (std::find(modes.begin(), modes.end(), CheckpointMode::Auto) != modes.end()) {
+    if (config.sweep.data_parallel) {
+      throw KeyError("sweep.checkpointing",
+                     "auto is not combined with sweep.data_parallel: true (the choice is measured "
+                     "without the reducer's buckets); drop one of them");
+    }
+    // Refuses a CPU without memory.limit or a budget (CUDA: each trial takes its card's; the
+    // parent opens no CUDA context of its own).
+    if (device.is_cpu() && config.memory.limit == 0 && config.checkpointing.budget() == 0) {
+      throw KeyError("sweep.checkpointing",
+                     "auto needs a memory budget, and on the CPU there is no card to take it "
+                     "from: set memory.limit (--memory-limit 2GiB) or checkpointing.budget");
     }
   }
   if (config.sweep.find_max && device.is_cpu() && config.memory.limit == 0) {

@@ -18,14 +18,19 @@ namespace training {
 
 struct SweepCell {
   Precision precision = Precision::FP32;
-  bool checkpointing = false;
+  // auto: each trial chooses its blocks under the sweep's budget (checkpoint_choice.h)
+  CheckpointMode checkpointing = CheckpointMode::Off;
   c10::MemoryFormat memory_format = c10::MemoryFormat::Contiguous;
-  std::string name() const;  // "fp32 / checkpointing off / contiguous"
+  std::string name() const;  // "fp32 / checkpointing off / contiguous" (off, on or auto)
   bool operator==(const SweepCell& other) const {
     return precision == other.precision && checkpointing == other.checkpointing &&
            memory_format == other.memory_format;
   }
 };
+
+// A cell's checkpointing in sweep.json and memory.json: false and true as before auto existed
+// (what older readers expect), "auto" for auto.
+nlohmann::ordered_json checkpointing_json(CheckpointMode mode);
 
 struct SweepTrial {
   int64_t id = 0;

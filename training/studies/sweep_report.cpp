@@ -20,7 +20,7 @@ namespace {
 
 ordered_json cell_json(const SweepCell& cell) {
   return {{"precision", precision_name(cell.precision)},
-          {"checkpointing", cell.checkpointing},
+          {"checkpointing", checkpointing_json(cell.checkpointing)},
           {"memory_format", memory_format_name(cell.memory_format)}};
 }
 
@@ -74,9 +74,12 @@ void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials)
     const auto& r = t.result;
     const bool ok = r.status == TrialStatus::Ok;
     md << "| " << t.id << " | " << precision_name(t.cell.precision) << " | "
-       << (t.cell.checkpointing ? "on" : "off") << " | " << memory_format_name(t.cell.memory_format)
-       << " | " << t.batch << " | " << status_name(r.status)
-       << (r.status == TrialStatus::Error ? ": " + r.message : "") << " | "
+       << checkpointing_setting_name(t.cell.checkpointing)
+       << (t.result.recomputed_blocks.empty()
+               ? ""
+               : " (" + std::to_string(t.result.recomputed_blocks.size()) + " blocks recomputed)")
+       << " | " << memory_format_name(t.cell.memory_format) << " | " << t.batch << " | "
+       << status_name(r.status) << (r.status == TrialStatus::Error ? ": " + r.message : "") << " | "
        << mib(r.peak_allocated_bytes) << " | " << mib(r.peak_reserved_bytes) << " | "
        << mib(r.steady_peak_reserved_bytes) << " | "
        << (ok ? fmt::format("{:.4f}", r.median_step_seconds) : "-") << " | "
@@ -201,7 +204,12 @@ SweepCell cell_from_json(const nlohmann::json& j) {
   if (!known_precision || !known_format) {
     throw std::invalid_argument("unknown setting " + precision + " / " + format);
   }
-  cell.checkpointing = j.at("checkpointing").get<bool>();
+  const auto& checkpointing = j.at("checkpointing");
+  if (checkpointing.is_string() && checkpointing.get<std::string>() == "auto") {
+    cell.checkpointing = CheckpointMode::Auto;
+  } else {
+    cell.checkpointing = checkpointing.get<bool>() ? CheckpointMode::On : CheckpointMode::Off;
+  }
   return cell;
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "data/dataset.h"
+#include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/parts/memory_format.h"
 #include "training/platform/atomic_file.h"
@@ -45,7 +46,9 @@ nlohmann::ordered_json to_json(const TrialResult& r) {
           {"images_per_second", r.images_per_second},
           {"steps", r.steps},
           {"replayed_steps", r.replayed_steps},
-          {"outside_allocator_bytes", r.outside_allocator_bytes}};
+          {"outside_allocator_bytes", r.outside_allocator_bytes},
+          {"recomputed_blocks", r.recomputed_blocks},
+          {"predicted_peak_bytes", r.predicted_peak_bytes}};
 }
 
 TrialResult trial_from_json(const nlohmann::json& j) {
@@ -64,17 +67,9 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   r.steps = j.at("steps").get<int64_t>();
   r.replayed_steps = j.value("replayed_steps", int64_t{0});                    // older sweeps
   r.outside_allocator_bytes = j.value("outside_allocator_bytes", int64_t{0});  // older sweeps
+  r.recomputed_blocks = j.value("recomputed_blocks", std::vector<std::string>{});
+  r.predicted_peak_bytes = j.value("predicted_peak_bytes", int64_t{0});
   return r;
-}
-
-std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,
-                                                        const torch::Device& device) {
-  const int64_t batch = config.training.batch_size;
-  auto images = torch::randn({batch, 3, 32, 32}, torch::TensorOptions().device(device))
-                    .contiguous(memory_format_for(config, device));
-  auto labels = torch::randint(0, config.model.num_classes(), {batch},
-                               torch::TensorOptions(torch::kInt64).device(device));
-  return {images, labels};
 }
 
 namespace {
@@ -99,7 +94,8 @@ std::unique_ptr<data::Loader> trial_loader(const Config& config, const torch::De
 
 }  // namespace
 
-TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t measure_steps) {
+TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t measure_steps) {
+  Config config = given;
   const torch::Device device = resolve_device(config.training.device);
   make_current(device);
   set_memory_limit(device, config.memory.limit);
@@ -117,6 +113,14 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
       DistributedOptions options = config.distributed;
       options.interface.clear();
       group = std::make_unique<ProcessGroup>(one, options, device);
+    }
+    // checkpointing auto: this batch's choice under the sweep's budget (out of memory when none).
+    // The trial's loader holds its prefetched batches beside the step, as training's does.
+    resolve_checkpointing(config, device, /*data_parallel=*/false, {},
+                          held_beside_step(config, device, /*train_images_bytes=*/0));
+    if (config.checkpointing.mode() == CheckpointMode::Auto) {  // chosen now, or given
+      result.recomputed_blocks = config.checkpointing.blocks().value_or(std::vector<std::string>{});
+      result.predicted_peak_bytes = config.checkpointing.predicted_peak();
     }
     StepParts parts = build_step_parts(config, device, group.get());
     const auto averager = group ? group->gradient_averager(*parts.model) : nullptr;
@@ -163,7 +167,8 @@ TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t me
     }
     result.status = TrialStatus::Ok;
   } catch (const std::exception& e) {
-    result.status = is_out_of_memory(e) ? TrialStatus::OutOfMemory : TrialStatus::Error;
+    const bool out_of_memory = is_out_of_memory(e) || dynamic_cast<const OutOfMemory*>(&e);
+    result.status = out_of_memory ? TrialStatus::OutOfMemory : TrialStatus::Error;
     result.message = error_line(e);
   }
   const MemoryStats memory = memory_stats(device);

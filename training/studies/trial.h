@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "training/config/config.h"
 
@@ -39,15 +40,13 @@ struct TrialResult {
   // CUDA: device memory in use outside the caching allocator at the end (the CUDA context,
   // cuBLAS/cuDNN handles and workspaces; other processes on the GPU count too). 0 on the CPU.
   int64_t outside_allocator_bytes = 0;
+  // checkpointing auto: the blocks the trial chose to recompute and the peak it predicted.
+  std::vector<std::string> recomputed_blocks;
+  int64_t predicted_peak_bytes = 0;
 };
 
 nlohmann::ordered_json to_json(const TrialResult& result);
 TrialResult trial_from_json(const nlohmann::json& json);
-
-// A random batch of training.batch_size CIFAR-sized images (in training.memory_format) and labels,
-// made on `device`: what trials and memory studies step on.
-std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,
-                                                        const torch::Device& device);
 
 // Measures, in this process, the trial described by `config` (training.batch_size, precision,
 // memory_format, checkpointing, memory.limit, device) for warmup + measure steps. Out of memory

@@ -89,7 +89,9 @@ TEST(Config, YamlRoundTripIsExact) {
   EXPECT_EQ(back.data.dataset.root(), "my data");
   EXPECT_NE(yaml.find("lr: 0.1\n"), std::string::npos) << yaml;
   EXPECT_EQ(back.memory.limit, int64_t{12} << 30);
-  EXPECT_EQ(back.sweep.checkpointing, (std::vector<bool>{false, true}));
+  EXPECT_EQ(back.sweep.checkpointing,
+            (std::vector<training::CheckpointMode>{training::CheckpointMode::Off,
+                                                   training::CheckpointMode::On}));
   EXPECT_EQ(back.sweep.predict_for, (std::vector<int64_t>{int64_t{24} << 30, 1500000000}));
   EXPECT_EQ(back.sweep.precisions, (std::vector<training::Precision>{training::Precision::FP16,
                                                                      training::Precision::BF16}));

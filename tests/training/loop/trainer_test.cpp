@@ -305,7 +305,7 @@ TEST(Trainer, CheckpointingLowersTheTrainingPeakAndLeavesTheEvaluationPeak) {
   test_support::TempDir dir;
   auto config = phase_config();
   const auto plain = run(config, dir / "plain");
-  config.checkpointing.enabled(true);
+  config.checkpointing.mode(training::CheckpointMode::On);
   const auto checkpointed = run(config, dir / "checkpointed");
   // Evaluation at batch 256 needs more than training at 16, and is the run's overall peak.
   EXPECT_GT(column(plain, "eval_peak_allocated_bytes"),

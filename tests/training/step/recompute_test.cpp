@@ -61,21 +61,24 @@ TEST(Checkpointing, GradientsAndBatchNormStatisticsMatchThePlainRun) {
   for (auto granularity : {CheckpointGranularity::Block, CheckpointGranularity::Stage,
                            CheckpointGranularity::Segments}) {
     SCOPED_TRACE(static_cast<int>(granularity));
-    expect_same(plain,
-                forward_backward(
-                    CheckpointingOptions().enabled(true).granularity(granularity).segments(3)));
+    expect_same(plain, forward_backward(CheckpointingOptions()
+                                            .mode(training::CheckpointMode::On)
+                                            .granularity(granularity)
+                                            .segments(3)));
   }
 }
 
 TEST(Checkpointing, BottleneckModelMatchesToo) {
   const auto plain = forward_backward(CheckpointingOptions(), 50);
-  expect_same(plain, forward_backward(CheckpointingOptions().enabled(true), 50));
+  expect_same(plain,
+              forward_backward(CheckpointingOptions().mode(training::CheckpointMode::On), 50));
 }
 
 TEST(Checkpointing, PeakMemoryIsClearlyLower) {
   training::TrackingCpuAllocator::instance();
-  const auto options =
-      CheckpointingOptions().enabled(true).granularity(CheckpointGranularity::Block);
+  const auto options = CheckpointingOptions()
+                           .mode(training::CheckpointMode::On)
+                           .granularity(CheckpointGranularity::Block);
   // ResNet-50 (16 blocks): one block's recomputation is a small part of all activations.
   const auto plain = forward_backward(CheckpointingOptions(), 50, models::Stem::Cifar, 16);
   const auto checkpointed = forward_backward(options, 50, models::Stem::Cifar, 16);

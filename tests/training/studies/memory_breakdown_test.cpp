@@ -28,9 +28,11 @@ StepBreakdown measure(const std::string& arch, int64_t batch, SweepCell cell,
   return b;
 }
 
-const SweepCell fp32{Precision::FP32, false, c10::MemoryFormat::Contiguous};
-const SweepCell fp32_checkpointing{Precision::FP32, true, c10::MemoryFormat::Contiguous};
-const SweepCell bf16{Precision::BF16, false, c10::MemoryFormat::Contiguous};
+using training::CheckpointMode;
+const SweepCell fp32{Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
+const SweepCell fp32_checkpointing{Precision::FP32, CheckpointMode::On,
+                                   c10::MemoryFormat::Contiguous};
+const SweepCell bf16{Precision::BF16, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
 
 // The residual blocks' rows (activations other than stem, head and autocast's copies).
 std::vector<training::MemoryRow> block_rows(const StepBreakdown& b) {
@@ -115,6 +117,27 @@ TEST(MemoryBreakdown, CheckpointingRemovesTheInnerActivations) {
   EXPECT_LT(block_bytes(checkpointed), block_bytes(plain) / 3);
 }
 
+// checkpointing auto: the blocks it chose (here given, as a resumed run's config holds them) keep
+// only their output; the others keep everything, as without checkpointing.
+TEST(MemoryBreakdown, AutoCheckpointingRecomputesOnlyItsBlocks) {
+  auto given = config("resnet18", 4);
+  given.checkpointing.blocks(std::vector<std::string>{"layer1.1", "layer3.0"});
+  const SweepCell automatic{Precision::FP32, CheckpointMode::Auto, c10::MemoryFormat::Contiguous};
+  const auto chosen = training::measure_breakdown(given, automatic);
+  ASSERT_EQ(chosen.status, training::TrialStatus::Ok) << chosen.message;
+  EXPECT_EQ(chosen.recomputed_blocks, (std::vector<std::string>{"layer1.1", "layer3.0"}));
+  const auto plain = measure("resnet18", 4, fp32),
+             checkpointed = measure("resnet18", 4, fp32_checkpointing);
+  const auto a = block_rows(plain), b = block_rows(checkpointed), c = block_rows(chosen);
+  ASSERT_EQ(c.size(), a.size());
+  for (size_t i = 0; i < c.size(); ++i) {
+    const bool recomputed = c[i].name == "layer1.1" || c[i].name == "layer3.0";
+    EXPECT_EQ(c[i].bytes, recomputed ? b[i].bytes : a[i].bytes) << c[i].name;
+  }
+  EXPECT_LT(block_bytes(chosen), block_bytes(plain));
+  EXPECT_GT(block_bytes(chosen), block_bytes(checkpointed));
+}
+
 TEST(MemoryBreakdown, Bf16HalvesTheActivations) {
   if (!training::cpu_has_native_bf16()) {
     GTEST_SKIP() << "this CPU has no native bf16 (emulated bf16 is ~300x slower)";
@@ -145,15 +168,18 @@ TEST(MemoryBreakdown, TimelineHasThePhasesAndThePeak) {
 }
 
 TEST(MemoryBreakdown, SettingsRoundTripTheirSpelling) {
-  for (const std::string text :
-       {"fp32", "bf16+checkpointing", "fp16+channels_last", "bf16+checkpointing+channels_last"}) {
+  for (const std::string text : {"fp32", "bf16+checkpointing", "fp16+channels_last",
+                                 "bf16+checkpointing+channels_last", "fp32+checkpointing=auto"}) {
     const auto cell = training::parse_setting(text);
     ASSERT_TRUE(cell) << text;
     EXPECT_EQ(training::setting_label(*cell), text);
   }
   EXPECT_EQ(training::parse_setting("bf16+checkpointing")->precision, Precision::BF16);
-  for (const std::string bad : {"", "fp64", "bf16+", "fp32+checkpointing+checkpointing",
-                                "fp32+nope", "checkpointing", "+fp32"}) {
+  EXPECT_EQ(training::parse_setting("fp32+checkpointing=auto")->checkpointing,
+            CheckpointMode::Auto);
+  for (const std::string bad :
+       {"", "fp64", "bf16+", "fp32+checkpointing+checkpointing", "fp32+nope", "checkpointing",
+        "+fp32", "fp32+checkpointing+checkpointing=auto", "fp32+checkpointing=on"}) {
     EXPECT_FALSE(training::parse_setting(bad)) << bad;
   }
 }

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "test_support.h"
 #include "training/platform/errors.h"
 #include "training/studies/sweep_report.h"
@@ -16,8 +18,10 @@ using training::SweepCell;
 
 constexpr int64_t MiB = 1 << 20;
 
-const SweepCell plain{Precision::FP32, false, c10::MemoryFormat::Contiguous};
-const SweepCell checkpointed{Precision::FP32, true, c10::MemoryFormat::Contiguous};
+const SweepCell plain{Precision::FP32, training::CheckpointMode::Off,
+                      c10::MemoryFormat::Contiguous};
+const SweepCell checkpointed{Precision::FP32, training::CheckpointMode::On,
+                             c10::MemoryFormat::Contiguous};
 
 training::SweepTrial trial(int64_t id, SweepCell cell, int64_t batch, int64_t peak,
                            double images_per_second, training::TrialStatus status = {}) {
@@ -52,6 +56,8 @@ fs::path prepared_sweep(const test_support::TempDir& dir, const std::string& dev
   fs::create_directories(sweep);
   training::write_sweep_tables(sweep, facts, training::summarize(cells, trials, {}, false), trials,
                                true);
+  // The sweep's config, as `train sweep` writes it (checkpointing.granularity: block).
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(training::parse_config("", "test"));
   return sweep;
 }
 
@@ -68,9 +74,23 @@ TEST(Plan, PicksTheFastestSettingThatFits) {
   EXPECT_EQ(best.predicted_peak, 1800 * MiB);
   EXPECT_EQ(plan.candidates.size(), 6u);  // the out-of-memory trial is no candidate
   EXPECT_FALSE(plan.candidates[0].fits);  // 180 images/s, but 3400 MiB
-  EXPECT_EQ(training::recommended_flags(best),
+  EXPECT_EQ(training::recommended_flags(plan, best),
             "--set training.batch_size=64 --set training.precision=fp32 --set "
             "checkpointing.enabled=false --set training.memory_format=contiguous");
+  // A setting measured with checkpointing is recommended as auto with the plan's budget for the
+  // allocator (3.6 GiB less 1 GiB): it recomputes only what that budget needs.
+  training::PlanCandidate recomputing = best;
+  recomputing.cell = checkpointed;
+  EXPECT_TRUE(plan.per_block_checkpointing);  // the sweep's config: granularity block
+  EXPECT_EQ(training::recommended_flags(plan, recomputing),
+            "--set training.batch_size=64 --set training.precision=fp32 --set "
+            "checkpointing.enabled=auto --set checkpointing.budget=" +
+                training::byte_size_text(plan.usable_bytes - plan.overhead_bytes) +
+                " --set training.memory_format=contiguous");
+  training::Plan by_stage = plan;  // a sweep that recomputed stages: recommended as measured
+  by_stage.per_block_checkpointing = false;
+  EXPECT_NE(training::recommended_flags(by_stage, recomputing).find("checkpointing.enabled=true "),
+            std::string::npos);
   const std::string table = training::plan_table(plan);
   EXPECT_NE(table.find("| fp32 / checkpointing off / contiguous | 64 | 150 | 1.76 GiB | "
                        "**recommended** |"),

@@ -130,6 +130,40 @@ sweep: {batch_sizes: [8, 16, 32], warmup_steps: 1, measure_steps: 1}
   EXPECT_NEAR(predicted, measured, 0.10 * measured);
 }
 
+// sweep.checkpointing auto: each trial chooses its blocks under the sweep's memory.limit less the
+// headroom; a batch that nothing fits is out of memory, as any trial that does not fit.
+TEST(Sweep, AutoCheckpointingTrialsChooseTheirBlocksUnderTheSweepsLimit) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: cifar}
+training: {device: cpu, memory_format: contiguous}
+memory: {limit: 300MiB}
+sweep: {batch_sizes: [40, 256], checkpointing: [auto], warmup_steps: 0, measure_steps: 1}
+)");
+  ASSERT_EQ(training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY}), 0);
+  const auto trials = read_json(dir / "out" / "sweep.json").at("trials");
+  ASSERT_EQ(trials.size(), 2u);
+  EXPECT_EQ(trials[0].at("checkpointing"), "auto");
+  EXPECT_EQ(trials[0].at("status"), "ok") << trials[0].dump();
+  const auto blocks = trials[0].at("recomputed_blocks").get<std::vector<std::string>>();
+  EXPECT_FALSE(blocks.empty());  // batch 40 does not fit 270 MiB without recomputing some
+  EXPECT_LT(blocks.size(), 8u);
+  EXPECT_LE(trials[0].at("predicted_peak_bytes").get<int64_t>(), 270 * (int64_t{1} << 20));
+  EXPECT_LE(trials[0].at("peak_allocated_bytes").get<int64_t>(), 300 * (int64_t{1} << 20));
+  EXPECT_EQ(trials[1].at("status"), "oom") << trials[1].dump();
+  EXPECT_NE(trials[1].at("message").get<std::string>().find("with every block recomputed"),
+            std::string::npos);
+  EXPECT_NE(test_support::read_text(dir / "out" / "sweep.md")
+                .find("| auto (" + std::to_string(blocks.size()) + " blocks recomputed) |"),
+            std::string::npos);
+  // Without a limit or a budget, the CPU gives auto nothing to choose for: refused up front.
+  EXPECT_THROW(
+      training::run_sweep(
+          {config.string(), {"memory.limit=none"}, (dir / "refused").string(), TRAIN_BINARY}),
+      training::UserError);
+  EXPECT_FALSE(fs::exists(dir / "refused"));
+}
+
 // sweep.data_parallel with sweep.checkpointing: each trial holds one rank's reducer and its
 // gradient buckets (about the parameters' size more than a single process), and checkpointing
 // lowers that rank's peak. Under WORLD_SIZE > 1 a sweep is refused: its trials are one process.
@@ -335,7 +369,8 @@ TEST(Sweep, FindMaxOnTheCpuNeedsALimit) {
 training::SweepTrial trial(int64_t batch, training::TrialStatus status, int64_t peak, double ips,
                            bool checkpointing = false) {
   training::SweepTrial t;
-  t.cell.checkpointing = checkpointing;
+  t.cell.checkpointing =
+      checkpointing ? training::CheckpointMode::On : training::CheckpointMode::Off;
   t.batch = batch;
   t.result.status = status;
   t.result.peak_reserved_bytes = peak;
@@ -347,7 +382,8 @@ TEST(Summarize, FindsLargestFittingFastestAndFitsPerCell) {
   constexpr auto Ok = training::TrialStatus::Ok;
   constexpr auto OutOfMemory = training::TrialStatus::OutOfMemory;
   constexpr auto Error = training::TrialStatus::Error;
-  const std::vector<training::SweepCell> cells = {{}, {training::Precision::FP32, true}};
+  const std::vector<training::SweepCell> cells = {
+      {}, {training::Precision::FP32, training::CheckpointMode::On}};
   const std::vector<training::SweepTrial> trials = {
       trial(8, Ok, 180, 100), trial(16, Ok, 260, 150), trial(32, OutOfMemory, 300, 0),
       trial(24, Ok, 340, 140), trial(8, Error, 0, 0, true)};

@@ -1,0 +1,104 @@
+// checkpointing.enabled: auto through the `train` executable: under an emulated limit that the
+// plain step exceeds, the run chooses blocks, trains within the budget, says so, and a resume
+// recomputes the same blocks without measuring again.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "app/cli_support.h"
+#include "training/config/config.h"
+#include "training/parts/checkpoint_choice.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using cli::run_train;
+
+TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
+  test_support::TempDir dir;
+  // ResNet-18 with the CIFAR stem at batch 32: its activations are a large share of the peak.
+  std::ofstream(dir / "c.yaml")
+      << "model: {arch: resnet18, stem: cifar}\n"
+         "data: {source: synthetic, synthetic_train_size: 64, synthetic_test_size: 16}\n"
+         "training: {device: cpu, epochs: 1, batch_size: 32, memory_format: contiguous}\n";
+  training::Config config = training::load_config((dir / "c.yaml").string());
+  const auto m = training::measure_blocks(config, torch::Device(torch::kCPU));
+  const auto unbounded = training::choose_blocks(m, int64_t{1} << 50);
+  // A budget a quarter of the way from every block recomputed to none: some blocks must go.
+  const int64_t budget =
+      unbounded.smallest_peak + (unbounded.plain_peak - unbounded.smallest_peak) / 4;
+  const int64_t limit = budget * 10 / 9;  // checkpointing.headroom 10%
+  ASSERT_LT(limit, unbounded.plain_peak) << "the plain step must not fit the limit";
+
+  const std::string args =
+      "--config " + (dir / "c.yaml").string() + " --memory-limit " + std::to_string(limit);
+  const auto plain = run_train(args + " --output-dir " + (dir / "plain").string());
+  EXPECT_EQ(plain.code, 3) << plain.output;
+
+  // The first of the epoch's two steps, then a resume for the second (which holds the momentum
+  // the first step made, as every later step does).
+  const fs::path run = dir / "auto";
+  const auto chosen = run_train(args + " --output-dir " + run.string() +
+                                " --set checkpointing.enabled=auto --set training.max_steps=1");
+  ASSERT_EQ(chosen.code, 0) << chosen.output;
+  EXPECT_NE(chosen.output.find("checkpointing auto: budget "), std::string::npos) << chosen.output;
+  const training::Config written = training::load_config((run / "config.yaml").string());
+  const auto& blocks = written.checkpointing.blocks();
+  ASSERT_TRUE(blocks);
+  EXPECT_FALSE(blocks->empty());
+  EXPECT_LT(blocks->size(), 8u);  // not every block: that is checkpointing.enabled: true
+  EXPECT_LE(written.checkpointing.predicted_peak(), written.checkpointing.chosen_budget());
+  EXPECT_GE(written.checkpointing.chosen_budget(), budget - 16);  // memory.limit less 10%
+  EXPECT_LE(written.checkpointing.chosen_budget(), budget);
+  EXPECT_EQ(written.checkpointing.budget(), 0);  // the input stays as given
+  EXPECT_EQ(written.checkpointing.chosen_for(),
+            "resnet18 cifar stem, 10 classes, batch 32, fp32, contiguous");
+
+  // The resume recomputes the same blocks, without measuring again.
+  const auto resumed =
+      run_train("--resume " + run.string() + " --set training.max_steps=0 --memory-limit " +
+                std::to_string(limit));
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("the config's choice, not measured again"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(resumed.output.find("measuring every block"), std::string::npos) << resumed.output;
+  EXPECT_EQ(training::load_config((run / "config.yaml").string()).checkpointing.blocks(), blocks);
+  // Verified: the measured training peak is within the budget, and said beside the prediction.
+  EXPECT_NE(resumed.output.find("within the budget of"), std::string::npos) << resumed.output;
+  std::ifstream metrics(run / "metrics.jsonl");
+  std::string row;
+  ASSERT_TRUE(std::getline(metrics, row));
+  const auto record = nlohmann::json::parse(row);
+  EXPECT_EQ(record.at("step").get<int64_t>(), 2);
+  EXPECT_LE(record.at("train_peak_allocated_bytes").get<int64_t>(), written.checkpointing.chosen_budget());
+  const std::string report = test_support::read_text(run / "report.md");
+  EXPECT_NE(report.find("## Gradient checkpointing: auto"), std::string::npos) << report;
+}
+
+TEST(AutoCheckpointing, ABudgetNothingFitsIsExit3InOneLineAndWritesNothing) {
+  test_support::TempDir dir;
+  const auto r = run_train("--config " + cli::write_tiny_config(dir).string() + " --output-dir " +
+                           (dir / "run").string() +
+                           " --set checkpointing.enabled=auto --set checkpointing.budget=1MiB");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_EQ(cli::count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find("checkpointing.enabled: auto: nothing fits the budget of 1.00 MiB "
+                          "(checkpointing.budget): with every block recomputed one step at batch "
+                          "32 peaks at "),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+  // On the CPU a budget must come from somewhere.
+  const auto none =
+      run_train("--config " + cli::write_tiny_config(dir).string() + " --output-dir " +
+                (dir / "run").string() + " --set checkpointing.enabled=auto");
+  EXPECT_EQ(none.code, 2) << none.output;
+  EXPECT_NE(none.output.find("--set checkpointing.enabled: checkpointing.enabled: auto needs a "
+                             "memory budget"),
+            std::string::npos)
+      << none.output;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+}
+
+}  // namespace

@@ -1,0 +1,323 @@
+#include "training/parts/checkpoint_choice.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+
+namespace {
+
+using training::BlockMeasurement;
+using training::CheckpointMode;
+using training::choose_blocks;
+using training::Config;
+
+// Blocks "b0", "b1", ... with these kept bytes and recompute seconds, and the windows a measured
+// step has: each block's backward (holding the blocks before it) and the loss (holding all).
+BlockMeasurement measurement(const std::vector<int64_t>& bytes, const std::vector<double>& seconds,
+                             int64_t base_peak) {
+  BlockMeasurement m;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    m.blocks.push_back({"b" + std::to_string(i), bytes[i], seconds[i]});
+    m.windows.push_back({"backward b" + std::to_string(i), base_peak, static_cast<int64_t>(i)});
+  }
+  m.windows.push_back({"loss", base_peak, static_cast<int64_t>(bytes.size())});
+  m.windows.push_back({"optimizer step", base_peak / 2, 0});
+  return m;
+}
+
+TEST(CheckpointChoice, ThePredictedPeakAddsTheKeptBytesOfTheBlocksBeforeEachWindow) {
+  BlockMeasurement m;
+  m.blocks = {{"b0", 100, 1}, {"b1", 10, 1}};
+  m.windows = {{"early", 1000, 1}, {"late", 950, 2}};
+  EXPECT_EQ(training::predicted_peak(m, {true, true}), 1000);
+  EXPECT_EQ(training::predicted_peak(m, {false, true}), 1100);
+  EXPECT_EQ(training::predicted_peak(m, {true, false}), 1000);   // late: 950 + 10
+  EXPECT_EQ(training::predicted_peak(m, {false, false}), 1100);  // early 1100, late 1060
+}
+
+TEST(CheckpointChoice, NothingIsRecomputedWhenThePlainStepFits) {
+  const auto m = measurement({100, 200, 300}, {1, 2, 3}, 1000);
+  const auto choice = choose_blocks(m, 1600);
+  EXPECT_TRUE(choice.fits);
+  EXPECT_TRUE(choice.blocks.empty());
+  EXPECT_EQ(choice.predicted_peak, 1600);
+  EXPECT_EQ(choice.plain_peak, 1600);
+  EXPECT_EQ(choice.smallest_peak, 1000);
+  EXPECT_EQ(choice.extra_seconds, 0);
+  EXPECT_EQ(choice.all_extra_seconds, 6);
+}
+
+TEST(CheckpointChoice, NothingFitsWhenEveryBlockRecomputedExceedsTheBudget) {
+  const auto m = measurement({100, 200, 300}, {1, 2, 3}, 1000);
+  const auto choice = choose_blocks(m, 999);
+  EXPECT_FALSE(choice.fits);
+  EXPECT_EQ(choice.smallest_peak, 1000);
+  EXPECT_EQ(choice.predicted_peak, 1000);
+  // Exactly the smallest peak fits, with every block recomputed.
+  const auto tight = choose_blocks(m, 1000);
+  EXPECT_TRUE(tight.fits);
+  EXPECT_EQ(tight.blocks, (std::vector<std::string>{"b0", "b1", "b2"}));
+}
+
+TEST(CheckpointChoice, TheCheapestSetThatSavesEnoughIsChosenNotTheLargest) {
+  // 250 bytes must go: b2 alone (300 bytes, 5 s) costs more than b0 + b1 (300 bytes, 1 + 1 s).
+  const auto m = measurement({100, 200, 300}, {1, 1, 5}, 1000);
+  const auto choice = choose_blocks(m, 1350);
+  ASSERT_TRUE(choice.fits);
+  EXPECT_EQ(choice.blocks, (std::vector<std::string>{"b0", "b1"}));
+  EXPECT_EQ(choice.predicted_peak, 1300);
+  EXPECT_DOUBLE_EQ(choice.extra_seconds, 2);
+}
+
+TEST(CheckpointChoice, AnEarlyWindowIsMetByRecomputingTheBlocksBeforeIt) {
+  // The window after b0 (b1's backward, 1200 with nothing before it) allows 100 bytes of b0; b0
+  // keeps 150, so b0 must be recomputed although b1 would save more for less at the loss.
+  BlockMeasurement m;
+  m.blocks = {{"b0", 150, 4}, {"b1", 400, 1}};
+  m.windows = {{"backward b1", 1200, 1}, {"loss", 800, 2}};
+  const auto choice = choose_blocks(m, 1300);
+  ASSERT_TRUE(choice.fits);
+  EXPECT_EQ(choice.blocks, (std::vector<std::string>{"b0"}));
+  EXPECT_EQ(choice.predicted_peak, 1200);  // the loss: 800 + 400
+}
+
+TEST(CheckpointChoice, TiesGoToFewerBlocksThenToTheLowerPeakAndAreStable) {
+  // Equal times: one block of 100 s instead of two of 50 s each.
+  auto m = measurement({100, 100, 200}, {50, 50, 100}, 1000);
+  auto choice = choose_blocks(m, 1250);
+  ASSERT_TRUE(choice.fits);
+  EXPECT_EQ(choice.blocks, (std::vector<std::string>{"b2"}));
+  // Equal times and counts: recomputing b1 (200 bytes) leaves the lower peak than b0 (100).
+  m = measurement({100, 200}, {1, 1}, 1000);
+  choice = choose_blocks(m, 1250);
+  ASSERT_TRUE(choice.fits);
+  EXPECT_EQ(choice.blocks, (std::vector<std::string>{"b1"}));
+  EXPECT_EQ(choice.predicted_peak, 1100);
+  // Identical blocks: one of them, the same one every time.
+  m = measurement({100, 100}, {1, 1}, 1000);
+  choice = choose_blocks(m, 1150);
+  ASSERT_EQ(choice.blocks.size(), 1u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(choose_blocks(m, 1150).blocks, choice.blocks);
+}
+
+// The dynamic programme against every subset, on random measurements small enough to be exact.
+TEST(CheckpointChoice, TheChoiceIsTheCheapestOfEverySubsetThatFits) {
+  std::mt19937 random(7);
+  for (int round = 0; round < 200; ++round) {
+    const size_t n = 1 + random() % 9;
+    BlockMeasurement m;
+    for (size_t i = 0; i < n; ++i) {
+      m.blocks.push_back({"b" + std::to_string(i), static_cast<int64_t>(random() % 500),
+                          static_cast<double>(1 + random() % 20)});
+    }
+    for (int w = 0; w < 6; ++w) {
+      m.windows.push_back({"w" + std::to_string(w), static_cast<int64_t>(1000 + random() % 800),
+                           static_cast<int64_t>(random() % (n + 1))});
+    }
+    const int64_t budget = 1500 + static_cast<int64_t>(random() % 1500);
+    double best = -1;
+    size_t best_count = 0;
+    for (uint32_t set = 0; set < (1u << n); ++set) {
+      std::vector<bool> recomputed(n);
+      double seconds = 0;
+      size_t count = 0;
+      for (size_t i = 0; i < n; ++i) {
+        recomputed[i] = (set >> i) & 1;
+        if (recomputed[i]) seconds += m.blocks[i].recompute_seconds, ++count;
+      }
+      if (training::predicted_peak(m, recomputed) > budget) continue;
+      if (best < 0 || seconds < best || (seconds == best && count < best_count)) {
+        best = seconds;
+        best_count = count;
+      }
+    }
+    const auto choice = choose_blocks(m, budget);
+    ASSERT_EQ(choice.fits, best >= 0) << "round " << round;
+    if (!choice.fits) continue;
+    EXPECT_EQ(choice.extra_seconds, best) << "round " << round;
+    EXPECT_EQ(choice.blocks.size(), best_count) << "round " << round;
+    EXPECT_LE(choice.predicted_peak, budget) << "round " << round;
+  }
+}
+
+TEST(CheckpointChoice, LargeByteCountsAreRoundedTowardsTheBudgetNeverPastIt) {
+  const int64_t GiB = int64_t{1} << 30;
+  auto m = measurement({3 * GiB + 7, 5 * GiB + 3, 2 * GiB + 1}, {1, 2, 3}, 20 * GiB);
+  for (const int64_t budget : {20 * GiB, 23 * GiB, 25 * GiB + 10, 30 * GiB + 11}) {
+    const auto choice = choose_blocks(m, budget);
+    ASSERT_TRUE(choice.fits);
+    EXPECT_LE(choice.predicted_peak, budget);
+  }
+}
+
+Config auto_config() {
+  Config config = training::parse_config(
+      "model: {arch: resnet18}\ntraining: {device: cpu, batch_size: 4}\n"
+      "checkpointing: {enabled: auto}\ndata: {source: synthetic}\n",
+      "c.yaml");
+  return config;
+}
+
+TEST(CheckpointChoice, TheBudgetIsGivenOrTheLimitLessTheHeadroomOrRefused) {
+  Config config = auto_config();
+  const torch::Device cpu(torch::kCPU);
+  try {
+    training::checkpointing_budget(config, cpu);
+    ADD_FAILURE() << "a CPU without memory.limit or a budget was not refused";
+  } catch (const training::KeyError& e) {
+    EXPECT_EQ(e.key(), "checkpointing.enabled");
+    EXPECT_NE(std::string(e.what()).find("set memory.limit"), std::string::npos) << e.what();
+  }
+  config.memory.limit = 1000;
+  EXPECT_EQ(training::checkpointing_budget(config, cpu).bytes, 900);
+  config.checkpointing.headroom(0.25);
+  EXPECT_EQ(training::checkpointing_budget(config, cpu).bytes, 750);
+  config.checkpointing.budget(640);
+  EXPECT_EQ(training::checkpointing_budget(config, cpu).bytes, 640);
+  EXPECT_EQ(training::checkpointing_budget(config, cpu).source, "checkpointing.budget");
+}
+
+TEST(CheckpointChoice, TheChoiceIsWrittenIntoTheConfigAndNotMadeAgain) {
+  Config config = auto_config();
+  config.checkpointing.budget(1250);
+  int measured = 0;
+  const auto measure = [&](const Config&, const torch::Device&) {
+    ++measured;
+    BlockMeasurement m = measurement({100, 200}, {1, 1}, 1000);
+    m.blocks[0].name = "layer1.0";
+    m.blocks[1].name = "layer1.1";
+    return m;
+  };
+  const torch::Device cpu(torch::kCPU);
+  const auto choice = training::resolve_checkpointing(config, cpu, false, measure);
+  ASSERT_TRUE(choice);
+  EXPECT_EQ(measured, 1);
+  EXPECT_EQ(config.checkpointing.blocks(), (std::vector<std::string>{"layer1.1"}));
+  EXPECT_EQ(config.checkpointing.predicted_peak(), 1100);
+  EXPECT_DOUBLE_EQ(config.checkpointing.predicted_extra_ms(), 1000);
+  // config.yaml reads back to the same choice, which is taken as made.
+  Config back = training::parse_config(training::to_yaml(config), "config.yaml");
+  EXPECT_EQ(back.checkpointing.blocks(), config.checkpointing.blocks());
+  EXPECT_FALSE(training::resolve_checkpointing(back, cpu, false, measure));
+  EXPECT_EQ(measured, 1);
+  // Given blocks work with data parallelism; a choice to make is refused there.
+  EXPECT_FALSE(training::resolve_checkpointing(back, cpu, true, measure));
+  EXPECT_THROW(training::resolve_checkpointing(config = auto_config(), cpu, true, measure),
+               training::KeyError);
+}
+
+TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainWhenItsStepOrBudgetNoLongerHolds) {
+  Config config = auto_config();
+  config.checkpointing.budget(1250);
+  int measured = 0;
+  const auto measure = [&](const Config&, const torch::Device&) {
+    ++measured;
+    BlockMeasurement m = measurement({100, 200}, {1, 1}, 1000);
+    m.blocks[0].name = "layer1.0";
+    m.blocks[1].name = "layer1.1";
+    return m;
+  };
+  const torch::Device cpu(torch::kCPU);
+  ASSERT_TRUE(training::resolve_checkpointing(config, cpu, false, measure));
+  EXPECT_EQ(config.checkpointing.chosen_for(),
+            "resnet18 cifar stem, 10 classes, batch 4, fp32, contiguous");
+  EXPECT_EQ(config.checkpointing.chosen_budget(), 1250);
+  EXPECT_EQ(config.checkpointing.budget(), 1250);  // the input, as given
+  // Another batch: chosen again, saying why.
+  Config rebatched = config;
+  rebatched.training.batch_size = 8;
+  const auto again = training::resolve_checkpointing(rebatched, cpu, false, measure);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(measured, 2);
+  EXPECT_NE(again->note.find("it was chosen for resnet18 cifar stem, 10 classes, batch 4, fp32, "
+                             "contiguous, and this run is resnet18 cifar stem, 10 classes, batch "
+                             "8, fp32, contiguous"),
+            std::string::npos)
+      << again->note;
+  // A budget below the predicted peak (1100): chosen again for it.
+  Config smaller = config;
+  smaller.checkpointing.budget(1050);
+  const auto tighter = training::resolve_checkpointing(smaller, cpu, false, measure);
+  ASSERT_TRUE(tighter);
+  EXPECT_EQ(measured, 3);
+  EXPECT_NE(tighter->note.find("its predicted peak 1.07 KiB is above this run's budget"),
+            std::string::npos)
+      << tighter->note;
+  EXPECT_EQ(smaller.checkpointing.blocks(), (std::vector<std::string>{"layer1.0", "layer1.1"}));
+  // Blocks given by hand (nothing recorded) are used as given.
+  Config by_hand = auto_config();
+  by_hand.checkpointing.blocks(std::vector<std::string>{"layer2.0"});
+  EXPECT_FALSE(training::resolve_checkpointing(by_hand, cpu, false, measure));
+  EXPECT_EQ(measured, 3);
+}
+
+TEST(CheckpointChoice, ABudgetNothingFitsIsOutOfMemoryNamingTheBudgetAndTheSmallestPeak) {
+  Config config = auto_config();
+  config.checkpointing.budget(900);
+  const auto measure = [](const Config&, const torch::Device&) {
+    return measurement({100, 200}, {1, 1}, 1000);
+  };
+  try {
+    training::resolve_checkpointing(config, torch::Device(torch::kCPU), false, measure);
+    ADD_FAILURE() << "not refused";
+  } catch (const training::OutOfMemory& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("nothing fits the budget of 900 B"), std::string::npos) << what;
+    EXPECT_NE(what.find("peaks at 1000 B"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos);
+  }
+  EXPECT_FALSE(config.checkpointing.blocks());
+}
+
+TEST(CheckpointChoice, TheConfigRefusesBlocksWithoutAutoAndBlocksTheModelHasNot) {
+  const std::string model = "model: {arch: resnet18}\n";
+  auto error_of = [&](const std::string& yaml) {
+    try {
+      training::parse_config(model + yaml, "c.yaml");
+    } catch (const training::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(error_of("checkpointing: {enabled: auto, blocks: [layer1.0, layer4.1]}"), "accepted");
+  EXPECT_EQ(error_of("checkpointing: {enabled: auto, blocks: []}"), "accepted");
+  EXPECT_NE(error_of("checkpointing: {enabled: true, blocks: [layer1.0]}")
+                .find("c.yaml: checkpointing.blocks: is the choice of checkpointing.enabled: auto"),
+            std::string::npos);
+  EXPECT_NE(error_of("checkpointing: {enabled: auto, blocks: [layer4.2]}")
+                .find("'layer4.2' is not a block of resnet18 (layer1.0 ... layer4.1)"),
+            std::string::npos);
+  EXPECT_NE(error_of("checkpointing: {enabled: auto, blocks: [layer1.0, layer1.0]}")
+                .find("'layer1.0' is listed twice"),
+            std::string::npos);
+  EXPECT_NE(error_of("checkpointing: {enabled: maybe}")
+                .find("checkpointing.enabled: expected true, false or auto, got 'maybe'"),
+            std::string::npos);
+  EXPECT_NE(error_of("checkpointing: {enabled: auto, blocks: 3}")
+                .find("checkpointing.blocks: expected a list of names or null"),
+            std::string::npos);
+}
+
+// The measurement on a real model: every block keeps bytes when not recomputed, and the prediction
+// with every block recomputed is the peak the measured step reached.
+TEST(CheckpointChoice, MeasuringAResNetGivesEachBlocksBytesAndTheStepsWindows) {
+  Config config = auto_config();
+  const auto m = training::measure_blocks(config, torch::Device(torch::kCPU));
+  ASSERT_EQ(m.blocks.size(), 8u);
+  EXPECT_EQ(m.blocks.front().name, "layer1.0");
+  EXPECT_EQ(m.blocks.back().name, "layer4.1");
+  for (const auto& block : m.blocks) {
+    EXPECT_GT(block.kept_bytes, 0) << block.name;
+    EXPECT_GT(block.recompute_seconds, 0) << block.name;
+  }
+  // Forward: the stem, 8 blocks, the head and loss; backward: the loss and head, 8 blocks, the
+  // stem; the optimizer step.
+  EXPECT_EQ(m.windows.size(), 21u);
+  const auto all = training::choose_blocks(m, int64_t{1} << 40);
+  EXPECT_GT(all.plain_peak, all.smallest_peak);
+}
+
+}  // namespace

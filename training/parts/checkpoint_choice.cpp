@@ -1,0 +1,467 @@
+#include "training/parts/checkpoint_choice.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "training/parts/components.h"
+#include "training/parts/memory_format.h"
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+#include "training/platform/heartbeat.h"
+#include "training/platform/memory.h"
+#include "training/platform/statistics.h"
+#include "training/step/recompute.h"
+#include "training/step/step.h"
+
+namespace training {
+
+int64_t predicted_peak(const BlockMeasurement& m, const std::vector<bool>& recomputed) {
+  int64_t peak = 0;
+  for (const auto& window : m.windows) {
+    int64_t held = window.peak;
+    for (int64_t i = 0; i < window.blocks_before; ++i) {
+      if (!recomputed.at(static_cast<size_t>(i)))
+        held += m.blocks[static_cast<size_t>(i)].kept_bytes;
+    }
+    peak = std::max(peak, held);
+  }
+  return peak;
+}
+
+namespace {
+
+constexpr int64_t kUnits = 65536;  // the resolution of the byte counts the choice works on
+constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+
+// What keeping a set of blocks is worth: their recomputation avoided, then their count.
+struct Kept {
+  double seconds = -1;  // < 0: no set reaches this state
+  int64_t count = 0;
+  bool reached() const { return seconds >= 0; }
+  bool better_than(const Kept& other) const {
+    if (!other.reached()) return reached();
+    if (seconds != other.seconds) return seconds > other.seconds;
+    return count > other.count;
+  }
+};
+
+// limit[k]: the most bytes the kept blocks among the first k may hold, from every window that
+// holds them (a window holding the first j >= k holds the first k too).
+std::vector<int64_t> prefix_limits(const BlockMeasurement& m, int64_t budget) {
+  const size_t n = m.blocks.size();
+  std::vector<int64_t> limit(n + 1, kNoLimit);
+  for (const auto& window : m.windows) {
+    auto& slot = limit.at(static_cast<size_t>(window.blocks_before));
+    slot = std::min(slot, budget - window.peak);
+  }
+  for (size_t k = n; k-- > 0;) limit[k] = std::min(limit[k], limit[k + 1]);
+  return limit;
+}
+
+}  // namespace
+
+CheckpointChoice choose_blocks(const BlockMeasurement& m, int64_t budget) {
+  const size_t n = m.blocks.size();
+  CheckpointChoice choice;
+  choice.budget = budget;
+  choice.measurement = m;
+  choice.smallest_peak = predicted_peak(m, std::vector<bool>(n, true));
+  choice.plain_peak = predicted_peak(m, std::vector<bool>(n, false));
+  for (const auto& block : m.blocks) choice.all_extra_seconds += block.recompute_seconds;
+  const std::vector<int64_t> limit = prefix_limits(m, budget);
+  if (limit[0] < 0) {  // the windows before any block already exceed the budget
+    choice.predicted_peak = choice.smallest_peak;
+    for (const auto& block : m.blocks) choice.blocks.push_back(block.name);
+    choice.extra_seconds = choice.all_extra_seconds;
+    return choice;
+  }
+  // Byte counts in units of `unit`: weights rounded up, limits down, so a set within the rounded
+  // limits is within the exact ones.
+  int64_t total = 0;
+  for (const auto& block : m.blocks) total += std::max<int64_t>(0, block.kept_bytes);
+  const int64_t unit = std::max<int64_t>(1, (total + kUnits - 1) / kUnits);
+  std::vector<int64_t> weight(n);
+  for (size_t i = 0; i < n; ++i)
+    weight[i] = (std::max<int64_t>(0, m.blocks[i].kept_bytes) + unit - 1) / unit;
+  const int64_t states = total / unit + static_cast<int64_t>(n) + 1;
+  auto cap = [&](size_t k) { return std::min(states - 1, limit[k] / unit); };
+
+  std::vector<Kept> best(static_cast<size_t>(states));
+  best[0] = {0, 0};
+  std::vector<std::vector<char>> kept(n, std::vector<char>(static_cast<size_t>(states), 0));
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<Kept> next(static_cast<size_t>(states));
+    for (int64_t w = 0; w <= cap(i); ++w) {
+      const Kept& from = best[static_cast<size_t>(w)];
+      if (!from.reached()) continue;
+      // Recompute block i: the bytes stay. Keep it: they grow by its weight. A state keeps the
+      // first of equal sets to reach it.
+      if (from.better_than(next[static_cast<size_t>(w)])) {
+        next[static_cast<size_t>(w)] = from;
+        kept[i][static_cast<size_t>(w)] = 0;
+      }
+      const int64_t to = w + weight[i];
+      const Kept keep{from.seconds + m.blocks[i].recompute_seconds, from.count + 1};
+      if (to < states && keep.better_than(next[static_cast<size_t>(to)])) {
+        next[static_cast<size_t>(to)] = keep;
+        kept[i][static_cast<size_t>(to)] = 1;
+      }
+    }
+    best = std::move(next);
+  }
+  int64_t end = -1;
+  for (int64_t w = 0; w <= cap(n); ++w) {
+    if (best[static_cast<size_t>(w)].better_than(end < 0 ? Kept{} : best[static_cast<size_t>(end)]))
+      end = w;
+  }
+  // At least the empty set of kept blocks is reachable when limit[0] >= 0 (every limit is).
+  std::vector<bool> recomputed(n, true);
+  for (size_t i = n; i-- > 0;) {
+    if (kept[i][static_cast<size_t>(end)]) {
+      recomputed[i] = false;
+      end -= weight[i];
+    }
+  }
+  choice.fits = true;
+  for (size_t i = 0; i < n; ++i) {
+    if (!recomputed[i]) continue;
+    choice.blocks.push_back(m.blocks[i].name);
+    choice.extra_seconds += m.blocks[i].recompute_seconds;
+  }
+  choice.predicted_peak = predicted_peak(m, recomputed);
+  return choice;
+}
+
+CheckpointBudget checkpointing_budget(const Config& config, const torch::Device& device) {
+  const auto& c = config.checkpointing;
+  if (c.budget() > 0) return {c.budget(), "checkpointing.budget"};
+  const double keep = 1 - c.headroom();
+  const std::string headroom = fmt::format("checkpointing.headroom {:g}%", 100 * c.headroom());
+  if (config.memory.limit > 0) {
+    return {static_cast<int64_t>(static_cast<double>(config.memory.limit) * keep),
+            "memory.limit " + format_bytes(config.memory.limit) + " less " + headroom};
+  }
+  if (device.is_cuda()) {
+    const int64_t card = total_memory(device), outside = memory_outside_allocator(device);
+    return {static_cast<int64_t>(static_cast<double>(card) * keep) - outside,
+            "the card's " + format_bytes(card) + " less " + headroom + " and " +
+                format_bytes(outside) + " outside the allocator"};
+  }
+  throw KeyError("checkpointing.enabled",
+                 "auto needs a memory budget, and on the CPU there is no card to take it from: "
+                 "set memory.limit (--memory-limit 2GiB) or checkpointing.budget");
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Watches a step whose every block is recomputed alone: the windows' peaks, each block's bytes
+// (held when recomputed, and when its recomputation runs with autograd recording) and the time
+// of its recomputation. Passive (a plain checkpointed runner) until start().
+class BlockProbe final : public StepObserver {
+ public:
+  BlockProbe(torch::Device device, std::vector<std::string> names)
+      : device_(device),
+        names_(std::move(names)),
+        wrapped_(names_.size()),
+        held_(names_.size()),
+        recorded_(names_.size()),
+        seconds_(names_.size()) {}
+
+  void start() { active_ = true; }
+
+  torch::Tensor run(const models::Segment& segment, const torch::Tensor& x) {
+    const auto k = static_cast<size_t>(segment.first_block);
+    if (!wrapped_[k].forward) wrap(segment);
+    if (!active_) return checkpoint(wrapped_[k], x);
+    if (k == 0) {
+      close("forward stem", 0);
+      hook(x, "backward " + names_[0], 0);  // fires once block 0's backward is done
+    }
+    torch::Tensor y = checkpoint(wrapped_[k], x);
+    // What a recomputed block holds: its output (autocast's weight copies, which its forward
+    // also made, are held from forward to backward only by the blocks that are not recomputed).
+    held_[k] = static_cast<int64_t>(y.nbytes());
+    close("forward " + names_[k], static_cast<int64_t>(k) + 1);
+    // Fires before block k's backward: closes the window of what ran since (block k+1's
+    // backward, or the loss and the head's).
+    const bool last = k + 1 == names_.size();
+    hook(y, last ? "loss, head and their backward" : "backward " + names_[k + 1],
+         static_cast<int64_t>(k) + 1);
+    return y;
+  }
+
+  void forward_begins() override { reset(); }
+  void forward_ends() override {
+    if (active_) close("forward head and loss", static_cast<int64_t>(names_.size()));
+  }
+  void optimizer_begins() override {
+    if (active_) close("backward stem", 0);
+  }
+  void step_ends() override {
+    if (!active_) return;
+    close("optimizer step", 0);
+    active_ = false;
+  }
+
+  BlockMeasurement result() const {
+    BlockMeasurement m;
+    for (size_t k = 0; k < names_.size(); ++k) {
+      m.blocks.push_back(
+          {names_[k], std::max<int64_t>(0, recorded_[k] - held_[k]), median(seconds_[k])});
+    }
+    for (const auto& [name, window] : windows_) m.windows.push_back(window);
+    return m;
+  }
+
+ private:
+  // The block's runner, recording its recomputation (the call with autograd on).
+  void wrap(const models::Segment& segment) {
+    const auto k = static_cast<size_t>(segment.first_block);
+    wrapped_[k] = segment;
+    wrapped_[k].forward = [this, k, inner = segment.forward](const torch::Tensor& x) {
+      if (!active_ || !torch::GradMode::is_enabled()) return inner(x);
+      synchronize(device_);
+      const auto start = std::chrono::steady_clock::now();
+      const int64_t before = allocated();
+      torch::Tensor y = inner(x);
+      synchronize(device_);
+      seconds_[k].push_back(seconds_since(start));
+      recorded_[k] = allocated() - before;
+      return y;
+    };
+  }
+
+  void hook(const torch::Tensor& tensor, std::string name, int64_t blocks_before) {
+    if (!tensor.requires_grad()) return;
+    tensor.register_hook([this, name = std::move(name), blocks_before](const torch::Tensor&) {
+      if (active_) close(name, blocks_before);
+    });
+  }
+
+  // Ends a window at its peak so far (the largest over the measured steps) and starts the next.
+  void close(const std::string& name, int64_t blocks_before) {
+    synchronize(device_);
+    auto& window = windows_[name];
+    window.name = name;
+    window.blocks_before = blocks_before;
+    window.peak = std::max(window.peak, memory_stats(device_).peak_allocated);
+    reset();
+  }
+
+  void reset() { reset_peak_memory(device_); }
+  int64_t allocated() const { return memory_stats(device_).allocated; }
+
+  torch::Device device_;
+  std::vector<std::string> names_;
+  std::vector<models::Segment> wrapped_;  // outlive the backward that uses them
+  std::vector<int64_t> held_, recorded_;
+  std::vector<std::vector<double>> seconds_;
+  std::map<std::string, PeakWindow> windows_;
+  bool active_ = false;
+};
+
+}  // namespace
+
+BlockMeasurement measure_blocks(const Config& base, const torch::Device& device) {
+  const auto start = std::chrono::steady_clock::now();
+  Config config = base;
+  config.checkpointing.mode(CheckpointMode::On).granularity(CheckpointGranularity::Block);
+  reset_peak_memory(device);  // on the CPU, installs the tracking allocator before the weights
+  StepParts parts = build_step_parts(config, device);
+  const auto [images, labels] = synthetic_batch(config, device);
+  parts.model->train();
+  BlockProbe probe(device, models::block_names(config.model.depth()));
+  parts.model->set_segments(std::vector<int64_t>(parts.model->blocks().size(), 1),
+                            [&probe](const models::Segment& segment, const torch::Tensor& x) {
+                              return probe.run(segment, x);
+                            });
+  const StepOptions options = step_options(config).observer(&probe);
+  // The warm-up step creates the optimizer's momentum and runs cuDNN's autotuning; with fp16, the
+  // warm-up lasts until the GradScaler lets a step through (the momentum exists from then on).
+  const int64_t measured = 2, batch = config.training.batch_size, most_warmup = 20;
+  Heartbeat beat("checkpointing auto: measuring every block recomputed", measured + 1, "steps");
+  for (int64_t step = 0; step < most_warmup; ++step) {
+    const bool stepped = train_step(parts, images, labels, options).stepped;
+    synchronize(device);
+    if (stepped) break;
+  }
+  beat.advance(1, batch);
+  for (int64_t step = 0; step < measured; ++step) {
+    probe.start();
+    train_step(parts, images, labels, options);
+    synchronize(device);
+    beat.advance(step + 2, (step + 2) * batch);
+  }
+  BlockMeasurement m = probe.result();
+  m.seconds = seconds_since(start);
+  return m;
+}
+
+std::string describe_choice(const CheckpointChoice& c) {
+  std::string blocks;
+  for (const auto& name : c.blocks) blocks += (blocks.empty() ? "" : ", ") + name;
+  const std::string budget = "budget " + format_bytes(c.budget) + " (" + c.budget_source + ")";
+  if (c.blocks.empty()) {
+    return budget + ": nothing recomputed, the plain step's predicted peak " +
+           format_bytes(c.plain_peak) + " fits";
+  }
+  return budget + fmt::format(
+                      ": recompute {} ({} block{}): predicted peak {} (plain {}, every "
+                      "block recomputed {}), {:.0f} ms added to a step (every block: "
+                      "{:.0f} ms)",
+                      blocks, c.blocks.size(), c.blocks.size() == 1 ? "" : "s",
+                      format_bytes(c.predicted_peak), format_bytes(c.plain_peak),
+                      format_bytes(c.smallest_peak), 1000 * c.extra_seconds,
+                      1000 * c.all_extra_seconds);
+}
+
+std::string describe_measurement(const CheckpointChoice& c) {
+  const auto& m = c.measurement;
+  std::string text =
+      fmt::format("measured in {:.1f} s; per block: kept bytes, recomputation", m.seconds);
+  for (const auto& block : m.blocks) {
+    const bool chosen = std::find(c.blocks.begin(), c.blocks.end(), block.name) != c.blocks.end();
+    text +=
+        fmt::format("\n  {:<10} {:>12} {:>9.1f} ms{}", block.name, format_bytes(block.kept_bytes),
+                    1000 * block.recompute_seconds, chosen ? "  recomputed" : "");
+  }
+  text += "\nper window of the step with every block recomputed: peak, blocks before it";
+  for (const auto& window : m.windows) {
+    text += fmt::format("\n  {:<34} {:>12} {:>3}", window.name, format_bytes(window.peak),
+                        window.blocks_before);
+  }
+  return text;
+}
+
+std::string checkpointing_outcome(const CheckpointingOptions& c, int64_t measured_peak,
+                                  bool* exceeded) {
+  if (exceeded) *exceeded = false;
+  if (c.mode() != CheckpointMode::Auto || c.predicted_peak() <= 0 || c.chosen_budget() <= 0) {
+    return "";
+  }
+  const std::string peaks = "measured training peak " + format_bytes(measured_peak) +
+                            ", predicted " + format_bytes(c.predicted_peak());
+  if (measured_peak <= c.chosen_budget()) {
+    return peaks + ": within the budget of " + format_bytes(c.chosen_budget());
+  }
+  if (exceeded) *exceeded = true;
+  return "the measured training peak " + format_bytes(measured_peak) + " exceeds the budget of " +
+         format_bytes(c.chosen_budget()) + " by " +
+         format_bytes(measured_peak - c.chosen_budget()) + " (predicted " +
+         format_bytes(c.predicted_peak()) + ")";
+}
+
+std::string step_signature(const Config& config, const torch::Device& device) {
+  return fmt::format("{} {} stem, {} classes, batch {}, {}, {}", arch_name(config.model),
+                     stem_name(config.model), config.model.num_classes(),
+                     config.training.batch_size, precision_name(config.training.precision),
+                     memory_format_name(memory_format_for(config, device)));
+}
+
+int64_t held_beside_step(const Config& config, const torch::Device& device,
+                         int64_t train_images_bytes) {
+  if (device.is_cpu()) return 0;
+  const int64_t batch = config.training.batch_size;
+  const int64_t batch_bytes = batch * 3 * 32 * 32 * 4 + batch * 8;  // float images, int64 labels
+  int64_t bytes = prefetch_for(config.data, /*cuda=*/true) * batch_bytes;
+  if (config.data.device_resident) bytes += train_images_bytes;
+  return bytes;
+}
+
+void clear_choice(CheckpointingOptions& c) {
+  c.blocks(std::nullopt).chosen_for("").chosen_budget(0).predicted_peak(0).predicted_extra_ms(0);
+}
+
+namespace {
+
+// Why the recorded choice in `c` does not hold for this run; empty when it does.
+std::string recorded_choice_lapsed(const Config& config, const torch::Device& device,
+                                   int64_t beside_step) {
+  const auto& c = config.checkpointing;
+  const std::string step = step_signature(config, device);
+  if (c.chosen_for() != step) {
+    return "it was chosen for " + c.chosen_for() + ", and this run is " + step;
+  }
+  int64_t budget = 0;
+  try {
+    budget = checkpointing_budget(config, device).bytes - beside_step;
+  } catch (const KeyError&) {
+    return "";  // no budget to check it against here: kept as recorded
+  }
+  if (c.predicted_peak() <= budget) return "";
+  return "its predicted peak " + format_bytes(c.predicted_peak()) + " is above this run's budget " +
+         format_bytes(budget);
+}
+
+}  // namespace
+
+std::optional<CheckpointChoice> resolve_checkpointing(Config& config, const torch::Device& device,
+                                                      bool data_parallel,
+                                                      const MeasureBlocks& measure,
+                                                      int64_t beside_step) {
+  auto& c = config.checkpointing;
+  if (c.mode() != CheckpointMode::Auto) return std::nullopt;
+  std::string note;
+  if (c.blocks()) {
+    if (c.chosen_for().empty()) return std::nullopt;  // given by hand
+    const std::string lapsed = recorded_choice_lapsed(config, device, beside_step);
+    if (lapsed.empty()) return std::nullopt;
+    note = "the config's choice does not hold (" + lapsed + "): chosen again";
+    clear_choice(c);
+  }
+  if (data_parallel) {
+    throw KeyError("checkpointing.enabled",
+                   "auto measures its choice in one process, and each rank would choose its own; "
+                   "with data parallelism give the choice as checkpointing.blocks (a one-rank "
+                   "run's config.yaml holds it)");
+  }
+  checkpointing_budget(config, device);  // refused before measuring when there is none
+  BlockMeasurement m;
+  try {
+    m = measure ? measure(config, device) : measure_blocks(config, device);
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    throw OutOfMemory(
+        "checkpointing.enabled: auto: one step at batch " +
+        std::to_string(config.training.batch_size) +
+        " with every block recomputed ran out of memory while it was measured (" + error_line(e) +
+        "); nothing fits: a smaller training.batch_size, training.precision bf16 or fp16, or "
+        "more memory");
+  }
+  // After the measurement: on CUDA, what lies outside the allocator now includes the cuBLAS and
+  // cuDNN workspaces the step created.
+  CheckpointBudget budget = checkpointing_budget(config, device);
+  if (beside_step > 0) {
+    budget.bytes -= beside_step;
+    budget.source += " less " + format_bytes(beside_step) +
+                     " the run holds beside the step (device-resident data, prefetched batches)";
+  }
+  CheckpointChoice choice = choose_blocks(m, budget.bytes);
+  choice.budget_source = budget.source;
+  choice.note = note;
+  if (!choice.fits) {
+    throw OutOfMemory(
+        "checkpointing.enabled: auto: nothing fits the budget of " + format_bytes(budget.bytes) +
+        " (" + budget.source + "): with every block recomputed one step at batch " +
+        std::to_string(config.training.batch_size) + " peaks at " +
+        format_bytes(choice.smallest_peak) +
+        "; a smaller training.batch_size, training.precision bf16 or fp16, or more memory");
+  }
+  c.blocks(choice.blocks)
+      .chosen_for(step_signature(config, device))
+      .chosen_budget(budget.bytes)
+      .predicted_peak(choice.predicted_peak)
+      .predicted_extra_ms(1000 * choice.extra_seconds);
+  return choice;
+}
+
+}  // namespace training

@@ -1,0 +1,135 @@
+// checkpointing.enabled: auto. The cheapest gradient checkpointing that makes one training step
+// fit a memory budget: which residual blocks to recompute in backward, chosen per run from
+// measurements, the way training.memory_format: auto is chosen by timing.
+//
+// The measurement (measure_blocks): one warm-up and two measured training steps at the run's
+// batch, precision and layout on a synthetic batch, every block recomputed alone (the least
+// memory this choice can reach). For each block: the bytes it keeps for backward beyond what it
+// keeps when recomputed (its activations, measured while backward recomputes them) and the time
+// of that recomputation (what recomputing it adds to a step). The step is cut into windows at
+// the block boundaries, forward and backward, each with its measured peak.
+//
+// The model (predicted_peak): a block not recomputed holds its kept bytes from its forward until
+// its backward, so a window's peak grows by the kept bytes of every block not recomputed that
+// runs before it. The step's peak is the largest window's.
+//
+// The choice (choose_blocks): the set of blocks to recompute with the least added time whose
+// predicted peak is within the budget; among equal times the fewest blocks, then the fewest
+// bytes kept. The windows constrain prefixes of the blocks, so it is a knapsack solved exactly by
+// dynamic programming over the blocks in forward order, on byte counts rounded so that the
+// choice never exceeds the budget (at most 65536 units). Nothing is recomputed when the plain
+// step fits; nothing fits when the measured step itself does not.
+//
+// The choice is written into the run's config (checkpointing.blocks, .predicted_peak,
+// .predicted_extra_ms, and the budget used), so config.yaml, the checkpoint and report.md carry
+// it and a resume recomputes the same blocks without measuring again.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "training/config/config.h"
+
+namespace training {
+
+struct BlockCost {
+  std::string name;              // "layer3.2"
+  int64_t kept_bytes = 0;        // held from its forward to its backward unless recomputed
+  double recompute_seconds = 0;  // its forward, run again in backward when recomputed
+};
+
+// A stretch of the measured step (every block recomputed) and its peak allocated bytes.
+// `blocks_before`: the leading blocks whose kept bytes this window would also hold were they not
+// recomputed (a block's backward window: the blocks before it; the loss: all of them).
+struct PeakWindow {
+  std::string name;  // "forward layer2.1", "backward layer3.0", "optimizer step"
+  int64_t peak = 0;
+  int64_t blocks_before = 0;
+};
+
+struct BlockMeasurement {
+  std::vector<BlockCost> blocks;  // forward order
+  std::vector<PeakWindow> windows;
+  double seconds = 0;  // the measurement's own wall time
+};
+
+// The step's predicted peak with recomputed[i] for block i.
+int64_t predicted_peak(const BlockMeasurement& measurement, const std::vector<bool>& recomputed);
+
+struct CheckpointChoice {
+  bool fits = false;
+  std::vector<std::string> blocks;  // recomputed, in forward order (empty when the plain step fits)
+  int64_t budget = 0;
+  std::string budget_source;     // where the budget came from (checkpointing_budget)
+  std::string note;              // why a recorded choice was made again; empty otherwise
+  int64_t predicted_peak = 0;    // with `blocks`; with every block when nothing fits
+  int64_t plain_peak = 0;        // predicted with no block recomputed
+  int64_t smallest_peak = 0;     // with every block recomputed: the measured step's
+  double extra_seconds = 0;      // per step: the chosen blocks' recomputation
+  double all_extra_seconds = 0;  // per step with every block recomputed
+  BlockMeasurement measurement;  // what the choice was made from
+};
+
+// The cheapest choice for `budget` bytes (see the top of this file).
+CheckpointChoice choose_blocks(const BlockMeasurement& measurement, int64_t budget);
+
+struct CheckpointBudget {
+  int64_t bytes = 0;
+  std::string source;  // "memory.limit 2 GiB less checkpointing.headroom 10%"
+};
+
+// checkpointing.budget when set; else memory.limit, or on CUDA the card's memory less what this
+// process holds outside the allocator, less checkpointing.headroom. KeyError naming
+// checkpointing.enabled on a CPU with neither.
+CheckpointBudget checkpointing_budget(const Config& config, const torch::Device& device);
+
+// The measurement at the top of this file, on `device` under memory.limit. Out of memory
+// propagates (the step with every block recomputed does not fit).
+BlockMeasurement measure_blocks(const Config& config, const torch::Device& device);
+
+using MeasureBlocks = std::function<BlockMeasurement(const Config&, const torch::Device&)>;
+
+// The step a choice is made for, as checkpointing.chosen_for records it: "resnet50 cifar stem,
+// 10 classes, batch 32, fp32, contiguous".
+std::string step_signature(const Config& config, const torch::Device& device);
+
+// What a run holds on `device` beside one training step, which the measurement does not: the
+// loader's prefetched batches and, with data.device_resident, the training set of
+// `train_images_bytes` (uint8). 0 on the CPU, whose data is host data, not counted.
+int64_t held_beside_step(const Config& config, const torch::Device& device,
+                         int64_t train_images_bytes);
+
+// Drops a made choice (blocks, chosen_for, chosen_budget, the predictions): what a sweep trial
+// does, which chooses for its own batch.
+void clear_choice(CheckpointingOptions& checkpointing);
+
+// checkpointing.enabled: auto made this run's choice: measured (`measure` replaces the
+// measurement in tests) and written into `config`. `beside_step`: bytes the run holds on the
+// device beside one step (device-resident data, prefetched batches), taken off the budget.
+// nullopt when the mode is not auto, the blocks were given by hand (chosen_for empty), or a
+// recorded choice still holds: made for this step, its predicted peak within this run's budget
+// (a resume; a budget that cannot be derived here keeps the recorded choice). Refused:
+// data-parallel (KeyError: each rank would measure its own choice; blocks given work), and a
+// budget nothing fits (OutOfMemory, one line: the budget, the smallest peak reachable).
+std::optional<CheckpointChoice> resolve_checkpointing(Config& config, const torch::Device& device,
+                                                      bool data_parallel,
+                                                      const MeasureBlocks& measure = {},
+                                                      int64_t beside_step = 0);
+
+// One line for the log: the budget, the blocks, the predicted peaks and the time added.
+std::string describe_choice(const CheckpointChoice& choice);
+
+// The measurement behind a choice, a line per block (kept bytes, recomputation time, chosen or
+// not) and per window (peak, blocks before it), for train.log.
+std::string describe_measurement(const CheckpointChoice& choice);
+
+// The choice verified: a run's measured training peak beside the prediction, and whether it
+// stayed within the budget (and by how much it did not). `exceeded` is set when it did not.
+// Empty unless checkpointing auto made its choice (a predicted peak is recorded).
+std::string checkpointing_outcome(const CheckpointingOptions& checkpointing, int64_t measured_peak,
+                                  bool* exceeded = nullptr);
+
+}  // namespace training
