@@ -332,10 +332,8 @@ void log_checkpointing(const Config& config, const std::optional<CheckpointChoic
 
 // checkpointing auto verified: the training peak the run measured beside the prediction.
 void log_checkpointing_outcome(const Config& config, const RunDirectory& run) {
-  int64_t measured = 0;
-  for (const auto& epoch : run.epochs()) {
-    measured = std::max(measured, epoch.train_peak_allocated_bytes);
-  }
+  // The last epoch's: trained under this choice (a resume may have chosen again).
+  const int64_t measured = run.epochs().back().train_peak_allocated_bytes;
   bool exceeded = false;
   const std::string outcome = checkpointing_outcome(config.checkpointing, measured, &exceeded);
   if (outcome.empty()) return;
@@ -382,26 +380,26 @@ int train(const TrainRequest& request, const ResumeTarget& resume, Config& confi
   // the first step is built, before the run directory is created or touched.
   const torch::Device device = prepare_device(config, launch);
   LoadedData data = load_data(config);
-  std::unique_ptr<ProcessGroup> group;
-  if (launch && launch->world_size > 1) {
-    group = std::make_unique<ProcessGroup>(*launch, config.distributed, device);
-  }
+  const bool data_parallel = launch && launch->world_size > 1;
   auto building = [] {
     return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while building the model and its data"};
   };
   // training.memory_format: auto becomes this run's layout (in config.yaml and the checkpoint).
   const MemoryFormatChoice layout = out_of_memory_is_exit_3(config, device, building, [&] {
-    return choose_memory_format(config, device, group != nullptr);
+    return choose_memory_format(config, device, data_parallel);
   });
   config.training.memory_format = layout.format;
   // checkpointing.enabled: auto chooses its blocks for this batch and budget (in config.yaml and
   // the checkpoint, so a resume recomputes the same ones without measuring).
   const auto checkpointing = out_of_memory_is_exit_3(config, device, building, [&] {
     return resolve_checkpointing(
-        config, device, group != nullptr, {},
+        config, device, data_parallel, {},
         held_beside_step(config, device, static_cast<int64_t>(data.train.images.nbytes())));
   });
   const std::string yaml = to_yaml(config);
+  // The peers are joined once what this rank can refuse by itself has been checked.
+  std::unique_ptr<ProcessGroup> group;
+  if (data_parallel) group = std::make_unique<ProcessGroup>(*launch, config.distributed, device);
   Trainer trainer = out_of_memory_is_exit_3(config, device, building, [&] {
     return Trainer(config, device, std::move(data.train), std::move(data.test), group.get());
   });

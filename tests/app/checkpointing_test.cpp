@@ -71,7 +71,8 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
   ASSERT_TRUE(std::getline(metrics, row));
   const auto record = nlohmann::json::parse(row);
   EXPECT_EQ(record.at("step").get<int64_t>(), 2);
-  EXPECT_LE(record.at("train_peak_allocated_bytes").get<int64_t>(), written.checkpointing.chosen_budget());
+  EXPECT_LE(record.at("train_peak_allocated_bytes").get<int64_t>(),
+            written.checkpointing.chosen_budget());
   const std::string report = test_support::read_text(run / "report.md");
   EXPECT_NE(report.find("## Gradient checkpointing: auto"), std::string::npos) << report;
 }
@@ -98,6 +99,23 @@ TEST(AutoCheckpointing, ABudgetNothingFitsIsExit3InOneLineAndWritesNothing) {
                              "memory budget"),
             std::string::npos)
       << none.output;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+}
+
+// With data parallelism each rank would measure its own choice: refused by each rank alone, before
+// it waits for its peers (none here), naming the key.
+TEST(AutoCheckpointing, DataParallelRanksRefuseAChoiceToMakeBeforeTheRendezvous) {
+  test_support::TempDir dir;
+  const auto r = cli::run_shell(
+      "WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " TRAIN_BINARY
+      " --config " +
+      cli::write_tiny_config(dir).string() + " --output-dir " + (dir / "run").string() +
+      " --set checkpointing.enabled=auto --set checkpointing.budget=1GiB"
+      " --set distributed.timeout_seconds=600");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("checkpointing.enabled: auto measures its choice in one process"),
+            std::string::npos)
+      << r.output;
   EXPECT_FALSE(fs::exists(dir / "run"));
 }
 

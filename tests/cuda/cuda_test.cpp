@@ -22,6 +22,7 @@
 #include "support/step_state.h"
 #include "test_support.h"
 #include "training/config/config.h"
+#include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/platform/device.h"
 #include "training/platform/memory.h"
@@ -191,6 +192,39 @@ TEST(Cuda, OutOfMemoryUnderTheLimitExitsThreeAndKeepsTheCheckpoint) {
   EXPECT_NE(r.output.find("out of memory on cuda:0 in epoch 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("(memory.limit)"), std::string::npos) << r.output;
   EXPECT_EQ(test_support::read_text(run_dir / "checkpoint.pt"), checkpoint);
+}
+
+// checkpointing.enabled: auto on the caching allocator: under a memory.limit a quarter of the way
+// from every block recomputed to none, the plain step runs out of memory and auto trains, its
+// measured peak within the budget and near its prediction.
+TEST(Cuda, AutoCheckpointingTrainsWithinTheBudgetItChose) {
+  CUDA_OR_SKIP();
+  test_support::TempDir dir;
+  const auto yaml = write_config(dir);
+  const std::string sets = " --set training.batch_size=256 --set training.memory_format=contiguous";
+  training::Config config = training::load_config(
+      yaml.string(), {"training.batch_size=256", "training.memory_format=contiguous"});
+  const auto m = training::measure_blocks(config, torch::Device(torch::kCUDA, 0));
+  const auto unbounded = training::choose_blocks(m, int64_t{1} << 50);
+  const int64_t budget =
+      unbounded.smallest_peak + (unbounded.plain_peak - unbounded.smallest_peak) / 4;
+  const int64_t limit = budget * 10 / 9;
+  ASSERT_LT(limit, unbounded.plain_peak);
+  const std::string args =
+      "--config " + yaml.string() + sets + " --memory-limit " + std::to_string(limit);
+  EXPECT_EQ(train(args + " --output-dir " + (dir / "plain").string()).code, 3);
+  const auto r = train(args + " --output-dir " + (dir / "auto").string() +
+                       " --set checkpointing.enabled=auto");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("within the budget of"), std::string::npos) << r.output;
+  const auto written = training::load_config((dir / "auto" / "config.yaml").string());
+  ASSERT_TRUE(written.checkpointing.blocks());
+  EXPECT_FALSE(written.checkpointing.blocks()->empty());
+  const auto peak = metrics(dir / "auto").at(0).at("train_peak_allocated_bytes").get<int64_t>();
+  EXPECT_LE(peak, written.checkpointing.chosen_budget());
+  EXPECT_NEAR(static_cast<double>(peak),
+              static_cast<double>(written.checkpointing.predicted_peak()),
+              0.05 * static_cast<double>(peak));
 }
 
 TEST(Cuda, PeaksAreResetAtEveryPhaseBoundary) {

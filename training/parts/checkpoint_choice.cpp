@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <map>
 
 #include "training/parts/components.h"
 #include "training/parts/memory_format.h"
@@ -218,7 +217,7 @@ class BlockProbe final : public StepObserver {
       m.blocks.push_back(
           {names_[k], std::max<int64_t>(0, recorded_[k] - held_[k]), median(seconds_[k])});
     }
-    for (const auto& [name, window] : windows_) m.windows.push_back(window);
+    m.windows = windows_;
     return m;
   }
 
@@ -250,8 +249,10 @@ class BlockProbe final : public StepObserver {
   // Ends a window at its peak so far (the largest over the measured steps) and starts the next.
   void close(const std::string& name, int64_t blocks_before) {
     synchronize(device_);
-    auto& window = windows_[name];
-    window.name = name;
+    auto found = std::find_if(windows_.begin(), windows_.end(),
+                              [&](const PeakWindow& w) { return w.name == name; });
+    if (found == windows_.end()) found = windows_.insert(windows_.end(), PeakWindow{name, 0, 0});
+    auto& window = *found;
     window.blocks_before = blocks_before;
     window.peak = std::max(window.peak, memory_stats(device_).peak_allocated);
     reset();
@@ -265,7 +266,7 @@ class BlockProbe final : public StepObserver {
   std::vector<models::Segment> wrapped_;  // outlive the backward that uses them
   std::vector<int64_t> held_, recorded_;
   std::vector<std::vector<double>> seconds_;
-  std::map<std::string, PeakWindow> windows_;
+  std::vector<PeakWindow> windows_;  // in the order the step first reached them
   bool active_ = false;
 };
 
@@ -383,6 +384,15 @@ void clear_choice(CheckpointingOptions& c) {
 
 namespace {
 
+// What lowers the smallest peak when nothing fits.
+std::string remedies(const Config& config) {
+  return "a smaller training.batch_size" +
+         std::string(config.training.precision == Precision::FP32
+                         ? ", training.precision bf16 or fp16"
+                         : "") +
+         ", or more memory";
+}
+
 // Why the recorded choice in `c` does not hold for this run; empty when it does.
 std::string recorded_choice_lapsed(const Config& config, const torch::Device& device,
                                    int64_t beside_step) {
@@ -414,8 +424,24 @@ std::optional<CheckpointChoice> resolve_checkpointing(Config& config, const torc
   if (c.blocks()) {
     if (c.chosen_for().empty()) return std::nullopt;  // given by hand
     const std::string lapsed = recorded_choice_lapsed(config, device, beside_step);
-    if (lapsed.empty()) return std::nullopt;
-    note = "the config's choice does not hold (" + lapsed + "): chosen again";
+    if (lapsed.empty()) {
+      // Kept: checked against this run's budget from now on, where there is one here.
+      try {
+        c.chosen_budget(checkpointing_budget(config, device).bytes - beside_step);
+      } catch (const KeyError&) {
+        // none here: the budget it was chosen for stays
+      }
+      return std::nullopt;
+    }
+    note = "the config's choice does not hold (" + lapsed + ")";
+    if (data_parallel) {
+      throw KeyError("checkpointing.blocks",
+                     note +
+                         ", and with data parallelism it is not chosen again (each rank would "
+                         "choose its own): give a choice for this run (a one-rank run of it "
+                         "writes one into its config.yaml)");
+    }
+    note += ": chosen again";
     clear_choice(c);
   }
   if (data_parallel) {
@@ -430,12 +456,10 @@ std::optional<CheckpointChoice> resolve_checkpointing(Config& config, const torc
     m = measure ? measure(config, device) : measure_blocks(config, device);
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e)) throw;
-    throw OutOfMemory(
-        "checkpointing.enabled: auto: one step at batch " +
-        std::to_string(config.training.batch_size) +
-        " with every block recomputed ran out of memory while it was measured (" + error_line(e) +
-        "); nothing fits: a smaller training.batch_size, training.precision bf16 or fp16, or "
-        "more memory");
+    throw OutOfMemory("checkpointing.enabled: auto: one step at batch " +
+                      std::to_string(config.training.batch_size) +
+                      " with every block recomputed ran out of memory while it was measured (" +
+                      error_line(e) + "); nothing fits: " + remedies(config));
   }
   // After the measurement: on CUDA, what lies outside the allocator now includes the cuBLAS and
   // cuDNN workspaces the step created.
@@ -449,18 +473,17 @@ std::optional<CheckpointChoice> resolve_checkpointing(Config& config, const torc
   choice.budget_source = budget.source;
   choice.note = note;
   if (!choice.fits) {
-    throw OutOfMemory(
-        "checkpointing.enabled: auto: nothing fits the budget of " + format_bytes(budget.bytes) +
-        " (" + budget.source + "): with every block recomputed one step at batch " +
-        std::to_string(config.training.batch_size) + " peaks at " +
-        format_bytes(choice.smallest_peak) +
-        "; a smaller training.batch_size, training.precision bf16 or fp16, or more memory");
+    throw OutOfMemory("checkpointing.enabled: auto: nothing fits the budget of " +
+                      format_bytes(budget.bytes) + " (" + budget.source +
+                      "): with every block recomputed one step at batch " +
+                      std::to_string(config.training.batch_size) + " peaks at " +
+                      format_bytes(choice.smallest_peak) + "; " + remedies(config));
   }
   c.blocks(choice.blocks)
       .chosen_for(step_signature(config, device))
       .chosen_budget(budget.bytes)
       .predicted_peak(choice.predicted_peak)
-      .predicted_extra_ms(1000 * choice.extra_seconds);
+      .predicted_extra_ms(std::round(10000 * choice.extra_seconds) / 10);  // to 0.1 ms
   return choice;
 }
 

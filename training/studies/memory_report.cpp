@@ -59,6 +59,18 @@ std::vector<SweepCell> memory_settings(const std::optional<std::string>& request
 
 namespace {
 
+// What checkpointing auto recomputed in a breakdown, and the peak it predicted.
+std::string auto_choice_text(const StepBreakdown& b) {
+  std::string names;
+  for (const auto& name : b.recomputed_blocks) names += (names.empty() ? "" : ", ") + name;
+  return (names.empty() ? std::string("recomputes no block") : "recomputes " + names) +
+         " (predicted peak " + format_bytes(b.predicted_peak_bytes) + ")";
+}
+
+}  // namespace
+
+namespace {
+
 std::string mib(int64_t bytes) {
   return fmt::format("{:.1f}", to_mib(bytes));
 }
@@ -121,6 +133,9 @@ std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns) {
     return fmt::format("{} ({:.1f}%)", mib(b.unexplained_bytes()), share);
   });
   for (const auto& b : breakdowns) {
+    if (b.status == TrialStatus::Ok && b.cell.checkpointing == CheckpointMode::Auto) {
+      md << "\n" << setting_label(b.cell) << ": " << auto_choice_text(b) << ".\n";
+    }
     if (b.status != TrialStatus::Ok) {
       md << "\n"
          << setting_label(b.cell) << ": " << status_name(b.status) << ": " << b.message << "\n";
@@ -212,6 +227,9 @@ int memory_study(const MemoryRequest& request, const Config& config) {
       spdlog::info("{}: peak {} MiB in {} ({} MiB itemized, {} MiB unexplained)",
                    setting_label(cell), mib(b.measured_peak_bytes), b.peak_phase,
                    mib(b.itemized_peak_bytes), mib(b.unexplained_bytes()));
+      if (cell.checkpointing == CheckpointMode::Auto) {
+        spdlog::info("{}: {}", setting_label(cell), auto_choice_text(b));
+      }
     } else {
       spdlog::warn("{}: {}: {}", setting_label(cell), status_name(b.status), b.message);
       exit_code = std::max(

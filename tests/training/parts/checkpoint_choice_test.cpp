@@ -226,9 +226,24 @@ TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainWhenItsStepOrBudgetNoLongerHo
             "resnet18 cifar stem, 10 classes, batch 4, fp32, contiguous");
   EXPECT_EQ(config.checkpointing.chosen_budget(), 1250);
   EXPECT_EQ(config.checkpointing.budget(), 1250);  // the input, as given
-  // Another batch: chosen again, saying why.
+  // A larger budget keeps the choice, now checked against that budget.
+  Config larger = config;
+  larger.checkpointing.budget(5000);
+  EXPECT_FALSE(training::resolve_checkpointing(larger, cpu, false, measure));
+  EXPECT_EQ(measured, 1);
+  EXPECT_EQ(larger.checkpointing.chosen_budget(), 5000);
+  // Another batch: chosen again, saying why; with data parallelism refused, saying why.
   Config rebatched = config;
   rebatched.training.batch_size = 8;
+  try {
+    Config ranked = rebatched;
+    training::resolve_checkpointing(ranked, cpu, true, measure);
+    ADD_FAILURE() << "a choice that no longer holds was not refused with data parallelism";
+  } catch (const training::KeyError& e) {
+    EXPECT_EQ(e.key(), "checkpointing.blocks");
+    EXPECT_NE(std::string(e.what()).find("batch 8"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(measured, 1);
   const auto again = training::resolve_checkpointing(rebatched, cpu, false, measure);
   ASSERT_TRUE(again);
   EXPECT_EQ(measured, 2);
