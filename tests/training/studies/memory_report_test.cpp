@@ -76,6 +76,17 @@ TEST(MemoryReport, RefusesBadInputBeforeWriting) {
     EXPECT_EQ(std::string(e.what()).rfind("--set memory.snapshot: memory.snapshot: ", 0), 0u)
         << e.what();
   }
+  // checkpointing auto on the CPU without memory.limit or checkpointing.budget: no budget to choose
+  // for, refused before the study's folder exists.
+  try {
+    training::memory_command(request(dir, "fp32,fp32+checkpointing=auto"));
+    ADD_FAILURE() << "auto without a budget was accepted on the CPU";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--settings: fp32+checkpointing=auto needs a memory budget, and on the CPU there is "
+              "no card to take it from: set memory.limit (--memory-limit 2GiB) or "
+              "checkpointing.budget");
+  }
   EXPECT_FALSE(fs::exists(dir / "study"));
 }
 
