@@ -11,6 +11,7 @@
 
 #include "data/dataset.h"
 #include "training/config/config.h"
+#include "training/config/config_yaml.h"
 #include "training/loop/trainer.h"
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/memory_format.h"
@@ -324,10 +325,9 @@ void log_checkpointing(const Config& config, const std::optional<CheckpointChoic
     return;
   }
   const auto& blocks = c.blocks().value_or(std::vector<std::string>{});
-  std::string names;
-  for (const auto& name : blocks) names += (names.empty() ? "" : ", ") + name;
   spdlog::info("checkpointing auto: the config's choice, not measured again: {}",
-               blocks.empty() ? std::string("no block recomputed") : "recompute " + names);
+               blocks.empty() ? std::string("no block recomputed")
+                              : "recompute " + config_yaml::join(blocks, ", "));
 }
 
 // checkpointing auto verified: the training peak the run measured beside the prediction.

@@ -401,10 +401,6 @@ std::string granularity_name(CheckpointGranularity granularity) {
   return choice_text(kGranularities, granularity);
 }
 
-std::string checkpoint_mode_name(CheckpointMode mode) {
-  return mode == CheckpointMode::Off ? "false" : mode == CheckpointMode::On ? "true" : "auto";
-}
-
 std::string checkpointing_setting_name(CheckpointMode mode) {
   return mode == CheckpointMode::Off ? "off" : mode == CheckpointMode::On ? "on" : "auto";
 }

@@ -195,7 +195,6 @@ std::string memory_format_name(const std::optional<c10::MemoryFormat>& format); 
 // The config's spellings of the other choices: "binary", "block", "cosine", ...
 std::string source_name(data::Source source);
 std::string granularity_name(CheckpointGranularity granularity);
-std::string checkpoint_mode_name(CheckpointMode mode);        // "false", "true", "auto"
 std::string checkpointing_setting_name(CheckpointMode mode);  // "off", "on", "auto" (tables)
 std::string schedule_name(ScheduleKind kind);
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "training/config/config_yaml.h"
 #include "training/parts/components.h"
 #include "training/parts/memory_format.h"
 #include "training/platform/device.h"
@@ -151,9 +152,13 @@ CheckpointBudget checkpointing_budget(const Config& config, const torch::Device&
             "the card's " + format_bytes(card) + " less " + headroom + " and " +
                 format_bytes(outside) + " outside the allocator"};
   }
-  throw KeyError("checkpointing.enabled",
-                 "auto needs a memory budget, and on the CPU there is no card to take it from: "
-                 "set memory.limit (--memory-limit 2GiB) or checkpointing.budget");
+  throw KeyError("checkpointing.enabled", "auto " + missing_budget(config, device));
+}
+
+std::string missing_budget(const Config& config, const torch::Device& device) {
+  if (!device.is_cpu() || config.memory.limit > 0 || config.checkpointing.budget() > 0) return "";
+  return "needs a memory budget, and on the CPU there is no card to take it from: set "
+         "memory.limit (--memory-limit 2GiB) or checkpointing.budget";
 }
 
 namespace {
@@ -308,8 +313,7 @@ BlockMeasurement measure_blocks(const Config& base, const torch::Device& device)
 }
 
 std::string describe_choice(const CheckpointChoice& c) {
-  std::string blocks;
-  for (const auto& name : c.blocks) blocks += (blocks.empty() ? "" : ", ") + name;
+  const std::string blocks = config_yaml::join(c.blocks, ", ");
   const std::string budget = "budget " + format_bytes(c.budget) + " (" + c.budget_source + ")";
   if (c.blocks.empty()) {
     return budget + ": nothing recomputed, the plain step's predicted peak " +
@@ -393,23 +397,18 @@ std::string remedies(const Config& config) {
          ", or more memory";
 }
 
-// Why the recorded choice in `c` does not hold for this run; empty when it does.
+// Why the recorded choice in `c` does not hold for this run, whose budget is `budget` (nullopt:
+// none here, the choice is kept as recorded); empty when it holds.
 std::string recorded_choice_lapsed(const Config& config, const torch::Device& device,
-                                   int64_t beside_step) {
+                                   const std::optional<int64_t>& budget) {
   const auto& c = config.checkpointing;
   const std::string step = step_signature(config, device);
   if (c.chosen_for() != step) {
     return "it was chosen for " + c.chosen_for() + ", and this run is " + step;
   }
-  int64_t budget = 0;
-  try {
-    budget = checkpointing_budget(config, device).bytes - beside_step;
-  } catch (const KeyError&) {
-    return "";  // no budget to check it against here: kept as recorded
-  }
-  if (c.predicted_peak() <= budget) return "";
+  if (!budget || c.predicted_peak() <= *budget) return "";
   return "its predicted peak " + format_bytes(c.predicted_peak()) + " is above this run's budget " +
-         format_bytes(budget);
+         format_bytes(*budget);
 }
 
 }  // namespace
@@ -423,14 +422,14 @@ std::optional<CheckpointChoice> resolve_checkpointing(Config& config, const torc
   std::string note;
   if (c.blocks()) {
     if (c.chosen_for().empty()) return std::nullopt;  // given by hand
-    const std::string lapsed = recorded_choice_lapsed(config, device, beside_step);
+    std::optional<int64_t> budget;                    // this run's, where there is one here
+    if (missing_budget(config, device).empty()) {
+      budget = checkpointing_budget(config, device).bytes - beside_step;
+    }
+    const std::string lapsed = recorded_choice_lapsed(config, device, budget);
     if (lapsed.empty()) {
-      // Kept: checked against this run's budget from now on, where there is one here.
-      try {
-        c.chosen_budget(checkpointing_budget(config, device).bytes - beside_step);
-      } catch (const KeyError&) {
-        // none here: the budget it was chosen for stays
-      }
+      // Kept: checked against this run's budget from now on (none here: the one it was chosen for).
+      if (budget) c.chosen_budget(*budget);
       return std::nullopt;
     }
     note = "the config's choice does not hold (" + lapsed + ")";

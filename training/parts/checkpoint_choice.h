@@ -81,6 +81,11 @@ struct CheckpointBudget {
   std::string source;  // "memory.limit 2 GiB less checkpointing.headroom 10%"
 };
 
+// Why checkpointing auto has no budget on `device`: on the CPU, neither checkpointing.budget nor
+// memory.limit ("needs a memory budget, and on the CPU ..."); empty when it has one. Touches no
+// CUDA context (a sweep's parent asks it).
+std::string missing_budget(const Config& config, const torch::Device& device);
+
 // checkpointing.budget when set; else memory.limit, or on CUDA the card's memory less what this
 // process holds outside the allocator, less checkpointing.headroom. KeyError naming
 // checkpointing.enabled on a CPU with neither.

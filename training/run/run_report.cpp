@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "training/config/config.h"
+#include "training/config/config_yaml.h"
 #include "training/parts/checkpoint_choice.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/dir_lock.h"
@@ -51,9 +52,8 @@ std::string checkpointing_text(const CheckpointingOptions& c) {
       break;
   }
   const auto& blocks = c.blocks().value_or(std::vector<std::string>{});
-  std::string names;
-  for (const auto& name : blocks) names += (names.empty() ? "" : ", ") + name;
-  return "auto: " + (blocks.empty() ? std::string("no block recomputed") : "recomputes " + names);
+  return "auto: " + (blocks.empty() ? std::string("no block recomputed")
+                                    : "recomputes " + config_yaml::join(blocks, ", "));
 }
 
 // checkpointing auto: the budget, the prediction, and the peak the run measured beside it.

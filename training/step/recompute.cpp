@@ -155,6 +155,12 @@ void apply_checkpointing(models::ResNetImpl& model, const CheckpointingOptions& 
     case CheckpointMode::Auto:
       break;
   }
+  model.set_segments(std::vector<int64_t>(model.blocks().size(), 1),
+                     chosen_blocks_runner(model, options));
+}
+
+models::SegmentRunner chosen_blocks_runner(const models::ResNetImpl& model,
+                                           const CheckpointingOptions& options) {
   if (!options.blocks()) {
     throw std::logic_error("checkpointing.enabled: auto with its blocks not chosen yet");
   }
@@ -167,12 +173,10 @@ void apply_checkpointing(models::ResNetImpl& model, const CheckpointingOptions& 
     }
     recomputed[static_cast<size_t>(found - names.begin())] = true;
   }
-  model.set_segments(std::vector<int64_t>(names.size(), 1),
-                     [recomputed](const models::Segment& segment, const torch::Tensor& x) {
-                       return recomputed.at(static_cast<size_t>(segment.first_block))
-                                  ? checkpoint(segment, x)
-                                  : segment.forward(x);
-                     });
+  return [recomputed](const models::Segment& segment, const torch::Tensor& x) {
+    return recomputed.at(static_cast<size_t>(segment.first_block)) ? checkpoint(segment, x)
+                                                                   : segment.forward(x);
+  };
 }
 
 }  // namespace training

@@ -58,6 +58,12 @@ torch::Tensor checkpoint(const models::Segment& segment, const torch::Tensor& x)
 std::vector<int64_t> checkpoint_segment_sizes(const CheckpointingOptions& options,
                                               const std::vector<int64_t>& stage_sizes);
 
+// Auto: runs each one-block segment of `model` through checkpoint() when options.blocks names its
+// block, plainly otherwise (std::logic_error when the blocks are not chosen yet;
+// std::invalid_argument for a name the model has not).
+models::SegmentRunner chosen_blocks_runner(const models::ResNetImpl& model,
+                                           const CheckpointingOptions& options);
+
 // Installs checkpointing on the model (or removes it when the mode is Off). Auto needs its blocks
 // chosen (std::logic_error otherwise; std::invalid_argument for a name the model has not).
 void apply_checkpointing(models::ResNetImpl& model, const CheckpointingOptions& options);

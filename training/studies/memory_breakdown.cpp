@@ -305,18 +305,13 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
     const bool on = cell.checkpointing == CheckpointMode::On;
     const std::vector<int64_t> sizes = on ? checkpoint_segment_sizes(config.checkpointing, stages)
                                           : std::vector<int64_t>(model->blocks().size(), 1);
-    // Off: every block plain; auto: the chosen blocks recomputed, each alone.
-    std::vector<bool> recomputed(model->blocks().size(), false);
-    const auto names = models::block_names(config.model.depth());
-    for (const auto& name : b.recomputed_blocks) {
-      recomputed[static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin())] =
-          true;
-    }
+    // On: every segment recomputed; auto: the chosen blocks, each alone; off: every block plain.
     models::SegmentRunner inner = &checkpoint;
-    if (!on) {
-      inner = [recomputed](const models::Segment& segment, const torch::Tensor& x) {
-        return recomputed[static_cast<size_t>(segment.first_block)] ? checkpoint(segment, x)
-                                                                    : segment.forward(x);
+    if (cell.checkpointing == CheckpointMode::Auto) {
+      inner = chosen_blocks_runner(*model, config.checkpointing);
+    } else if (!on) {
+      inner = [](const models::Segment& segment, const torch::Tensor& x) {
+        return segment.forward(x);
       };
     }
     BreakdownProbe probe(device, inner, segment_layout(sizes, stages));

@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "training/config/config_yaml.h"
+#include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/parts/memory_format.h"
 #include "training/platform/atomic_file.h"
@@ -61,9 +63,9 @@ namespace {
 
 // What checkpointing auto recomputed in a breakdown, and the peak it predicted.
 std::string auto_choice_text(const StepBreakdown& b) {
-  std::string names;
-  for (const auto& name : b.recomputed_blocks) names += (names.empty() ? "" : ", ") + name;
-  return (names.empty() ? std::string("recomputes no block") : "recomputes " + names) +
+  return (b.recomputed_blocks.empty()
+              ? std::string("recomputes no block")
+              : "recomputes " + config_yaml::join(b.recomputed_blocks, ", ")) +
          " (predicted peak " + format_bytes(b.predicted_peak_bytes) + ")";
 }
 
@@ -202,12 +204,9 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   set_memory_limit(device, config.memory.limit);  // refused before the study's folder exists
   const auto settings = memory_settings(request.settings, config, device);
   for (const auto& setting : settings) {
-    if (setting.checkpointing == CheckpointMode::Auto && device.is_cpu() &&
-        config.memory.limit == 0 && config.checkpointing.budget() == 0) {
-      throw UserError(
-          "--settings: " + setting_label(setting) +
-          " needs a memory budget, and on the CPU there is no card to take it from: set "
-          "memory.limit (--memory-limit 2GiB) or checkpointing.budget");
+    const std::string missing = missing_budget(config, device);
+    if (setting.checkpointing == CheckpointMode::Auto && !missing.empty()) {
+      throw UserError("--settings: " + setting_label(setting) + " " + missing);
     }
   }
   const fs::path dir = study_directory(request, config);

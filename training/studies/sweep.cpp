@@ -349,10 +349,8 @@ int sweep(const SweepRequest& request, const Config& config) {
     }
     // Refuses a CPU without memory.limit or a budget (CUDA: each trial takes its card's; the
     // parent opens no CUDA context of its own).
-    if (device.is_cpu() && config.memory.limit == 0 && config.checkpointing.budget() == 0) {
-      throw KeyError("sweep.checkpointing",
-                     "auto needs a memory budget, and on the CPU there is no card to take it "
-                     "from: set memory.limit (--memory-limit 2GiB) or checkpointing.budget");
+    if (const std::string missing = missing_budget(config, device); !missing.empty()) {
+      throw KeyError("sweep.checkpointing", "auto " + missing);
     }
   }
   if (config.sweep.find_max && device.is_cpu() && config.memory.limit == 0) {
