@@ -227,6 +227,9 @@ CLI::App* add_sweep_command(CLI::App& app, Arguments& a) {
   add_shorthands(*sweep, a.sweep_flags);
   sweep->add_flag("--find-max", a.find_max, "Also search the largest batch that fits, per setting");
   sweep->add_option("--output-dir", a.sweep.output_dir, "Sweep directory to create");
+  sweep->add_option("--card", a.sweep.card,
+                    "Also predict each trial on this card (a name or a size): predicted columns "
+                    "beside the measured ones");
   return sweep;
 }
 
@@ -246,6 +249,11 @@ CLI::App* add_memory_command(CLI::App& app, Arguments& a) {
   memory->add_option(
       "--output-dir", a.memory.output_dir,
       "Study directory to create (default: <output.dir>/<date>-<time>-memory-<arch>)");
+  memory->add_option("--card", a.memory.card,
+                     "Also predict each setting on this card: a name (H100-80GB, A100-40GB, "
+                     "RTX4090, T4, ...) or its memory (24GiB)");
+  memory->add_flag("--card-only", a.memory.card_only,
+                   "With --card: predict only, without measuring the step at the batch here");
   return memory;
 }
 
@@ -254,7 +262,12 @@ CLI::App* add_plan_command(CLI::App& app, Arguments& a) {
       "plan",
       "What to run on a card of a given size: the fastest measured setting whose predicted peak "
       "fits, the runners-up and why each lost, and the --set flags to use");
-  plan->add_option("--memory", a.plan.memory, "The card's memory, e.g. 12GiB")->required();
+  plan->add_option("--memory", a.plan.memory, "The card's memory, e.g. 12GiB");
+  plan->add_option("--card", a.plan.card,
+                   "Or the card by name (H100-80GB, A100-40GB, RTX4090, T4, ...) or size: peaks "
+                   "by replaying this machine's allocation stream on it; a sweep of another device "
+                   "is ranked by the card's estimated images/s");
+  plan->add_option("--json", a.plan.json, "Also write the plan as JSON to this file");
   plan->add_option("--from", a.plan.from, "A sweep directory to plan from (train sweep)");
   plan->add_option("--config", a.plan.config_path,
                    "Without --from: the config of a small sweep to run first");
@@ -277,8 +290,9 @@ void refuse_small_sweep_flags_with_from(const CLI::App& plan) {
   if (plan.get_option("--from")->count() == 0) return;
   for (const CLI::Option* option : plan.get_options()) {
     const std::string name = option->get_name();
-    if (option->count() == 0 || name == "--from" || name == "--memory" || name == "--headroom" ||
-        name == "--overhead" || name == "--help" || name == "--config") {
+    if (option->count() == 0 || name == "--from" || name == "--memory" || name == "--card" ||
+        name == "--json" || name == "--headroom" || name == "--overhead" || name == "--help" ||
+        name == "--config") {
       continue;
     }
     throw training::UserError(name + ": sets up the small sweep that --from replaces (plan " +

@@ -26,12 +26,19 @@
 #    (scripts/bench_python.py) and that loop under torch.compile (scripts/python_baseline.py
 #    --compile)
 #
-# 6. only when named in --only (each its own run of a few minutes): fast trains
+# 6. card: the card prediction against the card, on cases it was not tuned to. The predictions are
+#    made beforehand on the CPU machine and carried in .devdata/card-predictions
+#    (scripts/predict_gpu_cases.py --train build/train --out .devdata/card-predictions --grid);
+#    here the same cases are measured with `train memory --device cuda` and the error table printed
+#    (predicted against measured allocated peak and reserved bytes). Skipped (failed) without the
+#    carried predictions.
+#
+# 7. only when named in --only (each its own run of a few minutes): fast trains
 #    configs/resnet50_cifar10_fast.yaml end to end on the real data, as written (eager);
 #    fast-graphed trains it with training.cuda_graph=on. The report gives the wall time (training +
 #    evaluation) to each of the config's accuracy thresholds, 94% among them.
 #
-# --only suite,find-max,plan,memory,nccl,compare,data,speed,fast,fast-graphed runs those groups
+# --only suite,find-max,plan,memory,card,nccl,compare,data,speed,fast,fast-graphed runs those groups
 # alone (after the GPU and build checks). CUDA_TEST_JOBS runs the suite's tests that many at a time (default 1; the
 # NVML test runs alone after them). GPU_CHECK_PREBUILT=1 uses a build folder carried from another
 # machine (built against the same torch 2.11.0 wheel) when its `train` runs here, finding LibTorch
@@ -60,7 +67,7 @@ while [[ $# -gt 0 ]]; do
       only=",$2,"
       for group in ${2//,/ }; do
         case $group in
-          suite | find-max | plan | memory | nccl | compare | data | speed | fast | fast-graphed) ;;
+          suite | find-max | plan | memory | card | nccl | compare | data | speed | fast | fast-graphed) ;;
           *) echo "gpu_check: --only: unknown group '$group'" >&2; exit 2 ;;
         esac
       done
@@ -155,6 +162,17 @@ memory_study() {
   rm -rf "$out/memory"
   "$train" memory --config configs/resnet50_cifar10.yaml --device cuda --batch-size 256 \
     --set memory.snapshot=true --output-dir "$out/memory" && cat "$out/memory/memory_breakdown.md"
+}
+
+card_prediction() {  # predictions made on the CPU machine, measured here
+  local predicted="$REPO_ROOT/.devdata/card-predictions"
+  if [[ ! -d $predicted ]]; then
+    echo "no predictions carried in $predicted: run scripts/predict_gpu_cases.py --grid there first"
+    return 1
+  fi
+  rm -rf "$out/card"
+  "$TRAIN_PYTHON" scripts/predict_gpu_cases.py --train "$train" --out "$out/card" --grid --measure &&
+    "$TRAIN_PYTHON" scripts/predict_gpu_cases.py --compare "$predicted" --measured "$out/card"
 }
 
 nccl_one_rank() {
@@ -252,6 +270,9 @@ if [[ -x "$train" ]]; then
   if wanted plan; then check "train plan for 16 GiB from that sweep" plan.log plan || failed=1; fi
   if wanted memory; then
     check "train memory, ResNet-50 batch 256" memory.log memory_study || failed=1
+  fi
+  if wanted card; then
+    check "card prediction against the card" card.log card_prediction || failed=1
   fi
   if wanted nccl; then check "NCCL, one rank" nccl.log nccl_one_rank || failed=1; fi
   data=0

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <regex>
 #include <stdexcept>
+#include <vector>
 
 namespace training {
 
@@ -65,8 +66,9 @@ c10::DataPtr TrackingCpuAllocator::allocate(size_t bytes) {
   }
   {
     std::lock_guard<std::mutex> lock(sizes_mutex_);
-    sizes_[data] = size;
+    sizes_[data] = {size, made_++};
     if (timeline_) timeline_->add(size);
+    if (trace_) trace_->allocated(data, size);
   }
   return {data, data, &TrackingCpuAllocator::release, device};
 }
@@ -79,9 +81,10 @@ void TrackingCpuAllocator::release(void* data) {
     std::lock_guard<std::mutex> lock(self.sizes_mutex_);
     auto found = self.sizes_.find(data);
     if (found != self.sizes_.end()) {
-      size = found->second;
+      size = found->second.size;
       self.sizes_.erase(found);
       if (self.timeline_) self.timeline_->add(-size);
+      if (self.trace_) self.trace_->freed(data);
     }
   }
   self.current_.fetch_sub(size);
@@ -100,6 +103,18 @@ MemoryStats TrackingCpuAllocator::stats() const {
 void TrackingCpuAllocator::set_timeline(MemoryTimeline* timeline) {
   std::lock_guard<std::mutex> lock(sizes_mutex_);
   timeline_ = timeline;
+}
+
+void TrackingCpuAllocator::set_trace(AllocationTrace* trace) {
+  std::lock_guard<std::mutex> lock(sizes_mutex_);
+  trace_ = trace;
+  if (!trace) return;
+  std::vector<std::pair<int64_t, std::pair<void*, int64_t>>> held;  // order, (address, size)
+  for (const auto& [data, entry] : sizes_) held.push_back({entry.order, {data, entry.size}});
+  std::sort(held.begin(), held.end());
+  for (const auto& [order, allocation] : held)
+    trace->allocated(allocation.first, allocation.second);
+  trace->mark("held");
 }
 
 void TrackingCpuAllocator::reset_peak() {

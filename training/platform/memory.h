@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "training/platform/allocation_trace.h"
 #include "training/platform/memory_timeline.h"
 
 namespace training {
@@ -44,6 +45,9 @@ class TrackingCpuAllocator final : public c10::Allocator {
   // Every counted allocation and free is added to `timeline` until this is called again (nullptr
   // stops). Once it returns, the previous timeline is no longer touched.
   void set_timeline(MemoryTimeline* timeline);
+  // Every counted allocation and free is recorded in `trace` until this is called again (nullptr
+  // stops); the allocations held when it starts are recorded first, in the order they were made.
+  void set_trace(AllocationTrace* trace);
 
   // CPU tensors allocated on this thread while a HostData object lives are host-side data (the
   // decoded dataset): neither counted nor limited, because on a GPU they would not be in device
@@ -68,8 +72,14 @@ class TrackingCpuAllocator final : public c10::Allocator {
   c10::Allocator* base_;
   c10::DeleterFnPtr base_deleter_;  // frees what base_ allocated
   std::mutex sizes_mutex_;
-  std::unordered_map<void*, int64_t> sizes_;  // live allocations and their sizes
-  MemoryTimeline* timeline_ = nullptr;        // guarded by sizes_mutex_
+  struct Held {
+    int64_t size = 0;
+    int64_t order = 0;  // the allocation's number since the allocator was installed
+  };
+  std::unordered_map<void*, Held> sizes_;  // live allocations
+  int64_t made_ = 0;                       // allocations made, guarded by sizes_mutex_
+  MemoryTimeline* timeline_ = nullptr;     // guarded by sizes_mutex_
+  AllocationTrace* trace_ = nullptr;       // guarded by sizes_mutex_
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
   std::atomic<int64_t> limit_{0};

@@ -335,6 +335,7 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
       b.snapshot = memory_snapshot_pickle(device);
       stop_memory_history(device);
     }
+    b.reserved_bytes = memory_stats(device).reserved;
     b.timeline = timeline.points();
     b.marks = timeline.marks();
     b.timeline_events = timeline.events();

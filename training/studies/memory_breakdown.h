@@ -52,6 +52,7 @@ struct StepBreakdown {
   std::string peak_phase;  // forward | backward | optimizer
   int64_t measured_peak_bytes = 0;
   int64_t itemized_peak_bytes = 0;  // the at_peak rows' sum
+  int64_t reserved_bytes = 0;  // held by the allocator after the measured step (CPU: allocated)
   std::vector<MemoryTimeline::Point> timeline;
   std::vector<MemoryTimeline::Mark> marks;
   int64_t timeline_events = 0;

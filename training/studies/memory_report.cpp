@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <sstream>
 
 #include "training/config/config_yaml.h"
@@ -17,6 +18,7 @@
 #include "training/run/output_dir.h"
 #include "training/run/run_dir.h"
 #include "training/step/graphed_step.h"
+#include "training/studies/card_prediction.h"
 
 namespace training {
 
@@ -170,6 +172,7 @@ ordered_json breakdown_json(const StepBreakdown& b) {
           {"peak_phase", b.peak_phase},
           {"measured_peak_bytes", b.measured_peak_bytes},
           {"itemized_peak_bytes", b.itemized_peak_bytes},
+          {"reserved_bytes", b.reserved_bytes},
           {"unexplained_bytes", b.unexplained_bytes()},
           {"rows", rows}};
 }
@@ -193,6 +196,42 @@ fs::path study_directory(const MemoryRequest& request, const Config& config) {
   return dir;
 }
 
+// The card to predict on and the allocator's options, checked before anything runs.
+std::optional<std::pair<Card, AllocatorOptions>> card_request(const MemoryRequest& request,
+                                                              const std::vector<SweepCell>& cells) {
+  if (request.card.empty()) return std::nullopt;
+  const Card card = find_card(request.card);
+  const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  const AllocatorOptions options = parse_alloc_conf(conf ? conf : "");
+  for (const auto& cell : cells) {
+    if (cell.checkpointing == CheckpointMode::Auto) {
+      throw UserError("--card: " + setting_label(cell) +
+                      ": checkpointing auto chooses its blocks for a budget, so its stream is not "
+                      "known before the card's budget; predict +checkpointing (every block) "
+                      "or the plain setting");
+    }
+  }
+  return std::make_pair(card, options);
+}
+
+// One setting on the card: logged, its fields merged into the setting's JSON.
+void predict_setting(const Config& config, const SweepCell& cell,
+                     const std::pair<Card, AllocatorOptions>& card, ordered_json& setting,
+                     std::vector<std::pair<std::string, CardPrediction>>& predictions) {
+  try {
+    const CardPrediction p = predict_on_card(config, cell, card.first, card.second);
+    spdlog::info("{}", prediction_line(setting_label(cell), p));
+    setting.update(prediction_json(p));
+    predictions.emplace_back(setting_label(cell), p);
+  } catch (const UserError&) {
+    throw;
+  } catch (const std::exception& e) {
+    spdlog::warn("{} on {}: no prediction: {}", setting_label(cell), card.first.name,
+                 error_line(e));
+    setting["card_prediction_error"] = error_line(e);
+  }
+}
+
 // The study itself, from its config.
 int memory_study(const MemoryRequest& request, const Config& config) {
   set_cpu_threads(config.training.threads);
@@ -209,6 +248,8 @@ int memory_study(const MemoryRequest& request, const Config& config) {
       throw UserError("--settings: " + setting_label(setting) + " " + missing);
     }
   }
+  const auto card = card_request(request, settings);
+  if (request.card_only && !card) throw UserError("--card-only: give the card with --card");
   const fs::path dir = study_directory(request, config);
   const DirectoryLock lock(dir);
   write_file_atomically(dir / "config.yaml", to_yaml(config));
@@ -217,9 +258,19 @@ int memory_study(const MemoryRequest& request, const Config& config) {
                describe_device(device), settings.size());
 
   std::vector<StepBreakdown> breakdowns;
+  std::vector<std::pair<std::string, CardPrediction>> predictions;
   ordered_json settings_json = ordered_json::array(), timelines = ordered_json::array();
   int exit_code = kExitOk;
   for (const auto& cell : settings) {
+    if (request.card_only) {
+      settings_json.push_back({{"setting", setting_label(cell)},
+                               {"precision", precision_name(cell.precision)},
+                               {"checkpointing", checkpointing_json(cell.checkpointing)},
+                               {"memory_format", memory_format_name(cell.memory_format)},
+                               {"batch_size", config.training.batch_size}});
+      predict_setting(config, cell, *card, settings_json.back(), predictions);
+      continue;
+    }
     breakdowns.push_back(measure_breakdown(config, cell));
     const auto& b = breakdowns.back();
     if (b.status == TrialStatus::Ok) {
@@ -241,6 +292,9 @@ int memory_study(const MemoryRequest& request, const Config& config) {
                    file.string());
     }
     settings_json.push_back(breakdown_json(b));
+    if (card && b.status == TrialStatus::Ok) {
+      predict_setting(config, cell, *card, settings_json.back(), predictions);
+    }
     timelines.push_back(timeline_json(b));
   }
   const ordered_json facts = {{"arch", arch_name(config.model)},
@@ -251,9 +305,12 @@ int memory_study(const MemoryRequest& request, const Config& config) {
                               {"memory_limit_bytes", config.memory.limit},
                               {"settings", settings_json}};
   write_file_atomically(dir / "memory_breakdown.json", facts.dump(2) + "\n");
-  write_file_atomically(dir / "memory_timeline.json",
-                        ordered_json{{"settings", timelines}}.dump() + "\n");
-  const std::string table = breakdown_markdown(breakdowns);
+  if (!request.card_only) {
+    write_file_atomically(dir / "memory_timeline.json",
+                          ordered_json{{"settings", timelines}}.dump() + "\n");
+  }
+  const std::string table = (request.card_only ? "" : breakdown_markdown(breakdowns) + "\n") +
+                            prediction_markdown(predictions);
   write_file_atomically(
       dir / "memory_breakdown.md",
       fmt::format("# Memory of one training step: {} ({} stem), batch {}, {}\n\n{}\n",
@@ -261,8 +318,11 @@ int memory_study(const MemoryRequest& request, const Config& config) {
                   describe_device(device), table));
   std::istringstream lines(table);
   for (std::string line; std::getline(lines, line);) spdlog::info("{}", line);
-  const std::string problem = run_python_script("plot_memory.py", {dir.string()}, dir / "plot.log");
-  if (!problem.empty()) spdlog::warn("plots skipped: {}; the tables are complete", problem);
+  if (!request.card_only) {
+    const std::string problem =
+        run_python_script("plot_memory.py", {dir.string()}, dir / "plot.log");
+    if (!problem.empty()) spdlog::warn("plots skipped: {}; the tables are complete", problem);
+  }
   mark_finished(dir, OutputKind::MemoryStudy);
   spdlog::info("memory study written to {}", dir.string());
   return exit_code;

@@ -8,6 +8,8 @@
 //                                  and the phase marks
 //   <dir>/memory_breakdown.png, memory_timeline.png    (scripts/plot_memory.py)
 //   <dir>/memory_snapshot-<setting>.pickle    with memory.snapshot (CUDA)
+// With --card, each setting is also predicted on that card (card_prediction.h): the table in
+// memory_breakdown.md and the log, the fields in memory_breakdown.json.
 #pragma once
 
 #include <filesystem>
@@ -25,6 +27,12 @@ struct MemoryRequest {
   std::vector<Override> overrides;
   std::optional<std::string> settings;  // "fp32,bf16+checkpointing"; none = the default list
   std::string output_dir;               // "" = <output.dir>/<date>-<time>-memory-<arch>
+  // A card to predict each setting on (cards.h: a name or a size); "" = none. The allocator's
+  // options come from PYTORCH_CUDA_ALLOC_CONF, as the card's process would read them.
+  std::string card;
+  // With card: predict only; the step is not measured at the batch on this machine (a ResNet-50
+  // step at batch 512 takes minutes on a CPU; the prediction records batches of 2 to 4).
+  bool card_only = false;
 };
 
 // The settings to measure: `requested` ("fp32,bf16+checkpointing"; UserError naming --settings),

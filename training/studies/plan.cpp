@@ -4,14 +4,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
 #include "training/parts/memory_format.h"
+#include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/run/run_dir.h"
+#include "training/studies/card_prediction.h"
+#include "training/studies/gpu_cost.h"
 #include "training/studies/sweep_report.h"
 
 namespace training {
@@ -64,16 +68,60 @@ std::string percent(double share) {
   return fmt::format("{:.0f}%", share * 100);
 }
 
+// With a card: each candidate's peaks by replaying its setting's stream (recorded here once per
+// setting) on the card, and, for a sweep not run on CUDA, its images/s estimated for the card.
+void apply_card(Plan& plan, const SweepRecord& sweep, const fs::path& sweep_dir,
+                int64_t for_allocator) {
+  const Card& card = *plan.card;
+  const Config config = load_config((sweep_dir / "config.yaml").string());
+  const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  CardPredictor predictor(config, card, parse_alloc_conf(conf ? conf : ""),
+                          std::max<int64_t>(1, for_allocator));
+  const bool on_cuda = sweep.device.rfind("cuda", 0) == 0;
+  const Card speed_card = card.peak_tflops_half > 0 ? card : find_card("H100-80GB");
+  plan.speed_source = on_cuda ? "measured on " + sweep.device
+                              : "estimated for " + speed_card.name +
+                                    (card.peak_tflops_half > 0 ? "" : " (a card given by size)") +
+                                    ": gpu_cost.h's model, not measured";
+  const ForwardCount count = count_forward(config.model);
+  std::vector<SweepCell> predicted;
+  for (auto& c : plan.candidates) {
+    if (c.cell.checkpointing != CheckpointMode::Auto) {  // auto: the sweep's own peak stands
+      const CardPrediction p = predictor.predict(c.cell, c.batch);
+      c.fits = p.replay.fits;
+      c.predicted_peak = c.fits ? p.replay.peak_reserved : p.reserved_without_limit;
+      c.predicted_allocated = p.replay.peak_allocated;
+      if (std::find(predicted.begin(), predicted.end(), c.cell) == predicted.end()) {
+        predicted.push_back(c.cell);
+        plan.largest_on_card.emplace_back(c.cell, p.largest_batch);
+      }
+    }
+    if (!on_cuda) {
+      const double seconds = estimated_step_seconds(count, speed_card, c.cell.precision,
+                                                    c.cell.checkpointing != CheckpointMode::Off,
+                                                    config.training.allow_tf32, c.batch);
+      c.images_per_second = seconds > 0 ? static_cast<double>(c.batch) / seconds : 0;
+    }
+  }
+}
+
 }  // namespace
 
 Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
-               std::optional<int64_t> overhead) {
+               std::optional<int64_t> overhead, const std::optional<Card>& card) {
   const SweepRecord sweep = read_sweep(sweep_dir);
   Plan plan;
+  plan.card = card;
   plan.card_bytes = card_bytes;
   plan.headroom = headroom;
   plan.usable_bytes = static_cast<int64_t>(static_cast<double>(card_bytes) * (1 - headroom));
   std::tie(plan.overhead_bytes, plan.overhead_source) = plan_overhead(sweep, overhead);
+  if (card && !overhead && sweep.device.rfind("cuda", 0) != 0) {
+    const BesideTensors beside = beside_tensors(*card);
+    plan.overhead_bytes = beside.outside_allocator;
+    plan.overhead_source = beside.outside_source;
+  }
+  plan.speed_source = "measured on " + sweep.device;
   try {
     plan.per_block_checkpointing =
         load_config((sweep_dir / "config.yaml").string()).checkpointing.granularity() ==
@@ -97,6 +145,7 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     c.fits = c.predicted_peak <= for_allocator;
     plan.candidates.push_back(c);
   }
+  if (card && !plan.candidates.empty()) apply_card(plan, sweep, sweep_dir, for_allocator);
   if (plan.candidates.empty()) {
     throw UserError(sweep_dir.string() +
                     ": no trial of this sweep was measured ok; nothing to "
@@ -115,17 +164,25 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
         [](const auto& a, const auto& b) { return a.predicted_peak < b.predicted_peak; });
     const auto needed = static_cast<int64_t>(std::ceil(
         static_cast<double>(smallest.predicted_peak + plan.overhead_bytes) / (1 - headroom)));
-    throw UserError("--memory: no measured setting fits in " + format_bytes(card_bytes) + " with " +
-                    percent(headroom) + " headroom and " + format_bytes(plan.overhead_bytes) +
-                    " outside the allocator; the smallest, " + smallest.cell.name() + " at batch " +
-                    std::to_string(smallest.batch) + ", needs a card of at least " +
-                    format_bytes(needed));
+    throw UserError(std::string(card ? "--card" : "--memory") + ": no measured setting fits in " +
+                    format_bytes(card_bytes) + " with " + percent(headroom) + " headroom and " +
+                    format_bytes(plan.overhead_bytes) + " outside the allocator; the smallest, " +
+                    smallest.cell.name() + " at batch " + std::to_string(smallest.batch) +
+                    ", needs a card of at least " + format_bytes(needed));
   }
   return plan;
 }
 
 std::string plan_table(const Plan& plan) {
   std::ostringstream out;
+  if (plan.card) {
+    out << "Card: " << plan.card->name << " (" << format_bytes(plan.card->memory_bytes) << ", "
+        << plan.card->memory_source << "). Peaks: this machine's allocation stream replayed "
+        << "through the caching allocator's model (the reserved peak). Images/s: "
+        << plan.speed_source << ".\n\n";
+  } else {
+    out << "Images/s: " << plan.speed_source << " (a plan for a card you do not have: --card).\n\n";
+  }
   out << "Plan for a " << format_bytes(plan.card_bytes) << " card: " << percent(plan.headroom)
       << " headroom leaves " << format_bytes(plan.usable_bytes) << "; "
       << format_bytes(plan.overhead_bytes) << " outside the allocator (" << plan.overhead_source
@@ -136,7 +193,9 @@ std::string plan_table(const Plan& plan) {
               : "The sweep did not complete (stopped, out of sweep.time_budget, or a find-max "
                 "search ended on a trial that failed twice): batches larger than those it "
                 "measured may fit; this plan chooses among the measured ones only.\n\n")
-      << "| setting | batch | images/s | predicted peak | verdict |\n"
+      << "| setting | batch | images/s"
+      << (plan.speed_source.rfind("estimated", 0) == 0 ? " (estimated)" : "")
+      << " | predicted peak | verdict |\n"
       << "|---|---:|---:|---:|---|\n";
   const auto& best = plan.candidates.at(*plan.chosen);
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
@@ -157,6 +216,14 @@ std::string plan_table(const Plan& plan) {
         << fmt::format("{:.0f}", c.images_per_second) << " | " << format_bytes(c.predicted_peak)
         << " | " << verdict << " |\n";
   }
+  if (plan.card) {
+    out << "\nLargest batch that fits on " << plan.card->name
+        << " per setting (by replay; not measured):\n\n| setting | largest batch |\n|---|---:|\n";
+    for (const auto& [cell, batch] : plan.largest_on_card) {
+      out << "| " << cell.name() << " | " << (batch > 0 ? std::to_string(batch) : "none") << " |\n";
+    }
+    return out.str();
+  }
   out << "\nLargest batch predicted to fit per setting (the sweep's fit; not measured):\n\n"
       << "| setting | largest batch | fit R² |\n|---|---:|---:|\n";
   for (const auto& cell : plan.cells) {
@@ -168,6 +235,43 @@ std::string plan_table(const Plan& plan) {
         << " | " << (cell.fit ? fmt::format("{:.4f}", cell.fit->r_squared) : "-") << " |\n";
   }
   return out.str();
+}
+
+nlohmann::ordered_json plan_json(const Plan& plan) {
+  nlohmann::ordered_json candidates = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const auto& c = plan.candidates[i];
+    nlohmann::ordered_json row = {
+        {"setting", c.cell.name()},
+        {"precision", precision_name(c.cell.precision)},
+        {"checkpointing", checkpointing_json(c.cell.checkpointing)},
+        {"memory_format", memory_format_name(c.cell.memory_format)},
+        {"batch_size", c.batch},
+        {"images_per_second", c.images_per_second},
+        {"predicted_reserved_peak_bytes", c.predicted_peak},
+        {"predicted_device_bytes", c.predicted_peak + plan.overhead_bytes},
+        {"fits", c.fits},
+        {"recommended", plan.chosen && *plan.chosen == i}};
+    if (plan.card) {
+      row["card"] = {{"name", plan.card->name}, {"memory_bytes", plan.card->memory_bytes}};
+      row["predicted_allocated_peak_bytes"] = c.predicted_allocated;
+    }
+    candidates.push_back(row);
+  }
+  nlohmann::ordered_json largest = nlohmann::ordered_json::array();
+  for (const auto& [cell, batch] : plan.largest_on_card) {
+    largest.push_back({{"setting", cell.name()}, {"largest_batch", batch}});
+  }
+  return {{"card", plan.card ? plan.card->name : format_bytes(plan.card_bytes)},
+          {"memory_bytes", plan.card_bytes},
+          {"headroom", plan.headroom},
+          {"usable_bytes", plan.usable_bytes},
+          {"outside_allocator_bytes", plan.overhead_bytes},
+          {"outside_allocator_source", plan.overhead_source},
+          {"images_per_second_source", plan.speed_source},
+          {"sweep_complete", plan.sweep_complete},
+          {"candidates", candidates},
+          {"largest_batch_on_card", largest}};
 }
 
 std::string recommended_flags(const Plan& plan, const PlanCandidate& c) {
@@ -234,8 +338,22 @@ fs::path run_small_sweep(const PlanRequest& request) {
 }  // namespace
 
 int plan_command(const PlanRequest& request) {
-  if (request.memory.empty()) throw UserError("--memory: expected the card's memory, e.g. 12GiB");
-  const int64_t card = parse_size_flag("--memory", request.memory);
+  if (request.memory.empty() == request.card.empty()) {
+    throw UserError(
+        "plan: expected one of --memory SIZE (e.g. 12GiB) or --card NAME (e.g. "
+        "A100-40GB, or 24GiB)");
+  }
+  std::optional<Card> named;
+  if (!request.card.empty()) named = find_card(request.card);
+  const int64_t card = named ? named->memory_bytes : parse_size_flag("--memory", request.memory);
+  if (!request.json.empty()) {
+    for (const auto& input : {request.from, request.config_path}) {
+      if (!input.empty() && fs::exists(input) && fs::exists(request.json) &&
+          fs::equivalent(input, request.json)) {
+        throw UserError("--json: " + request.json + " is one of plan's inputs; name another file");
+      }
+    }
+  }
   const double headroom = parse_headroom(request.headroom);
   std::optional<int64_t> overhead;
   if (!request.overhead.empty()) overhead = parse_size_flag("--overhead", request.overhead);
@@ -257,7 +375,10 @@ int plan_command(const PlanRequest& request) {
     sweep_dir = run_small_sweep(request);
     if (sweep_dir.empty()) return kExitStopped;
   }
-  const Plan plan = make_plan(sweep_dir, card, headroom, overhead);
+  const Plan plan = make_plan(sweep_dir, card, headroom, overhead, named);
+  if (!request.json.empty()) {
+    write_file_atomically(request.json, plan_json(plan).dump(2) + "\n");
+  }
   std::cout << plan_table(plan)
             << "\nrecommended: " << recommended_flags(plan, plan.candidates.at(*plan.chosen))
             << std::endl;

@@ -7,11 +7,13 @@
 #pragma once
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "training/config/config.h"
+#include "training/studies/cards.h"
 #include "training/studies/sweep.h"
 
 namespace training {
@@ -24,9 +26,10 @@ inline constexpr int64_t kAssumedCudaOverhead = int64_t{1} << 30;
 struct PlanCandidate {
   SweepCell cell;
   int64_t batch = 0;
-  double images_per_second = 0;
-  int64_t predicted_peak = 0;  // bytes the allocator will hold at the peak
-  bool fits = false;           // predicted_peak + overhead <= usable
+  double images_per_second = 0;  // measured, or with a card the sweep did not run on, estimated
+  int64_t predicted_peak = 0;  // bytes the allocator will hold at the peak (with a card: reserved)
+  int64_t predicted_allocated = 0;  // with a card: the allocated peak by replay
+  bool fits = false;  // predicted_peak + overhead <= usable (with a card: the replay fits)
 };
 
 struct Plan {
@@ -42,6 +45,11 @@ struct Plan {
   // The sweep's checkpointing.granularity was block: its `on` cells recomputed every block alone,
   // which checkpointing.enabled: auto can match (see recommended_flags).
   bool per_block_checkpointing = false;
+  // With a card (--card): predicted_peak is the card's reserved peak by replay (card_prediction.h)
+  // and, when the sweep ran on another device, images_per_second the estimate of gpu_cost.h.
+  std::optional<Card> card;
+  std::string speed_source;  // "measured on cpu", "estimated for H100-80GB (gpu_cost.h)"
+  std::vector<std::pair<SweepCell, int64_t>> largest_on_card;  // by replay; 0 = none fits
 };
 
 // "10%" or "0.1": the share of the card to keep free, in [0, 1). Throws UserError naming
@@ -51,8 +59,13 @@ double parse_headroom(const std::string& text);
 // The plan for a card of `card_bytes` from the sweep in `sweep_dir` (sweep_report.h's
 // read_sweep). `overhead`: nullopt = measured by a CUDA sweep, or kAssumedCudaOverhead.
 // Throws UserError when no setting fits, naming the smallest card that would fit one.
+// With `card` (its memory is card_bytes): the peaks are the card's, by replay, and a sweep that did
+// not run on CUDA is ranked by the estimated images/s on that card, never by its own device's.
 Plan make_plan(const std::filesystem::path& sweep_dir, int64_t card_bytes, double headroom,
-               std::optional<int64_t> overhead);
+               std::optional<int64_t> overhead, const std::optional<Card>& card = std::nullopt);
+// The plan as JSON: the card and, per candidate, its setting, batch, images/s (and their source),
+// predicted peak, fits and, with a card, the prediction's fields (card_prediction.h).
+nlohmann::ordered_json plan_json(const Plan& plan);
 
 // The table (fastest first, each with why it lost) and the per-setting predictions.
 std::string plan_table(const Plan& plan);
@@ -73,6 +86,8 @@ struct PlanRequest {
   std::string output_dir;  // of the small sweep; "" = <output.dir>/<date>-<time>-plan-<arch>
   std::filesystem::path executable;
   int64_t budget_seconds = 300;  // the small sweep's sweep.time_budget
+  std::string card;  // or a card by name or size (cards.h): peaks by replay, speed estimated
+  std::string json;  // where to write plan_json ("" = nowhere)
 };
 
 // Prints the table and the recommended flags on stdout. kExitOk, or kExitStopped when the small

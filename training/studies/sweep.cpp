@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
@@ -20,6 +22,7 @@
 #include "training/run/output_dir.h"
 #include "training/run/run_dir.h"
 #include "training/step/graphed_step.h"
+#include "training/studies/card_prediction.h"
 #include "training/studies/sweep_report.h"
 
 namespace training {
@@ -62,8 +65,10 @@ struct BudgetSpent {};
 // the next one.
 class Sweep {
  public:
-  Sweep(Config config, fs::path dir, fs::path executable, torch::Device device)
-      : config_(std::move(config)),
+  Sweep(Config config, fs::path dir, fs::path executable, torch::Device device,
+        CardPredictor* predictor)
+      : predictor_(predictor),
+        config_(std::move(config)),
         dir_(std::move(dir)),
         executable_(std::move(executable)),
         device_(device),
@@ -124,7 +129,7 @@ class Sweep {
     if (budget.count() > 0 && std::chrono::steady_clock::now() - start_ >= budget) {
       throw BudgetSpent{};
     }
-    SweepTrial trial{static_cast<int64_t>(trials_.size()) + 1, cell, batch, source, {}, 0};
+    SweepTrial trial{static_cast<int64_t>(trials_.size()) + 1, cell, batch, source, {}, 0, {}};
     Config trial_config = config_;
     trial_config.training.batch_size = batch;
     trial_config.training.precision = cell.precision;
@@ -143,6 +148,13 @@ class Sweep {
     if (outcome.stopped) throw SweepStopped{};  // an interrupted trial measured nothing
     trial.wall_seconds = outcome.seconds;
     trial.result = read_result(result, outcome, log);
+    if (predictor_ && cell.checkpointing != CheckpointMode::Auto) {
+      try {  // a stream that cannot be scaled is said in the row, the sweep goes on
+        trial.on_card = prediction_columns(predictor_->predict(cell, batch));
+      } catch (const std::runtime_error& e) {
+        trial.on_card = {{"card_prediction_error", error_line(e)}};
+      }
+    }
     const auto& r = trial.result;
     spdlog::info(
         "[{}] {} batch {}: {}{}", trial.id, cell.name(), batch, status_name(r.status),
@@ -255,6 +267,7 @@ class Sweep {
                              : std::string());
   }
 
+  CardPredictor* predictor_;  // null without --card
   Config config_;
   fs::path dir_;
   fs::path executable_;
@@ -358,6 +371,11 @@ int sweep(const SweepRequest& request, const Config& config) {
         "sweep.find_max: on the CPU there is no device memory to fill; set "
         "memory.limit (or --memory-limit) to the card size to emulate");
   }
+  std::optional<CardPredictor> predictor;
+  if (!request.card.empty()) {
+    const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+    predictor.emplace(config, find_card(request.card), parse_alloc_conf(conf ? conf : ""));
+  }
   const fs::path dir =
       !request.output_dir.empty()
           ? fs::path(request.output_dir)
@@ -369,7 +387,9 @@ int sweep(const SweepRequest& request, const Config& config) {
   const DirectoryLock lock(dir);
   write_file_atomically(dir / "config.yaml", to_yaml(config));
   install_stop_handlers();
-  if (!Sweep(config, dir, request.executable, device).run()) return kExitStopped;
+  if (!Sweep(config, dir, request.executable, device, predictor ? &*predictor : nullptr).run()) {
+    return kExitStopped;
+  }
   mark_finished(dir, OutputKind::Sweep);
   return kExitOk;
 }

@@ -38,7 +38,8 @@ struct SweepTrial {
   int64_t batch = 0;
   std::string source;  // grid | find-max
   TrialResult result;
-  double wall_seconds = 0;  // the whole child process
+  double wall_seconds = 0;         // the whole child process
+  nlohmann::ordered_json on_card;  // with --card: card_prediction.h's prediction_columns
 };
 
 struct CellSummary {
@@ -62,6 +63,7 @@ struct SweepRequest {
   std::vector<Override> overrides;   // --set and the sweep flags
   std::string output_dir;            // the sweep directory (default <output.dir>/sweep-...)
   std::filesystem::path executable;  // the `train` binary that runs each trial
+  std::string card;  // --card: each trial also predicted on this card (card_prediction.h)
 };
 
 // Runs the whole sweep; returns kExitOk, or kExitStopped when Ctrl-C/SIGTERM stopped it (the

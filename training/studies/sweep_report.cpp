@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -37,6 +38,7 @@ std::vector<ordered_json> trial_rows(const std::vector<SweepTrial>& trials) {
     row["source"] = t.source;
     row.update(to_json(t.result));
     row["wall_seconds"] = t.wall_seconds;
+    if (!t.on_card.is_null()) row.update(t.on_card);
     rows.push_back(row);
   }
   return rows;
@@ -63,6 +65,31 @@ ordered_json cell_summary_json(const CellSummary& c) {
   }
   entry["predictions"] = predictions;
   return entry;
+}
+
+// With --card: each trial's prediction on that card beside what it measured here.
+void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
+  const auto first = std::find_if(trials.begin(), trials.end(),
+                                  [](const SweepTrial& t) { return t.on_card.contains("card"); });
+  if (first == trials.end()) return;
+  md << "## Predicted on " << first->on_card.at("card").get<std::string>() << " ("
+     << format_bytes(first->on_card.at("card_memory_bytes").get<int64_t>())
+     << "; this machine's allocation stream replayed on the caching allocator's model; "
+        "docs/commands.md, `train memory --card`)\n\n"
+     << "| # | setting | batch | predicted allocated (MiB) | predicted reserved (MiB) | "
+        "on the device (MiB) | fits | largest batch on the card |\n"
+     << "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& t : trials) {
+    if (!t.on_card.contains("card")) continue;
+    const auto& c = t.on_card;
+    md << "| " << t.id << " | " << t.cell.name() << " | " << t.batch << " | "
+       << mib(c.at("predicted_allocated_peak_bytes").get<int64_t>()) << " | "
+       << mib(c.at("predicted_reserved_peak_bytes").get<int64_t>()) << " | "
+       << mib(c.at("predicted_device_bytes").get<int64_t>()) << " | "
+       << (c.at("fits_on_card").get<bool>() ? "yes" : "no") << " | "
+       << c.at("largest_batch_on_card").get<int64_t>() << " |\n";
+  }
+  md << "\n";
 }
 
 void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
@@ -156,6 +183,7 @@ std::string markdown(const SweepFacts& facts, const std::vector<CellSummary>& ce
   }
   md << "\n\n";
   trials_table(md, trials);
+  card_table(md, trials);
   settings_table(md, cells);
   predictions_table(md, facts, cells);
   md << "\nPlots: `peak_memory.png` (peak memory against batch size, the limit drawn), "

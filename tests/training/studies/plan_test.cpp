@@ -8,6 +8,7 @@
 
 #include "test_support.h"
 #include "training/platform/errors.h"
+#include "training/studies/gpu_cost.h"
 #include "training/studies/sweep_report.h"
 
 namespace {
@@ -181,3 +182,64 @@ TEST(Plan, RefusesBadInput) {
 }
 
 }  // namespace
+
+// With a card the plan replays this machine's stream on it and, for a CPU sweep, ranks by the
+// card's estimated images/s, never by the CPU's (which favour the smallest batch here: 100 < 150 <
+// 180 images/s would rank batch 128 first; reversed, the CPU's order would pick 32).
+TEST(Plan, ACardIsRankedByItsEstimateNotByTheCpusSpeed) {
+  test_support::TempDir dir;
+  const auto sweep = prepared_sweep(dir);
+  training::Config config = training::parse_config("", "test");
+  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  const training::Card card = training::find_card("T4");
+  const auto plan = training::make_plan(sweep, card.memory_bytes, 0.10, std::nullopt, card);
+  EXPECT_EQ(plan.speed_source.rfind("estimated for T4", 0), 0u) << plan.speed_source;
+  ASSERT_TRUE(plan.chosen);
+  for (const auto& c : plan.candidates) {
+    EXPECT_NE(c.images_per_second, 100.0);  // none of the CPU's rates is left
+    EXPECT_NE(c.images_per_second, 150.0);
+    EXPECT_GE(c.predicted_peak, c.predicted_allocated);
+    EXPECT_TRUE(c.fits) << c.cell.name() << " " << c.batch;  // ResNet-18 at 256 fits a T4
+  }
+  // Checkpointing recomputes the blocks' forward: at the same batch it is estimated slower.
+  const auto rate = [&](const SweepCell& cell, int64_t batch) {
+    for (const auto& c : plan.candidates) {
+      if (c.cell == cell && c.batch == batch) return c.images_per_second;
+    }
+    return -1.0;
+  };
+  EXPECT_LT(rate(checkpointed, 128), rate(plain, 128));
+  EXPECT_GE(rate(plain, 128), rate(plain, 32));
+  ASSERT_EQ(plan.largest_on_card.size(), 2u);
+  EXPECT_GT(plan.largest_on_card[0].second, 256);
+  const auto json = training::plan_json(plan);
+  EXPECT_EQ(json.at("candidates")[0].at("card").at("name"), "T4");
+  EXPECT_TRUE(json.at("candidates")[0].contains("predicted_allocated_peak_bytes"));
+  const std::string table = training::plan_table(plan);
+  EXPECT_NE(table.find("images/s (estimated)"), std::string::npos) << table;
+  EXPECT_NE(table.find("Largest batch that fits on T4"), std::string::npos) << table;
+}
+
+// A plan for a card counts the layers' FLOPs: ResNet-50 with the CIFAR stem is 1.298 GMAC a
+// 32x32 image forward (gpu_check_report.py's figure), 53 convolutions.
+TEST(Plan, TheCostModelCountsResNetLayers) {
+  const auto rn50 = training::count_forward(models::ResNetOptions(50).stem(models::Stem::Cifar));
+  EXPECT_NEAR(rn50.flops_per_image / 2, 1.298e9, 0.005e9);
+  EXPECT_EQ(rn50.convolutions, 53);
+  EXPECT_GT(rn50.block_flops_per_image, 0.9 * rn50.flops_per_image);
+  const auto imagenet =
+      training::count_forward(models::ResNetOptions(50).stem(models::Stem::ImageNet));
+  EXPECT_LT(imagenet.flops_per_image, rn50.flops_per_image / 10);  // 32x32 becomes 8x8 first
+  // On the H200 the model gives the measured step it was fitted to: 33.5 ms at batch 512 bf16.
+  const auto h200 = training::find_card("H200");
+  const double seconds =
+      training::estimated_step_seconds(rn50, h200, Precision::BF16, false, true, 512);
+  EXPECT_NEAR(seconds, 0.0335, 0.001);
+  // A launch-bound batch costs the floor; bf16 on a card before sm_80 has no estimate.
+  EXPECT_NEAR(training::estimated_step_seconds(rn50, h200, Precision::BF16, false, true, 8),
+              training::kResNet50LaunchFloorSeconds, 1e-12);
+  EXPECT_EQ(training::estimated_step_seconds(rn50, training::find_card("T4"), Precision::BF16,
+                                             false, true, 64),
+            0.0);
+}

@@ -67,7 +67,7 @@ training: {device: cpu}
 memory: {limit: 180MiB}
 sweep: {batch_sizes: [16, 32], warmup_steps: 0, measure_steps: 2, find_max: true}
 )");
-  training::SweepRequest request{config.string(), {}, (dir / "out").string(), TRAIN_BINARY};
+  training::SweepRequest request{config.string(), {}, (dir / "out").string(), TRAIN_BINARY, ""};
   ASSERT_EQ(training::run_sweep(request), 0);
   const auto sweep = read_json(dir / "out/sweep.json");
   EXPECT_TRUE(sweep.at("complete").get<bool>());
@@ -110,7 +110,7 @@ model: {arch: resnet18, stem: cifar}
 training: {device: cpu}
 sweep: {batch_sizes: [8, 16, 32], warmup_steps: 1, measure_steps: 1}
 )");
-  training::SweepRequest request{config.string(), {}, (dir / "out").string(), TRAIN_BINARY};
+  training::SweepRequest request{config.string(), {}, (dir / "out").string(), TRAIN_BINARY, ""};
   ASSERT_EQ(training::run_sweep(request), 0);
   const auto fit = read_json(dir / "out/sweep.json").at("cells").at(0).at("fit");
   ASSERT_FALSE(fit.is_null());
@@ -119,7 +119,7 @@ sweep: {batch_sizes: [8, 16, 32], warmup_steps: 1, measure_steps: 1}
       fit.at("intercept_bytes").get<double>() + 48 * fit.at("bytes_per_sample").get<double>();
 
   training::run_sweep(
-      {config.string(), {"sweep.batch_sizes=[48]"}, (dir / "held-out").string(), TRAIN_BINARY});
+      {config.string(), {"sweep.batch_sizes=[48]"}, (dir / "held-out").string(), TRAIN_BINARY, ""});
   const auto measured = read_json(dir / "held-out/sweep.json")
                             .at("trials")
                             .at(0)
@@ -140,7 +140,8 @@ training: {device: cpu, memory_format: contiguous}
 memory: {limit: 300MiB}
 sweep: {batch_sizes: [40, 256], checkpointing: [auto], warmup_steps: 0, measure_steps: 1}
 )");
-  ASSERT_EQ(training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY}), 0);
+  ASSERT_EQ(training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY, ""}),
+            0);
   const auto trials = read_json(dir / "out" / "sweep.json").at("trials");
   ASSERT_EQ(trials.size(), 2u);
   EXPECT_EQ(trials[0].at("checkpointing"), "auto");
@@ -159,7 +160,7 @@ sweep: {batch_sizes: [40, 256], checkpointing: [auto], warmup_steps: 0, measure_
   // Without a limit or a budget, the CPU gives auto nothing to choose for: refused up front.
   EXPECT_THROW(
       training::run_sweep(
-          {config.string(), {"memory.limit=none"}, (dir / "refused").string(), TRAIN_BINARY}),
+          {config.string(), {"memory.limit=none"}, (dir / "refused").string(), TRAIN_BINARY, ""}),
       training::UserError);
   EXPECT_FALSE(fs::exists(dir / "refused"));
 }
@@ -178,7 +179,8 @@ sweep: {batch_sizes: [8], checkpointing: [false, true], warmup_steps: 1, measure
     EXPECT_EQ(training::run_sweep({config.string(),
                                    {"sweep.data_parallel=" + data_parallel},
                                    (dir / name).string(),
-                                   TRAIN_BINARY}),
+                                   TRAIN_BINARY,
+                                   ""}),
               0);
     const auto sweep = read_json(dir / name / "sweep.json");
     EXPECT_EQ(sweep.at("data_parallel").get<bool>(), data_parallel == "true");
@@ -209,7 +211,8 @@ sweep: {batch_sizes: [8], checkpointing: [false, true], warmup_steps: 1, measure
     training::run_sweep({config.string(),
                          {"sweep.data_parallel=true", "training.cuda_graph=on"},
                          (dir / "graphed").string(),
-                         TRAIN_BINARY});
+                         TRAIN_BINARY,
+                         ""});
     ADD_FAILURE() << "expected a UserError";
   } catch (const training::UserError& e) {
     EXPECT_NE(std::string(e.what()).find(
@@ -232,7 +235,7 @@ sweep: {batch_sizes: [8], checkpointing: [false, true], warmup_steps: 1, measure
     }
   } launched;
   try {
-    training::run_sweep({config.string(), {}, (dir / "refused").string(), TRAIN_BINARY});
+    training::run_sweep({config.string(), {}, (dir / "refused").string(), TRAIN_BINARY, ""});
     ADD_FAILURE() << "expected a UserError";
   } catch (const training::UserError& e) {
     EXPECT_NE(std::string(e.what()).find("WORLD_SIZE=2: train sweep runs its trials one process "
@@ -257,7 +260,7 @@ sweep: {batch_sizes: [8, 16, 24], warmup_steps: 0, measure_steps: 1}
          "if grep -q 'batch_size: 16$' \"$3\"; then echo 'about to crash'; kill -SEGV $$; fi\n"
          "exec '" TRAIN_BINARY "' \"$@\"\n";
   fs::permissions(crashing, fs::perms::owner_all);
-  training::SweepRequest request{config.string(), {}, (dir / "out").string(), crashing};
+  training::SweepRequest request{config.string(), {}, (dir / "out").string(), crashing, ""};
   ASSERT_EQ(training::run_sweep(request), 0);
   const auto trials = read_json(dir / "out/sweep.json").at("trials");
   ASSERT_EQ(trials.size(), 3u);
@@ -294,7 +297,7 @@ sweep: {batch_sizes: [8], find_max: true, max_batch: 64}
            "$((b*1000)) $((b*1000)) $((b*10)) > \"$5\"\n"
            "exit $code\n";
     fs::permissions(fake, fs::perms::owner_all);
-    EXPECT_EQ(training::run_sweep({config.string(), {}, (dir / name).string(), fake}), 0);
+    EXPECT_EQ(training::run_sweep({config.string(), {}, (dir / name).string(), fake, ""}), 0);
     return read_json(dir / name / "sweep.json");
   };
   const auto once = sweep_with(
@@ -320,7 +323,7 @@ sweep: {batch_sizes: [8], trial_timeout: 1}
   const auto sleepy = dir / "sleepy-train.sh";
   std::ofstream(sleepy) << "#!/bin/sh\nsleep 30\n";
   fs::permissions(sleepy, fs::perms::owner_all);
-  training::run_sweep({config.string(), {}, (dir / "out").string(), sleepy});
+  training::run_sweep({config.string(), {}, (dir / "out").string(), sleepy, ""});
   const auto trial = read_json(dir / "out/sweep.json").at("trials").at(0);
   EXPECT_EQ(trial.at("status"), "error");
   EXPECT_EQ(trial.at("message").get<std::string>().rfind("trial process timed out after 1 s", 0),
@@ -339,7 +342,7 @@ sweep: {batch_sizes: [8, 16], checkpointing: [false, true], trial_timeout: 1, ti
   const auto sleepy = dir / "sleepy-train.sh";
   std::ofstream(sleepy) << "#!/bin/sh\nsleep 30\n";
   fs::permissions(sleepy, fs::perms::owner_all);
-  ASSERT_EQ(training::run_sweep({config.string(), {}, (dir / "out").string(), sleepy}), 0);
+  ASSERT_EQ(training::run_sweep({config.string(), {}, (dir / "out").string(), sleepy, ""}), 0);
   const auto sweep = read_json(dir / "out/sweep.json");
   EXPECT_FALSE(sweep.at("complete").get<bool>());
   const auto& trials = sweep.at("trials");
@@ -357,7 +360,7 @@ TEST(Sweep, FindMaxOnTheCpuNeedsALimit) {
   test_support::TempDir dir;
   const auto config = write_config(dir, "training: {device: cpu}\nsweep: {find_max: true}\n");
   try {
-    training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY});
+    training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY, ""});
     FAIL();
   } catch (const training::UserError& e) {
     EXPECT_NE(std::string(e.what()).find("sweep.find_max: on the CPU there is no device memory"),
@@ -404,3 +407,34 @@ TEST(Summarize, FindsLargestFittingFastestAndFitsPerCell) {
 }
 
 }  // namespace
+
+// `--card`: every trial is predicted on that card beside what it measured; an unknown card is
+// refused before the sweep's folder exists.
+TEST(Sweep, ACardPredictsEachTrialBesideItsMeasurement) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: cifar}
+training: {device: cpu, memory_format: contiguous}
+sweep: {batch_sizes: [4, 8], warmup_steps: 0, measure_steps: 1}
+)");
+  training::SweepRequest refused{config.string(), {}, (dir / "bad").string(), TRAIN_BINARY, "T5"};
+  EXPECT_THROW(training::run_sweep(refused), training::UserError);
+  EXPECT_FALSE(fs::exists(dir / "bad"));
+  training::SweepRequest request{config.string(), {}, (dir / "out").string(), TRAIN_BINARY, "T4"};
+  ASSERT_EQ(training::run_sweep(request), 0);
+  const auto sweep = read_json(dir / "out/sweep.json");
+  ASSERT_EQ(sweep.at("trials").size(), 2u);
+  int64_t previous = 0;
+  for (const auto& trial : sweep.at("trials")) {
+    EXPECT_EQ(trial.at("card"), "T4");
+    EXPECT_TRUE(trial.at("fits_on_card").get<bool>());
+    const int64_t reserved = trial.at("predicted_reserved_peak_bytes").get<int64_t>();
+    EXPECT_GE(reserved, trial.at("predicted_allocated_peak_bytes").get<int64_t>());
+    EXPECT_GT(reserved, previous);  // batch 8 holds more than batch 4
+    previous = reserved;
+  }
+  const std::string md = test_support::read_text(dir / "out/sweep.md");
+  EXPECT_NE(md.find("## Predicted on T4"), std::string::npos) << md;
+  EXPECT_NE(test_support::read_text(dir / "out/sweep.csv").find("predicted_reserved_peak_bytes"),
+            std::string::npos);
+}

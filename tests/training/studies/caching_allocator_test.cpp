@@ -1,0 +1,199 @@
+// The caching allocator model on hand-built streams whose outcome follows from
+// c10/cuda/CUDACachingAllocator.cpp's rules (the function each case follows is named).
+#include "training/studies/caching_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include "training/platform/errors.h"
+
+namespace training {
+namespace {
+
+AllocatorOptions options(int64_t limit, int64_t max_split_size = AllocatorOptions{}.max_split_size,
+                         bool expandable = false) {
+  AllocatorOptions o;
+  o.limit = limit;
+  o.max_split_size = max_split_size;
+  o.expandable_segments = expandable;
+  return o;
+}
+
+TEST(CachingAllocatorModel, RoundsEveryRequestUpTo512Bytes) {  // round_size
+  CachingAllocatorModel allocator;
+  ASSERT_TRUE(allocator.allocate(1, 1));
+  ASSERT_TRUE(allocator.allocate(2, 513));
+  ASSERT_TRUE(allocator.allocate(3, 1024));
+  EXPECT_EQ(allocator.block_size(1), 512);
+  EXPECT_EQ(allocator.block_size(2), 1024);
+  EXPECT_EQ(allocator.block_size(3), 1024);
+  EXPECT_EQ(allocator.stats().allocated, 2560);
+  EXPECT_EQ(allocator.stats().reserved, 2 * kMiB);  // one small segment holds all three
+  EXPECT_EQ(allocator.stats().segments, 1);
+}
+
+TEST(CachingAllocatorModel, ChoosesThePoolAndTheSegmentSizeByTheRequest) {
+  // get_pool and get_allocation_size: <= 1 MiB small (2 MiB segments), < 10 MiB large in 20 MiB
+  // segments, larger ones a segment of their own rounded up to 2 MiB. Each in an empty cache.
+  struct Case {
+    int64_t request, block, reserved;
+  };
+  for (const Case& c : {Case{kMiB, kMiB, 2 * kMiB}, Case{kMiB + 1, kMiB + 512, 20 * kMiB},
+                        Case{10 * kMiB, 10 * kMiB, 10 * kMiB},
+                        // The remainder, 1 MiB - 512 B, is not over 1 MiB: not split, so the whole
+                        // 12 MiB block counts as allocated (should_split).
+                        Case{11 * kMiB + 1, 12 * kMiB, 12 * kMiB}}) {
+    CachingAllocatorModel allocator;
+    ASSERT_TRUE(allocator.allocate(1, c.request));
+    EXPECT_EQ(allocator.block_size(1), c.block) << c.request;
+    EXPECT_EQ(allocator.stats().allocated, c.block) << c.request;
+    EXPECT_EQ(allocator.stats().reserved, c.reserved) << c.request;
+  }
+  // A large request is served from a cached large block before a new segment is made.
+  CachingAllocatorModel allocator;
+  ASSERT_TRUE(allocator.allocate(1, kMiB + 1));
+  ASSERT_TRUE(allocator.allocate(2, 11 * kMiB));
+  EXPECT_EQ(allocator.stats().reserved, 20 * kMiB);
+  EXPECT_EQ(allocator.stats().segments, 1);
+}
+
+TEST(CachingAllocatorModel, ReusesAFreedBlockWithoutReservingMore) {  // get_free_block
+  CachingAllocatorModel allocator;
+  ASSERT_TRUE(allocator.allocate(1, 4 * kMiB));
+  const int64_t address = allocator.block_address(1);
+  allocator.free(1);
+  EXPECT_EQ(allocator.stats().allocated, 0);
+  EXPECT_EQ(allocator.stats().reserved, 20 * kMiB);  // nothing is returned to the device
+  ASSERT_TRUE(allocator.allocate(2, 4 * kMiB));
+  EXPECT_EQ(allocator.block_address(2), address);
+  EXPECT_EQ(allocator.stats().reserved, 20 * kMiB);
+}
+
+TEST(CachingAllocatorModel, TakesTheSmallestFreeBlockThatFits) {  // best fit
+  CachingAllocatorModel allocator;
+  ASSERT_TRUE(allocator.allocate(1, 30 * kMiB));
+  ASSERT_TRUE(allocator.allocate(2, 12 * kMiB));
+  const int64_t twelve = allocator.block_address(2);
+  allocator.free(1);
+  allocator.free(2);
+  ASSERT_TRUE(allocator.allocate(3, 11 * kMiB));
+  EXPECT_EQ(allocator.block_address(3), twelve);
+  EXPECT_EQ(allocator.stats().reserved, 42 * kMiB);
+}
+
+TEST(CachingAllocatorModel, SplitsAndMergesBlocksOfOneSegment) {  // should_split, free_block
+  CachingAllocatorModel allocator;
+  for (int64_t id = 1; id <= 3; ++id) ASSERT_TRUE(allocator.allocate(id, 5 * kMiB));
+  EXPECT_EQ(allocator.stats().segments, 1);  // three 5 MiB blocks split off one 20 MiB segment
+  const int64_t start = allocator.block_address(1);
+  EXPECT_EQ(allocator.block_address(2), start + 5 * kMiB);
+  allocator.free(2);
+  allocator.free(1);  // merges with 2's block: 10 MiB free at the start
+  ASSERT_TRUE(allocator.allocate(4, 9 * kMiB));
+  EXPECT_EQ(allocator.block_address(4), start);
+  EXPECT_EQ(allocator.stats().reserved, 20 * kMiB);
+}
+
+TEST(CachingAllocatorModel, AFragmentedCacheRunsOutWithFreeBytesLeft) {
+  // Two 20 MiB segments of 5 MiB blocks, every other one freed: 20 MiB free, no 10 MiB piece; a
+  // new segment would pass the limit and no whole segment is free to release.
+  CachingAllocatorModel allocator(options(40 * kMiB));
+  for (int64_t id = 1; id <= 8; ++id) ASSERT_TRUE(allocator.allocate(id, 5 * kMiB));
+  EXPECT_EQ(allocator.stats().reserved, 40 * kMiB);
+  for (int64_t id : {1, 3, 5, 7}) allocator.free(id);
+  EXPECT_EQ(allocator.stats().allocated, 20 * kMiB);
+  EXPECT_FALSE(allocator.allocate(9, 10 * kMiB));
+  EXPECT_EQ(allocator.stats().retries, 1);
+  EXPECT_EQ(allocator.stats().reserved, 40 * kMiB);
+  // Freeing a neighbour makes a 10 MiB block, which the request then takes.
+  allocator.free(2);
+  EXPECT_TRUE(allocator.allocate(9, 10 * kMiB));
+}
+
+TEST(CachingAllocatorModel, ReleasesWholeCachedSegmentsBeforeGivingUp) {  // release_cached_blocks
+  CachingAllocatorModel allocator(options(60 * kMiB));
+  for (int64_t id = 1; id <= 3; ++id) ASSERT_TRUE(allocator.allocate(id, 20 * kMiB));
+  allocator.free(1);
+  allocator.free(3);
+  ASSERT_TRUE(allocator.allocate(4, 30 * kMiB));
+  EXPECT_EQ(allocator.stats().retries, 1);
+  EXPECT_EQ(allocator.stats().reserved, 50 * kMiB);
+  EXPECT_EQ(allocator.stats().peak_reserved, 60 * kMiB);
+}
+
+TEST(CachingAllocatorModel, MaxSplitSizeKeepsOversizeBlocksWhole) {  // get_free_block's limits
+  CachingAllocatorModel plain;
+  ASSERT_TRUE(plain.allocate(1, 50 * kMiB));
+  plain.free(1);
+  ASSERT_TRUE(plain.allocate(2, 20 * kMiB));
+  EXPECT_EQ(plain.stats().reserved, 50 * kMiB);  // split off the cached 50 MiB block
+
+  CachingAllocatorModel limited(options(0, 40 * kMiB));
+  ASSERT_TRUE(limited.allocate(1, 50 * kMiB));
+  limited.free(1);
+  ASSERT_TRUE(limited.allocate(2, 20 * kMiB));
+  EXPECT_EQ(limited.stats().reserved, 70 * kMiB);  // an oversize block serves no smaller request
+  // An oversize request takes a cached block less than 20 MiB larger, whole.
+  limited.free(2);
+  ASSERT_TRUE(limited.allocate(3, 45 * kMiB));
+  EXPECT_EQ(limited.block_size(3), 50 * kMiB);
+  EXPECT_EQ(limited.stats().reserved, 70 * kMiB);
+}
+
+TEST(CachingAllocatorModel, MaxSplitSizeReleasesOversizeSegmentsFirst) {
+  // release_available_cached_blocks: the cached 50 MiB segment goes before the last retry.
+  CachingAllocatorModel allocator(options(60 * kMiB, 40 * kMiB));
+  ASSERT_TRUE(allocator.allocate(1, 50 * kMiB));
+  allocator.free(1);
+  ASSERT_TRUE(allocator.allocate(2, 20 * kMiB));
+  EXPECT_EQ(allocator.stats().reserved, 20 * kMiB);
+  EXPECT_EQ(allocator.stats().retries, 0);
+}
+
+TEST(CachingAllocatorModel, ExpandableSegmentsGrowByPages) {
+  CachingAllocatorModel allocator(options(0, AllocatorOptions{}.max_split_size, true));
+  ASSERT_TRUE(allocator.allocate(1, 25 * kMiB));
+  EXPECT_EQ(allocator.stats().reserved, 40 * kMiB);  // two 20 MiB pages
+  EXPECT_EQ(allocator.block_size(1), 25 * kMiB);
+  ASSERT_TRUE(allocator.allocate(2, 10 * kMiB));  // in the 15 MiB left at the end
+  EXPECT_EQ(allocator.stats().reserved, 40 * kMiB);
+  EXPECT_EQ(allocator.block_address(2), allocator.block_address(1) + 25 * kMiB);
+  ASSERT_TRUE(allocator.allocate(3, 10 * kMiB));  // 5 MiB left: one more page joins it
+  EXPECT_EQ(allocator.stats().reserved, 60 * kMiB);
+  EXPECT_EQ(allocator.block_address(3), allocator.block_address(2) + 10 * kMiB);
+  EXPECT_EQ(allocator.stats().segments, 1);
+}
+
+TEST(CachingAllocatorModel, ExpandableSegmentsAvoidTheGrowingBatchsSlivers) {
+  // The pattern of the source's note: tensors of a batch N, then N + 1. Separate segments leave
+  // each old one too small; one expandable segment reuses its freed space.
+  auto run = [](AllocatorOptions given) {
+    CachingAllocatorModel allocator(given);
+    for (int64_t id = 0; id < 4; ++id) allocator.allocate(id, 40 * kMiB);
+    for (int64_t id = 0; id < 4; ++id) allocator.free(id);
+    for (int64_t id = 10; id < 14; ++id) allocator.allocate(id, 41 * kMiB);
+    return allocator.stats().peak_reserved;
+  };
+  EXPECT_EQ(run({}), 160 * kMiB + 4 * 42 * kMiB);
+  EXPECT_EQ(run(options(0, AllocatorOptions{}.max_split_size, true)), 180 * kMiB);
+}
+
+TEST(CachingAllocatorModel, ReadsPytorchCudaAllocConf) {
+  EXPECT_EQ(parse_alloc_conf(""), AllocatorOptions{});
+  const auto read = parse_alloc_conf("max_split_size_mb:128, expandable_segments:True");
+  EXPECT_EQ(read.max_split_size, 128 * kMiB);
+  EXPECT_TRUE(read.expandable_segments);
+  EXPECT_EQ(alloc_conf_text(read), "max_split_size_mb:128,expandable_segments:True");
+  EXPECT_THROW(parse_alloc_conf("max_split_size_mb:10"), UserError);
+  EXPECT_THROW(parse_alloc_conf("expandable_segments:yes"), UserError);
+  try {
+    parse_alloc_conf("roundup_power2_divisions:4");
+    FAIL() << "an option the model does not follow was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("roundup_power2_divisions: not modelled"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace training

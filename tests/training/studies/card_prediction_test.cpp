@@ -1,0 +1,166 @@
+// Predicting a card's memory from the CPU: the card table, the stream's scaling, the replay, a
+// real recording, and `train memory --card`.
+#include "training/studies/card_prediction.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_support.h"
+#include "training/config/config.h"
+#include "training/platform/errors.h"
+#include "training/studies/memory_report.h"
+
+namespace training {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string refusal(const std::string& text) {
+  try {
+    find_card(text);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
+  const Card h100 = find_card("h100_80gb");
+  EXPECT_EQ(h100.name, "H100-80GB");
+  EXPECT_EQ(h100.memory_bytes, int64_t{81559} << 20);
+  EXPECT_EQ(h100.architecture, "sm_90");
+  EXPECT_EQ(find_card("H200").memory_bytes, int64_t{143771} << 20);
+  const Card sized = find_card("24GiB");
+  EXPECT_EQ(sized.memory_bytes, int64_t{24} << 30);
+  EXPECT_EQ(sized.architecture, "");
+  EXPECT_NE(refusal("RTX4909").find("unknown card 'RTX4909' (did you mean 'RTX4090'?)"),
+            std::string::npos)
+      << refusal("RTX4909");
+  EXPECT_NE(refusal("Voodoo").find("(valid: H200, H100-80GB"), std::string::npos);
+  EXPECT_NE(refusal("0B").find("above 0"), std::string::npos) << refusal("0B");
+  EXPECT_NE(refusal("12 parsecs").find("--card: expected a size"), std::string::npos)
+      << refusal("12 parsecs");
+  for (const auto& text : {"", "-1GiB"}) EXPECT_FALSE(refusal(text).empty()) << text;
+  // The workspaces follow the architecture: 32 MiB on Hopper, LibTorch's smaller default before.
+  EXPECT_EQ(beside_tensors(h100).cublas_workspace, 32 << 20);
+  EXPECT_EQ(beside_tensors(find_card("T4")).cublas_workspace, 4096 * 1024 * 2 + 16 * 1024 * 8);
+  EXPECT_NE(beside_tensors(h100).outside_source.find("assumed"), std::string::npos);
+}
+
+AllocationStream stream(std::vector<TraceEvent> events, std::vector<TraceMark> marks = {}) {
+  return {std::move(events), std::move(marks)};
+}
+
+TEST(CardPrediction, ScalesEachAllocationLinearlyInTheBatch) {
+  // An allocation of 100 + 10 x batch bytes, one of 7 bytes whatever the batch, and a free.
+  const auto at2 = stream({{0, 120}, {1, 7}, {0, 0}});
+  const auto at4 = stream({{0, 140}, {1, 7}, {0, 0}});
+  const LinearStream linear = linear_stream(at2, 2, at4, 4);
+  const auto at100 = linear.at(100);
+  EXPECT_EQ(at100.events[0].bytes, 1100);
+  EXPECT_EQ(at100.events[1].bytes, 7);
+  EXPECT_TRUE(at100.events[2].is_free());
+  EXPECT_EQ(mismatched_allocations(linear, stream({{0, 130}, {1, 7}, {0, 0}}), 3), 0);
+  EXPECT_EQ(mismatched_allocations(linear, stream({{0, 131}, {1, 7}, {0, 0}}), 3), 1);
+  EXPECT_EQ(mismatched_allocations(linear, stream({{0, 130}, {0, 0}, {1, 7}}), 3), -1);
+  // Streams that allocate in another order cannot be scaled.
+  EXPECT_THROW(linear_stream(at2, 2, stream({{0, 140}, {0, 0}, {1, 7}}), 4), std::runtime_error);
+  EXPECT_THROW(linear_stream(at2, 2, stream({{0, 140}, {1, 7}}), 4), std::runtime_error);
+}
+
+TEST(CardPrediction, ReplaysPhasesWithTheCardsWorkspaces) {
+  constexpr int64_t MiB = int64_t{1} << 20;
+  // held: 4 MiB; forward: +30 MiB; backward: frees it, 12 MiB of gradients.
+  const auto s =
+      stream({{0, 4 * MiB}, {1, 30 * MiB}, {1, 0}, {2, 12 * MiB}},
+             {{1, "held"}, {1, "step1 forward"}, {2, "step1 backward"}, {4, "step1 end"}});
+  BesideTensors beside;
+  beside.cublas_workspace = 32 * MiB;
+  beside.workspaces = 2;
+  const Replay replay = replay_stream(s, {}, beside);
+  ASSERT_TRUE(replay.fits);
+  EXPECT_EQ(replay.peak_allocated, 4 * MiB + 64 * MiB + 12 * MiB);
+  EXPECT_EQ(replay.peak_phase, "step1 backward");
+  ASSERT_EQ(replay.phases.size(), 3u);
+  EXPECT_EQ(replay.phases[0].phase, "step1 forward");
+  EXPECT_EQ(replay.phases[0].allocated, 34 * MiB);
+  // 20 MiB for the 4 MiB block, 30, 32 and 32, and the 12 MiB request reuses the freed 30 MiB.
+  EXPECT_EQ(replay.peak_reserved, 20 * MiB + 30 * MiB + 64 * MiB);
+  AllocatorOptions limited;
+  limited.limit = 100 * MiB;
+  const Replay tight = replay_stream(s, limited, beside);
+  EXPECT_FALSE(tight.fits);
+  EXPECT_EQ(tight.failed_at, "step1 backward");
+}
+
+Config small_config() {
+  Config config;
+  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
+  config.training.device = "cpu";
+  config.training.batch_size = 64;
+  config.training.memory_format = c10::MemoryFormat::Contiguous;
+  return config;
+}
+
+TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
+  const Config config = small_config();
+  const SweepCell cell{Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
+  const CardPrediction p = predict_on_card(config, cell, find_card("1GiB"), {});
+  EXPECT_EQ(p.mismatched, 0) << "an allocation of ResNet-18 is not linear in the batch";
+  EXPECT_EQ(p.allocator.limit, (int64_t{1} << 30) - p.beside.outside_allocator);
+  ASSERT_GT(p.largest_batch, 1);
+  // The largest batch fits by replay and the next does not.
+  const LinearStream linear =
+      linear_stream(record_step_stream(config, cell, 2), 2, record_step_stream(config, cell, 4), 4);
+  auto replay = [&](int64_t batch) {
+    return replay_stream(with_prefetched_batches(linear.at(batch), p.prefetched_batches, batch),
+                         p.allocator, p.beside);
+  };
+  auto fits = [&](int64_t batch) { return replay(batch).fits; };
+  EXPECT_EQ(p.prefetched_batches, 2);  // data.prefetch auto, as on CUDA
+  EXPECT_TRUE(fits(p.largest_batch));
+  EXPECT_FALSE(fits(p.largest_batch + 1));
+  EXPECT_EQ(p.replay.fits, p.batch_size <= p.largest_batch);
+  EXPECT_GE(p.replay.peak_reserved, p.replay.peak_allocated);
+  // Steps 2 and 3 hold the momentum buffers that step 1 makes: their peaks are the higher.
+  const Replay edge = replay(p.largest_batch);
+  ASSERT_EQ(edge.phases.size(), 12u);  // 3 steps x forward, backward, optimizer, end
+  EXPECT_NE(edge.peak_phase.rfind("step1", 0), 0u) << edge.peak_phase;
+}
+
+TEST(CardPrediction, TrainMemoryWritesThePredictionAndRefusesBadCardsFirst) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "memory.yaml") << "model: {arch: resnet18, stem: cifar}\n"
+                                        "training: {device: cpu, batch_size: 8, "
+                                        "memory_format: contiguous}\n";
+  MemoryRequest request;
+  request.config_path = (dir / "memory.yaml").string();
+  request.settings = "fp32";
+  request.output_dir = (dir / "study").string();
+  request.card = "T5";
+  EXPECT_THROW(memory_command(request), UserError);
+  request.card = "T4";
+  request.settings = "fp32+checkpointing=auto";
+  EXPECT_THROW(memory_command(request), UserError);
+  EXPECT_FALSE(fs::exists(dir / "study"));
+
+  request.settings = "fp32";
+  ASSERT_EQ(memory_command(request), kExitOk);
+  std::ifstream in(dir / "study" / "memory_breakdown.json");
+  const auto setting = nlohmann::json::parse(in).at("settings")[0];
+  EXPECT_EQ(setting.at("card").at("name"), "T4");
+  EXPECT_EQ(setting.at("card").at("memory_bytes"), int64_t{15360} << 20);
+  EXPECT_TRUE(setting.at("fits").get<bool>());
+  const int64_t reserved = setting.at("predicted_reserved_peak_bytes");
+  EXPECT_GE(reserved, setting.at("predicted_allocated_peak_bytes").get<int64_t>());
+  EXPECT_EQ(setting.at("predicted_device_bytes").get<int64_t>(),
+            reserved + setting.at("outside_allocator_bytes").get<int64_t>());
+  EXPECT_GT(setting.at("largest_batch").get<int64_t>(), 8);
+  const std::string md = test_support::read_text(dir / "study" / "memory_breakdown.md");
+  EXPECT_NE(md.find("## On T4"), std::string::npos) << md;
+  EXPECT_NE(md.find("Not modelled: cuDNN"), std::string::npos) << md;
+}
+
+}  // namespace
+}  // namespace training

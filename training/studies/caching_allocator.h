@@ -1,0 +1,106 @@
+// A model of LibTorch 2.11's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp,
+// DeviceCachingAllocator), for predicting a card's allocated and reserved bytes from an allocation
+// stream recorded on the CPU (card_prediction.h). One device, one stream, no CUDA graphs. The
+// rules, each named after the function of the source it follows:
+//   round_size            a request is rounded up to a multiple of 512 B (kMinBlockSize), 512 at
+//   least get_pool              <= 1 MiB (kSmallSize): the small pool, else the large pool
+//   get_allocation_size   a new segment: 2 MiB (kSmallBuffer) for a small request, 20 MiB
+//                         (kLargeBuffer) for one under 10 MiB (kMinLargeAlloc), else the request
+//                         rounded up to 2 MiB (kRoundLarge)
+//   get_free_block        best fit: the smallest free block of the pool at least as large, the
+//   lowest
+//                         address among equals; with max_split_size_mb, a request below it never
+//                         takes an oversize block, and one at or above it only a block less than 20
+//                         MiB larger
+//   should_split          small pool: a remainder of 512 B or more is split off; large pool: a
+//                         remainder over 1 MiB, and only for requests below max_split_size
+//   free_block            a freed block merges with its free neighbours of the same segment
+//   alloc_block           a new segment, refused when it would take the reserved bytes over the
+//   limit
+//                         (the card's memory less what lies outside the allocator, or memory.limit)
+//   release_available_cached_blocks   (max_split_size_mb set) frees oversize cached segments
+//   release_cached_blocks the last retry: every free segment that is not split is returned
+// "allocated" counts the sizes of the blocks handed out (rounded, and whole when not split), as
+// torch.cuda.memory_allocated does; "reserved" the segments held, as memory_reserved does.
+// expandable_segments:True is modelled as one segment per pool that grows by 2 MiB (small) or
+// 20 MiB (large) pages at its end, every remainder of 512 B or more split off; on a retry the free
+// pages at its end are unmapped. Holes unmapped inside a segment are not modelled.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+namespace training {
+
+inline constexpr int64_t kMiB = int64_t{1} << 20;
+
+struct AllocatorOptions {
+  int64_t max_split_size = std::numeric_limits<int64_t>::max();  // max_split_size_mb, in bytes
+  bool expandable_segments = false;
+  int64_t limit = 0;  // the most bytes of segments it may hold; 0 = no limit
+
+  bool operator==(const AllocatorOptions& other) const {
+    return max_split_size == other.max_split_size &&
+           expandable_segments == other.expandable_segments && limit == other.limit;
+  }
+};
+
+// PYTORCH_CUDA_ALLOC_CONF as the card's process reads it: "max_split_size_mb:128,
+// expandable_segments:True". Options the model does not follow (roundup_power2_divisions,
+// garbage_collection_threshold, backend, ...) are refused: UserError naming the option.
+AllocatorOptions parse_alloc_conf(const std::string& text);
+std::string alloc_conf_text(const AllocatorOptions& options);  // "" for the defaults
+
+struct AllocatorStats {
+  int64_t allocated = 0, peak_allocated = 0;
+  int64_t reserved = 0, peak_reserved = 0;
+  int64_t segments = 0;
+  int64_t retries = 0;  // allocations that freed cached segments first
+};
+
+class CachingAllocatorModel {
+ public:
+  explicit CachingAllocatorModel(AllocatorOptions options = {});
+  ~CachingAllocatorModel();
+  CachingAllocatorModel(const CachingAllocatorModel&) = delete;
+  CachingAllocatorModel& operator=(const CachingAllocatorModel&) = delete;
+
+  // Allocation `id` of `bytes` (as requested). False: out of memory (nothing changed), as the
+  // allocator throws after its retries. An id is allocated at most once at a time.
+  bool allocate(int64_t id, int64_t bytes);
+  void free(int64_t id);  // an id not allocated is ignored
+
+  const AllocatorStats& stats() const { return stats_; }
+  void reset_peaks();
+  // The block handed out for `id`: its size (0 when none) and address, for tests.
+  int64_t block_size(int64_t id) const;
+  int64_t block_address(int64_t id) const;
+
+ private:
+  struct Block;
+  struct Pool;
+  Block* take_free_block(Pool& pool, int64_t size);
+  Block* new_segment(Pool& pool, int64_t size, int64_t segment_size);
+  Block* grow_expandable(Pool& pool, int64_t size);
+  bool release_oversize(Pool& pool, int64_t size);
+  void release_free_segments();
+  void release_segment(Pool& pool, Block* block);
+  Pool& pool_of(Block* block);
+  void insert_free(Pool& pool, Block* block);
+  void erase_free(Pool& pool, Block* block);
+  Block* split(Pool& pool, Block* block, int64_t size);
+  bool should_split(const Pool& pool, const Block* block, int64_t size) const;
+
+  AllocatorOptions options_;
+  std::unique_ptr<Pool> small_, large_;
+  std::unordered_map<int64_t, Block*> active_;
+  int64_t next_address_ = 0;
+  AllocatorStats stats_;
+};
+
+}  // namespace training

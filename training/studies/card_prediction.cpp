@@ -1,0 +1,389 @@
+#include "training/studies/card_prediction.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "training/parts/components.h"
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+#include "training/step/step.h"
+
+namespace training {
+
+namespace {
+
+// Marks the phases of each step on the trace.
+class PhaseMarks final : public StepObserver {
+ public:
+  explicit PhaseMarks(AllocationTrace& trace) : trace_(trace) {}
+  int step = 0;
+  void forward_begins() override { mark("forward"); }
+  void backward_begins() override { mark("backward"); }
+  void optimizer_begins() override { mark("optimizer"); }
+  void step_ends() override { mark("end"); }
+
+ private:
+  void mark(const std::string& phase) { trace_.mark(fmt::format("step{} {}", step, phase)); }
+  AllocationTrace& trace_;
+};
+
+// The CPU allocator's trace, limit and thread count for the recording, restored however it ends.
+class RecordingScope {
+ public:
+  explicit RecordingScope(AllocationTrace* trace)
+      : limit_(TrackingCpuAllocator::instance().limit()), threads_(torch::get_num_threads()) {
+    TrackingCpuAllocator::instance().set_limit(0);
+    torch::set_num_threads(1);
+    trace_ = trace;
+  }
+  void start() { TrackingCpuAllocator::instance().set_trace(trace_); }
+  ~RecordingScope() {
+    TrackingCpuAllocator::instance().set_trace(nullptr);
+    TrackingCpuAllocator::instance().set_limit(limit_);
+    torch::set_num_threads(threads_);
+  }
+  RecordingScope(const RecordingScope&) = delete;
+  RecordingScope& operator=(const RecordingScope&) = delete;
+
+ private:
+  int64_t limit_;
+  int threads_;
+  AllocationTrace* trace_ = nullptr;
+};
+
+int64_t ceil_div(int64_t numerator, int64_t denominator) {
+  const int64_t q = numerator / denominator;
+  return q + ((numerator % denominator != 0) && ((numerator > 0) == (denominator > 0)) ? 1 : 0);
+}
+
+}  // namespace
+
+AllocationStream record_step_stream(const Config& base, const SweepCell& cell, int64_t batch,
+                                    int steps) {
+  if (cell.checkpointing == CheckpointMode::Auto) {
+    throw UserError(
+        "--card: " + std::string("checkpointing auto chooses its blocks for a budget; ") +
+        "predict checkpointing off or on (every block) instead");
+  }
+  Config config = base;
+  config.training.device = "cpu";
+  config.training.batch_size = batch;
+  config.training.precision = cell.precision;
+  config.training.memory_format = cell.memory_format;
+  config.checkpointing.mode(cell.checkpointing);
+  config.memory.limit = 0;
+  const torch::Device device(torch::kCPU);
+  AllocationTrace trace;
+  RecordingScope scope(&trace);
+  StepParts parts = build_step_parts(config, device);
+  const auto [images, labels] = synthetic_batch(config, device);
+  parts.model->train();
+  PhaseMarks marks(trace);
+  scope.start();
+  for (int step = 1; step <= steps; ++step) {
+    marks.step = step;
+    train_step(parts, images, labels, step_options(config).observer(&marks));
+  }
+  return trace.stream();
+}
+
+AllocationStream LinearStream::at(int64_t batch) const {
+  AllocationStream stream = at_a;
+  for (size_t i = 0; i < stream.events.size(); ++i) {
+    auto& event = stream.events[i];
+    if (event.is_free()) continue;
+    event.bytes =
+        std::max<int64_t>(1, event.bytes + ceil_div(slope_numerator[i] * (batch - a), b - a));
+  }
+  return stream;
+}
+
+LinearStream linear_stream(const AllocationStream& at_a, int64_t a, const AllocationStream& at_b,
+                           int64_t b) {
+  const auto& x = at_a.events;
+  const auto& y = at_b.events;
+  const size_t common = std::min(x.size(), y.size());
+  for (size_t i = 0; i < common; ++i) {
+    if (x[i].id != y[i].id || x[i].is_free() != y[i].is_free()) {
+      throw std::runtime_error(fmt::format(
+          "the allocation streams at batch {} and {} differ at event {} of {}: the step does not "
+          "allocate the same tensors at every batch, so it cannot be scaled",
+          a, b, i, x.size()));
+    }
+  }
+  if (x.size() != y.size()) {
+    throw std::runtime_error(
+        fmt::format("the allocation streams at batch {} and {} have {} and {} events", a, b,
+                    x.size(), y.size()));
+  }
+  LinearStream linear{at_a, {}, a, b};
+  linear.slope_numerator.resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) linear.slope_numerator[i] = y[i].bytes - x[i].bytes;
+  return linear;
+}
+
+int64_t mismatched_allocations(const LinearStream& stream, const AllocationStream& recorded,
+                               int64_t batch) {
+  const AllocationStream predicted = stream.at(batch);
+  if (predicted.events.size() != recorded.events.size()) return -1;
+  int64_t mismatched = 0;
+  for (size_t i = 0; i < predicted.events.size(); ++i) {
+    const auto& p = predicted.events[i];
+    const auto& r = recorded.events[i];
+    if (p.id != r.id || p.is_free() != r.is_free()) return -1;
+    if (p.bytes != r.bytes) ++mismatched;
+  }
+  return mismatched;
+}
+
+Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& options,
+                     const BesideTensors& beside) {
+  CachingAllocatorModel allocator(options);
+  Replay replay;
+  std::string phase = "start";
+  size_t next_mark = 0;
+  PhasePeak current{phase, 0, 0};
+  auto close_phase = [&] {
+    if (current.phase != "held" && current.phase != "start") replay.phases.push_back(current);
+  };
+  auto open_phase = [&](const std::string& label) {
+    close_phase();
+    phase = label;
+    current = {label, allocator.stats().allocated, allocator.stats().reserved};
+    if (label == "step1 backward") {
+      for (int64_t w = 0; w < beside.workspaces; ++w) {
+        if (!allocator.allocate(-1 - w, beside.cublas_workspace)) {
+          replay.fits = false;
+          replay.failed_at = label;
+        }
+      }
+    }
+  };
+  for (size_t i = 0; i <= stream.events.size() && replay.fits; ++i) {
+    while (next_mark < stream.marks.size() && stream.marks[next_mark].event == i) {
+      open_phase(stream.marks[next_mark++].label);
+    }
+    if (i == stream.events.size()) break;
+    const auto& event = stream.events[i];
+    if (event.is_free()) {
+      allocator.free(event.id);
+    } else if (!allocator.allocate(event.id, event.bytes)) {
+      replay.fits = false;
+      replay.failed_at = phase;
+      break;
+    }
+    const auto& stats = allocator.stats();
+    current.allocated = std::max(current.allocated, stats.allocated);
+    current.reserved = std::max(current.reserved, stats.reserved);
+    if (stats.allocated > replay.peak_allocated) {
+      replay.peak_allocated = stats.allocated;
+      replay.peak_phase = phase;
+    }
+  }
+  close_phase();
+  replay.peak_reserved = allocator.stats().peak_reserved;
+  replay.retries = allocator.stats().retries;
+  return replay;
+}
+
+AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count, int64_t batch) {
+  if (count <= 0) return stream;
+  size_t at = 0;
+  for (const auto& mark : stream.marks) {
+    if (mark.label == "held") at = mark.event;
+  }
+  int64_t next_id = 0;
+  for (const auto& event : stream.events) next_id = std::max(next_id, event.id + 1);
+  std::vector<TraceEvent> added;
+  for (int64_t i = 0; i < count; ++i) {
+    added.push_back({next_id++, batch * 3 * 32 * 32 * 4});  // images
+    added.push_back({next_id++, batch * 8});                // labels
+  }
+  stream.events.insert(stream.events.begin() + static_cast<std::ptrdiff_t>(at), added.begin(),
+                       added.end());
+  for (auto& mark : stream.marks) {
+    if (mark.event >= at) mark.event += added.size();
+  }
+  return stream;
+}
+
+int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched,
+                              const AllocatorOptions& options, const BesideTensors& beside) {
+  auto fits = [&](int64_t batch) {
+    return replay_stream(with_prefetched_batches(stream.at(batch), prefetched, batch), options,
+                         beside)
+        .fits;
+  };
+  if (!fits(1)) return 0;
+  int64_t good = 1, bad = 2;
+  constexpr int64_t kMaxBatch = int64_t{1} << 24;
+  while (bad <= kMaxBatch && fits(bad)) good = bad, bad *= 2;
+  if (bad > kMaxBatch) return good;
+  while (bad - good > 1) {
+    const int64_t middle = good + (bad - good) / 2;
+    (fits(middle) ? good : bad) = middle;
+  }
+  return good;
+}
+
+CardPredictor::CardPredictor(Config config, Card card, AllocatorOptions options,
+                             int64_t allocator_limit)
+    : config_(std::move(config)),
+      card_(std::move(card)),
+      beside_(beside_tensors(card_)),
+      allocator_(options) {
+  allocator_.limit = std::max<int64_t>(1, card_.memory_bytes - beside_.outside_allocator);
+  if (allocator_limit > 0) {
+    allocator_.limit = allocator_limit;
+  } else if (config_.memory.limit > 0 && config_.memory.limit < allocator_.limit) {
+    allocator_.limit = config_.memory.limit;
+    limited_by_memory_limit_ = true;
+  }
+}
+
+const CardPredictor::Recorded& CardPredictor::recorded(const SweepCell& cell) {
+  for (const auto& known : recorded_) {
+    if (known.cell == cell) return known;
+  }
+  const int64_t a = kTraceBatches[0], b = kTraceBatches[1], c = kTraceBatches[2];
+  LinearStream stream = linear_stream(record_step_stream(config_, cell, a), a,
+                                      record_step_stream(config_, cell, b), b);
+  const int64_t mismatched =
+      mismatched_allocations(stream, record_step_stream(config_, cell, c), c);
+  recorded_.push_back({cell, std::move(stream), mismatched});
+  return recorded_.back();
+}
+
+CardPrediction CardPredictor::predict(const SweepCell& cell, int64_t batch) {
+  const Recorded& r = recorded(cell);
+  CardPrediction p;
+  p.card = card_;
+  p.beside = beside_;
+  p.allocator = allocator_;
+  p.limited_by_memory_limit = limited_by_memory_limit_;
+  p.prefetched_batches = prefetch_for(config_.data, /*cuda=*/true);
+  p.batch_size = batch;
+  p.checked_batch = kTraceBatches[2];
+  p.mismatched = r.mismatched;
+  const AllocationStream stream =
+      with_prefetched_batches(r.stream.at(batch), p.prefetched_batches, batch);
+  p.replay = replay_stream(stream, p.allocator, p.beside);
+  AllocatorOptions unlimited = p.allocator;
+  unlimited.limit = 0;
+  p.reserved_without_limit = replay_stream(stream, unlimited, p.beside).peak_reserved;
+  p.largest_batch = largest_fitting_batch(r.stream, p.prefetched_batches, p.allocator, p.beside);
+  return p;
+}
+
+CardPrediction predict_on_card(const Config& config, const SweepCell& cell, const Card& card,
+                               const AllocatorOptions& allocator) {
+  return CardPredictor(config, card, allocator).predict(cell, config.training.batch_size);
+}
+
+std::string prediction_line(const std::string& setting, const CardPrediction& p) {
+  const auto& r = p.replay;
+  if (!r.fits) {
+    return fmt::format(
+        "{} on {} ({}): batch {} does not fit: out of memory in {}; the largest batch that fits is "
+        "{}",
+        setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size, r.failed_at,
+        p.largest_batch);
+  }
+  return fmt::format(
+      "{} on {} ({}): batch {} predicted {} allocated ({}), {} reserved, {} on the device with {} "
+      "outside the allocator; fits with {} to spare{}; the largest batch that fits is {}",
+      setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size,
+      format_bytes(r.peak_allocated), r.peak_phase, format_bytes(r.peak_reserved),
+      format_bytes(p.device_bytes()), format_bytes(p.beside.outside_allocator),
+      format_bytes(p.margin()),
+      p.limited_by_memory_limit
+          ? " (allocator capped at memory.limit " + format_bytes(p.allocator.limit) + ")"
+          : "",
+      p.largest_batch);
+}
+
+nlohmann::ordered_json prediction_json(const CardPrediction& p) {
+  nlohmann::ordered_json phases = nlohmann::ordered_json::array();
+  for (const auto& phase : p.replay.phases) {
+    phases.push_back({{"phase", phase.phase},
+                      {"allocated_peak_bytes", phase.allocated},
+                      {"reserved_peak_bytes", phase.reserved}});
+  }
+  return {{"card",
+           {{"name", p.card.name},
+            {"memory_bytes", p.card.memory_bytes},
+            {"memory_source", p.card.memory_source},
+            {"architecture", p.card.architecture}}},
+          {"batch_size", p.batch_size},
+          {"fits", p.replay.fits},
+          {"failed_in", p.replay.failed_at},
+          {"predicted_allocated_peak_bytes", p.replay.peak_allocated},
+          {"predicted_peak_phase", p.replay.peak_phase},
+          {"predicted_reserved_peak_bytes", p.replay.peak_reserved},
+          {"reserved_peak_without_limit_bytes", p.reserved_without_limit},
+          {"predicted_device_bytes", p.device_bytes()},
+          {"margin_bytes", p.margin()},
+          {"largest_batch", p.largest_batch},
+          {"cublas_workspace_bytes", p.beside.cublas_workspace * p.beside.workspaces},
+          {"outside_allocator_bytes", p.beside.outside_allocator},
+          {"outside_allocator_source", p.beside.outside_source},
+          {"allocator_options", alloc_conf_text(p.allocator)},
+          {"allocator_limit_bytes", p.allocator.limit},
+          {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"},
+          {"prefetched_batches", p.prefetched_batches},
+          {"allocator_retries", p.replay.retries},
+          {"scaling_checked_at_batch", p.checked_batch},
+          {"scaling_mismatched_allocations", p.mismatched},
+          {"phases", phases}};
+}
+
+nlohmann::ordered_json prediction_columns(const CardPrediction& p) {
+  return {{"card", p.card.name},
+          {"card_memory_bytes", p.card.memory_bytes},
+          {"predicted_allocated_peak_bytes", p.replay.fits ? p.replay.peak_allocated : 0},
+          {"predicted_reserved_peak_bytes",
+           p.replay.fits ? p.replay.peak_reserved : p.reserved_without_limit},
+          {"predicted_device_bytes",
+           (p.replay.fits ? p.replay.peak_reserved : p.reserved_without_limit) +
+               p.beside.outside_allocator},
+          {"fits_on_card", p.replay.fits},
+          {"largest_batch_on_card", p.largest_batch}};
+}
+
+std::string prediction_markdown(const std::vector<std::pair<std::string, CardPrediction>>& rows) {
+  if (rows.empty()) return "";
+  const auto& first = rows.front().second;
+  std::string md = fmt::format(
+      "## On {} ({}, {})\n\nPredicted from this machine's allocation stream, replayed through a "
+      "model of the CUDA caching allocator{} under {} (the card less {} outside the allocator: "
+      "{}).\n\n| setting | batch | allocated peak MiB | reserved peak MiB | on the device MiB | "
+      "fits | margin MiB | largest batch that fits |\n|---|---:|---:|---:|---:|---|---:|---:|\n",
+      first.card.name, format_bytes(first.card.memory_bytes), first.card.memory_source,
+      alloc_conf_text(first.allocator).empty() ? "" : " (" + alloc_conf_text(first.allocator) + ")",
+      format_bytes(first.allocator.limit), format_bytes(first.beside.outside_allocator),
+      first.beside.outside_source);
+  for (const auto& [setting, p] : rows) {
+    md += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {} | {:.1f} | {} |\n", setting,
+                      p.batch_size, to_mib(p.replay.peak_allocated), to_mib(p.replay.peak_reserved),
+                      to_mib(p.device_bytes()),
+                      p.replay.fits ? "yes" : "no (out of memory in " + p.replay.failed_at + ")",
+                      to_mib(p.margin()), p.largest_batch);
+  }
+  md += fmt::format(
+      "\nHeld beside the step: {} prefetched batch(es) (data.prefetch). Modelled: the allocator's "
+      "rounding, pools, segments, best-fit reuse, splitting and "
+      "merging, its retries; the cuBLAS workspaces ({} x {}). Not modelled: cuDNN's workspaces "
+      "(transient, taken from the allocator; more under training.cudnn_benchmark), allocations on "
+      "other streams. Each allocation's size is taken as linear in the batch from batches {} and "
+      "{}, checked on batch {}.\n",
+      first.prefetched_batches, first.beside.workspaces,
+      format_bytes(first.beside.cublas_workspace), kTraceBatches[0], kTraceBatches[1],
+      kTraceBatches[2]);
+  return md;
+}
+
+}  // namespace training

@@ -1,0 +1,147 @@
+// Does a step fit on a card this machine does not have? The step's allocation stream is recorded
+// on the CPU (platform/allocation_trace.h: every tensor allocation and free, in order, with the
+// phases of three training steps), at two small batches; each allocation's size is taken as linear
+// in the batch (checked, allocation by allocation, on a third batch), so the stream of any batch
+// follows without running it. That stream, with what a card adds inside the allocator (cards.h:
+// the cuBLAS workspaces), is replayed through the model of the CUDA caching allocator
+// (caching_allocator.h) under the card's memory less what lies outside the allocator. Out: the
+// predicted allocated and reserved peaks per phase, whether it fits, and the largest batch that
+// fits (found by replaying, batch by batch).
+//
+// What it does not model, said wherever its figures are shown: cuDNN's workspaces (transient, come
+// from the caching allocator, larger under training.cudnn_benchmark), allocations made on other
+// streams, and a context size measured on another card.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "training/config/config.h"
+#include "training/platform/allocation_trace.h"
+#include "training/studies/caching_allocator.h"
+#include "training/studies/cards.h"
+#include "training/studies/sweep.h"
+
+namespace training {
+
+// The batches the stream is recorded at: two to scale from, a third to check the scaling on.
+inline constexpr int64_t kTraceBatches[3] = {2, 4, 3};
+inline constexpr int kTraceSteps = 3;
+
+// One setting's step on the CPU at `batch`, `steps` times, with marks "held" (the allocations made
+// before: weights, buffers, the batch) and "stepN forward|backward|optimizer|end". One CPU thread,
+// so that the stream is the same at every batch. Checkpointing auto is refused (UserError): its
+// blocks depend on the budget.
+AllocationStream record_step_stream(const Config& config, const SweepCell& cell, int64_t batch,
+                                    int steps = kTraceSteps);
+
+// A stream whose allocation sizes are linear in the batch, from its recordings at batches a < b.
+struct LinearStream {
+  AllocationStream at_a;
+  std::vector<int64_t> slope_numerator;  // per event: size(b) - size(a)
+  int64_t a = 0, b = 0;
+  // The stream at `batch` (>= 1): each size a + (size(b) - size(a)) * (batch - a) / (b - a),
+  // rounded up to whole bytes.
+  AllocationStream at(int64_t batch) const;
+};
+
+// Throws std::runtime_error naming the first event where the two recordings differ in order.
+LinearStream linear_stream(const AllocationStream& at_a, int64_t a, const AllocationStream& at_b,
+                           int64_t b);
+// How many allocations of `recorded` (at `batch`) differ in size from `stream.at(batch)`; -1 when
+// the order of events differs.
+int64_t mismatched_allocations(const LinearStream& stream, const AllocationStream& recorded,
+                               int64_t batch);
+
+struct PhasePeak {
+  std::string phase;  // "step2 backward"
+  int64_t allocated = 0, reserved = 0;
+};
+
+struct Replay {
+  bool fits = true;       // no allocation failed
+  std::string failed_at;  // the phase of the failed allocation
+  int64_t peak_allocated = 0, peak_reserved = 0;
+  std::string peak_phase;  // where the allocated peak falls
+  std::vector<PhasePeak> phases;
+  int64_t retries = 0;
+};
+
+// Replays `stream` through the model; the card's workspaces are allocated where the first step's
+// backward begins (cuBLAS creates them at the first matrix multiply of each thread) and kept.
+Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& options,
+                     const BesideTensors& beside);
+
+// `stream` with `count` batches of `batch` images (fp32, 3x32x32, and int64 labels) allocated where
+// its "held" mark is: the loader's prefetched batches, which a training run holds on the card.
+AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count, int64_t batch);
+
+// The largest batch whose replay (with `prefetched` batches) fits under `options`: doubling, then
+// bisection; 0 when batch 1 does not fit.
+int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched,
+                              const AllocatorOptions& options, const BesideTensors& beside);
+
+struct CardPrediction {
+  Card card;
+  BesideTensors beside;
+  // limit = the card's memory less outside_allocator, or memory.limit when that is smaller (on
+  // CUDA it caps the allocator's reserved bytes, as a memory fraction does).
+  AllocatorOptions allocator;
+  bool limited_by_memory_limit = false;
+  int64_t prefetched_batches = 0;  // data.prefetch as on CUDA (auto: 2)
+  int64_t batch_size = 0;
+  Replay replay;
+  int64_t reserved_without_limit = 0;  // the reserved peak of the same replay with no limit
+  int64_t largest_batch = 0;           // by replay; 0 = not even batch 1
+  int64_t checked_batch = 0;           // the batch the scaling was checked on
+  int64_t mismatched = 0;              // allocations of that batch the scaling got wrong
+  int64_t device_bytes() const { return replay.peak_reserved + beside.outside_allocator; }
+  int64_t margin() const { return card.memory_bytes - device_bytes(); }
+};
+
+// Predictions for many settings and batches on one card, from `config` (its model, data.prefetch,
+// memory.limit): each setting's stream is recorded once (three recordings, the third the check).
+// The allocator's limit: `allocator_limit` when given (> 0), else the card's memory less what lies
+// outside the allocator, or memory.limit when that is smaller.
+class CardPredictor {
+ public:
+  CardPredictor(Config config, Card card, AllocatorOptions options, int64_t allocator_limit = 0);
+  CardPrediction predict(const SweepCell& cell, int64_t batch);
+  const Card& card() const { return card_; }
+
+ private:
+  struct Recorded {
+    SweepCell cell;
+    LinearStream stream;
+    int64_t mismatched = 0;
+  };
+  const Recorded& recorded(const SweepCell& cell);
+
+  Config config_;
+  Card card_;
+  BesideTensors beside_;
+  AllocatorOptions allocator_;
+  bool limited_by_memory_limit_ = false;
+  std::vector<Recorded> recorded_;
+};
+
+// Records `cell` on the CPU (three short recordings) and predicts it at config's batch on `card`.
+CardPrediction predict_on_card(const Config& config, const SweepCell& cell, const Card& card,
+                               const AllocatorOptions& allocator);
+
+// The prediction as it is logged: one line a setting.
+std::string prediction_line(const std::string& setting, const CardPrediction& p);
+// The fields every output with --card carries for a setting: card (name, memory_bytes,
+// memory_source, architecture), predicted_allocated_peak_bytes, predicted_reserved_peak_bytes,
+// predicted_device_bytes, fits, margin_bytes, largest_batch, and how (the phases, the workspaces,
+// what lies outside the allocator and its source, the allocator's options, the scaling check).
+nlohmann::ordered_json prediction_json(const CardPrediction& p);
+// Flat columns for a table row (a sweep trial): card, card_memory_bytes,
+// predicted_allocated_peak_bytes, predicted_reserved_peak_bytes, predicted_device_bytes, fits
+// (fits_on_card), largest_batch_on_card.
+nlohmann::ordered_json prediction_columns(const CardPrediction& p);
+// A markdown section: a row a setting, and what is modelled and what is not.
+std::string prediction_markdown(const std::vector<std::pair<std::string, CardPrediction>>& rows);
+
+}  // namespace training

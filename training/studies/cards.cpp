@@ -1,0 +1,88 @@
+#include "training/studies/cards.h"
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+
+#include "training/config/config_yaml.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+
+namespace training {
+
+namespace {
+
+constexpr int64_t kMiBytes = int64_t{1} << 20;
+const char* const kVendor =
+    "nvidia-smi memory.total as commonly reported for this card (not measured here)";
+
+Card card(const char* name, int64_t mib, int major, const char* arch, double fp32, double half,
+          const char* source = kVendor) {
+  return {name, mib * kMiBytes, source, major, arch, fp32, half};
+}
+
+std::string folded(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '-' || c == '_' || c == ' ') continue;
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<Card>& known_cards() {
+  static const std::vector<Card> cards = {
+      card("H200", 143771, 9, "sm_90", 66.9, 989.4,
+           "measured here: nvidia-smi on the H200 of docs/gpu.md"),
+      card("H100-80GB", 81559, 9, "sm_90", 66.9, 989.4),
+      card("H100-NVL", 95830, 9, "sm_90", 60.0, 835.0),
+      card("A100-80GB", 81920, 8, "sm_80", 19.5, 312.0),
+      card("A100-40GB", 40960, 8, "sm_80", 19.5, 312.0),
+      card("L40S", 46068, 8, "sm_89", 91.6, 362.0),
+      card("L4", 23034, 8, "sm_89", 30.3, 121.0),
+      card("A10G", 23028, 8, "sm_86", 31.2, 70.0),
+      card("RTX4090", 24564, 8, "sm_89", 82.6, 165.2),
+      card("RTX3090", 24576, 8, "sm_86", 35.6, 71.0),
+      card("RTX3060", 12288, 8, "sm_86", 12.7, 25.6),
+      card("V100-32GB", 32510, 7, "sm_70", 15.7, 125.0),
+      card("V100-16GB", 16160, 7, "sm_70", 15.7, 125.0),
+      card("T4", 15360, 7, "sm_75", 8.1, 65.0),
+  };
+  return cards;
+}
+
+Card find_card(const std::string& text) {
+  for (const auto& known : known_cards()) {
+    if (folded(known.name) == folded(text)) return known;
+  }
+  if (!text.empty() && std::isdigit(static_cast<unsigned char>(text.front()))) {
+    int64_t bytes = 0;
+    try {
+      bytes = parse_byte_size(text);
+    } catch (const std::invalid_argument& e) {
+      throw UserError(std::string("--card: ") + e.what());
+    }
+    if (bytes <= 0) throw UserError("--card: a card's memory must be above 0, got '" + text + "'");
+    return {text, bytes, "given with --card", 0, "", 0, 0};
+  }
+  std::vector<std::string> names;
+  for (const auto& known : known_cards()) names.push_back(known.name);
+  throw UserError("--card: unknown card '" + text + "' " +
+                  config_yaml::suggestion(text, names, "") +
+                  "; or give its memory, e.g. --card 24GiB");
+}
+
+BesideTensors beside_tensors(const Card& card) {
+  BesideTensors beside;
+  const bool large = card.compute_major == 9 || card.compute_major == 10 ||
+                     card.compute_major == 12 || card.compute_major == 0;
+  beside.cublas_workspace = large ? 32 * kMiBytes : 4096 * 1024 * 2 + 16 * 1024 * 8;
+  beside.outside_allocator = 771 * kMiBytes;
+  beside.outside_source = "measured on an H200 with torch 2.11.0+cu130 (docs/gpu.md)";
+  if (card.name != "H200") beside.outside_source += ", assumed for this card";
+  return beside;
+}
+
+}  // namespace training

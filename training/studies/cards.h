@@ -1,0 +1,48 @@
+// The cards a memory prediction can be for (`--card`): common training cards by name, or any card
+// by its memory ("24GiB"). For each: the memory the driver reports (what nvidia-smi shows as
+// memory.total), the architecture, and what the card's process holds beside the tensors:
+//   - cuBLAS workspaces, from the caching allocator: one per (handle, stream), and a training step
+//     uses two handles (the forward's thread and autograd's backward thread). Their size is
+//     LibTorch 2.11's default (CUDABlasHandlePool.cpp, parseChosenWorkspaceSize): 32 MiB on compute
+//     capability 9.x, 10.x and 12.x, else 4096 KiB x 2 + 16 KiB x 8; cuBLASLt shares it (unified
+//     by default). CUBLAS_WORKSPACE_CONFIG changes it on the card and is not read here.
+//   - outside the allocator: the CUDA context, the kernels loaded and the libraries' handles. Only
+//     the H200 has been measured (docs/gpu.md: 771 MiB with torch 2.11.0+cu130); that figure is
+//     used for every card and said as such.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace training {
+
+struct Card {
+  std::string name;           // "H100-80GB", or the size as given ("24GiB")
+  int64_t memory_bytes = 0;   // the card's memory as the driver reports it
+  std::string memory_source;  // where that figure comes from
+  int compute_major = 0;      // compute capability's major version; 0 = not known
+  std::string architecture;   // "sm_90"; "" = not known
+  // Dense peaks from the vendor's data sheet (0 = not known): fp32 without tensor cores, and the
+  // bf16/fp16 tensor-core peak (fp16 only before sm_80). gpu_cost.h ranks settings with them.
+  double peak_tflops_fp32 = 0;
+  double peak_tflops_half = 0;
+};
+
+struct BesideTensors {
+  int64_t cublas_workspace = 0;  // bytes of one workspace
+  int64_t workspaces = 2;        // how many a training step creates
+  int64_t outside_allocator = 0;
+  std::string outside_source;
+};
+
+// The table of known cards, in the order docs/memory-studies.md lists them.
+const std::vector<Card>& known_cards();
+
+// A card by name (case and '-'/'_'/' ' ignored) or by size ("24GiB", parse_byte_size's forms).
+// Throws UserError "--card: unknown card 'X' (did you mean 'Y'?)" naming the known ones otherwise.
+Card find_card(const std::string& text);
+
+BesideTensors beside_tensors(const Card& card);
+
+}  // namespace training
