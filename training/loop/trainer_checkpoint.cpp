@@ -5,6 +5,7 @@
 
 #include "training/loop/trainer.h"
 #include "training/platform/errors.h"
+#include "training/platform/stop_signal.h"
 
 namespace training {
 
@@ -155,7 +156,10 @@ void Trainer::save() {
     all_reduce_sum({saved.loss_sum, saved.correct, seen});
     saved.seen = seen.item<int64_t>();
   }
-  if (!run_) return;  // only rank 0 writes
+  // The other ranks wait for rank 0's write: a stop ends with every rank's state written (a rank
+  // that left early would be taken for a failure and its peers stopped mid-write).
+  if (!run_) return wait_for_rank_0();
+  const DeferRepeatedStops defer;  // a repeated stop signal waits for the checkpoint
   saved.world_size = group_ ? group_->world_size() : 1;
   saved.batch_size = config_.training.batch_size;
   if (parts_.scaler.enabled()) {
@@ -164,6 +168,12 @@ void Trainer::save() {
   }
   save_checkpoint(run_->checkpoint_path(), *parts_.model, *parts_.optimizer, saved, config_yaml_,
                   parts_.ema ? parts_.ema->average().get() : nullptr);
+  wait_for_rank_0();
+}
+
+void Trainer::wait_for_rank_0() {
+  if (!group_) return;
+  all_reduce_sum({torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device_))});
 }
 
 }  // namespace training
