@@ -143,4 +143,35 @@ void check_duplicate_keys(const YAML::Node& node, const std::string& origin,
   }
 }
 
+namespace {
+
+std::string flow_text(const YAML::Node& node) {
+  YAML::Emitter out;
+  out.SetSeqFormat(YAML::Flow);
+  out.SetMapFormat(YAML::Flow);
+  out << node;
+  return out.c_str();
+}
+
+}  // namespace
+
+std::vector<std::string> differing_assignments(const std::string& base_yaml,
+                                               const std::string& edited_yaml) {
+  const YAML::Node base = YAML::Load(base_yaml), edited = YAML::Load(edited_yaml);
+  std::vector<std::string> assignments;
+  for (const auto& section : edited) {
+    if (!is_map(section.second)) continue;
+    const std::string name = section.first.as<std::string>();
+    const YAML::Node was_section = base[name];
+    for (const auto& key : section.second) {
+      const std::string text = flow_text(key.second);
+      const YAML::Node was =
+          is_map(was_section) ? was_section[key.first.as<std::string>()] : YAML::Node();
+      if (was.IsDefined() && flow_text(was) == text) continue;
+      assignments.push_back(name + "." + key.first.as<std::string>() + "=" + text);
+    }
+  }
+  return assignments;
+}
+
 }  // namespace training::config_yaml

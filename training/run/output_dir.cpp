@@ -130,6 +130,17 @@ void check_file_outside_outputs(const fs::path& file, const std::string& flag) {
   }
 }
 
+void check_not_an_input(const fs::path& output, const std::string& flag, const fs::path& input,
+                        const std::string& input_flag) {
+  std::error_code ec;
+  const bool same = fs::exists(output, ec) && fs::exists(input, ec)
+                        ? fs::equivalent(output, input, ec)
+                        : fs::weakly_canonical(output, ec) == fs::weakly_canonical(input, ec);
+  if (!same) return;
+  throw UserError(flag + ": " + output.string() + " is the " + input_flag + " file " +
+                  input.string() + ", which this command reads; give another path for " + flag);
+}
+
 void check_is_run(const fs::path& dir) {
   const HeldOutputs held = held_outputs(dir);
   if (held.kind && *held.kind != OutputKind::Run) {

@@ -43,6 +43,12 @@ void mark_finished(const std::filesystem::path& dir, OutputKind kind);
 // output folder of ours: only that folder's own command writes there.
 void check_file_outside_outputs(const std::filesystem::path& file, const std::string& flag);
 
+// Refuses (UserError, naming both flags) an output file that is one of the command's own inputs
+// (`bench loader --config X.yaml --output X.yaml` replaced the config): no command writes onto
+// what it reads.
+void check_not_an_input(const std::filesystem::path& output, const std::string& flag,
+                        const std::filesystem::path& input, const std::string& input_flag);
+
 // Refuses (UserError) a `--resume` of a folder that is not a run.
 void check_is_run(const std::filesystem::path& dir);
 
