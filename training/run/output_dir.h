@@ -9,9 +9,12 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "training/platform/dir_lock.h"
 
 namespace training {
 
@@ -31,10 +34,13 @@ struct HeldOutputs {
 
 HeldOutputs held_outputs(const std::filesystem::path& dir);
 
-// Creates `dir` for a new output of `kind`, or refuses (UserError, one line naming `flag` and
-// what the folder holds). Removes the temporaries an interrupted write left. The marker is
-// written before anything else.
-void claim_output_dir(const std::filesystem::path& dir, OutputKind kind, const std::string& flag);
+// Creates `dir` for a new output of `kind` and returns its lock (dir_lock.h), or refuses
+// (UserError, one line naming `flag` and what the folder holds). The lock is taken before the
+// folder's contents are judged: a folder another process is writing is refused naming that
+// process, not what it holds so far. The marker is written before anything else.
+[[nodiscard]] std::unique_ptr<DirectoryLock> claim_output_dir(const std::filesystem::path& dir,
+                                                              OutputKind kind,
+                                                              const std::string& flag);
 
 // The marker says the command finished (a finished sweep, study or comparison is not redone).
 void mark_finished(const std::filesystem::path& dir, OutputKind kind);
