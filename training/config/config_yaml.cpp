@@ -117,7 +117,14 @@ void apply_override(YAML::Node& root, const Override& override,
     throw ConfigError(label + ": '" + parts[0] + "' is not a section");
   }
   if (!section.IsDefined()) overridden[parts[0]] = set ? "--set " + parts[0] : override.flag;
-  if (!is_map(section)) root[parts[0]] = YAML::Node(YAML::NodeType::Map);
+  // The section gets a node of its own too (its entries, then the key's below): assigning into a
+  // section an alias shares (`checkpoint: &c {...}` with `checkpointing: *c`) changed both.
+  YAML::Node own(YAML::NodeType::Map);
+  if (is_map(section)) {
+    for (const auto& entry : section) own[entry.first] = entry.second;
+  }
+  root.remove(parts[0]);
+  root[parts[0]] = own;
   // The key gets a node of its own: assigning into its node would change every alias that shares
   // it (`batch_size: &b 32` with `eval_batch_size: *b` or `batch_sizes: [*b]`).
   YAML::Node target = root[parts[0]];
