@@ -109,6 +109,10 @@ void Trainer::take_own_sums() {
     state_.loss_sum = state_.rank_loss_sums.select(0, rank).clone();
     state_.correct = state_.rank_correct.select(0, rank).clone();
     state_.seen = state_.rank_seen.select(0, rank).item<int64_t>();
+    // Released: the uninterrupted run holds no such tensors (its memory peaks are compared).
+    state_.rank_loss_sums.reset();
+    state_.rank_correct.reset();
+    state_.rank_seen.reset();
     return;
   }
   // A checkpoint with the totals only: rank 0 carries them on.

@@ -332,6 +332,9 @@ TEST(DataParallel, AResumeMidEpochEndsAsTheUninterruptedRun) {
   EXPECT_NEAR(parts_row.at("train_loss").get<double>(), whole_row.at("train_loss").get<double>(),
               1e-12 * std::abs(whole_row.at("train_loss").get<double>()));
   EXPECT_EQ(parts_row.at("train_acc"), whole_row.at("train_acc"));
+  // The resumed epoch's training peak is the uninterrupted one's (the ranks' sums read back from
+  // the checkpoint are released once taken).
+  EXPECT_EQ(parts_row.at("train_peak_allocated_bytes"), whole_row.at("train_peak_allocated_bytes"));
   // Round 4: rank 0's running loss after the resume (its progress line; TensorBoard's train/loss
   // reads the same) is the uninterrupted run's: each rank resumes its own part-way sums (rank 0
   // had been given the totals, 5.1048 against 5.4543).
