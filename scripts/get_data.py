@@ -27,6 +27,7 @@ writes, whoever wrote them, and nothing else.
 Exit codes: 0 ok (or already present), 2 bad input / no network and no local copy.
 """
 import argparse
+import errno
 import hashlib
 import json
 import os
@@ -58,6 +59,9 @@ PILLOW_FORMATS = {"JPEG", "PNG", "BMP", "TIFF", "WEBP", "PPM"}
 EXIF_ORIENTATION = 0x0112  # OpenCV turns the image as this tag says; Pillow does not
 
 Refused = script_support.BadInput  # a problem the user can fix: one line, exit 2
+# A full disk, a quota, a file-size limit, a read-only file system: the destination's errors,
+# never the source's (main names the root).
+WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 
 
 def md5_of(path):
@@ -139,6 +143,8 @@ class Archive:
             with tarfile.open(self.path) as tar:
                 tar.extractall(extracted, members=wanted)
         except (tarfile.TarError, EOFError, OSError) as e:
+            if isinstance(e, OSError) and e.errno in WRITE_ERRORS:
+                raise
             raise Refused(f"{self.path}: not a readable tar archive ({e})")
         return extracted
 
@@ -221,6 +227,8 @@ def download(destination):
         with urllib.request.urlopen(URL, timeout=60) as response, open(target, "wb") as out:
             shutil.copyfileobj(response, out)
     except OSError as e:
+        if e.errno in WRITE_ERRORS:
+            raise
         raise Refused(
             f"could not download {URL} ({e}). Without network: get cifar-10-binary.tar.gz "
             f"(md5 {MD5}) on another machine, copy it here and run "
@@ -397,6 +405,12 @@ def main(argv=None):
             install(root, result, tree.origin(place), work, args.force)
         print(f"{root}: CIFAR-10 ready: {', '.join(n + '/' for n in names)} from {tree.origin(place)}")
         return 0
+    except OSError as e:
+        if e.errno not in WRITE_ERRORS:
+            raise
+        print(f"get-data: {root}: cannot write the data set there ({e.strerror}); nothing was "
+              "installed (free space or choose another --root)", file=sys.stderr)
+        return 2
     except Refused as e:
         print(f"get-data: {e}", file=sys.stderr)
         return 2

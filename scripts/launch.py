@@ -7,7 +7,8 @@
 Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT; a
 bare `train` means this checkout's build/train. Every output line is prefixed with "[rank R] ".
 When a rank fails, the others are stopped (SIGTERM, then SIGKILL after --grace seconds) and the
-launcher exits with the failed rank's code; Ctrl-C / SIGTERM are passed on to every rank (which
+launcher exits with the failed rank's code (a rank's exit 130, a stop, is not a failure: the
+others are left to finish their stop); Ctrl-C / SIGTERM are passed on to every rank (which
 then checkpoint and stop together). The ranks die with the launcher (SIGKILL when it dies, also by
 kill -9: Linux PR_SET_PDEATHSIG), so no rank trains on unwatched (a rank's own children die with
 the rank as train arranges for its sweep trials and plots). --master-port 0 picks a free port
@@ -27,6 +28,7 @@ from pathlib import Path
 import script_support
 
 REPO = Path(__file__).resolve().parents[1]
+STOPPED = 130  # train's exit code for a stop (Ctrl-C / SIGTERM)
 
 
 def free_port():
@@ -111,7 +113,9 @@ def main(argv=None):
         codes = [p.poll() for _, p in procs]  # poll every rank each time round
         if all(code is not None for code in codes):
             break
-        failed = [(r, code) for (r, _), code in zip(procs, codes) if code not in (None, 0)]
+        # A rank that stopped (130: Ctrl-C / SIGTERM, its checkpoint written) did not fail: its
+        # peers are stopping too, and signalling them again could kill one mid-write.
+        failed = [(r, code) for (r, _), code in zip(procs, codes) if code not in (None, 0, STOPPED)]
         if failed:
             rank, exit_code = failed[0]
             with lock:

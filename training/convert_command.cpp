@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -152,7 +153,25 @@ fs::path make_work(const fs::path& output) {
   std::string name =
       (parent / (std::string(kTemporaryPrefix) + std::to_string(::getpid()) + ".XXXXXX")).string();
   if (::mkdtemp(name.data()) == nullptr) throw_write_error(output, errno);
+  // mkdtemp makes it 0700; the output is a folder as mkdir makes it: 0777 less the umask.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (::chmod(name.c_str(), 0777 & ~mask) != 0) throw_write_error(output, errno);
   return name;
+}
+
+// A full disk (quota, file-size limit) while writing into the work folder, said of the output
+// (the work folder is removed, and nothing was there before): "OUTPUT: could not be written (No
+// space left on device); ...".
+[[noreturn]] void throw_for_output(const fs::path& output, const CannotWrite& error) {
+  const std::string text = error.what();
+  const auto close = text.rfind(')');
+  const auto open = close == std::string::npos ? close : text.rfind('(', close);
+  const std::string reason =
+      open == std::string::npos ? text : text.substr(open + 1, close - open - 1);
+  const std::string message = output.string() + ": could not be written (" + reason +
+                              "); nothing was created and the partial conversion was removed";
+  throw CannotWrite(message);
 }
 
 // Renames the finished folder into place, unless something appeared there meanwhile.
@@ -218,6 +237,9 @@ int convert_command(const ConvertRequest& request) {
     write_split(test, data::binary_batch_files(work, false));
     write_file_atomically(work / "batches.meta.txt", class_names(classes));
     if (!stop_requested()) rename_into_place(work, output);
+  } catch (const CannotWrite& e) {
+    remove_work(work);
+    throw_for_output(output, e);
   } catch (...) {
     remove_work(work);
     throw;

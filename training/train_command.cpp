@@ -95,6 +95,27 @@ ResumeTarget resume_target(const std::string& resume) {
   return {run, found};
 }
 
+// A resume's overrides: the keys of the run's config.yaml edited by hand (where it differs from
+// the checkpoint's copy; the same rules as --set apply, and the file is named in messages), then
+// the flags'. config.yaml is rewritten from the effective config: an edit is never lost silently.
+std::vector<Override> with_hand_edits(const fs::path& config_yaml, const std::string& stored,
+                                      const std::string& origin,
+                                      const std::vector<Override>& overrides) {
+  std::error_code ec;
+  if (!fs::is_regular_file(config_yaml, ec)) return overrides;
+  const std::string edited = to_yaml(load_config(config_yaml.string()));
+  const auto edits =
+      config_yaml::differing_assignments(to_yaml(parse_config(stored, origin)), edited);
+  if (edits.empty()) return overrides;
+  spdlog::info(
+      "{}: differs from the config {} holds; its edits are taken as --set would take them: {}",
+      config_yaml.string(), origin, config_yaml::join(edits, ", "));
+  std::vector<Override> all;
+  for (const auto& edit : edits) all.emplace_back(edit, config_yaml.string());
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return all;
+}
+
 Config effective_config(const TrainRequest& request, const ResumeTarget& resume) {
   const auto& overrides = request.overrides;
   if (!request.config_path.empty()) return load_config(request.config_path, overrides);
@@ -103,8 +124,10 @@ Config effective_config(const TrainRequest& request, const ResumeTarget& resume)
   }
   if (resume.checkpoint.empty())
     return load_config((resume.run_dir / "config.yaml").string(), overrides);
-  return parse_config(checkpoint_config(resume.checkpoint),
-                      resume.checkpoint.string() + " (stored config)", overrides);
+  const std::string stored = checkpoint_config(resume.checkpoint);
+  const std::string origin = resume.checkpoint.string() + " (stored config)";
+  return parse_config(stored, origin,
+                      with_hand_edits(resume.run_dir / "config.yaml", stored, origin, overrides));
 }
 
 int64_t count_parameters(torch::nn::Module& model) {
@@ -273,11 +296,12 @@ LoadedData load_data(const Config& config) {
 void open_run(const TrainRequest& request, const ResumeTarget& resume, const Config& config,
               const ProcessGroup* group, std::optional<RunDirectory>& run) {
   if (group && !group->is_main()) return;
-  const bool in_place = !resume.run_dir.empty() && request.output_dir.empty();
+  const bool in_place = !resume.run_dir.empty();  // a resume has no --output-dir (train_command)
   const fs::path path =
-      !request.output_dir.empty() ? fs::path(request.output_dir)
-      : in_place                  ? resume.run_dir
-                 : new_run_path(config.output.dir, config.output.name, arch_name(config.model));
+      in_place ? resume.run_dir
+      : !request.output_dir.empty()
+          ? fs::path(request.output_dir)
+          : new_run_path(config.output.dir, config.output.name, arch_name(config.model));
   run.emplace(path, in_place);
   spdlog::info("run directory: {} (config.yaml holds the full config, train.log everything said)",
                run->path().string());
@@ -464,6 +488,15 @@ int train(const TrainRequest& request, const ResumeTarget& resume, Config& confi
 }  // namespace
 
 int train_command(const TrainRequest& request) {
+  if (!request.resume.empty() && !request.output_dir.empty()) {
+    throw UserError("--output-dir " + request.output_dir +
+                    ": a resumed run continues in its own "
+                    "directory (" +
+                    request.resume +
+                    "); drop --output-dir, or train a new run "
+                    "from its config: --config RUN/config.yaml --output-dir " +
+                    request.output_dir);
+  }
   const ResumeTarget resume = resume_target(request.resume);
   Config config = effective_config(request, resume);
   if (request.print_config) {

@@ -1,4 +1,5 @@
 """Tests for scripts/get_data.py on archives and folders the tests build themselves."""
+import errno
 import hashlib
 import io
 import os
@@ -298,6 +299,35 @@ class GetDataTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertIn(f"CIFAR-10 ready: cifar-10-batches-bin/ from {get_data.URL} (its cifar-10-batches-bin/)", out)
         self.assertEqual(sorted(p.name for p in self.dir.iterdir()), ["official.tar.gz", "root"])
+
+    def test_a_write_error_is_blamed_on_the_destination_not_the_source(self):
+        # Round 4: a full disk while extracting said "not a readable tar archive ([Errno 28] No
+        # space left on device)". A file-size limit stands in for the full disk (EFBIG).
+        with tarfile.open(self.dir / "big.tar.gz", "w:gz") as tar:
+            for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+                payload = binary_records(list(range(10)) * 4)  # 120 KiB a file
+                info = tarfile.TarInfo(f"cifar-10-batches-bin/{name}")
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+        import resource
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+        proc = subprocess.run([sys.executable, str(REPO / "scripts/get_data.py"), "--from", str(self.dir / "big.tar.gz"),
+                               "--root", str(self.dir / "root")], capture_output=True, text=True, preexec_fn=limit,
+                              timeout=120)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn(f"get-data: {self.dir / 'root'}: cannot write the data set there (File too large)", proc.stderr)
+        self.assertNotIn("not a readable tar archive", proc.stderr)
+        self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+        self.assertEqual(sorted(p.name for p in self.dir.iterdir()), ["big.tar.gz"])
+        # A download that cannot be written is the destination's too, not the network's.
+        with mock.patch("urllib.request.urlopen", return_value=io.BytesIO(b"x")), \
+                mock.patch("shutil.copyfileobj", side_effect=OSError(errno.ENOSPC, "No space left on device")):
+            code, err = self.run_main("--root", str(self.dir / "root"))
+        self.assertEqual(code, 2)
+        self.assertIn("cannot write the data set there (No space left on device)", err)
+        self.assertNotIn("could not download", err)
 
     def test_md5_helper(self):
         (self.dir / "f").write_bytes(b"abc")

@@ -38,6 +38,20 @@ class LaunchTest(unittest.TestCase):
         self.assertIn("[rank 1] failing", proc.stdout)
         self.assertIn("launch: rank 1 exited with code 7; stopping the other ranks", proc.stderr)
 
+    def test_a_stopped_rank_is_not_a_failure_and_its_peers_finish_their_stop(self):
+        # Rank 1 stops at once (130); rank 0 is still writing its checkpoint: it must not be
+        # signalled again (that killed it mid-write).
+        with tempfile.TemporaryDirectory() as tmp:
+            script = (f'if [ "$RANK" = 1 ]; then exit 130; fi; '
+                      f'trap "echo signalled > {tmp}/signalled" TERM; sleep 2; '
+                      f'echo written > {tmp}/checkpoint; exit 130')
+            proc = subprocess.run(LAUNCH + ["-n", "2", "--grace", "5", "--", "sh", "-c", script],
+                                  capture_output=True, text=True, timeout=60)
+            self.assertEqual(proc.returncode, 130, proc.stderr)
+            self.assertTrue((Path(tmp) / "checkpoint").exists())
+            self.assertFalse((Path(tmp) / "signalled").exists(), "rank 0 was signalled again")
+            self.assertNotIn("stopping the other ranks", proc.stderr)
+
     def test_ranks_die_with_a_killed_launcher(self):
         with tempfile.TemporaryDirectory() as tmp:
             script = f'echo $$ > {tmp}/rank$RANK.pid; exec sleep 60'

@@ -12,7 +12,6 @@
 #include "training/platform/errors.h"
 #include "training/tiny_run.h"
 
-
 #ifdef TRAIN_HAVE_OPENCV
 #include <opencv2/imgcodecs.hpp>
 #endif
@@ -166,6 +165,40 @@ TEST(Convert, TheConversionHoldsTheImagesLabelsAndPixelsTrainReadsFromTheFolders
   // 21 training records cut into 5 files, the longer ones first: 5, 4, 4, 4, 4.
   EXPECT_EQ(fs::file_size(dir / "bin/data_batch_1.bin"), 5 * data::kBinaryRecordBytes);
   EXPECT_EQ(fs::file_size(dir / "bin/data_batch_5.bin"), 4 * data::kBinaryRecordBytes);
+}
+
+// Round 4: the output folder was mkdtemp's 0700 whatever the umask (unreadable to the other users
+// of a shared data root), and a full disk named the removed temporary ("what was written before
+// is intact"). The folder is made as mkdir makes it; a full disk names the output.
+TEST(Convert, TheOutputHonoursTheUmaskAndAFullDiskNamesIt) {
+  test_support::TempDir dir;
+  write_mixed_root(dir / "root");
+  const mode_t before = ::umask(027);
+  const int code = convert(dir / "root", dir / "bin");
+  ::umask(before);
+  ASSERT_EQ(code, training::kExitOk);
+  EXPECT_EQ(fs::status(dir / "bin").permissions() & fs::perms::all,
+            fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+  // A file-size limit stands in for the full disk (EFBIG, as ENOSPC: exit 5).
+  const std::string out = (dir / "out").string();
+  FILE* pipe = popen(("ulimit -f 20; " + std::string(TRAIN_BINARY) + " convert " +
+                      (dir / "root").string() + " " + out + " 2>&1")
+                         .c_str(),
+                     "r");
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
+  const int status = pclose(pipe);
+  EXPECT_EQ(WEXITSTATUS(status), training::kExitCannotWrite) << output;
+  EXPECT_NE(output.find(out + ": could not be written (File too large); nothing was created"),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(output.find(".train-convert"), std::string::npos) << output;
+  EXPECT_EQ(output.find("intact"), std::string::npos) << output;
+  EXPECT_FALSE(fs::exists(out));
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    EXPECT_NE(entry.path().filename().string().rfind(".train-convert", 0), 0u) << entry.path();
+  }
 }
 
 TEST(Convert, TrainingOnTheFoldersAndOnTheirConversionGivesTheSameMetrics) {

@@ -117,7 +117,14 @@ void apply_override(YAML::Node& root, const Override& override,
     throw ConfigError(label + ": '" + parts[0] + "' is not a section");
   }
   if (!section.IsDefined()) overridden[parts[0]] = set ? "--set " + parts[0] : override.flag;
-  if (!is_map(section)) root[parts[0]] = YAML::Node(YAML::NodeType::Map);
+  // The section gets a node of its own too (its entries, then the key's below): assigning into a
+  // section an alias shares (`checkpoint: &c {...}` with `checkpointing: *c`) changed both.
+  YAML::Node own(YAML::NodeType::Map);
+  if (is_map(section)) {
+    for (const auto& entry : section) own[entry.first] = entry.second;
+  }
+  root.remove(parts[0]);
+  root[parts[0]] = own;
   // The key gets a node of its own: assigning into its node would change every alias that shares
   // it (`batch_size: &b 32` with `eval_batch_size: *b` or `batch_sizes: [*b]`).
   YAML::Node target = root[parts[0]];
@@ -141,6 +148,37 @@ void check_duplicate_keys(const YAML::Node& node, const std::string& origin,
     }
     check_duplicate_keys(entry.second, origin, prefix + key + ".");
   }
+}
+
+namespace {
+
+std::string flow_text(const YAML::Node& node) {
+  YAML::Emitter out;
+  out.SetSeqFormat(YAML::Flow);
+  out.SetMapFormat(YAML::Flow);
+  out << node;
+  return out.c_str();
+}
+
+}  // namespace
+
+std::vector<std::string> differing_assignments(const std::string& base_yaml,
+                                               const std::string& edited_yaml) {
+  const YAML::Node base = YAML::Load(base_yaml), edited = YAML::Load(edited_yaml);
+  std::vector<std::string> assignments;
+  for (const auto& section : edited) {
+    if (!is_map(section.second)) continue;
+    const std::string name = section.first.as<std::string>();
+    const YAML::Node was_section = base[name];
+    for (const auto& key : section.second) {
+      const std::string text = flow_text(key.second);
+      const YAML::Node was =
+          is_map(was_section) ? was_section[key.first.as<std::string>()] : YAML::Node();
+      if (was.IsDefined() && flow_text(was) == text) continue;
+      assignments.push_back(name + "." + key.first.as<std::string>() + "=" + text);
+    }
+  }
+  return assignments;
 }
 
 }  // namespace training::config_yaml

@@ -44,6 +44,10 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
 std::string describe(const YAML::Node& node);
 // yaml-cpp throws when asking the type of a missing ("zombie") node, so this asks IsDefined first.
 bool is_map(const YAML::Node& node);
+// The keys whose values differ between two configs as to_yaml writes them (sections of keys):
+// "section.key=value" with `edited`'s value (flow style, as --set reads it), in its order.
+std::vector<std::string> differing_assignments(const std::string& base_yaml,
+                                               const std::string& edited_yaml);
 // The shortest text that reads back as exactly `value` ("1000", "0.0005").
 std::string shortest_double(double value);
 // A scalar read as the decimal integer it is written as: "010" is 10 (yaml-cpp alone would read

@@ -115,8 +115,12 @@ void Trainer::write_to(RunDirectory& run) {
 FitEnd Trainer::fit() {
   evaluator_.check_fits(evaluated_model(), *test_loader_);
   parts_.model->train();
-  observers_.on_fit_start(state_,
-                          state_.epoch < config_.training.epochs && state_.step < total_steps_);
+  const bool training = state_.epoch < config_.training.epochs && state_.step < total_steps_;
+  observers_.on_fit_start(state_, training);
+  // A start checkpoint: whatever instant the process dies at from here on (kill -9 between an
+  // epoch's row and its checkpoint included), a checkpoint exists and rows ahead of it are
+  // trained again on resume.
+  if (training && state_.step == 0 && state_.batch_in_epoch == 0) save();
   while (state_.epoch < config_.training.epochs && state_.step < total_steps_) {
     const bool finished = train_epoch();
     if (!finished && stopping_) {
@@ -254,13 +258,22 @@ models::ResNet& Trainer::evaluated_model() {
 
 FitEnd Trainer::end_diverged(const EpochRecord& r) {
   const bool train = !std::isfinite(r.train_loss);
+  // The advice to resume only where a checkpoint was written (the start checkpoint on).
+  const bool checkpointed =
+      run_ ? std::filesystem::exists(run_->checkpoint_path()) : config_.checkpoint.enabled;
+  const std::string dir = run_ ? run_->path().string() : "<run dir>";
   spdlog::error(
       "training diverged in epoch {} by step {}: the {} loss is {} (lr {:.4g}); stopped. "
-      "metrics.jsonl and report.md record the epoch, the last checkpoint is kept: continue with "
-      "a lower learning rate, e.g. train --resume {} --set optimizer.lr={:.4g}",
+      "metrics.jsonl and report.md record the epoch, {}",
       r.epoch, r.step, train ? "training" : "test",
       non_finite_text(train ? r.train_loss : r.test_loss), r.lr,
-      run_ ? run_->path().string() : "<run dir>", config_.optimizer.lr() / 10);
+      checkpointed
+          ? fmt::format("the last checkpoint is kept: continue with a lower learning rate, e.g. "
+                        "train --resume {} --set optimizer.lr={:.4g}",
+                        dir, config_.optimizer.lr() / 10)
+          : fmt::format("and no checkpoint was written (checkpoint.enabled: false): train a new "
+                        "run with a lower learning rate, e.g. --set optimizer.lr={:.4g}",
+                        config_.optimizer.lr() / 10));
   return FitEnd::Diverged;
 }
 

@@ -92,6 +92,10 @@ class Trainer {
   // Whether a checkpoint of this point could be resumed (not part-way through a torch_data epoch).
   bool resumable_here() const;
   void save();
+  // Resuming part-way through an epoch, data-parallel: this rank's own sums from the checkpoint.
+  void take_own_sums();
+  // Data-parallel: returns once every rank got here (rank 0 after its checkpoint write).
+  void wait_for_rank_0();
   // Refuses a profiler.steps window (profiling, memory.snapshot) that starts after the last step.
   void check_profiler_window() const;
   // A stop signal on any rank stops every rank at the same step (checked at log intervals when

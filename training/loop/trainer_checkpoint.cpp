@@ -5,6 +5,7 @@
 
 #include "training/loop/trainer.h"
 #include "training/platform/errors.h"
+#include "training/platform/stop_signal.h"
 
 namespace training {
 
@@ -67,12 +68,7 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
         " (change it at an epoch boundary: resume with training.epochs set to this epoch first)");
   }
   if (state_.batch_in_epoch > 0) check_same_samples(checkpoint, state_, config_yaml_);
-  if (group_ && !group_->is_main() && state_.batch_in_epoch > 0) {
-    // The part-way epoch's sums in the checkpoint are every rank's: rank 0 carries them on.
-    state_.loss_sum.zero_();
-    state_.correct.zero_();
-    state_.seen = 0;
-  }
+  if (group_ && state_.batch_in_epoch > 0) take_own_sums();
   const int64_t ranks = group_ ? group_->world_size() : 1;
   if (state_.world_size != ranks) {
     throw UserError(checkpoint.string() + ": written by a run of " +
@@ -103,6 +99,27 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
         "training.epochs={})",
         config_.training.epochs, config_.training.epochs + 10);
   }
+}
+
+void Trainer::take_own_sums() {
+  const int64_t rank = group_->rank();
+  if (state_.rank_loss_sums.defined() && state_.rank_loss_sums.numel() == group_->world_size()) {
+    // Each rank carries on its own part-way sums: its running loss (the progress line,
+    // TensorBoard) is the uninterrupted run's, and the epoch's record adds them up as before.
+    state_.loss_sum = state_.rank_loss_sums.select(0, rank).clone();
+    state_.correct = state_.rank_correct.select(0, rank).clone();
+    state_.seen = state_.rank_seen.select(0, rank).item<int64_t>();
+    // Released: the uninterrupted run holds no such tensors (its memory peaks are compared).
+    state_.rank_loss_sums.reset();
+    state_.rank_correct.reset();
+    state_.rank_seen.reset();
+    return;
+  }
+  // A checkpoint with the totals only: rank 0 carries them on.
+  if (group_->is_main()) return;
+  state_.loss_sum.zero_();
+  state_.correct.zero_();
+  state_.seen = 0;
 }
 
 void Trainer::check_profiler_window() const {
@@ -145,17 +162,31 @@ bool Trainer::resumable_here() const {
 void Trainer::save() {
   // The last checkpoint is kept rather than replaced by one that cannot be resumed.
   if (!config_.checkpoint.enabled || !resumable_here()) return;
-  // A part-way epoch's sums are every rank's: the checkpoint holds them all (each rank calls
-  // save() at the same step), and a resume gives them to rank 0 alone (resume()).
+  // A part-way epoch's sums are every rank's: the checkpoint holds each rank's and their totals
+  // (each rank calls save() at the same step), and a resume gives each rank its own (resume()).
   TrainState saved = state_;
   if (group_ && state_.batch_in_epoch > 0) {
-    saved.loss_sum = state_.loss_sum.clone();
-    saved.correct = state_.correct.clone();
-    auto seen = torch::full({}, state_.seen, torch::TensorOptions(torch::kInt64).device(device_));
-    all_reduce_sum({saved.loss_sum, saved.correct, seen});
-    saved.seen = seen.item<int64_t>();
+    // Each rank's sums at its index, summed over the ranks: every rank's, and their totals.
+    const int64_t world = group_->world_size(), rank = group_->rank();
+    const auto on_device = torch::TensorOptions().device(device_);
+    auto loss = torch::zeros({world}, on_device.dtype(torch::kFloat64));
+    auto correct = torch::zeros({world}, on_device.dtype(torch::kInt64));
+    auto seen = torch::zeros({world}, on_device.dtype(torch::kInt64));
+    loss.select(0, rank).copy_(state_.loss_sum);
+    correct.select(0, rank).copy_(state_.correct);
+    seen.select(0, rank).fill_(state_.seen);
+    all_reduce_sum({loss, correct, seen});
+    saved.rank_loss_sums = loss;
+    saved.rank_correct = correct;
+    saved.rank_seen = seen;
+    saved.loss_sum = loss.sum();
+    saved.correct = correct.sum();
+    saved.seen = seen.sum().item<int64_t>();
   }
-  if (!run_) return;  // only rank 0 writes
+  // The other ranks wait for rank 0's write: a stop ends with every rank's state written (a rank
+  // that left early would be taken for a failure and its peers stopped mid-write).
+  if (!run_) return wait_for_rank_0();
+  const DeferRepeatedStops defer;  // a repeated stop signal waits for the checkpoint
   saved.world_size = group_ ? group_->world_size() : 1;
   saved.batch_size = config_.training.batch_size;
   if (parts_.scaler.enabled()) {
@@ -164,6 +195,12 @@ void Trainer::save() {
   }
   save_checkpoint(run_->checkpoint_path(), *parts_.model, *parts_.optimizer, saved, config_yaml_,
                   parts_.ema ? parts_.ema->average().get() : nullptr);
+  wait_for_rank_0();
+}
+
+void Trainer::wait_for_rank_0() {
+  if (!group_) return;
+  all_reduce_sum({torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device_))});
 }
 
 }  // namespace training

@@ -4,6 +4,7 @@
 
 #include "training/loop/trainer.h"
 #include "training/platform/duration.h"
+#include "training/platform/stop_signal.h"
 
 namespace training {
 
@@ -48,6 +49,7 @@ EpochRecord Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   r.world_size = group_ ? group_->world_size() : 1;
   if (run_) {
     run_->record_epoch(r);
+    test_kill_point("epoch-row");  // tests: a death between the row and its checkpoint
     for (const auto& c : accuracy_crossings(run_->epochs(), config_.training.accuracy_thresholds)) {
       if (c.epoch != r.epoch) continue;  // logged when it happened
       spdlog::info(

@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "training/platform/errors.h"
+#include "training/platform/stop_signal.h"
 
 namespace training {
 
@@ -39,6 +40,8 @@ bool is_temporary_of(const fs::path& file, const std::string& target_name) {
 void replace_file_atomically(const fs::path& target,
                              const std::function<void(const fs::path&)>& write) {
   const fs::path temporary = temporary_for(target);
+  // A repeated stop signal waits for the write: it never leaves the new file half-way.
+  const DeferRepeatedStops defer;
   try {
     write(temporary);
     const int fd = ::open(temporary.c_str(), O_RDONLY);

@@ -139,6 +139,13 @@ c10::intrusive_ptr<c10d::Store> join_store(const LaunchEnv& env,
   return c10::make_intrusive<c10d::PrefixStore>("train/attempt_" + env.restart, store);
 }
 
+// Why the store's server could not listen, from c10d's text ("... message: address already in
+// use"): its message, else the whole text.
+std::string listen_failure(const std::string& error) {
+  const auto at = error.rfind("message: ");
+  return at == std::string::npos ? error : error.substr(at + 9);
+}
+
 // Who hosts the store, for messages.
 std::string store_host(const LaunchEnv& env) {
   return env.agent_store ? "torchrun's agent on node 0" : "rank 0";
@@ -180,7 +187,15 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
   try {
     impl_->store = join_store(env, deadline.remaining());
   } catch (const std::exception& e) {
-    throw DistributedError(unreachable + ": " + first_line(e.what()));
+    const std::string error = first_line(e.what());
+    // The store's host cannot listen (MASTER_PORT in use): the cause, not the peers, is said.
+    if (error.find("failed to listen") != std::string::npos) {
+      throw DistributedError(me + ": cannot host the store on " + store_address +
+                             ": failed to listen (" + listen_failure(error) +
+                             "); choose another MASTER_PORT (scripts/launch.py --master-port 0 "
+                             "picks a free one)");
+    }
+    throw DistributedError(unreachable + ": " + error);
   }
   try {
     meet_peers(deadline.remaining(), within);

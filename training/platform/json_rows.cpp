@@ -12,10 +12,19 @@ using nlohmann::ordered_json;
 
 namespace {
 
+// A cell as RFC 4180 writes it: quoted, its quotes doubled, when it holds a comma, a quote or a
+// line break (an out-of-memory message, a JSON list of blocks).
+std::string csv_text(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (const char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
 std::string csv_cell(const ordered_json& value) {
   if (value.is_null()) return "";
-  if (value.is_string()) return value.get<std::string>();
-  return value.dump();
+  if (value.is_string()) return csv_text(value.get<std::string>());
+  return csv_text(value.dump());
 }
 
 }  // namespace
@@ -46,7 +55,7 @@ std::string rows_to_csv(const std::vector<ordered_json>& rows) {
     }
   }
   std::ostringstream out;
-  for (size_t i = 0; i < columns.size(); ++i) out << (i ? "," : "") << columns[i];
+  for (size_t i = 0; i < columns.size(); ++i) out << (i ? "," : "") << csv_text(columns[i]);
   out << "\n";
   for (const auto& row : rows) {
     for (size_t i = 0; i < columns.size(); ++i) {

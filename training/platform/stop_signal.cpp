@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 
 #include "training/platform/errors.h"
 
@@ -11,10 +13,25 @@ namespace training {
 namespace {
 
 std::atomic<bool> requested{false};
+std::atomic<int> signals{0};          // stop signals received since the handlers were installed
+std::atomic<int> deferring{0};        // live DeferRepeatedStops
+std::atomic<int> deferred_signal{0};  // a repeated signal that arrived during one
+
+// Dies of `signal` as without a handler.
+void die_of(int signal) {
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
 
 extern "C" void on_stop_signal(int signal) {
   requested.store(true);
-  std::signal(signal, SIG_DFL);  // the next one terminates immediately
+  if (signals.fetch_add(1) == 0) return;  // the first: a graceful stop
+  // A repeated one terminates immediately, except during a durable write: after it.
+  if (deferring.load() > 0) {
+    deferred_signal.store(signal);
+    return;
+  }
+  die_of(signal);
 }
 
 extern "C" void exit_on_stop_signal(int) {
@@ -29,6 +46,7 @@ void install_exit_on_stop() {
 }
 
 void install_stop_handlers() {
+  signals.store(0);
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 }
@@ -41,6 +59,21 @@ void request_stop() {
 }
 void clear_stop_request() {
   requested.store(false);
+  signals.store(0);
+}
+
+DeferRepeatedStops::DeferRepeatedStops() {
+  deferring.fetch_add(1);
+}
+
+DeferRepeatedStops::~DeferRepeatedStops() {
+  if (deferring.fetch_sub(1) != 1) return;
+  if (const int signal = deferred_signal.exchange(0)) die_of(signal);
+}
+
+void test_kill_point(const char* point) {
+  const char* at = std::getenv("TRAIN_TEST_KILL_AT");
+  if (at && std::strcmp(at, point) == 0) std::raise(SIGKILL);
 }
 
 }  // namespace training

@@ -1,5 +1,6 @@
 // A graceful stop: the first SIGINT/SIGTERM asks the trainer to finish the current step, write
-// a checkpoint and exit; a second one kills the process as usual.
+// a checkpoint and exit; a second one kills the process as usual, except during a durable write
+// (DeferRepeatedStops), which finishes first.
 #pragma once
 
 namespace training {
@@ -12,5 +13,19 @@ void install_stop_handlers();
 bool stop_requested();
 void request_stop();  // what the handler does; also lets tests trigger a stop
 void clear_stop_request();
+
+// While one lives (a checkpoint or another atomic write), a repeated stop signal, which kills the
+// process, waits: the write finishes, then the signal takes effect. Nests.
+class DeferRepeatedStops {
+ public:
+  DeferRepeatedStops();
+  ~DeferRepeatedStops();
+  DeferRepeatedStops(const DeferRepeatedStops&) = delete;
+  DeferRepeatedStops& operator=(const DeferRepeatedStops&) = delete;
+};
+
+// A test hook: kills the process (SIGKILL, as kill -9) when the environment variable
+// TRAIN_TEST_KILL_AT names `point`, so that tests can die at an exact instant.
+void test_kill_point(const char* point);
 
 }  // namespace training

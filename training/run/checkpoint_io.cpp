@@ -252,6 +252,11 @@ void save_checkpoint(const fs::path& file, torch::nn::Module& model,
   const bool partial = state.batch_in_epoch > 0;
   archive.write("loss_sum", partial ? state.loss_sum.detach() : torch::zeros({}, torch::kFloat64));
   archive.write("correct", partial ? state.correct.detach() : torch::zeros({}, torch::kInt64));
+  if (partial && state.rank_loss_sums.defined()) {
+    archive.write("rank_loss_sums", state.rank_loss_sums.detach());
+    archive.write("rank_correct", state.rank_correct.detach());
+    archive.write("rank_seen", state.rank_seen.detach());
+  }
 
   // Stored as a list of ints: it must come back as a CPU tensor whatever device the rest is
   // mapped to. (All training randomness is drawn from CPU generators.)
@@ -320,6 +325,13 @@ TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
   }
   state.loss_sum = read_value(archive, file, "loss_sum").toTensor();
   state.correct = read_value(archive, file, "correct").toTensor();
+  c10::IValue loss_sums, rank_correct, rank_seen;
+  if (archive.try_read("rank_loss_sums", loss_sums) &&
+      archive.try_read("rank_correct", rank_correct) && archive.try_read("rank_seen", rank_seen)) {
+    state.rank_loss_sums = loss_sums.toTensor();
+    state.rank_correct = rank_correct.toTensor();
+    state.rank_seen = rank_seen.toTensor();
+  }
 
   const auto rng_bytes = read_value(archive, file, "rng_cpu").toIntVector();
   auto rng = torch::empty({static_cast<int64_t>(rng_bytes.size())}, torch::kUInt8);

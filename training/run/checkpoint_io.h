@@ -26,14 +26,20 @@ struct TrainState {
   int64_t step = 0;            // optimizer steps taken
   int64_t batch_in_epoch = 0;  // batches of the current (epoch+1) epoch already trained
   // Accumulators of the current, unfinished epoch (undefined when batch_in_epoch == 0).
-  torch::Tensor loss_sum;      // float64 scalar: sum of per-sample training loss
-  torch::Tensor correct;       // int64 scalar: correctly classified training samples
-  int64_t seen = 0;            // training samples seen this epoch
-  double train_seconds = 0.0;  // training time spent in this epoch so far
-  int64_t skipped_steps = 0;   // fp16 steps skipped this epoch (inf/NaN gradients)
-  int64_t world_size = 1;      // data-parallel ranks that wrote it (resume needs the same)
-  int64_t batch_size = 0;      // training.batch_size that wrote it (mid-epoch resume needs it)
-  std::string config_yaml;     // the config it was written with (read back; save takes its own)
+  torch::Tensor loss_sum;  // float64 scalar: sum of per-sample training loss
+  torch::Tensor correct;   // int64 scalar: correctly classified training samples
+  int64_t seen = 0;        // training samples seen this epoch
+  // Data-parallel, part-way through an epoch: each rank's own sums (index: the rank), which each
+  // rank takes back on resume (its progress line and TensorBoard read its own); the scalars above
+  // then hold their totals. Undefined otherwise (and in checkpoints written before them).
+  torch::Tensor rank_loss_sums;  // float64 [world_size]
+  torch::Tensor rank_correct;    // int64 [world_size]
+  torch::Tensor rank_seen;       // int64 [world_size]
+  double train_seconds = 0.0;    // training time spent in this epoch so far
+  int64_t skipped_steps = 0;     // fp16 steps skipped this epoch (inf/NaN gradients)
+  int64_t world_size = 1;        // data-parallel ranks that wrote it (resume needs the same)
+  int64_t batch_size = 0;        // training.batch_size that wrote it (mid-epoch resume needs it)
+  std::string config_yaml;       // the config it was written with (read back; save takes its own)
   // GradScaler state (fp16 only; undefined otherwise).
   torch::Tensor grad_scale;
   torch::Tensor growth_tracker;

@@ -91,7 +91,12 @@ HeldOutputs held_outputs(const fs::path& dir) {
   return held;
 }
 
-void claim_output_dir(const fs::path& dir, OutputKind kind, const std::string& flag) {
+std::unique_ptr<DirectoryLock> claim_output_dir(const fs::path& dir, OutputKind kind,
+                                                const std::string& flag) {
+  std::error_code ec;
+  std::unique_ptr<DirectoryLock> lock;
+  // A folder with a lock may be being written: its holder is named before its contents are read.
+  if (fs::is_regular_file(dir / ".lock", ec)) lock = std::make_unique<DirectoryLock>(dir);
   const HeldOutputs held = held_outputs(dir);
   if (held.kind) {
     const bool same = *held.kind == kind;
@@ -110,10 +115,11 @@ void claim_output_dir(const fs::path& dir, OutputKind kind, const std::string& f
     throw UserError(dir.string() + ": holds files that are not " + kind_text(kind) + " (" + names +
                     "); choose a new or empty " + flag);
   }
-  std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw UserError(dir.string() + ": cannot create the folder (" + ec.message() + ")");
+  if (!lock) lock = std::make_unique<DirectoryLock>(dir);
   write_file_atomically(dir / kMarker, std::string(info(kind).word) + "\n");
+  return lock;
 }
 
 void mark_finished(const fs::path& dir, OutputKind kind) {
@@ -128,6 +134,17 @@ void check_file_outside_outputs(const fs::path& file, const std::string& flag) {
                     ", which holds " + kind_text(*held.kind) +
                     " (only its own command writes there); give a path outside it");
   }
+}
+
+void check_not_an_input(const fs::path& output, const std::string& flag, const fs::path& input,
+                        const std::string& input_flag) {
+  std::error_code ec;
+  const bool same = fs::exists(output, ec) && fs::exists(input, ec)
+                        ? fs::equivalent(output, input, ec)
+                        : fs::weakly_canonical(output, ec) == fs::weakly_canonical(input, ec);
+  if (!same) return;
+  throw UserError(flag + ": " + output.string() + " is the " + input_flag + " file " +
+                  input.string() + ", which this command reads; give another path for " + flag);
 }
 
 void check_is_run(const fs::path& dir) {

@@ -9,9 +9,12 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "training/platform/dir_lock.h"
 
 namespace training {
 
@@ -31,10 +34,13 @@ struct HeldOutputs {
 
 HeldOutputs held_outputs(const std::filesystem::path& dir);
 
-// Creates `dir` for a new output of `kind`, or refuses (UserError, one line naming `flag` and
-// what the folder holds). Removes the temporaries an interrupted write left. The marker is
-// written before anything else.
-void claim_output_dir(const std::filesystem::path& dir, OutputKind kind, const std::string& flag);
+// Creates `dir` for a new output of `kind` and returns its lock (dir_lock.h), or refuses
+// (UserError, one line naming `flag` and what the folder holds). The lock is taken before the
+// folder's contents are judged: a folder another process is writing is refused naming that
+// process, not what it holds so far. The marker is written before anything else.
+[[nodiscard]] std::unique_ptr<DirectoryLock> claim_output_dir(const std::filesystem::path& dir,
+                                                              OutputKind kind,
+                                                              const std::string& flag);
 
 // The marker says the command finished (a finished sweep, study or comparison is not redone).
 void mark_finished(const std::filesystem::path& dir, OutputKind kind);
@@ -42,6 +48,12 @@ void mark_finished(const std::filesystem::path& dir, OutputKind kind);
 // Refuses (UserError, naming `flag`) a file output (a bench's --output) that would land in an
 // output folder of ours: only that folder's own command writes there.
 void check_file_outside_outputs(const std::filesystem::path& file, const std::string& flag);
+
+// Refuses (UserError, naming both flags) an output file that is one of the command's own inputs
+// (`bench loader --config X.yaml --output X.yaml` replaced the config): no command writes onto
+// what it reads.
+void check_not_an_input(const std::filesystem::path& output, const std::string& flag,
+                        const std::filesystem::path& input, const std::string& input_flag);
 
 // Refuses (UserError) a `--resume` of a folder that is not a run.
 void check_is_run(const std::filesystem::path& dir);

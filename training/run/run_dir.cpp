@@ -38,10 +38,10 @@ RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
   std::error_code ec;
   if (resuming) {
     if (!fs::is_directory(dir_, ec)) throw UserError(dir_.string() + ": run directory not found");
+    lock_ = std::make_unique<DirectoryLock>(dir_);
   } else {
-    claim_output_dir(dir_, OutputKind::Run, "--output-dir");
+    lock_ = claim_output_dir(dir_, OutputKind::Run, "--output-dir");
   }
-  lock_ = std::make_unique<DirectoryLock>(dir_);
   const int stale = remove_stale_temporaries(dir_);
   if (resuming) epochs_ = read_metrics(dir_ / "metrics.jsonl");
   try {

@@ -76,6 +76,17 @@ void write_checkpointing(std::ostringstream& md, const Config& c,
      << (exceeded ? "**Over budget:** " : "") << outcome << ".\n\n";
 }
 
+// Where the images came from: synthetic data has no root (data.root is not read).
+std::string data_text(const data::DataOptions& d) {
+  const std::string limits = ", train_limit " + std::to_string(d.train_limit()) + ", test_limit " +
+                             std::to_string(d.test_limit());
+  if (d.source() == data::Source::Synthetic) {
+    return fmt::format("synthetic ({} training / {} test images, generated in memory){}",
+                       d.synthetic_train_size(), d.synthetic_test_size(), limits);
+  }
+  return source_name(d.source()) + " from " + d.root() + limits;
+}
+
 void write_setup(std::ostringstream& md, const Config& c, const EpochRecord& last) {
   const auto& d = c.data.dataset;
   md << "## Setup\n\n| | |\n|---|---|\n"
@@ -85,8 +96,7 @@ void write_setup(std::ostringstream& md, const Config& c, const EpochRecord& las
      << "| precision / memory format | " << precision_name(c.training.precision) << " / "
      << memory_format_name(c.training.memory_format) << " |\n"
      << "| gradient checkpointing | " << checkpointing_text(c.checkpointing) << " |\n"
-     << "| data | " << source_name(d.source()) << " from " << d.root() << ", train_limit "
-     << d.train_limit() << ", test_limit " << d.test_limit() << " |\n"
+     << "| data | " << data_text(d) << " |\n"
      << "| batch / epochs | " << c.training.batch_size << " / " << c.training.epochs << " |\n"
      << fmt::format("| optimizer | SGD lr {}, momentum {}, nesterov {}, weight decay {} |\n",
                     c.optimizer.lr(), c.optimizer.momentum(), c.optimizer.nesterov(),

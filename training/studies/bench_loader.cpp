@@ -75,7 +75,10 @@ LoaderBenchResult bench_loader(const LoaderBenchRequest& request, const Config& 
 
 LoaderBenchResult loader_bench_command(const LoaderBenchRequest& request) {
   if (request.batches < 1) throw UserError("--batches: expected 1 or more");
-  if (!request.output.empty()) check_file_outside_outputs(request.output, "--output");
+  if (!request.output.empty()) {
+    check_file_outside_outputs(request.output, "--output");
+    check_not_an_input(request.output, "--output", request.config_path, "--config");
+  }
   const Config config = load_config(request.config_path, request.overrides);
   return with_key_origins(config, [&] { return bench_loader(request, config); });
 }

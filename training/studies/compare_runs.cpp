@@ -248,8 +248,8 @@ fs::path compare_command(const CompareRequest& request) {
   }
   const fs::path out = !request.output_dir.empty() ? fs::path(request.output_dir)
                                                    : new_run_path("runs", "", "compare");
-  claim_output_dir(out, OutputKind::Comparison, "--output");
-  const DirectoryLock lock(out);  // a second comparison into the same folder is refused
+  // Locked: a second comparison into the same folder is refused.
+  const auto lock = claim_output_dir(out, OutputKind::Comparison, "--output");
   const std::string markdown = compare_markdown(runs);
   nlohmann::ordered_json j;
   const auto keys = differing_keys(runs);

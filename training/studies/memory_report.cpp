@@ -187,12 +187,13 @@ ordered_json timeline_json(const StepBreakdown& b) {
           {"marks", marks}};
 }
 
-fs::path study_directory(const MemoryRequest& request, const Config& config) {
+fs::path study_directory(const MemoryRequest& request, const Config& config,
+                         std::unique_ptr<DirectoryLock>& lock) {
   const fs::path dir =
       !request.output_dir.empty()
           ? fs::path(request.output_dir)
           : new_run_path(config.output.dir, "", "memory-" + arch_name(config.model));
-  claim_output_dir(dir, OutputKind::MemoryStudy, "--output-dir");
+  lock = claim_output_dir(dir, OutputKind::MemoryStudy, "--output-dir");
   return dir;
 }
 
@@ -250,8 +251,8 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   }
   const auto card = card_request(request, settings);
   if (request.card_only && !card) throw UserError("--card-only: give the card with --card");
-  const fs::path dir = study_directory(request, config);
-  const DirectoryLock lock(dir);
+  std::unique_ptr<DirectoryLock> lock;
+  const fs::path dir = study_directory(request, config, lock);
   write_file_atomically(dir / "config.yaml", to_yaml(config));
   spdlog::info("memory: one step of {} ({} stem) at batch {} on {}, {} setting(s)",
                arch_name(config.model), stem_name(config.model), config.training.batch_size,

@@ -380,11 +380,10 @@ int sweep(const SweepRequest& request, const Config& config) {
       !request.output_dir.empty()
           ? fs::path(request.output_dir)
           : new_run_path(config.output.dir, config.output.name, "sweep-" + arch_name(config.model));
-  claim_output_dir(dir, OutputKind::Sweep, "--output-dir");
+  const auto lock = claim_output_dir(dir, OutputKind::Sweep, "--output-dir");
   std::error_code ec;
   fs::create_directories(dir / "trials", ec);
   if (ec) throw UserError(dir.string() + ": cannot create the sweep directory: " + ec.message());
-  const DirectoryLock lock(dir);
   write_file_atomically(dir / "config.yaml", to_yaml(config));
   install_stop_handlers();
   if (!Sweep(config, dir, request.executable, device, predictor ? &*predictor : nullptr).run()) {

@@ -17,6 +17,7 @@
 #include "training/platform/memory.h"
 #include "training/platform/network.h"
 #include "training/platform/statistics.h"
+#include "training/run/output_dir.h"
 #include "training/step/graphed_step.h"
 #include "training/step/optim.h"
 #include "training/step/step.h"
@@ -189,6 +190,7 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
 }
 
 int child_trial_main(const std::string& config_path, const std::string& result_path) {
+  check_not_an_input(result_path, "--result", config_path, "--config");
   const Config config = load_config(config_path);
   set_cpu_threads(config.training.threads);
   const TrialResult result =

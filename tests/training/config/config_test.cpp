@@ -75,6 +75,22 @@ TEST(Config, AnOverrideChangesOneKeyThroughYamlAliases) {
   EXPECT_EQ(c.sweep.batch_sizes, (std::vector<int64_t>{32, 64}));
 }
 
+// Round 4: the same through a section alias: yaml-cpp shares the section's node, and the override
+// was written into it, so both sections changed.
+TEST(Config, AnOverrideChangesOneSectionThroughAYamlSectionAlias) {
+  const std::string yaml = "checkpoint: &c {enabled: true}\ncheckpointing: *c\n";
+  auto c = training::parse_config(yaml, "anchors.yaml", {"checkpointing.enabled=false"});
+  EXPECT_TRUE(c.checkpoint.enabled);
+  EXPECT_EQ(c.checkpointing.mode(), training::CheckpointMode::Off);
+  c = training::parse_config(yaml, "anchors.yaml", {"checkpoint.enabled=false"});
+  EXPECT_FALSE(c.checkpoint.enabled);
+  EXPECT_EQ(c.checkpointing.mode(), training::CheckpointMode::On);
+  // Without an override both read the anchored section.
+  c = training::parse_config(yaml, "anchors.yaml");
+  EXPECT_TRUE(c.checkpoint.enabled);
+  EXPECT_EQ(c.checkpointing.mode(), training::CheckpointMode::On);
+}
+
 TEST(Config, YamlRoundTripIsExact) {
   const Config c = training::parse_config(
       "optimizer: {lr: 0.1, weight_decay: 5.0e-4}\nschedule: {name: onecycle, pct_start: 0.3}\n"

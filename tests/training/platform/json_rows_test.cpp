@@ -2,6 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "test_support.h"
+#include "training/platform/atomic_file.h"
+
 namespace {
 
 TEST(JsonRows, CsvUnionsColumnsInFirstSeenOrder) {
@@ -12,6 +19,41 @@ TEST(JsonRows, CsvUnionsColumnsInFirstSeenOrder) {
   b["y"] = nullptr;
   b["x"] = 3;
   EXPECT_EQ(training::rows_to_csv({a, b}), "epoch,x,y\n1,s,\n2,3,\n");
+}
+
+// Round 4: sweep.csv (and metrics.csv, written by the same helper) quoted no cell: a message with
+// commas or a JSON list of blocks split into more fields than the header has. Read back by
+// Python's csv module, every row has the header's fields and every cell its value.
+TEST(JsonRows, CsvQuotesAsRfc4180SaysAndReadsBackWithACsvReader) {
+  nlohmann::ordered_json row;
+  row["trial"] = 1;
+  row["message"] = "out of memory on cpu: peak 1.2 GiB, limit 1 GiB (memory.limit). \"Remedies\"";
+  row["recomputed_blocks"] = nlohmann::ordered_json::array({"layer1.0", "layer2.1"});
+  row["note"] = "two\nlines";
+  row["plain"] = "x";
+  test_support::TempDir dir;
+  training::write_file_atomically(dir / "t.csv", training::rows_to_csv({row, row}));
+  const std::string read =
+      std::string(TEST_PYTHON) +
+      " -c \"import csv, json, sys; rows = list(csv.reader(open(sys.argv[1], newline=''))); "
+      "print(json.dumps(rows))\" " +
+      (dir / "t.csv").string();
+  FILE* pipe = popen(read.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
+  ASSERT_EQ(pclose(pipe), 0) << output;
+  const auto rows = nlohmann::json::parse(output);
+  ASSERT_EQ(rows.size(), 3u) << output;
+  EXPECT_EQ(rows[0], nlohmann::json({"trial", "message", "recomputed_blocks", "note", "plain"}));
+  for (size_t i = 1; i < 3; ++i) {
+    ASSERT_EQ(rows[i].size(), 5u) << output;
+    EXPECT_EQ(rows[i][1].get<std::string>(), row["message"].get<std::string>());
+    EXPECT_EQ(nlohmann::json::parse(rows[i][2].get<std::string>()).dump(),
+              row["recomputed_blocks"].dump());
+    EXPECT_EQ(rows[i][3], "two\nlines");
+    EXPECT_EQ(rows[i][4], "x");
+  }
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ using training::OutputKind;
 
 std::string refusal(const fs::path& dir, OutputKind kind) {
   try {
-    training::claim_output_dir(dir, kind, "--output-dir");
+    static_cast<void>(training::claim_output_dir(dir, kind, "--output-dir"));
   } catch (const training::UserError& e) {
     return e.what();
   }

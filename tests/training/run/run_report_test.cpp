@@ -28,6 +28,11 @@ TEST(Report, SummarisesTheRunWithPlots) {
         "## Epochs", "| 2 | 16 |", "![loss and accuracy](loss_accuracy.png)"}) {
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
   }
+  // Round 4: synthetic data was said to come "from datasets/cifar10" (data.root, unread).
+  EXPECT_NE(text.find("| data | synthetic (128 training / 32 test images, generated in memory)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("synthetic from"), std::string::npos) << text;
   for (const char* png : {"loss_accuracy.png", "throughput.png", "memory.png"}) {
     std::ifstream in(dir / "run" / png, std::ios::binary);
     char signature[4] = {};

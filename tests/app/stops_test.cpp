@@ -1,0 +1,134 @@
+// Round 4 of the hostile pass (issue 39, docs/reliability.md): stops that lost a run, folders
+// checked before their lock. Every test reproduced its case before the change that made it pass.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "app/cli_support.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using cli::count_lines;
+using cli::run_shell;
+using cli::run_train;
+using cli::write_tiny_config;
+
+std::string tiny_run(const test_support::TempDir& dir, const fs::path& run, int epochs,
+                     const std::string& extra = "") {
+  return "--config " + write_tiny_config(dir, epochs).string() + " --output-dir " + run.string() +
+         " " + extra;
+}
+
+int rows(const fs::path& run) {
+  return count_lines(test_support::read_text(run / "metrics.jsonl"));
+}
+
+// A death between epoch 1's metrics row and its checkpoint (kill -9, a second Ctrl-C) left a run
+// that could never be continued: "checkpoint.pt: missing, but the run recorded 1 epoch(s)". The
+// run now writes a start checkpoint before its first step, so the row is ahead of a checkpoint
+// and is trained again on resume.
+TEST(Stops, AKillBetweenAnEpochsRowAndItsCheckpointLeavesARunThatResumes) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  auto r = run_shell("TRAIN_TEST_KILL_AT=epoch-row " + std::string(TRAIN_BINARY) + " " +
+                     tiny_run(dir, run, 2));
+  EXPECT_NE(r.code, 0) << r.output;
+  ASSERT_EQ(rows(run), 1) << r.output;
+  r = run_train("--resume " + run.string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("0 epochs and 0 steps done"), std::string::npos) << r.output;
+  EXPECT_EQ(rows(run), 2);
+  const auto metrics = test_support::read_text(run / "metrics.jsonl");
+  EXPECT_NE(metrics.find("\"epoch\":1,"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\"epoch\":2,"), std::string::npos) << metrics;
+}
+
+// A run that diverged in epoch 1 advised `--resume ... --set optimizer.lr=...`, which was refused
+// (no checkpoint). The start checkpoint makes that advice true; without checkpoints the message
+// says so instead of advising a resume.
+TEST(Stops, ADivergedFirstEpochAdvisesAResumeOnlyWhereOneIsPossible) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  auto r = run_train(tiny_run(dir, run, 2, "--set optimizer.lr=1000"));
+  ASSERT_EQ(r.code, 6) << r.output;
+  EXPECT_NE(r.output.find("train --resume " + run.string() + " --set optimizer.lr=100"),
+            std::string::npos)
+      << r.output;
+  r = run_train("--resume " + run.string() + " --set optimizer.lr=0.01 --set training.epochs=1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("0 epochs and 0 steps done"), std::string::npos) << r.output;
+  EXPECT_EQ(rows(run), 1);
+  const auto row = nlohmann::json::parse(test_support::read_text(run / "metrics.jsonl"));
+  EXPECT_TRUE(row["train_loss"].is_number()) << row.dump();
+
+  const auto bare = dir / "bare";
+  r = run_train(tiny_run(dir, bare, 2, "--set optimizer.lr=1000 --set checkpoint.enabled=false"));
+  ASSERT_EQ(r.code, 6) << r.output;
+  EXPECT_EQ(r.output.find("--resume"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no checkpoint was written (checkpoint.enabled: false)"),
+            std::string::npos)
+      << r.output;
+}
+
+// A second `train --output-dir X` while X trains said "already holds a run ... continue it with
+// --resume X" (refused too), and a second sweep into a running sweep's folder said it "stopped
+// before it finished; starting it again": the folder's contents were judged before its lock. The
+// holder is named first, for every kind of output folder.
+TEST(Stops, ASecondCommandIntoAFolderBeingWrittenNamesItsHolder) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  cli::Background first({"--config", write_tiny_config(dir, 20).string(), "--output-dir",
+                         run.string(), "--set", "data.simulated_delay_ms=300"},
+                        dir / "first.log");
+  ASSERT_TRUE(cli::wait_for_text(run / "train.log", "step 1/4"));
+  const std::string holder =
+      "in use by another train process (pid " + std::to_string(first.pid()) + ")";
+  const std::string config = " --config " + write_tiny_config(dir).string();
+  const std::string into = " --output-dir " + run.string();
+  for (const std::string& args :
+       {config + into, "sweep --batch-sizes 4" + config + into, "memory" + config + into,
+        "compare " + run.string() + " --output " + run.string()}) {
+    const auto r = run_train(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(holder), std::string::npos) << args << ": " << r.output;
+  }
+  first.signal(SIGKILL);
+  first.wait();
+}
+
+// MASTER_PORT already in use on rank 0's host: "could not reach the other ranks ... is every rank
+// started", with the cause ("failed to listen") buried at the end of LibTorch's text.
+TEST(Stops, AMasterPortInUseSaysItCannotListen) {
+  test_support::TempDir dir;
+  const int busy = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(busy, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(busy, 1), 0);
+  socklen_t size = sizeof address;
+  ::getsockname(busy, reinterpret_cast<sockaddr*>(&address), &size);
+  const std::string port = std::to_string(ntohs(address.sin_port));
+  const auto r =
+      run_shell("WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " +
+                std::string(TRAIN_BINARY) + " --config " + write_tiny_config(dir).string() +
+                " --set distributed.timeout_seconds=5 --output-dir " + (dir / "run").string());
+  ::close(busy);
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find("rank 0: cannot host the store on 127.0.0.1:" + port +
+                          ": failed to listen (address already in use)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("is every rank started"), std::string::npos) << r.output;
+}
+
+}  // namespace
