@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "data/split.h"
+#include "training/config/config_yaml.h"
 #include "training/convert_command.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
@@ -88,6 +89,7 @@ std::vector<training::Override> overrides_from(const std::vector<std::string>& s
   std::vector<training::Override> overrides(sets.begin(), sets.end());
   for (const auto& flag : flags) {
     if (flag.option->count() == 0) continue;
+    if (flag.list) training::config_yaml::split_items(flag.value, flag.name);  // refuses "a,"
     overrides.emplace_back(flag.key + "=" + (flag.list ? "[" + flag.value + "]" : flag.value),
                            flag.name);
   }

@@ -25,6 +25,7 @@ Exit code: 0, or 2 for bad arguments or a failed `train` run.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -162,20 +163,21 @@ def main(argv):
         grid(train, Path(args.out), args.measure)
         return 0
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    begin, end = "<!-- card-prediction:begin -->", "<!-- card-prediction:end -->"
     docs = script_support.path_argument("--docs", args.docs, "a markdown file") if args.docs else None
+    if docs and not (begin in Path(docs).read_text() and end in Path(docs).read_text()):
+        raise script_support.BadInput(f"--docs: {docs} has no {begin} ... {end} markers")
+    out.mkdir(parents=True, exist_ok=True)
     table = ["| case | setting | figure | measured (H200) | predicted here | error |",
              "|---|---|---|---:|---:|---:|"] + rows(train, out)
     text = "\n".join(table) + "\n"
     print(text, end="")
     if docs:
-        begin, end = "<!-- card-prediction:begin -->", "<!-- card-prediction:end -->"
-        content = Path(docs).read_text()
-        if begin not in content or end not in content:
-            raise script_support.BadInput(f"--docs: {docs} has no {begin} ... {end} markers")
-        head, rest = content.split(begin, 1)
+        head, rest = Path(docs).read_text().split(begin, 1)
         tail = rest.split(end, 1)[1]
-        Path(docs).write_text(head + begin + "\n" + text + end + tail)
+        written = Path(docs).with_name(f".{Path(docs).name}.tmp{os.getpid()}")
+        written.write_text(head + begin + "\n" + text + end + tail)
+        os.replace(written, docs)  # the docs whole, old or new, never half
     return 0
 
 

@@ -362,6 +362,30 @@ TEST(Cli, SweepRefusesABadGridBeforeAnyTrial) {
   }
 }
 
+// A comma-separated flag is read one way: an empty item (a trailing comma, a leading one, two in a
+// row) is refused naming the flag, never dropped (round 4 ran "fp32," with one item fewer).
+TEST(Cli, AnEmptyItemInACommaListIsRefusedNotDropped) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir).string();
+  const std::string out = " --output-dir " + (dir / "out").string();
+  for (const auto& [command, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"sweep --config " + config + " --precisions fp32," + out, "--precisions"},
+           {"sweep --config " + config + " --batch-sizes 16," + out, "--batch-sizes"},
+           {"sweep --config " + config + " --checkpointing off," + out, "--checkpointing"},
+           {"sweep --config " + config + " --memory-formats ,contiguous" + out, "--memory-formats"},
+           {"plan --config " + config + " --memory 1GiB --batch-sizes 8," + out, "--batch-sizes"},
+           {"memory --config " + config + " --settings fp32," + out, "--settings"},
+           {"bench matmul --dtypes fp32, --output " + (dir / "out").string(), "--dtypes"},
+           {"bench matmul --size 64,,128 --output " + (dir / "out").string(), "--size"}}) {
+    const auto r = run_train(command);
+    EXPECT_EQ(r.code, 2) << command;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find(flag + ": '"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("has an empty item"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir / "out")) << command;
+  }
+}
+
 TEST(Cli, ReportRewritesTheReportOfARun) {
   test_support::TempDir dir;
   const auto run = dir / "run";

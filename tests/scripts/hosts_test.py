@@ -54,6 +54,17 @@ def curve(run):
     return [{k: row[k] for k in keys} for row in rows]
 
 
+def epoch_checkpoint_written(run):
+    """Epoch 1's checkpoint exists: a row in metrics.jsonl and a checkpoint written after it (the
+    start checkpoint, written before the first step, is older than any row)."""
+    metrics, checkpoint = Path(run) / "metrics.jsonl", Path(run) / "checkpoint.pt"
+    try:
+        return (metrics.read_text().strip() != "" and
+                checkpoint.stat().st_mtime_ns >= metrics.stat().st_mtime_ns)
+    except OSError:
+        return False
+
+
 def wait_all(procs, seconds):
     deadline = time.time() + seconds
     codes = []
@@ -107,7 +118,7 @@ class TwoHosts(unittest.TestCase):
         # Host B's link goes down in epoch 2: both ranks exit 4 in bounded time, naming the peer.
         procs = self.start(["--config", str(config), "--output-dir", str(run)], "cut")
         deadline = time.time() + 300
-        while not (run / "checkpoint.pt").exists() and time.time() < deadline:
+        while not epoch_checkpoint_written(run) and time.time() < deadline:
             if any(p.poll() is not None for p in procs):
                 break  # a rank ended before epoch 1's checkpoint: the asserts below say how
             time.sleep(0.02)

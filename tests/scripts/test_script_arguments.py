@@ -193,6 +193,25 @@ class ScriptArgumentsTest(unittest.TestCase):
                 last = proc.stderr.strip().splitlines()[-1]
                 self.assertRegex(last, r"^(get-data|launch|plot_sweep|compare_devices|launch\.py): ", (script, args))
 
+    def test_predict_gpu_cases_refuses_before_it_runs_train(self):
+        """Bad arguments are one line, exit 2, before any `train memory` run or write."""
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            (tmp / "plain.md").write_text("no markers here\n")
+            cases = [(["--train", sys.executable, "--out", str(tmp / "o1"), "--docs", str(tmp / "plain.md")],
+                      "--docs: "),
+                     (["--train", sys.executable, "--out", str(tmp / "o2"), "--measure"], "--measure: goes with --grid"),
+                     (["--train", str(tmp / "missing"), "--out", str(tmp / "o3")], "--train: "),
+                     (["--compare", str(tmp / "none"), "--measured", str(tmp)], "--compare: ")]
+            for args, said in cases:
+                proc = run("predict_gpu_cases.py", *args)
+                self.assertEqual(proc.returncode, 2, (args, proc.stderr))
+                lines = proc.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, (args, proc.stderr))
+                self.assertIn(said, lines[0])
+            self.assertEqual((tmp / "plain.md").read_text(), "no markers here\n")
+            self.assertFalse(any((tmp / name).exists() for name in ("o1", "o2", "o3")))
+
     def test_a_folder_an_empty_value_or_a_missing_path_is_said_with_what_was_expected(self):
         """`compare_devices.py --config <a folder>` said "no such file"; `plot_run.py ''` read the
         current folder; a folder as --markdown failed after the benchmark (reliability round 3)."""

@@ -32,6 +32,21 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
   return out;
 }
 
+std::vector<std::string> split_items(const std::string& text, const std::string& flag) {
+  std::vector<std::string> items;
+  size_t begin = 0;
+  for (;;) {
+    const size_t comma = text.find(',', begin);
+    items.push_back(text.substr(begin, comma == std::string::npos ? comma : comma - begin));
+    if (items.back().empty()) {
+      throw ConfigError(flag + ": '" + text +
+                        "' has an empty item; expected items separated by single commas, e.g. a,b");
+    }
+    if (comma == std::string::npos) return items;
+    begin = comma + 1;
+  }
+}
+
 std::string suggestion(const std::string& wrong, const std::vector<std::string>& valid,
                        const std::string& prefix) {
   const std::string* best = nullptr;

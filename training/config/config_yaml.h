@@ -40,6 +40,9 @@ inline constexpr int64_t kAuto = -1;
 std::string suggestion(const std::string& wrong, const std::vector<std::string>& valid,
                        const std::string& prefix);
 std::string join(const std::vector<std::string>& items, const std::string& separator);
+// "fp32,bf16" -> {"fp32", "bf16"}, the one reading of a comma-separated flag value: an empty item
+// ("fp32,", ",fp32", "32,,64") is a ConfigError naming `flag`, never an item dropped in silence.
+std::vector<std::string> split_items(const std::string& text, const std::string& flag);
 // How a node is named in a message: "nothing", "a list", "a mapping", "'text'".
 std::string describe(const YAML::Node& node);
 // yaml-cpp throws when asking the type of a missing ("zombie") node, so this asks IsDefined first.

@@ -8,6 +8,7 @@
 #include <regex>
 #include <sstream>
 
+#include "training/config/config_yaml.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
@@ -25,15 +26,6 @@ const std::map<std::string, torch::ScalarType>& dtype_table() {
                                                                  {"bf16", torch::kBFloat16},
                                                                  {"fp16", torch::kHalf}};
   return table;
-}
-
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> items;
-  std::stringstream stream(text);
-  for (std::string item; std::getline(stream, item, ',');) {
-    if (!item.empty()) items.push_back(item);
-  }
-  return items;
 }
 
 // Times N x N by N x N on `device` in `dtype` and fills r's figures.
@@ -77,7 +69,7 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
                                         const std::string& memory_limit) {
   MatmulBenchOptions options;
   options.sizes.clear();
-  for (const auto& item : split(sizes)) {
+  for (const auto& item : config_yaml::split_items(sizes, "--size")) {
     int64_t size = 0;
     try {
       size_t used = 0;
@@ -91,14 +83,14 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
     options.sizes.push_back(size);
   }
   if (options.sizes.empty()) throw UserError("--size: expected at least one size");
-  options.devices = split(devices);
+  options.devices = config_yaml::split_items(devices, "--devices");
   for (const auto& device : options.devices) {
     const auto spec = parse_device_spec(device);
     if (!spec || spec->kind == DeviceSpec::Kind::Auto) {
       throw UserError("--devices: expected cpu, cuda or cuda:N, got '" + device + "'");
     }
   }
-  options.dtypes = split(dtypes);
+  options.dtypes = config_yaml::split_items(dtypes, "--dtypes");
   for (const auto& dtype : options.dtypes) {
     if (!dtype_table().count(dtype)) {
       throw UserError("--dtypes: expected fp64, fp32, bf16 or fp16, got '" + dtype + "'");

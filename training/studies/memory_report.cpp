@@ -29,9 +29,8 @@ std::vector<SweepCell> memory_settings(const std::optional<std::string>& request
                                        const Config& config, const torch::Device& device) {
   std::vector<SweepCell> cells;
   if (requested) {  // given, even as '': an empty list is refused, never the defaults
-    std::istringstream in(*requested);
-    std::string item;
-    while (std::getline(in, item, ',')) {
+    if (requested->empty()) throw UserError("--settings: expected at least one setting, e.g. fp32");
+    for (const auto& item : config_yaml::split_items(*requested, "--settings")) {
       const auto cell = parse_setting(item);
       if (!cell) {
         throw UserError("--settings: '" + item +

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "test_support.h"
+#include "training/config/config_yaml.h"
 
 namespace {
 
@@ -477,6 +478,26 @@ TEST(Config, AKeyCheckedWhereItIsUsedIsSaidWithWhereItWasSet) {
     EXPECT_STREQ(e.what(), "--device: training.device: x");
   }
   EXPECT_EQ(training::with_key_origins(config, [] { return 7; }), 7);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Config, SplitItemsReadsACommaListOneWayAndRefusesAnEmptyItem) {
+  using training::config_yaml::split_items;
+  EXPECT_EQ(split_items("fp32", "--precisions"), std::vector<std::string>{"fp32"});
+  EXPECT_EQ(split_items("fp32,bf16", "--precisions"), (std::vector<std::string>{"fp32", "bf16"}));
+  for (const std::string text : {"fp32,", ",fp32", "32,,64", ""}) {
+    try {
+      split_items(text, "--precisions");
+      ADD_FAILURE() << "'" << text << "' was read";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()), "--precisions: '" + text +
+                                           "' has an empty item; expected items separated by "
+                                           "single commas, e.g. a,b");
+    }
+  }
 }
 
 }  // namespace
