@@ -233,6 +233,29 @@ void predict_setting(const Config& config, const SweepCell& cell,
 }
 
 // The study itself, from its config.
+// Says how one setting's measurement went and writes its allocator snapshot; returns its exit code.
+int report_breakdown(const StepBreakdown& b, const SweepCell& cell, const fs::path& dir) {
+  int exit_code = kExitOk;
+  if (b.status == TrialStatus::Ok) {
+    spdlog::info("{}: peak {} MiB in {} ({} MiB itemized, {} MiB unexplained)", setting_label(cell),
+                 mib(b.measured_peak_bytes), b.peak_phase, mib(b.itemized_peak_bytes),
+                 mib(b.unexplained_bytes()));
+    if (cell.checkpointing == CheckpointMode::Auto) {
+      spdlog::info("{}: {}", setting_label(cell), auto_choice_text(b));
+    }
+  } else {
+    spdlog::warn("{}: {}: {}", setting_label(cell), status_name(b.status), b.message);
+    exit_code = b.status == TrialStatus::OutOfMemory ? kExitOutOfMemory : kExitInternalError;
+  }
+  if (!b.snapshot.empty()) {
+    const fs::path file = dir / ("memory_snapshot-" + setting_label(cell) + ".pickle");
+    write_file_atomically(file, b.snapshot);
+    spdlog::info("allocator history: {} (open it at https://pytorch.org/memory_viz)",
+                 file.string());
+  }
+  return exit_code;
+}
+
 int memory_study(const MemoryRequest& request, const Config& config) {
   set_cpu_threads(config.training.threads);
   const torch::Device device = resolve_device(config.training.device);
@@ -273,24 +296,7 @@ int memory_study(const MemoryRequest& request, const Config& config) {
     }
     breakdowns.push_back(measure_breakdown(config, cell));
     const auto& b = breakdowns.back();
-    if (b.status == TrialStatus::Ok) {
-      spdlog::info("{}: peak {} MiB in {} ({} MiB itemized, {} MiB unexplained)",
-                   setting_label(cell), mib(b.measured_peak_bytes), b.peak_phase,
-                   mib(b.itemized_peak_bytes), mib(b.unexplained_bytes()));
-      if (cell.checkpointing == CheckpointMode::Auto) {
-        spdlog::info("{}: {}", setting_label(cell), auto_choice_text(b));
-      }
-    } else {
-      spdlog::warn("{}: {}: {}", setting_label(cell), status_name(b.status), b.message);
-      exit_code = std::max(
-          exit_code, b.status == TrialStatus::OutOfMemory ? kExitOutOfMemory : kExitInternalError);
-    }
-    if (!b.snapshot.empty()) {
-      const fs::path file = dir / ("memory_snapshot-" + setting_label(cell) + ".pickle");
-      write_file_atomically(file, b.snapshot);
-      spdlog::info("allocator history: {} (open it at https://pytorch.org/memory_viz)",
-                   file.string());
-    }
+    exit_code = std::max(exit_code, report_breakdown(b, cell, dir));
     settings_json.push_back(breakdown_json(b));
     if (card && b.status == TrialStatus::Ok) {
       predict_setting(config, cell, *card, settings_json.back(), predictions);
