@@ -274,7 +274,7 @@ CardPrediction CardPredictor::predict(const SweepCell& cell, int64_t batch) {
   p.replay = replay_stream(stream, p.allocator, p.beside);
   AllocatorOptions unlimited = p.allocator;
   unlimited.limit = 0;
-  p.reserved_without_limit = replay_stream(stream, unlimited, p.beside).peak_reserved;
+  p.needed = replay_stream(stream, unlimited, p.beside);
   p.largest_batch = largest_fitting_batch(r.stream, p.prefetched_batches, p.allocator, p.beside);
   return p;
 }
@@ -288,9 +288,13 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
   const auto& r = p.replay;
   if (!r.fits) {
     return fmt::format(
-        "{} on {} ({}): batch {} does not fit: out of memory in {}; the largest batch that fits is "
-        "{}",
+        "{} on {} ({}): batch {} does not fit: out of memory in {}; it needs {} on the device "
+        "({} reserved, {} allocated), {}; the largest batch that fits is {}",
         setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size, r.failed_at,
+        format_bytes(p.device_bytes()), format_bytes(p.needed.peak_reserved),
+        format_bytes(p.needed.peak_allocated),
+        p.margin() < 0 ? format_bytes(-p.margin()) + " more than the card has"
+                       : "more than the allocator's limit of " + format_bytes(p.allocator.limit),
         p.largest_batch);
   }
   return fmt::format(
@@ -308,7 +312,7 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
 
 nlohmann::ordered_json prediction_json(const CardPrediction& p) {
   nlohmann::ordered_json phases = nlohmann::ordered_json::array();
-  for (const auto& phase : p.replay.phases) {
+  for (const auto& phase : p.figures().phases) {
     phases.push_back({{"phase", phase.phase},
                       {"allocated_peak_bytes", phase.allocated},
                       {"reserved_peak_bytes", phase.reserved}});
@@ -321,10 +325,10 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
           {"batch_size", p.batch_size},
           {"fits", p.replay.fits},
           {"failed_in", p.replay.failed_at},
-          {"predicted_allocated_peak_bytes", p.replay.peak_allocated},
-          {"predicted_peak_phase", p.replay.peak_phase},
-          {"predicted_reserved_peak_bytes", p.replay.peak_reserved},
-          {"reserved_peak_without_limit_bytes", p.reserved_without_limit},
+          {"predicted_allocated_peak_bytes", p.figures().peak_allocated},
+          {"predicted_peak_phase", p.figures().peak_phase},
+          {"predicted_reserved_peak_bytes", p.figures().peak_reserved},
+          {"reserved_peak_without_limit_bytes", p.needed.peak_reserved},
           {"predicted_device_bytes", p.device_bytes()},
           {"margin_bytes", p.margin()},
           {"largest_batch", p.largest_batch},
@@ -344,12 +348,9 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
 nlohmann::ordered_json prediction_columns(const CardPrediction& p) {
   return {{"card", p.card.name},
           {"card_memory_bytes", p.card.memory_bytes},
-          {"predicted_allocated_peak_bytes", p.replay.fits ? p.replay.peak_allocated : 0},
-          {"predicted_reserved_peak_bytes",
-           p.replay.fits ? p.replay.peak_reserved : p.reserved_without_limit},
-          {"predicted_device_bytes",
-           (p.replay.fits ? p.replay.peak_reserved : p.reserved_without_limit) +
-               p.beside.outside_allocator},
+          {"predicted_allocated_peak_bytes", p.figures().peak_allocated},
+          {"predicted_reserved_peak_bytes", p.figures().peak_reserved},
+          {"predicted_device_bytes", p.device_bytes()},
           {"fits_on_card", p.replay.fits},
           {"largest_batch_on_card", p.largest_batch}};
 }
@@ -368,8 +369,8 @@ std::string prediction_markdown(const std::vector<std::pair<std::string, CardPre
       first.beside.outside_source);
   for (const auto& [setting, p] : rows) {
     md += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {} | {:.1f} | {} |\n", setting,
-                      p.batch_size, to_mib(p.replay.peak_allocated), to_mib(p.replay.peak_reserved),
-                      to_mib(p.device_bytes()),
+                      p.batch_size, to_mib(p.figures().peak_allocated),
+                      to_mib(p.figures().peak_reserved), to_mib(p.device_bytes()),
                       p.replay.fits ? "yes" : "no (out of memory in " + p.replay.failed_at + ")",
                       to_mib(p.margin()), p.largest_batch);
   }

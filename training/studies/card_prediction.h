@@ -92,11 +92,14 @@ struct CardPrediction {
   int64_t prefetched_batches = 0;  // data.prefetch as on CUDA (auto: 2)
   int64_t batch_size = 0;
   Replay replay;
-  int64_t reserved_without_limit = 0;  // the reserved peak of the same replay with no limit
-  int64_t largest_batch = 0;           // by replay; 0 = not even batch 1
-  int64_t checked_batch = 0;           // the batch the scaling was checked on
-  int64_t mismatched = 0;              // allocations of that batch the scaling got wrong
-  int64_t device_bytes() const { return replay.peak_reserved + beside.outside_allocator; }
+  Replay needed;              // the same stream replayed with no limit: what the step needs
+  int64_t largest_batch = 0;  // by replay; 0 = not even batch 1
+  int64_t checked_batch = 0;  // the batch the scaling was checked on
+  int64_t mismatched = 0;     // allocations of that batch the scaling got wrong
+  // The peaks to report: the card's replay where it fits; where it does not (the replay stops at
+  // the allocation that fails), what the step needs, so that the margin says how much is missing.
+  const Replay& figures() const { return replay.fits ? replay : needed; }
+  int64_t device_bytes() const { return figures().peak_reserved + beside.outside_allocator; }
   int64_t margin() const { return card.memory_bytes - device_bytes(); }
 };
 

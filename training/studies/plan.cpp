@@ -89,8 +89,8 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const fs::path& sweep_dir,
     if (c.cell.checkpointing != CheckpointMode::Auto) {  // auto: the sweep's own peak stands
       const CardPrediction p = predictor.predict(c.cell, c.batch);
       c.fits = p.replay.fits;
-      c.predicted_peak = c.fits ? p.replay.peak_reserved : p.reserved_without_limit;
-      c.predicted_allocated = p.replay.peak_allocated;
+      c.predicted_peak = p.figures().peak_reserved;
+      c.predicted_allocated = p.figures().peak_allocated;
       if (std::find(predicted.begin(), predicted.end(), c.cell) == predicted.end()) {
         predicted.push_back(c.cell);
         plan.largest_on_card.emplace_back(c.cell, p.largest_batch);

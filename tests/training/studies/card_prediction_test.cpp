@@ -124,6 +124,16 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
   EXPECT_EQ(p.replay.fits, p.batch_size <= p.largest_batch);
   EXPECT_GE(p.replay.peak_reserved, p.replay.peak_allocated);
   // Steps 2 and 3 hold the momentum buffers that step 1 makes: their peaks are the higher.
+  // One batch more does not fit: its figures are what it needs, beyond the card.
+  const CardPrediction over =
+      CardPredictor(config, find_card("1GiB"), {}).predict(cell, p.largest_batch + 1);
+  ASSERT_FALSE(over.replay.fits);
+  EXPECT_LT(over.margin(), 0);
+  EXPECT_GT(over.needed.peak_allocated, over.replay.peak_allocated);
+  EXPECT_EQ(prediction_columns(over).at("predicted_device_bytes").get<int64_t>(),
+            over.needed.peak_reserved + over.beside.outside_allocator);
+  EXPECT_NE(prediction_line("fp32", over).find("more than the card has"), std::string::npos)
+      << prediction_line("fp32", over);
   const Replay edge = replay(p.largest_batch);
   ASSERT_EQ(edge.phases.size(), 12u);  // 3 steps x forward, backward, optimizer, end
   EXPECT_NE(edge.peak_phase.rfind("step1", 0), 0u) << edge.peak_phase;
