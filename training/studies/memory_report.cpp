@@ -265,13 +265,13 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   if (config.memory.snapshot) check_memory_history_supported(device);
   set_memory_limit(device, config.memory.limit);  // refused before the study's folder exists
   const auto settings = memory_settings(request.settings, config, device);
+  const auto card = card_request(request, settings);  // refuses auto with --card, first
   for (const auto& setting : settings) {
     const std::string missing = missing_budget(config, device);
     if (setting.checkpointing == CheckpointMode::Auto && !missing.empty()) {
       throw UserError("--settings: " + setting_label(setting) + " " + missing);
     }
   }
-  const auto card = card_request(request, settings);
   if (request.card_only && !card) throw UserError("--card-only: give the card with --card");
   std::unique_ptr<DirectoryLock> lock;
   const fs::path dir = study_directory(request, config, lock);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -335,6 +336,24 @@ fs::path run_small_sweep(const PlanRequest& request) {
   return run_sweep(sweep) == kExitOk ? fs::path(sweep.output_dir) : fs::path();
 }
 
+// --json replaces only an earlier plan: any other path that exists (a sweep's file, a config).
+void check_json_output(const std::string& path) {
+  std::error_code error;
+  if (!fs::exists(path, error)) return;
+  bool a_plan = false;
+  if (fs::is_regular_file(path, error)) {
+    std::ifstream in(path);
+    const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    a_plan = json.is_object() && json.contains("candidates") &&
+             json.contains("images_per_second_source");
+  }
+  if (!a_plan) {
+    throw UserError("--json: " + path +
+                    " exists and is not a plan written by `train plan`; name a new file (it "
+                    "replaces only an earlier plan)");
+  }
+}
+
 }  // namespace
 
 int plan_command(const PlanRequest& request) {
@@ -346,14 +365,7 @@ int plan_command(const PlanRequest& request) {
   std::optional<Card> named;
   if (!request.card.empty()) named = find_card(request.card);
   const int64_t card = named ? named->memory_bytes : parse_size_flag("--memory", request.memory);
-  if (!request.json.empty()) {
-    for (const auto& input : {request.from, request.config_path}) {
-      if (!input.empty() && fs::exists(input) && fs::exists(request.json) &&
-          fs::equivalent(input, request.json)) {
-        throw UserError("--json: " + request.json + " is one of plan's inputs; name another file");
-      }
-    }
-  }
+  if (!request.json.empty()) check_json_output(request.json);
   const double headroom = parse_headroom(request.headroom);
   std::optional<int64_t> overhead;
   if (!request.overhead.empty()) overhead = parse_size_flag("--overhead", request.overhead);

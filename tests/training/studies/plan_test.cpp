@@ -182,6 +182,20 @@ TEST(Plan, RefusesBadInput) {
       EXPECT_EQ(std::string(e.what()).rfind(said, 0), 0u) << e.what();
     }
   }
+  // --json replaces only an earlier plan: never the sweep's own files, a config, a folder.
+  request.memory = "4GiB";
+  std::ofstream(dir / "config.yaml") << "model: {arch: resnet18}\n";
+  for (const fs::path& json : {dir / "empty" / "sweep.json", dir / "config.yaml", dir / "empty"}) {
+    request.json = json.string();
+    try {
+      training::plan_command(request);
+      FAIL() << json;
+    } catch (const training::UserError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("--json: " + json.string() + " exists", 0), 0u)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(test_support::read_text(dir / "empty" / "sweep.json"), "{\"arch\": 1}");
 }
 
 }  // namespace
