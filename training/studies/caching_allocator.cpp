@@ -1,6 +1,7 @@
 #include "training/studies/caching_allocator.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 #include <vector>
 
@@ -87,6 +88,11 @@ AllocatorOptions parse_alloc_conf(const std::string& text) {
     }
   }
   return options;
+}
+
+AllocatorOptions alloc_conf_from_environment() {
+  const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  return parse_alloc_conf(conf ? conf : "");
 }
 
 std::string alloc_conf_text(const AllocatorOptions& options) {

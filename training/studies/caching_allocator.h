@@ -54,6 +54,8 @@ struct AllocatorOptions {
 // expandable_segments:True". Options the model does not follow (roundup_power2_divisions,
 // garbage_collection_threshold, backend, ...) are refused: UserError naming the option.
 AllocatorOptions parse_alloc_conf(const std::string& text);
+// parse_alloc_conf of this process's PYTORCH_CUDA_ALLOC_CONF ("" when unset).
+AllocatorOptions alloc_conf_from_environment();
 std::string alloc_conf_text(const AllocatorOptions& options);  // "" for the defaults
 
 struct AllocatorStats {

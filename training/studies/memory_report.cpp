@@ -201,8 +201,7 @@ std::optional<std::pair<Card, AllocatorOptions>> card_request(const MemoryReques
                                                               const std::vector<SweepCell>& cells) {
   if (request.card.empty()) return std::nullopt;
   const Card card = find_card(request.card);
-  const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
-  const AllocatorOptions options = parse_alloc_conf(conf ? conf : "");
+  const AllocatorOptions options = alloc_conf_from_environment();
   for (const auto& cell : cells) {
     if (cell.checkpointing == CheckpointMode::Auto) {
       throw UserError("--card: " + setting_label(cell) +

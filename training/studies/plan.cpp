@@ -75,8 +75,7 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const fs::path& sweep_dir,
                 int64_t for_allocator) {
   const Card& card = *plan.card;
   const Config config = load_config((sweep_dir / "config.yaml").string());
-  const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
-  CardPredictor predictor(config, card, parse_alloc_conf(conf ? conf : ""),
+  CardPredictor predictor(config, card, alloc_conf_from_environment(),
                           std::max<int64_t>(1, for_allocator));
   const bool on_cuda = sweep.device.rfind("cuda", 0) == 0;
   const Card speed_card = card.peak_tflops_half > 0 ? card : find_card("H100-80GB");
@@ -348,9 +347,7 @@ void check_json_output(const std::string& path) {
              json.contains("images_per_second_source");
   }
   if (!a_plan) {
-    throw UserError("--json: " + path +
-                    " exists and is not a plan written by `train plan`; name a new file (it "
-                    "replaces only an earlier plan)");
+    throw UserError("--json: " + path + " exists and is not a plan written by `train plan`");
   }
 }
 
@@ -363,7 +360,10 @@ int plan_command(const PlanRequest& request) {
         "A100-40GB, or 24GiB)");
   }
   std::optional<Card> named;
-  if (!request.card.empty()) named = find_card(request.card);
+  if (!request.card.empty()) {
+    named = find_card(request.card);
+    alloc_conf_from_environment();  // refused before the small sweep runs
+  }
   const int64_t card = named ? named->memory_bytes : parse_size_flag("--memory", request.memory);
   if (!request.json.empty()) check_json_output(request.json);
   const double headroom = parse_headroom(request.headroom);

@@ -373,8 +373,7 @@ int sweep(const SweepRequest& request, const Config& config) {
   }
   std::optional<CardPredictor> predictor;
   if (!request.card.empty()) {
-    const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
-    predictor.emplace(config, find_card(request.card), parse_alloc_conf(conf ? conf : ""));
+    predictor.emplace(config, find_card(request.card), alloc_conf_from_environment());
   }
   const fs::path dir =
       !request.output_dir.empty()

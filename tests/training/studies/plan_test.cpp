@@ -260,3 +260,30 @@ TEST(Plan, TheCostModelCountsResNetLayers) {
                                              false, true, 64),
             0.0);
 }
+
+namespace {
+
+// PYTORCH_CUDA_ALLOC_CONF with an option the model does not follow is refused before the small
+// sweep runs (it was refused after it, its folder written).
+TEST(Plan, AnAllocatorConfigItCannotModelIsRefusedBeforeTheSmallSweep) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "tiny.yaml") << "model: {arch: resnet18}\ntraining: {device: cpu}\n";
+  training::PlanRequest request;
+  request.card = "T4";
+  request.config_path = (dir / "tiny.yaml").string();
+  request.output_dir = (dir / "plan").string();
+  request.executable = TRAIN_BINARY;
+  request.overrides = {"sweep.batch_sizes=[2]"};
+  ASSERT_EQ(setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:5", 1), 0);
+  try {
+    training::plan_command(request);
+    ADD_FAILURE() << "planned";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("PYTORCH_CUDA_ALLOC_CONF: max_split_size_mb", 0), 0u)
+        << e.what();
+  }
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  EXPECT_FALSE(fs::exists(dir / "plan"));
+}
+
+}  // namespace
