@@ -64,8 +64,14 @@ Card find_card(const std::string& text) {
     } catch (const std::invalid_argument& e) {
       throw UserError(std::string("--card: ") + e.what());
     }
-    if (bytes <= 0) throw UserError("--card: a card's memory must be above 0, got '" + text + "'");
-    return {text, bytes, "given with --card", 0, "", 0, 0};
+    const Card card{text, bytes, "given with --card", 0, "", 0, 0};
+    const int64_t outside = beside_tensors(card).outside_allocator;
+    if (bytes <= outside) {
+      throw UserError("--card: " + text + " is no larger than the " + format_bytes(outside) +
+                      " a CUDA process holds outside the allocator (context, kernels, libraries); "
+                      "expected a card above it");
+    }
+    return card;
   }
   std::vector<std::string> names;
   for (const auto& known : known_cards()) names.push_back(known.name);

@@ -38,7 +38,12 @@ TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
             std::string::npos)
       << refusal("RTX4909");
   EXPECT_NE(refusal("Voodoo").find("(valid: H200, H100-80GB"), std::string::npos);
-  EXPECT_NE(refusal("0B").find("above 0"), std::string::npos) << refusal("0B");
+  // A card must hold more than what a CUDA process keeps outside the allocator.
+  for (const auto& text : {"0B", "1KiB", "771MiB"}) {
+    EXPECT_NE(refusal(text).find("is no larger than the 771.00 MiB"), std::string::npos)
+        << refusal(text);
+  }
+  EXPECT_EQ(find_card("772MiB").memory_bytes, int64_t{772} << 20);
   EXPECT_NE(refusal("12 parsecs").find("--card: expected a size"), std::string::npos)
       << refusal("12 parsecs");
   for (const auto& text : {"", "-1GiB"}) EXPECT_FALSE(refusal(text).empty()) << text;
@@ -149,6 +154,8 @@ TEST(CardPrediction, TrainMemoryWritesThePredictionAndRefusesBadCardsFirst) {
   request.settings = "fp32";
   request.output_dir = (dir / "study").string();
   request.card = "T5";
+  EXPECT_THROW(memory_command(request), UserError);
+  request.card = "771MiB";  // no larger than what lies outside the allocator
   EXPECT_THROW(memory_command(request), UserError);
   request.card = "T4";
   request.settings = "fp32+checkpointing=auto";  // the --card refusal, not "set memory.limit"
