@@ -376,8 +376,8 @@ int64_t held_beside_step(const Config& config, const torch::Device& device,
                          int64_t train_images_bytes) {
   if (device.is_cpu()) return 0;
   const int64_t batch = config.training.batch_size;
-  const int64_t batch_bytes = batch * 3 * 32 * 32 * 4 + batch * 8;  // float images, int64 labels
-  int64_t bytes = prefetch_for(config.data, /*cuda=*/true) * batch_bytes;
+  const auto [images, labels] = batch_bytes(batch);
+  int64_t bytes = prefetch_for(config.data, /*cuda=*/true) * (images + labels);
   if (config.data.device_resident) bytes += train_images_bytes;
   return bytes;
 }

@@ -47,6 +47,11 @@ std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,
   return {images, labels};
 }
 
+std::pair<int64_t, int64_t> batch_bytes(int64_t batch) {
+  return {batch * 3 * 32 * 32 * static_cast<int64_t>(sizeof(float)),
+          batch * static_cast<int64_t>(sizeof(int64_t))};
+}
+
 StepOptions step_options(const Config& config) {
   return StepOptions()
       .precision(config.training.precision)

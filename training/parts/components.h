@@ -33,6 +33,9 @@ StepParts build_step_parts(const Config& config, const torch::Device& device,
 std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,
                                                         const torch::Device& device);
 
+// The bytes of one such batch as the loader hands it to the step: {float images, int64 labels}.
+std::pair<int64_t, int64_t> batch_bytes(int64_t batch);
+
 // The step's precision and label smoothing, from training.*.
 StepOptions step_options(const Config& config);
 

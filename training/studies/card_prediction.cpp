@@ -198,10 +198,11 @@ AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count,
   }
   int64_t next_id = 0;
   for (const auto& event : stream.events) next_id = std::max(next_id, event.id + 1);
+  const auto [images, labels] = batch_bytes(batch);
   std::vector<TraceEvent> added;
   for (int64_t i = 0; i < count; ++i) {
-    added.push_back({next_id++, batch * 3 * 32 * 32 * 4});  // images
-    added.push_back({next_id++, batch * 8});                // labels
+    added.push_back({next_id++, images});
+    added.push_back({next_id++, labels});
   }
   stream.events.insert(stream.events.begin() + static_cast<std::ptrdiff_t>(at), added.begin(),
                        added.end());
