@@ -1,6 +1,7 @@
 #include "training/studies/card_prediction.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -251,6 +252,8 @@ const CardPredictor::Recorded& CardPredictor::recorded(const SweepCell& cell) {
     if (known.cell == cell) return known;
   }
   const int64_t a = kTraceBatches[0], b = kTraceBatches[1], c = kTraceBatches[2];
+  spdlog::info("{}: recording the step's allocations at batches {}, {} and {} (CPU, 1 thread)",
+               cell.name(), a, b, c);
   LinearStream stream = linear_stream(record_step_stream(config_, cell, a), a,
                                       record_step_stream(config_, cell, b), b);
   const int64_t mismatched =
