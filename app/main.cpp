@@ -178,6 +178,8 @@ struct Arguments {
        "e.g. off,on,auto (sweep.checkpointing; auto chooses blocks for the budget)", true},
       {"--memory-formats", "sweep.memory_formats",
        "e.g. contiguous,channels_last (sweep.memory_formats)", true},
+      {"--accumulate-steps", "sweep.accumulate_steps",
+       "Micro-batches per optimizer step, e.g. 1,4 (sweep.accumulate_steps)", true},
       {"--predict-for", "sweep.predict_for",
        "Card sizes to predict the largest batch for, e.g. 12GiB,24GiB,80GiB", true},
       {"--warmup-steps", "sweep.warmup_steps", "Steps before measuring (sweep.warmup_steps)"},
@@ -270,6 +272,9 @@ CLI::App* add_plan_command(CLI::App& app, Arguments& a) {
                    "by replaying this machine's allocation stream on it; a sweep of another device "
                    "is ranked by the card's estimated images/s");
   plan->add_option("--json", a.plan.json, "Also write the plan as JSON to this file");
+  plan->add_option("--target-batch", a.plan.target_batch,
+                   "Images per optimizer step to reach by gradient accumulation, e.g. 1024: per "
+                   "setting, the micro-batch x training.accumulate_steps that fits");
   plan->add_option("--from", a.plan.from, "A sweep directory to plan from (train sweep)");
   plan->add_option("--config", a.plan.config_path,
                    "Without --from: the config of a small sweep to run first");
@@ -293,8 +298,8 @@ void refuse_small_sweep_flags_with_from(const CLI::App& plan) {
   for (const CLI::Option* option : plan.get_options()) {
     const std::string name = option->get_name();
     if (option->count() == 0 || name == "--from" || name == "--memory" || name == "--card" ||
-        name == "--json" || name == "--headroom" || name == "--overhead" || name == "--help" ||
-        name == "--config") {
+        name == "--json" || name == "--target-batch" || name == "--headroom" ||
+        name == "--overhead" || name == "--help" || name == "--config") {
       continue;
     }
     throw training::UserError(name + ": sets up the small sweep that --from replaces (plan " +

@@ -324,8 +324,9 @@ void log_start(const Config& config, const std::string& yaml, const torch::Devic
       "({} steps planned)",
       arch_name(config.model), stem_name(config.model), config.model.num_classes(),
       count_parameters(*trainer.model()), precision_name(config.training.precision),
-      memory_format_name(config.training.memory_format), config.training.batch_size,
-      config.training.epochs, trainer.steps_per_epoch(), trainer.total_steps());
+      memory_format_name(config.training.memory_format),
+      batch_description(config, trainer.world_size()), config.training.epochs,
+      trainer.steps_per_epoch(), trainer.total_steps());
   spdlog::info("memory format {}: {}", memory_format_name(layout.format), layout.reason);
   const std::string slow_layout = memory_format_warning(config, device);
   if (!slow_layout.empty()) spdlog::warn("{}", slow_layout);

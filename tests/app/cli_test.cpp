@@ -68,6 +68,35 @@ TEST(Cli, MissingDataIsOneLineAndCreatesNoRun) {
   EXPECT_FALSE(fs::exists(dir / "run"));
 }
 
+// training.accumulate_steps 0 or negative, a target batch of 0: one line naming the key or flag,
+// exit 2, nothing created.
+TEST(Cli, BadAccumulationValuesAreOneLineErrors) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir);
+  for (const std::string bad : {"0", "-4", "two"}) {
+    const auto r =
+        run_train("--config " + config.string() + " --set training.accumulate_steps=" + bad +
+                  " --output-dir " + (dir / "run").string());
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find("training.accumulate_steps"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("expected an integer in [1, 65536]"), std::string::npos) << r.output;
+  }
+  const auto sweep = run_train("sweep --config " + config.string() +
+                               " --accumulate-steps 1,0 --output-dir " + (dir / "run").string());
+  EXPECT_EQ(sweep.code, 2) << sweep.output;
+  EXPECT_EQ(count_lines(sweep.output), 1) << sweep.output;
+  EXPECT_NE(sweep.output.find("sweep.accumulate_steps"), std::string::npos) << sweep.output;
+  const auto plan = run_train("plan --memory 4GiB --target-batch 0 --config " + config.string() +
+                              " --output-dir " + (dir / "run").string());
+  EXPECT_EQ(plan.code, 2) << plan.output;
+  EXPECT_EQ(count_lines(plan.output), 1) << plan.output;
+  EXPECT_NE(plan.output.find("--target-batch: expected images per optimizer step"),
+            std::string::npos)
+      << plan.output;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+}
+
 TEST(Cli, CudaWithoutAGpuIsAClearError) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a CUDA device";
   test_support::TempDir dir;

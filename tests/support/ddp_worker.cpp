@@ -1,7 +1,8 @@
 // A data-parallel worker for the equivalence test: K training steps of a small ResNet through the
 // project's own pieces (process group, sharded loader, train_step with c10d's reducer), with
 // BatchNorm in eval mode so per-rank batch statistics do not enter (the comparable mode). Rank 0
-// (or the single process) saves the final parameters to argv[1].
+// (or the single process) saves the final parameters to argv[1]. With ACCUMULATE, each step is
+// that many micro-batches of BATCH_PER_RANK; every rank prints "gradient reductions: N".
 #include <torch/torch.h>
 
 #include <iostream>
@@ -14,11 +15,12 @@
 #include "training/step/step.h"
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::cerr << "usage: ddp_worker OUT.pt BATCH_PER_RANK STEPS\n";
+  if (argc != 4 && argc != 5) {
+    std::cerr << "usage: ddp_worker OUT.pt BATCH_PER_RANK STEPS [ACCUMULATE]\n";
     return 2;
   }
   const int64_t batch = std::stoll(argv[2]), steps = std::stoll(argv[3]);
+  const int64_t accumulate = argc == 5 ? std::stoll(argv[4]) : 1;
   torch::set_num_threads(1);
   auto config = training::parse_config(
       "model: {arch: resnet18, stem: imagenet}\n"
@@ -56,11 +58,15 @@ int main(int argc, char** argv) {
                             training::GradScaler(false, torch::kCPU), nullptr};
   auto averager = group ? group->gradient_averager(*model) : nullptr;
   loader.start_epoch(1);
+  const auto step_options =
+      training::StepOptions().averager(averager.get()).accumulate_steps(accumulate);
   for (int64_t step = 0; step < steps; ++step) {
-    auto b = loader.next();
-    training::train_step(parts, b->images, b->labels,
-                         training::StepOptions().averager(averager.get()));
+    for (int64_t micro = 0; micro < accumulate; ++micro) {
+      auto b = loader.next();
+      training::train_step(parts, b->images, b->labels, step_options, micro);
+    }
   }
+  if (averager) std::cout << "gradient reductions: " << averager->reductions() << std::endl;
   if (!group || group->is_main()) {
     std::vector<torch::Tensor> params;
     for (const auto& p : model->parameters()) params.push_back(p.detach().clone());

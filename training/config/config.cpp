@@ -88,6 +88,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.integer("epochs", c.training.epochs, 1, 100000);
     v.integer("max_steps", c.training.max_steps, 0, kMaxInt);
     v.integer("batch_size", c.training.batch_size, 1, 1 << 20);
+    v.integer("accumulate_steps", c.training.accumulate_steps, 1, 1 << 16);
     v.integer("eval_batch_size", c.training.eval_batch_size, 1, 1 << 20);
     v.integer("seed", c.training.seed, 0, kMaxInt);
     v.real("label_smoothing", c.training.label_smoothing, 0.0, 0.99);
@@ -162,6 +163,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.booleans_or_auto("checkpointing", c.sweep.checkpointing, CheckpointMode::Off,
                        CheckpointMode::On, CheckpointMode::Auto);
     v.choices("memory_formats", c.sweep.memory_formats, kMemoryFormats);
+    v.integers("accumulate_steps", c.sweep.accumulate_steps, 1, 1 << 16, /*non_empty=*/true);
     v.integer("warmup_steps", c.sweep.warmup_steps, 0, 1000);
     v.integer("measure_steps", c.sweep.measure_steps, 1, 10000);
     v.boolean("find_max", c.sweep.find_max);
@@ -281,6 +283,7 @@ void validate(const Config& c, const std::function<std::string(const std::string
   once_each("sweep.precisions", c.sweep.precisions);
   once_each("sweep.checkpointing", c.sweep.checkpointing);
   once_each("sweep.memory_formats", c.sweep.memory_formats);
+  once_each("sweep.accumulate_steps", c.sweep.accumulate_steps);
   once_each("sweep.predict_for", c.sweep.predict_for);
 }
 
@@ -351,6 +354,19 @@ Config load_config(const std::string& path, const std::vector<Override>& overrid
   return parse_config(text.str(), path, overrides);
 }
 
+int64_t effective_batch_size(const Config& config, int64_t ranks) {
+  return config.training.batch_size * config.training.accumulate_steps * ranks;
+}
+
+std::string batch_description(const Config& config, int64_t ranks) {
+  const int64_t n = config.training.accumulate_steps;
+  if (n == 1 && ranks == 1) return std::to_string(config.training.batch_size);
+  return std::to_string(config.training.batch_size) +
+         (n > 1 ? " x " + std::to_string(n) + " micro-batches" : "") +
+         (ranks > 1 ? " x " + std::to_string(ranks) + " ranks" : "") + " = " +
+         std::to_string(effective_batch_size(config, ranks)) + " per optimizer step";
+}
+
 std::string cuda_graph_obstacle(const Config& config) {
   if (config.training.precision == Precision::FP16) {
     return "needs training.precision fp32 or bf16; fp16's GradScaler decides on the host whether "
@@ -359,6 +375,10 @@ std::string cuda_graph_obstacle(const Config& config) {
   if (!config.optimizer.fused()) {
     return "needs optimizer.fused: true (the fused SGD reads the learning rate from device "
            "memory, so the schedule goes on between replays)";
+  }
+  if (config.training.accumulate_steps > 1) {
+    return "is not combined with training.accumulate_steps > 1 (a captured step is one whole "
+           "optimizer step; auto runs accumulation eager)";
   }
   if (config.checkpointing.enabled()) {
     return "is not combined with checkpointing.enabled (the recomputation saves and restores the "

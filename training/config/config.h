@@ -48,8 +48,12 @@ enum class CudaGraphMode { Off, On, Auto };
 struct TrainingConfig {
   std::string device = "auto";  // auto | cpu | cuda | cuda:<index>
   int64_t epochs = 30;
-  int64_t max_steps = 0;  // stop after this many optimizer steps (0 = run all epochs)
-  int64_t batch_size = 128;
+  int64_t max_steps = 0;     // stop after this many optimizer steps (0 = run all epochs)
+  int64_t batch_size = 128;  // images per micro-batch (per rank when data-parallel)
+  // Gradient accumulation: micro-batches of batch_size per optimizer step (effective batch:
+  // batch_size x accumulate_steps x ranks). Steps, the schedule, max_steps and EMA count optimizer
+  // steps; an epoch's last incomplete group of micro-batches is dropped.
+  int64_t accumulate_steps = 1;
   int64_t eval_batch_size = 500;
   int64_t seed = 0;
   double label_smoothing = 0.0;
@@ -86,6 +90,9 @@ struct SweepConfig {
   std::vector<Precision> precisions = {Precision::FP32};
   std::vector<CheckpointMode> checkpointing = {CheckpointMode::Off};
   std::vector<c10::MemoryFormat> memory_formats = {c10::MemoryFormat::Contiguous};
+  // Micro-batches per optimizer step (training.accumulate_steps) to measure: a trial's batch is
+  // then the micro-batch, its step the optimizer step, its peak with the accumulated gradients.
+  std::vector<int64_t> accumulate_steps = {1};
   int64_t warmup_steps = 2;               // steps per trial before measuring
   int64_t measure_steps = 5;              // measured steps per trial (median step time)
   bool find_max = false;                  // also search the largest batch that fits, per cell
@@ -168,6 +175,12 @@ Config load_config(const std::string& path, const std::vector<Override>& overrid
 // Same, from YAML text; `origin` names the source in error messages.
 Config parse_config(const std::string& yaml_text, const std::string& origin,
                     const std::vector<Override>& overrides = {});
+
+// Images per optimizer step: training.batch_size x training.accumulate_steps x `ranks`.
+int64_t effective_batch_size(const Config& config, int64_t ranks);
+// "128", or with accumulation or ranks "128 x 4 micro-batches x 2 ranks = 1024 per optimizer
+// step".
+std::string batch_description(const Config& config, int64_t ranks);
 
 // Why a graph-captured step (training.cuda_graph) cannot run this config, as the end of the
 // sentence "training.cuda_graph: on ..." (fp16, the unfused SGD, checkpointing); empty when it

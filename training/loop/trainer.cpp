@@ -60,6 +60,7 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
                  ProcessGroup* group)
     : config_(config),
       config_yaml_(to_yaml(config)),
+      accumulate_steps_(config.training.accumulate_steps),
       device_(device),
       run_(nullptr),
       group_(group),
@@ -75,10 +76,8 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
                     parts_, step_options(config), device,
                     /*eager_if_capture_fails=*/config.training.cuda_graph == CudaGraphMode::Auto)
               : nullptr),
-      total_steps_(
-          capped_by_max_steps(config, config.training.epochs * train_loader_->batches_per_epoch())),
-      schedule_(config.schedule, config.optimizer.lr(), train_loader_->batches_per_epoch(),
-                total_steps_),
+      total_steps_(capped_by_max_steps(config, config.training.epochs * steps_per_epoch())),
+      schedule_(config.schedule, config.optimizer.lr(), steps_per_epoch(), total_steps_),
       timing_(device),
       evaluator_(config_, device, group) {
   if (train_loader_->batches_per_epoch() == 0) {
@@ -86,6 +85,15 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
                    std::to_string(config.training.batch_size) +
                        " is larger than the training set (" +
                        training_set_size(config, train_loader_->dataset_size()));
+  }
+  if (steps_per_epoch() == 0) {
+    throw KeyError("training.accumulate_steps",
+                   std::to_string(accumulate_steps_) +
+                       " micro-batches per optimizer step, but an "
+                       "epoch has " +
+                       std::to_string(train_loader_->batches_per_epoch()) + " full batch(es) of " +
+                       std::to_string(config.training.batch_size) +
+                       ", so it has no whole step; lower it or training.batch_size");
   }
   check_profiler_window();
   observers_.add(std::make_unique<ConsoleObserver>(config_, device_));
@@ -141,7 +149,7 @@ FitEnd Trainer::fit() {
 bool Trainer::train_epoch() {
   parts_.model->train();
   const int64_t epoch = state_.epoch + 1;
-  const int64_t batches = train_loader_->batches_per_epoch();
+  const int64_t batches = batches_per_epoch();
   if (state_.batch_in_epoch == 0) {
     state_.loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device_));
     state_.correct = torch::zeros({}, torch::TensorOptions(torch::kInt64).device(device_));
@@ -157,31 +165,18 @@ bool Trainer::train_epoch() {
   data_seconds_ = 0;
   timing_.begin_epoch(start);
 
-  while (state_.step < total_steps_ && !diverged_ && !stop_now()) {
-    // Host time blocked waiting for the next batch: the input pipeline's share of the epoch.
-    const auto wait_start = Clock::now();
-    auto batch = train_loader_->next();
-    data_seconds_ += seconds_since(wait_start);
-    if (!batch) break;
-    last_lr_ = schedule_.at(state_.step);
-    set_learning_rate(*parts_.optimizer, last_lr_);
-    observers_.on_batch(epoch, state_.step + 1);
-    if (group_) group_->broadcast_buffers(*parts_.model);  // as DDP's broadcast_buffers
-    observers_.before_step(state_.step + 1);
-    const StepResult result = step(*batch);
-    observers_.after_step(state_.step + 1);
-    if (!result.stepped) ++state_.skipped_steps;
-
+  while (state_.step < total_steps_ && state_.batch_in_epoch < batches && !diverged_ &&
+         !stop_now()) {
+    const auto group = train_group(epoch);
+    if (!group) break;  // the data ended, or a stop came part-way through the group
     // Accumulated on the device; read back only at log intervals so steps stay asynchronous.
-    const int64_t count = batch->labels.size(0);
-    torch::NoGradGuard no_grad;
-    state_.loss_sum += result.loss.to(torch::kFloat64) * count;
-    state_.correct += result.logits.argmax(1).eq(batch->labels).sum();
-    state_.seen += count;
-    interval_images += count;
+    state_.loss_sum += group->loss_sum;
+    state_.correct += group->correct;
+    state_.seen += group->images;
+    interval_images += group->images;
     ++state_.step;
-    ++state_.batch_in_epoch;
-    if (timing_.count_step(count)) judge_cpu_run_length();
+    state_.batch_in_epoch += accumulate_steps_;
+    if (timing_.count_step(group->images)) judge_cpu_run_length();
     if (interval_due()) {
       observers_.on_interval(read_interval(epoch, batches, interval_start, interval_images));
       interval_start = last_line_ = Clock::now();
@@ -196,15 +191,67 @@ bool Trainer::train_epoch() {
   return state_.batch_in_epoch == batches;
 }
 
-StepResult Trainer::step(const data::Batch& batch) {
+std::optional<Trainer::GroupSums> Trainer::train_group(int64_t epoch) {
+  GroupSums sums;
+  // Restarting a group stopped part-way needs the BatchNorm statistics it started from.
+  std::vector<torch::Tensor> buffers_at_start;
+  for (int64_t micro = 0; micro < accumulate_steps_; ++micro) {
+    if (micro > 0 && !group_) {
+      test_stop_point(fmt::format("step {} micro-batch {}", state_.step + 1, micro + 1));
+      if ((stopping_ = stop_requested())) {
+        restore_buffers(buffers_at_start);
+        return std::nullopt;
+      }
+    }
+    // Host time blocked waiting for the next batch: the input pipeline's share of the epoch.
+    const auto wait_start = Clock::now();
+    auto batch = train_loader_->next();
+    data_seconds_ += seconds_since(wait_start);
+    if (!batch) return std::nullopt;
+    if (micro == 0) {
+      last_lr_ = schedule_.at(state_.step);
+      set_learning_rate(*parts_.optimizer, last_lr_);
+      observers_.on_batch(epoch, state_.step + 1);
+      if (group_) group_->broadcast_buffers(*parts_.model);  // as DDP's broadcast_buffers
+      observers_.before_step(state_.step + 1);
+      if (accumulate_steps_ > 1 && !group_) buffers_at_start = copy_buffers();
+    }
+    const StepResult result = step(*batch, micro);
+    const int64_t count = batch->labels.size(0);
+    torch::NoGradGuard no_grad;
+    const auto loss = result.loss.to(torch::kFloat64) * count;
+    const auto correct = result.logits.argmax(1).eq(batch->labels).sum();
+    sums.loss_sum = micro == 0 ? loss : sums.loss_sum + loss;
+    sums.correct = micro == 0 ? correct : sums.correct + correct;
+    sums.images += count;
+    if (result.last_micro_batch && !result.stepped) ++state_.skipped_steps;
+  }
+  observers_.after_step(state_.step + 1);
+  return sums;
+}
+
+std::vector<torch::Tensor> Trainer::copy_buffers() {
+  std::vector<torch::Tensor> copies;
+  for (const auto& b : parts_.model->buffers()) copies.push_back(b.detach().clone());
+  return copies;
+}
+
+void Trainer::restore_buffers(const std::vector<torch::Tensor>& copies) {
+  torch::NoGradGuard no_grad;
+  const auto buffers = parts_.model->buffers();
+  for (size_t i = 0; i < copies.size(); ++i) buffers[i].copy_(copies[i]);
+}
+
+StepResult Trainer::step(const data::Batch& batch, int64_t micro) {
   RECORD_USER_SCOPE("ProfilerStep#" + std::to_string(state_.step + 1));
   if (graphed_) return graphed_->run(batch.images, batch.labels);
-  return train_step(parts_, batch.images, batch.labels,
-                    step_options(config_).averager(averager_.get()));
+  return train_step(
+      parts_, batch.images, batch.labels,
+      step_options(config_).averager(averager_.get()).accumulate_steps(accumulate_steps_), micro);
 }
 
 bool Trainer::interval_due() const {
-  return state_.batch_in_epoch % config_.training.log_every_steps == 0 ||
+  return steps_in_epoch() % config_.training.log_every_steps == 0 ||
          progress_due_by_time(shown_line_, timing_.process_steps(), timing_.seconds_training(),
                               seconds_since(last_line_));
 }
@@ -220,29 +267,36 @@ Interval Trainer::read_interval(int64_t epoch, int64_t batches, Clock::time_poin
   const double running_acc = static_cast<double>(state_.correct.item<int64_t>()) / seen;
   const double rate = interval_images / std::max(seconds_since(interval_start), 1e-9);
   const int64_t left =
-      std::min(batches, state_.batch_in_epoch + total_steps_ - state_.step) - state_.batch_in_epoch;
+      std::min(batches, state_.batch_in_epoch + (total_steps_ - state_.step) * accumulate_steps_) -
+      state_.batch_in_epoch;
   // The ETA rests on the steady steps only (warm-up apart, see StepTiming).
   std::optional<double> eta;
   if (const auto steady = timing_.steady_rate()) {
     eta = left * static_cast<double>(config_.training.batch_size) / *steady;
   }
-  return {epoch,        config_.training.epochs,
-          state_.step,  state_.batch_in_epoch,
-          batches,      rate,
-          running_loss, running_acc,
-          last_lr_,     eta};
+  // The progress line counts optimizer steps (groups of training.accumulate_steps batches).
+  return {epoch,
+          config_.training.epochs,
+          state_.step,
+          steps_in_epoch(),
+          batches / accumulate_steps_,
+          rate,
+          running_loss,
+          running_acc,
+          last_lr_,
+          eta};
 }
 
 void Trainer::judge_cpu_run_length() {
   if (device_.is_cuda()) return;
   // The evaluations still to come: one at the end of each epoch left (this one included), and
   // one where max_steps ends an epoch part-way.
-  const int64_t batches = train_loader_->batches_per_epoch();
+  const int64_t steps = steps_per_epoch();
   const int64_t steps_left = total_steps_ - state_.step;
-  const int64_t evaluations = (state_.batch_in_epoch + steps_left + batches - 1) / batches;
-  const auto warning =
-      long_cpu_run_warning(steps_left, config_.training.batch_size, *timing_.steady_rate(),
-                           evaluations, test_loader_->shard_size(), config_.training.eval_flip);
+  const int64_t evaluations = (steps_in_epoch() + steps_left + steps - 1) / steps;
+  const auto warning = long_cpu_run_warning(
+      steps_left, config_.training.batch_size * accumulate_steps_, *timing_.steady_rate(),
+      evaluations, test_loader_->shard_size(), config_.training.eval_flip);
   if (warning) spdlog::warn("{}", *warning);
 }
 
@@ -279,7 +333,7 @@ FitEnd Trainer::end_diverged(const EpochRecord& r) {
 
 bool Trainer::stop_now() {
   if (!group_) return stopping_ = stop_requested();
-  if (state_.batch_in_epoch % config_.training.log_every_steps != 0) return stopping_;
+  if (steps_in_epoch() % config_.training.log_every_steps != 0) return stopping_;
   auto flag = torch::full({}, stop_requested() ? 1.0 : 0.0,
                           torch::TensorOptions(torch::kFloat64).device(device_));
   std::vector<torch::Tensor> any = {flag};

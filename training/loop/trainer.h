@@ -9,6 +9,8 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "data/loader.h"
 #include "models/resnet.h"
@@ -59,16 +61,34 @@ class Trainer {
   bool evaluating() const { return evaluator_.evaluating(); }
   models::ResNet& model() { return parts_.model; }
   const TrainState& state() const { return state_; }
-  int64_t steps_per_epoch() const { return train_loader_->batches_per_epoch(); }
+  // Optimizer steps per epoch: whole groups of training.accumulate_steps batches.
+  int64_t steps_per_epoch() const { return train_loader_->batches_per_epoch() / accumulate_steps_; }
+  // The batches an epoch trains (an incomplete last group is dropped, as a partial batch is).
+  int64_t batches_per_epoch() const { return steps_per_epoch() * accumulate_steps_; }
   int64_t train_size() const { return train_loader_->dataset_size(); }
   int64_t test_size() const { return test_loader_->dataset_size(); }
   int64_t total_steps() const { return total_steps_; }
+  int64_t world_size() const { return group_ ? group_->world_size() : 1; }
 
  private:
   // Trains epoch state_.epoch + 1 from batch state_.batch_in_epoch; false when it stopped early
   // (max_steps or a stop signal) with the epoch unfinished.
   bool train_epoch();
-  StepResult step(const data::Batch& batch);
+  // One optimizer step's sums over its micro-batches (device tensors).
+  struct GroupSums {
+    torch::Tensor loss_sum, correct;
+    int64_t images = 0;
+  };
+  // Trains one optimizer step: training.accumulate_steps micro-batches from the loader. Empty
+  // when the data ended, or when a stop signal came between two micro-batches (training alone):
+  // the group is then restarted on resume (its BatchNorm statistics are put back, its gradients
+  // were never applied).
+  std::optional<GroupSums> train_group(int64_t epoch);
+  std::vector<torch::Tensor> copy_buffers();
+  void restore_buffers(const std::vector<torch::Tensor>& copies);
+  StepResult step(const data::Batch& batch, int64_t micro);
+  // Optimizer steps trained in the current epoch.
+  int64_t steps_in_epoch() const { return state_.batch_in_epoch / accumulate_steps_; }
   // Whether a progress line is due after this step: every log_every_steps steps, and by time
   // (early in a slow run, then at least every 30 s: progress.h).
   bool interval_due() const;
@@ -107,6 +127,7 @@ class Trainer {
 
   Config config_;
   std::string config_yaml_;
+  int64_t accumulate_steps_;  // training.accumulate_steps
   torch::Device device_;
   RunDirectory* run_;
   ProcessGroup* group_;

@@ -37,6 +37,23 @@ void check_same_samples(const std::filesystem::path& checkpoint, const TrainStat
   }
 }
 
+// A mid-epoch checkpoint stopped at a group boundary of its own training.accumulate_steps; another
+// grouping would cut the rest of the epoch into other optimizer steps.
+void check_same_grouping(const std::filesystem::path& checkpoint, const TrainState& state,
+                         int64_t accumulate_steps) {
+  // Checkpoints written before the key trained one batch per step.
+  const int64_t was = YAML::Load(state.config_yaml)["training"]["accumulate_steps"].as<int64_t>(1);
+  if (was == accumulate_steps) return;
+  throw KeyError("training.accumulate_steps",
+                 checkpoint.string() + " stopped " + std::to_string(state.batch_in_epoch) +
+                     " batches into epoch " + std::to_string(state.epoch + 1) + " with " +
+                     std::to_string(was) + " micro-batches per step; finishing that epoch with " +
+                     std::to_string(accumulate_steps) +
+                     " would group its batches into other optimizer steps. Resume with "
+                     "training.accumulate_steps=" +
+                     std::to_string(was) + " (change it at an epoch boundary)");
+}
+
 }  // namespace
 
 void Trainer::resume(const std::filesystem::path& checkpoint) {
@@ -68,6 +85,7 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
         " (change it at an epoch boundary: resume with training.epochs set to this epoch first)");
   }
   if (state_.batch_in_epoch > 0) check_same_samples(checkpoint, state_, config_yaml_);
+  if (state_.batch_in_epoch > 0) check_same_grouping(checkpoint, state_, accumulate_steps_);
   if (group_ && state_.batch_in_epoch > 0) take_own_sums();
   const int64_t ranks = group_ ? group_->world_size() : 1;
   if (state_.world_size != ranks) {
@@ -78,11 +96,10 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
                     "rank depend on it)");
   }
   // The remaining epochs at this run's batch size (which may differ from the checkpoint's).
-  const int64_t steps_per_epoch = train_loader_->batches_per_epoch();
-  const int64_t by_epochs = state_.step - state_.batch_in_epoch +
-                            (config_.training.epochs - state_.epoch) * steps_per_epoch;
+  const int64_t by_epochs =
+      state_.step - steps_in_epoch() + (config_.training.epochs - state_.epoch) * steps_per_epoch();
   total_steps_ = capped_by_max_steps(config_, by_epochs);
-  schedule_ = LrSchedule(config_.schedule, config_.optimizer.lr(), steps_per_epoch, total_steps_);
+  schedule_ = LrSchedule(config_.schedule, config_.optimizer.lr(), steps_per_epoch(), total_steps_);
   check_profiler_window();
   if (state_.grad_scale.defined() && parts_.scaler.enabled()) {
     parts_.scaler.load_state(state_.grad_scale, state_.growth_tracker);

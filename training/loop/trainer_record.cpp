@@ -13,6 +13,7 @@ EpochRecord Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   r.epoch = epoch;
   r.step = state_.step;
   r.lr = last_lr_;
+  r.world_size = group_ ? group_->world_size() : 1;
   // Over all ranks: sums of loss, hits and samples; the slowest rank's time.
   const auto on_device = torch::TensorOptions(torch::kFloat64).device(device_);
   auto loss_sum = state_.loss_sum.clone(), correct = state_.correct.clone();
@@ -30,7 +31,9 @@ EpochRecord Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
     r.steady_images_per_second = steady_images.item<double>() / steady_seconds.item<double>();
   }
   r.batches = state_.batch_in_epoch;
-  r.epoch_batches = train_loader_->batches_per_epoch();
+  r.epoch_batches = batches_per_epoch();
+  r.accumulate_steps = accumulate_steps_;
+  r.effective_batch_size = effective_batch_size(config_, r.world_size);
   r.train_loss = loss_sum.item<double>() / seen;
   r.train_acc = static_cast<double>(correct.item<int64_t>()) / seen;
   r.images_per_second = seen / std::max(r.epoch_seconds, 1e-9);
@@ -46,7 +49,6 @@ EpochRecord Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   r.compute_seconds = state_.train_seconds - r.data_seconds;
   r.data_wait_fraction = state_.train_seconds > 0 ? r.data_seconds / state_.train_seconds : 0.0;
   observers_.complete_record(r);
-  r.world_size = group_ ? group_->world_size() : 1;
   if (run_) {
     run_->record_epoch(r);
     test_kill_point("epoch-row");  // tests: a death between the row and its checkpoint

@@ -374,10 +374,10 @@ std::string step_signature(const Config& config, const torch::Device& device) {
 
 int64_t held_beside_step(const Config& config, const torch::Device& device,
                          int64_t train_images_bytes) {
-  if (device.is_cpu()) return 0;
-  const int64_t batch = config.training.batch_size;
-  const auto [images, labels] = batch_bytes(batch);
-  int64_t bytes = prefetch_for(config.data, /*cuda=*/true) * (images + labels);
+  int64_t bytes = config.training.accumulate_steps > 1 ? gradient_bytes(config.model) : 0;
+  if (device.is_cpu()) return bytes;
+  const auto [images, labels] = batch_bytes(config.training.batch_size);
+  bytes += prefetch_for(config.data, /*cuda=*/true) * (images + labels);
   if (config.data.device_resident) bytes += train_images_bytes;
   return bytes;
 }

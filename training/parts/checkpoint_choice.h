@@ -101,9 +101,11 @@ using MeasureBlocks = std::function<BlockMeasurement(const Config&, const torch:
 // 10 classes, batch 32, fp32, contiguous".
 std::string step_signature(const Config& config, const torch::Device& device);
 
-// What a run holds on `device` beside one training step, which the measurement does not: the
-// loader's prefetched batches and, with data.device_resident, the training set of
-// `train_images_bytes` (uint8). 0 on the CPU, whose data is host data, not counted.
+// What a run holds on `device` beside one training step, which the measurement does not: with
+// training.accumulate_steps > 1 the gradients accumulated from the micro-batches before (the
+// budget applies to the micro-batch's step with them); on CUDA the loader's prefetched batches
+// and, with data.device_resident, the training set of `train_images_bytes` (uint8). On the CPU
+// the data is host data, not counted.
 int64_t held_beside_step(const Config& config, const torch::Device& device,
                          int64_t train_images_bytes);
 

@@ -52,6 +52,14 @@ std::pair<int64_t, int64_t> batch_bytes(int64_t batch) {
           batch * static_cast<int64_t>(sizeof(int64_t))};
 }
 
+int64_t gradient_bytes(const models::ResNetOptions& model) {
+  int64_t bytes = 0;
+  for (const auto& p : models::ResNet(model)->parameters()) {
+    if (p.requires_grad()) bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  }
+  return bytes;
+}
+
 StepOptions step_options(const Config& config) {
   return StepOptions()
       .precision(config.training.precision)

@@ -36,7 +36,12 @@ std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,
 // The bytes of one such batch as the loader hands it to the step: {float images, int64 labels}.
 std::pair<int64_t, int64_t> batch_bytes(int64_t batch);
 
-// The step's precision and label smoothing, from training.*.
+// The bytes of the model's gradients (one per trainable parameter, in its dtype): what gradient
+// accumulation holds beside the step from its second micro-batch on.
+int64_t gradient_bytes(const models::ResNetOptions& model);
+
+// The step's precision and label smoothing, from training.* (one micro-batch per step: callers
+// that accumulate set StepOptions::accumulate_steps).
 StepOptions step_options(const Config& config);
 
 // The training (shuffled, augmented, last partial batch dropped) or evaluation loader, sharded

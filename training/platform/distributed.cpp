@@ -396,7 +396,10 @@ class ReducerAverager : public ProcessGroup::GradientAverager {
         /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
         std::vector<int64_t>{});
   }
-  void prepare(const torch::Tensor& output) override { reducer_->prepare_for_backward({output}); }
+  void prepare(const torch::Tensor& output) override {
+    reducer_->prepare_for_backward({output});
+    ++reductions_;
+  }
 
  private:
   std::unique_ptr<c10d::Reducer> reducer_;

@@ -92,11 +92,18 @@ class ProcessGroup {
   // names none): who a rank lost contact with.
   std::string describe_peers(const std::string& error) const;
 
-  // Averages gradients across ranks during backward: call prepare(output) before each backward.
+  // Averages gradients across ranks during the next backward: call prepare(output) before a
+  // backward whose gradients are to be averaged. Without it, a backward adds its gradients to the
+  // local ones (gradient accumulation's micro-batches, as DDP's no_sync).
   class GradientAverager {
    public:
     virtual ~GradientAverager() = default;
     virtual void prepare(const torch::Tensor& output) = 0;
+    // The backward passes prepared so far: the gradient reductions (tests count them).
+    int64_t reductions() const { return reductions_; }
+
+   protected:
+    int64_t reductions_ = 0;
   };
   std::unique_ptr<GradientAverager> gradient_averager(torch::nn::Module& module) const;
 

@@ -76,4 +76,9 @@ void test_kill_point(const char* point) {
   if (at && std::strcmp(at, point) == 0) std::raise(SIGKILL);
 }
 
+void test_stop_point(const std::string& point) {
+  const char* at = std::getenv("TRAIN_TEST_STOP_AT");
+  if (at && point == at) request_stop();
+}
+
 }  // namespace training

@@ -3,6 +3,8 @@
 // (DeferRepeatedStops), which finishes first.
 #pragma once
 
+#include <string>
+
 namespace training {
 
 // Before a command can stop gracefully: SIGINT/SIGTERM exit at once with kExitStopped (130), the
@@ -27,5 +29,8 @@ class DeferRepeatedStops {
 // A test hook: kills the process (SIGKILL, as kill -9) when the environment variable
 // TRAIN_TEST_KILL_AT names `point`, so that tests can die at an exact instant.
 void test_kill_point(const char* point);
+// A test hook: requests the graceful stop (as a signal would) when TRAIN_TEST_STOP_AT names
+// `point`, so that tests can stop at an exact instant.
+void test_stop_point(const std::string& point);
 
 }  // namespace training

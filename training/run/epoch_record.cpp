@@ -97,13 +97,15 @@ void columns(Record& r, Visit&& visit) {
   visit("steady_images_per_second", r.steady_images_per_second);
   visit("batches", r.batches);
   visit("epoch_batches", r.epoch_batches);
+  visit("accumulate_steps", r.accumulate_steps);
+  visit("effective_batch_size", r.effective_batch_size);
 }
 
 // Columns added after the first release of metrics.jsonl: a row without them reads back with
 // their defaults (a run written by an older train can still be resumed, reported and compared).
 bool added_later(const std::string& key) {
-  for (const char* added :
-       {"warmup_steps", "warmup_seconds", "steady_images_per_second", "batches", "epoch_batches"}) {
+  for (const char* added : {"warmup_steps", "warmup_seconds", "steady_images_per_second", "batches",
+                            "epoch_batches", "accumulate_steps", "effective_batch_size"}) {
     if (key == added) return true;
   }
   return false;
@@ -146,7 +148,7 @@ std::optional<EpochTime> epoch_time(const EpochRecord& r) {
   const double images_per_batch = r.images_per_second * r.epoch_seconds / r.batches;
   const double missing = static_cast<double>(r.epoch_batches - r.batches) * images_per_batch;
   return EpochTime{r.epoch_seconds + missing / *r.steady_images_per_second, true,
-                   r.batches - r.warmup_steps};
+                   r.batches / std::max<int64_t>(r.accumulate_steps, 1) - r.warmup_steps};
 }
 
 std::vector<AccuracyCrossing> accuracy_crossings(const std::vector<EpochRecord>& records,

@@ -45,8 +45,12 @@ struct EpochRecord {
   int64_t warmup_steps = 0;                        // steps of this epoch that were warm-up
   double warmup_seconds = 0;                       // their wall time (part of epoch_seconds)
   std::optional<double> steady_images_per_second;  // after the warm-up; null without such steps
-  int64_t batches = 0;        // batches trained in this epoch (0: not recorded)
+  int64_t batches = 0;        // batches (micro-batches) trained in this epoch (0: not recorded)
   int64_t epoch_batches = 0;  // batches in a whole epoch (0: not recorded)
+  // Gradient accumulation: micro-batches per optimizer step, and the images per optimizer step
+  // (batch_size x accumulate_steps x world_size; 0: not recorded).
+  int64_t accumulate_steps = 1;
+  int64_t effective_batch_size = 0;
 };
 
 // The time a whole epoch takes: epoch_seconds for a whole epoch, or, for an epoch that stopped

@@ -97,7 +97,8 @@ void write_setup(std::ostringstream& md, const Config& c, const EpochRecord& las
      << memory_format_name(c.training.memory_format) << " |\n"
      << "| gradient checkpointing | " << checkpointing_text(c.checkpointing) << " |\n"
      << "| data | " << data_text(d) << " |\n"
-     << "| batch / epochs | " << c.training.batch_size << " / " << c.training.epochs << " |\n"
+     << "| batch / epochs | " << batch_description(c, last.world_size) << " / " << c.training.epochs
+     << " |\n"
      << fmt::format("| optimizer | SGD lr {}, momentum {}, nesterov {}, weight decay {} |\n",
                     c.optimizer.lr(), c.optimizer.momentum(), c.optimizer.nesterov(),
                     c.optimizer.weight_decay())

@@ -5,10 +5,12 @@ namespace training {
 namespace F = torch::nn::functional;
 
 StepResult train_step(StepParts& parts, const torch::Tensor& images, const torch::Tensor& labels,
-                      const StepOptions& options) {
+                      const StepOptions& options, int64_t micro) {
   StepObserver none;
   StepObserver& phases = options.observer() ? *options.observer() : none;
-  parts.optimizer->zero_grad(/*set_to_none=*/true);
+  const int64_t micro_batches = options.accumulate_steps();
+  const bool last = micro == micro_batches - 1;
+  if (micro == 0) parts.optimizer->zero_grad(/*set_to_none=*/true);
   phases.forward_begins();
   torch::Tensor logits, loss;
   {
@@ -19,9 +21,12 @@ StepResult train_step(StepParts& parts, const torch::Tensor& images, const torch
         logits, labels, F::CrossEntropyFuncOptions().label_smoothing(options.label_smoothing()));
     phases.forward_ends();
   }
-  if (options.averager()) options.averager()->prepare(logits);
+  // The reducer averages during this backward only; before, gradients add up locally (as DDP's
+  // no_sync).
+  if (options.averager() && last) options.averager()->prepare(logits);
   phases.backward_begins();
-  parts.scaler.scale(loss).backward();
+  parts.scaler.scale(micro_batches > 1 ? loss / micro_batches : loss).backward();
+  if (!last) return {loss.detach(), logits.detach(), /*last_micro_batch=*/false, true};
   phases.optimizer_begins();
   const bool stepped = parts.scaler.step(*parts.optimizer);
   parts.scaler.update();
@@ -29,7 +34,7 @@ StepResult train_step(StepParts& parts, const torch::Tensor& images, const torch
   // fp16, the one precision whose steps can be skipped.
   if (parts.ema && stepped) parts.ema->update();
   phases.step_ends();
-  return {loss.detach(), logits.detach(), stepped};
+  return {loss.detach(), logits.detach(), /*last_micro_batch=*/true, stepped};
 }
 
 }  // namespace training

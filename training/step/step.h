@@ -16,7 +16,10 @@ namespace training {
 struct StepResult {
   torch::Tensor loss;    // float32 scalar, unscaled, detached
   torch::Tensor logits;  // detached
-  bool stepped = true;   // false when fp16 gradients overflowed and the step was skipped
+  // Whether this micro-batch ended an optimizer step (the last of options.accumulate_steps).
+  bool last_micro_batch = true;
+  // At the last micro-batch: false when fp16 gradients overflowed and the step was skipped.
+  bool stepped = true;
 };
 
 // Told where a step is (memory studies, see studies/memory_breakdown.h): train_step calls each
@@ -45,15 +48,22 @@ struct StepOptions {
 
   TORCH_ARG(Precision, precision) = Precision::FP32;  // autocast's
   TORCH_ARG(double, label_smoothing) = 0.0;
-  // Data-parallel training: averages the gradients across ranks during backward.
+  // Micro-batches per optimizer step (training.accumulate_steps).
+  TORCH_ARG(int64_t, accumulate_steps) = 1;
+  // Data-parallel training: averages the gradients across ranks during the backward of an
+  // optimizer step's last micro-batch (once per optimizer step; the others accumulate locally).
   TORCH_ARG(AveragerPtr, averager) = nullptr;
   TORCH_ARG(ObserverPtr, observer) = nullptr;  // memory studies
 };
 
-// Forward under autocast, cross-entropy, (scaled) backward, then the optimizer step unless the
-// GradScaler found inf/NaN gradients, the scaler's update, and the weight average's update after
-// a step that was taken.
+// Micro-batch `micro` (0 .. accumulate_steps - 1) of an optimizer step: the first drops the
+// gradients; each runs forward under autocast, cross-entropy, and the (scaled) backward of
+// loss / accumulate_steps, so that the gradients add up to the mean over the effective batch. The
+// last then takes the optimizer step unless the GradScaler found inf/NaN gradients (one check and
+// one unscale per optimizer step: an overflow skips the whole group), the scaler's update, and
+// the weight average's update after a step that was taken. With accumulate_steps 1 (the default)
+// every call is a whole step.
 StepResult train_step(StepParts& parts, const torch::Tensor& images, const torch::Tensor& labels,
-                      const StepOptions& options = {});
+                      const StepOptions& options = {}, int64_t micro = 0);
 
 }  // namespace training

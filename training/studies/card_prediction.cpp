@@ -263,6 +263,7 @@ const CardPredictor::Recorded& CardPredictor::recorded(const SweepCell& cell) {
 }
 
 CardPrediction CardPredictor::predict(const SweepCell& cell, int64_t batch) {
+  if (cell.accumulate_steps > 1) throw UserError(accumulation_not_predicted(cell.accumulate_steps));
   const Recorded& r = recorded(cell);
   CardPrediction p;
   p.card = card_;
@@ -281,6 +282,15 @@ CardPrediction CardPredictor::predict(const SweepCell& cell, int64_t batch) {
   p.needed = replay_stream(stream, unlimited, p.beside);
   p.largest_batch = largest_fitting_batch(r.stream, p.prefetched_batches, p.allocator, p.beside);
   return p;
+}
+
+std::string accumulation_not_predicted(int64_t accumulate_steps) {
+  return "--card: " + std::to_string(accumulate_steps) +
+         " micro-batches per step (training.accumulate_steps or sweep.accumulate_steps) are not "
+         "predicted on a card: the replay of such a step over-predicted what the accumulated "
+         "gradients add (ResNet-18, batch 16: 91 MiB predicted, 26 MiB measured). Predict 1 "
+         "micro-batch per step, or ask train plan --card --target-batch, which adds the "
+         "gradients' bytes to it";
 }
 
 CardPrediction predict_on_card(const Config& config, const SweepCell& cell, const Card& card,

@@ -130,6 +130,9 @@ class CardPredictor {
 };
 
 // Records `cell` on the CPU (three short recordings) and predicts it at config's batch on `card`.
+// Why a setting of `accumulate_steps` > 1 is refused a card prediction (one line naming --card).
+std::string accumulation_not_predicted(int64_t accumulate_steps);
+
 CardPrediction predict_on_card(const Config& config, const SweepCell& cell, const Card& card,
                                const AllocatorOptions& allocator);
 

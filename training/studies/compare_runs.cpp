@@ -173,6 +173,12 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
   row("device", [](const ComparedRun& r, const Totals&) { return r.epochs.back().device; });
   row("epochs",
       [](const ComparedRun& r, const Totals&) { return std::to_string(r.epochs.size()); });
+  row("effective batch (micro-batches)", [](const ComparedRun& r, const Totals&) {
+    const auto& e = r.epochs.back();  // rows written before the columns read back 0
+    return e.effective_batch_size > 0
+               ? fmt::format("{} ({})", e.effective_batch_size, e.accumulate_steps)
+               : std::string("-");
+  });
   row("final test accuracy", [](const ComparedRun& r, const Totals&) {
     return fmt::format("{:.2f}%", 100 * r.epochs.back().test_acc);
   });

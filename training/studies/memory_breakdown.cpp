@@ -223,7 +223,7 @@ StaticBytes static_bytes(models::ResNet& model, torch::optim::SGD& optimizer, We
 // The rows, the peak's phase and its itemized value, from what the probe saw.
 void fill_rows(StepBreakdown& b, const BreakdownProbe& probe, const StaticBytes& fixed,
                int64_t scaler_bytes, int64_t batch_bytes, int64_t stem_copies, int64_t head_copies,
-               const std::vector<int64_t>& segment_copies) {
+               const std::vector<int64_t>& segment_copies, bool accumulating) {
   const auto& segments = probe.segments();
   const std::vector<std::pair<std::string, int64_t>> phase_peaks = {
       {"forward", probe.forward_peak},
@@ -251,9 +251,11 @@ void fill_rows(StepBreakdown& b, const BreakdownProbe& probe, const StaticBytes&
   // CPU). Measured where the probed step's forward pass starts.
   add("library workspaces", "static", "",
       probe.forward_start - fixed.weights - fixed.optimizer_state - fixed.average - scaler_bytes -
-          batch_bytes,
+          batch_bytes - (accumulating ? fixed.gradients : 0),
       true);
-  add("gradients", "gradients", "", fixed.gradients, optimizer_peak);
+  // Accumulating, the gradients of the micro-batches before are held through the whole step.
+  add(accumulating ? "gradients (accumulated)" : "gradients", "gradients", "", fixed.gradients,
+      optimizer_peak || accumulating);
   const int64_t first_before = segments.front().before, last_after = segments.back().after;
   add("stem", "activations", "stem", first_before - probe.forward_start - stem_copies,
       !optimizer_peak);
@@ -319,8 +321,17 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
       return probe.run(segment, x);
     });
     const auto precision = config.training.precision;
+    // With training.accumulate_steps N the probed step is a group's last micro-batch: the N - 1
+    // before it leave their gradients held (run unprobed, on the same batch).
+    const int64_t micro_batches = config.training.accumulate_steps;
+    const auto options = step_options(config).accumulate_steps(micro_batches);
     // The warm-up step creates the optimizer's momentum and runs cuDNN's autotuning.
-    train_step(parts, images, labels, step_options(config));
+    for (int64_t micro = 0; micro < micro_batches; ++micro) {
+      train_step(parts, images, labels, options, micro);
+    }
+    for (int64_t micro = 0; micro + 1 < micro_batches; ++micro) {
+      train_step(parts, images, labels, options, micro);
+    }
     synchronize(device);
 
     MemoryTimeline timeline(memory_stats(device).allocated, timeline_points);
@@ -328,7 +339,7 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
     {
       const TracingScope tracing(device, &timeline);
       probe.start(&timeline);
-      train_step(parts, images, labels, step_options(config).observer(&probe));
+      train_step(parts, images, labels, StepOptions(options).observer(&probe), micro_batches - 1);
       synchronize(device);
     }
     if (config.memory.snapshot) {
@@ -347,7 +358,8 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
     fill_rows(b, probe, static_bytes(model, *optimizer, ema.get()), scaler.state_bytes(),
               bytes_of(images) + bytes_of(labels),
               autocast_copy_bytes({child(model, "conv1")}, precision),
-              autocast_copy_bytes({child(model, "fc")}, precision), segment_copies);
+              autocast_copy_bytes({child(model, "fc")}, precision), segment_copies,
+              micro_batches > 1);
     b.status = TrialStatus::Ok;
   } catch (const std::exception& e) {
     const bool out_of_memory = is_out_of_memory(e) || dynamic_cast<const OutOfMemory*>(&e);

@@ -197,6 +197,17 @@ fs::path study_directory(const MemoryRequest& request, const Config& config,
 }
 
 // The card to predict on and the allocator's options, checked before anything runs.
+// "32", or with accumulation "32 (the last of 4 micro-batches of an optimizer step, the
+// gradients of the 3 before held)".
+std::string accumulation_text(const Config& config) {
+  const int64_t n = config.training.accumulate_steps;
+  return std::to_string(config.training.batch_size) +
+         (n > 1 ? fmt::format(" (the last of {} micro-batches of an optimizer step, the gradients "
+                              "of the {} before held)",
+                              n, n - 1)
+                : "");
+}
+
 std::optional<std::pair<Card, AllocatorOptions>> card_request(const MemoryRequest& request,
                                                               const std::vector<SweepCell>& cells) {
   if (request.card.empty()) return std::nullopt;
@@ -263,7 +274,9 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   if (config.training.cuda_graph == CudaGraphMode::On) use_cuda_graph(config, device, false);
   if (config.memory.snapshot) check_memory_history_supported(device);
   set_memory_limit(device, config.memory.limit);  // refused before the study's folder exists
-  const auto settings = memory_settings(request.settings, config, device);
+  auto settings = memory_settings(request.settings, config, device);
+  // Each setting at the config's training.accumulate_steps (its card prediction too).
+  for (auto& setting : settings) setting.accumulate_steps = config.training.accumulate_steps;
   const auto card = card_request(request, settings);  // refuses auto with --card, first
   for (const auto& setting : settings) {
     const std::string missing = missing_budget(config, device);
@@ -272,11 +285,14 @@ int memory_study(const MemoryRequest& request, const Config& config) {
     }
   }
   if (request.card_only && !card) throw UserError("--card-only: give the card with --card");
+  if (card && config.training.accumulate_steps > 1) {
+    throw UserError(accumulation_not_predicted(config.training.accumulate_steps));
+  }
   std::unique_ptr<DirectoryLock> lock;
   const fs::path dir = study_directory(request, config, lock);
   write_file_atomically(dir / "config.yaml", to_yaml(config));
   spdlog::info("memory: one step of {} ({} stem) at batch {} on {}, {} setting(s)",
-               arch_name(config.model), stem_name(config.model), config.training.batch_size,
+               arch_name(config.model), stem_name(config.model), accumulation_text(config),
                describe_device(device), settings.size());
 
   std::vector<StepBreakdown> breakdowns;
@@ -307,6 +323,7 @@ int memory_study(const MemoryRequest& request, const Config& config) {
                               {"device", device.str()},
                               {"device_description", describe_device(device)},
                               {"batch_size", config.training.batch_size},
+                              {"accumulate_steps", config.training.accumulate_steps},
                               {"memory_limit_bytes", config.memory.limit},
                               {"settings", settings_json}};
   write_file_atomically(dir / "memory_breakdown.json", facts.dump(2) + "\n");
@@ -319,7 +336,7 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   write_file_atomically(
       dir / "memory_breakdown.md",
       fmt::format("# Memory of one training step: {} ({} stem), batch {}, {}\n\n{}\n",
-                  arch_name(config.model), stem_name(config.model), config.training.batch_size,
+                  arch_name(config.model), stem_name(config.model), accumulation_text(config),
                   describe_device(device), table));
   std::istringstream lines(table);
   for (std::string line; std::getline(lines, line);) spdlog::info("{}", line);

@@ -9,6 +9,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "training/config/config_yaml.h"
+#include "training/parts/components.h"
 #include "training/parts/memory_format.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
@@ -65,10 +67,6 @@ std::pair<int64_t, std::string> plan_overhead(const SweepRecord& sweep,
                                           "; --overhead to change"};
 }
 
-std::string percent(double share) {
-  return fmt::format("{:.0f}%", share * 100);
-}
-
 // With a card: each candidate's peaks by replaying its setting's stream (recorded here once per
 // setting) on the card, and, for a sweep not run on CUDA, its images/s estimated for the card.
 void apply_card(Plan& plan, const SweepRecord& sweep, const fs::path& sweep_dir,
@@ -84,16 +82,21 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const fs::path& sweep_dir,
                                     (card.peak_tflops_half > 0 ? "" : " (a card given by size)") +
                                     ": gpu_cost.h's model, not measured";
   const ForwardCount count = count_forward(config.model);
+  const int64_t gradients = gradient_bytes(config.model);
   std::vector<SweepCell> predicted;
   for (auto& c : plan.candidates) {
     if (c.cell.checkpointing != CheckpointMode::Auto) {  // auto: the sweep's own peak stands
-      const CardPrediction p = predictor.predict(c.cell, c.batch);
-      c.fits = p.replay.fits;
-      c.predicted_peak = p.figures().peak_reserved;
-      c.predicted_allocated = p.figures().peak_allocated;
-      if (std::find(predicted.begin(), predicted.end(), c.cell) == predicted.end()) {
-        predicted.push_back(c.cell);
-        plan.largest_on_card.emplace_back(c.cell, p.largest_batch);
+      // Accumulating: one micro-batch per step replayed, plus the accumulated gradients.
+      SweepCell one = c.cell;
+      one.accumulate_steps = 1;
+      const CardPrediction p = predictor.predict(one, c.batch);
+      const int64_t held = c.cell.accumulate_steps > 1 ? gradients : 0;
+      c.predicted_peak = p.figures().peak_reserved + held;
+      c.predicted_allocated = p.figures().peak_allocated + held;
+      c.fits = p.replay.fits && c.predicted_peak <= for_allocator;
+      if (std::find(predicted.begin(), predicted.end(), one) == predicted.end()) {
+        predicted.push_back(one);
+        plan.largest_on_card.emplace_back(one, p.largest_batch);
       }
     }
     if (!on_cuda) {
@@ -105,10 +108,61 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const fs::path& sweep_dir,
   }
 }
 
+// --target-batch: each measured trial whose batch divides `target` becomes micro-batch x
+// accumulate_steps = target. A trial measured at one micro-batch per step gets the accumulated
+// gradients added to its peak (held from the second micro-batch on); one measured accumulating
+// already holds them, and stands for every accumulate_steps > 1 of its micro-batch.
+void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t for_allocator) {
+  const auto measured_accumulating = [&](const PlanCandidate& c) {
+    return std::any_of(plan.candidates.begin(), plan.candidates.end(), [&](const auto& other) {
+      SweepCell same = other.cell;
+      same.accumulate_steps = 1;
+      return other.cell.accumulate_steps > 1 && other.batch == c.batch && same == c.cell;
+    });
+  };
+  std::vector<PlanCandidate> aimed;
+  std::vector<int64_t> batches;
+  for (const auto& c : plan.candidates) {
+    if (std::find(batches.begin(), batches.end(), c.batch) == batches.end()) {
+      batches.push_back(c.batch);
+    }
+    if (target % c.batch != 0) continue;
+    const int64_t steps = target / c.batch;
+    const bool accumulating = c.cell.accumulate_steps > 1;
+    if (accumulating && steps == 1) continue;  // its peak holds gradients one step does not
+    if (!accumulating && steps > 1 && measured_accumulating(c)) continue;
+    PlanCandidate a = c;
+    a.cell.accumulate_steps = steps;
+    if (steps > 1 && !accumulating) {
+      a.predicted_peak += gradients;
+      if (plan.card) a.predicted_allocated += gradients;
+      a.fits = a.fits && a.predicted_peak <= for_allocator;
+    }
+    aimed.push_back(a);
+  }
+  if (aimed.empty()) {
+    std::sort(batches.begin(), batches.end());
+    std::string list;
+    for (const int64_t b : batches) list += (list.empty() ? "" : ", ") + std::to_string(b);
+    throw UserError("--target-batch: " + std::to_string(target) +
+                    " is not a multiple of any batch the sweep measured ok (" + list +
+                    "); give a target one of them divides, or sweep micro-batches that divide it "
+                    "(--batch-sizes)");
+  }
+  plan.candidates = std::move(aimed);
+  plan.target_batch = target;
+  plan.gradient_bytes = gradients;
+}
+
 }  // namespace
 
+std::string percent_text(double share) {
+  return fmt::format("{:.0f}%", share * 100);
+}
+
 Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
-               std::optional<int64_t> overhead, const std::optional<Card>& card) {
+               std::optional<int64_t> overhead, const std::optional<Card>& card,
+               int64_t target_batch) {
   const SweepRecord sweep = read_sweep(sweep_dir);
   Plan plan;
   plan.card = card;
@@ -146,6 +200,10 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     plan.candidates.push_back(c);
   }
   if (card && !plan.candidates.empty()) apply_card(plan, sweep, sweep_dir, for_allocator);
+  if (target_batch > 0 && !plan.candidates.empty()) {
+    const Config config = load_config((sweep_dir / "config.yaml").string());
+    aim_at_target_batch(plan, target_batch, gradient_bytes(config.model), for_allocator);
+  }
   if (plan.candidates.empty()) {
     throw UserError(sweep_dir.string() +
                     ": no trial of this sweep was measured ok; nothing to "
@@ -165,129 +223,13 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     const auto needed = static_cast<int64_t>(std::ceil(
         static_cast<double>(smallest.predicted_peak + plan.overhead_bytes) / (1 - headroom)));
     throw UserError(std::string(card ? "--card" : "--memory") + ": no measured setting fits in " +
-                    format_bytes(card_bytes) + " with " + percent(headroom) + " headroom and " +
-                    format_bytes(plan.overhead_bytes) + " outside the allocator; the smallest, " +
-                    smallest.cell.name() + " at batch " + std::to_string(smallest.batch) +
-                    ", needs a card of at least " + format_bytes(needed));
+                    format_bytes(card_bytes) + " with " + percent_text(headroom) +
+                    " headroom and " + format_bytes(plan.overhead_bytes) +
+                    " outside the allocator; the smallest, " + smallest.cell.name() + " at batch " +
+                    std::to_string(smallest.batch) + ", needs a card of at least " +
+                    format_bytes(needed));
   }
   return plan;
-}
-
-std::string plan_table(const Plan& plan) {
-  std::ostringstream out;
-  if (plan.card) {
-    out << "Card: " << plan.card->name << " (" << format_bytes(plan.card->memory_bytes) << ", "
-        << plan.card->memory_source << "). Peaks: this machine's allocation stream replayed "
-        << "through the caching allocator's model (the reserved peak). Images/s: "
-        << plan.speed_source << ".\n\n";
-  } else {
-    out << "Images/s: " << plan.speed_source << " (a plan for a card you do not have: --card).\n\n";
-  }
-  out << "Plan for a " << format_bytes(plan.card_bytes) << " card: " << percent(plan.headroom)
-      << " headroom leaves " << format_bytes(plan.usable_bytes) << "; "
-      << format_bytes(plan.overhead_bytes) << " outside the allocator (" << plan.overhead_source
-      << ") leaves " << format_bytes(plan.usable_bytes - plan.overhead_bytes)
-      << " for the allocator's peak.\n\n"
-      << (plan.sweep_complete
-              ? ""
-              : "The sweep did not complete (stopped, out of sweep.time_budget, or a find-max "
-                "search ended on a trial that failed twice): batches larger than those it "
-                "measured may fit; this plan chooses among the measured ones only.\n\n")
-      << "| setting | batch | images/s"
-      << (plan.speed_source.rfind("estimated", 0) == 0 ? " (estimated)" : "")
-      << " | predicted peak | verdict |\n"
-      << "|---|---:|---:|---:|---|\n";
-  const auto& best = plan.candidates.at(*plan.chosen);
-  for (size_t i = 0; i < plan.candidates.size(); ++i) {
-    const auto& c = plan.candidates[i];
-    std::string verdict;
-    if (i == *plan.chosen) {
-      verdict = "**recommended**";
-    } else if (!c.fits) {
-      verdict =
-          "does not fit: needs a card of " +
-          format_bytes(static_cast<int64_t>(std::ceil(
-              static_cast<double>(c.predicted_peak + plan.overhead_bytes) / (1 - plan.headroom))));
-    } else {
-      verdict = fmt::format("slower: {:.0f}% fewer images/s",
-                            100 * (1 - c.images_per_second / best.images_per_second));
-    }
-    out << "| " << c.cell.name() << " | " << c.batch << " | "
-        << fmt::format("{:.0f}", c.images_per_second) << " | " << format_bytes(c.predicted_peak)
-        << " | " << verdict << " |\n";
-  }
-  if (plan.card) {
-    out << "\nLargest batch that fits on " << plan.card->name
-        << " per setting (by replay; not measured):\n\n| setting | largest batch |\n|---|---:|\n";
-    for (const auto& [cell, batch] : plan.largest_on_card) {
-      out << "| " << cell.name() << " | " << (batch > 0 ? std::to_string(batch) : "none") << " |\n";
-    }
-    return out.str();
-  }
-  out << "\nLargest batch predicted to fit per setting (the sweep's fit; not measured):\n\n"
-      << "| setting | largest batch | fit R² |\n|---|---:|---:|\n";
-  for (const auto& cell : plan.cells) {
-    const auto& batch = cell.predictions.front().second;
-    out << "| " << cell.cell.name() << " | "
-        << (!cell.fit ? "- (needs two measured batches)"
-            : batch   ? std::to_string(*batch)
-                      : "-")
-        << " | " << (cell.fit ? fmt::format("{:.4f}", cell.fit->r_squared) : "-") << " |\n";
-  }
-  return out.str();
-}
-
-nlohmann::ordered_json plan_json(const Plan& plan) {
-  nlohmann::ordered_json candidates = nlohmann::ordered_json::array();
-  for (size_t i = 0; i < plan.candidates.size(); ++i) {
-    const auto& c = plan.candidates[i];
-    nlohmann::ordered_json row = {
-        {"setting", c.cell.name()},
-        {"precision", precision_name(c.cell.precision)},
-        {"checkpointing", checkpointing_json(c.cell.checkpointing)},
-        {"memory_format", memory_format_name(c.cell.memory_format)},
-        {"batch_size", c.batch},
-        {"images_per_second", c.images_per_second},
-        {"predicted_reserved_peak_bytes", c.predicted_peak},
-        {"predicted_device_bytes", c.predicted_peak + plan.overhead_bytes},
-        {"fits", c.fits},
-        {"recommended", plan.chosen && *plan.chosen == i}};
-    if (plan.card) {
-      row["card"] = {{"name", plan.card->name}, {"memory_bytes", plan.card->memory_bytes}};
-      row["predicted_allocated_peak_bytes"] = c.predicted_allocated;
-    }
-    candidates.push_back(row);
-  }
-  nlohmann::ordered_json largest = nlohmann::ordered_json::array();
-  for (const auto& [cell, batch] : plan.largest_on_card) {
-    largest.push_back({{"setting", cell.name()}, {"largest_batch", batch}});
-  }
-  return {{"card", plan.card ? plan.card->name : format_bytes(plan.card_bytes)},
-          {"memory_bytes", plan.card_bytes},
-          {"headroom", plan.headroom},
-          {"usable_bytes", plan.usable_bytes},
-          {"outside_allocator_bytes", plan.overhead_bytes},
-          {"outside_allocator_source", plan.overhead_source},
-          {"images_per_second_source", plan.speed_source},
-          {"sweep_complete", plan.sweep_complete},
-          {"candidates", candidates},
-          {"largest_batch_on_card", largest}};
-}
-
-std::string recommended_flags(const Plan& plan, const PlanCandidate& c) {
-  const bool per_block =
-      c.cell.checkpointing == CheckpointMode::Auto ||
-      (c.cell.checkpointing == CheckpointMode::On && plan.per_block_checkpointing);
-  const std::string checkpointing =
-      c.cell.checkpointing == CheckpointMode::Off ? "false"
-      : per_block                                 ? "auto --set checkpointing.budget=" +
-                        byte_size_text(plan.usable_bytes - plan.overhead_bytes)
-                  : "true";
-  return fmt::format(
-      "--set training.batch_size={} --set training.precision={} --set checkpointing.enabled={} "
-      "--set training.memory_format={}",
-      c.batch, precision_name(c.cell.precision), checkpointing,
-      memory_format_name(c.cell.memory_format));
 }
 
 namespace {
@@ -369,6 +311,16 @@ int plan_command(const PlanRequest& request) {
   const double headroom = parse_headroom(request.headroom);
   std::optional<int64_t> overhead;
   if (!request.overhead.empty()) overhead = parse_size_flag("--overhead", request.overhead);
+  int64_t target_batch = 0;
+  if (!request.target_batch.empty() &&
+      !config_yaml::decimal_integer(YAML::Node(request.target_batch), target_batch)) {
+    target_batch = -1;
+  }
+  if (!request.target_batch.empty() && target_batch < 1) {
+    throw UserError(
+        "--target-batch: expected images per optimizer step, a whole number >= 1, got '" +
+        request.target_batch + "'");
+  }
   if (request.budget_seconds < 1) {
     throw UserError("--budget: expected seconds >= 1, got " +
                     std::to_string(request.budget_seconds));
@@ -387,7 +339,7 @@ int plan_command(const PlanRequest& request) {
     sweep_dir = run_small_sweep(request);
     if (sweep_dir.empty()) return kExitStopped;
   }
-  const Plan plan = make_plan(sweep_dir, card, headroom, overhead, named);
+  const Plan plan = make_plan(sweep_dir, card, headroom, overhead, named, target_batch);
   if (!request.json.empty()) {
     write_file_atomically(request.json, plan_json(plan).dump(2) + "\n");
   }

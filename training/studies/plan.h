@@ -50,7 +50,15 @@ struct Plan {
   std::optional<Card> card;
   std::string speed_source;  // "measured on cpu", "estimated for H100-80GB (gpu_cost.h)"
   std::vector<std::pair<SweepCell, int64_t>> largest_on_card;  // by replay; 0 = none fits
+  // --target-batch: images per optimizer step; each candidate is then micro-batch (batch) x
+  // cell.accumulate_steps = target_batch, its peak with the accumulated gradients
+  // (gradient_bytes) held beside the micro-batch's step. 0: no target.
+  int64_t target_batch = 0;
+  int64_t gradient_bytes = 0;
 };
+
+// "10%" for 0.1.
+std::string percent_text(double share);
 
 // "10%" or "0.1": the share of the card to keep free, in [0, 1). Throws UserError naming
 // --headroom otherwise.
@@ -61,8 +69,11 @@ double parse_headroom(const std::string& text);
 // Throws UserError when no setting fits, naming the smallest card that would fit one.
 // With `card` (its memory is card_bytes): the peaks are the card's, by replay, and a sweep that did
 // not run on CUDA is ranked by the estimated images/s on that card, never by its own device's.
+// With `target_batch` (> 0): candidates for that effective batch only (Plan::target_batch);
+// UserError naming --target-batch when no measured batch divides it.
 Plan make_plan(const std::filesystem::path& sweep_dir, int64_t card_bytes, double headroom,
-               std::optional<int64_t> overhead, const std::optional<Card>& card = std::nullopt);
+               std::optional<int64_t> overhead, const std::optional<Card>& card = std::nullopt,
+               int64_t target_batch = 0);
 // The plan as JSON: the card and, per candidate, its setting, batch, images/s (and their source),
 // predicted peak, fits and, with a card, the prediction's fields (card_prediction.h).
 nlohmann::ordered_json plan_json(const Plan& plan);
@@ -88,6 +99,9 @@ struct PlanRequest {
   int64_t budget_seconds = 300;  // the small sweep's sweep.time_budget
   std::string card;  // or a card by name or size (cards.h): peaks by replay, speed estimated
   std::string json;  // where to write plan_json ("" = nowhere)
+  // Images per optimizer step to reach by gradient accumulation (0 = none): the plan then
+  // answers with micro-batch x training.accumulate_steps per setting.
+  std::string target_batch;
 };
 
 // Prints the table and the recommended flags on stdout. kExitOk, or kExitStopped when the small

@@ -31,7 +31,8 @@ namespace fs = std::filesystem;
 
 std::string SweepCell::name() const {
   return std::string(precision_name(precision)) + " / checkpointing " +
-         checkpointing_setting_name(checkpointing) + " / " + memory_format_name(memory_format);
+         checkpointing_setting_name(checkpointing) + " / " + memory_format_name(memory_format) +
+         (accumulate_steps > 1 ? " / " + std::to_string(accumulate_steps) + " micro-batches" : "");
 }
 
 nlohmann::ordered_json checkpointing_json(CheckpointMode mode) {
@@ -45,7 +46,11 @@ std::vector<SweepCell> grid_cells(const SweepConfig& sweep) {
   std::vector<SweepCell> cells;
   for (auto precision : sweep.precisions) {
     for (auto checkpointing : sweep.checkpointing) {
-      for (auto format : sweep.memory_formats) cells.push_back({precision, checkpointing, format});
+      for (auto format : sweep.memory_formats) {
+        for (int64_t n : sweep.accumulate_steps) {
+          cells.push_back({precision, checkpointing, format, n});
+        }
+      }
     }
   }
   return cells;
@@ -135,6 +140,7 @@ class Sweep {
     trial_config.training.precision = cell.precision;
     trial_config.training.memory_format = cell.memory_format;
     trial_config.checkpointing.mode(cell.checkpointing);
+    trial_config.training.accumulate_steps = cell.accumulate_steps;
     clear_choice(trial_config.checkpointing);  // an auto trial chooses for its own batch
     const fs::path stem = dir_ / "trials" / fmt::format("{:03d}", trial.id);
     const fs::path yaml = stem.string() + ".yaml", result = stem.string() + ".json",
@@ -345,12 +351,15 @@ int sweep(const SweepRequest& request, const Config& config) {
     use_cuda_graph(config, device, /*data_parallel=*/false);  // refuses the CPU
     const auto& p = config.sweep.precisions;
     const auto& c = config.sweep.checkpointing;
+    const auto& n = config.sweep.accumulate_steps;
     if (std::find(p.begin(), p.end(), Precision::FP16) != p.end() ||
         std::find_if(c.begin(), c.end(), [](auto mode) { return mode != CheckpointMode::Off; }) !=
-            c.end()) {
+            c.end() ||
+        std::find_if(n.begin(), n.end(), [](int64_t steps) { return steps > 1; }) != n.end()) {
       throw UserError(
-          "training.cuda_graph: on cannot capture the sweep's fp16 or checkpointing cells; set "
-          "it to auto, which runs those cells eager and captures the others");
+          "training.cuda_graph: on cannot capture the sweep's fp16, checkpointing or "
+          "accumulation cells; set it to auto, which runs those cells eager and captures the "
+          "others");
     }
   }
   const auto& modes = config.sweep.checkpointing;
@@ -373,6 +382,9 @@ int sweep(const SweepRequest& request, const Config& config) {
   }
   std::optional<CardPredictor> predictor;
   if (!request.card.empty()) {
+    for (const int64_t n : config.sweep.accumulate_steps) {
+      if (n > 1) throw UserError(accumulation_not_predicted(n));
+    }
     predictor.emplace(config, find_card(request.card), alloc_conf_from_environment());
   }
   const fs::path dir =

@@ -21,10 +21,13 @@ struct SweepCell {
   // auto: each trial chooses its blocks under the sweep's budget (checkpoint_choice.h)
   CheckpointMode checkpointing = CheckpointMode::Off;
   c10::MemoryFormat memory_format = c10::MemoryFormat::Contiguous;
-  std::string name() const;  // "fp32 / checkpointing off / contiguous" (off, on or auto)
+  int64_t accumulate_steps = 1;  // micro-batches per optimizer step (sweep.accumulate_steps)
+  // "fp32 / checkpointing off / contiguous" (off, on or auto), "... / 4 micro-batches" with
+  // accumulation
+  std::string name() const;
   bool operator==(const SweepCell& other) const {
     return precision == other.precision && checkpointing == other.checkpointing &&
-           memory_format == other.memory_format;
+           memory_format == other.memory_format && accumulate_steps == other.accumulate_steps;
   }
 };
 

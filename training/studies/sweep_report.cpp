@@ -22,7 +22,8 @@ namespace {
 ordered_json cell_json(const SweepCell& cell) {
   return {{"precision", precision_name(cell.precision)},
           {"checkpointing", checkpointing_json(cell.checkpointing)},
-          {"memory_format", memory_format_name(cell.memory_format)}};
+          {"memory_format", memory_format_name(cell.memory_format)},
+          {"accumulate_steps", cell.accumulate_steps}};
 }
 
 std::string mib(int64_t bytes) {
@@ -97,6 +98,7 @@ void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials)
      << "| # | precision | checkpointing | memory format | batch | status | peak allocated (MiB) "
         "| peak reserved (MiB) | steady peak reserved (MiB) | step (s) | images/s |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  // With accumulation a batch is "micro-batch x N" and a step is an optimizer step.
   for (const auto& t : trials) {
     const auto& r = t.result;
     const bool ok = r.status == TrialStatus::Ok;
@@ -105,9 +107,10 @@ void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials)
        << (t.result.recomputed_blocks.empty()
                ? ""
                : " (" + std::to_string(t.result.recomputed_blocks.size()) + " blocks recomputed)")
-       << " | " << memory_format_name(t.cell.memory_format) << " | " << t.batch << " | "
-       << status_name(r.status) << (r.status == TrialStatus::Error ? ": " + r.message : "") << " | "
-       << mib(r.peak_allocated_bytes) << " | " << mib(r.peak_reserved_bytes) << " | "
+       << " | " << memory_format_name(t.cell.memory_format) << " | " << t.batch
+       << (t.cell.accumulate_steps > 1 ? " x " + std::to_string(t.cell.accumulate_steps) : "")
+       << " | " << status_name(r.status) << (r.status == TrialStatus::Error ? ": " + r.message : "")
+       << " | " << mib(r.peak_allocated_bytes) << " | " << mib(r.peak_reserved_bytes) << " | "
        << mib(r.steady_peak_reserved_bytes) << " | "
        << (ok ? fmt::format("{:.4f}", r.median_step_seconds) : "-") << " | "
        << (ok ? fmt::format("{:.0f}", r.images_per_second) : "-") << " |\n";
@@ -238,6 +241,8 @@ SweepCell cell_from_json(const nlohmann::json& j) {
   } else {
     cell.checkpointing = checkpointing.get<bool>() ? CheckpointMode::On : CheckpointMode::Off;
   }
+  cell.accumulate_steps = j.value("accumulate_steps", int64_t{1});  // sweeps before the key
+  if (cell.accumulate_steps < 1) throw std::invalid_argument("accumulate_steps below 1");
   return cell;
 }
 

@@ -125,7 +125,9 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
     }
     StepParts parts = build_step_parts(config, device, group.get());
     const auto averager = group ? group->gradient_averager(*parts.model) : nullptr;
-    const StepOptions options = step_options(config).averager(averager.get());
+    const StepOptions options = step_options(config)
+                                    .averager(averager.get())
+                                    .accumulate_steps(config.training.accumulate_steps);
     parts.model->train();
     // A graphed trial measures replays: its warm-up covers the graph's warm-up and capture.
     std::unique_ptr<GraphedStep> graphed;
@@ -140,22 +142,27 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
     const auto loader = trial_loader(config, device, warmup_steps + measure_steps);
     int64_t epoch = 1;
     loader->start_epoch(epoch);
+    // A step is an optimizer step: training.accumulate_steps micro-batches from the loader.
+    const int64_t micro_batches = config.training.accumulate_steps;
     for (int64_t step = 0; step < warmup_steps + measure_steps; ++step) {
       if (step == warmup_steps && warmup_steps > 0) {
         warmup_peaks = memory_stats(device);
         reset_peak_memory(device);  // the measured steps' own peak from here
       }
-      auto batch = loader->next();
-      if (!batch) {
-        loader->start_epoch(++epoch);
-        batch = loader->next();
-      }
       // The step alone is timed; the loader prepares the next batches meanwhile, as in training.
-      const auto start = std::chrono::steady_clock::now();
-      if (graphed) {
-        graphed->run(batch->images, batch->labels);
-      } else {
-        train_step(parts, batch->images, batch->labels, options);
+      std::chrono::steady_clock::time_point start;
+      for (int64_t micro = 0; micro < micro_batches; ++micro) {
+        auto batch = loader->next();
+        if (!batch) {
+          loader->start_epoch(++epoch);
+          batch = loader->next();
+        }
+        if (micro == 0) start = std::chrono::steady_clock::now();
+        if (graphed) {
+          graphed->run(batch->images, batch->labels);
+        } else {
+          train_step(parts, batch->images, batch->labels, options, micro);
+        }
       }
       synchronize(device);
       const double seconds =
@@ -184,7 +191,9 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
   result.peak_reserved_bytes = std::max(memory.peak_reserved, warmup_peaks.peak_reserved);
   if (!step_seconds.empty()) {
     result.median_step_seconds = median(step_seconds);
-    result.images_per_second = config.training.batch_size / result.median_step_seconds;
+    result.images_per_second =
+        static_cast<double>(config.training.batch_size * config.training.accumulate_steps) /
+        result.median_step_seconds;
   }
   return result;
 }

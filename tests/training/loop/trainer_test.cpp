@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "test_support.h"
+#include "training/platform/errors.h"
 #include "training/platform/heartbeat.h"
 #include "training/platform/memory.h"
 #include "training/platform/stop_signal.h"
@@ -111,6 +112,78 @@ TEST(Trainer, AStopSignalCheckpointsAndTheRunContinuesExactly) {
   }
   expect_same_metrics(straight,
                       run(tiny_config(), dir / "stopped", dir / "stopped/checkpoint.pt", true));
+}
+
+// The tiny config for 2 epochs with training.accumulate_steps 2.
+training::Config accumulating_config() {
+  auto config = tiny_config();
+  config.training.epochs = 2;
+  config.training.accumulate_steps = 2;
+  return config;
+}
+
+// training.accumulate_steps 2 on 5 batches of 32: 2 optimizer steps of 64 images per epoch (the
+// fifth batch, an incomplete group, is dropped), recorded as such.
+TEST(Trainer, AccumulationCountsOptimizerStepsAndDropsTheIncompleteGroup) {
+  test_support::TempDir dir;
+  auto config = accumulating_config();
+  const auto rows = run(config, dir / "run");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].at("step"), 2);
+  EXPECT_EQ(rows[1].at("step"), 4);
+  EXPECT_EQ(rows[0].at("batches"), 4);
+  EXPECT_EQ(rows[0].at("epoch_batches"), 4);
+  EXPECT_EQ(rows[0].at("accumulate_steps"), 2);
+  EXPECT_EQ(rows[0].at("effective_batch_size"), 64);
+  // A group of 2 batches of 32 is another run than 1 batch of 32.
+  config.training.accumulate_steps = 1;
+  const auto plain = run(config, dir / "plain");
+  EXPECT_EQ(plain[0].at("step"), 5);
+  EXPECT_EQ(plain[0].at("effective_batch_size"), 32);
+}
+
+// Trains `config` in `dir` until a stop signal arrives before micro-batch 2 of step 2 (training
+// alone: the group is abandoned); the trainer's state after the stop.
+training::TrainState stop_inside_step_2(const training::Config& config, const fs::path& dir) {
+  training::RunDirectory run_dir(dir, false);
+  training::Trainer trainer(config, torch::kCPU, split_for(config, data::SplitName::Train),
+                            split_for(config, data::SplitName::Test));
+  trainer.write_to(run_dir);
+  ::setenv("TRAIN_TEST_STOP_AT", "step 2 micro-batch 2", 1);
+  const auto end = trainer.fit();
+  ::unsetenv("TRAIN_TEST_STOP_AT");
+  training::clear_stop_request();
+  EXPECT_EQ(end, training::FitEnd::Stopped);
+  return trainer.state();
+}
+
+// A stop signal between two micro-batches of a group restarts that group on resume (its
+// BatchNorm statistics put back, its gradients never applied): the resumed run ends as the
+// uninterrupted one.
+TEST(Trainer, AStopInsideAnAccumulationGroupResumesExactly) {
+  test_support::TempDir dir;
+  auto config = accumulating_config();
+  const auto straight = run(config, dir / "straight");
+  const auto stopped = stop_inside_step_2(config, dir / "stopped");
+  EXPECT_EQ(stopped.step, 1);
+  EXPECT_EQ(stopped.batch_in_epoch, 2);  // the group of batches 3 and 4 starts again
+  expect_same_metrics(straight, run(config, dir / "stopped", dir / "stopped/checkpoint.pt", true));
+  // A mid-epoch resume at another grouping is refused, naming the key.
+  stop_inside_step_2(config, dir / "stopped2");
+  auto regrouped = config;
+  regrouped.training.accumulate_steps = 1;
+  training::RunDirectory again(dir / "stopped2", true);
+  training::Trainer trainer(regrouped, torch::kCPU, split_for(config, data::SplitName::Train),
+                            split_for(config, data::SplitName::Test));
+  trainer.write_to(again);
+  try {
+    trainer.resume(dir / "stopped2/checkpoint.pt");
+    FAIL() << "expected a KeyError";
+  } catch (const training::KeyError& e) {
+    EXPECT_NE(std::string(e.what()).find("Resume with training.accumulate_steps=2"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // An evaluation that runs past the heartbeat's first interval says where it is (batches done of

@@ -108,6 +108,19 @@ Config small_config() {
   return config;
 }
 
+// An accumulating setting is refused a prediction (its replay over-predicted what the gradients
+// add), in one line naming --card, before anything is recorded.
+TEST(CardPrediction, AccumulationIsRefusedNotMispredicted) {
+  SweepCell accumulating{Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
+  accumulating.accumulate_steps = 4;
+  try {
+    CardPredictor(small_config(), find_card("1GiB"), {}).predict(accumulating, 64);
+    FAIL() << "an accumulating setting was predicted";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--card: 4 micro-batches per step", 0), 0u) << e.what();
+  }
+}
+
 TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
   const Config config = small_config();
   const SweepCell cell{Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous};

@@ -70,6 +70,29 @@ TEST(MemoryBreakdown, ReconcilesWithTheMeasuredPeak) {
   }
 }
 
+// training.accumulate_steps 2: the probed step is a group's last micro-batch, with the first's
+// gradients held through it. They are a row at the peak, the breakdown still reconciles, and the
+// peak is above one step's by at most the gradients.
+TEST(MemoryBreakdown, AccumulationHoldsTheGradientsThroughTheStep) {
+  const auto single = measure("resnet18", 8, fp32);
+  auto accumulating = config("resnet18", 8);
+  accumulating.training.accumulate_steps = 2;
+  const auto b = training::measure_breakdown(accumulating, fp32);
+  ASSERT_EQ(b.status, training::TrialStatus::Ok) << b.message;
+  expect_reconciles(b);
+  const int64_t gradients = 11173962LL * 4;
+  bool found = false;
+  for (const auto& row : b.rows) {
+    if (row.name != "gradients (accumulated)") continue;
+    found = true;
+    EXPECT_EQ(row.bytes, gradients);
+    EXPECT_TRUE(row.at_peak);
+  }
+  EXPECT_TRUE(found);
+  EXPECT_GT(b.measured_peak_bytes, single.measured_peak_bytes);
+  EXPECT_LE(b.measured_peak_bytes, single.measured_peak_bytes + gradients);
+}
+
 // The static rows are what the tensors hold: ResNet-18's 11,173,962 parameters (CIFAR stem: a 3x3
 // first convolution) in fp32, the same again as momentum; the batch is 2 x 3 x 32 x 32 floats and 2
 // labels.

@@ -198,6 +198,67 @@ TEST(Plan, RefusesBadInput) {
   EXPECT_EQ(test_support::read_text(dir / "empty" / "sweep.json"), "{\"arch\": 1}");
 }
 
+// --target-batch 1024: each measured batch that divides it becomes micro-batch x accumulate_steps,
+// its peak with the accumulated gradients (ResNet-50's, about 90 MiB) added; the fastest that fits
+// a 4 GiB card (2.6 GiB for the allocator) is 64 x 16 without checkpointing: 128 x 8 (3400 MiB
+// + gradients) and 256 x 4 checkpointed (2700 MiB + gradients) do not fit.
+TEST(Plan, ATargetBatchIsReachedByTheFastestMicroBatchThatFits) {
+  test_support::TempDir dir;
+  const auto sweep = prepared_sweep(dir);
+  const auto plan = training::make_plan(sweep, 4LL << 30, 0.10, std::nullopt, std::nullopt, 1024);
+  EXPECT_EQ(plan.target_batch, 1024);
+  EXPECT_GT(plan.gradient_bytes, 80 * MiB);  // ResNet-50's 23.5 million float gradients
+  EXPECT_LT(plan.gradient_bytes, 100 * MiB);
+  EXPECT_EQ(plan.candidates.size(), 6u);
+  const auto& best = plan.candidates.at(*plan.chosen);
+  EXPECT_EQ(best.batch, 64);
+  EXPECT_EQ(best.cell.accumulate_steps, 16);
+  EXPECT_EQ(best.predicted_peak, 1800 * MiB + plan.gradient_bytes);
+  for (const auto& c : plan.candidates) {
+    EXPECT_EQ(c.batch * c.cell.accumulate_steps, 1024);
+    if (c.batch == 256) EXPECT_FALSE(c.fits);  // 2700 MiB alone fits 2.6 GiB; with gradients not
+  }
+  EXPECT_NE(training::recommended_flags(plan, best).find("--set training.accumulate_steps=16"),
+            std::string::npos);
+  const std::string table = training::plan_table(plan);
+  EXPECT_NE(
+      table.find("| fp32 / checkpointing off / contiguous / 16 micro-batches | 64 x 16 | 150 |"),
+      std::string::npos)
+      << table;
+  EXPECT_EQ(training::plan_json(plan).at("target_batch"), 1024);
+  // A target one micro-batch reaches needs no accumulation and adds no gradients.
+  const auto small = training::make_plan(sweep, 4LL << 30, 0.10, std::nullopt, std::nullopt, 128);
+  for (const auto& c : small.candidates) {
+    if (c.cell == plain && c.batch == 128) EXPECT_EQ(c.predicted_peak, 3400 * MiB);
+  }
+  // A target no measured batch divides, 0, negative or not a number: one line naming the flag.
+  try {
+    training::make_plan(sweep, 4LL << 30, 0.10, std::nullopt, std::nullopt, 1000);
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--target-batch: 1000 is not a multiple of any batch the sweep measured ok (32, 64, "
+              "128, 256); give a target one of them divides, or sweep micro-batches that divide "
+              "it (--batch-sizes)");
+  }
+  training::PlanRequest request;
+  request.from = sweep.string();
+  request.memory = "4GiB";
+  for (const std::string bad : {"0", "-512", "1k", ""}) {
+    request.target_batch = bad;
+    if (bad.empty()) continue;  // no target: an ordinary plan
+    try {
+      training::plan_command(request);
+      FAIL() << bad;
+    } catch (const training::UserError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "--target-batch: expected images per optimizer step, a "
+                "whole number >= 1, got '" +
+                    bad + "'");
+    }
+  }
+}
+
 }  // namespace
 
 // With a card the plan replays this machine's stream on it and, for a CPU sweep, ranks by the

@@ -1,0 +1,145 @@
+// The plan's outputs: the table printed, plan.json and the recommended --set flags (plan.h).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "training/platform/memory.h"
+#include "training/studies/plan.h"
+
+namespace training {
+
+std::string plan_table(const Plan& plan) {
+  std::ostringstream out;
+  if (plan.card) {
+    out << "Card: " << plan.card->name << " (" << format_bytes(plan.card->memory_bytes) << ", "
+        << plan.card->memory_source << "). Peaks: this machine's allocation stream replayed "
+        << "through the caching allocator's model (the reserved peak). Images/s: "
+        << plan.speed_source << ".\n\n";
+  } else {
+    out << "Images/s: " << plan.speed_source << " (a plan for a card you do not have: --card).\n\n";
+  }
+  out << "Plan for a " << format_bytes(plan.card_bytes) << " card: " << percent_text(plan.headroom)
+      << " headroom leaves " << format_bytes(plan.usable_bytes) << "; "
+      << format_bytes(plan.overhead_bytes) << " outside the allocator (" << plan.overhead_source
+      << ") leaves " << format_bytes(plan.usable_bytes - plan.overhead_bytes)
+      << " for the allocator's peak.\n\n"
+      << (plan.target_batch > 0
+              ? fmt::format(
+                    "Target: {} images per optimizer step, as micro-batch x accumulate_steps. A "
+                    "batch measured at one micro-batch per step has the accumulated gradients "
+                    "({}) added to its peak; images/s is the micro-batch's.\n\n",
+                    plan.target_batch, format_bytes(plan.gradient_bytes))
+              : "")
+      << (plan.sweep_complete
+              ? ""
+              : "The sweep did not complete (stopped, out of sweep.time_budget, or a find-max "
+                "search ended on a trial that failed twice): batches larger than those it "
+                "measured may fit; this plan chooses among the measured ones only.\n\n")
+      << "| setting | batch | images/s"
+      << (plan.speed_source.rfind("estimated", 0) == 0 ? " (estimated)" : "")
+      << " | predicted peak | verdict |\n"
+      << "|---|---:|---:|---:|---|\n";
+  const auto& best = plan.candidates.at(*plan.chosen);
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const auto& c = plan.candidates[i];
+    std::string verdict;
+    if (i == *plan.chosen) {
+      verdict = "**recommended**";
+    } else if (!c.fits) {
+      verdict =
+          "does not fit: needs a card of " +
+          format_bytes(static_cast<int64_t>(std::ceil(
+              static_cast<double>(c.predicted_peak + plan.overhead_bytes) / (1 - plan.headroom))));
+    } else {
+      verdict = fmt::format("slower: {:.0f}% fewer images/s",
+                            100 * (1 - c.images_per_second / best.images_per_second));
+    }
+    out << "| " << c.cell.name() << " | " << c.batch
+        << (c.cell.accumulate_steps > 1 ? " x " + std::to_string(c.cell.accumulate_steps) : "")
+        << " | " << fmt::format("{:.0f}", c.images_per_second) << " | "
+        << format_bytes(c.predicted_peak) << " | " << verdict << " |\n";
+  }
+  if (plan.card) {
+    out << "\nLargest batch that fits on " << plan.card->name
+        << " per setting (by replay; not measured):\n\n| setting | largest batch |\n|---|---:|\n";
+    for (const auto& [cell, batch] : plan.largest_on_card) {
+      out << "| " << cell.name() << " | " << (batch > 0 ? std::to_string(batch) : "none") << " |\n";
+    }
+    return out.str();
+  }
+  out << "\nLargest batch predicted to fit per setting (the sweep's fit; not measured):\n\n"
+      << "| setting | largest batch | fit R² |\n|---|---:|---:|\n";
+  for (const auto& cell : plan.cells) {
+    const auto& batch = cell.predictions.front().second;
+    out << "| " << cell.cell.name() << " | "
+        << (!cell.fit ? "- (needs two measured batches)"
+            : batch   ? std::to_string(*batch)
+                      : "-")
+        << " | " << (cell.fit ? fmt::format("{:.4f}", cell.fit->r_squared) : "-") << " |\n";
+  }
+  return out.str();
+}
+
+nlohmann::ordered_json plan_json(const Plan& plan) {
+  nlohmann::ordered_json candidates = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const auto& c = plan.candidates[i];
+    nlohmann::ordered_json row = {
+        {"setting", c.cell.name()},
+        {"precision", precision_name(c.cell.precision)},
+        {"checkpointing", checkpointing_json(c.cell.checkpointing)},
+        {"memory_format", memory_format_name(c.cell.memory_format)},
+        {"batch_size", c.batch},
+        {"accumulate_steps", c.cell.accumulate_steps},
+        {"effective_batch_size", c.batch * c.cell.accumulate_steps},
+        {"images_per_second", c.images_per_second},
+        {"predicted_reserved_peak_bytes", c.predicted_peak},
+        {"predicted_device_bytes", c.predicted_peak + plan.overhead_bytes},
+        {"fits", c.fits},
+        {"recommended", plan.chosen && *plan.chosen == i}};
+    if (plan.card) {
+      row["card"] = {{"name", plan.card->name}, {"memory_bytes", plan.card->memory_bytes}};
+      row["predicted_allocated_peak_bytes"] = c.predicted_allocated;
+    }
+    candidates.push_back(row);
+  }
+  nlohmann::ordered_json largest = nlohmann::ordered_json::array();
+  for (const auto& [cell, batch] : plan.largest_on_card) {
+    largest.push_back({{"setting", cell.name()}, {"largest_batch", batch}});
+  }
+  return {{"card", plan.card ? plan.card->name : format_bytes(plan.card_bytes)},
+          {"memory_bytes", plan.card_bytes},
+          {"headroom", plan.headroom},
+          {"usable_bytes", plan.usable_bytes},
+          {"outside_allocator_bytes", plan.overhead_bytes},
+          {"outside_allocator_source", plan.overhead_source},
+          {"images_per_second_source", plan.speed_source},
+          {"sweep_complete", plan.sweep_complete},
+          {"target_batch", plan.target_batch > 0 ? nlohmann::ordered_json(plan.target_batch)
+                                                 : nlohmann::ordered_json(nullptr)},
+          {"accumulated_gradient_bytes", plan.gradient_bytes},
+          {"candidates", candidates},
+          {"largest_batch_on_card", largest}};
+}
+
+std::string recommended_flags(const Plan& plan, const PlanCandidate& c) {
+  const bool per_block =
+      c.cell.checkpointing == CheckpointMode::Auto ||
+      (c.cell.checkpointing == CheckpointMode::On && plan.per_block_checkpointing);
+  const std::string checkpointing =
+      c.cell.checkpointing == CheckpointMode::Off ? "false"
+      : per_block                                 ? "auto --set checkpointing.budget=" +
+                        byte_size_text(plan.usable_bytes - plan.overhead_bytes)
+                  : "true";
+  return fmt::format(
+      "--set training.batch_size={} --set training.precision={} --set checkpointing.enabled={} "
+      "--set training.memory_format={}{}",
+      c.batch, precision_name(c.cell.precision), checkpointing,
+      memory_format_name(c.cell.memory_format),
+      c.cell.accumulate_steps > 1 || plan.target_batch > 0
+          ? " --set training.accumulate_steps=" + std::to_string(c.cell.accumulate_steps)
+          : "");
+}
+
+}  // namespace training
