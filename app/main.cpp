@@ -403,6 +403,10 @@ int main(int argc, char** argv) {
       "bench."};
   app.footer(kExamples);
   app.require_subcommand(0, 1);
+  // One line, as every bad input gets (CLI11's own adds "Run with --help for more information.").
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string(e.what()) + " (train --help lists the flags)\n";
+  });
   Arguments a;
   add_train_options(app, a);
   auto* sweep = add_sweep_command(app, a);

@@ -39,8 +39,16 @@ TEST(Cli, NoConfigIsABadInput) {
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
 }
 
+// A flag the command line cannot take (unknown, given twice, missing its value) is one line,
+// exit 2 (CLI11 added a second line, "Run with --help for more information.").
 TEST(Cli, UnknownFlagIsABadInput) {
-  EXPECT_EQ(run_train("--confg x.yaml").code, 2);
+  for (const std::string bad : {"--confg x.yaml", "memory --card T4 --card A100-40GB --config x",
+                                "plan --memory", "plan --memory 4GiB --budget ten"}) {
+    const auto r = run_train(bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("(train --help lists the flags)"), std::string::npos) << r.output;
+  }
 }
 
 TEST(Cli, ConfigErrorIsOneLineNamingTheKey) {

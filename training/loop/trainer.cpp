@@ -95,6 +95,12 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
                        std::to_string(config.training.batch_size) +
                        ", so it has no whole step; lower it or training.batch_size");
   }
+  if (const int64_t dropped = train_loader_->batches_per_epoch() - batches_per_epoch()) {
+    spdlog::info(
+        "training.accumulate_steps {}: an epoch's {} batches make {} optimizer steps; its last {} "
+        "batch(es), an incomplete group, are dropped each epoch (as a partial batch is)",
+        accumulate_steps_, train_loader_->batches_per_epoch(), steps_per_epoch(), dropped);
+  }
   check_profiler_window();
   observers_.add(std::make_unique<ConsoleObserver>(config_, device_));
 }

@@ -375,10 +375,11 @@ std::string step_signature(const Config& config, const torch::Device& device) {
 int64_t held_beside_step(const Config& config, const torch::Device& device,
                          int64_t train_images_bytes) {
   int64_t bytes = config.training.accumulate_steps > 1 ? gradient_bytes(config.model) : 0;
-  if (device.is_cpu()) return bytes;
+  // The loader's batches are made through the device's allocator on the CPU too (data.prefetch:
+  // 2 on the CPU ran out of memory after a step when they were left out).
   const auto [images, labels] = batch_bytes(config.training.batch_size);
-  bytes += prefetch_for(config.data, /*cuda=*/true) * (images + labels);
-  if (config.data.device_resident) bytes += train_images_bytes;
+  bytes += prefetch_for(config.data, device.is_cuda()) * (images + labels);
+  if (device.is_cuda() && config.data.device_resident) bytes += train_images_bytes;
   return bytes;
 }
 

@@ -103,9 +103,9 @@ std::string step_signature(const Config& config, const torch::Device& device);
 
 // What a run holds on `device` beside one training step, which the measurement does not: with
 // training.accumulate_steps > 1 the gradients accumulated from the micro-batches before (the
-// budget applies to the micro-batch's step with them); on CUDA the loader's prefetched batches
-// and, with data.device_resident, the training set of `train_images_bytes` (uint8). On the CPU
-// the data is host data, not counted.
+// budget applies to the micro-batch's step with them); the loader's prefetched batches
+// (data.prefetch, on the CPU too) and, on CUDA with data.device_resident, the training set of
+// `train_images_bytes` (uint8; on the CPU the split is host data, not counted).
 int64_t held_beside_step(const Config& config, const torch::Device& device,
                          int64_t train_images_bytes);
 

@@ -57,13 +57,16 @@ Card find_card(const std::string& text) {
   for (const auto& known : known_cards()) {
     if (folded(known.name) == folded(text)) return known;
   }
-  if (!text.empty() && std::isdigit(static_cast<unsigned char>(text.front()))) {
+  // A size: what starts like a number (a sign too, so that -1GiB is a bad size, not a name).
+  if (!text.empty() && (std::isdigit(static_cast<unsigned char>(text.front())) ||
+                        text.front() == '-' || text.front() == '+' || text.front() == '.')) {
     int64_t bytes = 0;
     try {
       bytes = parse_byte_size(text);
     } catch (const std::invalid_argument& e) {
       throw UserError(std::string("--card: ") + e.what());
     }
+    if (bytes <= 0) throw UserError("--card: expected a size above 0, got '" + text + "'");
     const Card card{text, bytes, "given with --card", 0, "", 0, 0};
     const int64_t outside = beside_tensors(card).outside_allocator;
     if (bytes <= outside) {
@@ -73,10 +76,18 @@ Card find_card(const std::string& text) {
     }
     return card;
   }
-  std::vector<std::string> names;
-  for (const auto& known : known_cards()) names.push_back(known.name);
+  std::vector<std::string> names, starting;
+  for (const auto& known : known_cards()) {
+    names.push_back(known.name);
+    // "H100" names a family: each of its cards is offered.
+    if (!text.empty() && folded(known.name).rfind(folded(text), 0) == 0) {
+      starting.push_back("'" + known.name + "'");
+    }
+  }
   throw UserError("--card: unknown card '" + text + "' " +
-                  config_yaml::suggestion(text, names, "") +
+                  (starting.size() > 1
+                       ? "(did you mean " + config_yaml::join(starting, " or ") + "?)"
+                       : config_yaml::suggestion(text, names, "")) +
                   "; or give its memory, e.g. --card 24GiB");
 }
 

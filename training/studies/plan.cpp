@@ -85,6 +85,13 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const fs::path& sweep_dir,
   const int64_t gradients = gradient_bytes(config.model);
   std::vector<SweepCell> predicted;
   for (auto& c : plan.candidates) {
+    if (c.cell.precision == Precision::BF16 && card.compute_major > 0 && card.compute_major < 8) {
+      c.unsupported =
+          "bf16 needs compute capability 8.0 or later; " + card.name + " is " + card.architecture;
+      c.fits = false;
+      c.images_per_second = 0;  // ranked last
+      continue;                 // nothing to predict or estimate
+    }
     if (c.cell.checkpointing != CheckpointMode::Auto) {  // auto: the sweep's own peak stands
       // Accumulating: one micro-batch per step replayed, plus the accumulated gradients.
       SweepCell one = c.cell;
@@ -189,7 +196,8 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
                          /*searched=*/false);
   for (const auto& t : sweep.trials) {
     if (t.result.status != TrialStatus::Ok) continue;
-    PlanCandidate c{t.cell, t.batch, t.result.images_per_second, t.result.peak_reserved_bytes};
+    PlanCandidate c{t.cell, t.batch, t.result.images_per_second, t.result.peak_reserved_bytes, 0,
+                    false,  ""};
     for (const auto& summary : plan.cells) {
       if (summary.cell == t.cell && summary.fit) {
         c.predicted_peak = std::max(c.predicted_peak,

@@ -30,6 +30,8 @@ struct PlanCandidate {
   int64_t predicted_peak = 0;  // bytes the allocator will hold at the peak (with a card: reserved)
   int64_t predicted_allocated = 0;  // with a card: the allocated peak by replay
   bool fits = false;  // predicted_peak + overhead <= usable (with a card: the replay fits)
+  // Why the card cannot run it at all (bf16 before compute capability 8.0); empty when it can.
+  std::string unsupported;
 };
 
 struct Plan {

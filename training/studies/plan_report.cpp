@@ -46,6 +46,8 @@ std::string plan_table(const Plan& plan) {
     std::string verdict;
     if (i == *plan.chosen) {
       verdict = "**recommended**";
+    } else if (!c.unsupported.empty()) {
+      verdict = "cannot run: " + c.unsupported;
     } else if (!c.fits) {
       verdict =
           "does not fit: needs a card of " +
@@ -57,8 +59,8 @@ std::string plan_table(const Plan& plan) {
     }
     out << "| " << c.cell.name() << " | " << c.batch
         << (c.cell.accumulate_steps > 1 ? " x " + std::to_string(c.cell.accumulate_steps) : "")
-        << " | " << fmt::format("{:.0f}", c.images_per_second) << " | "
-        << format_bytes(c.predicted_peak) << " | " << verdict << " |\n";
+        << " | " << (c.unsupported.empty() ? fmt::format("{:.0f}", c.images_per_second) : "-")
+        << " | " << format_bytes(c.predicted_peak) << " | " << verdict << " |\n";
   }
   if (plan.card) {
     out << "\nLargest batch that fits on " << plan.card->name
@@ -97,6 +99,8 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
         {"predicted_reserved_peak_bytes", c.predicted_peak},
         {"predicted_device_bytes", c.predicted_peak + plan.overhead_bytes},
         {"fits", c.fits},
+        {"unsupported", c.unsupported.empty() ? nlohmann::ordered_json(nullptr)
+                                              : nlohmann::ordered_json(c.unsupported)},
         {"recommended", plan.chosen && *plan.chosen == i}};
     if (plan.card) {
       row["card"] = {{"name", plan.card->name}, {"memory_bytes", plan.card->memory_bytes}};

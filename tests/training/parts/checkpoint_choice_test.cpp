@@ -269,6 +269,21 @@ TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainWhenItsStepOrBudgetNoLongerHo
   EXPECT_EQ(measured, 3);
 }
 
+// What the run holds beside the measured step counts on the CPU too: data.prefetch 2 left out ran
+// out of memory after step 1 under the limit the choice was made for. Accumulating, the gradients.
+TEST(CheckpointChoice, WhatTheRunHoldsBesideTheStepCountsOnTheCpu) {
+  auto config = training::parse_config(
+      "model: {arch: resnet18, stem: cifar}\ntraining: {device: cpu, batch_size: 32}\n"
+      "data: {prefetch: 2}\n",
+      "test");
+  const int64_t batch = 32 * 3 * 32 * 32 * 4 + 32 * 8;
+  EXPECT_EQ(training::held_beside_step(config, torch::kCPU, 1 << 20), 2 * batch);
+  config.data.prefetch = 0;
+  EXPECT_EQ(training::held_beside_step(config, torch::kCPU, 1 << 20), 0);
+  config.training.accumulate_steps = 4;  // ResNet-18 (CIFAR stem): 11,173,962 float gradients
+  EXPECT_EQ(training::held_beside_step(config, torch::kCPU, 1 << 20), 11173962LL * 4);
+}
+
 TEST(CheckpointChoice, ABudgetNothingFitsIsOutOfMemoryNamingTheBudgetAndTheSmallestPeak) {
   Config config = auto_config();
   config.checkpointing.budget(900);

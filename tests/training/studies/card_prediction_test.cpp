@@ -39,14 +39,21 @@ TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
       << refusal("RTX4909");
   EXPECT_NE(refusal("Voodoo").find("(valid: H200, H100-80GB"), std::string::npos);
   // A card must hold more than what a CUDA process keeps outside the allocator.
-  for (const auto& text : {"0B", "1KiB", "771MiB"}) {
+  for (const auto& text : {"1KiB", "771MiB"}) {
     EXPECT_NE(refusal(text).find("is no larger than the 771.00 MiB"), std::string::npos)
         << refusal(text);
   }
   EXPECT_EQ(find_card("772MiB").memory_bytes, int64_t{772} << 20);
   EXPECT_NE(refusal("12 parsecs").find("--card: expected a size"), std::string::npos)
       << refusal("12 parsecs");
-  for (const auto& text : {"", "-1GiB"}) EXPECT_FALSE(refusal(text).empty()) << text;
+  EXPECT_FALSE(refusal("").empty());
+  // A size that starts like a number is a bad size, not an unknown name.
+  for (const auto& text : {"0B", "-1GiB", "+0MiB"}) {
+    EXPECT_EQ(refusal(text).rfind("--card: expected a size", 0), 0u) << refusal(text);
+  }
+  // A family's name offers each of its cards.
+  EXPECT_NE(refusal("H100").find("(did you mean 'H100-80GB' or 'H100-NVL'?)"), std::string::npos)
+      << refusal("H100");
   // The workspaces follow the architecture: 32 MiB on Hopper, LibTorch's smaller default before.
   EXPECT_EQ(beside_tensors(h100).cublas_workspace, 32 << 20);
   EXPECT_EQ(beside_tensors(find_card("T4")).cublas_workspace, 4096 * 1024 * 2 + 16 * 1024 * 8);

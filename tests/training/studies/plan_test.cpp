@@ -216,7 +216,9 @@ TEST(Plan, ATargetBatchIsReachedByTheFastestMicroBatchThatFits) {
   EXPECT_EQ(best.predicted_peak, 1800 * MiB + plan.gradient_bytes);
   for (const auto& c : plan.candidates) {
     EXPECT_EQ(c.batch * c.cell.accumulate_steps, 1024);
-    if (c.batch == 256) EXPECT_FALSE(c.fits);  // 2700 MiB alone fits 2.6 GiB; with gradients not
+    if (c.batch == 256) {
+      EXPECT_FALSE(c.fits);  // 2700 MiB and the gradients
+    }
   }
   EXPECT_NE(training::recommended_flags(plan, best).find("--set training.accumulate_steps=16"),
             std::string::npos);
@@ -229,7 +231,9 @@ TEST(Plan, ATargetBatchIsReachedByTheFastestMicroBatchThatFits) {
   // A target one micro-batch reaches needs no accumulation and adds no gradients.
   const auto small = training::make_plan(sweep, 4LL << 30, 0.10, std::nullopt, std::nullopt, 128);
   for (const auto& c : small.candidates) {
-    if (c.cell == plain && c.batch == 128) EXPECT_EQ(c.predicted_peak, 3400 * MiB);
+    if (c.cell == plain && c.batch == 128) {
+      EXPECT_EQ(c.predicted_peak, 3400 * MiB);
+    }
   }
   // A target no measured batch divides, 0, negative or not a number: one line naming the flag.
   try {
@@ -297,6 +301,34 @@ TEST(Plan, ACardIsRankedByItsEstimateNotByTheCpusSpeed) {
   const std::string table = training::plan_table(plan);
   EXPECT_NE(table.find("images/s (estimated)"), std::string::npos) << table;
   EXPECT_NE(table.find("Largest batch that fits on T4"), std::string::npos) << table;
+}
+
+// bf16 needs compute capability 8.0: on a T4 (sm_75) a bf16 setting is "cannot run", never
+// ranked by an estimated 0 images/s or recommended.
+TEST(Plan, ACardThatCannotRunBf16SaysSo) {
+  test_support::TempDir dir;
+  const auto sweep = prepared_sweep(dir);
+  training::Config config = training::parse_config("", "test");
+  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  auto json = nlohmann::json::parse(test_support::read_text(sweep / "sweep.json"));
+  for (auto& row : json.at("trials")) {
+    if (row.at("checkpointing") == true) row["precision"] = "bf16";
+  }
+  std::ofstream(sweep / "sweep.json") << json.dump();
+  const training::Card t4 = training::find_card("T4");
+  const auto plan = training::make_plan(sweep, t4.memory_bytes, 0.10, std::nullopt, t4);
+  int refused = 0;
+  for (const auto& c : plan.candidates) {
+    if (c.cell.precision != Precision::BF16) continue;
+    ++refused;
+    EXPECT_FALSE(c.fits);
+    EXPECT_EQ(c.unsupported, "bf16 needs compute capability 8.0 or later; T4 is sm_75");
+  }
+  EXPECT_EQ(refused, 3);
+  EXPECT_EQ(plan.candidates.at(*plan.chosen).cell.precision, Precision::FP32);
+  EXPECT_NE(training::plan_table(plan).find("cannot run: bf16 needs compute capability 8.0"),
+            std::string::npos);
 }
 
 // A plan for a card counts the layers' FLOPs: ResNet-50 with the CIFAR stem is 1.298 GMAC a
