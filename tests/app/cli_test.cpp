@@ -95,6 +95,14 @@ TEST(Cli, BadAccumulationValuesAreOneLineErrors) {
   EXPECT_EQ(sweep.code, 2) << sweep.output;
   EXPECT_EQ(count_lines(sweep.output), 1) << sweep.output;
   EXPECT_NE(sweep.output.find("sweep.accumulate_steps"), std::string::npos) << sweep.output;
+  // train sweep measures its own axis: training.accumulate_steps is refused, not ignored.
+  const auto ignored =
+      run_train("sweep --config " + config.string() +
+                " --set training.accumulate_steps=2 --output-dir " + (dir / "run").string());
+  EXPECT_EQ(ignored.code, 2) << ignored.output;
+  EXPECT_EQ(count_lines(ignored.output), 1) << ignored.output;
+  EXPECT_NE(ignored.output.find("its grid's axis is sweep.accumulate_steps"), std::string::npos)
+      << ignored.output;
   const auto plan = run_train("plan --memory 4GiB --target-batch 0 --config " + config.string() +
                               " --output-dir " + (dir / "run").string());
   EXPECT_EQ(plan.code, 2) << plan.output;

@@ -88,7 +88,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.integer("epochs", c.training.epochs, 1, 100000);
     v.integer("max_steps", c.training.max_steps, 0, kMaxInt);
     v.integer("batch_size", c.training.batch_size, 1, 1 << 20);
-    v.integer("accumulate_steps", c.training.accumulate_steps, 1, 1 << 16);
+    v.integer("accumulate_steps", c.training.accumulate_steps, 1, kMaxAccumulateSteps);
     v.integer("eval_batch_size", c.training.eval_batch_size, 1, 1 << 20);
     v.integer("seed", c.training.seed, 0, kMaxInt);
     v.real("label_smoothing", c.training.label_smoothing, 0.0, 0.99);
@@ -163,7 +163,8 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.booleans_or_auto("checkpointing", c.sweep.checkpointing, CheckpointMode::Off,
                        CheckpointMode::On, CheckpointMode::Auto);
     v.choices("memory_formats", c.sweep.memory_formats, kMemoryFormats);
-    v.integers("accumulate_steps", c.sweep.accumulate_steps, 1, 1 << 16, /*non_empty=*/true);
+    v.integers("accumulate_steps", c.sweep.accumulate_steps, 1, kMaxAccumulateSteps,
+               /*non_empty=*/true);
     v.integer("warmup_steps", c.sweep.warmup_steps, 0, 1000);
     v.integer("measure_steps", c.sweep.measure_steps, 1, 10000);
     v.boolean("find_max", c.sweep.find_max);

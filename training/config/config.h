@@ -45,6 +45,9 @@ struct DataConfig {
 // (training/step/graphed_step.h). Auto: on for CUDA with fp32 or bf16 when training alone.
 enum class CudaGraphMode { Off, On, Auto };
 
+// The largest training.accumulate_steps (and sweep.accumulate_steps item) the config takes.
+inline constexpr int64_t kMaxAccumulateSteps = int64_t{1} << 16;
+
 struct TrainingConfig {
   std::string device = "auto";  // auto | cpu | cuda | cuda:<index>
   int64_t epochs = 30;
@@ -53,7 +56,7 @@ struct TrainingConfig {
   // Gradient accumulation: micro-batches of batch_size per optimizer step (effective batch:
   // batch_size x accumulate_steps x ranks). Steps, the schedule, max_steps and EMA count optimizer
   // steps; an epoch's last incomplete group of micro-batches is dropped.
-  int64_t accumulate_steps = 1;
+  int64_t accumulate_steps = 1;  // at most kMaxAccumulateSteps
   int64_t eval_batch_size = 500;
   int64_t seed = 0;
   double label_smoothing = 0.0;

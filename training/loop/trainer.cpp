@@ -14,6 +14,7 @@
 #include "training/loop/tensorboard_observer.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
+#include "training/platform/heartbeat.h"
 #include "training/platform/stop_signal.h"
 #include "training/run/diagnosis.h"
 #include "training/step/optim.h"
@@ -170,6 +171,15 @@ bool Trainer::train_epoch() {
   int64_t interval_images = 0;
   data_seconds_ = 0;
   timing_.begin_epoch(start);
+  // Until the first progress line (3 steps and 10 s), a long step would leave the log silent: the
+  // heartbeat says where training is, from its own thread (10 s, then every 30 s).
+  const int64_t first_step = state_.step, first_seen = state_.seen;
+  std::optional<Heartbeat> first_steps;
+  if (!shown_line_) {
+    first_steps.emplace("training: epoch " + std::to_string(epoch),
+                        std::min(total_steps_ - state_.step, steps_per_epoch() - steps_in_epoch()),
+                        "steps");
+  }
 
   while (state_.step < total_steps_ && state_.batch_in_epoch < batches && !diverged_ &&
          !stop_now()) {
@@ -183,7 +193,9 @@ bool Trainer::train_epoch() {
     ++state_.step;
     state_.batch_in_epoch += accumulate_steps_;
     if (timing_.count_step(group->images)) judge_cpu_run_length();
+    if (first_steps) first_steps->advance(state_.step - first_step, state_.seen - first_seen);
     if (interval_due()) {
+      first_steps.reset();  // the progress lines take over
       observers_.on_interval(read_interval(epoch, batches, interval_start, interval_images));
       interval_start = last_line_ = Clock::now();
       interval_images = 0;

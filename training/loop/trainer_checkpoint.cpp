@@ -105,11 +105,13 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
     parts_.scaler.load_state(state_.grad_scale, state_.growth_tracker);
   }
   if (run_) run_->keep_epochs_through(state_.epoch, state_.step);
-  spdlog::info("resumed from {}: {} epochs and {} steps done{}", checkpoint.string(), state_.epoch,
-               state_.step,
+  // The plan said at start-up counted every epoch at this run's steps per epoch; this is the one.
+  spdlog::info("resumed from {}: {} epochs and {} steps done{}; {} steps planned in all",
+               checkpoint.string(), state_.epoch, state_.step,
                state_.batch_in_epoch > 0 ? fmt::format(", {} batches into epoch {}",
                                                        state_.batch_in_epoch, state_.epoch + 1)
-                                         : "");
+                                         : "",
+               total_steps_);
   if (state_.epoch >= config_.training.epochs) {
     spdlog::info(
         "all {} epochs of training.epochs are trained; to train on, raise it (e.g. --set "

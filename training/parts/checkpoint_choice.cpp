@@ -290,20 +290,29 @@ BlockMeasurement measure_blocks(const Config& base, const torch::Device& device)
                             [&probe](const models::Segment& segment, const torch::Tensor& x) {
                               return probe.run(segment, x);
                             });
-  const StepOptions options = step_options(config).observer(&probe);
+  // Accumulating (training.accumulate_steps > 1), each step is 2 micro-batches and the second is
+  // measured: the first one's gradients are held through it, as in every later micro-batch of
+  // training. The budget then applies to the micro-batch with them.
+  const int64_t micro_batches = config.training.accumulate_steps > 1 ? 2 : 1;
+  const StepOptions options = step_options(config).observer(&probe).accumulate_steps(micro_batches);
   // The warm-up step creates the optimizer's momentum and runs cuDNN's autotuning; with fp16, the
   // warm-up lasts until the GradScaler lets a step through (the momentum exists from then on).
   const int64_t measured = 2, batch = config.training.batch_size, most_warmup = 20;
   Heartbeat beat("checkpointing auto: measuring every block recomputed", measured + 1, "steps");
   for (int64_t step = 0; step < most_warmup; ++step) {
-    const bool stepped = train_step(parts, images, labels, options).stepped;
+    bool stepped = false;
+    for (int64_t micro = 0; micro < micro_batches; ++micro) {
+      stepped = train_step(parts, images, labels, options, micro).stepped;
+    }
     synchronize(device);
     if (stepped) break;
   }
   beat.advance(1, batch);
   for (int64_t step = 0; step < measured; ++step) {
-    probe.start();
-    train_step(parts, images, labels, options);
+    for (int64_t micro = 0; micro < micro_batches; ++micro) {
+      if (micro == micro_batches - 1) probe.start();
+      train_step(parts, images, labels, options, micro);
+    }
     synchronize(device);
     beat.advance(step + 2, (step + 2) * batch);
   }
@@ -374,7 +383,7 @@ std::string step_signature(const Config& config, const torch::Device& device) {
 
 int64_t held_beside_step(const Config& config, const torch::Device& device,
                          int64_t train_images_bytes) {
-  int64_t bytes = config.training.accumulate_steps > 1 ? gradient_bytes(config.model) : 0;
+  int64_t bytes = 0;
   // The loader's batches are made through the device's allocator on the CPU too (data.prefetch:
   // 2 on the CPU ran out of memory after a step when they were left out).
   const auto [images, labels] = batch_bytes(config.training.batch_size);

@@ -101,9 +101,9 @@ using MeasureBlocks = std::function<BlockMeasurement(const Config&, const torch:
 // 10 classes, batch 32, fp32, contiguous".
 std::string step_signature(const Config& config, const torch::Device& device);
 
-// What a run holds on `device` beside one training step, which the measurement does not: with
-// training.accumulate_steps > 1 the gradients accumulated from the micro-batches before (the
-// budget applies to the micro-batch's step with them); the loader's prefetched batches
+// What a run holds on `device` beside one training step, which the measurement does not (with
+// training.accumulate_steps > 1 the measured step holds the accumulated gradients itself): the
+// loader's prefetched batches
 // (data.prefetch, on the CPU too) and, on CUDA with data.device_resident, the training set of
 // `train_images_bytes` (uint8; on the CPU the split is host data, not counted).
 int64_t held_beside_step(const Config& config, const torch::Device& device,

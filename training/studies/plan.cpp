@@ -129,12 +129,17 @@ void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t 
   };
   std::vector<PlanCandidate> aimed;
   std::vector<int64_t> batches;
+  int64_t too_many = 0;  // a measured batch that divides the target, in more than the most steps
   for (const auto& c : plan.candidates) {
     if (std::find(batches.begin(), batches.end(), c.batch) == batches.end()) {
       batches.push_back(c.batch);
     }
     if (target % c.batch != 0) continue;
     const int64_t steps = target / c.batch;
+    if (steps > kMaxAccumulateSteps) {
+      too_many = std::max(too_many, c.batch);
+      continue;  // training.accumulate_steps takes at most kMaxAccumulateSteps
+    }
     const bool accumulating = c.cell.accumulate_steps > 1;
     if (accumulating && steps == 1) continue;  // its peak holds gradients one step does not
     if (!accumulating && steps > 1 && measured_accumulating(c)) continue;
@@ -146,6 +151,13 @@ void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t 
       a.fits = a.fits && a.predicted_peak <= for_allocator;
     }
     aimed.push_back(a);
+  }
+  if (aimed.empty() && too_many > 0) {
+    throw UserError("--target-batch: " + std::to_string(target) + " needs more than " +
+                    std::to_string(kMaxAccumulateSteps) +
+                    " micro-batches per step (training.accumulate_steps' most) from every measured "
+                    "batch that divides it (the largest is " +
+                    std::to_string(too_many) + "); give a smaller target or sweep larger batches");
   }
   if (aimed.empty()) {
     std::sort(batches.begin(), batches.end());

@@ -342,6 +342,13 @@ int sweep(const SweepRequest& request, const Config& config) {
                     "WORLD_SIZE, and set sweep.data_parallel: true to measure what one rank of a "
                     "data-parallel run holds");
   }
+  if (config.training.accumulate_steps != 1) {
+    throw KeyError("training.accumulate_steps",
+                   std::to_string(config.training.accumulate_steps) +
+                       " is not what train sweep measures: its grid's axis is "
+                       "sweep.accumulate_steps (--accumulate-steps " +
+                       std::to_string(config.training.accumulate_steps) + ")");
+  }
   if (config.sweep.data_parallel && config.training.cuda_graph == CudaGraphMode::On) {
     throw KeyError("sweep.data_parallel",
                    "true is not combined with training.cuda_graph: on (a data-parallel step is "

@@ -137,6 +137,9 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
           /*eager_if_capture_fails=*/config.training.cuda_graph == CudaGraphMode::Auto);
       warmup_steps = std::max(warmup_steps, GraphedStep::kWarmupSteps + 1);
     }
+    // What fits is judged on a step that holds the momentum the first step makes: a trial of one
+    // step in all gets a warm-up step before it.
+    if (warmup_steps + measure_steps < 2) warmup_steps = 1;
     synchronize(device);
     reset_peak_memory(device);
     const auto loader = trial_loader(config, device, warmup_steps + measure_steps);

@@ -51,7 +51,8 @@ TrialResult trial_from_json(const nlohmann::json& json);
 // Measures, in this process, the trial described by `config` (training.batch_size, precision,
 // memory_format, checkpointing, memory.limit, device) for warmup + measure steps. Out of memory
 // (device.h's is_out_of_memory) is a result (OutOfMemory), not an exception; other failures give
-// Error.
+// Error. A trial of one step in all (warm-up 0, measure 1) gets one warm-up step: a first step
+// alone never holds the optimizer's momentum while it runs forward and backward.
 TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t measure_steps);
 
 // `train sweep-trial`: measures the trial in `config_path` and writes its result to

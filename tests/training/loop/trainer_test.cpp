@@ -204,6 +204,23 @@ TEST(Trainer, AnEvaluationPastTheFirstIntervalSaysWhereItIs) {
   EXPECT_NE(log.find("/4 batches"), std::string::npos) << log;
 }
 
+// Training's first steps, before the first progress line (3 steps and 10 s), are covered by a
+// heartbeat: a step longer than its first interval (shortened here to a millisecond) is not
+// silent. At the default 10 s these 5 steps print nothing of it.
+TEST(Trainer, TheFirstStepsBeforeAProgressLineSayWhereTrainingIs) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  config.training.epochs = 1;
+  config.training.log_every_steps = 1000;
+  spdlog::default_logger()->flush_on(spdlog::level::trace);
+  training::Heartbeat::set_intervals(0.001, 0.001);
+  run(config, dir / "run");
+  training::Heartbeat::set_intervals(0, 0);
+  const auto log = test_support::read_text(dir / "run/train.log");
+  EXPECT_NE(log.find("training: epoch 1: "), std::string::npos) << log;
+  EXPECT_NE(log.find("/5 steps"), std::string::npos) << log;
+}
+
 // A long CPU run is projected as soon as 3 steady steps give a rate: after step 8 (5 warm-up
 // steps), not at the first log interval (log_every_steps is 1000 here). The run is planned for
 // 500,000 steps; it is stopped once the projection is in train.log.

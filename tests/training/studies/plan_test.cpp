@@ -245,6 +245,25 @@ TEST(Plan, ATargetBatchIsReachedByTheFastestMicroBatchThatFits) {
               "128, 256); give a target one of them divides, or sweep micro-batches that divide "
               "it (--batch-sizes)");
   }
+  // More micro-batches than training.accumulate_steps takes (65536) is no candidate.
+  try {
+    training::make_plan(sweep, 4LL << 30, 0.10, std::nullopt, std::nullopt, int64_t{1} << 32);
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--target-batch: 4294967296 needs more than 65536 "
+                                          "micro-batches per step",
+                                          0),
+              0u)
+        << e.what();
+  }
+  // 2^22: 32 would take 131072 micro-batches; 64 takes 65536, the most.
+  const auto large =
+      training::make_plan(sweep, 4LL << 30, 0.10, std::nullopt, std::nullopt, int64_t{1} << 22);
+  EXPECT_EQ(large.candidates.size(), 5u);
+  for (const auto& c : large.candidates) {
+    EXPECT_NE(c.batch, 32);
+    EXPECT_LE(c.cell.accumulate_steps, 65536);
+  }
   training::PlanRequest request;
   request.from = sweep.string();
   request.memory = "4GiB";

@@ -12,6 +12,7 @@
 #include "training/platform/errors.h"
 #include "training/platform/process.h"
 #include "training/studies/plan.h"
+#include "training/studies/trial.h"
 
 namespace {
 
@@ -152,6 +153,19 @@ sweep: {batch_sizes: [16], accumulate_steps: [1, 2], warmup_steps: 1, measure_st
   EXPECT_LT(peak(1) - peak(0), 1.5 * gradients) << peak(0) << " " << peak(1);
   const auto md = test_support::read_text(dir / "out/sweep.md");
   EXPECT_NE(md.find("| fp32 | off | contiguous | 16 x 2 | ok |"), std::string::npos) << md;
+}
+
+// A trial of one step in all (--warmup-steps 0 --measure-steps 1) never held the momentum its
+// first step makes, so find-max's answer ran out of memory at step 2 of training: it now gets a
+// warm-up step, and its peak is a two-step trial's.
+TEST(Sweep, AOneStepTrialStillHoldsTheMomentum) {
+  const auto config = training::parse_config(
+      "model: {arch: resnet18, stem: cifar}\ntraining: {device: cpu, batch_size: 8}\n", "test");
+  const auto one = training::measure_trial(config, 0, 1);
+  const auto two = training::measure_trial(config, 1, 1);
+  ASSERT_EQ(one.status, training::TrialStatus::Ok) << one.message;
+  EXPECT_EQ(one.steps, 2);
+  EXPECT_EQ(one.peak_allocated_bytes, two.peak_allocated_bytes);
 }
 
 // sweep.checkpointing auto: each trial chooses its blocks under the sweep's memory.limit less the
