@@ -170,7 +170,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "training: {zzz: 1}",
                   {},
                   "c.yaml: unknown key 'training.zzz' (valid: device, epochs, max_steps, "
-                  "batch_size, eval_batch_size, seed, label_smoothing, log_every_steps, threads, "
+                  "batch_size, accumulate_steps, eval_batch_size, seed, label_smoothing, "
+                  "log_every_steps, threads, "
                   "precision, memory_format, cudnn_benchmark, allow_tf32, eval_flip, "
                   "accuracy_thresholds, cuda_graph, ema_decay)"},
         BadConfig{"NotAnInteger",
