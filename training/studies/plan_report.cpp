@@ -75,9 +75,11 @@ std::string plan_table(const Plan& plan) {
   for (const auto& cell : plan.cells) {
     const auto& batch = cell.predictions.front().second;
     out << "| " << cell.cell.name() << " | "
-        << (!cell.fit ? "- (needs two measured batches)"
-            : batch   ? std::to_string(*batch)
-                      : "-")
+        << (!cell.fit && cell.cell.checkpointing == CheckpointMode::Auto
+                ? "- (no fit for auto: its recomputed blocks change with the batch)"
+            : !cell.fit ? "- (needs two measured batches)"
+            : batch     ? std::to_string(*batch)
+                        : "-")
         << " | " << (cell.fit ? fmt::format("{:.4f}", cell.fit->r_squared) : "-") << " |\n";
   }
   return out.str();

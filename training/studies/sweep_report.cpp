@@ -134,6 +134,8 @@ void settings_table(std::ostringstream& md, const std::vector<CellSummary>& cell
        << (c.fit
                ? fmt::format("{} MiB + {:.3f} MiB x batch",
                              mib(static_cast<int64_t>(c.fit->intercept)), c.fit->slope / (1 << 20))
+           : c.cell.checkpointing == CheckpointMode::Auto
+               ? "none for auto (its recomputed blocks change with the batch)"
                : "needs two batch sizes that fit")
        << " | " << (c.fit ? fmt::format("{:.4f}", c.fit->r_squared) : "-") << " |\n";
   }

@@ -195,6 +195,14 @@ sweep: {batch_sizes: [40, 256], checkpointing: [auto], warmup_steps: 0, measure_
   EXPECT_NE(test_support::read_text(dir / "out" / "sweep.md")
                 .find("| auto (" + std::to_string(blocks.size()) + " blocks recomputed) |"),
             std::string::npos);
+  // Auto cells get no memory fit by design (their blocks change with the batch): said so, not
+  // "needs two batch sizes" (issue 39, section 7).
+  EXPECT_NE(test_support::read_text(dir / "out" / "sweep.md")
+                .find("none for auto (its recomputed blocks change with the batch)"),
+            std::string::npos);
+  EXPECT_NE(training::plan_table(training::make_plan(dir / "out", 4LL << 30, 0.1, std::nullopt))
+                .find("- (no fit for auto: its recomputed blocks change with the batch)"),
+            std::string::npos);
   // Without a limit or a budget, the CPU gives auto nothing to choose for: refused up front.
   EXPECT_THROW(
       training::run_sweep(
