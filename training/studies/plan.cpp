@@ -69,10 +69,10 @@ std::pair<int64_t, std::string> plan_overhead(const SweepRecord& sweep,
 
 // With a card: each candidate's peaks by replaying its setting's stream (recorded here once per
 // setting) on the card, and, for a sweep not run on CUDA, its images/s estimated for the card.
-void apply_card(Plan& plan, const SweepRecord& sweep, const fs::path& sweep_dir,
+// `config` is the sweep's, `gradients` its model's gradient bytes.
+void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int64_t gradients,
                 int64_t for_allocator) {
   const Card& card = *plan.card;
-  const Config config = load_config((sweep_dir / "config.yaml").string());
   CardPredictor predictor(config, card, alloc_conf_from_environment(),
                           std::max<int64_t>(1, for_allocator));
   const bool on_cuda = sweep.device.rfind("cuda", 0) == 0;
@@ -82,7 +82,6 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const fs::path& sweep_dir,
                                     (card.peak_tflops_half > 0 ? "" : " (a card given by size)") +
                                     ": gpu_cost.h's model, not measured";
   const ForwardCount count = count_forward(config.model);
-  const int64_t gradients = gradient_bytes(config.model);
   std::vector<SweepCell> predicted;
   for (auto& c : plan.candidates) {
     if (c.cell.precision == Precision::BF16 && card.compute_major > 0 && card.compute_major < 8) {
@@ -219,10 +218,12 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     c.fits = c.predicted_peak <= for_allocator;
     plan.candidates.push_back(c);
   }
-  if (card && !plan.candidates.empty()) apply_card(plan, sweep, sweep_dir, for_allocator);
-  if (target_batch > 0 && !plan.candidates.empty()) {
+  if ((card || target_batch > 0) && !plan.candidates.empty()) {
+    // The sweep's config and its model's gradient bytes, read and built once for both.
     const Config config = load_config((sweep_dir / "config.yaml").string());
-    aim_at_target_batch(plan, target_batch, gradient_bytes(config.model), for_allocator);
+    const int64_t gradients = gradient_bytes(config.model);
+    if (card) apply_card(plan, sweep, config, gradients, for_allocator);
+    if (target_batch > 0) aim_at_target_batch(plan, target_batch, gradients, for_allocator);
   }
   if (plan.candidates.empty()) {
     throw UserError(sweep_dir.string() +

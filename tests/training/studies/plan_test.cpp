@@ -284,15 +284,21 @@ TEST(Plan, ATargetBatchIsReachedByTheFastestMicroBatchThatFits) {
 
 }  // namespace
 
+// The prepared sweep with ResNet-18 (CIFAR stem) as its config's model: quick to record.
+fs::path prepared_resnet18_sweep(const test_support::TempDir& dir) {
+  const auto sweep = prepared_sweep(dir);
+  training::Config config = training::parse_config("", "test");
+  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  return sweep;
+}
+
 // With a card the plan replays this machine's stream on it and, for a CPU sweep, ranks by the
 // card's estimated images/s, never by the CPU's (which favour the smallest batch here: 100 < 150 <
 // 180 images/s would rank batch 128 first; reversed, the CPU's order would pick 32).
 TEST(Plan, ACardIsRankedByItsEstimateNotByTheCpusSpeed) {
   test_support::TempDir dir;
-  const auto sweep = prepared_sweep(dir);
-  training::Config config = training::parse_config("", "test");
-  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
-  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  const auto sweep = prepared_resnet18_sweep(dir);
   const training::Card card = training::find_card("T4");
   const auto plan = training::make_plan(sweep, card.memory_bytes, 0.10, std::nullopt, card);
   EXPECT_EQ(plan.speed_source.rfind("estimated for T4", 0), 0u) << plan.speed_source;
@@ -326,10 +332,7 @@ TEST(Plan, ACardIsRankedByItsEstimateNotByTheCpusSpeed) {
 // ranked by an estimated 0 images/s or recommended.
 TEST(Plan, ACardThatCannotRunBf16SaysSo) {
   test_support::TempDir dir;
-  const auto sweep = prepared_sweep(dir);
-  training::Config config = training::parse_config("", "test");
-  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
-  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  const auto sweep = prepared_resnet18_sweep(dir);
   auto json = nlohmann::json::parse(test_support::read_text(sweep / "sweep.json"));
   for (auto& row : json.at("trials")) {
     if (row.at("checkpointing") == true) row["precision"] = "bf16";
