@@ -35,7 +35,7 @@ else
   debs=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv
         libopencv-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
         libgtest-dev libgmock-dev libgloo-dev libssl-dev libprotobuf-dev protobuf-compiler
-        libboost-dev iproute2 procps)
+        libboost-dev iproute2 procps universal-ctags)
   missing=()
   for p in "${debs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,14 +13,17 @@
 #include "training/config/config.h"
 #include "training/config/config_yaml.h"
 #include "training/loop/trainer.h"
+#include "training/out_of_memory.h"
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/memory_format.h"
+#include "training/parts/setup.h"
 #include "training/platform/device.h"
 #include "training/platform/distributed.h"
 #include "training/platform/errors.h"
 #include "training/platform/heartbeat.h"
 #include "training/platform/memory.h"
 #include "training/platform/stop_signal.h"
+#include "training/resume.h"
 #include "training/run/checkpoint_io.h"
 #include "training/run/output_dir.h"
 #include "training/run/run_dir.h"
@@ -47,89 +50,6 @@ const char* source_description(data::Source source) {
   return "auto";
 }
 
-// What --resume names: a checkpoint to continue from, in a run directory. A run directory that
-// holds a run but no checkpoint (nothing at all at its checkpoint.pt) starts again from its
-// stored config only when it recorded no epoch (it stopped before its first checkpoint); a run
-// that recorded epochs is refused, so that its metrics and report are never trained over.
-struct ResumeTarget {
-  fs::path run_dir;     // empty when not resuming
-  fs::path checkpoint;  // empty when restarting a run that has none
-};
-
-// The epochs a run directory recorded: the rows of metrics.jsonl (or of metrics.csv).
-int64_t recorded_epochs(const fs::path& run_dir) {
-  int64_t epochs = 0;
-  for (const auto& [name, header] :
-       {std::pair<const char*, int64_t>{"metrics.jsonl", 0}, {"metrics.csv", 1}}) {
-    std::ifstream in(run_dir / name);
-    int64_t lines = 0;
-    for (std::string line; std::getline(in, line);) lines += line.empty() ? 0 : 1;
-    epochs = std::max(epochs, lines - header);
-  }
-  return epochs;
-}
-
-ResumeTarget resume_target(const std::string& resume) {
-  if (resume.empty()) return {};
-  std::error_code ec;
-  const fs::path path(resume);
-  const bool run_dir = fs::is_directory(path, ec) && path.extension() != ".pt";
-  if (run_dir) check_is_run(path);
-  const fs::path checkpoint = path / "checkpoint.pt";
-  if (run_dir && fs::symlink_status(checkpoint, ec).type() == fs::file_type::not_found &&
-      fs::exists(path / "config.yaml", ec)) {
-    if (const int64_t epochs = recorded_epochs(path); epochs > 0) {
-      throw UserError(checkpoint.string() + ": missing, but the run recorded " +
-                      std::to_string(epochs) +
-                      " epoch(s) (metrics.jsonl / metrics.csv): starting it again would replace "
-                      "them; put its "
-                      "checkpoint back, or train a new run from its config (--config " +
-                      (path / "config.yaml").string() + " --output-dir NEW)");
-    }
-    return {path, {}};
-  }
-  const fs::path found = find_checkpoint(path);
-  // A checkpoint named from inside its run ("checkpoint.pt") is in this folder.
-  const fs::path run = found.has_parent_path() ? found.parent_path() : ".";
-  check_is_run(run);
-  return {run, found};
-}
-
-// A resume's overrides: the keys of the run's config.yaml edited by hand (where it differs from
-// the checkpoint's copy; the same rules as --set apply, and the file is named in messages), then
-// the flags'. config.yaml is rewritten from the effective config: an edit is never lost silently.
-std::vector<Override> with_hand_edits(const fs::path& config_yaml, const std::string& stored,
-                                      const std::string& origin,
-                                      const std::vector<Override>& overrides) {
-  std::error_code ec;
-  if (!fs::is_regular_file(config_yaml, ec)) return overrides;
-  const std::string edited = to_yaml(load_config(config_yaml.string()));
-  const auto edits =
-      config_yaml::differing_assignments(to_yaml(parse_config(stored, origin)), edited);
-  if (edits.empty()) return overrides;
-  spdlog::info(
-      "{}: differs from the config {} holds; its edits are taken as --set would take them: {}",
-      config_yaml.string(), origin, config_yaml::join(edits, ", "));
-  std::vector<Override> all;
-  for (const auto& edit : edits) all.emplace_back(edit, config_yaml.string());
-  all.insert(all.end(), overrides.begin(), overrides.end());
-  return all;
-}
-
-Config effective_config(const TrainRequest& request, const ResumeTarget& resume) {
-  const auto& overrides = request.overrides;
-  if (!request.config_path.empty()) return load_config(request.config_path, overrides);
-  if (resume.run_dir.empty()) {
-    throw UserError("no config: pass --config FILE (or --resume RUN to continue a run)");
-  }
-  if (resume.checkpoint.empty())
-    return load_config((resume.run_dir / "config.yaml").string(), overrides);
-  const std::string stored = checkpoint_config(resume.checkpoint);
-  const std::string origin = resume.checkpoint.string() + " (stored config)";
-  return parse_config(stored, origin,
-                      with_hand_edits(resume.run_dir / "config.yaml", stored, origin, overrides));
-}
-
 int64_t count_parameters(torch::nn::Module& model) {
   int64_t count = 0;
   for (const auto& p : model.parameters()) count += p.numel();
@@ -148,69 +68,6 @@ void log_model_memory(torch::nn::Module& model, const Config& config) {
       format_bytes(2 * parameters + momentum));
 }
 
-// Where an out-of-memory error happened: "in epoch 2 after 40 steps", and which phase, which
-// decides the remedies.
-struct OutOfMemoryWhere {
-  enum Phase { Setup, Training, Evaluation } phase;
-  std::string text;
-};
-
-// One line for an out-of-memory error: where it happened, the peak reached, the limit, and the
-// remedies for that phase.
-std::string out_of_memory_message(const Config& config, const torch::Device& device,
-                                  const OutOfMemoryWhere& where,
-                                  const std::string& allocator_message) {
-  const MemoryStats memory = memory_stats(device);
-  const int64_t limit = config.memory.limit > 0 ? config.memory.limit : total_memory(device);
-  // Both the CUDA caching allocator and ours say how much the failed request was.
-  static const std::regex kRequest("[Tt]ried to allocate ([0-9.]+ [KMGT]?i?B)");
-  std::smatch request;
-  const std::string tried = std::regex_search(allocator_message, request, kRequest)
-                                ? " (tried to allocate " + request[1].str() + ")"
-                                : "";
-  std::string message = "out of memory on " + device.str() + " " + where.text + tried + ": peak " +
-                        format_bytes(std::max(memory.peak_allocated, memory.peak_reserved)) +
-                        ", limit " + format_bytes(limit) +
-                        (config.memory.limit > 0 ? " (memory.limit)" : " (device memory)") +
-                        ". Remedies: ";
-  const std::string intact = " The last checkpoint is intact.";
-  switch (where.phase) {
-    case OutOfMemoryWhere::Setup:
-      return message + "the model, its optimizer state" +
-             (config.data.device_resident ? " and the device-resident data" : "") +
-             " must fit before the first step: more memory (memory.limit)" +
-             (config.data.device_resident ? ", data.device_resident: false" : "") +
-             " or a smaller model.arch." + intact;
-    case OutOfMemoryWhere::Evaluation:
-      return message + "a smaller training.eval_batch_size (now " +
-             std::to_string(config.training.eval_batch_size) +
-             "; evaluation needs no gradients and its batch size does not change the result)." +
-             intact;
-    case OutOfMemoryWhere::Training:
-      break;
-  }
-  message +=
-      "a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
-  if (config.training.precision == Precision::FP32)
-    message += ", training.precision: bf16 or fp16 (now fp32)";
-  if (!config.checkpointing.enabled()) message += ", checkpointing.enabled: auto or true";
-  if (config.data.device_resident) message += ", data.device_resident: false";
-  return message + "; `train sweep --find-max` finds the largest batch that fits." + intact;
-}
-
-// Runs `body`; an out-of-memory error inside it (device.h's is_out_of_memory) becomes
-// OutOfMemory with its one-line message.
-template <class Body>
-auto out_of_memory_is_exit_3(const Config& config, const torch::Device& device,
-                             const std::function<OutOfMemoryWhere()>& where, Body&& body) {
-  try {
-    return body();
-  } catch (const std::exception& e) {
-    if (!is_out_of_memory(e) || dynamic_cast<const OutOfMemory*>(&e)) throw;
-    throw OutOfMemory(out_of_memory_message(config, device, where(), e.what()));
-  }
-}
-
 // bf16 on a CPU without native bf16 is emulated, hundreds of times slower than fp32: say so once.
 void warn_if_bf16_is_emulated(const torch::Device& device, Precision precision) {
   if (device.is_cpu() && precision == Precision::BF16 && !cpu_has_native_bf16()) {
@@ -223,23 +80,6 @@ void warn_if_bf16_is_emulated(const torch::Device& device, Precision precision) 
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// The training device, bound and set up for this run: threads, the rank's GPU, the checks that
-// can refuse it, the memory limit, the CUDA math switches.
-torch::Device prepare_device(const Config& config, const std::optional<LaunchEnv>& launch) {
-  const bool data_parallel = launch && launch->world_size > 1;
-  set_cpu_threads(config.training.threads);
-  torch::Device device = resolve_device(config.training.device);
-  if (data_parallel) device = rank_device(device, launch->local_rank);
-  make_current(device);
-  if (config.training.precision == Precision::BF16) {
-    check_bf16_supported(device, "training.precision");
-  }
-  if (config.memory.snapshot) check_memory_history_supported(device);
-  set_memory_limit(device, config.memory.limit);
-  set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
-  return device;
 }
 
 // The decoded splits, as host data (not counted against memory.limit, as on CUDA).
@@ -398,12 +238,38 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
   }
 }
 
+// The run's end: the checkpointing's outcome and the report (when epochs were recorded), the
+// last line, and the exit code.
+int finish(const Config& config, FitEnd end, const Trainer& trainer,
+           std::optional<RunDirectory>& run, std::chrono::steady_clock::time_point start) {
+  const bool has_epochs = run && !run->epochs().empty();
+  if (has_epochs) log_checkpointing_outcome(config, *run);
+  if (has_epochs) spdlog::info("report: {}", write_report(run->path()).string());
+  if (end == FitEnd::Stopped) return kExitStopped;
+  if (end == FitEnd::Diverged) return kExitDiverged;
+  if (stop_requested()) {
+    // After the last epoch's training (its evaluation, the checkpoint, the report's plots): the
+    // training is kept, and the stop is said as any other.
+    spdlog::warn("stopped by signal after the last epoch's training (its results are recorded){}",
+                 run ? ": train --resume " + run->path().string() +
+                           " finishes what was left (the report and its plots)"
+                     : std::string());
+    return kExitStopped;
+  }
+  spdlog::info("done: {} epochs, {} steps in {:.1f} s{}", trainer.state().epoch,
+               trainer.state().step, seconds_since(start),
+               has_epochs ? fmt::format("; final test accuracy {:.2f}%",
+                                        100.0 * run->epochs().back().test_acc)
+                          : "");
+  return kExitOk;
+}
+
 // The run itself, from its effective config: set up, train, report.
 int train(const TrainRequest& request, const ResumeTarget& resume, Config& config) {
   const auto launch = launch_env_from_environment();
   // Everything that can be refused is checked, and everything that can run out of memory before
   // the first step is built, before the run directory is created or touched.
-  const torch::Device device = prepare_device(config, launch);
+  const torch::Device device = set_up_device(config, launch);
   LoadedData data = load_data(config);
   const bool data_parallel = launch && launch->world_size > 1;
   auto building = [] {
@@ -464,26 +330,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, Config& confi
   install_stop_handlers();
   const auto start = std::chrono::steady_clock::now();
   const FitEnd end = fit(config, device, trainer, group.get());
-  const bool has_epochs = run && !run->epochs().empty();
-  if (has_epochs) log_checkpointing_outcome(config, *run);
-  if (has_epochs) spdlog::info("report: {}", write_report(run->path()).string());
-  if (end == FitEnd::Stopped) return kExitStopped;
-  if (end == FitEnd::Diverged) return kExitDiverged;
-  if (stop_requested()) {
-    // After the last epoch's training (its evaluation, the checkpoint, the report's plots): the
-    // training is kept, and the stop is said as any other.
-    spdlog::warn("stopped by signal after the last epoch's training (its results are recorded){}",
-                 run ? ": train --resume " + run->path().string() +
-                           " finishes what was left (the report and its plots)"
-                     : std::string());
-    return kExitStopped;
-  }
-  spdlog::info("done: {} epochs, {} steps in {:.1f} s{}", trainer.state().epoch,
-               trainer.state().step, seconds_since(start),
-               has_epochs ? fmt::format("; final test accuracy {:.2f}%",
-                                        100.0 * run->epochs().back().test_acc)
-                          : "");
-  return kExitOk;
+  return finish(config, end, trainer, run, start);
 }
 
 }  // namespace

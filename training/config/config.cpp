@@ -14,7 +14,9 @@
 #include <set>
 #include <sstream>
 
+#include "training/config/config_writer.h"
 #include "training/config/config_yaml.h"
+#include "training/config/validate.h"
 #include "training/platform/device.h"
 #include "training/platform/memory.h"
 
@@ -180,112 +182,6 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.integer("timeout_seconds", c.distributed.timeout_seconds, 1, 86400);
     v.text("interface", c.distributed.interface);
   });
-}
-
-// checkpointing.blocks: auto's choice, so only with auto, each a block of the model, once.
-template <class Fail>
-void check_checkpointing(const CheckpointingOptions& c, const models::ResNetOptions& model,
-                         Fail&& fail) {
-  if (!c.blocks()) {
-    if (!c.chosen_for().empty()) {
-      fail(
-          "checkpointing.chosen_for: records the step checkpointing.blocks was chosen for, and "
-          "blocks is null; set chosen_for to \"\" (or give the blocks)");
-    }
-    return;
-  }
-  if (c.mode() != CheckpointMode::Auto) {
-    fail(
-        "checkpointing.blocks: is the choice of checkpointing.enabled: auto, and enabled is not "
-        "auto; set blocks to null, or enabled to auto");
-  }
-  const auto names = models::block_names(model.depth());
-  const auto& chosen = *c.blocks();
-  for (size_t i = 0; i < chosen.size(); ++i) {
-    if (std::find(names.begin(), names.end(), chosen[i]) == names.end()) {
-      fail("checkpointing.blocks: '" + chosen[i] + "' is not a block of " +
-           choice_text(kArchs, model.depth()) + " (" + names.front() + " ... " + names.back() +
-           ")");
-    }
-    if (std::find(chosen.begin(), chosen.begin() + static_cast<std::ptrdiff_t>(i), chosen[i]) !=
-        chosen.begin() + static_cast<std::ptrdiff_t>(i)) {
-      fail("checkpointing.blocks: '" + chosen[i] + "' is listed twice; list each block once");
-    }
-  }
-}
-
-// Checks that span keys. `origin_for(key)` names where the key was set (the file or a flag).
-void validate(const Config& c, const std::function<std::string(const std::string&)>& origin_for) {
-  auto fail = [&](const std::string& message) {
-    const std::string key = message.substr(0, message.find(':'));
-    throw ConfigError(origin_for(key) + ": " + message);
-  };
-  if (!parse_device_spec(c.training.device)) {
-    fail("training.device: expected auto, cpu, cuda or cuda:<index>, got '" + c.training.device +
-         "'");
-  }
-  if (c.monitor.tensorboard && !tensorboard_built()) {
-    fail(
-        "monitor.tensorboard: this build has no TensorBoard writer (protobuf or Boost.CRC was "
-        "not found at configure time); set it to false");
-  }
-  if (c.training.cuda_graph == CudaGraphMode::On) {
-    const std::string obstacle = cuda_graph_obstacle(c);
-    if (!obstacle.empty()) fail("training.cuda_graph: on " + obstacle);
-  }
-  check_checkpointing(c.checkpointing, c.model, fail);
-  if (c.checkpointing.budget() > 0 && c.memory.limit > 0 &&
-      c.checkpointing.budget() > c.memory.limit) {
-    fail("checkpointing.budget: " + format_bytes(c.checkpointing.budget()) +
-         " is more than memory.limit " + format_bytes(c.memory.limit) +
-         "; a budget is what the step may use of the memory there is");
-  }
-  if (c.optimizer.nesterov() && c.optimizer.momentum() <= 0.0) {
-    fail("optimizer.nesterov: true needs optimizer.momentum > 0 (set nesterov: false)");
-  }
-  if (c.schedule.kind() == ScheduleKind::OneCycle && c.schedule.warmup_epochs() > 0) {
-    fail(
-        "schedule.warmup_epochs: must be 0 with schedule.name onecycle, which warms up by "
-        "itself (see schedule.pct_start)");
-  }
-  const auto& m = c.schedule.milestones();
-  if (!std::is_sorted(m.begin(), m.end()) || std::adjacent_find(m.begin(), m.end()) != m.end()) {
-    fail("schedule.milestones: expected strictly increasing epochs");
-  }
-  if (c.output.name.find('/') != std::string::npos || c.output.name == "." ||
-      c.output.name == "..") {
-    fail("output.name: expected a folder name without '/', got '" + c.output.name + "'");
-  }
-  if (c.output.dir.empty()) fail("output.dir: expected a folder path, got an empty string");
-  const auto& window = c.profiler.steps;
-  if (window.size() != 2 || window[0] > window[1]) {
-    fail("profiler.steps: expected [first, last] optimizer steps with first <= last, e.g. [5, 7]");
-  }
-  if (c.data.loader == LoaderKind::TorchData && c.data.device_resident) {
-    fail(
-        "data.device_resident: not with data.loader: torch_data, whose batches are stacked on "
-        "the host; use data.loader: batched, or device_resident: false");
-  }
-  if (c.data.dataset.root().empty() && c.data.dataset.source() != data::Source::Synthetic) {
-    fail("data.root: expected a folder path, got an empty string");
-  }
-  // A grid axis that lists a value twice would say "2 batch sizes" and measure one.
-  auto once_each = [&](const std::string& key, const auto& values) {
-    for (size_t i = 0; i < values.size(); ++i) {
-      for (size_t j = 0; j < i; ++j) {
-        if (values[i] == values[j]) {
-          fail(key + ": item " + std::to_string(i + 1) + " repeats item " + std::to_string(j + 1) +
-               "; list each value once");
-        }
-      }
-    }
-  };
-  once_each("sweep.batch_sizes", c.sweep.batch_sizes);
-  once_each("sweep.precisions", c.sweep.precisions);
-  once_each("sweep.checkpointing", c.sweep.checkpointing);
-  once_each("sweep.memory_formats", c.sweep.memory_formats);
-  once_each("sweep.accumulate_steps", c.sweep.accumulate_steps);
-  once_each("sweep.predict_for", c.sweep.predict_for);
 }
 
 }  // namespace

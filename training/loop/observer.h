@@ -27,6 +27,8 @@ struct Interval {
   std::optional<double> eta_seconds;
 };
 
+// One of two observer interfaces, split by where they look: this one sees the loop between steps
+// (epochs, batches, intervals, records); step/step.h's StepObserver sees inside one micro-batch.
 class LoopObserver {
  public:
   virtual ~LoopObserver() = default;

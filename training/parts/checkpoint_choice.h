@@ -81,6 +81,10 @@ struct CheckpointBudget {
   std::string source;  // "memory.limit 2 GiB less checkpointing.headroom 10%"
 };
 
+// What checkpointing.enabled: auto chose, as the config records it: the blocks and the predicted
+// peak (none and 0 before a choice).
+std::pair<std::vector<std::string>, int64_t> recorded_choice(const CheckpointingOptions& c);
+
 // Why checkpointing auto has no budget on `device`: on the CPU, neither checkpointing.budget nor
 // memory.limit ("needs a memory budget, and on the CPU ..."); empty when it has one. Touches no
 // CUDA context (a sweep's parent asks it).

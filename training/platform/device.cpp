@@ -73,8 +73,7 @@ std::optional<DeviceSpec> parse_device_spec(const std::string& text) {
 torch::Device resolve_device(const std::string& spec) {
   const auto parsed = parse_device_spec(spec);
   if (!parsed) {
-    throw UserError("training.device: expected auto, cpu, cuda or cuda:<index>, got '" + spec +
-                    "'");
+    throw UserError("expected auto, cpu, cuda or cuda:<index>, got '" + spec + "'");
   }
   if (parsed->kind == DeviceSpec::Kind::Cpu) return torch::kCPU;
   if (parsed->kind == DeviceSpec::Kind::Auto) {
@@ -84,8 +83,7 @@ torch::Device resolve_device(const std::string& spec) {
   const int64_t index = parsed->index;
   const std::string why = cuda_unavailable_reason(index);
   if (!why.empty()) {
-    throw KeyError("training.device",
-                   "'" + spec + "' requested, but " + why + "; use device: cpu or auto");
+    throw UserError("'" + spec + "' requested, but " + why + "; use device: cpu or auto");
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
@@ -164,9 +162,8 @@ void trace_allocations(const torch::Device& device, MemoryTimeline* timeline) {
 
 void check_memory_history_supported(const torch::Device& device) {
   if (!device.is_cuda()) {
-    throw KeyError("memory.snapshot",
-                   "the allocator history is the CUDA caching allocator's; " + device.str() +
-                       " has none (on the CPU, `train memory` draws the step's memory timeline)");
+    throw UserError("the allocator history is the CUDA caching allocator's; " + device.str() +
+                    " has none (on the CPU, `train memory` draws the step's memory timeline)");
   }
 }
 
@@ -211,8 +208,8 @@ int64_t total_memory(const torch::Device& device) {
 void set_memory_limit(const torch::Device& device, int64_t bytes) {
   const int64_t total = total_memory(device);
   if (bytes > total) {
-    throw KeyError("memory.limit", format_bytes(bytes) + " is more than " + device.str() +
-                                       " has (" + format_bytes(total) + ")");
+    throw UserError(format_bytes(bytes) + " is more than " + device.str() + " has (" +
+                    format_bytes(total) + ")");
   }
 #ifdef TRAIN_WITH_CUDA
   if (device.is_cuda()) {
@@ -235,6 +232,7 @@ bool is_out_of_memory_message(const std::string& message) {
 
 bool is_out_of_memory(const std::exception& error) {
   return dynamic_cast<const c10::OutOfMemoryError*>(&error) ||
+         dynamic_cast<const OutOfMemory*>(&error) ||
          is_out_of_memory_message(error_line(error));
 }
 

@@ -32,7 +32,8 @@ struct DeviceSpec {
 std::optional<DeviceSpec> parse_device_spec(const std::string& text);
 
 // "auto" (cuda:0 when a CUDA device is usable, else cpu), "cpu", "cuda" or "cuda:N".
-// Throws KeyError (training.device) when CUDA is asked for but cannot be used.
+// Throws UserError (the fact, no key: the caller names what set `spec`) when `spec` is not in the
+// grammar or CUDA is asked for but cannot be used.
 torch::Device resolve_device(const std::string& spec);
 
 // The device a data-parallel rank trains on: cuda:<local_rank> when training on CUDA (one GPU per
@@ -135,8 +136,8 @@ int64_t memory_outside_allocator(const torch::Device& device);
 
 // Makes allocations beyond `bytes` on `device` fail with c10::OutOfMemoryError, as on a card
 // with that much memory (CUDA: the caching allocator's per-process memory fraction; CPU: the
-// tracking allocator). 0 removes the limit. Throws UserError naming memory.limit when the limit
-// exceeds the device's memory.
+// tracking allocator). 0 removes the limit. Throws UserError (the fact, no key: the caller names
+// what set `bytes`) when the limit exceeds the device's memory.
 void set_memory_limit(const torch::Device& device, int64_t bytes);
 
 // The device's memory: the GPU's total, or the machine's physical memory.
@@ -144,7 +145,8 @@ int64_t total_memory(const torch::Device& device);
 
 // True for the errors that mean the device ran out of memory: c10::OutOfMemoryError (the CUDA
 // caching allocator's, or on the CPU the tracking allocator's) and the plain errors raised when
-// CUDA, cuBLAS or cuDNN fail to allocate memory of their own (workspaces, handles).
+// CUDA, cuBLAS or cuDNN fail to allocate memory of their own (workspaces, handles); and this
+// project's OutOfMemory (errors.h), already worded. The one test of "ran out of memory".
 bool is_out_of_memory(const std::exception& error);
 bool is_out_of_memory_message(const std::string& message);
 

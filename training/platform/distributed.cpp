@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "training/platform/errors.h"
+#include "training/platform/join_deadline.h"
 #include "training/platform/network.h"
 
 #ifdef TRAIN_WITH_NCCL
@@ -27,42 +28,6 @@
 #endif
 
 namespace training {
-
-namespace {
-
-int64_t env_integer(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
-  const char* text = std::getenv(name);
-  if (!text) return fallback;
-  try {
-    size_t used = 0;
-    const int64_t value = std::stoll(text, &used);
-    if (used == std::string(text).size() && value >= lo && value <= hi) return value;
-  } catch (const std::exception&) {
-  }
-  throw UserError(std::string(name) + ": expected an integer in [" + std::to_string(lo) + ", " +
-                  std::to_string(hi) + "], got '" + text + "'");
-}
-
-}  // namespace
-
-std::optional<LaunchEnv> launch_env_from_environment() {
-  if (!std::getenv("WORLD_SIZE")) return std::nullopt;
-  LaunchEnv env;
-  env.world_size = env_integer("WORLD_SIZE", 1, 1, 1 << 16);
-  env.rank = env_integer("RANK", 0, 0, env.world_size - 1);
-  env.local_rank = env_integer("LOCAL_RANK", env.rank, 0, env.world_size - 1);
-  if (const char* addr = std::getenv("MASTER_ADDR")) env.master_addr = addr;
-  env.master_port = env_integer("MASTER_PORT", 29500, 1, 65535);
-  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
-  env.agent_store = agent && std::string(agent) == "True";
-  if (const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT")) env.restart = restart;
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) env.gloo_socket_ifname = ifname;
-  if (env.world_size > 1 && (!std::getenv("RANK") || !std::getenv("MASTER_PORT"))) {
-    throw UserError("WORLD_SIZE=" + std::to_string(env.world_size) +
-                    " needs RANK and MASTER_PORT too (start the ranks with scripts/launch.py)");
-  }
-  return env;
-}
 
 #ifdef TRAIN_WITH_DISTRIBUTED
 
@@ -75,51 +40,6 @@ struct ProcessGroup::Impl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Seconds past distributed.timeout_seconds after which a rank still joining its group ends itself.
-constexpr auto kJoinGrace = std::chrono::seconds(5);
-
-// Ends the process with exit code 4 and the message of the stage it is in when the join has not
-// finished by its deadline: a library call that outlives its own timeout (a connect to a peer
-// behind a dead link) cannot keep a rank waiting.
-class JoinDeadline {
- public:
-  JoinDeadline(Clock::time_point at, std::string stage) : at_(at), stage_(std::move(stage)) {
-    thread_ = std::thread([this] {
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (done_.wait_until(lock, at_, [this] { return finished_; })) return;
-      spdlog::error("{}", stage_);
-      spdlog::default_logger()->flush();
-      std::_Exit(kExitDistributed);
-    });
-  }
-  ~JoinDeadline() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      finished_ = true;
-    }
-    done_.notify_all();
-    thread_.join();
-  }
-  // What the rank is waiting for, said if the deadline passes.
-  void stage(std::string message) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stage_ = std::move(message);
-  }
-  std::chrono::milliseconds remaining() const {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(at_ - kJoinGrace - Clock::now());
-    return std::max(left, std::chrono::milliseconds(1000));
-  }
-
- private:
-  Clock::time_point at_;
-  std::mutex mutex_;
-  std::condition_variable done_;
-  bool finished_ = false;
-  std::string stage_;
-  std::thread thread_;
-};
 
 std::string text_of(const std::vector<uint8_t>& bytes) {
   return std::string(bytes.begin(), bytes.end());
@@ -149,6 +69,36 @@ std::string listen_failure(const std::string& error) {
 // Who hosts the store, for messages.
 std::string store_host(const LaunchEnv& env) {
   return env.agent_store ? "torchrun's agent on node 0" : "rank 0";
+}
+
+// The group's backend: NCCL's, or Gloo's full mesh over the peer network's interfaces (connected
+// within `connect_within`, what is left of the join's; its collectives then get `timeout`).
+c10::intrusive_ptr<c10d::Backend> make_backend(bool nccl, const LaunchEnv& env,
+                                               const PeerNetwork& network,
+                                               std::chrono::milliseconds connect_within,
+                                               std::chrono::seconds timeout,
+                                               const c10::intrusive_ptr<c10d::Store>& store) {
+  if (nccl) {
+#ifdef TRAIN_WITH_NCCL
+    return cuda::make_nccl_backend(store, env.rank, env.world_size, timeout);
+#else
+    throw UserError(
+        "distributed.backend: nccl is not in this build (it needs a CUDA LibTorch and "
+        "nccl.h at build time); use gloo");
+#endif
+  } else {
+    // Gloo connects its full mesh in its constructor, within the options' timeout: what is left
+    // of the join's. Its collectives then get the whole distributed.timeout_seconds.
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(connect_within);
+    for (const auto& interface : network.interfaces) {
+      gloo_options->devices.push_back(
+          c10d::ProcessGroupGloo::createDeviceForHostname(interface.address));
+    }
+    auto gloo =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, gloo_options);
+    gloo->setTimeout(timeout);
+    return gloo;
+  }
 }
 
 }  // namespace
@@ -210,30 +160,10 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
       "distributed.interface) on each host to the interface that does";
   deadline.stage(me + ": could not connect to " + describe_peers("") + within + "; " +
                  reach_each_other);
-  c10::intrusive_ptr<c10d::Backend> backend;
   try {
-    if (nccl) {
-#ifdef TRAIN_WITH_NCCL
-      backend = cuda::make_nccl_backend(impl_->store, env.rank, env.world_size, timeout);
-      impl_->type = c10d::ProcessGroup::BackendType::NCCL;
-#else
-      throw UserError(
-          "distributed.backend: nccl is not in this build (it needs a CUDA LibTorch and "
-          "nccl.h at build time); use gloo");
-#endif
-    } else {
-      // Gloo connects its full mesh in its constructor, within the options' timeout: what is left
-      // of the join's. Its collectives then get the whole distributed.timeout_seconds.
-      auto gloo_options = c10d::ProcessGroupGloo::Options::create(deadline.remaining());
-      for (const auto& interface : network_.interfaces) {
-        gloo_options->devices.push_back(
-            c10d::ProcessGroupGloo::createDeviceForHostname(interface.address));
-      }
-      auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank,
-                                                              env.world_size, gloo_options);
-      gloo->setTimeout(timeout);
-      backend = gloo;
-    }
+    const auto backend =
+        make_backend(nccl, env, network_, deadline.remaining(), timeout, impl_->store);
+    if (nccl) impl_->type = c10d::ProcessGroup::BackendType::NCCL;
     impl_->group = c10::make_intrusive<c10d::ProcessGroup>(impl_->store, env.rank, env.world_size);
     impl_->group->setBackend(device.type(), impl_->type, backend);
     impl_->group->setDefaultBackend(impl_->type);

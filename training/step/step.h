@@ -22,8 +22,9 @@ struct StepResult {
   bool stepped = true;
 };
 
-// Told where a step is (memory studies, see studies/memory_breakdown.h): train_step calls each
-// at the boundary it names.
+// One of two observer interfaces, split by where they look: this one sees inside one micro-batch
+// (its phases, for the memory studies: studies/memory_breakdown.h); loop/observer.h's LoopObserver
+// sees the loop between steps. train_step calls each at the boundary it names.
 class StepObserver {
  public:
   virtual ~StepObserver() = default;

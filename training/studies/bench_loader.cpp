@@ -7,6 +7,7 @@
 
 #include "data/dataset.h"
 #include "training/parts/components.h"
+#include "training/parts/setup.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
@@ -19,9 +20,7 @@ namespace {
 
 // The benchmark itself, from its config.
 LoaderBenchResult bench_loader(const LoaderBenchRequest& request, const Config& config) {
-  set_cpu_threads(config.training.threads);
-  const torch::Device device = resolve_device(config.training.device);
-  make_current(device);
+  const torch::Device device = set_up_device(config);
   auto dataset = config.data.dataset;
   dataset.synthetic_seed(static_cast<uint64_t>(config.training.seed));
   data::Split split;

@@ -143,7 +143,11 @@ std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options) {
         spec.kind == DeviceSpec::Kind::Cpu ? "" : cuda_unavailable_reason(spec.index);
     const std::optional<torch::Device> device =
         why_not.empty() ? std::make_optional(resolve_device(device_name)) : std::nullopt;
-    if (device) set_memory_limit(*device, options.memory_limit);
+    try {
+      if (device) set_memory_limit(*device, options.memory_limit);
+    } catch (const UserError& e) {
+      throw UserError(std::string("--memory-limit: ") + e.what());
+    }
     for (const auto& dtype_name : options.dtypes) {
       for (int64_t size : options.sizes) {
         MatmulResult r;

@@ -140,11 +140,8 @@ constexpr const char* kTableNotes =
     "Plots: `accuracy.png` (test accuracy per epoch and against wall time), `loss.png` (test "
     "loss likewise), `memory.png` (peak allocated and reserved per epoch).\n";
 
-}  // namespace
-
-std::string compare_markdown(const std::vector<ComparedRun>& runs) {
-  const auto keys = differing_keys(runs);
-  std::ostringstream md;
+// The title, a note when the runs train different models, and the table's header row.
+void write_head(std::ostringstream& md, const std::vector<ComparedRun>& runs) {
   md << "# Runs compared\n\n";
   const bool same_model = std::all_of(runs.begin(), runs.end(), [&](const ComparedRun& r) {
     return model_of(r) == model_of(runs.front());
@@ -158,6 +155,14 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
   md << "\n|---|";
   for (size_t i = 0; i < runs.size(); ++i) md << "---:|";
   md << "\n";
+}
+
+}  // namespace
+
+std::string compare_markdown(const std::vector<ComparedRun>& runs) {
+  const auto keys = differing_keys(runs);
+  std::ostringstream md;
+  write_head(md, runs);
   std::vector<Totals> totals;  // the report's totals of each run
   for (const auto& run : runs) totals.push_back(totals_of(run.epochs));
   // One row: cell(run, its totals) for each run, in column order.

@@ -8,6 +8,7 @@
 
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
+#include "training/parts/setup.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
 #include "training/step/recompute.h"
@@ -278,6 +279,15 @@ void fill_rows(StepBreakdown& b, const BreakdownProbe& probe, const StaticBytes&
   for (const auto& row : b.rows) b.itemized_peak_bytes += row.at_peak ? row.bytes : 0;
 }
 
+// What the probe runs each segment with. On: every segment recomputed; auto: the chosen blocks,
+// each alone; off: every block plain.
+models::SegmentRunner probed_runner(const models::ResNetImpl& model,
+                                    const CheckpointingOptions& options, CheckpointMode mode) {
+  if (mode == CheckpointMode::On) return &checkpoint;
+  if (mode == CheckpointMode::Auto) return chosen_blocks_runner(model, options);
+  return [](const models::Segment& segment, const torch::Tensor& x) { return segment.forward(x); };
+}
+
 }  // namespace
 
 StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
@@ -286,37 +296,25 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
   config.training.precision = cell.precision;
   config.training.memory_format = cell.memory_format;
   config.checkpointing.mode(cell.checkpointing);
-  const torch::Device device = resolve_device(config.training.device);
-  make_current(device);
-  set_memory_limit(device, config.memory.limit);
-  set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
+  const torch::Device device = set_up_device(config);
   StepBreakdown b;
   b.cell = cell;
   b.batch_size = config.training.batch_size;
   try {
     resolve_checkpointing(config, device, /*data_parallel=*/false);
     if (cell.checkpointing == CheckpointMode::Auto) {  // chosen now, or given in the config
-      b.recomputed_blocks = config.checkpointing.blocks().value_or(std::vector<std::string>{});
-      b.predicted_peak_bytes = config.checkpointing.predicted_peak();
+      std::tie(b.recomputed_blocks, b.predicted_peak_bytes) = recorded_choice(config.checkpointing);
     }
     StepParts parts = build_step_parts(config, device);
     auto& [model, optimizer, scaler, ema] = parts;
     const auto [images, labels] = synthetic_batch(config, device);
     model->train();
     const auto stages = model->stage_sizes();
-    const bool on = cell.checkpointing == CheckpointMode::On;
-    const std::vector<int64_t> sizes = on ? checkpoint_segment_sizes(config.checkpointing, stages)
-                                          : std::vector<int64_t>(model->blocks().size(), 1);
-    // On: every segment recomputed; auto: the chosen blocks, each alone; off: every block plain.
-    models::SegmentRunner inner = &checkpoint;
-    if (cell.checkpointing == CheckpointMode::Auto) {
-      inner = chosen_blocks_runner(*model, config.checkpointing);
-    } else if (!on) {
-      inner = [](const models::Segment& segment, const torch::Tensor& x) {
-        return segment.forward(x);
-      };
-    }
-    BreakdownProbe probe(device, inner, segment_layout(sizes, stages));
+    const std::vector<int64_t> sizes = cell.checkpointing == CheckpointMode::On
+                                           ? checkpoint_segment_sizes(config.checkpointing, stages)
+                                           : std::vector<int64_t>(model->blocks().size(), 1);
+    BreakdownProbe probe(device, probed_runner(*model, config.checkpointing, cell.checkpointing),
+                         segment_layout(sizes, stages));
     model->set_segments(sizes, [&probe](const models::Segment& segment, const torch::Tensor& x) {
       return probe.run(segment, x);
     });
@@ -325,10 +323,7 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
     // before it leave their gradients held (run unprobed, on the same batch).
     const int64_t micro_batches = config.training.accumulate_steps;
     const auto options = step_options(config).accumulate_steps(micro_batches);
-    // The warm-up step creates the optimizer's momentum and runs cuDNN's autotuning.
-    for (int64_t micro = 0; micro < micro_batches; ++micro) {
-      train_step(parts, images, labels, options, micro);
-    }
+    warm_up(parts, options, images, labels, device);
     for (int64_t micro = 0; micro + 1 < micro_batches; ++micro) {
       train_step(parts, images, labels, options, micro);
     }
@@ -362,8 +357,7 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
               micro_batches > 1);
     b.status = TrialStatus::Ok;
   } catch (const std::exception& e) {
-    const bool out_of_memory = is_out_of_memory(e) || dynamic_cast<const OutOfMemory*>(&e);
-    b.status = out_of_memory ? TrialStatus::OutOfMemory : TrialStatus::Error;
+    b.status = is_out_of_memory(e) ? TrialStatus::OutOfMemory : TrialStatus::Error;
     b.message = error_line(e);
     b.rows.clear();
     if (config.memory.snapshot) {

@@ -9,6 +9,7 @@
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/parts/memory_format.h"
+#include "training/parts/setup.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/dir_lock.h"
@@ -267,13 +268,10 @@ int report_breakdown(const StepBreakdown& b, const SweepCell& cell, const fs::pa
 }
 
 int memory_study(const MemoryRequest& request, const Config& config) {
-  set_cpu_threads(config.training.threads);
-  const torch::Device device = resolve_device(config.training.device);
+  const torch::Device device = set_up_device(config);  // refused before the study's folder exists
   // training.cuda_graph: on is refused where it cannot run, as train, sweep and plan refuse it;
   // on CUDA the study measures the eager step, whose memory the captured one holds too.
   if (config.training.cuda_graph == CudaGraphMode::On) use_cuda_graph(config, device, false);
-  if (config.memory.snapshot) check_memory_history_supported(device);
-  set_memory_limit(device, config.memory.limit);  // refused before the study's folder exists
   auto settings = memory_settings(request.settings, config, device);
   // Each setting at the config's training.accumulate_steps (its card prediction too).
   for (auto& setting : settings) setting.accumulate_steps = config.training.accumulate_steps;

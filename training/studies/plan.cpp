@@ -12,6 +12,7 @@
 #include "training/config/config_yaml.h"
 #include "training/parts/components.h"
 #include "training/parts/memory_format.h"
+#include "training/parts/setup.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
@@ -268,8 +269,7 @@ int64_t parse_size_flag(const std::string& flag, const std::string& text) {
 // The small sweep `train plan` runs without --from; returns its directory (empty when stopped).
 fs::path run_small_sweep(const PlanRequest& request) {
   const Config config = load_config(request.config_path, request.overrides);
-  const torch::Device device =
-      with_key_origins(config, [&] { return resolve_device(config.training.device); });
+  const torch::Device device = with_key_origins(config, [&] { return training_device(config); });
   const std::string precisions = has_fast_bf16(device) ? "[fp32, bf16]" : "[fp32]";
   SweepRequest sweep;
   sweep.config_path = request.config_path;

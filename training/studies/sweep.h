@@ -69,6 +69,13 @@ struct SweepRequest {
   std::string card;  // --card: each trial also predicted on this card (card_prediction.h)
 };
 
+// Refuses, before anything is written, a sweep this device cannot run or whose keys do not
+// combine: bf16 cells where bf16 cannot run, memory.limit above the device's memory, WORLD_SIZE,
+// training.accumulate_steps (the grid's axis is sweep.accumulate_steps), training.cuda_graph: on
+// with cells it cannot capture or with sweep.data_parallel, checkpointing auto without a budget or
+// with sweep.data_parallel, find_max on the CPU without memory.limit (sweep_checks.cpp).
+void check_sweep(const Config& config, const torch::Device& device);
+
 // Runs the whole sweep; returns kExitOk, or kExitStopped when Ctrl-C/SIGTERM stopped it (the
 // running trial is stopped too, and the outputs hold the trials completed so far). Throws
 // UserError/ConfigError for a bad grid, or a directory that already holds a run or a sweep,

@@ -10,6 +10,7 @@
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/parts/memory_format.h"
+#include "training/parts/setup.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/distributed.h"
@@ -93,35 +94,60 @@ std::unique_ptr<data::Loader> trial_loader(const Config& config, const torch::De
   return make_loader(std::move(split), config, device, /*train=*/true, /*group=*/nullptr);
 }
 
+// sweep.data_parallel: the rank's reducer and its buckets, in a group of one, on loopback whatever
+// the launch environment says (torchrun's store, GLOO_SOCKET_IFNAME). None otherwise.
+std::unique_ptr<ProcessGroup> trial_group(const Config& config, const torch::Device& device) {
+  if (!config.sweep.data_parallel) return nullptr;
+  LaunchEnv one;
+  one.master_port = free_loopback_port();
+  DistributedOptions options = config.distributed;
+  options.interface.clear();
+  return std::make_unique<ProcessGroup>(one, options, device);
+}
+
+// The trial's peaks (the warm-up's and the measured steps') and what lies outside the allocator.
+void record_memory(TrialResult& result, const torch::Device& device,
+                   const MemoryStats& warmup_peaks) {
+  const MemoryStats memory = memory_stats(device);
+  try {
+    result.outside_allocator_bytes = memory_outside_allocator(device);
+  } catch (const std::exception& e) {
+    spdlog::warn("memory outside the allocator not measured: {}", error_line(e));
+  }
+  result.steady_peak_allocated_bytes = memory.peak_allocated;
+  result.steady_peak_reserved_bytes = memory.peak_reserved;
+  result.peak_allocated_bytes = std::max(memory.peak_allocated, warmup_peaks.peak_allocated);
+  result.peak_reserved_bytes = std::max(memory.peak_reserved, warmup_peaks.peak_reserved);
+}
+
+// The next batch, starting the loader's next epoch when this one is over.
+auto next_batch(data::Loader& loader, int64_t& epoch) {
+  auto batch = loader.next();
+  if (!batch) {
+    loader.start_epoch(++epoch);
+    batch = loader.next();
+  }
+  return batch;
+}
+
 }  // namespace
 
 TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t measure_steps) {
   Config config = given;
-  const torch::Device device = resolve_device(config.training.device);
-  make_current(device);
-  set_memory_limit(device, config.memory.limit);
-  set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
+  config.memory.snapshot = false;  // a trial records no allocator history
+  const torch::Device device = set_up_device(config);
   TrialResult result;
   std::vector<double> step_seconds;
   MemoryStats warmup_peaks;  // over the warm-up steps (the first step among them)
   try {
-    // sweep.data_parallel: the rank's reducer and its buckets, in a group of one.
-    std::unique_ptr<ProcessGroup> group;
-    if (config.sweep.data_parallel) {
-      // On loopback whatever the launch environment says (torchrun's store, GLOO_SOCKET_IFNAME).
-      LaunchEnv one;
-      one.master_port = free_loopback_port();
-      DistributedOptions options = config.distributed;
-      options.interface.clear();
-      group = std::make_unique<ProcessGroup>(one, options, device);
-    }
+    const std::unique_ptr<ProcessGroup> group = trial_group(config, device);
     // checkpointing auto: this batch's choice under the sweep's budget (out of memory when none).
     // The trial's loader holds its prefetched batches beside the step, as training's does.
     resolve_checkpointing(config, device, /*data_parallel=*/false, {},
                           held_beside_step(config, device, /*train_images_bytes=*/0));
     if (config.checkpointing.mode() == CheckpointMode::Auto) {  // chosen now, or given
-      result.recomputed_blocks = config.checkpointing.blocks().value_or(std::vector<std::string>{});
-      result.predicted_peak_bytes = config.checkpointing.predicted_peak();
+      std::tie(result.recomputed_blocks, result.predicted_peak_bytes) =
+          recorded_choice(config.checkpointing);
     }
     StepParts parts = build_step_parts(config, device, group.get());
     const auto averager = group ? group->gradient_averager(*parts.model) : nullptr;
@@ -155,11 +181,7 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
       // The step alone is timed; the loader prepares the next batches meanwhile, as in training.
       std::chrono::steady_clock::time_point start;
       for (int64_t micro = 0; micro < micro_batches; ++micro) {
-        auto batch = loader->next();
-        if (!batch) {
-          loader->start_epoch(++epoch);
-          batch = loader->next();
-        }
+        auto batch = next_batch(*loader, epoch);
         if (micro == 0) start = std::chrono::steady_clock::now();
         if (graphed) {
           graphed->run(batch->images, batch->labels);
@@ -178,20 +200,10 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
     }
     result.status = TrialStatus::Ok;
   } catch (const std::exception& e) {
-    const bool out_of_memory = is_out_of_memory(e) || dynamic_cast<const OutOfMemory*>(&e);
-    result.status = out_of_memory ? TrialStatus::OutOfMemory : TrialStatus::Error;
+    result.status = is_out_of_memory(e) ? TrialStatus::OutOfMemory : TrialStatus::Error;
     result.message = error_line(e);
   }
-  const MemoryStats memory = memory_stats(device);
-  try {
-    result.outside_allocator_bytes = memory_outside_allocator(device);
-  } catch (const std::exception& e) {
-    spdlog::warn("memory outside the allocator not measured: {}", error_line(e));
-  }
-  result.steady_peak_allocated_bytes = memory.peak_allocated;
-  result.steady_peak_reserved_bytes = memory.peak_reserved;
-  result.peak_allocated_bytes = std::max(memory.peak_allocated, warmup_peaks.peak_allocated);
-  result.peak_reserved_bytes = std::max(memory.peak_reserved, warmup_peaks.peak_reserved);
+  record_memory(result, device, warmup_peaks);
   if (!step_seconds.empty()) {
     result.median_step_seconds = median(step_seconds);
     result.images_per_second =
@@ -204,7 +216,6 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
 int child_trial_main(const std::string& config_path, const std::string& result_path) {
   check_not_an_input(result_path, "--result", config_path, "--config");
   const Config config = load_config(config_path);
-  set_cpu_threads(config.training.threads);
   const TrialResult result =
       measure_trial(config, config.sweep.warmup_steps, config.sweep.measure_steps);
   write_file_atomically(result_path, to_json(result).dump(2) + "\n");

@@ -1,0 +1,104 @@
+#include "app/process.h"
+
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+
+#include "data/split.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+#include "training/platform/stop_signal.h"
+#include "training/run/run_dir.h"
+
+namespace app {
+
+namespace {
+
+using training::first_line;
+using training::kExitBadInput;
+using training::kExitCannotWrite;
+using training::kExitDistributed;
+using training::kExitInternalError;
+using training::kExitOk;
+using training::kExitOutOfMemory;
+
+// A message as one line: a newline in it (a file name holding one) is written as \n.
+std::string one_line(const std::string& message) {
+  std::string line;
+  for (const char c : message) {
+    if (c == '\n') {
+      line += "\\n";
+    } else if (c == '\r') {
+      line += "\\r";
+    } else {
+      line += c;
+    }
+  }
+  return line;
+}
+
+}  // namespace
+
+// Runs `action`, mapping every error to its one-line message and exit code.
+int guarded(const std::function<int()>& action) {
+  try {
+    return action();
+  } catch (const training::OutOfMemory& e) {
+    spdlog::error("{}", one_line(e.what()));
+    return kExitOutOfMemory;
+  } catch (const training::DistributedError& e) {
+    spdlog::error("{}", one_line(e.what()));
+    return kExitDistributed;
+  } catch (const training::CannotWrite& e) {
+    spdlog::error("{}", one_line(e.what()));
+    return kExitCannotWrite;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path that cannot be used (a loop of symbolic links, a name too long, a folder where a
+    // file is expected): the user's to fix, unless the disk is full.
+    const int code = e.code().value();
+    spdlog::error("{}: {}",
+                  one_line(e.path1().empty() ? std::string("filesystem") : e.path1().string()),
+                  e.code().message());
+    return code == ENOSPC || code == EDQUOT || code == EFBIG || code == EIO ? kExitCannotWrite
+                                                                            : kExitBadInput;
+  } catch (const data::DataError& e) {
+    spdlog::error("{}", one_line(e.what()));
+  } catch (const training::UserError& e) {
+    spdlog::error("{}", one_line(e.what()));
+  } catch (const c10::Error& e) {
+    spdlog::error("LibTorch error: {}", first_line(e.what_without_backtrace()));
+    return kExitInternalError;
+  } catch (const std::exception& e) {
+    spdlog::error("internal error: {}", first_line(e.what()));
+    return kExitInternalError;
+  }
+  return kExitBadInput;
+}
+
+void set_up_process() {
+  training::configure_console_logging();
+  // LibTorch's own log lines (c10d's connection retries with backtraces, ...) stay out of the
+  // terminal unless asked for with TORCH_CPP_LOG_LEVEL; our one-line errors say what happened.
+  if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = c10::GLOG_FATAL;
+  // With a file-size limit (ulimit -f), writing past it fails with EFBIG and exit code 5 instead
+  // of killing the process in the middle of a write.
+  std::signal(SIGXFSZ, SIG_IGN);
+  // Installed before any tensor exists, so CPU memory accounting sees every allocation.
+  training::TrackingCpuAllocator::instance();
+}
+
+}  // namespace app
+
+// A stop before a command can stop gracefully exits with 130, from the first instruction on: the
+// dynamic loader runs .preinit_array before any library's initialisers (LibTorch's take a
+// noticeable time), so only the loading itself is left to the default action.
+extern "C" void train_preinit(int, char**, char**) {
+  training::install_exit_on_stop();
+}
+__attribute__((section(".preinit_array"),
+               used)) static void (*const kPreinit)(int, char**, char**) = train_preinit;

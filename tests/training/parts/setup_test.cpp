@@ -1,0 +1,64 @@
+#include "training/parts/setup.h"
+
+#include <gtest/gtest.h>
+
+#include "training/parts/components.h"
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+
+namespace {
+
+training::Config config_with(const std::string& training) {
+  return training::parse_config(
+      "model: {arch: resnet18, stem: cifar}\ntraining: {device: cpu, batch_size: 4" + training +
+          "}\n",
+      "setup");
+}
+
+// A device the machine cannot give is refused as the key that asked for it, the platform's fact
+// after it.
+TEST(SetUp, AnUnusableDeviceIsRefusedNamingTrainingDevice) {
+  auto config = config_with("");
+  config.training.device = "cuda:7";
+  if (training::cuda_unavailable_reason(7).empty()) GTEST_SKIP() << "this machine has cuda:7";
+  try {
+    training::set_up_device(config);
+    FAIL() << "cuda:7 was accepted";
+  } catch (const training::KeyError& e) {
+    EXPECT_EQ(e.key(), "training.device");
+    EXPECT_NE(std::string(e.what()).find("training.device: 'cuda:7' requested, but"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// memory.limit is set by the set-up: a limit above the device's memory is refused, naming it.
+TEST(SetUp, AMemoryLimitAboveTheDeviceIsRefused) {
+  auto config = config_with("");
+  config.memory.limit = training::total_memory(torch::Device(torch::kCPU)) * 2;
+  try {
+    training::set_up_device(config);
+    FAIL() << "a limit above the machine's memory was accepted";
+  } catch (const training::KeyError& e) {
+    EXPECT_EQ(e.key(), "memory.limit");
+  }
+  config.memory.limit = 0;
+  EXPECT_TRUE(training::set_up_device(config).is_cpu());
+}
+
+// The warm-up rule: whole optimizer steps until one is taken, so the momentum exists after it.
+TEST(SetUp, WarmUpTakesOneWholeStepAndLeavesTheMomentum) {
+  for (const int64_t micro_batches : {1, 3}) {
+    auto config = config_with("");
+    const torch::Device cpu(torch::kCPU);
+    auto parts = training::build_step_parts(config, cpu);
+    const auto [images, labels] = training::synthetic_batch(config, cpu);
+    const auto options = training::step_options(config).accumulate_steps(micro_batches);
+    const auto before = parts.model->parameters().front().clone();
+    EXPECT_EQ(training::warm_up(parts, options, images, labels, cpu), 1);
+    EXPECT_FALSE(torch::equal(before, parts.model->parameters().front()));
+    EXPECT_FALSE(parts.optimizer->state().empty()) << micro_batches << " micro-batches";
+  }
+}
+
+}  // namespace

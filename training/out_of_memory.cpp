@@ -1,0 +1,53 @@
+#include "training/out_of_memory.h"
+
+#include <algorithm>
+#include <regex>
+
+#include "training/platform/memory.h"
+
+namespace training {
+
+// One line for an out-of-memory error: where it happened, the peak reached, the limit, and the
+// remedies for that phase.
+std::string out_of_memory_message(const Config& config, const torch::Device& device,
+                                  const OutOfMemoryWhere& where,
+                                  const std::string& allocator_message) {
+  const MemoryStats memory = memory_stats(device);
+  const int64_t limit = config.memory.limit > 0 ? config.memory.limit : total_memory(device);
+  // Both the CUDA caching allocator and ours say how much the failed request was.
+  static const std::regex kRequest("[Tt]ried to allocate ([0-9.]+ [KMGT]?i?B)");
+  std::smatch request;
+  const std::string tried = std::regex_search(allocator_message, request, kRequest)
+                                ? " (tried to allocate " + request[1].str() + ")"
+                                : "";
+  std::string message = "out of memory on " + device.str() + " " + where.text + tried + ": peak " +
+                        format_bytes(std::max(memory.peak_allocated, memory.peak_reserved)) +
+                        ", limit " + format_bytes(limit) +
+                        (config.memory.limit > 0 ? " (memory.limit)" : " (device memory)") +
+                        ". Remedies: ";
+  const std::string intact = " The last checkpoint is intact.";
+  switch (where.phase) {
+    case OutOfMemoryWhere::Setup:
+      return message + "the model, its optimizer state" +
+             (config.data.device_resident ? " and the device-resident data" : "") +
+             " must fit before the first step: more memory (memory.limit)" +
+             (config.data.device_resident ? ", data.device_resident: false" : "") +
+             " or a smaller model.arch." + intact;
+    case OutOfMemoryWhere::Evaluation:
+      return message + "a smaller training.eval_batch_size (now " +
+             std::to_string(config.training.eval_batch_size) +
+             "; evaluation needs no gradients and its batch size does not change the result)." +
+             intact;
+    case OutOfMemoryWhere::Training:
+      break;
+  }
+  message +=
+      "a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
+  if (config.training.precision == Precision::FP32)
+    message += ", training.precision: bf16 or fp16 (now fp32)";
+  if (!config.checkpointing.enabled()) message += ", checkpointing.enabled: auto or true";
+  if (config.data.device_resident) message += ", data.device_resident: false";
+  return message + "; `train sweep --find-max` finds the largest batch that fits." + intact;
+}
+
+}  // namespace training

@@ -1,0 +1,58 @@
+#include "training/parts/setup.h"
+
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+
+namespace training {
+
+namespace {
+
+// Runs `check`; the platform's fact it refuses with (a UserError without a key) is said as `key`'s.
+template <class Check>
+auto as_key(const char* key, Check&& check) {
+  try {
+    return check();
+  } catch (const KeyError&) {
+    throw;
+  } catch (const UserError& e) {
+    throw KeyError(key, e.what());
+  }
+}
+
+}  // namespace
+
+torch::Device training_device(const Config& config) {
+  return as_key("training.device", [&] { return resolve_device(config.training.device); });
+}
+
+torch::Device set_up_device(const Config& config, const std::optional<LaunchEnv>& launch) {
+  set_cpu_threads(config.training.threads);
+  torch::Device device = training_device(config);
+  if (launch && launch->world_size > 1) device = rank_device(device, launch->local_rank);
+  make_current(device);
+  if (config.training.precision == Precision::BF16) {
+    check_bf16_supported(device, "training.precision");
+  }
+  if (config.memory.snapshot) {
+    as_key("memory.snapshot", [&] { check_memory_history_supported(device); });
+  }
+  as_key("memory.limit", [&] { set_memory_limit(device, config.memory.limit); });
+  set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
+  return device;
+}
+
+int64_t warm_up(StepParts& parts, const StepOptions& options, const torch::Tensor& images,
+                const torch::Tensor& labels, const torch::Device& device) {
+  int64_t steps = 0;
+  bool taken = false;
+  while (!taken && steps < kMostWarmupSteps) {
+    for (int64_t micro = 0; micro < options.accumulate_steps(); ++micro) {
+      taken = train_step(parts, images, labels, options, micro).stepped;
+    }
+    synchronize(device);
+    ++steps;
+  }
+  return steps;
+}
+
+}  // namespace training

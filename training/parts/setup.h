@@ -1,0 +1,38 @@
+// The one set-up before a step, for every command that steps (train, sweep trials, train memory,
+// the loader bench) and for the checkpointing choice's measurement: the device, then the step's
+// warm-up. A new set-up rule (an allocator option, a seed rule) goes here, once.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <optional>
+
+#include "training/config/config.h"
+#include "training/platform/distributed.h"
+#include "training/step/step.h"
+
+namespace training {
+
+// training.device as this machine can run it: "auto" resolved, a bad or missing device refused
+// as a KeyError naming training.device. No set-up: a parent process (a sweep's, a plan's) that
+// only needs to know the device calls this.
+torch::Device training_device(const Config& config);
+
+// The device a process steps on, set up, in this order: CPU threads (training.threads), the
+// device (training_device; a data-parallel rank's own GPU under `launch`), made current, the
+// checks that can refuse it (training.precision bf16 on this device; memory.snapshot's allocator
+// history), memory.limit, the CUDA math switches (training.cudnn_benchmark, training.allow_tf32).
+// Everything is refused before the caller writes anything.
+torch::Device set_up_device(const Config& config,
+                            const std::optional<LaunchEnv>& launch = std::nullopt);
+
+// The warm-up rule, the one place it is written: whole optimizer steps (options.accumulate_steps
+// micro-batches each) on one batch, until one has been taken -- the first creates the optimizer's
+// momentum and runs cuDNN's autotuning; with fp16 the GradScaler skips steps until its scale fits
+// -- and at most kMostWarmupSteps. Returns the steps run. (A sweep trial warms up instead on its
+// loader's batches for sweep.warmup_steps, which its peak counts: trial.cpp.)
+inline constexpr int64_t kMostWarmupSteps = 20;
+int64_t warm_up(StepParts& parts, const StepOptions& options, const torch::Tensor& images,
+                const torch::Tensor& labels, const torch::Device& device);
+
+}  // namespace training

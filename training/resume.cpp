@@ -1,0 +1,99 @@
+#include "training/resume.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "training/config/config_yaml.h"
+#include "training/platform/errors.h"
+#include "training/run/checkpoint_io.h"
+#include "training/run/output_dir.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The epochs a run directory recorded: the rows of metrics.jsonl (or of metrics.csv).
+int64_t recorded_epochs(const fs::path& run_dir) {
+  int64_t epochs = 0;
+  for (const auto& [name, header] :
+       {std::pair<const char*, int64_t>{"metrics.jsonl", 0}, {"metrics.csv", 1}}) {
+    std::ifstream in(run_dir / name);
+    int64_t lines = 0;
+    for (std::string line; std::getline(in, line);) lines += line.empty() ? 0 : 1;
+    epochs = std::max(epochs, lines - header);
+  }
+  return epochs;
+}
+
+}  // namespace
+
+ResumeTarget resume_target(const std::string& resume) {
+  if (resume.empty()) return {};
+  std::error_code ec;
+  const fs::path path(resume);
+  const bool run_dir = fs::is_directory(path, ec) && path.extension() != ".pt";
+  if (run_dir) check_is_run(path);
+  const fs::path checkpoint = path / "checkpoint.pt";
+  if (run_dir && fs::symlink_status(checkpoint, ec).type() == fs::file_type::not_found &&
+      fs::exists(path / "config.yaml", ec)) {
+    if (const int64_t epochs = recorded_epochs(path); epochs > 0) {
+      throw UserError(checkpoint.string() + ": missing, but the run recorded " +
+                      std::to_string(epochs) +
+                      " epoch(s) (metrics.jsonl / metrics.csv): starting it again would replace "
+                      "them; put its "
+                      "checkpoint back, or train a new run from its config (--config " +
+                      (path / "config.yaml").string() + " --output-dir NEW)");
+    }
+    return {path, {}};
+  }
+  const fs::path found = find_checkpoint(path);
+  // A checkpoint named from inside its run ("checkpoint.pt") is in this folder.
+  const fs::path run = found.has_parent_path() ? found.parent_path() : ".";
+  check_is_run(run);
+  return {run, found};
+}
+
+namespace {
+
+// A resume's overrides: the keys of the run's config.yaml edited by hand (where it differs from
+// the checkpoint's copy; the same rules as --set apply, and the file is named in messages), then
+// the flags'. config.yaml is rewritten from the effective config: an edit is never lost silently.
+std::vector<Override> with_hand_edits(const fs::path& config_yaml, const std::string& stored,
+                                      const std::string& origin,
+                                      const std::vector<Override>& overrides) {
+  std::error_code ec;
+  if (!fs::is_regular_file(config_yaml, ec)) return overrides;
+  const std::string edited = to_yaml(load_config(config_yaml.string()));
+  const auto edits =
+      config_yaml::differing_assignments(to_yaml(parse_config(stored, origin)), edited);
+  if (edits.empty()) return overrides;
+  spdlog::info(
+      "{}: differs from the config {} holds; its edits are taken as --set would take them: {}",
+      config_yaml.string(), origin, config_yaml::join(edits, ", "));
+  std::vector<Override> all;
+  for (const auto& edit : edits) all.emplace_back(edit, config_yaml.string());
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return all;
+}
+
+}  // namespace
+
+Config effective_config(const TrainRequest& request, const ResumeTarget& resume) {
+  const auto& overrides = request.overrides;
+  if (!request.config_path.empty()) return load_config(request.config_path, overrides);
+  if (resume.run_dir.empty()) {
+    throw UserError("no config: pass --config FILE (or --resume RUN to continue a run)");
+  }
+  if (resume.checkpoint.empty())
+    return load_config((resume.run_dir / "config.yaml").string(), overrides);
+  const std::string stored = checkpoint_config(resume.checkpoint);
+  const std::string origin = resume.checkpoint.string() + " (stored config)";
+  return parse_config(stored, origin,
+                      with_hand_edits(resume.run_dir / "config.yaml", stored, origin, overrides));
+}
+
+}  // namespace training

@@ -1,0 +1,29 @@
+// What `train` starts from: the run --resume names, and the effective config (--config with its
+// overrides, or a resumed run's stored config with its hand edits and the flags').
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "training/config/config.h"
+#include "training/train_command.h"
+
+namespace training {
+
+// What --resume names: a checkpoint to continue from, in a run directory. A run directory that
+// holds a run but no checkpoint (nothing at all at its checkpoint.pt) starts again from its
+// stored config only when it recorded no epoch (it stopped before its first checkpoint); a run
+// that recorded epochs is refused, so that its metrics and report are never trained over.
+struct ResumeTarget {
+  std::filesystem::path run_dir;     // empty when not resuming
+  std::filesystem::path checkpoint;  // empty when restarting a run that has none
+};
+
+ResumeTarget resume_target(const std::string& resume);
+
+// The config this run trains with: --config and the overrides; a resumed run's checkpoint's
+// stored config with config.yaml's hand edits (taken as --set would take them) and the flags; or
+// a run without checkpoint's config.yaml.
+Config effective_config(const TrainRequest& request, const ResumeTarget& resume);
+
+}  // namespace training

@@ -1,0 +1,113 @@
+// The card prediction as the studies show it (card_prediction.h): the log line, the JSON, the
+// sweep's columns and the Markdown table.
+#include <fmt/format.h>
+
+#include "training/platform/memory.h"
+#include "training/studies/card_prediction.h"
+
+namespace training {
+
+std::string prediction_line(const std::string& setting, const CardPrediction& p) {
+  const auto& r = p.replay;
+  if (!r.fits) {
+    return fmt::format(
+        "{} on {} ({}): batch {} does not fit: out of memory in {}; it needs {} on the device "
+        "({} reserved, {} allocated), {}; the largest batch that fits is {}",
+        setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size, r.failed_at,
+        format_bytes(p.device_bytes()), format_bytes(p.needed.peak_reserved),
+        format_bytes(p.needed.peak_allocated),
+        p.margin() < 0 ? format_bytes(-p.margin()) + " more than the card has"
+                       : "more than the allocator's limit of " + format_bytes(p.allocator.limit),
+        p.largest_batch);
+  }
+  return fmt::format(
+      "{} on {} ({}): batch {} predicted {} allocated ({}), {} reserved, {} on the device with {} "
+      "outside the allocator; fits with {} to spare{}; the largest batch that fits is {}",
+      setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size,
+      format_bytes(r.peak_allocated), r.peak_phase, format_bytes(r.peak_reserved),
+      format_bytes(p.device_bytes()), format_bytes(p.beside.outside_allocator),
+      format_bytes(p.margin()),
+      p.limited_by_memory_limit
+          ? " (allocator capped at memory.limit " + format_bytes(p.allocator.limit) + ")"
+          : "",
+      p.largest_batch);
+}
+
+nlohmann::ordered_json prediction_json(const CardPrediction& p) {
+  nlohmann::ordered_json phases = nlohmann::ordered_json::array();
+  for (const auto& phase : p.figures().phases) {
+    phases.push_back({{"phase", phase.phase},
+                      {"allocated_peak_bytes", phase.allocated},
+                      {"reserved_peak_bytes", phase.reserved}});
+  }
+  return {{"card",
+           {{"name", p.card.name},
+            {"memory_bytes", p.card.memory_bytes},
+            {"memory_source", p.card.memory_source},
+            {"architecture", p.card.architecture}}},
+          {"batch_size", p.batch_size},
+          {"fits", p.replay.fits},
+          {"failed_in", p.replay.failed_at},
+          {"predicted_allocated_peak_bytes", p.figures().peak_allocated},
+          {"predicted_peak_phase", p.figures().peak_phase},
+          {"predicted_reserved_peak_bytes", p.figures().peak_reserved},
+          {"reserved_peak_without_limit_bytes", p.needed.peak_reserved},
+          {"predicted_device_bytes", p.device_bytes()},
+          {"margin_bytes", p.margin()},
+          {"largest_batch", p.largest_batch},
+          {"cublas_workspace_bytes", p.beside.cublas_workspace * p.beside.workspaces},
+          {"outside_allocator_bytes", p.beside.outside_allocator},
+          {"outside_allocator_source", p.beside.outside_source},
+          {"allocator_options", alloc_conf_text(p.allocator)},
+          {"allocator_limit_bytes", p.allocator.limit},
+          {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"},
+          {"prefetched_batches", p.prefetched_batches},
+          {"allocator_retries", p.replay.retries},
+          {"scaling_checked_at_batch", p.checked_batch},
+          {"scaling_mismatched_allocations", p.mismatched},
+          {"phases", phases}};
+}
+
+nlohmann::ordered_json prediction_columns(const CardPrediction& p) {
+  return {{"card", p.card.name},
+          {"card_memory_bytes", p.card.memory_bytes},
+          {"predicted_allocated_peak_bytes", p.figures().peak_allocated},
+          {"predicted_reserved_peak_bytes", p.figures().peak_reserved},
+          {"predicted_device_bytes", p.device_bytes()},
+          {"fits_on_card", p.replay.fits},
+          {"largest_batch_on_card", p.largest_batch}};
+}
+
+std::string prediction_markdown(const std::vector<std::pair<std::string, CardPrediction>>& rows) {
+  if (rows.empty()) return "";
+  const auto& first = rows.front().second;
+  std::string md = fmt::format(
+      "## On {} ({}, {})\n\nPredicted from this machine's allocation stream, replayed through a "
+      "model of the CUDA caching allocator{} under {} (the card less {} outside the allocator: "
+      "{}).\n\n| setting | batch | allocated peak MiB | reserved peak MiB | on the device MiB | "
+      "fits | margin MiB | largest batch that fits |\n|---|---:|---:|---:|---:|---|---:|---:|\n",
+      first.card.name, format_bytes(first.card.memory_bytes), first.card.memory_source,
+      alloc_conf_text(first.allocator).empty() ? "" : " (" + alloc_conf_text(first.allocator) + ")",
+      format_bytes(first.allocator.limit), format_bytes(first.beside.outside_allocator),
+      first.beside.outside_source);
+  for (const auto& [setting, p] : rows) {
+    md += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {} | {:.1f} | {} |\n", setting,
+                      p.batch_size, to_mib(p.figures().peak_allocated),
+                      to_mib(p.figures().peak_reserved), to_mib(p.device_bytes()),
+                      p.replay.fits ? "yes" : "no (out of memory in " + p.replay.failed_at + ")",
+                      to_mib(p.margin()), p.largest_batch);
+  }
+  md += fmt::format(
+      "\nHeld beside the step: {} prefetched batch(es) (data.prefetch). Modelled: the allocator's "
+      "rounding, pools, segments, best-fit reuse, splitting and "
+      "merging, its retries; the cuBLAS workspaces ({} x {}). Not modelled: cuDNN's workspaces "
+      "(transient, taken from the allocator; more under training.cudnn_benchmark), allocations on "
+      "other streams. Each allocation's size is taken as linear in the batch from batches {} and "
+      "{}, checked on batch {}.\n",
+      first.prefetched_batches, first.beside.workspaces,
+      format_bytes(first.beside.cublas_workspace), kTraceBatches[0], kTraceBatches[1],
+      kTraceBatches[2]);
+  return md;
+}
+
+}  // namespace training

@@ -1,0 +1,77 @@
+// What train sweep refuses before its folder exists: the grid's cells this device cannot run, and
+// the keys a sweep does not combine (sweep.h's check_sweep).
+#include <algorithm>
+
+#include "training/parts/checkpoint_choice.h"
+#include "training/parts/components.h"
+#include "training/platform/device.h"
+#include "training/platform/distributed.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+#include "training/studies/sweep.h"
+
+namespace training {
+
+void check_sweep(const Config& config, const torch::Device& device) {
+  for (auto precision : config.sweep.precisions) {
+    if (precision == Precision::BF16) check_bf16_supported(device, "sweep.precisions");
+  }
+  if (config.memory.limit > total_memory(device)) {
+    throw KeyError("memory.limit", format_bytes(config.memory.limit) + " is more than " +
+                                       device.str() + " has (" +
+                                       format_bytes(total_memory(device)) + ")");
+  }
+  if (const auto launch = launch_env_from_environment(); launch && launch->world_size > 1) {
+    throw UserError("WORLD_SIZE=" + std::to_string(launch->world_size) +
+                    ": train sweep runs its trials one process at a time; start it without "
+                    "WORLD_SIZE, and set sweep.data_parallel: true to measure what one rank of a "
+                    "data-parallel run holds");
+  }
+  if (config.training.accumulate_steps != 1) {
+    throw KeyError("training.accumulate_steps",
+                   std::to_string(config.training.accumulate_steps) +
+                       " is not what train sweep measures: its grid's axis is "
+                       "sweep.accumulate_steps (--accumulate-steps " +
+                       std::to_string(config.training.accumulate_steps) + ")");
+  }
+  if (config.sweep.data_parallel && config.training.cuda_graph == CudaGraphMode::On) {
+    throw KeyError("sweep.data_parallel",
+                   "true is not combined with training.cuda_graph: on (a data-parallel step is "
+                   "not captured); set training.cuda_graph to auto or off");
+  }
+  if (config.training.cuda_graph == CudaGraphMode::On) {
+    use_cuda_graph(config, device, /*data_parallel=*/false);  // refuses the CPU
+    const auto& p = config.sweep.precisions;
+    const auto& c = config.sweep.checkpointing;
+    const auto& n = config.sweep.accumulate_steps;
+    if (std::find(p.begin(), p.end(), Precision::FP16) != p.end() ||
+        std::find_if(c.begin(), c.end(), [](auto mode) { return mode != CheckpointMode::Off; }) !=
+            c.end() ||
+        std::find_if(n.begin(), n.end(), [](int64_t steps) { return steps > 1; }) != n.end()) {
+      throw UserError(
+          "training.cuda_graph: on cannot capture the sweep's fp16, checkpointing or "
+          "accumulation cells; set it to auto, which runs those cells eager and captures the "
+          "others");
+    }
+  }
+  const auto& modes = config.sweep.checkpointing;
+  if (std::find(modes.begin(), modes.end(), CheckpointMode::Auto) != modes.end()) {
+    if (config.sweep.data_parallel) {
+      throw KeyError("sweep.checkpointing",
+                     "auto is not combined with sweep.data_parallel: true (the choice is measured "
+                     "without the reducer's buckets); drop one of them");
+    }
+    // Refuses a CPU without memory.limit or a budget (CUDA: each trial takes its card's; the
+    // parent opens no CUDA context of its own).
+    if (const std::string missing = missing_budget(config, device); !missing.empty()) {
+      throw KeyError("sweep.checkpointing", "auto " + missing);
+    }
+  }
+  if (config.sweep.find_max && device.is_cpu() && config.memory.limit == 0) {
+    throw UserError(
+        "sweep.find_max: on the CPU there is no device memory to fill; set "
+        "memory.limit (or --memory-limit) to the card size to emulate");
+  }
+}
+
+}  // namespace training
