@@ -43,11 +43,9 @@ std::vector<training::Override> ConfigFlags::overrides() const {
 }
 
 CLI::Option* add_config_flags(CLI::App& command, std::string& config_path, ConfigFlags& flags,
-                              const std::string& config_help) {
+                              const std::string& config_help, const std::string& set_help) {
   auto* config = command.add_option("--config", config_path, config_help);
-  command
-      .add_option("--set", flags.sets, "Override one config key: section.key=value (repeatable)")
-      ->allow_extra_args(false);
+  command.add_option("--set", flags.sets, set_help)->allow_extra_args(false);
   for (auto& flag : flags.shorthands) {
     flag.option = command.add_option(flag.name, flag.value, flag.help);
   }
@@ -142,7 +140,8 @@ CLI::App* add_plan_command(CLI::App& app, Arguments& a) {
                    "setting, the micro-batch x training.accumulate_steps that fits");
   plan->add_option("--from", a.plan.from, "A sweep directory to plan from (train sweep)");
   add_config_flags(*plan, a.plan.config_path, a.plan_flags,
-                   "Without --from: the config of a small sweep to run first");
+                   "Without --from: the config of a small sweep to run first",
+                   "Override one config key of that sweep (repeatable)");
   plan->add_option("--headroom", a.plan.headroom, "Share of the card kept free (default 10%)");
   plan->add_option("--overhead", a.plan.overhead,
                    "Memory outside the allocator, e.g. 800MiB (default: measured by a CUDA "

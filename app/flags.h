@@ -45,7 +45,10 @@ struct ConfigFlags {
 
 // --config (bound to `config_path`), --set and `flags`' shorthands on `command`; returns --config.
 CLI::Option* add_config_flags(CLI::App& command, std::string& config_path, ConfigFlags& flags,
-                              const std::string& config_help);
+                              const std::string& config_help,
+                              const std::string& set_help =
+                                  "Override one config key: "
+                                  "section.key=value (repeatable)");
 
 // Every command's arguments, bound to CLI11 options by the add_* functions below.
 struct Arguments {
@@ -94,7 +97,7 @@ struct Arguments {
   std::string trial_config, trial_result;
 };
 
-// The subcommands, as added to the app (null: not this build's).
+// The subcommands, as added to the app.
 struct Commands {
   CLI::App *sweep, *memory, *plan, *report, *compare, *convert, *matmul, *loader, *trial;
 };

@@ -28,7 +28,7 @@ EXEMPT = re.compile(r"NOLINT\(readability-function-size\):\s*\S")
 def sources(root: Path) -> list[str]:
     listed = subprocess.run(
         ["git", "ls-files", "--", *(f"{r}/*.cpp" for r in ROOTS), *(f"{r}/*.h" for r in ROOTS)],
-        cwd=root, check=True, capture_output=True, text=True).stdout.split()
+        cwd=root, check=True, capture_output=True, text=True).stdout.splitlines()
     return sorted(f for f in listed if (root / f).is_file())
 
 
@@ -45,8 +45,10 @@ def functions(root: Path, files: list[str]) -> list[tuple[str, str, int, int]]:
     found = []
     for line in out.splitlines():
         path, name, first, last = line.split("\t")
-        if first.isdigit() and last.isdigit():
-            found.append((path, name, int(first), int(last)))
+        if not (first.isdigit() and last.isdigit()):  # a function whose end ctags did not find
+            sys.exit(f"check_sizes: {path}: ctags gives no extent for function {name} "
+                     f"({first}..{last}); cannot check its size")
+        found.append((path, name, int(first), int(last)))
     return found
 
 

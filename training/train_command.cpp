@@ -269,7 +269,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, Config& confi
   const auto launch = launch_env_from_environment();
   // Everything that can be refused is checked, and everything that can run out of memory before
   // the first step is built, before the run directory is created or touched.
-  const torch::Device device = set_up_device(config, launch);
+  const torch::Device device = set_up_device(config, DeviceUse::Step, launch);
   LoadedData data = load_data(config);
   const bool data_parallel = launch && launch->world_size > 1;
   auto building = [] {

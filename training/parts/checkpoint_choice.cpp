@@ -308,7 +308,7 @@ std::optional<CheckpointChoice> resolve_checkpointing(Config& config, const torc
   try {
     m = measure ? measure(config, device) : measure_blocks(config, device);
   } catch (const std::exception& e) {
-    if (!is_out_of_memory(e)) throw;
+    if (!is_out_of_memory(e) || dynamic_cast<const OutOfMemory*>(&e)) throw;  // worded already
     throw OutOfMemory("checkpointing.enabled: auto: one step at batch " +
                       std::to_string(config.training.batch_size) +
                       " with every block recomputed ran out of memory while it was measured (" +

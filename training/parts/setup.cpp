@@ -25,12 +25,14 @@ torch::Device training_device(const Config& config) {
   return as_key("training.device", [&] { return resolve_device(config.training.device); });
 }
 
-torch::Device set_up_device(const Config& config, const std::optional<LaunchEnv>& launch) {
+torch::Device set_up_device(const Config& config, DeviceUse use,
+                            const std::optional<LaunchEnv>& launch) {
   set_cpu_threads(config.training.threads);
   torch::Device device = training_device(config);
   if (launch && launch->world_size > 1) device = rank_device(device, launch->local_rank);
   make_current(device);
-  if (config.training.precision == Precision::BF16) {
+  if (use == DeviceUse::Loader) return device;
+  if (use == DeviceUse::Step && config.training.precision == Precision::BF16) {
     check_bf16_supported(device, "training.precision");
   }
   if (config.memory.snapshot) {

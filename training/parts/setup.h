@@ -18,12 +18,19 @@ namespace training {
 // only needs to know the device calls this.
 torch::Device training_device(const Config& config);
 
-// The device a process steps on, set up, in this order: CPU threads (training.threads), the
+// What a command does on the device, which decides what of the set-up applies to it:
+//   Step    a training step (train, sweep trials, one setting of train memory): everything below;
+//   Study   train memory around its settings: all but the bf16 check, which each setting's own
+//           precision gets (its Step set-up), not training.precision;
+//   Loader  the loader bench, which moves batches and runs no step: threads, the device, current.
+enum class DeviceUse { Step, Study, Loader };
+
+// The device a process works on, set up, in this order: CPU threads (training.threads), the
 // device (training_device; a data-parallel rank's own GPU under `launch`), made current, the
 // checks that can refuse it (training.precision bf16 on this device; memory.snapshot's allocator
 // history), memory.limit, the CUDA math switches (training.cudnn_benchmark, training.allow_tf32).
 // Everything is refused before the caller writes anything.
-torch::Device set_up_device(const Config& config,
+torch::Device set_up_device(const Config& config, DeviceUse use = DeviceUse::Step,
                             const std::optional<LaunchEnv>& launch = std::nullopt);
 
 // The warm-up rule, the one place it is written: whole optimizer steps (options.accumulate_steps

@@ -20,7 +20,7 @@ namespace {
 
 // The benchmark itself, from its config.
 LoaderBenchResult bench_loader(const LoaderBenchRequest& request, const Config& config) {
-  const torch::Device device = set_up_device(config);
+  const torch::Device device = set_up_device(config, DeviceUse::Loader);
   auto dataset = config.data.dataset;
   dataset.synthetic_seed(static_cast<uint64_t>(config.training.seed));
   data::Split split;

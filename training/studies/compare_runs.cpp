@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 

@@ -268,7 +268,7 @@ int report_breakdown(const StepBreakdown& b, const SweepCell& cell, const fs::pa
 }
 
 int memory_study(const MemoryRequest& request, const Config& config) {
-  const torch::Device device = set_up_device(config);  // refused before the study's folder exists
+  const torch::Device device = set_up_device(config, DeviceUse::Study);  // refused before the study's folder exists
   // training.cuda_graph: on is refused where it cannot run, as train, sweep and plan refuse it;
   // on CUDA the study measures the eager step, whose memory the captured one holds too.
   if (config.training.cuda_graph == CudaGraphMode::On) use_cuda_graph(config, device, false);

@@ -46,6 +46,17 @@ TEST(SetUp, AMemoryLimitAboveTheDeviceIsRefused) {
   EXPECT_TRUE(training::set_up_device(config).is_cpu());
 }
 
+// What of the set-up a use takes: the loader bench runs no step, so the step's checks and limit
+// are not its; a study's settings check their own precision, not training.precision.
+TEST(SetUp, EachUseTakesItsPartOfTheSetUp) {
+  auto config = config_with("");
+  config.memory.limit = training::total_memory(torch::Device(torch::kCPU)) * 2;
+  config.memory.snapshot = true;  // the CPU has no allocator history
+  EXPECT_TRUE(training::set_up_device(config, training::DeviceUse::Loader).is_cpu());
+  EXPECT_THROW(training::set_up_device(config, training::DeviceUse::Study), training::KeyError);
+  EXPECT_THROW(training::set_up_device(config, training::DeviceUse::Step), training::KeyError);
+}
+
 // The warm-up rule: whole optimizer steps until one is taken, so the momentum exists after it.
 TEST(SetUp, WarmUpTakesOneWholeStepAndLeavesTheMomentum) {
   for (const int64_t micro_batches : {1, 3}) {
