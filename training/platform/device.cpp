@@ -232,8 +232,7 @@ bool is_out_of_memory_message(const std::string& message) {
 
 bool is_out_of_memory(const std::exception& error) {
   return dynamic_cast<const c10::OutOfMemoryError*>(&error) ||
-         dynamic_cast<const OutOfMemory*>(&error) ||
-         is_out_of_memory_message(error_line(error));
+         dynamic_cast<const OutOfMemory*>(&error) || is_out_of_memory_message(error_line(error));
 }
 
 bool has_native_bf16(const std::unordered_map<std::string, c10::IValue>& capabilities) {

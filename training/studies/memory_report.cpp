@@ -267,17 +267,13 @@ int report_breakdown(const StepBreakdown& b, const SweepCell& cell, const fs::pa
   return exit_code;
 }
 
-int memory_study(const MemoryRequest& request, const Config& config) {
-  const torch::Device device = set_up_device(config, DeviceUse::Study);  // refused before the study's folder exists
-  // training.cuda_graph: on is refused where it cannot run, as train, sweep and plan refuse it;
-  // on CUDA the study measures the eager step, whose memory the captured one holds too.
-  if (config.training.cuda_graph == CudaGraphMode::On) use_cuda_graph(config, device, false);
-  auto settings = memory_settings(request.settings, config, device);
-  // Each setting at the config's training.accumulate_steps (its card prediction too).
-  for (auto& setting : settings) setting.accumulate_steps = config.training.accumulate_steps;
-  const auto card = card_request(request, settings);  // refuses auto with --card, first
+// What the settings cannot do here: checkpointing auto without a budget, --card-only without a
+// card, a card prediction of accumulation.
+void refuse_settings(const MemoryRequest& request, const Config& config,
+                     const torch::Device& device, const std::vector<SweepCell>& settings,
+                     bool card) {
+  const std::string missing = missing_budget(config, device);
   for (const auto& setting : settings) {
-    const std::string missing = missing_budget(config, device);
     if (setting.checkpointing == CheckpointMode::Auto && !missing.empty()) {
       throw UserError("--settings: " + setting_label(setting) + " " + missing);
     }
@@ -286,6 +282,19 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   if (card && config.training.accumulate_steps > 1) {
     throw UserError(accumulation_not_predicted(config.training.accumulate_steps));
   }
+}
+
+int memory_study(const MemoryRequest& request, const Config& config) {
+  // Everything refused is refused before the study's folder exists.
+  const torch::Device device = set_up_device(config, DeviceUse::Study);
+  // training.cuda_graph: on is refused where it cannot run, as train, sweep and plan refuse it;
+  // on CUDA the study measures the eager step, whose memory the captured one holds too.
+  if (config.training.cuda_graph == CudaGraphMode::On) use_cuda_graph(config, device, false);
+  auto settings = memory_settings(request.settings, config, device);
+  // Each setting at the config's training.accumulate_steps (its card prediction too).
+  for (auto& setting : settings) setting.accumulate_steps = config.training.accumulate_steps;
+  const auto card = card_request(request, settings);  // refuses auto with --card, first
+  refuse_settings(request, config, device, settings, card.has_value());
   std::unique_ptr<DirectoryLock> lock;
   const fs::path dir = study_directory(request, config, lock);
   write_file_atomically(dir / "config.yaml", to_yaml(config));
