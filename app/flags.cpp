@@ -52,6 +52,39 @@ CLI::Option* add_config_flags(CLI::App& command, std::string& config_path, Confi
   return config;
 }
 
+namespace {
+
+// The option named `name` ("--budget") in `app` or any of its subcommands; null if none.
+const CLI::Option* find_flag(const CLI::App& app, const std::string& name) {
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->check_name(name)) return option;
+  }
+  for (const CLI::App* subcommand : app.get_subcommands({})) {
+    if (const CLI::Option* found = find_flag(*subcommand, name)) return found;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string flag_error(const CLI::App& app, const CLI::Error& error) {
+  std::string what = error.what();
+  const std::string prefix = "Could not convert: ", separator = " = ";
+  const size_t equals = what.find(separator);
+  if (what.rfind(prefix, 0) == 0 && equals != std::string::npos) {
+    const std::string name = what.substr(prefix.size(), equals - prefix.size());
+    const std::string value = what.substr(equals + separator.size());
+    const CLI::Option* flag = find_flag(app, name);
+    const std::string type = flag ? flag->get_type_name() : "";
+    const std::string expected = type == "INT"     ? "a whole number"
+                                 : type == "UINT"  ? "a whole number, 0 or more"
+                                 : type == "FLOAT" ? "a number"
+                                                   : "";
+    if (!expected.empty()) what = name + ": expected " + expected + ", got '" + value + "'";
+  }
+  return "[error] " + what + " (train --help lists the flags)\n";
+}
+
 void refuse_empty_values(const CLI::App& command) {
   for (const CLI::Option* option : command.get_options()) {
     if (option->get_type_size_max() == 0) continue;  // a flag

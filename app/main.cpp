@@ -87,9 +87,8 @@ int main(int argc, char** argv) {
   cli.footer(app::kExamples);
   cli.require_subcommand(0, 1);
   // One line, as every bad input gets (CLI11's own adds "Run with --help for more information.").
-  cli.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return std::string(e.what()) + " (train --help lists the flags)\n";
-  });
+  cli.failure_message(
+      [](const CLI::App* app, const CLI::Error& e) { return app::flag_error(*app, e); });
   app::Arguments a;
   const app::Commands commands = app::add_commands(cli, a);
   try {

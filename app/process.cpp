@@ -3,10 +3,12 @@
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "data/split.h"
@@ -94,11 +96,80 @@ void set_up_process() {
 
 }  // namespace app
 
+namespace {
+
+// PYTORCH_CUDA_ALLOC_CONF as `key:value` items separated by single commas (one trailing comma
+// allowed), a value a word or a bracketed list of words ([1,2]), blanks around them: the form
+// LibTorch documents. LibTorch reads the variable while it loads (c10_cuda's initialisers, on a
+// machine without a GPU too) and aborts with an internal assertion on many other forms
+// ("garbage", "key:", "a:b c:d", two trailing commas). Plain C: this runs before any library is
+// initialised.
+bool alloc_conf_is_well_formed(const char* text) {
+  const char* p = text;
+  auto blanks = [&] {
+    while (*p == ' ' || *p == '\t') ++p;
+  };
+  auto word = [&] {  // one or more characters that are neither blank nor :,[]
+    const char* start = p;
+    while (*p && !std::strchr(" \t:,[]", *p)) ++p;
+    return p > start;
+  };
+  blanks();
+  if (!*p) return true;
+  while (true) {
+    blanks();
+    if (!*p) return true;  // after a trailing comma, which LibTorch takes
+    if (!word()) return false;
+    blanks();
+    if (*p++ != ':') return false;
+    blanks();
+    if (*p == '[') {
+      ++p;
+      blanks();
+      if (*p != ']') {
+        while (true) {
+          blanks();
+          if (!word()) return false;
+          blanks();
+          if (*p != ',') break;
+          ++p;
+        }
+      }
+      if (*p++ != ']') return false;
+    } else if (!word()) {
+      return false;
+    }
+    blanks();
+    if (!*p) return true;
+    if (*p++ != ',') return false;
+  }
+}
+
+}  // namespace
+
 // A stop before a command can stop gracefully exits with 130, from the first instruction on: the
 // dynamic loader runs .preinit_array before any library's initialisers (LibTorch's take a
-// noticeable time), so only the loading itself is left to the default action.
-extern "C" void train_preinit(int, char**, char**) {
+// noticeable time), so only the loading itself is left to the default action. A
+// PYTORCH_CUDA_ALLOC_CONF that LibTorch would abort on while loading is refused here, in one line.
+extern "C" void train_preinit(int, char**, char** environment) {
   training::install_exit_on_stop();
+  // From the loader's own copy of the environment: libc's (getenv) is not set up yet.
+  const char* conf = nullptr;
+  const char kName[] = "PYTORCH_CUDA_ALLOC_CONF=";
+  for (char** variable = environment; variable && *variable; ++variable) {
+    if (std::strncmp(*variable, kName, sizeof kName - 1) == 0) conf = *variable + sizeof kName - 1;
+  }
+  if (conf && !alloc_conf_is_well_formed(conf)) {
+    const char* parts[] = {
+        "[error] PYTORCH_CUDA_ALLOC_CONF: expected key:value items separated by "
+        "single commas (e.g. expandable_segments:True,max_split_size_mb:128), "
+        "got '",
+        conf, "' (LibTorch reads it while loading and aborts on malformed values)\n"};
+    for (const char* part : parts) {
+      if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
+    }
+    std::_Exit(training::kExitBadInput);
+  }
 }
 __attribute__((section(".preinit_array"),
                used)) static void (*const kPreinit)(int, char**, char**) = train_preinit;

@@ -249,7 +249,10 @@ def run_train(train, args):
     proc = subprocess.run([os.path.abspath(train), *args], capture_output=True, text=True,
                           errors="surrogateescape")
     if proc.returncode != 0:
-        lines = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit {proc.returncode}"]
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        if not lines:  # not train's one-line error: say which program failed, and how
+            raise Refused(f"{train} {args[0]} exited with {proc.returncode} and said nothing: is {train} "
+                          "this project's train (--train names it)?")
         raise Refused(re.sub(r"^(\[[^]]*\] )+", "", lines[-1]))
     return proc.stdout
 

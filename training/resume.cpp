@@ -82,7 +82,9 @@ std::vector<Override> with_hand_edits(const fs::path& config_yaml, const std::st
 
 }  // namespace
 
-Config effective_config(const TrainRequest& request, const ResumeTarget& resume) {
+Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
+                        Decisions& recorded) {
+  recorded = {};
   const auto& overrides = request.overrides;
   if (!request.config_path.empty()) return load_config(request.config_path, overrides);
   if (resume.run_dir.empty()) {
@@ -90,10 +92,22 @@ Config effective_config(const TrainRequest& request, const ResumeTarget& resume)
   }
   if (resume.checkpoint.empty())
     return load_config((resume.run_dir / "config.yaml").string(), overrides);
-  const std::string stored = checkpoint_config(resume.checkpoint);
+  const RunInputs stored = checkpoint_inputs(resume.checkpoint);
   const std::string origin = resume.checkpoint.string() + " (stored config)";
-  return parse_config(stored, origin,
-                      with_hand_edits(resume.run_dir / "config.yaml", stored, origin, overrides));
+  Config config = parse_config(
+      stored.config_yaml, origin,
+      with_hand_edits(resume.run_dir / "config.yaml", stored.config_yaml, origin, overrides));
+  if (!stored.decisions_json.empty()) {
+    recorded =
+        parse_decisions(stored.decisions_json, resume.checkpoint.string() + " (stored decisions)");
+  } else if (auto older = recorded_in_config(stored.config_yaml)) {
+    // An older build's record: its blocks were auto's choice, not the user's (unless edited).
+    if (config.checkpointing.blocks() == older->blocks) {
+      config.checkpointing.blocks(std::nullopt);
+      recorded.checkpointing = std::move(older);
+    }
+  }
+  return config;
 }
 
 }  // namespace training

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "training/config/config.h"
+#include "training/config/decisions.h"
 #include "training/train_command.h"
 
 namespace training {
@@ -21,9 +22,12 @@ struct ResumeTarget {
 
 ResumeTarget resume_target(const std::string& resume);
 
-// The config this run trains with: --config and the overrides; a resumed run's checkpoint's
-// stored config with config.yaml's hand edits (taken as --set would take them) and the flags; or
-// a run without checkpoint's config.yaml.
-Config effective_config(const TrainRequest& request, const ResumeTarget& resume);
+// The config this run trains with, as asked: --config and the overrides; a resumed run's
+// checkpoint's stored config with config.yaml's hand edits (taken as --set would take them) and
+// the flags; or a run without checkpoint's config.yaml. A resumed checkpoint's decisions go to
+// `recorded` (from its 'decisions' entry, or, written by an older build, from the choice its
+// config recorded, whose blocks then leave the config unless edited since).
+Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
+                        Decisions& recorded);
 
 }  // namespace training

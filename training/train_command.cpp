@@ -12,9 +12,11 @@
 #include "data/dataset.h"
 #include "training/config/config.h"
 #include "training/config/config_yaml.h"
+#include "training/config/decisions.h"
 #include "training/loop/trainer.h"
 #include "training/out_of_memory.h"
 #include "training/parts/checkpoint_choice.h"
+#include "training/parts/components.h"
 #include "training/parts/memory_format.h"
 #include "training/parts/setup.h"
 #include "training/platform/device.h"
@@ -143,19 +145,21 @@ void open_run(const TrainRequest& request, const ResumeTarget& resume, const Con
           ? fs::path(request.output_dir)
           : new_run_path(config.output.dir, config.output.name, arch_name(config.model));
   run.emplace(path, in_place);
-  spdlog::info("run directory: {} (config.yaml holds the full config, train.log everything said)",
-               run->path().string());
+  spdlog::info(
+      "run directory: {} (config.yaml holds the config as asked, decisions.json what auto "
+      "decided, train.log everything said)",
+      run->path().string());
 }
 
 // The start-up summary, on the terminal and in train.log: device and threads, data, model,
 // precision, layout, batch and epochs (the run directory was said when it was opened). The full
 // effective config and the memory arithmetic go to train.log only (trace level: the console shows
 // info and above); config.yaml holds the config too.
-void log_start(const Config& config, const std::string& yaml, const torch::Device& device,
+void log_start(const Config& config, const RunInputs& inputs, const torch::Device& device,
                const LoadedData& data, Trainer& trainer, const MemoryFormatChoice& layout) {
   spdlog::info("device {}, LibTorch {}", describe_device(device), TORCH_VERSION);
   warn_if_bf16_is_emulated(device, config.training.precision);
-  spdlog::trace("effective config:\n{}", yaml);
+  spdlog::trace("config as asked:\n{}decisions: {}", inputs.config_yaml, inputs.decisions_json);
   spdlog::info("data: {} from {}: {} train / {} test images, decoded in {:.1f} s",
                source_description(data.source), data.root, trainer.train_size(),
                trainer.test_size(), data.seconds);
@@ -179,8 +183,9 @@ void log_start(const Config& config, const std::string& yaml, const torch::Devic
   }
 }
 
-// checkpointing auto: the choice made now, or the one the config holds (a resume).
-void log_checkpointing(const Config& config, const std::optional<CheckpointChoice>& choice) {
+// checkpointing auto: the choice made now, the one recorded (a resume), or the blocks given.
+void log_checkpointing(const Config& config, const Decisions& decisions,
+                       const std::optional<CheckpointChoice>& choice) {
   const auto& c = config.checkpointing;
   if (c.mode() != CheckpointMode::Auto) return;
   if (choice) {
@@ -189,18 +194,21 @@ void log_checkpointing(const Config& config, const std::optional<CheckpointChoic
     spdlog::debug("checkpointing auto: {}", describe_measurement(*choice));
     return;
   }
-  const auto& blocks = c.blocks().value_or(std::vector<std::string>{});
-  spdlog::info("checkpointing auto: the config's choice, not measured again: {}",
+  const auto& blocks = decisions.checkpointing ? decisions.checkpointing->blocks
+                                               : c.blocks().value_or(std::vector<std::string>{});
+  spdlog::info("checkpointing auto: {}: {}",
+               decisions.checkpointing ? "the run's recorded choice, not measured again"
+                                       : "the blocks checkpointing.blocks gives",
                blocks.empty() ? std::string("no block recomputed")
                               : "recompute " + config_yaml::join(blocks, ", "));
 }
 
 // checkpointing auto verified: the training peak the run measured beside the prediction.
-void log_checkpointing_outcome(const Config& config, const RunDirectory& run) {
+void log_checkpointing_outcome(const Decisions& decisions, const RunDirectory& run) {
   // The last epoch's: trained under this choice (a resume may have chosen again).
   const int64_t measured = run.epochs().back().train_peak_allocated_bytes;
   bool exceeded = false;
-  const std::string outcome = checkpointing_outcome(config.checkpointing, measured, &exceeded);
+  const std::string outcome = checkpointing_outcome(decisions.checkpointing, measured, &exceeded);
   if (outcome.empty()) return;
   if (exceeded) {
     spdlog::warn("checkpointing auto: {}", outcome);
@@ -240,10 +248,10 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
 
 // The run's end: the checkpointing's outcome and the report (when epochs were recorded), the
 // last line, and the exit code.
-int finish(const Config& config, FitEnd end, const Trainer& trainer,
+int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
            std::optional<RunDirectory>& run, std::chrono::steady_clock::time_point start) {
   const bool has_epochs = run && !run->epochs().empty();
-  if (has_epochs) log_checkpointing_outcome(config, *run);
+  if (has_epochs) log_checkpointing_outcome(decisions, *run);
   if (has_epochs) spdlog::info("report: {}", write_report(run->path()).string());
   if (end == FitEnd::Stopped) return kExitStopped;
   if (end == FitEnd::Diverged) return kExitDiverged;
@@ -264,36 +272,44 @@ int finish(const Config& config, FitEnd end, const Trainer& trainer,
   return kExitOk;
 }
 
-// The run itself, from its effective config: set up, train, report.
-int train(const TrainRequest& request, const ResumeTarget& resume, Config& config) {
+// The run itself, from the config asked for and the decisions recorded (a resume): set up,
+// decide, train, report.
+int train(const TrainRequest& request, const ResumeTarget& resume, const Config& asked,
+          Decisions decisions) {
   const auto launch = launch_env_from_environment();
   // Everything that can be refused is checked, and everything that can run out of memory before
   // the first step is built, before the run directory is created or touched.
-  const torch::Device device = set_up_device(config, DeviceUse::Step, launch);
-  LoadedData data = load_data(config);
+  const torch::Device device = set_up_device(asked, DeviceUse::Step, launch);
+  LoadedData data = load_data(asked);
   const bool data_parallel = launch && launch->world_size > 1;
   auto building = [] {
     return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while building the model and its data"};
   };
-  // training.memory_format: auto becomes this run's layout (in config.yaml and the checkpoint).
-  const MemoryFormatChoice layout = out_of_memory_is_exit_3(config, device, building, [&] {
-    return choose_memory_format(config, device, data_parallel);
+  // What needs no measurement is refused before anything is measured: the labels, the batch
+  // against the training set, the steps against the profiler's window.
+  check_labels(data.train, "training", asked.model.num_classes());
+  check_labels(data.test, "test", asked.model.num_classes());
+  Trainer::check_steps(asked, data.train.size(), launch ? launch->world_size : 1);
+  // The autos become this run's decisions (decisions.json and the checkpoint; a resume keeps
+  // those that hold): training.memory_format's layout, then checkpointing's blocks for this
+  // batch and budget. The parts are built from the config with the decisions in place.
+  const MemoryFormatChoice layout = out_of_memory_is_exit_3(asked, device, building, [&] {
+    return decide_memory_format(asked, decisions, device, data_parallel);
   });
-  config.training.memory_format = layout.format;
-  // checkpointing.enabled: auto chooses its blocks for this batch and budget (in config.yaml and
-  // the checkpoint, so a resume recomputes the same ones without measuring).
-  const auto checkpointing = out_of_memory_is_exit_3(config, device, building, [&] {
+  const auto checkpointing = out_of_memory_is_exit_3(asked, device, building, [&] {
     return resolve_checkpointing(
-        config, device, data_parallel, {},
-        held_beside_step(config, device, static_cast<int64_t>(data.train.images.nbytes())));
+        decided(asked, {decisions.layout, std::nullopt}), decisions, device, data_parallel, {},
+        held_beside_step(asked, device, static_cast<int64_t>(data.train.images.nbytes())));
   });
-  const std::string yaml = to_yaml(config);
+  const RunInputs inputs{to_yaml(asked), decisions_json(decisions)};
+  const Config config = decided(asked, decisions);
   // The peers are joined once what this rank can refuse by itself has been checked.
   std::unique_ptr<ProcessGroup> group;
   if (data_parallel) group = std::make_unique<ProcessGroup>(*launch, config.distributed, device);
   Trainer trainer = out_of_memory_is_exit_3(config, device, building, [&] {
     return Trainer(config, device, std::move(data.train), std::move(data.test), group.get());
   });
+  trainer.record_inputs(inputs);
 
   std::optional<RunDirectory> run;
   open_run(request, resume, config, group.get(), run);
@@ -304,8 +320,8 @@ int train(const TrainRequest& request, const ResumeTarget& resume, Config& confi
         group->rank(), group->world_size(), group->backend_name(), launch->local_rank,
         launch->master_addr, launch->master_port, group->network_description());
   }
-  log_start(config, yaml, device, data, trainer, layout);
-  log_checkpointing(config, checkpointing);
+  log_start(config, inputs, device, data, trainer, layout);
+  log_checkpointing(config, decisions, checkpointing);
   // The checkpoint is loaded and checked against this run's config before anything but the log
   // is written: a refused resume leaves config.yaml, the metrics and the event files as they were.
   if (!resume.checkpoint.empty()) {
@@ -321,7 +337,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, Config& confi
         resume.run_dir.string());
   }
   if (run) {
-    run->write_config(yaml);
+    run->write_inputs(inputs);
     trainer.write_to(*run);
     if (!resume.run_dir.empty())
       run->keep_epochs_through(trainer.state().epoch, trainer.state().step);
@@ -330,7 +346,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, Config& confi
   install_stop_handlers();
   const auto start = std::chrono::steady_clock::now();
   const FitEnd end = fit(config, device, trainer, group.get());
-  return finish(config, end, trainer, run, start);
+  return finish(decisions, end, trainer, run, start);
 }
 
 }  // namespace
@@ -346,12 +362,13 @@ int train_command(const TrainRequest& request) {
                     request.output_dir);
   }
   const ResumeTarget resume = resume_target(request.resume);
-  Config config = effective_config(request, resume);
+  Decisions recorded;
+  const Config config = effective_config(request, resume, recorded);
   if (request.print_config) {
     std::cout << to_yaml(config);
     return kExitOk;
   }
-  return with_key_origins(config, [&] { return train(request, resume, config); });
+  return with_key_origins(config, [&] { return train(request, resume, config, recorded); });
 }
 
 }  // namespace training

@@ -9,6 +9,7 @@
 #include "app/cli_support.h"
 #include "training/config/config.h"
 #include "training/parts/checkpoint_choice.h"
+#include "training/run/run_dir.h"
 
 namespace {
 
@@ -43,27 +44,31 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
                                 " --set checkpointing.enabled=auto --set training.max_steps=1");
   ASSERT_EQ(chosen.code, 0) << chosen.output;
   EXPECT_NE(chosen.output.find("checkpointing auto: budget "), std::string::npos) << chosen.output;
+  // config.yaml stays what was asked; decisions.json holds the choice.
   const training::Config written = training::load_config((run / "config.yaml").string());
-  const auto& blocks = written.checkpointing.blocks();
-  ASSERT_TRUE(blocks);
-  EXPECT_FALSE(blocks->empty());
-  EXPECT_LT(blocks->size(), 8u);  // not every block: that is checkpointing.enabled: true
-  EXPECT_LE(written.checkpointing.predicted_peak(), written.checkpointing.chosen_budget());
-  EXPECT_GE(written.checkpointing.chosen_budget(), budget - 16);  // memory.limit less 10%
-  EXPECT_LE(written.checkpointing.chosen_budget(), budget);
-  EXPECT_EQ(written.checkpointing.budget(), 0);  // the input stays as given
-  EXPECT_EQ(written.checkpointing.chosen_for(),
-            "resnet18 cifar stem, 10 classes, batch 32, fp32, contiguous");
+  EXPECT_EQ(written.checkpointing.mode(), training::CheckpointMode::Auto);
+  EXPECT_FALSE(written.checkpointing.blocks());
+  EXPECT_EQ(written.checkpointing.budget(), 0);
+  const auto decided = training::read_decisions(run).checkpointing;
+  ASSERT_TRUE(decided);
+  const auto blocks = decided->blocks;
+  EXPECT_FALSE(blocks.empty());
+  EXPECT_LT(blocks.size(), 8u);  // not every block: that is checkpointing.enabled: true
+  EXPECT_LE(decided->predicted_peak, decided->budget);
+  EXPECT_GE(decided->budget, budget - 16);  // memory.limit less 10%
+  EXPECT_LE(decided->budget, budget);
+  EXPECT_EQ(decided->chosen_for, "resnet18 cifar stem, 10 classes, batch 32, fp32, contiguous");
 
   // The resume recomputes the same blocks, without measuring again.
   const auto resumed =
       run_train("--resume " + run.string() + " --set training.max_steps=0 --memory-limit " +
                 std::to_string(limit));
   ASSERT_EQ(resumed.code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("the config's choice, not measured again"), std::string::npos)
+  EXPECT_NE(resumed.output.find("the run's recorded choice, not measured again"), std::string::npos)
       << resumed.output;
   EXPECT_EQ(resumed.output.find("measuring every block"), std::string::npos) << resumed.output;
-  EXPECT_EQ(training::load_config((run / "config.yaml").string()).checkpointing.blocks(), blocks);
+  EXPECT_FALSE(training::load_config((run / "config.yaml").string()).checkpointing.blocks());
+  EXPECT_EQ(training::read_decisions(run).checkpointing->blocks, blocks);
   // Verified: the measured training peak is within the budget, and said beside the prediction.
   EXPECT_NE(resumed.output.find("within the budget of"), std::string::npos) << resumed.output;
   std::ifstream metrics(run / "metrics.jsonl");
@@ -71,8 +76,7 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
   ASSERT_TRUE(std::getline(metrics, row));
   const auto record = nlohmann::json::parse(row);
   EXPECT_EQ(record.at("step").get<int64_t>(), 2);
-  EXPECT_LE(record.at("train_peak_allocated_bytes").get<int64_t>(),
-            written.checkpointing.chosen_budget());
+  EXPECT_LE(record.at("train_peak_allocated_bytes").get<int64_t>(), decided->budget);
   const std::string report = test_support::read_text(run / "report.md");
   EXPECT_NE(report.find("## Gradient checkpointing: auto"), std::string::npos) << report;
 }
@@ -99,6 +103,29 @@ TEST(AutoCheckpointing, ABudgetNothingFitsIsExit3InOneLineAndWritesNothing) {
                              "memory budget"),
             std::string::npos)
       << none.output;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+}
+
+// What needs no measurement is refused before auto measures (or the layout is timed): a batch
+// larger than the training set under a limit it cannot fit was exit 3 ("nothing fits") after the
+// measurement, a profiler window past the last step exit 3 too; both are exit 2, naming the key.
+TEST(AutoCheckpointing, WhatNeedsNoMeasurementIsRefusedBeforeTheMeasurement) {
+  test_support::TempDir dir;
+  const std::string args = "--config " + cli::write_tiny_config(dir).string() + " --output-dir " +
+                           (dir / "run").string() +
+                           " --set checkpointing.enabled=auto --memory-limit 200MiB";
+  auto r = run_train(args + " --set training.batch_size=512");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("training.batch_size: 512 is larger than the training set (128 images"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("timing"), std::string::npos) << r.output;
+  r = run_train(args + " --set profiler.enabled=true --set profiler.steps=[40,41]");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("profiler.steps: the window starts at step 40, but this run makes 4 "
+                          "steps"),
+            std::string::npos)
+      << r.output;
   EXPECT_FALSE(fs::exists(dir / "run"));
 }
 

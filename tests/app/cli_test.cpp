@@ -48,6 +48,41 @@ TEST(Cli, UnknownFlagIsABadInput) {
     EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
     EXPECT_EQ(count_lines(r.output), 1) << bad << ": " << r.output;
     EXPECT_NE(r.output.find("(train --help lists the flags)"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.rfind("[error] ", 0), 0u) << r.output;
+  }
+  // A value the flag cannot take says what it takes.
+  for (const auto& [bad, said] : std::vector<std::pair<std::string, std::string>>{
+           {"plan --memory 4GiB --budget 2.5", "--budget: expected a whole number, got '2.5'"},
+           {"bench loader --batches 1.5", "--batches: expected a whole number, got '1.5'"}}) {
+    const auto r = run_train(bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("[error] " + said + " (train --help lists the flags)"),
+              std::string::npos)
+        << r.output;
+  }
+}
+
+// LibTorch reads PYTORCH_CUDA_ALLOC_CONF while it loads and aborts (exit 134, a stack trace) on a
+// malformed value, on the CPU too: refused first, one line, exit 2; well-formed values pass.
+TEST(Cli, AMalformedAllocatorConfigIsOneLineNotAnAbort) {
+  for (const char* bad : {"garbage", "expandable_segments", "expandable_segments:", ",", "a:1,,",
+                          "a:1 b:2", "a:[1,2", "[a:1]"}) {
+    const auto r = cli::run_shell(std::string("PYTORCH_CUDA_ALLOC_CONF='") + bad +
+                                  "' " TRAIN_BINARY " --help");
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find(std::string("[error] PYTORCH_CUDA_ALLOC_CONF: expected key:value "
+                                        "items separated by single commas (e.g. "
+                                        "expandable_segments:True,max_split_size_mb:128), got '") +
+                            bad + "'"),
+              std::string::npos)
+        << r.output;
+  }
+  for (const char* good : {"", "expandable_segments:True", " max_split_size_mb : 128 ,",
+                           "roundup_power2_divisions:[1,2],expandable_segments:False"}) {
+    const auto r = cli::run_shell(std::string("PYTORCH_CUDA_ALLOC_CONF='") + good +
+                                  "' " TRAIN_BINARY " --help");
+    EXPECT_EQ(r.code, 0) << good << ": " << r.output;
   }
 }
 
@@ -242,8 +277,9 @@ TEST(Cli, TrainsWritesTheRunDirectoryAndResumes) {
 }
 
 // The terminal gets a short start-up summary; the full config is in config.yaml and train.log.
-// training.memory_format: auto (the default) is timed on the CPU, and the run's config.yaml and
-// checkpoint hold the layout it chose, which a resume uses without timing again.
+// training.memory_format: auto (the default) is timed on the CPU; config.yaml keeps auto, and the
+// run's decisions.json and checkpoint hold the layout it chose, which a resume uses without
+// timing again.
 TEST(Cli, StartUpSummaryAndTheMemoryFormatChosenOnce) {
   test_support::TempDir dir;
   const auto run = dir / "run";
@@ -259,19 +295,25 @@ TEST(Cli, StartUpSummaryAndTheMemoryFormatChosenOnce) {
     EXPECT_NE(r.output.find(said), std::string::npos) << said << "\n" << r.output;
   }
   const std::string log = test_support::read_text(run / "train.log");
-  EXPECT_NE(log.find("effective config:"), std::string::npos);
+  EXPECT_NE(log.find("config as asked:"), std::string::npos);
   EXPECT_NE(log.find("auto: timed here over 3 steps of 8 images, contiguous "), std::string::npos)
       << log;
-  const std::string yaml = test_support::read_text(run / "config.yaml");
-  const bool channels_last = yaml.find("memory_format: channels_last") != std::string::npos;
-  EXPECT_TRUE(channels_last || yaml.find("memory_format: contiguous") != std::string::npos) << yaml;
+  EXPECT_NE(test_support::read_text(run / "config.yaml").find("memory_format: auto"),
+            std::string::npos);
+  const auto decided = nlohmann::json::parse(test_support::read_text(run / "decisions.json"));
+  const std::string layout = decided.at("memory_format").at("layout");
+  EXPECT_TRUE(layout == "channels_last" || layout == "contiguous") << decided.dump();
+  EXPECT_NE(decided.at("memory_format").at("reason").get<std::string>().find("auto: timed here"),
+            std::string::npos);
   r = run_train("--resume " + run.string() + " --set training.max_steps=0");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.output.find("auto: timed here"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(std::string("memory format ") +
-                          (channels_last ? "channels_last" : "contiguous") + ": set in the config"),
+  EXPECT_NE(r.output.find("memory format " + layout + ": auto: as this run decided before"),
             std::string::npos)
       << r.output;
+  // The report says both: what was asked, and what it became.
+  EXPECT_NE(test_support::read_text(run / "report.md").find("fp32 / auto: " + layout),
+            std::string::npos);
 }
 
 TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
@@ -590,12 +632,22 @@ TEST(Cli, CompareShowsWhatDiffersAndDrawsTheCurves) {
   auto r = run_train("--config " + config + " --output-dir " + (dir / "b16").string() +
                      " --set training.batch_size=16");
   ASSERT_EQ(r.code, 0) << r.output;
+  // What memory_format: auto decided is compared too (here made to differ: b16 as decided
+  // otherwise).
+  auto decided = nlohmann::json::parse(test_support::read_text(dir / "b32/decisions.json"));
+  const std::string b32_layout = decided.at("memory_format").at("layout");
+  const std::string other = b32_layout == "contiguous" ? "channels_last" : "contiguous";
+  decided["memory_format"]["layout"] = other;
+  std::ofstream(dir / "b16/decisions.json") << decided.dump();
   r = run_train("compare " + (dir / "b32").string() + " " + (dir / "b16").string() + " --output " +
                 (dir / "cmp").string());
   ASSERT_EQ(r.code, 0) << r.output;
   const std::string md = test_support::read_text(dir / "cmp/compare.md");
   EXPECT_NE(md.find("| | b32 | b16 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| `training.batch_size` | 32 | 16 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| `decided.training.memory_format` | " + b32_layout + " | " + other + " |"),
+            std::string::npos)
+      << md;
   EXPECT_EQ(md.find("output."), std::string::npos) << md;
   EXPECT_EQ(md.find("different models"), std::string::npos) << md;
   EXPECT_NE(md.find("| epochs | 2 | 2 |"), std::string::npos) << md;

@@ -28,6 +28,7 @@
 #include "training/platform/memory.h"
 #include "training/platform/monitor.h"
 #include "training/run/checkpoint_io.h"
+#include "training/run/run_dir.h"
 #include "training/step/amp.h"
 #include "training/step/graphed_step.h"
 #include "training/step/optim.h"
@@ -217,13 +218,12 @@ TEST(Cuda, AutoCheckpointingTrainsWithinTheBudgetItChose) {
                        " --set checkpointing.enabled=auto");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("within the budget of"), std::string::npos) << r.output;
-  const auto written = training::load_config((dir / "auto" / "config.yaml").string());
-  ASSERT_TRUE(written.checkpointing.blocks());
-  EXPECT_FALSE(written.checkpointing.blocks()->empty());
+  const auto decided = training::read_decisions(dir / "auto").checkpointing;
+  ASSERT_TRUE(decided);
+  EXPECT_FALSE(decided->blocks.empty());
   const auto peak = metrics(dir / "auto").at(0).at("train_peak_allocated_bytes").get<int64_t>();
-  EXPECT_LE(peak, written.checkpointing.chosen_budget());
-  EXPECT_NEAR(static_cast<double>(peak),
-              static_cast<double>(written.checkpointing.predicted_peak()),
+  EXPECT_LE(peak, decided->budget);
+  EXPECT_NEAR(static_cast<double>(peak), static_cast<double>(decided->predicted_peak),
               0.05 * static_cast<double>(peak));
 }
 

@@ -228,6 +228,12 @@ class GetDataTest(unittest.TestCase):
         self.assertEqual(code, 2)
         self.assertIn("convert exited 0 but wrote no data_batch_1.bin", err)
         self.assertFalse((self.dir / "root2").exists() and any((self.dir / "root2").iterdir()))
+        # A program that fails without a word is named, with its exit code (round 4: "get-data: exit 1").
+        code, err = self.run_main("--from", str(self.dir / "src"), "--root", str(self.dir / "root3"), "--to-binary",
+                                  "--train", "/bin/false")
+        self.assertEqual(code, 2)
+        self.assertIn("/bin/false convert exited with 1 and said nothing: is /bin/false this project's train "
+                      "(--train names it)?", err)
 
     def test_sigterm_during_the_conversion_is_exit_130_and_leaves_no_work_folder(self):
         make_image_folder(self.dir / "src")

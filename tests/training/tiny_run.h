@@ -31,7 +31,7 @@ monitor: {sample_period: 0.1}
 // Trains `config` in a new run directory `dir`; the epochs' rows as JSON.
 inline std::vector<ordered_json> train(const training::Config& config, const fs::path& dir) {
   training::RunDirectory run(dir, false);
-  run.write_config(training::to_yaml(config));
+  run.write_inputs({training::to_yaml(config), "{}\n"});
   auto options = config.data.dataset;
   training::Trainer trainer(config, torch::kCPU, data::load_split(options, data::SplitName::Train),
                             data::load_split(options, data::SplitName::Test));

@@ -125,6 +125,10 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.real("final_div_factor", c.schedule.final_div_factor(), 1.0, 1e9);
   });
   v.section("checkpointing", [&] {
+    v.hint(
+        "checkpointing recomputes activations in backward; writing checkpoint.pt is "
+        "checkpoint.enabled",
+        /*for_values=*/false);
     v.boolean_or_auto("enabled", c.checkpointing.mode(), CheckpointMode::Off, CheckpointMode::On,
                       CheckpointMode::Auto);
     v.choice("granularity", c.checkpointing.granularity(), kGranularities);
@@ -132,10 +136,12 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.bytes("budget", c.checkpointing.budget());
     v.real("headroom", c.checkpointing.headroom(), 0.0, 0.9);
     v.optional_texts("blocks", c.checkpointing.blocks());
-    v.text("chosen_for", c.checkpointing.chosen_for());
-    v.bytes("chosen_budget", c.checkpointing.chosen_budget());
-    v.bytes("predicted_peak", c.checkpointing.predicted_peak());
-    v.real("predicted_extra_ms", c.checkpointing.predicted_extra_ms(), 0.0, 1e9);
+    // Where older builds recorded auto's choice (decisions.json holds it now): read from their
+    // files and ignored (a resume takes the choice over: decisions.h's recorded_in_config).
+    for (const char* key :
+         {"chosen_for", "chosen_budget", "predicted_peak", "predicted_extra_ms"}) {
+      v.retired(key, "a run's decisions.json records what checkpointing auto chose");
+    }
   });
   v.section("memory", [&] {
     v.bytes("limit", c.memory.limit);
@@ -154,7 +160,13 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.integer("top", c.profiler.top, 1, 1000);
     v.boolean("record_shapes", c.profiler.record_shapes);
   });
-  v.section("checkpoint", [&] { v.boolean("enabled", c.checkpoint.enabled); });
+  v.section("checkpoint", [&] {
+    v.hint(
+        "checkpoint writes checkpoint.pt to resume from; recomputing activations (gradient "
+        "checkpointing) is the section checkpointing",
+        /*for_values=*/true);
+    v.boolean("enabled", c.checkpoint.enabled);
+  });
   v.section("output", [&] {
     v.text("dir", c.output.dir);
     v.text("name", c.output.name);

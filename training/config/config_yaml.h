@@ -76,6 +76,8 @@ class Reader {
     const YAML::Node found = root_[name];
     node_.reset(found.IsDefined() ? found : YAML::Node());
     fields_.clear();
+    retired_.clear();
+    hint_.clear();
     if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap()) {
       fail(name, "expected a mapping of keys, got " + describe(node_));
     }
@@ -83,9 +85,11 @@ class Reader {
     if (!is_map(node_)) return;
     for (const auto& entry : node_) {
       const auto key = entry.first.Scalar();
-      if (std::find(fields_.begin(), fields_.end(), key) == fields_.end()) {
+      if (std::find(fields_.begin(), fields_.end(), key) == fields_.end() &&
+          std::find(retired_.begin(), retired_.end(), key) == retired_.end()) {
         throw ConfigError(origin_for(name + "." + key) + ": unknown key '" + name + "." + key +
-                          "' " + suggestion(key, fields_, name + "."));
+                          "' " + suggestion(key, fields_, name + ".") +
+                          (hint_.empty() ? "" : "; " + hint_));
       }
     }
   }
@@ -172,6 +176,23 @@ class Reader {
     }
   }
 
+  // A line for this section's errors, said after an unknown key (and after a bad value too when
+  // `for_values`): what a near namesake of the section is for.
+  void hint(const std::string& text, bool for_values) {
+    hint_ = text;
+    hint_values_ = for_values;
+  }
+
+  // A key this schema no longer has, which files older builds wrote still hold: read and
+  // ignored in a file; refused when a flag sets it (`now` says where its meaning went).
+  void retired(const std::string& name, const std::string& now) {
+    retired_.push_back(name);
+    const std::string path = section_ + "." + name;
+    if (overridden_.count(path)) {
+      throw ConfigError(origin_for(path) + ": " + path + ": retired (" + now + "); drop it");
+    }
+  }
+
   void text(const std::string& name, std::string& out) {
     const auto node = field(name);
     if (!node) return;
@@ -252,6 +273,8 @@ class Reader {
     } catch (const std::invalid_argument& e) {
       fail(name, e.what());
     }
+    // 0 would read as none (no limit, no budget): what was written must be what is taken.
+    if (out == 0) fail(name, "expected a size above 0, or none, got '" + node->Scalar() + "'");
   }
 
   void byte_sizes(const std::string& name, std::vector<int64_t>& out) {
@@ -326,7 +349,8 @@ class Reader {
 
   [[noreturn]] void fail(const std::string& name, const std::string& what) const {
     const std::string path = name == section_ ? name : section_ + "." + name;
-    throw ConfigError(origin_for(path) + ": " + path + ": " + what);
+    throw ConfigError(origin_for(path) + ": " + path + ": " + what +
+                      (hint_values_ && !hint_.empty() ? "; " + hint_ : ""));
   }
 
   const YAML::Node root_;
@@ -336,6 +360,9 @@ class Reader {
   std::string section_;
   YAML::Node node_;
   std::vector<std::string> fields_;
+  std::vector<std::string> retired_;  // read and ignored (retired())
+  std::string hint_;                  // hint()
+  bool hint_values_ = false;
   std::vector<std::string> keys_;
 };
 

@@ -12,14 +12,7 @@ namespace {
 template <class Fail>
 void check_checkpointing(const CheckpointingOptions& c, const models::ResNetOptions& model,
                          Fail&& fail) {
-  if (!c.blocks()) {
-    if (!c.chosen_for().empty()) {
-      fail(
-          "checkpointing.chosen_for: records the step checkpointing.blocks was chosen for, and "
-          "blocks is null; set chosen_for to \"\" (or give the blocks)");
-    }
-    return;
-  }
+  if (!c.blocks()) return;
   if (c.mode() != CheckpointMode::Auto) {
     fail(
         "checkpointing.blocks: is the choice of checkpointing.enabled: auto, and enabled is not "

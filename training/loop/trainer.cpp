@@ -60,7 +60,7 @@ void start_next_epoch(TrainState& state, int64_t done) {
 Trainer::Trainer(const Config& config, torch::Device device, data::Split train, data::Split test,
                  ProcessGroup* group)
     : config_(config),
-      config_yaml_(to_yaml(config)),
+      inputs_{to_yaml(config), ""},
       accumulate_steps_(config.training.accumulate_steps),
       device_(device),
       run_(nullptr),
@@ -81,21 +81,7 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
       schedule_(config.schedule, config.optimizer.lr(), steps_per_epoch(), total_steps_),
       timing_(device),
       evaluator_(config_, device, group) {
-  if (train_loader_->batches_per_epoch() == 0) {
-    throw KeyError("training.batch_size",
-                   std::to_string(config.training.batch_size) +
-                       " is larger than the training set (" +
-                       training_set_size(config, train_loader_->dataset_size()));
-  }
-  if (steps_per_epoch() == 0) {
-    throw KeyError("training.accumulate_steps",
-                   std::to_string(accumulate_steps_) +
-                       " micro-batches per optimizer step, but an "
-                       "epoch has " +
-                       std::to_string(train_loader_->batches_per_epoch()) + " full batch(es) of " +
-                       std::to_string(config.training.batch_size) +
-                       ", so it has no whole step; lower it or training.batch_size");
-  }
+  check_steps(config, train_loader_->dataset_size(), world_size());
   if (const int64_t dropped = train_loader_->batches_per_epoch() - batches_per_epoch()) {
     spdlog::info(
         "training.accumulate_steps {}: an epoch's {} batches make {} optimizer steps; its last {} "
@@ -104,6 +90,34 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
   }
   check_profiler_window();
   observers_.add(std::make_unique<ConsoleObserver>(config_, device_));
+}
+
+void Trainer::check_steps(const Config& config, int64_t train_size, int64_t world_size) {
+  const int64_t batches = data::batch_count(
+      train_size,
+      data::LoaderOptions().batch_size(config.training.batch_size).shard_count(world_size));
+  if (batches == 0) {
+    throw KeyError("training.batch_size", std::to_string(config.training.batch_size) +
+                                              " is larger than the training set (" +
+                                              training_set_size(config, train_size));
+  }
+  const int64_t steps = batches / config.training.accumulate_steps;
+  if (steps == 0) {
+    throw KeyError("training.accumulate_steps",
+                   std::to_string(config.training.accumulate_steps) +
+                       " micro-batches per optimizer step, but an epoch has " +
+                       std::to_string(batches) + " full batch(es) of " +
+                       std::to_string(config.training.batch_size) +
+                       ", so it has no whole step; lower it or training.batch_size");
+  }
+  const int64_t first = config.profiler.steps.at(0);
+  const int64_t total = capped_by_max_steps(config, config.training.epochs * steps);
+  if ((config.profiler.enabled || config.memory.snapshot) && first > total) {
+    throw KeyError("profiler.steps", "the window starts at step " + std::to_string(first) +
+                                         ", but this run makes " + std::to_string(total) +
+                                         " steps; move the window or lengthen the run "
+                                         "(training.epochs, training.max_steps)");
+  }
 }
 
 void Trainer::write_to(RunDirectory& run) {

@@ -46,9 +46,18 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
+  // What the constructor refuses that needs no parts, from the training set's size alone, so that
+  // a command says it before deciding, measuring or building anything: a batch larger than the
+  // (per-rank) training set, an epoch with no whole step of training.accumulate_steps, a profiler
+  // window after a fresh run's last step. KeyError naming the key.
+  static void check_steps(const Config& config, int64_t train_size, int64_t world_size);
+
   // Where records, checkpoints, samples and the trace go. Not called on data-parallel ranks other
   // than 0, which write nothing.
   void write_to(RunDirectory& run);
+  // What its checkpoints store as the run's inputs: the config asked for and the decisions made
+  // (train); by default the config it was built from and no decisions.
+  void record_inputs(RunInputs inputs) { inputs_ = std::move(inputs); }
 
   // Continues from a checkpoint instead of the fresh initialisation (after write_to, whose rows
   // newer than the checkpoint it drops). Refuses a mid-epoch checkpoint written at another
@@ -126,7 +135,7 @@ class Trainer {
   void all_reduce_max(std::vector<torch::Tensor> tensors);
 
   Config config_;
-  std::string config_yaml_;
+  RunInputs inputs_;
   int64_t accumulate_steps_;  // training.accumulate_steps
   torch::Device device_;
   RunDirectory* run_;

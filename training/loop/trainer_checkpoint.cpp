@@ -84,7 +84,7 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
         std::to_string(state_.batch_size) +
         " (change it at an epoch boundary: resume with training.epochs set to this epoch first)");
   }
-  if (state_.batch_in_epoch > 0) check_same_samples(checkpoint, state_, config_yaml_);
+  if (state_.batch_in_epoch > 0) check_same_samples(checkpoint, state_, inputs_.config_yaml);
   if (state_.batch_in_epoch > 0) check_same_grouping(checkpoint, state_, accumulate_steps_);
   if (group_ && state_.batch_in_epoch > 0) take_own_sums();
   const int64_t ranks = group_ ? group_->world_size() : 1;
@@ -212,7 +212,7 @@ void Trainer::save() {
     saved.grad_scale = parts_.scaler.scale_state();
     saved.growth_tracker = parts_.scaler.growth_tracker_state();
   }
-  save_checkpoint(run_->checkpoint_path(), *parts_.model, *parts_.optimizer, saved, config_yaml_,
+  save_checkpoint(run_->checkpoint_path(), *parts_.model, *parts_.optimizer, saved, inputs_,
                   parts_.ema ? parts_.ema->average().get() : nullptr);
   wait_for_rank_0();
 }

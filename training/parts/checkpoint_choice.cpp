@@ -155,8 +155,13 @@ CheckpointBudget checkpointing_budget(const Config& config, const torch::Device&
   throw KeyError("checkpointing.enabled", "auto " + missing_budget(config, device));
 }
 
-std::pair<std::vector<std::string>, int64_t> recorded_choice(const CheckpointingOptions& c) {
-  return {c.blocks().value_or(std::vector<std::string>{}), c.predicted_peak()};
+std::pair<std::vector<std::string>, int64_t> auto_blocks(const Config& config,
+                                                         const Decisions& decisions) {
+  if (config.checkpointing.mode() != CheckpointMode::Auto) return {};
+  if (decisions.checkpointing) {
+    return {decisions.checkpointing->blocks, decisions.checkpointing->predicted_peak};
+  }
+  return {config.checkpointing.blocks().value_or(std::vector<std::string>{}), 0};
 }
 
 std::string missing_budget(const Config& config, const torch::Device& device) {
@@ -200,22 +205,18 @@ std::string describe_measurement(const CheckpointChoice& c) {
   return text;
 }
 
-std::string checkpointing_outcome(const CheckpointingOptions& c, int64_t measured_peak,
-                                  bool* exceeded) {
+std::string checkpointing_outcome(const std::optional<CheckpointingDecision>& decision,
+                                  int64_t measured_peak, bool* exceeded) {
   if (exceeded) *exceeded = false;
-  if (c.mode() != CheckpointMode::Auto || c.predicted_peak() <= 0 || c.chosen_budget() <= 0) {
-    return "";
-  }
+  if (!decision || decision->predicted_peak <= 0 || decision->budget <= 0) return "";
+  const auto& c = *decision;
   const std::string peaks = "measured training peak " + format_bytes(measured_peak) +
-                            ", predicted " + format_bytes(c.predicted_peak());
-  if (measured_peak <= c.chosen_budget()) {
-    return peaks + ": within the budget of " + format_bytes(c.chosen_budget());
-  }
+                            ", predicted " + format_bytes(c.predicted_peak);
+  if (measured_peak <= c.budget) return peaks + ": within the budget of " + format_bytes(c.budget);
   if (exceeded) *exceeded = true;
   return "the measured training peak " + format_bytes(measured_peak) + " exceeds the budget of " +
-         format_bytes(c.chosen_budget()) + " by " +
-         format_bytes(measured_peak - c.chosen_budget()) + " (predicted " +
-         format_bytes(c.predicted_peak()) + ")";
+         format_bytes(c.budget) + " by " + format_bytes(measured_peak - c.budget) + " (predicted " +
+         format_bytes(c.predicted_peak) + ")";
 }
 
 std::string step_signature(const Config& config, const torch::Device& device) {
@@ -236,10 +237,6 @@ int64_t held_beside_step(const Config& config, const torch::Device& device,
   return bytes;
 }
 
-void clear_choice(CheckpointingOptions& c) {
-  c.blocks(std::nullopt).chosen_for("").chosen_budget(0).predicted_peak(0).predicted_extra_ms(0);
-}
-
 namespace {
 
 // What lowers the smallest peak when nothing fits.
@@ -251,57 +248,60 @@ std::string remedies(const Config& config) {
          ", or more memory";
 }
 
-// Why the recorded choice in `c` does not hold for this run, whose budget is `budget` (nullopt:
+// Why the recorded choice `c` does not hold for this run, whose budget is `budget` (nullopt:
 // none here, the choice is kept as recorded); empty when it holds.
-std::string recorded_choice_lapsed(const Config& config, const torch::Device& device,
+std::string recorded_choice_lapsed(const CheckpointingDecision& c, const Config& config,
+                                   const torch::Device& device,
                                    const std::optional<int64_t>& budget) {
-  const auto& c = config.checkpointing;
   const std::string step = step_signature(config, device);
-  if (c.chosen_for() != step) {
-    return "it was chosen for " + c.chosen_for() + ", and this run is " + step;
-  }
-  if (!budget || c.predicted_peak() <= *budget) return "";
-  return "its predicted peak " + format_bytes(c.predicted_peak()) + " is above this run's budget " +
+  if (c.chosen_for != step)
+    return "it was chosen for " + c.chosen_for + ", and this run is " + step;
+  if (!budget || c.predicted_peak <= *budget) return "";
+  return "its predicted peak " + format_bytes(c.predicted_peak) + " is above this run's budget " +
          format_bytes(*budget);
 }
 
 }  // namespace
 
-std::optional<CheckpointChoice> resolve_checkpointing(Config& config, const torch::Device& device,
+std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Decisions& decisions,
+                                                      const torch::Device& device,
                                                       bool data_parallel,
                                                       const MeasureBlocks& measure,
                                                       int64_t beside_step) {
-  auto& c = config.checkpointing;
-  if (c.mode() != CheckpointMode::Auto) return std::nullopt;
+  const auto& c = config.checkpointing;
+  auto& recorded = decisions.checkpointing;
+  if (c.mode() != CheckpointMode::Auto || c.blocks()) {  // not auto, or given by hand
+    recorded.reset();
+    return std::nullopt;
+  }
   std::string note;
-  if (c.blocks()) {
-    if (c.chosen_for().empty()) return std::nullopt;  // given by hand
-    std::optional<int64_t> budget;                    // this run's, where there is one here
+  if (recorded) {
+    std::optional<int64_t> budget;  // this run's, where there is one here
     if (missing_budget(config, device).empty()) {
       budget = checkpointing_budget(config, device).bytes - beside_step;
     }
-    const std::string lapsed = recorded_choice_lapsed(config, device, budget);
+    const std::string lapsed = recorded_choice_lapsed(*recorded, config, device, budget);
     if (lapsed.empty()) {
       // Kept: checked against this run's budget from now on (none here: the one it was chosen for).
-      if (budget) c.chosen_budget(*budget);
+      if (budget) recorded->budget = *budget;
       return std::nullopt;
     }
-    note = "the config's choice does not hold (" + lapsed + ")";
+    note = "the recorded choice does not hold (" + lapsed + ")";
     if (data_parallel) {
-      throw KeyError("checkpointing.blocks",
-                     note +
+      throw KeyError("checkpointing.enabled",
+                     "auto: " + note +
                          ", and with data parallelism it is not chosen again (each rank would "
-                         "choose its own): give a choice for this run (a one-rank run of it "
-                         "writes one into its config.yaml)");
+                         "choose its own): give the blocks as checkpointing.blocks (a one-rank "
+                         "run of this step records its choice in decisions.json)");
     }
     note += ": chosen again";
-    clear_choice(c);
+    recorded.reset();
   }
   if (data_parallel) {
     throw KeyError("checkpointing.enabled",
                    "auto measures its choice in one process, and each rank would choose its own; "
                    "with data parallelism give the choice as checkpointing.blocks (a one-rank "
-                   "run's config.yaml holds it)");
+                   "run's decisions.json holds it)");
   }
   checkpointing_budget(config, device);  // refused before measuring when there is none
   BlockMeasurement m;
@@ -332,11 +332,9 @@ std::optional<CheckpointChoice> resolve_checkpointing(Config& config, const torc
                       std::to_string(config.training.batch_size) + " peaks at " +
                       format_bytes(choice.smallest_peak) + "; " + remedies(config));
   }
-  c.blocks(choice.blocks)
-      .chosen_for(step_signature(config, device))
-      .chosen_budget(budget.bytes)
-      .predicted_peak(choice.predicted_peak)
-      .predicted_extra_ms(std::round(10000 * choice.extra_seconds) / 10);  // to 0.1 ms
+  recorded = CheckpointingDecision{choice.blocks, step_signature(config, device), budget.bytes,
+                                   choice.predicted_peak,
+                                   std::round(10000 * choice.extra_seconds) / 10};  // to 0.1 ms
   return choice;
 }
 

@@ -20,9 +20,9 @@
 // choice never exceeds the budget (at most 65536 units). Nothing is recomputed when the plain
 // step fits; nothing fits when the measured step itself does not.
 //
-// The choice is written into the run's config (checkpointing.blocks, .predicted_peak,
-// .predicted_extra_ms, and the budget used), so config.yaml, the checkpoint and report.md carry
-// it and a resume recomputes the same blocks without measuring again.
+// The choice is the run's decision (config/decisions.h: the blocks, the step it was chosen for,
+// the budget, the predictions), in decisions.json and the checkpoint, so that report.md shows it
+// and a resume recomputes the same blocks without measuring again.
 #pragma once
 
 #include <torch/torch.h>
@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "training/config/config.h"
+#include "training/config/decisions.h"
 
 namespace training {
 
@@ -81,10 +82,6 @@ struct CheckpointBudget {
   std::string source;  // "memory.limit 2 GiB less checkpointing.headroom 10%"
 };
 
-// What checkpointing.enabled: auto chose, as the config records it: the blocks and the predicted
-// peak (none and 0 before a choice).
-std::pair<std::vector<std::string>, int64_t> recorded_choice(const CheckpointingOptions& c);
-
 // Why checkpointing auto has no budget on `device`: on the CPU, neither checkpointing.budget nor
 // memory.limit ("needs a memory budget, and on the CPU ..."); empty when it has one. Touches no
 // CUDA context (a sweep's parent asks it).
@@ -101,7 +98,7 @@ BlockMeasurement measure_blocks(const Config& config, const torch::Device& devic
 
 using MeasureBlocks = std::function<BlockMeasurement(const Config&, const torch::Device&)>;
 
-// The step a choice is made for, as checkpointing.chosen_for records it: "resnet50 cifar stem,
+// The step a choice is made for, as its decision's chosen_for records it: "resnet50 cifar stem,
 // 10 classes, batch 32, fp32, contiguous".
 std::string step_signature(const Config& config, const torch::Device& device);
 
@@ -113,22 +110,26 @@ std::string step_signature(const Config& config, const torch::Device& device);
 int64_t held_beside_step(const Config& config, const torch::Device& device,
                          int64_t train_images_bytes);
 
-// Drops a made choice (blocks, chosen_for, chosen_budget, the predictions): what a sweep trial
-// does, which chooses for its own batch.
-void clear_choice(CheckpointingOptions& checkpointing);
-
-// checkpointing.enabled: auto made this run's choice: measured (`measure` replaces the
-// measurement in tests) and written into `config`. `beside_step`: bytes the run holds on the
-// device beside one step (device-resident data, prefetched batches), taken off the budget.
-// nullopt when the mode is not auto, the blocks were given by hand (chosen_for empty), or a
-// recorded choice still holds: made for this step, its predicted peak within this run's budget
-// (a resume; a budget that cannot be derived here keeps the recorded choice). Refused:
-// data-parallel (KeyError: each rank would measure its own choice; blocks given work), and a
-// budget nothing fits (OutOfMemory, one line: the budget, the smallest peak reachable).
-std::optional<CheckpointChoice> resolve_checkpointing(Config& config, const torch::Device& device,
+// checkpointing.enabled: auto's decision for this run, in `decisions.checkpointing`: the one
+// recorded there when it still holds (made for this step, its predicted peak within this run's
+// budget: a resume; a budget that cannot be derived here keeps it), else measured (`measure`
+// replaces the measurement in tests) and chosen now. `config`: what was asked, with its layout
+// decided. `beside_step`: bytes the run holds on the device beside one step (device-resident
+// data, prefetched batches), taken off the budget. Returns the choice made now; nullopt when
+// none was (not auto, blocks given by hand: no decision then; or the recorded one kept).
+// Refused: data-parallel (KeyError: each rank would measure its own choice; blocks given work),
+// and a budget nothing fits (OutOfMemory, one line: the budget, the smallest peak reachable).
+std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Decisions& decisions,
+                                                      const torch::Device& device,
                                                       bool data_parallel,
                                                       const MeasureBlocks& measure = {},
                                                       int64_t beside_step = 0);
+
+// What checkpointing.enabled: auto recomputes in a study's step: the blocks and the predicted
+// peak of the decision, or the blocks given by hand (predicted peak 0: nothing was predicted);
+// none when not auto.
+std::pair<std::vector<std::string>, int64_t> auto_blocks(const Config& config,
+                                                         const Decisions& decisions);
 
 // One line for the log: the budget, the blocks, the predicted peaks and the time added.
 std::string describe_choice(const CheckpointChoice& choice);
@@ -139,8 +140,8 @@ std::string describe_measurement(const CheckpointChoice& choice);
 
 // The choice verified: a run's measured training peak beside the prediction, and whether it
 // stayed within the budget (and by how much it did not). `exceeded` is set when it did not.
-// Empty unless checkpointing auto made its choice (a predicted peak is recorded).
-std::string checkpointing_outcome(const CheckpointingOptions& checkpointing, int64_t measured_peak,
-                                  bool* exceeded = nullptr);
+// Empty without a decision with a predicted peak and a budget.
+std::string checkpointing_outcome(const std::optional<CheckpointingDecision>& decision,
+                                  int64_t measured_peak, bool* exceeded = nullptr);
 
 }  // namespace training

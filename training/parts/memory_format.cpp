@@ -90,6 +90,26 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
   return choice;
 }
 
+MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisions,
+                                        const torch::Device& device, bool data_parallel,
+                                        const MeasureRate& measure) {
+  auto& recorded = decisions.layout;
+  if (config.training.memory_format) {
+    recorded.reset();
+  } else if (recorded && recorded->device_type == c10::DeviceTypeName(device.type(), true)) {
+    MemoryFormatChoice kept;
+    kept.format = recorded->format;
+    kept.reason = "auto: as this run decided before (decisions.json), not timed again";
+    return kept;
+  }
+  MemoryFormatChoice choice = choose_memory_format(config, device, data_parallel, measure);
+  if (!config.training.memory_format) {
+    recorded =
+        LayoutDecision{choice.format, c10::DeviceTypeName(device.type(), true), choice.reason};
+  }
+  return choice;
+}
+
 std::string memory_format_warning(const Config& config, const torch::Device& device) {
   if (!device.is_cpu() || config.training.precision != Precision::BF16 || !cpu_has_native_bf16() ||
       config.training.memory_format != c10::MemoryFormat::Contiguous) {

@@ -6,8 +6,9 @@
 //   - CPU: both layouts timed over a few training steps on a small synthetic batch, the faster
 //     kept; both rates and the choice are logged. Not timed where bf16 is emulated (hundreds of
 //     times slower either way) or with data-parallel training (every rank must choose alike).
-// The chosen layout is written into the run's config (config.yaml and the checkpoint's), so a
-// resume uses the same one. train sweep and train plan keep explicit layouts.
+// The chosen layout is the run's decision (config/decisions.h: decisions.json and the checkpoint),
+// so a resume uses the same one without timing again. train sweep and train plan keep explicit
+// layouts.
 #pragma once
 
 #include <torch/torch.h>
@@ -16,6 +17,7 @@
 #include <string>
 
 #include "training/config/config.h"
+#include "training/config/decisions.h"
 
 namespace training {
 
@@ -38,6 +40,13 @@ using MeasureRate = std::function<double(const Config& config, const torch::Devi
 // The layout for this run (see the top of this file); `measure` replaces the timing in tests.
 MemoryFormatChoice choose_memory_format(const Config& config, const torch::Device& device,
                                         bool data_parallel, const MeasureRate& measure = {});
+
+// training.memory_format: auto's decision for this run, in `decisions.layout`: the recorded one
+// when it was made on this device type (a resume: not timed again), else choose_memory_format's
+// (none when the config sets the layout).
+MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisions,
+                                        const torch::Device& device, bool data_parallel,
+                                        const MeasureRate& measure = {});
 
 // The timing choose_memory_format does by default: 1 warm-up and 2 timed steps on a synthetic
 // batch of min(training.batch_size, 8) images; the median step's images/s.

@@ -128,9 +128,17 @@ int64_t parse_byte_size(const std::string& text) {
       "expected a size like 12GiB, 512MiB, 1.5GB or a whole number of "
       "bytes, got '" +
       text + "'";
-  static const std::regex form(R"(^\s*([0-9]{1,18})(?:\.([0-9]{1,12}))?\s*([A-Za-z]*)\s*$)");
+  static const std::regex form(R"(^\s*([0-9]+)(?:\.([0-9]+))?\s*([A-Za-z]*)\s*$)");
   std::smatch match;
   if (!std::regex_match(text, match, form)) throw std::invalid_argument(expected);
+  const std::string too_large = "'" + text + "' is more than 9e18 bytes, the largest size taken";
+  std::string whole = match[1].str(), fraction = match[2].str();
+  whole.erase(0, std::min(whole.find_first_not_of('0'), whole.size() - 1));  // leading zeros
+  while (!fraction.empty() && fraction.back() == '0') fraction.pop_back();
+  if (whole.size() > 18) throw std::invalid_argument(too_large);
+  if (fraction.size() > 12) {
+    throw std::invalid_argument("'" + text + "' has more than 12 decimal places");
+  }
   std::string unit = match[3].str();
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   static const std::pair<const char*, int64_t> kUnits[] = {{"", 1},
@@ -146,20 +154,19 @@ int64_t parse_byte_size(const std::string& text) {
   const auto known = std::find_if(std::begin(kUnits), std::end(kUnits),
                                   [&](const auto& u) { return unit == u.first; });
   if (known == std::end(kUnits)) throw std::invalid_argument(expected);
-  if (std::stoll(match[1].str()) > static_cast<int64_t>(9.0e18) / known->second) {
-    throw std::invalid_argument(expected);  // before the arithmetic below could overflow
+  if (std::stoll(whole) > static_cast<int64_t>(9.0e18) / known->second) {
+    throw std::invalid_argument(too_large);  // before the arithmetic below could overflow
   }
-  const std::string fraction = match[2].str();
   __int128 scale = 1;
   for (size_t i = 0; i < fraction.size(); ++i) scale *= 10;
-  const __int128 written = static_cast<__int128>(std::stoll(match[1].str())) * scale +
+  const __int128 written = static_cast<__int128>(std::stoll(whole)) * scale +
                            (fraction.empty() ? 0 : std::stoll(fraction));
   const __int128 scaled = written * known->second;
   if (scaled % scale != 0) {
     throw std::invalid_argument("'" + text + "' is not a whole number of bytes");
   }
   const __int128 bytes = scaled / scale;
-  if (bytes > static_cast<__int128>(9.0e18)) throw std::invalid_argument(expected);
+  if (bytes > static_cast<__int128>(9.0e18)) throw std::invalid_argument(too_large);
   return static_cast<int64_t>(bytes);
 }
 

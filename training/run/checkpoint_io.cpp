@@ -226,10 +226,11 @@ fs::path find_checkpoint(const fs::path& run_dir_or_file) {
 
 void save_checkpoint(const fs::path& file, torch::nn::Module& model,
                      torch::optim::Optimizer& optimizer, const TrainState& state,
-                     const std::string& config_yaml, torch::nn::Module* average) {
+                     const RunInputs& inputs, torch::nn::Module* average) {
   torch::serialize::OutputArchive archive;
   archive.write("format", c10::IValue(kFormatVersion));
-  archive.write("config", c10::IValue(config_yaml));
+  archive.write("config", c10::IValue(inputs.config_yaml));
+  archive.write("decisions", c10::IValue(inputs.decisions_json));
   write_state(archive, "model", model);
   if (average) write_state(archive, "average", *average);
 
@@ -278,9 +279,17 @@ void save_checkpoint(const fs::path& file, torch::nn::Module& model,
   });
 }
 
-std::string checkpoint_config(const fs::path& file) {
+RunInputs checkpoint_inputs(const fs::path& file) {
   auto archive = open_archive(file, torch::kCPU);
-  return read_value(archive, file, "config").toStringRef();
+  RunInputs inputs{read_value(archive, file, "config").toStringRef(), ""};
+  c10::IValue decisions;
+  if (archive.try_read("decisions", decisions)) {
+    if (!decisions.isString()) {
+      throw UserError(file.string() + ": the checkpoint's 'decisions' entry is not text");
+    }
+    inputs.decisions_json = decisions.toStringRef();
+  }
+  return inputs;
 }
 
 TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,

@@ -19,6 +19,8 @@
 #include <string>
 #include <string_view>
 
+#include "training/run/run_dir.h"
+
 namespace training {
 
 struct TrainState {
@@ -68,10 +70,10 @@ std::filesystem::path find_checkpoint(const std::filesystem::path& run_dir_or_fi
 // `average`: the weight average (training.ema_decay), stored beside the model when given.
 void save_checkpoint(const std::filesystem::path& file, torch::nn::Module& model,
                      torch::optim::Optimizer& optimizer, const TrainState& state,
-                     const std::string& config_yaml, torch::nn::Module* average = nullptr);
+                     const RunInputs& inputs, torch::nn::Module* average = nullptr);
 
-// The effective config stored in a checkpoint, as YAML.
-std::string checkpoint_config(const std::filesystem::path& file);
+// The inputs stored in a checkpoint.
+RunInputs checkpoint_inputs(const std::filesystem::path& file);
 
 // Restores model, optimizer and RNG into existing objects of the same shape; returns the
 // position to continue from. Throws UserError naming the file when it does not fit the model.

@@ -34,6 +34,27 @@ int remove_stale_temporaries(const fs::path& dir) {
   return removed;
 }
 
+namespace {
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in && !in.eof()) throw UserError(file.string() + ": cannot be read");
+  return text;
+}
+
+}  // namespace
+
+Decisions read_decisions(const fs::path& run_dir) {
+  std::error_code ec;
+  const fs::path file = run_dir / "decisions.json";
+  if (fs::exists(file, ec)) return parse_decisions(read_text(file), file.string());
+  Decisions older;
+  const fs::path config = run_dir / "config.yaml";
+  if (fs::is_regular_file(config, ec)) older.checkpointing = recorded_in_config(read_text(config));
+  return older;
+}
+
 RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
   std::error_code ec;
   if (resuming) {
@@ -63,8 +84,9 @@ RunDirectory::~RunDirectory() {
   sinks.erase(std::remove(sinks.begin(), sinks.end(), log_sink_), sinks.end());
 }
 
-void RunDirectory::write_config(const std::string& yaml) const {
-  write_file_atomically(dir_ / "config.yaml", yaml);
+void RunDirectory::write_inputs(const RunInputs& inputs) const {
+  write_file_atomically(dir_ / "config.yaml", inputs.config_yaml);
+  write_file_atomically(dir_ / "decisions.json", inputs.decisions_json);
 }
 
 void RunDirectory::record_epoch(const EpochRecord& record) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "training/config/decisions.h"
 #include "training/platform/dir_lock.h"
 #include "training/run/epoch_record.h"
 
@@ -26,6 +27,18 @@ namespace training {
 // Removes the temporaries that an interrupted atomic write (kill -9, a second Ctrl-C) left in
 // `dir`; returns how many. Only safe while holding the directory's lock.
 int remove_stale_temporaries(const std::filesystem::path& dir);
+
+// What a run was started from, as config.yaml, decisions.json and the checkpoint store it: the
+// config asked for (YAML) and the run's decisions (config/decisions.h's JSON; empty in
+// checkpoints written before them).
+struct RunInputs {
+  std::string config_yaml;
+  std::string decisions_json;
+};
+
+// A run directory's decisions: its decisions.json (UserError naming it when it cannot be read),
+// or, in a run written before it, the choice its config.yaml recorded (none otherwise).
+Decisions read_decisions(const std::filesystem::path& run_dir);
 
 class RunDirectory {
  public:
@@ -41,7 +54,8 @@ class RunDirectory {
   const std::filesystem::path& path() const { return dir_; }
   std::filesystem::path checkpoint_path() const { return dir_ / "checkpoint.pt"; }
 
-  void write_config(const std::string& yaml) const;
+  // config.yaml (what was asked) and decisions.json (what the run decided: config/decisions.h).
+  void write_inputs(const RunInputs& inputs) const;
 
   // Adds (or replaces, by epoch) one epoch's record and rewrites metrics.jsonl and metrics.csv.
   void record_epoch(const EpochRecord& record);

@@ -42,6 +42,7 @@ std::string time_to_accuracy(const std::vector<EpochRecord>& epochs, const Confi
   return text.empty() ? "-" : text;
 }
 
+// `c` with the run's decisions in place (config/decisions.h's decided()).
 std::string checkpointing_text(const CheckpointingOptions& c) {
   switch (c.mode()) {
     case CheckpointMode::Off:
@@ -57,23 +58,31 @@ std::string checkpointing_text(const CheckpointingOptions& c) {
 }
 
 // checkpointing auto: the budget, the prediction, and the peak the run measured beside it.
-void write_checkpointing(std::ostringstream& md, const Config& c,
+void write_checkpointing(std::ostringstream& md, const Config& c, const Decisions& decisions,
                          const std::vector<EpochRecord>& epochs) {
-  const auto& k = c.checkpointing;
-  if (k.mode() != CheckpointMode::Auto || k.predicted_peak() <= 0) return;
+  const auto& d = decisions.checkpointing;
+  if (c.checkpointing.mode() != CheckpointMode::Auto || !d || d->predicted_peak <= 0) return;
   // The last epoch's: trained under this choice (a resume may have chosen again).
   const int64_t measured = epochs.back().train_peak_allocated_bytes;
   bool exceeded = false;
-  const std::string outcome = checkpointing_outcome(k, measured, &exceeded);
+  const std::string outcome = checkpointing_outcome(d, measured, &exceeded);
   md << "## Gradient checkpointing: auto\n\n| | |\n|---|---|\n"
-     << "| blocks recomputed | " << checkpointing_text(k) << " |\n"
-     << "| budget | " << format_bytes(k.chosen_budget()) << " |\n"
-     << "| chosen for | " << k.chosen_for() << " |\n"
-     << "| predicted training peak | " << format_bytes(k.predicted_peak()) << " |\n"
+     << "| blocks recomputed | " << checkpointing_text(c.checkpointing) << " |\n"
+     << "| budget | " << format_bytes(d->budget) << " |\n"
+     << "| chosen for | " << d->chosen_for << " |\n"
+     << "| predicted training peak | " << format_bytes(d->predicted_peak) << " |\n"
      << "| measured training peak | " << format_bytes(measured) << " (the last epoch's) |\n"
-     << fmt::format("| predicted time added to a step | {:.0f} ms |\n", k.predicted_extra_ms())
+     << fmt::format("| predicted time added to a step | {:.0f} ms |\n", d->predicted_extra_ms)
      << "\n"
      << (exceeded ? "**Over budget:** " : "") << outcome << ".\n\n";
+}
+
+// "channels_last" as set, or "auto: channels_last" as decided.
+std::string layout_text(const Config& asked, const Decisions& decisions) {
+  if (asked.training.memory_format || !decisions.layout) {
+    return memory_format_name(asked.training.memory_format);
+  }
+  return "auto: " + memory_format_name(decisions.layout->format);
 }
 
 // Where the images came from: synthetic data has no root (data.root is not read).
@@ -87,14 +96,15 @@ std::string data_text(const data::DataOptions& d) {
   return source_name(d.source()) + " from " + d.root() + limits;
 }
 
-void write_setup(std::ostringstream& md, const Config& c, const EpochRecord& last) {
+void write_setup(std::ostringstream& md, const Config& c, const std::string& layout,
+                 const EpochRecord& last) {
   const auto& d = c.data.dataset;
   md << "## Setup\n\n| | |\n|---|---|\n"
      << "| model | " << arch_name(c.model) << ", " << stem_name(c.model) << " stem, "
      << c.model.num_classes() << " classes |\n"
      << "| device | " << last.device << " (configured: " << c.training.device << ") |\n"
-     << "| precision / memory format | " << precision_name(c.training.precision) << " / "
-     << memory_format_name(c.training.memory_format) << " |\n"
+     << "| precision / memory format | " << precision_name(c.training.precision) << " / " << layout
+     << " |\n"
      << "| gradient checkpointing | " << checkpointing_text(c.checkpointing) << " |\n"
      << "| data | " << data_text(d) << " |\n"
      << "| batch / epochs | " << batch_description(c, last.world_size) << " / " << c.training.epochs
@@ -236,15 +246,17 @@ fs::path write_report(const fs::path& run_dir) {
   }
   const fs::path config_file = run_dir / "config.yaml";
   if (!fs::exists(config_file)) throw UserError(config_file.string() + ": not found");
-  const Config config = load_config(config_file.string());
+  const Config asked = load_config(config_file.string());
+  const Decisions decisions = read_decisions(run_dir);
+  const Config config = decided(asked, decisions);
   const std::string plot_problem =
       run_python_script("plot_run.py", {run_dir.string()}, run_dir / "plot.log");
 
   std::ostringstream md;
   md << "# Run report: " << run_dir.filename().string() << "\n\n";
-  write_setup(md, config, epochs.back());
+  write_setup(md, config, layout_text(asked, decisions), epochs.back());
   write_results(md, epochs, totals_of(epochs), config);
-  write_checkpointing(md, config, epochs);
+  write_checkpointing(md, config, decisions, epochs);
   write_epochs(md, epochs);
   md << "\n## Plots\n\n";
   if (plot_problem.empty()) {
@@ -253,7 +265,9 @@ fs::path write_report(const fs::path& run_dir) {
   } else {
     md << "Not drawn: " << plot_problem << ".\n";
   }
-  md << "\nFiles: `config.yaml`, `metrics.jsonl` / `metrics.csv`, `train.log`"
+  md << "\nFiles: `config.yaml`"
+     << (fs::exists(run_dir / "decisions.json") ? ", `decisions.json`" : "")
+     << ", `metrics.jsonl` / `metrics.csv`, `train.log`"
      << (fs::exists(run_dir / "gpu.jsonl") ? ", `gpu.jsonl`" : "")
      << (fs::exists(run_dir / "trace.json") ? ", `trace.json` (open in https://ui.perfetto.dev)"
                                             : "")

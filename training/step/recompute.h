@@ -36,18 +36,13 @@ struct CheckpointingOptions {
   TORCH_ARG(CheckpointMode, mode) = CheckpointMode::Off;
   TORCH_ARG(CheckpointGranularity, granularity) = CheckpointGranularity::Block;
   TORCH_ARG(int64_t, segments) = 4;  // with granularity Segments
-  // auto: the blocks recomputed, by name ("layer3.2"); nullopt until the choice is made. The
-  // choice's inputs and its record live beside it in the config: a budget in bytes (0: from
-  // memory.limit or the card, less `headroom`); the step it was chosen for ("resnet50 cifar stem,
-  // 10 classes, batch 32, fp32, contiguous"; empty: blocks given by hand), the budget it was
-  // chosen for, the predicted peak and the predicted time added to a step.
+  // auto: the blocks recomputed, by name ("layer3.2"): given by hand, or nullopt until the
+  // choice is made (the run's decisions, training/config/decisions.h, record it; a run builds
+  // from the config with the choice in place). The choice's budget in bytes (0: from
+  // memory.limit or the card, less `headroom`).
   TORCH_ARG(std::optional<std::vector<std::string>>, blocks);
   TORCH_ARG(int64_t, budget) = 0;
   TORCH_ARG(double, headroom) = 0.1;
-  TORCH_ARG(std::string, chosen_for);
-  TORCH_ARG(int64_t, chosen_budget) = 0;
-  TORCH_ARG(int64_t, predicted_peak) = 0;
-  TORCH_ARG(double, predicted_extra_ms) = 0;
 };
 
 // Runs segment.forward(x) keeping only x for backward. When x does not require grad there is

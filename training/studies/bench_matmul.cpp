@@ -128,6 +128,9 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
   if (!memory_limit.empty()) {
     try {
       options.memory_limit = parse_byte_size(memory_limit);
+      if (options.memory_limit == 0) {
+        throw std::invalid_argument("expected a size above 0, got '" + memory_limit + "'");
+      }
     } catch (const std::invalid_argument& e) {
       throw UserError(std::string("--memory-limit: ") + e.what());
     }

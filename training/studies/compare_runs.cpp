@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "training/config/config_yaml.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/dir_lock.h"
 #include "training/platform/errors.h"
@@ -97,6 +98,15 @@ ComparedRun read_compared_run(const fs::path& dir) {
     flatten(YAML::LoadFile((dir / "config.yaml").string()), "", run.config);
   } catch (const YAML::Exception& e) {
     throw UserError((dir / "config.yaml").string() + ": " + first_line(e.what()));
+  }
+  // What each run's autos decided (decisions.json), beside what was asked.
+  const Decisions decisions = read_decisions(dir);
+  if (decisions.layout) {
+    run.config["decided.training.memory_format"] = memory_format_name(decisions.layout->format);
+  }
+  if (const auto& c = decisions.checkpointing) {
+    run.config["decided.checkpointing.blocks"] = "[" + config_yaml::join(c->blocks, ", ") + "]";
+    run.config["decided.checkpointing.predicted_peak"] = byte_size_text(c->predicted_peak);
   }
   run.epochs = read_metrics(dir / "metrics.jsonl");
   if (run.epochs.empty()) {

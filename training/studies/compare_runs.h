@@ -20,7 +20,9 @@ namespace training {
 struct ComparedRun {
   std::filesystem::path dir;
   std::string name;  // its column's heading: the folder's name, or its path where names repeat
-  std::map<std::string, std::string> config;  // every key of config.yaml, "section.key" -> value
+  // Every key of config.yaml, "section.key" -> value, and what the run decided (decisions.json)
+  // as "decided.training.memory_format", "decided.checkpointing.blocks" and ".predicted_peak".
+  std::map<std::string, std::string> config;
   std::vector<EpochRecord> epochs;
 };
 

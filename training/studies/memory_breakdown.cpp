@@ -301,10 +301,10 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
   b.cell = cell;
   b.batch_size = config.training.batch_size;
   try {
-    resolve_checkpointing(config, device, /*data_parallel=*/false);
-    if (cell.checkpointing == CheckpointMode::Auto) {  // chosen now, or given in the config
-      std::tie(b.recomputed_blocks, b.predicted_peak_bytes) = recorded_choice(config.checkpointing);
-    }
+    Decisions decisions;
+    resolve_checkpointing(config, decisions, device, /*data_parallel=*/false);
+    std::tie(b.recomputed_blocks, b.predicted_peak_bytes) = auto_blocks(config, decisions);
+    config = decided(config, decisions);
     StepParts parts = build_step_parts(config, device);
     auto& [model, optimizer, scaler, ema] = parts;
     const auto [images, labels] = synthetic_batch(config, device);

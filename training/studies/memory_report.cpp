@@ -63,12 +63,15 @@ std::vector<SweepCell> memory_settings(const std::optional<std::string>& request
 
 namespace {
 
-// What checkpointing auto recomputed in a breakdown, and the peak it predicted.
+// What checkpointing auto recomputed in a breakdown, and the peak it predicted (none when the
+// blocks were given by hand).
 std::string auto_choice_text(const StepBreakdown& b) {
   return (b.recomputed_blocks.empty()
               ? std::string("recomputes no block")
               : "recomputes " + config_yaml::join(b.recomputed_blocks, ", ")) +
-         " (predicted peak " + format_bytes(b.predicted_peak_bytes) + ")";
+         (b.predicted_peak_bytes > 0
+              ? " (predicted peak " + format_bytes(b.predicted_peak_bytes) + ")"
+              : std::string(" (given by checkpointing.blocks)"));
 }
 
 }  // namespace
@@ -267,12 +270,13 @@ int report_breakdown(const StepBreakdown& b, const SweepCell& cell, const fs::pa
   return exit_code;
 }
 
-// What the settings cannot do here: checkpointing auto without a budget, --card-only without a
-// card, a card prediction of accumulation.
+// What the settings cannot do here: checkpointing auto without a budget (blocks given by hand need
+// none: nothing is chosen), --card-only without a card, a card prediction of accumulation.
 void refuse_settings(const MemoryRequest& request, const Config& config,
                      const torch::Device& device, const std::vector<SweepCell>& settings,
                      bool card) {
-  const std::string missing = missing_budget(config, device);
+  const std::string missing =
+      config.checkpointing.blocks() ? std::string() : missing_budget(config, device);
   for (const auto& setting : settings) {
     if (setting.checkpointing == CheckpointMode::Auto && !missing.empty()) {
       throw UserError("--settings: " + setting_label(setting) + " " + missing);

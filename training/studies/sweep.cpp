@@ -36,6 +36,18 @@ std::string SweepCell::name() const {
          (accumulate_steps > 1 ? " / " + std::to_string(accumulate_steps) + " micro-batches" : "");
 }
 
+std::string run_flags(const SweepCell& cell, int64_t batch, int64_t memory_limit) {
+  return fmt::format(
+      "--set training.batch_size={} --set training.precision={} --set training.memory_format={} "
+      "--set checkpointing.enabled={}{}{}",
+      batch, precision_name(cell.precision), memory_format_name(cell.memory_format),
+      checkpointing_setting_name(cell.checkpointing),
+      cell.accumulate_steps > 1
+          ? " --set training.accumulate_steps=" + std::to_string(cell.accumulate_steps)
+          : "",
+      memory_limit > 0 ? " --memory-limit " + byte_size_text(memory_limit) : "");
+}
+
 nlohmann::ordered_json checkpointing_json(CheckpointMode mode) {
   if (mode == CheckpointMode::Auto) return "auto";
   return mode == CheckpointMode::On;
@@ -142,7 +154,7 @@ class Sweep {
     trial_config.training.memory_format = cell.memory_format;
     trial_config.checkpointing.mode(cell.checkpointing);
     trial_config.training.accumulate_steps = cell.accumulate_steps;
-    clear_choice(trial_config.checkpointing);  // an auto trial chooses for its own batch
+    trial_config.checkpointing.blocks(std::nullopt);  // an auto trial chooses for its own batch
     const fs::path stem = dir_ / "trials" / fmt::format("{:03d}", trial.id);
     const fs::path yaml = stem.string() + ".yaml", result = stem.string() + ".json",
                    log = stem.string() + ".log";
@@ -262,8 +274,8 @@ class Sweep {
     write_sweep_tables(dir_, facts, summaries(), trials_, complete);
   }
 
-  static void log_summary(const CellSummary& summary) {
-    spdlog::info("{}: largest batch that fits {}, fastest batch {} ({:.0f} img/s){}",
+  void log_summary(const CellSummary& summary) const {
+    spdlog::info("{}: largest batch that fits {}, fastest batch {} ({:.0f} img/s){}{}",
                  summary.cell.name(),
                  summary.largest_fitting ? std::to_string(*summary.largest_fitting) : "none",
                  summary.fastest_batch ? std::to_string(*summary.fastest_batch) : "none",
@@ -271,7 +283,11 @@ class Sweep {
                  summary.fit ? fmt::format(", peak = {} MiB + {:.2f} MiB x batch (R² {:.4f})",
                                            mib(static_cast<int64_t>(summary.fit->intercept)),
                                            summary.fit->slope / (1 << 20), summary.fit->r_squared)
-                             : std::string());
+                             : std::string(),
+                 summary.largest_fitting
+                     ? "; train it as measured: " +
+                           run_flags(summary.cell, *summary.largest_fitting, config_.memory.limit)
+                     : std::string());
   }
 
   CardPredictor* predictor_;  // null without --card

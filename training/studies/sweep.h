@@ -31,6 +31,12 @@ struct SweepCell {
   }
 };
 
+// The flags that make `train` take `cell` at `batch` as a trial measured it: the precision, the
+// layout, the checkpointing and the accumulation, each set (a run left to decide its layout by
+// itself, memory_format: auto, could take the other one and not fit where the trial did);
+// `memory_limit` (the sweep's emulated memory.limit; 0: none) as --memory-limit.
+std::string run_flags(const SweepCell& cell, int64_t batch, int64_t memory_limit);
+
 // A cell's checkpointing in sweep.json and memory.json: false and true as before auto existed
 // (what older readers expect), "auto" for auto.
 nlohmann::ordered_json checkpointing_json(CheckpointMode mode);

@@ -141,6 +141,25 @@ void settings_table(std::ostringstream& md, const std::vector<CellSummary>& cell
   }
 }
 
+// Each setting's largest batch as `train` must take it: the layout and the rest set, not left to
+// train's own auto.
+void run_flags_list(std::ostringstream& md, const SweepFacts& facts,
+                    const std::vector<CellSummary>& cells) {
+  bool any = false;
+  for (const auto& c : cells) {
+    if (!c.largest_fitting) continue;
+    if (!any) {
+      md << "\nTo train a setting's largest batch as it was measured (with `train --config` and "
+            "the sweep's config):\n\n";
+      any = true;
+    }
+    md << "- " << c.cell.name() << ": `"
+       << run_flags(c.cell, *c.largest_fitting,
+                    facts.limit_is_emulated ? facts.memory_limit_bytes : 0)
+       << "`\n";
+  }
+}
+
 void predictions_table(std::ostringstream& md, const SweepFacts& facts,
                        const std::vector<CellSummary>& cells) {
   md << "\n## Predicted largest batch per memory size\n\n"
@@ -190,6 +209,7 @@ std::string markdown(const SweepFacts& facts, const std::vector<CellSummary>& ce
   trials_table(md, trials);
   card_table(md, trials);
   settings_table(md, cells);
+  run_flags_list(md, facts, cells);
   predictions_table(md, facts, cells);
   md << "\nPlots: `peak_memory.png` (peak memory against batch size, the limit drawn), "
         "`throughput.png` (images/s against batch size).\n";

@@ -143,12 +143,12 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
     const std::unique_ptr<ProcessGroup> group = trial_group(config, device);
     // checkpointing auto: this batch's choice under the sweep's budget (out of memory when none).
     // The trial's loader holds its prefetched batches beside the step, as training's does.
-    resolve_checkpointing(config, device, /*data_parallel=*/false, {},
+    Decisions decisions;
+    resolve_checkpointing(config, decisions, device, /*data_parallel=*/false, {},
                           held_beside_step(config, device, /*train_images_bytes=*/0));
-    if (config.checkpointing.mode() == CheckpointMode::Auto) {  // chosen now, or given
-      std::tie(result.recomputed_blocks, result.predicted_peak_bytes) =
-          recorded_choice(config.checkpointing);
-    }
+    std::tie(result.recomputed_blocks, result.predicted_peak_bytes) =
+        auto_blocks(config, decisions);
+    config = decided(config, decisions);
     StepParts parts = build_step_parts(config, device, group.get());
     const auto averager = group ? group->gradient_averager(*parts.model) : nullptr;
     const StepOptions options = step_options(config)

@@ -502,3 +502,44 @@ TEST(Config, SplitItemsReadsACommaListOneWayAndRefusesAnEmptyItem) {
 }
 
 }  // namespace
+
+namespace {
+
+// checkpoint (save the weights) and checkpointing (recompute activations) differ by three letters:
+// an unknown key in either, or a bad value in checkpoint, says what the other one is for.
+TEST(Config, TheNearNamesakesCheckpointAndCheckpointingPointToEachOther) {
+  EXPECT_EQ(error_of("checkpoint: {blocks: [layer1.0]}\n"),
+            "c.yaml: unknown key 'checkpoint.blocks' (valid: enabled); checkpoint writes "
+            "checkpoint.pt to resume from; recomputing activations (gradient checkpointing) is "
+            "the section checkpointing");
+  EXPECT_EQ(error_of("checkpoint: {enabled: auto}\n"),
+            "c.yaml: checkpoint.enabled: expected true or false, got 'auto'; checkpoint writes "
+            "checkpoint.pt to resume from; recomputing activations (gradient checkpointing) is "
+            "the section checkpointing");
+  EXPECT_EQ(error_of("checkpointing: {every_epoch: 1}\n"),
+            "c.yaml: unknown key 'checkpointing.every_epoch' (valid: enabled, granularity, "
+            "segments, budget, headroom, blocks); checkpointing recomputes activations in "
+            "backward; writing checkpoint.pt is checkpoint.enabled");
+  // A bad value in checkpointing says only what is wrong with it.
+  EXPECT_EQ(error_of("checkpointing: {headroom: 3}\n"),
+            "c.yaml: checkpointing.headroom: expected a number in [0, 0.9], got 3");
+}
+
+}  // namespace
+
+namespace {
+
+// A size of 0 was read as none: --memory-limit 0 trained without a limit, checkpointing.budget=0
+// asked for memory.limit. It is refused, naming the key; none still says none.
+TEST(Config, ASizeOfZeroIsRefusedNotReadAsNone) {
+  EXPECT_EQ(error_of("memory: {limit: 0}\n"),
+            "c.yaml: memory.limit: expected a size above 0, or none, got '0'");
+  EXPECT_EQ(error_of("", {"checkpointing.budget=0B"}),
+            "--set checkpointing.budget: checkpointing.budget: expected a size above 0, or none, "
+            "got '0B'");
+  EXPECT_EQ(error_of("", {training::Override("memory.limit=0.0GiB", "--memory-limit")}),
+            "--memory-limit: memory.limit: expected a size above 0, or none, got '0.0GiB'");
+  EXPECT_EQ(training::parse_config("memory: {limit: none}\n", "c.yaml").memory.limit, 0);
+}
+
+}  // namespace

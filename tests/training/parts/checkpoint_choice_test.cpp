@@ -192,26 +192,34 @@ training::MeasureBlocks two_blocks_counting(int& measured) {
   };
 }
 
-TEST(CheckpointChoice, TheChoiceIsWrittenIntoTheConfigAndNotMadeAgain) {
+TEST(CheckpointChoice, TheChoiceIsTheRunsDecisionAndNotMadeAgain) {
   Config config = auto_config();
   config.checkpointing.budget(1250);
   int measured = 0;
   const auto measure = two_blocks_counting(measured);
   const torch::Device cpu(torch::kCPU);
-  const auto choice = training::resolve_checkpointing(config, cpu, false, measure);
+  training::Decisions decisions;
+  const auto choice = training::resolve_checkpointing(config, decisions, cpu, false, measure);
   ASSERT_TRUE(choice);
   EXPECT_EQ(measured, 1);
-  EXPECT_EQ(config.checkpointing.blocks(), (std::vector<std::string>{"layer1.1"}));
-  EXPECT_EQ(config.checkpointing.predicted_peak(), 1100);
-  EXPECT_DOUBLE_EQ(config.checkpointing.predicted_extra_ms(), 1000);
-  // config.yaml reads back to the same choice, which is taken as made.
-  Config back = training::parse_config(training::to_yaml(config), "config.yaml");
-  EXPECT_EQ(back.checkpointing.blocks(), config.checkpointing.blocks());
-  EXPECT_FALSE(training::resolve_checkpointing(back, cpu, false, measure));
+  ASSERT_TRUE(decisions.checkpointing);
+  EXPECT_EQ(decisions.checkpointing->blocks, (std::vector<std::string>{"layer1.1"}));
+  EXPECT_EQ(decisions.checkpointing->predicted_peak, 1100);
+  EXPECT_DOUBLE_EQ(decisions.checkpointing->predicted_extra_ms, 1000);
+  // The config stays as asked; the run builds from it with the decision in place.
+  EXPECT_FALSE(config.checkpointing.blocks());
+  EXPECT_EQ(training::decided(config, decisions).checkpointing.blocks(),
+            decisions.checkpointing->blocks);
+  // decisions.json reads back to the same choice, which is taken as made.
+  auto back = training::parse_decisions(training::decisions_json(decisions), "decisions.json");
+  EXPECT_FALSE(training::resolve_checkpointing(config, back, cpu, false, measure));
   EXPECT_EQ(measured, 1);
-  // Given blocks work with data parallelism; a choice to make is refused there.
-  EXPECT_FALSE(training::resolve_checkpointing(back, cpu, true, measure));
-  EXPECT_THROW(training::resolve_checkpointing(config = auto_config(), cpu, true, measure),
+  ASSERT_TRUE(back.checkpointing);
+  EXPECT_EQ(back.checkpointing->blocks, decisions.checkpointing->blocks);
+  // A recorded choice that holds works with data parallelism; a choice to make is refused there.
+  EXPECT_FALSE(training::resolve_checkpointing(config, back, cpu, true, measure));
+  training::Decisions none;
+  EXPECT_THROW(training::resolve_checkpointing(config, none, cpu, true, measure),
                training::KeyError);
 }
 
@@ -221,30 +229,32 @@ TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainWhenItsStepOrBudgetNoLongerHo
   int measured = 0;
   const auto measure = two_blocks_counting(measured);
   const torch::Device cpu(torch::kCPU);
-  ASSERT_TRUE(training::resolve_checkpointing(config, cpu, false, measure));
-  EXPECT_EQ(config.checkpointing.chosen_for(),
+  training::Decisions recorded;
+  ASSERT_TRUE(training::resolve_checkpointing(config, recorded, cpu, false, measure));
+  EXPECT_EQ(recorded.checkpointing->chosen_for,
             "resnet18 cifar stem, 10 classes, batch 4, fp32, contiguous");
-  EXPECT_EQ(config.checkpointing.chosen_budget(), 1250);
-  EXPECT_EQ(config.checkpointing.budget(), 1250);  // the input, as given
+  EXPECT_EQ(recorded.checkpointing->budget, 1250);
   // A larger budget keeps the choice, now checked against that budget.
   Config larger = config;
   larger.checkpointing.budget(5000);
-  EXPECT_FALSE(training::resolve_checkpointing(larger, cpu, false, measure));
+  auto kept = recorded;
+  EXPECT_FALSE(training::resolve_checkpointing(larger, kept, cpu, false, measure));
   EXPECT_EQ(measured, 1);
-  EXPECT_EQ(larger.checkpointing.chosen_budget(), 5000);
+  EXPECT_EQ(kept.checkpointing->budget, 5000);
   // Another batch: chosen again, saying why; with data parallelism refused, saying why.
   Config rebatched = config;
   rebatched.training.batch_size = 8;
   try {
-    Config ranked = rebatched;
-    training::resolve_checkpointing(ranked, cpu, true, measure);
+    auto ranked = recorded;
+    training::resolve_checkpointing(rebatched, ranked, cpu, true, measure);
     ADD_FAILURE() << "a choice that no longer holds was not refused with data parallelism";
   } catch (const training::KeyError& e) {
-    EXPECT_EQ(e.key(), "checkpointing.blocks");
+    EXPECT_EQ(e.key(), "checkpointing.enabled");
     EXPECT_NE(std::string(e.what()).find("batch 8"), std::string::npos) << e.what();
   }
   EXPECT_EQ(measured, 1);
-  const auto again = training::resolve_checkpointing(rebatched, cpu, false, measure);
+  auto again_decided = recorded;
+  const auto again = training::resolve_checkpointing(rebatched, again_decided, cpu, false, measure);
   ASSERT_TRUE(again);
   EXPECT_EQ(measured, 2);
   EXPECT_NE(again->note.find("it was chosen for resnet18 cifar stem, 10 classes, batch 4, fp32, "
@@ -255,17 +265,22 @@ TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainWhenItsStepOrBudgetNoLongerHo
   // A budget below the predicted peak (1100): chosen again for it.
   Config smaller = config;
   smaller.checkpointing.budget(1050);
-  const auto tighter = training::resolve_checkpointing(smaller, cpu, false, measure);
+  auto tighter_decided = recorded;
+  const auto tighter =
+      training::resolve_checkpointing(smaller, tighter_decided, cpu, false, measure);
   ASSERT_TRUE(tighter);
   EXPECT_EQ(measured, 3);
   EXPECT_NE(tighter->note.find("its predicted peak 1.07 KiB is above this run's budget"),
             std::string::npos)
       << tighter->note;
-  EXPECT_EQ(smaller.checkpointing.blocks(), (std::vector<std::string>{"layer1.0", "layer1.1"}));
-  // Blocks given by hand (nothing recorded) are used as given.
+  EXPECT_EQ(tighter_decided.checkpointing->blocks,
+            (std::vector<std::string>{"layer1.0", "layer1.1"}));
+  // Blocks given by hand are used as given: nothing decided, a recorded decision dropped.
   Config by_hand = auto_config();
   by_hand.checkpointing.blocks(std::vector<std::string>{"layer2.0"});
-  EXPECT_FALSE(training::resolve_checkpointing(by_hand, cpu, false, measure));
+  auto hand_decided = recorded;
+  EXPECT_FALSE(training::resolve_checkpointing(by_hand, hand_decided, cpu, false, measure));
+  EXPECT_FALSE(hand_decided.checkpointing);
   EXPECT_EQ(measured, 3);
 }
 
@@ -293,19 +308,21 @@ TEST(CheckpointChoice, AccumulationIsMeasuredWithTheGradientsHeldAndCountedOnce)
       "training: {device: cpu, batch_size: 16, accumulate_steps: 2}\n"
       "checkpointing: {enabled: auto}\nmemory: {limit: 180MiB}\n",
       "test");
-  const auto choice = training::resolve_checkpointing(
-      config, torch::kCPU, false, {}, training::held_beside_step(config, torch::kCPU, 0));
+  training::Decisions accumulating;
+  const auto choice =
+      training::resolve_checkpointing(config, accumulating, torch::kCPU, false, {},
+                                      training::held_beside_step(config, torch::kCPU, 0));
   ASSERT_TRUE(choice);
   EXPECT_TRUE(choice->blocks.empty());
-  ASSERT_TRUE(config.checkpointing.blocks());
-  EXPECT_TRUE(config.checkpointing.blocks()->empty());
+  ASSERT_TRUE(accumulating.checkpointing);
+  EXPECT_TRUE(accumulating.checkpointing->blocks.empty());
   // The prediction holds the gradients (42.6 MiB): above a 1-micro-batch step's peak.
   auto single = config;
-  training::clear_choice(single.checkpointing);
   single.training.accumulate_steps = 1;
-  const auto alone = training::resolve_checkpointing(single, torch::kCPU, false, {}, 0);
+  training::Decisions one;
+  const auto alone = training::resolve_checkpointing(single, one, torch::kCPU, false, {}, 0);
   ASSERT_TRUE(alone);
-  EXPECT_GT(config.checkpointing.predicted_peak(), single.checkpointing.predicted_peak());
+  EXPECT_GT(accumulating.checkpointing->predicted_peak, one.checkpointing->predicted_peak);
 }
 
 TEST(CheckpointChoice, ABudgetNothingFitsIsOutOfMemoryNamingTheBudgetAndTheSmallestPeak) {
@@ -314,8 +331,9 @@ TEST(CheckpointChoice, ABudgetNothingFitsIsOutOfMemoryNamingTheBudgetAndTheSmall
   const auto measure = [](const Config&, const torch::Device&) {
     return measurement({100, 200}, {1, 1}, 1000);
   };
+  training::Decisions decisions;
   try {
-    training::resolve_checkpointing(config, torch::Device(torch::kCPU), false, measure);
+    training::resolve_checkpointing(config, decisions, torch::Device(torch::kCPU), false, measure);
     ADD_FAILURE() << "not refused";
   } catch (const training::OutOfMemory& e) {
     const std::string what = e.what();
@@ -323,7 +341,7 @@ TEST(CheckpointChoice, ABudgetNothingFitsIsOutOfMemoryNamingTheBudgetAndTheSmall
     EXPECT_NE(what.find("peaks at 1000 B"), std::string::npos) << what;
     EXPECT_EQ(what.find('\n'), std::string::npos);
   }
-  EXPECT_FALSE(config.checkpointing.blocks());
+  EXPECT_FALSE(decisions.checkpointing);
 }
 
 TEST(CheckpointChoice, TheConfigRefusesBlocksWithoutAutoAndBlocksTheModelHasNot) {

@@ -108,6 +108,27 @@ TEST(ByteSize, OnlyTheDocumentedFormsOfAWholeNumberOfBytesAreRead) {
   }
 }
 
+// The reader's limits are said as what they are, not as a bad form: more than 9e18 bytes, more
+// than 12 decimal places (trailing zeros do not count; round 4 got "expected a size like 12GiB").
+TEST(ByteSize, ItsLimitsAreSaidAsLimits) {
+  EXPECT_EQ(training::parse_byte_size("1.5000000000000000GiB"), int64_t{3} << 29);
+  EXPECT_EQ(training::parse_byte_size("0000000000000000000001KiB"), 1024);
+  auto error = [](const char* text) {
+    try {
+      training::parse_byte_size(text);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error("10000000000000000000"),
+            "'10000000000000000000' is more than 9e18 bytes, the largest size taken");
+  EXPECT_EQ(error("9000000TiB"), "'9000000TiB' is more than 9e18 bytes, the largest size taken");
+  EXPECT_EQ(error("8796093022208TiB"),
+            "'8796093022208TiB' is more than 9e18 bytes, the largest size taken");
+  EXPECT_EQ(error("1.0000000000001GiB"), "'1.0000000000001GiB' has more than 12 decimal places");
+}
+
 TEST(ByteSize, FormatsWithTheLargestFittingUnit) {
   EXPECT_EQ(training::format_bytes(12), "12 B");
   EXPECT_EQ(training::format_bytes(1536), "1.50 KiB");

@@ -57,7 +57,8 @@ TEST(Checkpoint, RoundTripRestoresModelOptimizerStateAndRng) {
   state.seen = 40;
   state.train_seconds = 1.5;
   torch::manual_seed(77);
-  training::save_checkpoint(dir / "c.pt", *a.model, *a.optimizer, state, "training: {}\n");
+  training::save_checkpoint(dir / "c.pt", *a.model, *a.optimizer, state,
+                            {"training: {}\n", "{\"checkpointing\": 1}"});
   const auto expected_random = torch::rand({4});
 
   auto b = make_setup(2);
@@ -70,7 +71,9 @@ TEST(Checkpoint, RoundTripRestoresModelOptimizerStateAndRng) {
   EXPECT_DOUBLE_EQ(restored.loss_sum.item<double>(), 12.5);
   EXPECT_EQ(restored.correct.item<int64_t>(), 17);
   EXPECT_TRUE(torch::rand({4}).equal(expected_random));  // the CPU RNG continues where it was
-  EXPECT_EQ(training::checkpoint_config(dir / "c.pt"), "training: {}\n");
+  const auto inputs = training::checkpoint_inputs(dir / "c.pt");
+  EXPECT_EQ(inputs.config_yaml, "training: {}\n");
+  EXPECT_EQ(inputs.decisions_json, "{\"checkpointing\": 1}");  // stored as given, read as text
 
   auto pa = a.model->named_parameters(), pb = b.model->named_parameters();
   for (const auto& p : pa) EXPECT_TRUE(p.value().equal(pb[p.key()])) << p.key();
@@ -98,7 +101,7 @@ TEST(Checkpoint, GarbageFileIsRefusedByName) {
 TEST(Checkpoint, ADifferentModelIsRefusedNamingTheTensor) {
   test_support::TempDir dir;
   auto imagenet = make_setup(1, models::Stem::ImageNet);
-  training::save_checkpoint(dir / "c.pt", *imagenet.model, *imagenet.optimizer, {}, "");
+  training::save_checkpoint(dir / "c.pt", *imagenet.model, *imagenet.optimizer, {}, {});
   auto cifar = make_setup(1, models::Stem::Cifar);
   EXPECT_EQ(user_error_of([&] {
               training::load_checkpoint(dir / "c.pt", *cifar.model, *cifar.optimizer, torch::kCPU);
@@ -157,14 +160,14 @@ TEST(CheckpointFrame, AWrittenCheckpointIsVerifiedAndLoads) {
   auto s = make_setup(1);
   training::TrainState state;
   state.batch_size = 32;
-  training::save_checkpoint(dir / "c.pt", *s.model, *s.optimizer, state, "model: {}\n");
+  training::save_checkpoint(dir / "c.pt", *s.model, *s.optimizer, state, {"model: {}\n", ""});
   const std::string bytes = test_support::read_text(dir / "c.pt");
   EXPECT_EQ(bytes.substr(0, 8), "TRNCKPT\n");
   EXPECT_NO_THROW(training::verified_payload(bytes, "c.pt"));
   auto t = make_setup(2);
   EXPECT_EQ(training::load_checkpoint(dir / "c.pt", *t.model, *t.optimizer, torch::kCPU).batch_size,
             32);
-  EXPECT_EQ(training::checkpoint_config(dir / "c.pt"), "model: {}\n");
+  EXPECT_EQ(training::checkpoint_inputs(dir / "c.pt").config_yaml, "model: {}\n");
 }
 
 }  // namespace

@@ -74,7 +74,7 @@ TEST(RunDirectory, RefusesToReuseADirectoryHoldingARun) {
   test_support::TempDir dir;
   {
     training::RunDirectory run(dir / "run", false);
-    run.write_config("a: 1\n");
+    run.write_inputs({"a: 1\n", "{}\n"});
   }
   try {
     training::RunDirectory again(dir / "run", false);

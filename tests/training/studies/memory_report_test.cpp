@@ -90,4 +90,22 @@ TEST(MemoryReport, RefusesBadInputBeforeWriting) {
   EXPECT_FALSE(fs::exists(dir / "study"));
 }
 
+// Blocks given by hand need no budget (nothing is chosen; train takes them without one), and the
+// table says where they came from instead of "predicted peak 0 B".
+TEST(MemoryReport, BlocksGivenByHandNeedNoBudgetAndPredictNothing) {
+  test_support::TempDir dir;
+  auto given = request(dir, "fp32+checkpointing=auto");
+  given.overrides.emplace_back("checkpointing.enabled=auto");
+  given.overrides.emplace_back("checkpointing.blocks=[layer2.0]");
+  ASSERT_EQ(training::memory_command(given), training::kExitOk);
+  std::ifstream in(dir / "study" / "memory_breakdown.json");
+  const auto setting = nlohmann::json::parse(in).at("settings").at(0);
+  EXPECT_EQ(setting.at("recomputed_blocks"), nlohmann::json::array({"layer2.0"}));
+  EXPECT_EQ(setting.at("predicted_peak_bytes"), 0);
+  const std::string md = test_support::read_text(dir / "study" / "memory_breakdown.md");
+  EXPECT_EQ(md.find("predicted peak 0 B"), std::string::npos) << md;
+  EXPECT_NE(md.find("recomputes layer2.0 (given by checkpointing.blocks)"), std::string::npos)
+      << md;
+}
+
 }  // namespace

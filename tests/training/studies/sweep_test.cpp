@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include "models/resnet.h"
 #include "test_support.h"
@@ -48,16 +49,29 @@ std::string trial_status(const test_support::TempDir& dir, const fs::path& base_
 // `train` itself with the sweep's config at one batch size: three steps on synthetic data (from
 // the second on, the optimizer's momentum exists, as in the trial's measured steps; the decoded
 // dataset is host data and does not count against memory.limit), a small evaluation.
+// `train` at `batch` of the sweep's first cell (fp32, checkpointing off, contiguous) with the
+// flags the sweep gives for it (run_flags: the layout set, not left to train's auto).
 int train_exit_code(const test_support::TempDir& dir, const fs::path& config, int64_t batch) {
-  const auto outcome = training::run_process(
-      {TRAIN_BINARY, "--config", config.string(), "--output-dir",
-       (dir / ("train-" + std::to_string(batch))).string(), "--set", "data.source=synthetic",
-       "--set", "data.synthetic_train_size=" + std::to_string(3 * batch + 3), "--set",
-       "data.synthetic_test_size=16", "--set", "training.eval_batch_size=8", "--set",
-       "training.batch_size=" + std::to_string(batch), "--set", "training.max_steps=3", "--set",
-       "checkpoint.enabled=false"},
-      dir / "train.log", 600);
-  return outcome.exit_code;
+  std::vector<std::string> args{TRAIN_BINARY,
+                                "--config",
+                                config.string(),
+                                "--output-dir",
+                                (dir / ("train-" + std::to_string(batch))).string(),
+                                "--set",
+                                "data.source=synthetic",
+                                "--set",
+                                "data.synthetic_train_size=" + std::to_string(3 * batch + 3),
+                                "--set",
+                                "data.synthetic_test_size=16",
+                                "--set",
+                                "training.eval_batch_size=8",
+                                "--set",
+                                "training.max_steps=3",
+                                "--set",
+                                "checkpoint.enabled=false"};
+  std::istringstream flags(training::run_flags(training::SweepCell{}, batch, 0));
+  for (std::string word; flags >> word;) args.push_back(word);
+  return training::run_process(args, dir / "train.log", 600).exit_code;
 }
 
 TEST(Sweep, FindMaxFindsTheLargestBatchUnderAnEmulatedLimit) {
@@ -100,6 +114,13 @@ sweep: {batch_sizes: [16, 32], warmup_steps: 0, measure_steps: 2, find_max: true
   const std::string text = test_support::read_text(dir / "out/sweep.md");
   EXPECT_NE(text.find("| fp32 / checkpointing off / contiguous | " + std::to_string(max_batch) +
                       " | " + std::to_string(max_batch + 1) + " |"),
+            std::string::npos)
+      << text;
+  // The answer comes with the flags that train it as measured, the layout among them.
+  EXPECT_NE(text.find("- fp32 / checkpointing off / contiguous: `--set training.batch_size=" +
+                      std::to_string(max_batch) +
+                      " --set training.precision=fp32 --set training.memory_format=contiguous "
+                      "--set checkpointing.enabled=off --memory-limit 180MiB`"),
             std::string::npos)
       << text;
 }

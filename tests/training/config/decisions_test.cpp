@@ -1,0 +1,124 @@
+#include "training/config/decisions.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "training/platform/errors.h"
+
+namespace {
+
+using training::Decisions;
+
+Decisions both() {
+  Decisions d;
+  d.layout = training::LayoutDecision{c10::MemoryFormat::ChannelsLast, "cpu", "auto: timed"};
+  d.checkpointing =
+      training::CheckpointingDecision{{"layer1.0", "layer3.2"}, "resnet18 ...", 1 << 20, 900, 12.5};
+  return d;
+}
+
+std::string error_of(const std::string& json) {
+  try {
+    training::parse_decisions(json, "run/decisions.json");
+  } catch (const training::UserError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Decisions, ReadBackAsWritten) {
+  const Decisions back =
+      training::parse_decisions(training::decisions_json(both()), "run/decisions.json");
+  ASSERT_TRUE(back.layout);
+  EXPECT_EQ(back.layout->format, c10::MemoryFormat::ChannelsLast);
+  EXPECT_EQ(back.layout->device_type, "cpu");
+  EXPECT_EQ(back.layout->reason, "auto: timed");
+  ASSERT_TRUE(back.checkpointing);
+  EXPECT_EQ(back.checkpointing->blocks, (std::vector<std::string>{"layer1.0", "layer3.2"}));
+  EXPECT_EQ(back.checkpointing->chosen_for, "resnet18 ...");
+  EXPECT_EQ(back.checkpointing->budget, 1 << 20);
+  EXPECT_EQ(back.checkpointing->predicted_peak, 900);
+  EXPECT_DOUBLE_EQ(back.checkpointing->predicted_extra_ms, 12.5);
+  EXPECT_EQ(training::decisions_json({}), "{}\n");
+  const Decisions none = training::parse_decisions("{}", "run/decisions.json");
+  EXPECT_FALSE(none.layout || none.checkpointing);
+}
+
+TEST(Decisions, ADamagedFileIsRefusedNamingItAndTheEntry) {
+  EXPECT_EQ(error_of("{\"memory_format\": "),
+            "run/decisions.json: expected a JSON object of decisions (memory_format, "
+            "checkpointing), got text that is not JSON");
+  EXPECT_EQ(error_of("[]"),
+            "run/decisions.json: expected a JSON object of decisions (memory_format, "
+            "checkpointing), got array");
+  EXPECT_EQ(error_of("{\"layout\": {}}"),
+            "run/decisions.json: unknown decision 'layout' (expected memory_format or "
+            "checkpointing)");
+  EXPECT_EQ(error_of("{\"memory_format\": {\"layout\": \"nhwc\", \"device_type\": \"cpu\", "
+                     "\"reason\": \"\"}}"),
+            "run/decisions.json: memory_format.layout: expected contiguous or channels_last, got "
+            "nhwc");
+  auto j = nlohmann::json::parse(training::decisions_json(both()));
+  j["checkpointing"]["predicted_peak_bytes"] = -1;
+  EXPECT_EQ(error_of(j.dump()),
+            "run/decisions.json: checkpointing.predicted_peak_bytes: expected a byte count, got "
+            "-1");
+  j["checkpointing"].erase("predicted_peak_bytes");
+  EXPECT_EQ(error_of(j.dump()),
+            "run/decisions.json: checkpointing.predicted_peak_bytes: expected a byte count, "
+            "missing");
+  j = nlohmann::json::parse(training::decisions_json(both()));
+  j["checkpointing"]["blocks"] = {"layer1.0", 3};
+  EXPECT_NE(error_of(j.dump()).find("checkpointing.blocks: expected a list of block names"),
+            std::string::npos);
+}
+
+TEST(Decisions, TakeThePlaceOfAutoOnly) {
+  auto asked = training::parse_config("checkpointing: {enabled: auto}\n", "c.yaml");
+  const auto run = training::decided(asked, both());
+  EXPECT_EQ(run.training.memory_format, c10::MemoryFormat::ChannelsLast);
+  EXPECT_EQ(run.checkpointing.blocks(), both().checkpointing->blocks);
+  // A layout or blocks that the config gives stay as given.
+  asked = training::parse_config(
+      "training: {memory_format: contiguous}\n"
+      "checkpointing: {enabled: auto, blocks: [layer2.0]}\n",
+      "c.yaml");
+  const auto given = training::decided(asked, both());
+  EXPECT_EQ(given.training.memory_format, c10::MemoryFormat::Contiguous);
+  EXPECT_EQ(given.checkpointing.blocks(), (std::vector<std::string>{"layer2.0"}));
+}
+
+// Files older builds wrote record checkpointing auto's choice in the config: the schema reads
+// and ignores those keys there, refuses them from a flag, and a resume takes the choice over.
+TEST(Decisions, AnOlderBuildsChoiceInTheConfigIsReadAndItsKeysRetired) {
+  const std::string older =
+      "checkpointing:\n  enabled: auto\n  blocks: [layer1.0]\n"
+      "  chosen_for: \"resnet18 cifar stem, 10 classes, batch 4, fp32, contiguous\"\n"
+      "  chosen_budget: 1MiB\n  predicted_peak: 900B\n  predicted_extra_ms: 2.5\n";
+  const auto config = training::parse_config(older, "run/config.yaml");
+  EXPECT_EQ(config.checkpointing.blocks(), (std::vector<std::string>{"layer1.0"}));
+  EXPECT_EQ(training::to_yaml(config).find("chosen_for"), std::string::npos);
+  const auto recorded = training::recorded_in_config(older);
+  ASSERT_TRUE(recorded);
+  EXPECT_EQ(recorded->blocks, (std::vector<std::string>{"layer1.0"}));
+  EXPECT_EQ(recorded->chosen_for, "resnet18 cifar stem, 10 classes, batch 4, fp32, contiguous");
+  EXPECT_EQ(recorded->budget, 1 << 20);
+  EXPECT_EQ(recorded->predicted_peak, 900);
+  EXPECT_DOUBLE_EQ(recorded->predicted_extra_ms, 2.5);
+  // Blocks given by hand (chosen_for empty) and configs without the keys record nothing.
+  EXPECT_FALSE(training::recorded_in_config(
+      "checkpointing: {enabled: auto, blocks: [layer1.0], chosen_for: \"\"}\n"));
+  EXPECT_FALSE(training::recorded_in_config("checkpointing: {enabled: auto}\n"));
+  EXPECT_FALSE(training::recorded_in_config("checkpointing: [\n"));
+  try {
+    training::parse_config("", "c.yaml", {"checkpointing.chosen_for=x"});
+    ADD_FAILURE() << "a retired key set by a flag was taken";
+  } catch (const training::ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--set checkpointing.chosen_for: checkpointing.chosen_for: retired (a run's "
+              "decisions.json records what checkpointing auto chose); drop it");
+  }
+}
+
+}  // namespace

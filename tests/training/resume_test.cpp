@@ -1,0 +1,98 @@
+#include "training/resume.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_support.h"
+#include "training/parts/checkpoint_choice.h"
+#include "training/parts/components.h"
+#include "training/run/checkpoint_io.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A checkpoint of ResNet-18 storing `inputs`, in `dir`.
+fs::path checkpoint_storing(const fs::path& dir, const training::RunInputs& inputs) {
+  auto config = training::parse_config(inputs.config_yaml, "stored");
+  config.checkpointing.mode(training::CheckpointMode::Off);  // the same weights, no blocks needed
+  auto parts = training::build_step_parts(config, torch::kCPU);
+  const fs::path file = dir / "checkpoint.pt";
+  training::save_checkpoint(file, *parts.model, *parts.optimizer, {}, inputs);
+  return file;
+}
+
+const std::string kModel = "model: {arch: resnet18}\ntraining: {device: cpu, batch_size: 4}\n";
+
+// Checkpoints written before decisions.json hold checkpointing auto's choice in their config
+// (checkpointing.chosen_for and the rest beside blocks): a resume takes it as the run's
+// decision, so the config is as asked again (blocks null), unless config.yaml's blocks were
+// edited since, which are then given by hand.
+TEST(Resume, AnOlderCheckpointsChoiceInItsConfigBecomesTheRunsDecision) {
+  test_support::TempDir dir;
+  const std::string older = kModel +
+                            "checkpointing:\n  enabled: auto\n  blocks: [layer1.0]\n"
+                            "  chosen_for: \"resnet18 cifar stem, 10 classes, batch 4, fp32, "
+                            "contiguous\"\n  chosen_budget: 1MiB\n  predicted_peak: 900B\n"
+                            "  predicted_extra_ms: 2.5\n";
+  const auto file = checkpoint_storing(dir.path(), {older, ""});
+  training::Decisions recorded;
+  auto config = training::effective_config({}, {dir.path(), file}, recorded);
+  EXPECT_FALSE(config.checkpointing.blocks());
+  ASSERT_TRUE(recorded.checkpointing);
+  EXPECT_EQ(recorded.checkpointing->blocks, (std::vector<std::string>{"layer1.0"}));
+  EXPECT_EQ(recorded.checkpointing->predicted_peak, 900);
+
+  std::string edited = older;
+  edited.replace(edited.find("[layer1.0]"), 10, "[layer2.0]");
+  std::ofstream(dir / "config.yaml") << edited;
+  config = training::effective_config({}, {dir.path(), file}, recorded);
+  EXPECT_EQ(config.checkpointing.blocks(), (std::vector<std::string>{"layer2.0"}));
+  EXPECT_FALSE(recorded.checkpointing);
+}
+
+TEST(Resume, TheCheckpointsDecisionsAreReadBackAndADamagedEntryIsNamed) {
+  test_support::TempDir dir;
+  training::Decisions made;
+  made.layout = training::LayoutDecision{c10::MemoryFormat::ChannelsLast, "cpu", "timed"};
+  const auto file = checkpoint_storing(dir.path(), {kModel, training::decisions_json(made)});
+  training::Decisions recorded;
+  const auto config = training::effective_config({}, {dir.path(), file}, recorded);
+  EXPECT_FALSE(config.training.memory_format);  // auto, as asked
+  ASSERT_TRUE(recorded.layout);
+  EXPECT_EQ(recorded.layout->format, c10::MemoryFormat::ChannelsLast);
+
+  const auto damaged = checkpoint_storing(dir.path(), {kModel, "{\"memory_format\": 3}"});
+  try {
+    training::effective_config({}, {dir.path(), damaged}, recorded);
+    ADD_FAILURE() << "a damaged decisions entry was taken";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              damaged.string() +
+                  " (stored decisions): memory_format: expected an object, got "
+                  "number");
+  }
+}
+
+// The config is what was asked, so a resume may switch auto to on with one --set (round 4: three
+// refusals, one per recorded key, each blaming the checkpoint's stored config); the recorded
+// choice is then dropped, not applied.
+TEST(Resume, AutoSwitchedToOnByOneSetDropsTheRecordedChoice) {
+  test_support::TempDir dir;
+  training::Decisions made;
+  made.checkpointing = training::CheckpointingDecision{{"layer1.0"}, "a step", 1 << 20, 900, 1};
+  const auto file = checkpoint_storing(
+      dir.path(), {kModel + "checkpointing: {enabled: auto}\n", training::decisions_json(made)});
+  training::TrainRequest request;
+  request.overrides = {"checkpointing.enabled=on"};
+  training::Decisions recorded;
+  const auto config = training::effective_config(request, {dir.path(), file}, recorded);
+  EXPECT_EQ(config.checkpointing.mode(), training::CheckpointMode::On);
+  ASSERT_TRUE(recorded.checkpointing);
+  EXPECT_FALSE(training::resolve_checkpointing(config, recorded, torch::kCPU, false));
+  EXPECT_FALSE(recorded.checkpointing);
+  EXPECT_FALSE(training::decided(config, recorded).checkpointing.blocks());
+}
+
+}  // namespace

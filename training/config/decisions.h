@@ -1,0 +1,55 @@
+// What the program decided for a run, beside what was asked: the layout
+// training.memory_format: auto chose and the blocks checkpointing.enabled: auto chose, with what
+// each was decided from. config.yaml keeps what was asked (auto stays auto); the decisions go to
+// the run directory's decisions.json and into the checkpoint, a resume reads them back (and keeps
+// those that still hold), report.md and train compare show them.
+#pragma once
+
+#include <c10/core/MemoryFormat.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "training/config/config.h"
+
+namespace training {
+
+// training.memory_format: auto, decided.
+struct LayoutDecision {
+  c10::MemoryFormat format = c10::MemoryFormat::Contiguous;
+  std::string device_type;  // "cpu", "cuda": where it was decided (another device decides again)
+  std::string reason;       // "auto: timed here over 3 steps ..."
+};
+
+// checkpointing.enabled: auto, decided.
+struct CheckpointingDecision {
+  std::vector<std::string> blocks;  // recomputed, in forward order (empty: the plain step fits)
+  std::string chosen_for;           // the step: "resnet50 cifar stem, 10 classes, batch 32, ..."
+  int64_t budget = 0;               // bytes it was checked against (this run's, once kept)
+  int64_t predicted_peak = 0;       // the step's predicted peak with `blocks`
+  double predicted_extra_ms = 0;    // the recomputation added to a step
+};
+
+struct Decisions {
+  std::optional<LayoutDecision> layout;
+  std::optional<CheckpointingDecision> checkpointing;
+};
+
+// The config a run builds its parts from: `asked` with each decision in the place of its auto
+// (a layout only where training.memory_format is auto; blocks only where checkpointing is auto
+// and gives none).
+Config decided(const Config& asked, const Decisions& decisions);
+
+// decisions.json's text (a JSON object; "{}" when nothing was decided).
+std::string decisions_json(const Decisions& decisions);
+
+// Its inverse. UserError naming `origin` and the entry when the text is not such an object.
+Decisions parse_decisions(const std::string& json, const std::string& origin);
+
+// The choice an older build recorded inside the config (checkpointing.chosen_for, chosen_budget,
+// predicted_peak, predicted_extra_ms beside blocks; retired keys, read and ignored by the
+// schema): nullopt when `yaml` records none (chosen_for empty or absent, or blocks null).
+std::optional<CheckpointingDecision> recorded_in_config(const std::string& yaml);
+
+}  // namespace training
