@@ -98,9 +98,10 @@ void set_up_process() {
 
 namespace {
 
-// PYTORCH_CUDA_ALLOC_CONF as `key:value` items separated by single commas (one trailing comma
-// allowed), a value a word or a bracketed list of words ([1,2]), blanks around them: the form
-// LibTorch documents. LibTorch reads the variable while it loads (c10_cuda's initialisers, on a
+// PYTORCH_CUDA_ALLOC_CONF (and PYTORCH_ALLOC_CONF, which LibTorch 2.11 reads too) as `key:value`
+// items separated by single commas (one trailing comma allowed), a value a word or a bracketed
+// list of words or word:word pairs ([1,2], [256:1,>:8]), blanks around them: the form LibTorch
+// documents. LibTorch reads the variable while it loads (c10_cuda's initialisers, on a
 // machine without a GPU too) and aborts with an internal assertion on many other forms
 // ("garbage", "key:", "a:b c:d", two trailing commas). Plain C: this runs before any library is
 // initialised.
@@ -127,10 +128,16 @@ bool alloc_conf_is_well_formed(const char* text) {
       ++p;
       blanks();
       if (*p != ']') {
-        while (true) {
+        while (true) {  // words, or word:word pairs ([256:1,>:8])
           blanks();
           if (!word()) return false;
           blanks();
+          if (*p == ':') {
+            ++p;
+            blanks();
+            if (!word()) return false;
+            blanks();
+          }
           if (*p != ',') break;
           ++p;
         }
@@ -154,21 +161,23 @@ bool alloc_conf_is_well_formed(const char* text) {
 extern "C" void train_preinit(int, char**, char** environment) {
   training::install_exit_on_stop();
   // From the loader's own copy of the environment: libc's (getenv) is not set up yet.
-  const char* conf = nullptr;
-  const char kName[] = "PYTORCH_CUDA_ALLOC_CONF=";
   for (char** variable = environment; variable && *variable; ++variable) {
-    if (std::strncmp(*variable, kName, sizeof kName - 1) == 0) conf = *variable + sizeof kName - 1;
-  }
-  if (conf && !alloc_conf_is_well_formed(conf)) {
-    const char* parts[] = {
-        "[error] PYTORCH_CUDA_ALLOC_CONF: expected key:value items separated by "
-        "single commas (e.g. expandable_segments:True,max_split_size_mb:128), "
-        "got '",
-        conf, "' (LibTorch reads it while loading and aborts on malformed values)\n"};
-    for (const char* part : parts) {
-      if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
+    for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
+      const size_t length = std::strlen(name);
+      if (std::strncmp(*variable, name, length) != 0 || (*variable)[length] != '=') continue;
+      const char* value = *variable + length + 1;
+      if (alloc_conf_is_well_formed(value)) continue;
+      const char* parts[] = {"[error] ", name,
+                             ": expected key:value items separated by single commas (e.g. "
+                             "expandable_segments:True,max_split_size_mb:128), got '",
+                             value,
+                             "' (LibTorch reads it while loading and aborts on malformed "
+                             "values)\n"};
+      for (const char* part : parts) {
+        if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
+      }
+      std::_Exit(training::kExitBadInput);
     }
-    std::_Exit(training::kExitBadInput);
   }
 }
 __attribute__((section(".preinit_array"),

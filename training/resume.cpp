@@ -82,31 +82,85 @@ std::vector<Override> with_hand_edits(const fs::path& config_yaml, const std::st
 
 }  // namespace
 
-Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
-                        Decisions& recorded) {
-  recorded = {};
-  const auto& overrides = request.overrides;
-  if (!request.config_path.empty()) return load_config(request.config_path, overrides);
-  if (resume.run_dir.empty()) {
-    throw UserError("no config: pass --config FILE (or --resume RUN to continue a run)");
-  }
-  if (resume.checkpoint.empty())
-    return load_config((resume.run_dir / "config.yaml").string(), overrides);
-  const RunInputs stored = checkpoint_inputs(resume.checkpoint);
-  const std::string origin = resume.checkpoint.string() + " (stored config)";
-  Config config = parse_config(
-      stored.config_yaml, origin,
-      with_hand_edits(resume.run_dir / "config.yaml", stored.config_yaml, origin, overrides));
+namespace {
+
+// A config file an older build wrote holds checkpointing auto's choice (checkpointing.chosen_for
+// and the rest, retired keys): taken as --config, its blocks are given by hand. Said once.
+void note_an_older_choice(const std::string& config_path) {
+  std::ifstream in(config_path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!recorded_in_config(text)) return;
+  spdlog::warn(
+      "{}: written by an older build, with checkpointing auto's choice in it (checkpointing."
+      "chosen_for, retired): its checkpointing.blocks are taken as given by hand; set them to "
+      "null for auto to choose for this run",
+      config_path);
+}
+
+// The checkpoint's decisions (an older build's: the choice its config recorded, whose blocks
+// then leave `config` unless edited since). A run directory's decisions.json is only their
+// record: an edit of it is said and not taken.
+Decisions stored_decisions(const ResumeTarget& resume, const RunInputs& stored, Config& config) {
+  Decisions recorded;
   if (!stored.decisions_json.empty()) {
-    recorded =
-        parse_decisions(stored.decisions_json, resume.checkpoint.string() + " (stored decisions)");
+    const std::string origin = resume.checkpoint.string() + " (stored decisions)";
+    recorded = parse_decisions(stored.decisions_json, origin);
+    check_decisions(recorded, config, origin);
   } else if (auto older = recorded_in_config(stored.config_yaml)) {
-    // An older build's record: its blocks were auto's choice, not the user's (unless edited).
     if (config.checkpointing.blocks() == older->blocks) {
       config.checkpointing.blocks(std::nullopt);
       recorded.checkpointing = std::move(older);
     }
   }
+  std::error_code ec;
+  const fs::path file = resume.run_dir / "decisions.json";
+  if (fs::is_regular_file(file, ec)) {
+    std::ifstream in(file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    bool same = false;
+    try {
+      same = decisions_json(parse_decisions(text, file.string())) == decisions_json(recorded);
+    } catch (const std::exception&) {
+    }
+    if (!same) {
+      spdlog::warn(
+          "{}: differs from the decisions {} holds, which this resume keeps where they hold; "
+          "the file is a record and is rewritten (to decide otherwise, set "
+          "training.memory_format or checkpointing.blocks)",
+          file.string(), resume.checkpoint.string());
+    }
+  }
+  return recorded;
+}
+
+}  // namespace
+
+Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
+                        Decisions& recorded) {
+  recorded = {};
+  const auto& overrides = request.overrides;
+  if (resume.run_dir.empty() && request.config_path.empty()) {
+    throw UserError("no config: pass --config FILE (or --resume RUN to continue a run)");
+  }
+  if (resume.checkpoint.empty()) {
+    const std::string path = !request.config_path.empty()
+                                 ? request.config_path
+                                 : (resume.run_dir / "config.yaml").string();
+    note_an_older_choice(path);
+    return load_config(path, overrides);
+  }
+  const RunInputs stored = checkpoint_inputs(resume.checkpoint);
+  Config config;
+  if (!request.config_path.empty()) {  // --resume with --config: that file instead
+    note_an_older_choice(request.config_path);
+    config = load_config(request.config_path, overrides);
+  } else {
+    const std::string origin = resume.checkpoint.string() + " (stored config)";
+    config = parse_config(
+        stored.config_yaml, origin,
+        with_hand_edits(resume.run_dir / "config.yaml", stored.config_yaml, origin, overrides));
+  }
+  recorded = stored_decisions(resume, stored, config);
   return config;
 }
 

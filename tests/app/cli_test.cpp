@@ -78,8 +78,14 @@ TEST(Cli, AMalformedAllocatorConfigIsOneLineNotAnAbort) {
               std::string::npos)
         << r.output;
   }
+  // LibTorch 2.11 reads PYTORCH_ALLOC_CONF the same way.
+  const auto other = cli::run_shell("PYTORCH_ALLOC_CONF=garbage " TRAIN_BINARY " --help");
+  EXPECT_EQ(other.code, 2) << other.output;
+  EXPECT_EQ(other.output.rfind("[error] PYTORCH_ALLOC_CONF: expected key:value", 0), 0u)
+      << other.output;
   for (const char* good : {"", "expandable_segments:True", " max_split_size_mb : 128 ,",
-                           "roundup_power2_divisions:[1,2],expandable_segments:False"}) {
+                           "roundup_power2_divisions:[1,2],expandable_segments:False",
+                           "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]"}) {
     const auto r = cli::run_shell(std::string("PYTORCH_CUDA_ALLOC_CONF='") + good +
                                   "' " TRAIN_BINARY " --help");
     EXPECT_EQ(r.code, 0) << good << ": " << r.output;

@@ -8,6 +8,7 @@
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/run/checkpoint_io.h"
+#include "training/run/run_dir.h"
 
 namespace {
 
@@ -93,6 +94,25 @@ TEST(Resume, AutoSwitchedToOnByOneSetDropsTheRecordedChoice) {
   EXPECT_FALSE(training::resolve_checkpointing(config, recorded, torch::kCPU, false));
   EXPECT_FALSE(recorded.checkpointing);
   EXPECT_FALSE(training::decided(config, recorded).checkpointing.blocks());
+}
+
+// With --config a resume still keeps the checkpoint's decisions (they were dropped: the layout was
+// timed again and the blocks measured again); without decisions.json, train report reads them
+// from the checkpoint (it said "no block recomputed").
+TEST(Resume, TheCheckpointsDecisionsHoldWithConfigAndWithoutDecisionsJson) {
+  test_support::TempDir dir;
+  training::Decisions made;
+  made.layout = training::LayoutDecision{c10::MemoryFormat::ChannelsLast, "cpu", "timed"};
+  made.checkpointing = training::CheckpointingDecision{{"layer1.0"}, "a step", 1 << 20, 900, 1};
+  const auto file = checkpoint_storing(dir.path(), {kModel, training::decisions_json(made)});
+  std::ofstream(dir / "other.yaml") << kModel;
+  training::TrainRequest request;
+  request.config_path = (dir / "other.yaml").string();
+  training::Decisions recorded;
+  training::effective_config(request, {dir.path(), file}, recorded);
+  EXPECT_EQ(training::decisions_json(recorded), training::decisions_json(made));
+  EXPECT_EQ(training::decisions_json(training::read_decisions(dir.path())),
+            training::decisions_json(made));
 }
 
 }  // namespace

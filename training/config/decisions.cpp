@@ -2,8 +2,10 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "training/config/config_yaml.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 
@@ -57,7 +59,20 @@ const Json& entry(const Json& object, const std::string& section, const std::str
   return *found;
 }
 
+// An entry's fields: the known ones only (a misspelt field would be dropped silently).
+void check_fields(const Json& j, const std::string& section, std::vector<std::string> known,
+                  const std::string& origin) {
+  known.push_back("decides");
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      throw UserError(origin + ": " + section + "." + key + ": unknown field (expected " +
+                      config_yaml::join(known, ", ") + ")");
+    }
+  }
+}
+
 LayoutDecision parse_layout(const Json& j, const std::string& origin) {
+  check_fields(j, "memory_format", {"layout", "device_type", "reason"}, origin);
   auto is_string = [](const Json& v) { return v.is_string(); };
   LayoutDecision layout;
   const std::string name =
@@ -83,6 +98,9 @@ CheckpointingDecision parse_checkpointing(const Json& j, const std::string& orig
     return true;
   };
   const std::string s = "checkpointing";
+  check_fields(
+      j, s, {"blocks", "chosen_for", "budget_bytes", "predicted_peak_bytes", "predicted_extra_ms"},
+      origin);
   CheckpointingDecision c;
   c.blocks = entry(j, s, "blocks", is_names, "a list of block names", origin)
                  .get<std::vector<std::string>>();
@@ -120,6 +138,23 @@ Decisions parse_decisions(const std::string& json, const std::string& origin) {
     }
   }
   return d;
+}
+
+void check_decisions(const Decisions& decisions, const Config& config, const std::string& origin) {
+  if (!decisions.checkpointing) return;
+  const auto names = models::block_names(config.model.depth());
+  const auto& blocks = decisions.checkpointing->blocks;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (std::find(names.begin(), names.end(), blocks[i]) == names.end()) {
+      throw UserError(origin + ": checkpointing.blocks: '" + blocks[i] + "' is not a block of " +
+                      arch_name(config.model) + " (" + names.front() + " ... " + names.back() +
+                      ")");
+    }
+    if (std::find(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(i), blocks[i]) !=
+        blocks.begin() + static_cast<std::ptrdiff_t>(i)) {
+      throw UserError(origin + ": checkpointing.blocks: '" + blocks[i] + "' is listed twice");
+    }
+  }
 }
 
 std::optional<CheckpointingDecision> recorded_in_config(const std::string& yaml) {

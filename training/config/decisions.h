@@ -47,6 +47,10 @@ std::string decisions_json(const Decisions& decisions);
 // Its inverse. UserError naming `origin` and the entry when the text is not such an object.
 Decisions parse_decisions(const std::string& json, const std::string& origin);
 
+// Decisions that fit `config`'s model: the recorded blocks each a block of it, once. UserError
+// naming `origin` otherwise (a run would fail on them after it started).
+void check_decisions(const Decisions& decisions, const Config& config, const std::string& origin);
+
 // The choice an older build recorded inside the config (checkpointing.chosen_for, chosen_budget,
 // predicted_peak, predicted_extra_ms beside blocks; retired keys, read and ignored by the
 // schema): nullopt when `yaml` records none (chosen_for empty or absent, or blocks null).

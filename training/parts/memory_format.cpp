@@ -99,7 +99,7 @@ MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisio
   } else if (recorded && recorded->device_type == c10::DeviceTypeName(device.type(), true)) {
     MemoryFormatChoice kept;
     kept.format = recorded->format;
-    kept.reason = "auto: as this run decided before (decisions.json), not timed again";
+    kept.reason = "auto: as this run decided before (its checkpoint's decisions), not timed again";
     return kept;
   }
   MemoryFormatChoice choice = choose_memory_format(config, device, data_parallel, measure);

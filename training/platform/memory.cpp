@@ -128,6 +128,12 @@ int64_t parse_byte_size(const std::string& text) {
       "expected a size like 12GiB, 512MiB, 1.5GB or a whole number of "
       "bytes, got '" +
       text + "'";
+  // Bounded before the regex (libstdc++'s matcher recurses per character: 30000 digits crashed).
+  if (text.size() > 64) {
+    throw std::invalid_argument("'" + text.substr(0, 24) + "...' is " +
+                                std::to_string(text.size()) +
+                                " characters long, more than a size takes (64)");
+  }
   static const std::regex form(R"(^\s*([0-9]+)(?:\.([0-9]+))?\s*([A-Za-z]*)\s*$)");
   std::smatch match;
   if (!std::regex_match(text, match, form)) throw std::invalid_argument(expected);
@@ -135,7 +141,9 @@ int64_t parse_byte_size(const std::string& text) {
   std::string whole = match[1].str(), fraction = match[2].str();
   whole.erase(0, std::min(whole.find_first_not_of('0'), whole.size() - 1));  // leading zeros
   while (!fraction.empty() && fraction.back() == '0') fraction.pop_back();
-  if (whole.size() > 18) throw std::invalid_argument(too_large);
+  if (whole.size() > 19 || (whole.size() == 19 && whole > "9000000000000000000")) {
+    throw std::invalid_argument(too_large);  // and std::stoll below stays within int64
+  }
   if (fraction.size() > 12) {
     throw std::invalid_argument("'" + text + "' has more than 12 decimal places");
   }

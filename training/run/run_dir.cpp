@@ -13,6 +13,7 @@
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
+#include "training/run/checkpoint_io.h"
 #include "training/run/output_dir.h"
 
 namespace training {
@@ -37,6 +38,8 @@ int remove_stale_temporaries(const fs::path& dir) {
 namespace {
 
 std::string read_text(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) throw UserError(file.string() + ": not a file");
   std::ifstream in(file, std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (!in && !in.eof()) throw UserError(file.string() + ": cannot be read");
@@ -48,7 +51,16 @@ std::string read_text(const fs::path& file) {
 Decisions read_decisions(const fs::path& run_dir) {
   std::error_code ec;
   const fs::path file = run_dir / "decisions.json";
-  if (fs::exists(file, ec)) return parse_decisions(read_text(file), file.string());
+  if (fs::exists(file, ec) || fs::is_symlink(file, ec)) {
+    return parse_decisions(read_text(file), file.string());
+  }
+  // decisions.json gone: the checkpoint holds them too.
+  const fs::path checkpoint = run_dir / "checkpoint.pt";
+  if (fs::is_regular_file(checkpoint, ec)) {
+    const std::string stored = checkpoint_inputs(checkpoint).decisions_json;
+    if (!stored.empty())
+      return parse_decisions(stored, checkpoint.string() + " (stored decisions)");
+  }
   Decisions older;
   const fs::path config = run_dir / "config.yaml";
   if (fs::is_regular_file(config, ec)) older.checkpointing = recorded_in_config(read_text(config));
@@ -85,8 +97,10 @@ RunDirectory::~RunDirectory() {
 }
 
 void RunDirectory::write_inputs(const RunInputs& inputs) const {
-  write_file_atomically(dir_ / "config.yaml", inputs.config_yaml);
+  // The record first: a write that fails leaves config.yaml, which a resume reads for hand edits,
+  // as it was (decisions.json is only a record; the checkpoint holds the decisions a resume uses).
   write_file_atomically(dir_ / "decisions.json", inputs.decisions_json);
+  write_file_atomically(dir_ / "config.yaml", inputs.config_yaml);
 }
 
 void RunDirectory::record_epoch(const EpochRecord& record) {

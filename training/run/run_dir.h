@@ -36,8 +36,9 @@ struct RunInputs {
   std::string decisions_json;
 };
 
-// A run directory's decisions: its decisions.json (UserError naming it when it cannot be read),
-// or, in a run written before it, the choice its config.yaml recorded (none otherwise).
+// A run directory's decisions: its decisions.json (UserError naming it when it cannot be read);
+// without it, its checkpoint's; in a run written before them, the choice its config.yaml
+// recorded (none otherwise).
 Decisions read_decisions(const std::filesystem::path& run_dir);
 
 class RunDirectory {

@@ -106,7 +106,7 @@ ComparedRun read_compared_run(const fs::path& dir) {
   }
   if (const auto& c = decisions.checkpointing) {
     run.config["decided.checkpointing.blocks"] = "[" + config_yaml::join(c->blocks, ", ") + "]";
-    run.config["decided.checkpointing.predicted_peak"] = byte_size_text(c->predicted_peak);
+    run.config["decided.checkpointing.predicted_peak"] = format_bytes(c->predicted_peak);
   }
   run.epochs = read_metrics(dir / "metrics.jsonl");
   if (run.epochs.empty()) {

@@ -208,8 +208,11 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
                          /*searched=*/false);
   for (const auto& t : sweep.trials) {
     if (t.result.status != TrialStatus::Ok) continue;
-    PlanCandidate c{t.cell, t.batch, t.result.images_per_second, t.result.peak_reserved_bytes, 0,
-                    false,  ""};
+    // Measured peaks; a card's replay replaces them (not auto's, held under the sweep's budget).
+    const auto& r = t.result;
+    PlanCandidate c{
+        t.cell, t.batch, r.images_per_second, r.peak_reserved_bytes, r.peak_allocated_bytes,
+        false,  ""};
     for (const auto& summary : plan.cells) {
       if (summary.cell == t.cell && summary.fit) {
         c.predicted_peak = std::max(c.predicted_peak,

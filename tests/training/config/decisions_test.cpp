@@ -69,9 +69,34 @@ TEST(Decisions, ADamagedFileIsRefusedNamingItAndTheEntry) {
             "run/decisions.json: checkpointing.predicted_peak_bytes: expected a byte count, "
             "missing");
   j = nlohmann::json::parse(training::decisions_json(both()));
+  j["checkpointing"]["budget"] = 5;  // a misspelt field is refused, not dropped
+  EXPECT_EQ(error_of(j.dump()),
+            "run/decisions.json: checkpointing.budget: unknown field (expected blocks, chosen_for, "
+            "budget_bytes, predicted_peak_bytes, predicted_extra_ms, decides)");
+  j = nlohmann::json::parse(training::decisions_json(both()));
   j["checkpointing"]["blocks"] = {"layer1.0", 3};
   EXPECT_NE(error_of(j.dump()).find("checkpointing.blocks: expected a list of block names"),
             std::string::npos);
+}
+
+// Recorded blocks the model has not (or listed twice) are refused naming where they came from,
+// not met as an internal error once the run has started.
+TEST(Decisions, RecordedBlocksAreCheckedAgainstTheModel) {
+  const auto config = training::parse_config("model: {arch: resnet18}\n", "c.yaml");
+  Decisions d = both();  // layer3.2: a block of ResNet-50, not of ResNet-18
+  EXPECT_NO_THROW(training::check_decisions(d, training::parse_config("", "c.yaml"), "ck.pt"));
+  EXPECT_THROW(training::check_decisions(d, config, "ck.pt"), training::UserError);
+  d.checkpointing->blocks = {"layer9.9"};
+  try {
+    training::check_decisions(d, config, "ck.pt");
+    ADD_FAILURE() << "layer9.9 was taken";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "ck.pt: checkpointing.blocks: 'layer9.9' is not a block of resnet18 (layer1.0 ... "
+              "layer4.1)");
+  }
+  d.checkpointing->blocks = {"layer1.0", "layer1.0"};
+  EXPECT_THROW(training::check_decisions(d, config, "ck.pt"), training::UserError);
 }
 
 TEST(Decisions, TakeThePlaceOfAutoOnly) {

@@ -127,6 +127,13 @@ TEST(ByteSize, ItsLimitsAreSaidAsLimits) {
   EXPECT_EQ(error("8796093022208TiB"),
             "'8796093022208TiB' is more than 9e18 bytes, the largest size taken");
   EXPECT_EQ(error("1.0000000000001GiB"), "'1.0000000000001GiB' has more than 12 decimal places");
+  // 19 digits up to 9e18 are a size; a text longer than any size is refused before the regex
+  // (30000 digits crashed libstdc++'s recursive matcher).
+  EXPECT_EQ(training::parse_byte_size("9000000000000000000"), int64_t{9000000000000000000});
+  EXPECT_EQ(error("9000000000000000001"),
+            "'9000000000000000001' is more than 9e18 bytes, the largest size taken");
+  EXPECT_EQ(error(std::string(30000, '1').c_str()),
+            "'111111111111111111111111...' is 30000 characters long, more than a size takes (64)");
 }
 
 TEST(ByteSize, FormatsWithTheLargestFittingUnit) {

@@ -85,6 +85,26 @@ TEST(RunDirectory, RefusesToReuseADirectoryHoldingARun) {
   EXPECT_EQ(test_support::read_text(dir / "run/config.yaml"), "a: 1\n");
 }
 
+// decisions.json is written before config.yaml: a write that fails leaves config.yaml, which a
+// resume reads for hand edits, as it was (it was rewritten first, and the next resume took the
+// refused values as edits).
+TEST(RunDirectory, AFailedWriteOfTheInputsLeavesConfigYamlAsItWas) {
+  test_support::TempDir dir;
+  training::RunDirectory run(dir / "run", false);
+  run.write_inputs({"a: 1\n", "{}\n"});
+  fs::remove(dir / "run/decisions.json");
+  fs::create_directories(dir / "run/decisions.json/x");
+  EXPECT_ANY_THROW(run.write_inputs({"a: 2\n", "{}\n"}));
+  EXPECT_EQ(test_support::read_text(dir / "run/config.yaml"), "a: 1\n");
+  // Read back, a decisions.json that is no file is named (it was an internal error).
+  try {
+    training::read_decisions(dir / "run");
+    ADD_FAILURE() << "a folder was read as decisions.json";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "run/decisions.json").string() + ": not a file");
+  }
+}
+
 TEST(RunDirectory, CorruptMetricsOnResumeAreNamed) {
   test_support::TempDir dir;
   fs::create_directories(dir / "run");

@@ -328,6 +328,37 @@ TEST(Plan, ACardIsRankedByItsEstimateNotByTheCpusSpeed) {
   EXPECT_NE(table.find("Largest batch that fits on T4"), std::string::npos) << table;
 }
 
+// An auto cell keeps the sweep's own peaks on a card (its blocks are chosen under the sweep's
+// budget, not replayed): plan.json gave it an allocated peak of 0.
+TEST(Plan, AnAutoCellOnACardKeepsItsMeasuredPeaks) {
+  test_support::TempDir dir;
+  const SweepCell automatic{training::Precision::FP32, training::CheckpointMode::Auto,
+                            c10::MemoryFormat::Contiguous};
+  const auto ok = training::TrialStatus::Ok;
+  std::vector<training::SweepTrial> trials = {trial(1, plain, 32, 1000 * MiB, 100, ok),
+                                              trial(2, automatic, 64, 700 * MiB, 90, ok)};
+  trials[1].result.peak_allocated_bytes = 650 * MiB;
+  training::SweepFacts facts{"resnet18", "cifar", "cpu", "cpu", 64LL << 30, false, 1, 2, {}};
+  const fs::path sweep = dir / "sweep";
+  fs::create_directories(sweep);
+  training::write_sweep_tables(
+      sweep, facts, training::summarize({plain, automatic}, trials, {}, false), trials, true);
+  training::Config config = training::parse_config("", "test");
+  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  const training::Card card = training::find_card("T4");
+  const auto plan = training::make_plan(sweep, card.memory_bytes, 0.10, std::nullopt, card);
+  const auto json = training::plan_json(plan);
+  bool found = false;
+  for (const auto& c : json.at("candidates")) {
+    if (c.at("checkpointing") != "auto") continue;
+    found = true;
+    EXPECT_EQ(c.at("predicted_reserved_peak_bytes"), 700 * MiB);
+    EXPECT_EQ(c.at("predicted_allocated_peak_bytes"), 650 * MiB);
+  }
+  EXPECT_TRUE(found) << json.dump();
+}
+
 // bf16 needs compute capability 8.0: on a T4 (sm_75) a bf16 setting is "cannot run", never
 // ranked by an estimated 0 images/s or recommended.
 TEST(Plan, ACardThatCannotRunBf16SaysSo) {
