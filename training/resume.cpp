@@ -86,7 +86,10 @@ namespace {
 
 // A config file an older build wrote holds checkpointing auto's choice (checkpointing.chosen_for
 // and the rest, retired keys): taken as --config, its blocks are given by hand. Said once.
+// Called once load_config has read the file (it refuses a folder, a FIFO, ...).
 void note_an_older_choice(const std::string& config_path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(config_path, ec)) return;
   std::ifstream in(config_path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (!recorded_in_config(text)) return;
@@ -146,14 +149,15 @@ Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
     const std::string path = !request.config_path.empty()
                                  ? request.config_path
                                  : (resume.run_dir / "config.yaml").string();
+    Config config = load_config(path, overrides);
     note_an_older_choice(path);
-    return load_config(path, overrides);
+    return config;
   }
   const RunInputs stored = checkpoint_inputs(resume.checkpoint);
   Config config;
   if (!request.config_path.empty()) {  // --resume with --config: that file instead
-    note_an_older_choice(request.config_path);
     config = load_config(request.config_path, overrides);
+    note_an_older_choice(request.config_path);
   } else {
     const std::string origin = resume.checkpoint.string() + " (stored config)";
     config = parse_config(
