@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "training/config/config_yaml.h"
+#include "training/config/validate.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 
@@ -142,19 +143,8 @@ Decisions parse_decisions(const std::string& json, const std::string& origin) {
 
 void check_decisions(const Decisions& decisions, const Config& config, const std::string& origin) {
   if (!decisions.checkpointing) return;
-  const auto names = models::block_names(config.model.depth());
-  const auto& blocks = decisions.checkpointing->blocks;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    if (std::find(names.begin(), names.end(), blocks[i]) == names.end()) {
-      throw UserError(origin + ": checkpointing.blocks: '" + blocks[i] + "' is not a block of " +
-                      arch_name(config.model) + " (" + names.front() + " ... " + names.back() +
-                      ")");
-    }
-    if (std::find(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(i), blocks[i]) !=
-        blocks.begin() + static_cast<std::ptrdiff_t>(i)) {
-      throw UserError(origin + ": checkpointing.blocks: '" + blocks[i] + "' is listed twice");
-    }
-  }
+  const std::string problem = blocks_problem(decisions.checkpointing->blocks, config.model);
+  if (!problem.empty()) throw UserError(origin + ": checkpointing.blocks: " + problem);
 }
 
 std::optional<CheckpointingDecision> recorded_in_config(const std::string& yaml) {

@@ -18,21 +18,27 @@ void check_checkpointing(const CheckpointingOptions& c, const models::ResNetOpti
         "checkpointing.blocks: is the choice of checkpointing.enabled: auto, and enabled is not "
         "auto; set blocks to null, or enabled to auto");
   }
-  const auto names = models::block_names(model.depth());
-  const auto& chosen = *c.blocks();
-  for (size_t i = 0; i < chosen.size(); ++i) {
-    if (std::find(names.begin(), names.end(), chosen[i]) == names.end()) {
-      fail("checkpointing.blocks: '" + chosen[i] + "' is not a block of " + arch_name(model) +
-           " (" + names.front() + " ... " + names.back() + ")");
-    }
-    if (std::find(chosen.begin(), chosen.begin() + static_cast<std::ptrdiff_t>(i), chosen[i]) !=
-        chosen.begin() + static_cast<std::ptrdiff_t>(i)) {
-      fail("checkpointing.blocks: '" + chosen[i] + "' is listed twice; list each block once");
-    }
-  }
+  const std::string problem = blocks_problem(*c.blocks(), model);
+  if (!problem.empty()) fail("checkpointing.blocks: " + problem);
 }
 
 }  // namespace
+
+std::string blocks_problem(const std::vector<std::string>& blocks,
+                           const models::ResNetOptions& model) {
+  const auto names = models::block_names(model.depth());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (std::find(names.begin(), names.end(), blocks[i]) == names.end()) {
+      return "'" + blocks[i] + "' is not a block of " + arch_name(model) + " (" + names.front() +
+             " ... " + names.back() + ")";
+    }
+    if (std::find(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(i), blocks[i]) !=
+        blocks.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return "'" + blocks[i] + "' is listed twice; list each block once";
+    }
+  }
+  return "";
+}
 
 void validate(const Config& c, const std::function<std::string(const std::string&)>& origin_for) {
   auto fail = [&](const std::string& message) {

@@ -88,7 +88,6 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
         "batch(es), an incomplete group, are dropped each epoch (as a partial batch is)",
         accumulate_steps_, train_loader_->batches_per_epoch(), steps_per_epoch(), dropped);
   }
-  check_profiler_window();
   observers_.add(std::make_unique<ConsoleObserver>(config_, device_));
 }
 
@@ -110,14 +109,7 @@ void Trainer::check_steps(const Config& config, int64_t train_size, int64_t worl
                        std::to_string(config.training.batch_size) +
                        ", so it has no whole step; lower it or training.batch_size");
   }
-  const int64_t first = config.profiler.steps.at(0);
-  const int64_t total = capped_by_max_steps(config, config.training.epochs * steps);
-  if ((config.profiler.enabled || config.memory.snapshot) && first > total) {
-    throw KeyError("profiler.steps", "the window starts at step " + std::to_string(first) +
-                                         ", but this run makes " + std::to_string(total) +
-                                         " steps; move the window or lengthen the run "
-                                         "(training.epochs, training.max_steps)");
-  }
+  check_profiler_window(config, 0, capped_by_max_steps(config, config.training.epochs * steps));
 }
 
 void Trainer::write_to(RunDirectory& run) {

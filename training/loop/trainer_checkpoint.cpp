@@ -100,7 +100,7 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
       state_.step - steps_in_epoch() + (config_.training.epochs - state_.epoch) * steps_per_epoch();
   total_steps_ = capped_by_max_steps(config_, by_epochs);
   schedule_ = LrSchedule(config_.schedule, config_.optimizer.lr(), steps_per_epoch(), total_steps_);
-  check_profiler_window();
+  check_profiler_window(config_, state_.step, total_steps_);
   if (state_.grad_scale.defined() && parts_.scaler.enabled()) {
     parts_.scaler.load_state(state_.grad_scale, state_.growth_tracker);
   }
@@ -141,13 +141,13 @@ void Trainer::take_own_sums() {
   state_.seen = 0;
 }
 
-void Trainer::check_profiler_window() const {
-  const int64_t first = config_.profiler.steps.at(0);
-  const bool windowed = config_.profiler.enabled || config_.memory.snapshot;
-  if (!windowed || first <= state_.step || first <= total_steps_) return;
+void Trainer::check_profiler_window(const Config& config, int64_t done, int64_t total) {
+  const int64_t first = config.profiler.steps.at(0);
+  const bool windowed = config.profiler.enabled || config.memory.snapshot;
+  if (!windowed || first <= done || first <= total) return;
   throw KeyError("profiler.steps",
                  "the window starts at step " + std::to_string(first) + ", but this run makes " +
-                     std::to_string(total_steps_) +
+                     std::to_string(total) +
                      " steps; move the window or lengthen the run (training.epochs, "
                      "training.max_steps)");
 }
