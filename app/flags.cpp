@@ -1,5 +1,9 @@
 #include "app/flags.h"
 
+#include <charconv>
+#include <limits>
+#include <system_error>
+
 #include "training/config/config_yaml.h"
 #include "training/platform/errors.h"
 
@@ -85,16 +89,31 @@ std::string flag_error(const CLI::App& app, const CLI::Error& error) {
   return "[error] " + what + " (train --help lists the flags)\n";
 }
 
-void refuse_empty_values(const CLI::App& command) {
+void refuse_bad_values(const CLI::App& command) {
   for (const CLI::Option* option : command.get_options()) {
     if (option->get_type_size_max() == 0) continue;  // a flag
+    const std::string type = option->get_type_name();
     for (const auto& value : option->results()) {
       if (value.empty()) {
         throw training::UserError(option->get_name() + ": expected a value, got an empty string");
       }
+      if (type != "INT" && type != "UINT") continue;
+      int64_t number = 0;
+      const char* end = value.data() + value.size();
+      const auto [stop, error] = std::from_chars(value.data(), end, number);
+      if (stop != end || error == std::errc::invalid_argument) {
+        throw training::UserError(option->get_name() +
+                                  ": expected a whole number in decimal digits, got '" + value +
+                                  "'");
+      }
+      if (error == std::errc::result_out_of_range) {
+        throw training::UserError(option->get_name() + ": expected a whole number up to " +
+                                  std::to_string(std::numeric_limits<int64_t>::max()) + ", got '" +
+                                  value + "'");
+      }
     }
   }
-  for (const CLI::App* subcommand : command.get_subcommands()) refuse_empty_values(*subcommand);
+  for (const CLI::App* subcommand : command.get_subcommands()) refuse_bad_values(*subcommand);
 }
 
 void refuse_small_sweep_flags_with_from(const CLI::App& plan) {

@@ -39,7 +39,7 @@ struct ConfigFlags {
   std::vector<std::string> sets;
   std::vector<ShorthandFlag> shorthands;
   // --set's assignments, then the shorthand flags that were given, as overrides naming their
-  // flag. (An empty value was refused by refuse_empty_values.)
+  // flag. (An empty value was refused by refuse_bad_values.)
   std::vector<training::Override> overrides() const;
 };
 
@@ -108,9 +108,12 @@ struct Commands {
 };
 Commands add_commands(CLI::App& app, Arguments& a);
 
-// An option given an empty value (--output-dir '', --config '') is refused: read as "not given",
-// it would silently fall back to the default (a new run folder, the default settings).
-void refuse_empty_values(const CLI::App& command);
+// Values CLI11 reads other than as written, refused (UserError naming the flag):
+//  - an empty value (--output-dir '', --config ''): read as "not given", it would silently fall
+//    back to the default (a new run folder, the default settings);
+//  - a whole number not in decimal digits or past int64: CLI11 reads --repeats=0x10 as 16 and
+//    0b11 as 3.
+void refuse_bad_values(const CLI::App& command);
 
 // `train plan --from` plans from a sweep already run: a flag that sets up the small sweep it
 // would otherwise run first is refused, not ignored.

@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   }
   app::set_up_process();
   const int given = guarded([&] {
-    app::refuse_empty_values(cli);
+    app::refuse_bad_values(cli);
     return kExitOk;
   });
   if (given != kExitOk) return given;

@@ -234,4 +234,13 @@ void BatchLoader::stop_producer() {
   producer_.join();
 }
 
+std::optional<Batch> next_batch_across_epochs(Loader& loader, int64_t& epoch) {
+  auto batch = loader.next();
+  if (!batch) {
+    loader.start_epoch(++epoch);
+    batch = loader.next();
+  }
+  return batch;
+}
+
 }  // namespace data

@@ -77,6 +77,11 @@ class Loader {
   virtual std::optional<Batch> next() = 0;
 };
 
+// The next batch, starting `loader`'s next epoch (++epoch) when the current one is over: batches
+// without end, for measurements that count steps, not epochs. nullopt only for a loader whose
+// epochs have no batch.
+std::optional<Batch> next_batch_across_epochs(Loader& loader, int64_t& epoch);
+
 // The epoch's order of `size` samples for this shard (options' shard_index of shard_count: every
 // rank draws the same permutation from (seed, epoch) and takes every shard_count-th sample),
 // truncated to equal shards when drop_last; int64, on the CPU.

@@ -6,7 +6,7 @@
 #      iproute2 and procps for the tests across hosts made from network namespaces)
 #      -- or, with TRAIN_DEBS=DIR, the .deb files in DIR unpacked without apt (a machine without
 #      network or Debian's -dev packages, e.g. a GPU machine; DIR holds unpack-debs.sh)
-#   2. a virtualenv ($TRAIN_VENV) with torch 2.11.0 (its LibTorch is what we link), torchvision,
+#   2. (while step 1 downloads) a virtualenv ($TRAIN_VENV) with torch 2.11.0 (its LibTorch is what we link), torchvision,
 #      numpy, Pillow, matplotlib, tensorboard -- or, with TRAIN_PYTHON=python3, that interpreter's own torch
 #      2.11.0 (nothing is installed into it)
 #   3. the CUDA compiler and headers that the CUDA LibTorch's CMake files need: the system toolkit
@@ -41,10 +41,20 @@ else
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]})); then
-    echo "setup: installing Debian packages: ${missing[*]}"
     sudo_cmd=(); [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
     "${sudo_cmd[@]}" apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+    apt_install() {
+      DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "$@" >/dev/null
+    }
+    # The virtualenv below needs Python's venv first; the rest downloads while pip downloads
+    # torch (step 2), and is waited for before anything is configured.
+    if ! python3 -c "import ensurepip, venv" 2>/dev/null; then
+      echo "setup: installing Debian packages: python3 python3-venv (for the virtualenv)"
+      apt_install python3 python3-venv
+    fi
+    echo "setup: installing Debian packages (beside the Python packages): ${missing[*]}"
+    apt_install "${missing[@]}" &
+    debs_pid=$!
   fi
 fi
 
@@ -76,16 +86,18 @@ if [[ -n "${TRAIN_PYTHON:-}" ]]; then
   }
 else
   python=$TRAIN_VENV/bin/python
-  if ! has_torch "$python"; then
-    echo "setup: installing torch==$TORCH_VERSION into $TRAIN_VENV"
+  # One pip run: torch is found once, not again for torchvision.
+  if ! has_torch "$python" ||
+     ! "$python" -c "import torchvision, numpy, PIL, matplotlib, tensorboard" 2>/dev/null; then
+    echo "setup: installing torch==$TORCH_VERSION, torchvision, numpy, Pillow, matplotlib," \
+         "tensorboard into $TRAIN_VENV"
     [[ -x "$python" ]] || python3 -m venv "$TRAIN_VENV"
-    "$TRAIN_VENV/bin/pip" install -q "torch==$TORCH_VERSION"
-  fi
-  if ! "$python" -c "import torchvision, numpy, PIL, matplotlib, tensorboard" 2>/dev/null; then
-    echo "setup: installing torchvision, numpy, Pillow, matplotlib, tensorboard into $TRAIN_VENV"
     "$TRAIN_VENV/bin/pip" install -q "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" \
       numpy pillow matplotlib tensorboard
   fi
+fi
+if [[ -n "${debs_pid:-}" ]]; then
+  wait "$debs_pid" || { echo "setup: installing the Debian packages failed (apt-get above)" >&2; exit 1; }
 fi
 
 cuda_args=()

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "training/config/config_yaml.h"
+#include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
 #include "training/run/checkpoint_io.h"
 #include "training/run/output_dir.h"
@@ -90,9 +91,7 @@ namespace {
 void note_an_older_choice(const std::string& config_path) {
   std::error_code ec;
   if (!fs::is_regular_file(config_path, ec)) return;
-  std::ifstream in(config_path);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!recorded_in_config(text)) return;
+  if (!recorded_in_config(read_whole_file(config_path))) return;
   spdlog::warn(
       "{}: written by an older build, with checkpointing auto's choice in it (checkpointing."
       "chosen_for, retired): its checkpointing.blocks are taken as given by hand; set them to "
@@ -118,8 +117,7 @@ Decisions stored_decisions(const ResumeTarget& resume, const RunInputs& stored, 
   std::error_code ec;
   const fs::path file = resume.run_dir / "decisions.json";
   if (fs::is_regular_file(file, ec)) {
-    std::ifstream in(file);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = read_whole_file(file);
     bool same = false;
     try {
       same = decisions_json(parse_decisions(text, file.string())) == decisions_json(recorded);

@@ -21,6 +21,7 @@
 #include "training/parts/setup.h"
 #include "training/platform/device.h"
 #include "training/platform/distributed.h"
+#include "training/platform/duration.h"
 #include "training/platform/errors.h"
 #include "training/platform/heartbeat.h"
 #include "training/platform/memory.h"
@@ -78,10 +79,6 @@ void warn_if_bf16_is_emulated(const torch::Device& device, Precision precision) 
         "it is emulated, and this run will be far slower than fp32 (a bf16 matmul here runs "
         "hundreds of times slower)");
   }
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // The decoded splits, as host data (not counted against memory.limit, as on CUDA).
@@ -301,11 +298,11 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
         decided(asked, {decisions.layout, std::nullopt}), decisions, device, data_parallel, {},
         held_beside_step(asked, device, static_cast<int64_t>(data.train.images.nbytes())));
   });
-  const RunInputs inputs{to_yaml(asked), decisions_json(decisions)};
+  const RunInputs inputs{run_yaml(asked), decisions_json(decisions)};
   const Config config = decided(asked, decisions);
   // The peers are joined once what this rank can refuse by itself has been checked.
   std::unique_ptr<ProcessGroup> group;
-  if (data_parallel) group = std::make_unique<ProcessGroup>(*launch, config.distributed, device);
+  if (data_parallel) group = join_group(*launch, config.distributed, device);
   Trainer trainer = out_of_memory_is_exit_3(config, device, building, [&] {
     return Trainer(config, device, std::move(data.train), std::move(data.test), group.get());
   });
@@ -343,6 +340,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
       run->keep_epochs_through(trainer.state().epoch, trainer.state().step);
   }
 
+  test_stop_point("start-up");
   install_stop_handlers();
   const auto start = std::chrono::steady_clock::now();
   const FitEnd end = fit(config, device, trainer, group.get());

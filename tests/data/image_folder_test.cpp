@@ -17,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& action) {
+std::string folder_error_of(const std::function<void()>& action) {
   try {
     action();
   } catch (const data::DataError& e) {
@@ -69,14 +69,14 @@ TEST(ImageFolder, UndecodableImageIsNamed) {
   test_support::TempDir dir;
   write_png(dir / "train/a/0.png", 1, 2, 3);
   std::ofstream(dir / "train/a/1.jpg") << "this is not a JPEG";
-  EXPECT_EQ(error_of([&] { data::read_image_folder(dir / "train"); }),
+  EXPECT_EQ(folder_error_of([&] { data::read_image_folder(dir / "train"); }),
             (dir / "train/a/1.jpg").string() + ": not a decodable image");
 }
 
 TEST(ImageFolder, WrongImageSizeIsNamed) {
   test_support::TempDir dir;
   write_png(dir / "train/a/0.png", 1, 2, 3, 16);
-  EXPECT_EQ(error_of([&] { data::read_image_folder(dir / "train"); }),
+  EXPECT_EQ(folder_error_of([&] { data::read_image_folder(dir / "train"); }),
             (dir / "train/a/0.png").string() + ": image is 16x16, expected 32x32");
 }
 
@@ -84,7 +84,7 @@ TEST(ImageFolder, EmptyFileIsNamed) {
   test_support::TempDir dir;
   fs::create_directories(dir / "train/a");
   std::ofstream(dir / "train/a/0.png").close();
-  EXPECT_EQ(error_of([&] { data::read_image_folder(dir / "train"); }),
+  EXPECT_EQ(folder_error_of([&] { data::read_image_folder(dir / "train"); }),
             (dir / "train/a/0.png").string() + ": not a decodable image");
 }
 
@@ -93,7 +93,7 @@ TEST(ImageFolder, ADanglingSymbolicLinkIsNamed) {
   test_support::TempDir dir;
   write_png(dir / "train/a/0.png", 1, 2, 3);
   fs::create_symlink(dir / "gone.png", dir / "train/a/1.png");
-  EXPECT_EQ(error_of([&] { data::read_image_folder(dir / "train"); }),
+  EXPECT_EQ(folder_error_of([&] { data::read_image_folder(dir / "train"); }),
             (dir / "train/a/1.png").string() + ": a symbolic link to nothing (its target " +
                 (dir / "gone.png").string() + " does not exist); remove it or restore the image");
 }
@@ -122,7 +122,7 @@ TEST(ImageFolder, RealJpegSliceDecodes) {
 TEST(ImageFolder, RefusesClearlyWithoutOpenCV) {
   test_support::TempDir dir;
   fs::create_directories(dir / "train/a");
-  const auto message = error_of([&] { data::read_image_folder(dir / "train"); });
+  const auto message = folder_error_of([&] { data::read_image_folder(dir / "train"); });
   EXPECT_NE(message.find("this build has no OpenCV"), std::string::npos) << message;
   EXPECT_NE(message.find("train convert"), std::string::npos) << message;
 }
@@ -132,7 +132,7 @@ TEST(ImageFolder, RefusesClearlyWithoutOpenCV) {
 TEST(ImageFolder, FolderWithoutClassesIsRefused) {
   test_support::TempDir dir;
   fs::create_directories(dir / "train");
-  EXPECT_EQ(error_of([&] { data::image_folder_classes(dir / "train"); }),
+  EXPECT_EQ(folder_error_of([&] { data::image_folder_classes(dir / "train"); }),
             (dir / "train").string() + ": no class folders, expected <class>/<image> inside");
 }
 
@@ -146,8 +146,8 @@ TEST(ImageFolder, SplitsWithDifferentClassFoldersAreRefused) {
                                (dir / "train").string() +
                                "'s (missing 'cat'; extra 'emu'); a class's label is its folder's "
                                "position, so every later label would shift";
-  EXPECT_EQ(error_of([&] { data::load_split(options, data::SplitName::Train); }), expected);
-  EXPECT_EQ(error_of([&] { data::load_split(options, data::SplitName::Test); }), expected);
+  EXPECT_EQ(folder_error_of([&] { data::load_split(options, data::SplitName::Train); }), expected);
+  EXPECT_EQ(folder_error_of([&] { data::load_split(options, data::SplitName::Test); }), expected);
 }
 
 // A file as data.root was said as "<file>/train: folder not found; run get-data.sh --root <file>".
@@ -156,7 +156,7 @@ TEST(ImageFolder, ARootThatIsNotAFolderIsSaidAsSuch) {
   std::ofstream(dir / "root.yaml") << "model: {}\n";
   for (const auto source : {data::Source::Auto, data::Source::Images, data::Source::Binary}) {
     const auto options = data::DataOptions().source(source).root((dir / "root.yaml").string());
-    EXPECT_EQ(error_of([&] { data::load_split(options, data::SplitName::Train); }),
+    EXPECT_EQ(folder_error_of([&] { data::load_split(options, data::SplitName::Train); }),
               (dir / "root.yaml").string() +
                   ": is not a folder; data.root names the folder that holds CIFAR-10 "
                   "(cifar-10-batches-bin/ or train/ and test/)");

@@ -45,6 +45,20 @@ TEST(BatchLoader, DropLastAndPartialLastBatch) {
   EXPECT_TRUE(batches[0].labels.equal(torch::arange(10, torch::kInt64)));
 }
 
+// Measurements count steps, not epochs: the batches go on into the next epoch, which is started
+// (and counted) when the current one ends.
+TEST(BatchLoader, BatchesAcrossEpochsStartTheNextEpochAtTheEnd) {
+  data::BatchLoader loader(numbered_split(25), data::LoaderOptions().batch_size(10).augment(false));
+  int64_t epoch = 1;
+  loader.start_epoch(epoch);
+  for (int i = 0; i < 5; ++i) {
+    const auto batch = data::next_batch_across_epochs(loader, epoch);
+    ASSERT_TRUE(batch.has_value()) << i;
+    EXPECT_EQ(batch->images.size(0), 10);
+    EXPECT_EQ(epoch, 1 + i / 2) << i;  // two whole batches an epoch; the last 5 images dropped
+  }
+}
+
 TEST(BatchLoader, EpochsDifferButAreReproducible) {
   auto options = data::LoaderOptions().batch_size(16).seed(9);
   data::BatchLoader a(numbered_split(64), options);

@@ -13,14 +13,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-data::Split numbered_split(int64_t n) {
+data::Split labelled_split(int64_t n) {
   auto split = data::make_synthetic(n, 3);
   split.labels = torch::arange(n, torch::kInt64) % 10;
   return split;
 }
 
 TEST(Cifar10Dataset, YieldsTheSplitsImagesAndLabels) {
-  const auto split = numbered_split(37);
+  const auto split = labelled_split(37);
   data::Cifar10Dataset dataset(split);
   ASSERT_EQ(dataset.size(), std::optional<size_t>(37));
   for (size_t i : {size_t{0}, size_t{36}}) {
@@ -36,7 +36,7 @@ TEST(Cifar10Dataset, YieldsTheSplitsImagesAndLabels) {
 // Without shuffling or augmentation, LibTorch's loader over the dataset gives the batched
 // loader's batches: the same images (normalised alike, up to float rounding), labels and order.
 TEST(TorchDataLoader, GivesTheBatchedLoadersBatchesWithoutShuffling) {
-  const auto split = numbered_split(70);
+  const auto split = labelled_split(70);
   const auto options =
       data::LoaderOptions().batch_size(16).shuffle(false).augment(false).drop_last(false).prefetch(
           0);
@@ -60,7 +60,7 @@ TEST(TorchDataLoader, GivesTheBatchedLoadersBatchesWithoutShuffling) {
 // With the LibTorch loader's own sampler as a user would write it: make_data_loader over
 // the mapped dataset, sequential, gives the same batches too.
 TEST(Cifar10Dataset, PlugsIntoMakeDataLoader) {
-  const auto split = numbered_split(48);
+  const auto split = labelled_split(48);
   auto dataset = data::Cifar10Dataset(split)
                      .map(data::cifar10_normalize())
                      .map(torch::data::transforms::Stack<>());
@@ -81,7 +81,7 @@ TEST(Cifar10Dataset, PlugsIntoMakeDataLoader) {
 }
 
 TEST(TorchDataLoader, ShufflesLikeTheBatchedLoaderAndAugmentsReproduciblyWithoutWorkers) {
-  const auto split = numbered_split(64);
+  const auto split = labelled_split(64);
   const auto options = data::LoaderOptions().batch_size(8).seed(5).prefetch(0);
   data::BatchLoader batched(split, options);
   data::TorchDataLoader a(split, options, 0), b(split, options, 0);
@@ -99,7 +99,7 @@ TEST(TorchDataLoader, ShufflesLikeTheBatchedLoaderAndAugmentsReproduciblyWithout
 }
 
 TEST(TorchDataLoader, WorkersDeliverTheWholeEpoch) {
-  const auto split = numbered_split(100);
+  const auto split = labelled_split(100);
   data::TorchDataLoader loader(split, data::LoaderOptions().batch_size(10).seed(2), /*workers=*/2);
   loader.start_epoch(1);
   std::vector<torch::Tensor> labels;

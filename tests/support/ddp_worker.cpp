@@ -10,6 +10,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "training/config/config.h"
+#include "training/parts/setup.h"
 #include "training/platform/distributed.h"
 #include "training/step/optim.h"
 #include "training/step/step.h"
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   const auto env = training::launch_env_from_environment();
   std::unique_ptr<training::ProcessGroup> group;
   if (env && env->world_size > 1)
-    group = std::make_unique<training::ProcessGroup>(*env, config.distributed, torch::kCPU);
+    group = training::join_group(*env, config.distributed, torch::kCPU);
 
   auto options = config.data.dataset;
   options.synthetic_seed(7);

@@ -303,6 +303,13 @@ std::string to_yaml(const Config& config) {
   return writer.str();
 }
 
+std::string run_yaml(const Config& config) {
+  config_yaml::Writer writer({"sweep"});
+  Config copy = config;
+  walk(writer, copy);
+  return writer.str();
+}
+
 std::vector<std::string> config_keys() {
   config_yaml::Reader reader(YAML::Node(), "keys", {});  // an empty document: defaults everywhere
   Config config;

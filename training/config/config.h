@@ -195,6 +195,11 @@ std::string cuda_graph_obstacle(const Config& config);
 // to an equal Config.
 std::string to_yaml(const Config& config);
 
+// A training run's config as asked (its config.yaml and its checkpoint's copy): to_yaml without
+// the section sweep, which is train sweep's input and not a run's (parse_config() gives its
+// defaults). A sweep's own config.yaml and its trials' keep it.
+std::string run_yaml(const Config& config);
+
 // Every valid key as "section.key".
 std::vector<std::string> config_keys();
 

@@ -4,6 +4,10 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "training/config/config_yaml.h"
 
 namespace training::config_yaml {
@@ -12,13 +16,17 @@ namespace training::config_yaml {
 // form the Reader reads back to an equal config.
 class Writer {
  public:
-  Writer() { out_ << YAML::BeginMap; }
+  // `omitted`: sections left out of the text (a run's config.yaml leaves out sweep).
+  explicit Writer(std::vector<std::string> omitted = {}) : omitted_(std::move(omitted)) {
+    out_ << YAML::BeginMap;
+  }
   std::string str() {
     out_ << YAML::EndMap;
     return std::string(out_.c_str()) + "\n";
   }
   template <class Body>
   void section(const std::string& name, Body&& body) {
+    if (std::find(omitted_.begin(), omitted_.end(), name) != omitted_.end()) return;
     out_ << YAML::Key << name << YAML::Value << YAML::BeginMap;
     body();
     out_ << YAML::EndMap;
@@ -101,6 +109,7 @@ class Writer {
   void emit(const std::string& name, const T& value) {
     out_ << YAML::Key << name << YAML::Value << value;
   }
+  std::vector<std::string> omitted_;
   YAML::Emitter out_;
 };
 

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "training/platform/device.h"
+#include "training/platform/duration.h"
 #include "training/platform/heartbeat.h"
 #include "training/step/amp.h"
 
@@ -14,10 +15,6 @@ namespace training {
 namespace F = torch::nn::functional;
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 torch::Tensor zero(torch::Dtype dtype, torch::Device device) {
   return torch::zeros({}, torch::TensorOptions(dtype).device(device));

@@ -13,6 +13,7 @@
 #include "training/loop/progress.h"
 #include "training/loop/tensorboard_observer.h"
 #include "training/platform/device.h"
+#include "training/platform/duration.h"
 #include "training/platform/errors.h"
 #include "training/platform/heartbeat.h"
 #include "training/platform/stop_signal.h"
@@ -25,10 +26,6 @@ namespace training {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Why the training set holds `images` and what makes it larger: the key that set its size
 // (data.train_limit or data.synthetic_train_size), or none when it is the whole data set.
@@ -60,7 +57,7 @@ void start_next_epoch(TrainState& state, int64_t done) {
 Trainer::Trainer(const Config& config, torch::Device device, data::Split train, data::Split test,
                  ProcessGroup* group)
     : config_(config),
-      inputs_{to_yaml(config), ""},
+      inputs_{run_yaml(config), ""},
       accumulate_steps_(config.training.accumulate_steps),
       device_(device),
       run_(nullptr),

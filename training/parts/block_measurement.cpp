@@ -6,6 +6,7 @@
 #include "training/parts/components.h"
 #include "training/parts/setup.h"
 #include "training/platform/device.h"
+#include "training/platform/duration.h"
 #include "training/platform/heartbeat.h"
 #include "training/platform/memory.h"
 #include "training/platform/statistics.h"
@@ -14,10 +15,6 @@
 
 namespace training {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // Watches a step whose every block is recomputed alone: the windows' peaks, each block's bytes
 // (held when recomputed, and when its recomputation runs with autograd recording) and the time

@@ -36,14 +36,14 @@ double measure_training_rate(const Config& config, const torch::Device& device) 
           .contiguous(format);
   const auto labels = torch::randint(0, c.model.num_classes(), {c.training.batch_size},
                                      torch::TensorOptions(torch::kInt64).device(device));
-  std::vector<double> seconds;
+  std::vector<double> seconds(2);  // steps 1 and 2; the first step warms up
   for (int step = 0; step < 3; ++step) {
     const auto start = std::chrono::steady_clock::now();
     train_step(parts, images, labels, step_options(c));
     synchronize(device);
     const double took =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (step > 0) seconds.push_back(took);  // the first step warms up
+    if (step > 0) seconds[step - 1] = took;
   }
   return static_cast<double>(c.training.batch_size) / std::max(median(seconds), 1e-12);
 }

@@ -5,22 +5,6 @@
 
 namespace training {
 
-namespace {
-
-// Runs `check`; the platform's fact it refuses with (a UserError without a key) is said as `key`'s.
-template <class Check>
-auto as_key(const char* key, Check&& check) {
-  try {
-    return check();
-  } catch (const KeyError&) {
-    throw;
-  } catch (const UserError& e) {
-    throw KeyError(key, e.what());
-  }
-}
-
-}  // namespace
-
 torch::Device training_device(const Config& config) {
   return as_key("training.device", [&] { return resolve_device(config.training.device); });
 }
@@ -41,6 +25,17 @@ torch::Device set_up_device(const Config& config, DeviceUse use,
   as_key("memory.limit", [&] { set_memory_limit(device, config.memory.limit); });
   set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
   return device;
+}
+
+std::unique_ptr<ProcessGroup> join_group(const LaunchEnv& launch, const DistributedOptions& options,
+                                         const torch::Device& device) {
+  try {
+    return std::make_unique<ProcessGroup>(launch, options, device, "distributed.interface");
+  } catch (const BackendRefused& e) {
+    throw KeyError("distributed.backend", std::string(e.what()) + "; set it to gloo");
+  } catch (const InterfaceRefused& e) {
+    throw KeyError("distributed.interface", e.what());
+  }
 }
 
 int64_t warm_up(StepParts& parts, const StepOptions& options, const torch::Tensor& images,

@@ -9,9 +9,23 @@
 
 #include "training/config/config.h"
 #include "training/platform/distributed.h"
+#include "training/platform/errors.h"
 #include "training/step/step.h"
 
 namespace training {
+
+// Runs `check` and returns what it returns; a fact the platform refuses with (a UserError without
+// a key) is said as `key`'s: a KeyError, which the command leads with where the key was set.
+template <class Check>
+auto as_key(const char* key, Check&& check) -> decltype(check()) {
+  try {
+    return check();
+  } catch (const KeyError&) {
+    throw;
+  } catch (const UserError& e) {
+    throw KeyError(key, e.what());
+  }
+}
 
 // training.device as this machine can run it: "auto" resolved, a bad or missing device refused
 // as a KeyError naming training.device. No set-up: a parent process (a sweep's, a plan's) that
@@ -32,6 +46,12 @@ enum class DeviceUse { Step, Study, Loader };
 // Everything is refused before the caller writes anything.
 torch::Device set_up_device(const Config& config, DeviceUse use = DeviceUse::Step,
                             const std::optional<LaunchEnv>& launch = std::nullopt);
+
+// Joins the data-parallel group of `launch` with `options` (config.distributed, or a copy a sweep
+// trial changes for its group of one). What the group refuses before waiting for anyone is said
+// with its key: distributed.backend (with the remedy, gloo) and distributed.interface.
+std::unique_ptr<ProcessGroup> join_group(const LaunchEnv& launch, const DistributedOptions& options,
+                                         const torch::Device& device);
 
 // The warm-up rule, the one place it is written: whole optimizer steps (options.accumulate_steps
 // micro-batches each) on one batch, until one has been taken -- the first creates the optimizer's

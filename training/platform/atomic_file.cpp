@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <system_error>
 
 #include "training/platform/errors.h"
@@ -22,6 +24,18 @@ fs::path temporary_for(const fs::path& target) {
 }
 
 }  // namespace
+
+std::string read_whole_file(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) throw UserError(file.string() + ": not a file");
+  std::ifstream in(file, std::ios::binary);
+  std::string bytes;
+  if (in) bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (!in.is_open() || in.bad()) {
+    throw UserError(file.string() + ": cannot be read (" + std::strerror(errno) + ")");
+  }
+  return bytes;
+}
 
 void throw_write_error(const fs::path& path, int error) {
   const std::string reason = std::strerror(error);

@@ -1,5 +1,5 @@
 // Files are replaced whole or not at all: write a temporary beside the target, flush it to
-// disk, then rename over the target (rename is atomic within a file system).
+// disk, then rename over the target (rename is atomic within a file system). And read whole.
 #pragma once
 
 #include <filesystem>
@@ -23,6 +23,10 @@ void write_whole_file(const std::filesystem::path& file, const std::string& cont
 // it; on success it is renamed over `target`, on failure removed, and the error rethrown.
 void replace_file_atomically(const std::filesystem::path& target,
                              const std::function<void(const std::filesystem::path&)>& write);
+
+// The whole of `file`'s bytes. Throws UserError "<file>: not a file" for a folder, FIFO, device
+// or nothing, and "<file>: cannot be read (<reason>)" when opening or reading fails.
+std::string read_whole_file(const std::filesystem::path& file);
 
 // The temporaries these functions write beside `target` (".<name>.tmp<pid>").
 bool is_temporary_of(const std::filesystem::path& file, const std::string& target_name);

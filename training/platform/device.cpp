@@ -39,10 +39,8 @@ std::string cuda_unavailable_reason(int64_t index) {
 struct DeviceGraph::State {};
 
 DeviceGraph::DeviceGraph(const torch::Device& device) {
-  throw KeyError("training.cuda_graph", "CUDA graphs need a CUDA device; this run trains on " +
-                                            device.str() +
-                                            " and this build uses a CPU-only LibTorch (set "
-                                            "training.cuda_graph: off or auto)");
+  throw UserError("CUDA graphs need a CUDA device; this run trains on " + device.str() +
+                  " and this build uses a CPU-only LibTorch");
 }
 DeviceGraph::~DeviceGraph() = default;
 void DeviceGraph::warm_up(const std::function<void()>& work) {
@@ -205,12 +203,17 @@ int64_t total_memory(const torch::Device& device) {
   return static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
 }
 
-void set_memory_limit(const torch::Device& device, int64_t bytes) {
+void check_memory_limit(const torch::Device& device, int64_t bytes) {
   const int64_t total = total_memory(device);
   if (bytes > total) {
     throw UserError(format_bytes(bytes) + " is more than " + device.str() + " has (" +
                     format_bytes(total) + ")");
   }
+}
+
+void set_memory_limit(const torch::Device& device, int64_t bytes) {
+  check_memory_limit(device, bytes);
+  const int64_t total = total_memory(device);
 #ifdef TRAIN_WITH_CUDA
   if (device.is_cuda()) {
     const double fraction =

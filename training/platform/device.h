@@ -85,7 +85,7 @@ class Graph {
 // releases the pool before the error is rethrown: the process goes on as before the capture, and
 // this graph stays uncaptured. Tensors the work reads and writes keep their addresses:
 // inputs are copied into tensors allocated before the capture, outputs are read after replay.
-// Throws UserError naming training.cuda_graph on the CPU and in builds without CUDA.
+// Throws UserError on the CPU and in builds without CUDA (the step words it with its key).
 class DeviceGraph final : public Graph {
  public:
   explicit DeviceGraph(const torch::Device& device);
@@ -139,6 +139,8 @@ int64_t memory_outside_allocator(const torch::Device& device);
 // tracking allocator). 0 removes the limit. Throws UserError (the fact, no key: the caller names
 // what set `bytes`) when the limit exceeds the device's memory.
 void set_memory_limit(const torch::Device& device, int64_t bytes);
+// set_memory_limit's refusal alone, for a parent process that checks what its children will set.
+void check_memory_limit(const torch::Device& device, int64_t bytes);
 
 // The device's memory: the GPU's total, or the machine's physical memory.
 int64_t total_memory(const torch::Device& device);

@@ -177,12 +177,10 @@ void check_nccl_version() {
     return;
   }
   if (loaded / 100 != NCCL_VERSION_CODE / 100) {
-    throw KeyError("distributed.backend",
-                   "nccl: this build was compiled against NCCL " +
-                       nccl_version_text(NCCL_VERSION_CODE) +
-                       " (nccl.h) but LibTorch loaded NCCL " + nccl_version_text(loaded) +
-                       "; rebuild against the wheel's own headers (site-packages/nvidia/nccl) or "
-                       "use distributed.backend: gloo");
+    throw BackendRefused("nccl: this build was compiled against NCCL " +
+                         nccl_version_text(NCCL_VERSION_CODE) +
+                         " (nccl.h) but LibTorch loaded NCCL " + nccl_version_text(loaded) +
+                         "; rebuild against the wheel's own headers (site-packages/nvidia/nccl)");
   }
 }
 
@@ -221,9 +219,7 @@ struct DeviceGraph::State {
 
 DeviceGraph::DeviceGraph(const torch::Device& device) {
   if (!device.is_cuda()) {
-    throw KeyError("training.cuda_graph", "CUDA graphs need a CUDA device; this run trains on " +
-                                              device.str() +
-                                              " (set training.cuda_graph: off or auto)");
+    throw UserError("CUDA graphs need a CUDA device; this run trains on " + device.str());
   }
   const auto index = static_cast<c10::DeviceIndex>(device.has_index() ? device.index() : 0);
   at::globalContext().lazyInitDevice(c10::kCUDA);

@@ -82,9 +82,8 @@ c10::intrusive_ptr<c10d::Backend> make_backend(bool nccl, const LaunchEnv& env,
 #ifdef TRAIN_WITH_NCCL
     return cuda::make_nccl_backend(store, env.rank, env.world_size, timeout);
 #else
-    throw UserError(
-        "distributed.backend: nccl is not in this build (it needs a CUDA LibTorch and "
-        "nccl.h at build time); use gloo");
+    throw BackendRefused(
+        "nccl is not in this build (it needs a CUDA LibTorch and nccl.h at build time)");
 #endif
   } else {
     // Gloo connects its full mesh in its constructor, within the options' timeout: what is left
@@ -104,16 +103,22 @@ c10::intrusive_ptr<c10d::Backend> make_backend(bool nccl, const LaunchEnv& env,
 }  // namespace
 
 ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& options,
-                           const torch::Device& device)
-    : env_(env), options_(options), device_(device), impl_(std::make_unique<Impl>()) {
+                           const torch::Device& device, const std::string& interface_setting)
+    : env_(env),
+      options_(options),
+      interface_remedy_("set GLOO_SOCKET_IFNAME" +
+                        (interface_setting.empty() ? "" : " (or " + interface_setting + ")")),
+      device_(device),
+      impl_(std::make_unique<Impl>()) {
   const bool nccl = options.backend == DistributedBackend::Nccl ||
                     (options.backend == DistributedBackend::Auto && device.is_cuda());
   if (nccl && !device.is_cuda()) {
-    throw KeyError("distributed.backend", "nccl needs training.device cuda; use gloo on the CPU");
+    throw BackendRefused("nccl needs a CUDA device; this rank trains on " + device.str());
   }
   // Refused here, before any other rank is waited for: a named interface this host lacks.
-  network_ = choose_peer_network(options.interface, env.gloo_socket_ifname.c_str(), env.master_addr,
-                                 static_cast<int>(env.master_port));
+  network_ =
+      choose_peer_network({options.interface, interface_setting}, env.gloo_socket_ifname.c_str(),
+                          env.master_addr, static_cast<int>(env.master_port));
   const std::string me = "rank " + std::to_string(env.rank);
   network_description_ = "reached by its peers through " + describe(network_.interfaces) +
                          ", chosen by " + network_.chosen_by;
@@ -156,8 +161,8 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
                            store_host(env) + ") while meeting the other ranks: " + error_line(e));
   }
   const std::string reach_each_other =
-      "the hosts must reach each other on these addresses: set GLOO_SOCKET_IFNAME (or "
-      "distributed.interface) on each host to the interface that does";
+      "the hosts must reach each other on these addresses: " + interface_remedy_ +
+      " on each host to the interface that does";
   deadline.stage(me + ": could not connect to " + describe_peers("") + within + "; " +
                  reach_each_other);
   try {
@@ -214,9 +219,8 @@ void ProcessGroup::meet_peers(std::chrono::milliseconds timeout, const std::stri
       throw DistributedError(
           "rank " + std::to_string(env_.rank) + ": rank " + std::to_string(r) + " is reached at " +
           address + " (loopback) but rank " + std::to_string(other) + " at " + theirs +
-          ", on another host: set GLOO_SOCKET_IFNAME (or distributed.interface)"
-          " on rank " +
-          std::to_string(r) + "'s host to the interface the others reach it through");
+          ", on another host: " + interface_remedy_ + " on rank " + std::to_string(r) +
+          "'s host to the interface the others reach it through");
     }
   }
   if (!missing.empty()) {

@@ -61,10 +61,13 @@ class ProcessGroup {
  public:
   // Joins the group: the store, the peers' addresses, the backend's connections and a first
   // collective, all within distributed.timeout_seconds (a rank still joining a few seconds after
-  // it exits with code 4 and the stage it was in). Throws UserError (before waiting for anyone)
-  // for an interface this host lacks, DistributedError when a peer cannot be reached.
-  ProcessGroup(const LaunchEnv& env, const DistributedOptions& options,
-               const torch::Device& device);
+  // it exits with code 4 and the stage it was in). Throws, before waiting for anyone,
+  // BackendRefused for a backend it cannot use and InterfaceRefused for options.interface naming
+  // one this host lacks (errors.h: facts, which the caller words with its keys); DistributedError
+  // when a peer cannot be reached. `interface_setting` is what users set options.interface with
+  // ("distributed.interface"), named in messages beside GLOO_SOCKET_IFNAME.
+  ProcessGroup(const LaunchEnv& env, const DistributedOptions& options, const torch::Device& device,
+               const std::string& interface_setting);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -116,6 +119,7 @@ class ProcessGroup {
   std::string network_description_;
   LaunchEnv env_;
   DistributedOptions options_;
+  std::string interface_remedy_;  // "set GLOO_SOCKET_IFNAME (or <interface_setting>)"
   torch::Device device_;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,11 +1,18 @@
-// Durations as people read them: "1:02:03", "4:05" (hours only when there are any).
+// Durations: measured (seconds_since), and as people read them: "1:02:03", "4:05" (hours only
+// when there are any).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 
 namespace training {
+
+// Seconds from `start` to now, on the steady clock.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 inline std::string format_duration(double seconds) {
   const auto total = static_cast<long>(seconds + 0.5);

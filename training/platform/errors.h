@@ -51,6 +51,19 @@ class KeyError : public UserError {
   std::string key_;
 };
 
+// What a process group refuses before it waits for anyone, said as facts without a config key:
+// the backend asked for (nccl without a CUDA device or build, a mismatched NCCL) and the network
+// interfaces named (one this host lacks, two settings that disagree). The set-up words each with
+// the key that asked for it (training/parts/setup.h, join_group).
+class BackendRefused : public UserError {
+ public:
+  using UserError::UserError;
+};
+class InterfaceRefused : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 // An output file could not be written: the disk is full, a quota or file-size limit was hit, or
 // the device failed (exit code 5). The message names the file; what was written before is intact.
 class CannotWrite : public std::runtime_error {

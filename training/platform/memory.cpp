@@ -53,7 +53,7 @@ c10::DataPtr TrackingCpuAllocator::allocate(size_t bytes) {
     current_.fetch_sub(size);
     TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory (tracked): tried to allocate ",
                      format_bytes(size), " with ", format_bytes(held - size),
-                     " already held; limit ", format_bytes(limit), " (memory.limit)");
+                     " already held; limit ", format_bytes(limit), " (the emulated memory)");
   }
   for (int64_t peak = peak_.load(); held > peak && !peak_.compare_exchange_weak(peak, held);) {
   }
@@ -176,6 +176,12 @@ int64_t parse_byte_size(const std::string& text) {
   const __int128 bytes = scaled / scale;
   if (bytes > static_cast<__int128>(9.0e18)) throw std::invalid_argument(too_large);
   return static_cast<int64_t>(bytes);
+}
+
+std::string mib_text(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", to_mib(bytes));
+  return text;
 }
 
 std::string format_bytes(int64_t bytes) {

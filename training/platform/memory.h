@@ -98,5 +98,7 @@ std::string format_bytes(int64_t bytes);
 inline double to_mib(int64_t bytes) {
   return static_cast<double>(bytes) / (1 << 20);
 }
+// "12.3": MiB with one decimal, for tables whose header says the unit.
+std::string mib_text(int64_t bytes);
 
 }  // namespace training

@@ -69,12 +69,6 @@ std::string names_of(const std::vector<NetworkInterface>& interfaces) {
   return names.empty() ? "none" : names;
 }
 
-// The config key's errors are KeyErrors, so that they are said with where the key was set.
-[[noreturn]] void refuse(const std::string& origin, const std::string& what) {
-  if (origin == "distributed.interface") throw KeyError(origin, what);
-  throw UserError(origin + ": " + what);
-}
-
 }  // namespace
 
 std::vector<NetworkInterface> host_interfaces() {
@@ -128,22 +122,22 @@ NetworkInterface route_to(const std::string& host, int port) {
                          std::to_string(port) + " (MASTER_ADDR, MASTER_PORT): " + reason);
 }
 
-std::vector<NetworkInterface> interfaces_named(const std::string& list, const std::string& origin) {
+std::vector<NetworkInterface> interfaces_named(const std::string& list) {
   const auto available = host_interfaces();
   std::vector<NetworkInterface> chosen;
   for (const auto& name : split_list(list)) {
     if (name.empty()) {
-      refuse(origin, "expected interface names separated by commas, got an empty name");
+      throw InterfaceRefused("expected interface names separated by commas, got an empty name");
     }
     if (std::any_of(chosen.begin(), chosen.end(),
                     [&](const NetworkInterface& i) { return i.name == name; })) {
-      refuse(origin, "names the interface " + name + " twice");
+      throw InterfaceRefused("names the interface " + name + " twice");
     }
     const auto match = std::find_if(available.begin(), available.end(),
                                     [&](const NetworkInterface& i) { return i.name == name; });
     if (match == available.end()) {
-      refuse(origin, "this host has no network interface '" + name +
-                         "' that is up with an address (it has: " + names_of(available) + ")");
+      throw InterfaceRefused("this host has no network interface '" + name +
+                             "' that is up with an address (it has: " + names_of(available) + ")");
     }
     chosen.push_back(*match);
   }
@@ -154,19 +148,21 @@ bool is_loopback_address(const std::string& address) {
   return address.rfind("127.", 0) == 0 || address == "::1";
 }
 
-PeerNetwork choose_peer_network(const std::string& configured, const char* environment,
+PeerNetwork choose_peer_network(const ConfiguredInterfaces& configured, const char* environment,
                                 const std::string& master_addr, int master_port) {
   const std::string from_environment = environment ? environment : "";
-  if (!configured.empty() && !from_environment.empty() && configured != from_environment) {
-    refuse("distributed.interface", "'" + configured + "' and GLOO_SOCKET_IFNAME=" +
-                                        from_environment + " disagree; set one of them");
+  if (!configured.names.empty() && !from_environment.empty() &&
+      configured.names != from_environment) {
+    throw InterfaceRefused("'" + configured.names + "' and GLOO_SOCKET_IFNAME=" + from_environment +
+                           " disagree; set one of them");
   }
-  if (!configured.empty()) {
-    return {interfaces_named(configured, "distributed.interface"), "distributed.interface"};
-  }
+  if (!configured.names.empty()) return {interfaces_named(configured.names), configured.setting};
   if (!from_environment.empty()) {
-    return {interfaces_named(from_environment, "GLOO_SOCKET_IFNAME=" + from_environment),
-            "GLOO_SOCKET_IFNAME"};
+    try {
+      return {interfaces_named(from_environment), "GLOO_SOCKET_IFNAME"};
+    } catch (const InterfaceRefused& e) {
+      throw UserError("GLOO_SOCKET_IFNAME=" + from_environment + ": " + e.what());
+    }
   }
   return {{route_to(master_addr, master_port)},
           "the route to the store at " + master_addr + ":" + std::to_string(master_port)};

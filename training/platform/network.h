@@ -23,24 +23,31 @@ std::vector<NetworkInterface> host_interfaces();
 // DistributedError when there is no route to it.
 NetworkInterface route_to(const std::string& host, int port);
 
-// The interfaces named in `list` ("eth0" or "eth0,eth1"), each with its address. Throws UserError
-// led by `origin` ("GLOO_SOCKET_IFNAME=eth9") when a name is empty, repeated, or not an interface
-// of this host with an address (the message lists the ones it has); for the origin
-// "distributed.interface" a KeyError, which the command says with where the key was set.
-std::vector<NetworkInterface> interfaces_named(const std::string& list, const std::string& origin);
+// The interfaces named in `list` ("eth0" or "eth0,eth1"), each with its address. Throws
+// InterfaceRefused (errors.h) when a name is empty, repeated, or not an interface of this host
+// with an address (the message lists the ones it has); whoever read the list names it.
+std::vector<NetworkInterface> interfaces_named(const std::string& list);
 
 bool is_loopback_address(const std::string& address);
 
 // The interfaces a rank's peers reach it through, and what chose them.
 struct PeerNetwork {
   std::vector<NetworkInterface> interfaces;
-  std::string chosen_by;  // "GLOO_SOCKET_IFNAME", "distributed.interface", "the route to ..."
+  std::string chosen_by;  // "GLOO_SOCKET_IFNAME", the configured setting, "the route to ..."
 };
 
-// distributed.interface (`configured`, empty = not set) or GLOO_SOCKET_IFNAME (`environment`,
-// null or empty = unset), else the route to the store at master_addr:master_port. Both set and
-// different is refused (UserError): which one was meant cannot be guessed.
-PeerNetwork choose_peer_network(const std::string& configured, const char* environment,
+// The interfaces a caller's setting names, and that setting's name for messages and for
+// PeerNetwork::chosen_by (the trainer's "distributed.interface": parts/setup.h's join_group).
+struct ConfiguredInterfaces {
+  std::string names;    // "eth0" or "eth0,eth1"; empty: not set
+  std::string setting;  // what set them
+};
+
+// The `configured` interfaces, or GLOO_SOCKET_IFNAME's (`environment`, null or empty = unset),
+// else the route to the store at master_addr:master_port. A configured list this host cannot use,
+// or both set and different (which one was meant cannot be guessed), throws InterfaceRefused; a
+// GLOO_SOCKET_IFNAME this host cannot use, UserError led by "GLOO_SOCKET_IFNAME=...".
+PeerNetwork choose_peer_network(const ConfiguredInterfaces& configured, const char* environment,
                                 const std::string& master_addr, int master_port);
 
 // A TCP port on 127.0.0.1 that nothing listens on now (for a one-host, one-rank group).

@@ -8,7 +8,8 @@
 namespace training {
 
 // Before a command can stop gracefully: SIGINT/SIGTERM exit at once with kExitStopped (130), the
-// code a stop has everywhere. Nothing is lost: atomic writes leave whole files or temporaries.
+// code a stop has everywhere, after one line on stderr ("[stopped] by a signal while starting
+// up ..."). Nothing is lost: atomic writes leave whole files or temporaries.
 void install_exit_on_stop();
 // The graceful stop (the flag below), for loops that check it.
 void install_stop_handlers();
@@ -29,8 +30,9 @@ class DeferRepeatedStops {
 // A test hook: kills the process (SIGKILL, as kill -9) when the environment variable
 // TRAIN_TEST_KILL_AT names `point`, so that tests can die at an exact instant.
 void test_kill_point(const char* point);
-// A test hook: requests the graceful stop (as a signal would) when TRAIN_TEST_STOP_AT names
-// `point`, so that tests can stop at an exact instant.
+// A test hook: when TRAIN_TEST_STOP_AT names `point`, does what SIGINT would do there (the
+// signal itself under install_exit_on_stop, else the graceful stop's request), so that
+// tests can stop at an exact instant.
 void test_stop_point(const std::string& point);
 
 }  // namespace training

@@ -49,14 +49,6 @@ std::string hex(std::string_view bytes) {
   return text;
 }
 
-std::string read_whole_file(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw UserError(file.string() + ": cannot open the checkpoint");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw UserError(file.string() + ": cannot read the checkpoint");
-  return bytes;
-}
-
 torch::serialize::InputArchive open_archive(const fs::path& file, const torch::Device& device) {
   const std::string bytes = read_whole_file(file);
   const std::string_view payload = verified_payload(bytes, file.string());

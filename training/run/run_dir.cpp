@@ -35,24 +35,11 @@ int remove_stale_temporaries(const fs::path& dir) {
   return removed;
 }
 
-namespace {
-
-std::string read_text(const fs::path& file) {
-  std::error_code ec;
-  if (!fs::is_regular_file(file, ec)) throw UserError(file.string() + ": not a file");
-  std::ifstream in(file, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in && !in.eof()) throw UserError(file.string() + ": cannot be read");
-  return text;
-}
-
-}  // namespace
-
 Decisions read_decisions(const fs::path& run_dir) {
   std::error_code ec;
   const fs::path file = run_dir / "decisions.json";
   if (fs::exists(file, ec) || fs::is_symlink(file, ec)) {
-    return parse_decisions(read_text(file), file.string());
+    return parse_decisions(read_whole_file(file), file.string());
   }
   // decisions.json gone: the checkpoint holds them too.
   const fs::path checkpoint = run_dir / "checkpoint.pt";
@@ -63,7 +50,8 @@ Decisions read_decisions(const fs::path& run_dir) {
   }
   Decisions older;
   const fs::path config = run_dir / "config.yaml";
-  if (fs::is_regular_file(config, ec)) older.checkpointing = recorded_in_config(read_text(config));
+  if (fs::is_regular_file(config, ec))
+    older.checkpointing = recorded_in_config(read_whole_file(config));
   return older;
 }
 

@@ -14,7 +14,12 @@ GraphedStep::GraphedStep(StepParts& parts, StepOptions options, const torch::Dev
       device_(device),
       eager_if_capture_fails_(eager_if_capture_fails),
       make_graph_(make_graph ? std::move(make_graph) : MakeGraph([device] {
-        return std::make_unique<DeviceGraph>(device);
+        try {
+          return std::make_unique<DeviceGraph>(device);
+        } catch (const UserError& e) {
+          throw KeyError("training.cuda_graph",
+                         std::string(e.what()) + " (set training.cuda_graph: off or auto)");
+        }
       })),
       graph_(make_graph_()) {
   auto* fused = dynamic_cast<FusedSGD*>(parts_.optimizer.get());

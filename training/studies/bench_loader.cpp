@@ -41,13 +41,8 @@ LoaderBenchResult bench_loader(const LoaderBenchRequest& request, const Config& 
   const auto start = std::chrono::steady_clock::now();
   int64_t epoch = 1;
   loader->start_epoch(epoch);
-  for (int64_t done = 0; done < request.batches;) {
-    auto batch = loader->next();
-    if (!batch) {
-      loader->start_epoch(++epoch);
-      continue;
-    }
-    ++done;
+  for (int64_t done = 0; done < request.batches; ++done) {
+    data::next_batch_across_epochs(*loader, epoch);
   }
   synchronize(device);
   result.batches = request.batches;

@@ -75,21 +75,38 @@ nlohmann::ordered_json prediction_columns(const CardPrediction& p) {
           {"predicted_reserved_peak_bytes", p.figures().peak_reserved},
           {"predicted_device_bytes", p.device_bytes()},
           {"fits_on_card", p.replay.fits},
-          {"largest_batch_on_card", p.largest_batch}};
+          {"largest_batch_on_card", p.largest_batch},
+          {"allocator_limit_bytes", p.allocator.limit},
+          {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"}};
 }
+
+namespace {
+
+// The allocator's limit a prediction replayed under, and where it comes from.
+std::string allocator_limit_text(const CardPrediction& p) {
+  const std::string card_less =
+      fmt::format("the card less {} outside the allocator: {}",
+                  format_bytes(p.beside.outside_allocator), p.beside.outside_source);
+  return p.limited_by_memory_limit
+             ? fmt::format(
+                   "{}, memory.limit, which is below {} ({})", format_bytes(p.allocator.limit),
+                   format_bytes(p.card.memory_bytes - p.beside.outside_allocator), card_less)
+             : fmt::format("{} ({})", format_bytes(p.allocator.limit), card_less);
+}
+
+}  // namespace
 
 std::string prediction_markdown(const std::vector<std::pair<std::string, CardPrediction>>& rows) {
   if (rows.empty()) return "";
   const auto& first = rows.front().second;
   std::string md = fmt::format(
       "## On {} ({}, {})\n\nPredicted from this machine's allocation stream, replayed through a "
-      "model of the CUDA caching allocator{} under {} (the card less {} outside the allocator: "
-      "{}).\n\n| setting | batch | allocated peak MiB | reserved peak MiB | on the device MiB | "
+      "model of the CUDA caching allocator{} under {}.\n\n| setting | batch | allocated peak MiB | "
+      "reserved peak MiB | on the device MiB | "
       "fits | margin MiB | largest batch that fits |\n|---|---:|---:|---:|---:|---|---:|---:|\n",
       first.card.name, format_bytes(first.card.memory_bytes), first.card.memory_source,
       alloc_conf_text(first.allocator).empty() ? "" : " (" + alloc_conf_text(first.allocator) + ")",
-      format_bytes(first.allocator.limit), format_bytes(first.beside.outside_allocator),
-      first.beside.outside_source);
+      allocator_limit_text(first));
   for (const auto& [setting, p] : rows) {
     md += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {} | {:.1f} | {} |\n", setting,
                       p.batch_size, to_mib(p.figures().peak_allocated),

@@ -78,10 +78,6 @@ std::string auto_choice_text(const StepBreakdown& b) {
 
 namespace {
 
-std::string mib(int64_t bytes) {
-  return fmt::format("{:.1f}", to_mib(bytes));
-}
-
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text;
   for (int64_t size : shape) text += (text.empty() ? "" : "×") + std::to_string(size);
@@ -116,7 +112,8 @@ std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns) {
     md << "| " << named->name << " | " << shape_text(named->shape) << " |";
     for (const auto& b : breakdowns) {
       const MemoryRow* row = find_row(b, named->name);
-      if (row) md << " " << (row->at_peak ? mib(row->bytes) : "(" + mib(row->bytes) + ")");
+      if (row)
+        md << " " << (row->at_peak ? mib_text(row->bytes) : "(" + mib_text(row->bytes) + ")");
       md << " |";
     }
     md << "\n";
@@ -128,16 +125,16 @@ std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns) {
     md << "\n";
   };
   line("**itemized peak**", [](const StepBreakdown& b) {
-    return "**" + mib(b.itemized_peak_bytes) + "** (" + b.peak_phase + ")";
+    return "**" + mib_text(b.itemized_peak_bytes) + "** (" + b.peak_phase + ")";
   });
   line("**measured peak**",
-       [](const StepBreakdown& b) { return "**" + mib(b.measured_peak_bytes) + "**"; });
+       [](const StepBreakdown& b) { return "**" + mib_text(b.measured_peak_bytes) + "**"; });
   line("unexplained", [](const StepBreakdown& b) {
     const double share = b.measured_peak_bytes > 0
                              ? 100.0 * static_cast<double>(b.unexplained_bytes()) /
                                    static_cast<double>(b.measured_peak_bytes)
                              : 0.0;
-    return fmt::format("{} ({:.1f}%)", mib(b.unexplained_bytes()), share);
+    return fmt::format("{} ({:.1f}%)", mib_text(b.unexplained_bytes()), share);
   });
   for (const auto& b : breakdowns) {
     if (b.status == TrialStatus::Ok && b.cell.checkpointing == CheckpointMode::Auto) {
@@ -252,8 +249,8 @@ int report_breakdown(const StepBreakdown& b, const SweepCell& cell, const fs::pa
   int exit_code = kExitOk;
   if (b.status == TrialStatus::Ok) {
     spdlog::info("{}: peak {} MiB in {} ({} MiB itemized, {} MiB unexplained)", setting_label(cell),
-                 mib(b.measured_peak_bytes), b.peak_phase, mib(b.itemized_peak_bytes),
-                 mib(b.unexplained_bytes()));
+                 mib_text(b.measured_peak_bytes), b.peak_phase, mib_text(b.itemized_peak_bytes),
+                 mib_text(b.unexplained_bytes()));
     if (cell.checkpointing == CheckpointMode::Auto) {
       spdlog::info("{}: {}", setting_label(cell), auto_choice_text(b));
     }

@@ -69,10 +69,6 @@ std::vector<SweepCell> grid_cells(const SweepConfig& sweep) {
   return cells;
 }
 
-std::string mib(int64_t bytes) {
-  return fmt::format("{:.1f}", to_mib(bytes));
-}
-
 // Unwinds the sweep when a stop signal arrived (the running trial was stopped with it).
 struct SweepStopped {};
 // Unwinds the sweep when sweep.time_budget is spent (no new trial starts).
@@ -180,9 +176,10 @@ class Sweep {
         r.status == TrialStatus::Ok
             ? fmt::format(", peak {} MiB allocated / {} MiB reserved (after the "
                           "warm-up {} / {}), {:.4f} s/step, {:.0f} img/s",
-                          mib(r.peak_allocated_bytes), mib(r.peak_reserved_bytes),
-                          mib(r.steady_peak_allocated_bytes), mib(r.steady_peak_reserved_bytes),
-                          r.median_step_seconds, r.images_per_second)
+                          mib_text(r.peak_allocated_bytes), mib_text(r.peak_reserved_bytes),
+                          mib_text(r.steady_peak_allocated_bytes),
+                          mib_text(r.steady_peak_reserved_bytes), r.median_step_seconds,
+                          r.images_per_second)
             : ": " + r.message);
     trials_.push_back(trial);
     write_tables(/*complete=*/false);  // what is measured is kept, even if the sweep dies
@@ -281,7 +278,7 @@ class Sweep {
                  summary.fastest_batch ? std::to_string(*summary.fastest_batch) : "none",
                  summary.fastest_images_per_second,
                  summary.fit ? fmt::format(", peak = {} MiB + {:.2f} MiB x batch (R² {:.4f})",
-                                           mib(static_cast<int64_t>(summary.fit->intercept)),
+                                           mib_text(static_cast<int64_t>(summary.fit->intercept)),
                                            summary.fit->slope / (1 << 20), summary.fit->r_squared)
                              : std::string(),
                  summary.largest_fitting

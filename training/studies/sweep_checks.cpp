@@ -4,6 +4,7 @@
 
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
+#include "training/parts/setup.h"
 #include "training/platform/device.h"
 #include "training/platform/distributed.h"
 #include "training/platform/errors.h"
@@ -16,11 +17,7 @@ void check_sweep(const Config& config, const torch::Device& device) {
   for (auto precision : config.sweep.precisions) {
     if (precision == Precision::BF16) check_bf16_supported(device, "sweep.precisions");
   }
-  if (config.memory.limit > total_memory(device)) {
-    throw KeyError("memory.limit", format_bytes(config.memory.limit) + " is more than " +
-                                       device.str() + " has (" +
-                                       format_bytes(total_memory(device)) + ")");
-  }
+  as_key("memory.limit", [&] { check_memory_limit(device, config.memory.limit); });
   if (const auto launch = launch_env_from_environment(); launch && launch->world_size > 1) {
     throw UserError("WORLD_SIZE=" + std::to_string(launch->world_size) +
                     ": train sweep runs its trials one process at a time; start it without "

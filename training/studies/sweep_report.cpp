@@ -26,10 +26,6 @@ ordered_json cell_json(const SweepCell& cell) {
           {"accumulate_steps", cell.accumulate_steps}};
 }
 
-std::string mib(int64_t bytes) {
-  return fmt::format("{:.1f}", to_mib(bytes));
-}
-
 std::vector<ordered_json> trial_rows(const std::vector<SweepTrial>& trials) {
   std::vector<ordered_json> rows;
   for (const auto& t : trials) {
@@ -84,13 +80,29 @@ void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
     if (!t.on_card.contains("card")) continue;
     const auto& c = t.on_card;
     md << "| " << t.id << " | " << t.cell.name() << " | " << t.batch << " | "
-       << mib(c.at("predicted_allocated_peak_bytes").get<int64_t>()) << " | "
-       << mib(c.at("predicted_reserved_peak_bytes").get<int64_t>()) << " | "
-       << mib(c.at("predicted_device_bytes").get<int64_t>()) << " | "
+       << mib_text(c.at("predicted_allocated_peak_bytes").get<int64_t>()) << " | "
+       << mib_text(c.at("predicted_reserved_peak_bytes").get<int64_t>()) << " | "
+       << mib_text(c.at("predicted_device_bytes").get<int64_t>()) << " | "
        << (c.at("fits_on_card").get<bool>() ? "yes" : "no") << " | "
        << c.at("largest_batch_on_card").get<int64_t>() << " |\n";
   }
   md << "\n";
+  const auto& limit = first->on_card;
+  if (limit.value("allocator_limit_source", "") == "memory.limit") {
+    md << "The allocator is capped at memory.limit, "
+       << format_bytes(limit.at("allocator_limit_bytes").get<int64_t>())
+       << ", below what the card leaves it: \"fits\" and the largest batch are under that "
+          "limit.\n\n";
+  }
+  const auto autos = std::count_if(trials.begin(), trials.end(), [](const SweepTrial& t) {
+    return t.cell.checkpointing == CheckpointMode::Auto;
+  });
+  if (autos > 0) {
+    md << "Not predicted: the " << autos
+       << " trial(s) of checkpointing auto, which chooses its blocks for the budget it runs "
+          "under, so the stream on the card is not known from this machine's; the off and on "
+          "(every block) trials bound them.\n\n";
+  }
 }
 
 void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
@@ -110,8 +122,8 @@ void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials)
        << " | " << memory_format_name(t.cell.memory_format) << " | " << t.batch
        << (t.cell.accumulate_steps > 1 ? " x " + std::to_string(t.cell.accumulate_steps) : "")
        << " | " << status_name(r.status) << (r.status == TrialStatus::Error ? ": " + r.message : "")
-       << " | " << mib(r.peak_allocated_bytes) << " | " << mib(r.peak_reserved_bytes) << " | "
-       << mib(r.steady_peak_reserved_bytes) << " | "
+       << " | " << mib_text(r.peak_allocated_bytes) << " | " << mib_text(r.peak_reserved_bytes)
+       << " | " << mib_text(r.steady_peak_reserved_bytes) << " | "
        << (ok ? fmt::format("{:.4f}", r.median_step_seconds) : "-") << " | "
        << (ok ? fmt::format("{:.0f}", r.images_per_second) : "-") << " |\n";
   }
@@ -131,9 +143,9 @@ void settings_table(std::ostringstream& md, const std::vector<CellSummary>& cell
                ? fmt::format("{} ({:.0f})", *c.fastest_batch, c.fastest_images_per_second)
                : "-")
        << " | "
-       << (c.fit
-               ? fmt::format("{} MiB + {:.3f} MiB x batch",
-                             mib(static_cast<int64_t>(c.fit->intercept)), c.fit->slope / (1 << 20))
+       << (c.fit ? fmt::format("{} MiB + {:.3f} MiB x batch",
+                               mib_text(static_cast<int64_t>(c.fit->intercept)),
+                               c.fit->slope / (1 << 20))
            : c.cell.checkpointing == CheckpointMode::Auto
                ? "none for auto (its recomputed blocks change with the batch)"
                : "needs two batch sizes that fit")

@@ -102,7 +102,7 @@ std::unique_ptr<ProcessGroup> trial_group(const Config& config, const torch::Dev
   one.master_port = free_loopback_port();
   DistributedOptions options = config.distributed;
   options.interface.clear();
-  return std::make_unique<ProcessGroup>(one, options, device);
+  return join_group(one, options, device);
 }
 
 // The trial's peaks (the warm-up's and the measured steps') and what lies outside the allocator.
@@ -118,16 +118,6 @@ void record_memory(TrialResult& result, const torch::Device& device,
   result.steady_peak_reserved_bytes = memory.peak_reserved;
   result.peak_allocated_bytes = std::max(memory.peak_allocated, warmup_peaks.peak_allocated);
   result.peak_reserved_bytes = std::max(memory.peak_reserved, warmup_peaks.peak_reserved);
-}
-
-// The next batch, starting the loader's next epoch when this one is over.
-auto next_batch(data::Loader& loader, int64_t& epoch) {
-  auto batch = loader.next();
-  if (!batch) {
-    loader.start_epoch(++epoch);
-    batch = loader.next();
-  }
-  return batch;
 }
 
 }  // namespace
@@ -181,7 +171,7 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
       // The step alone is timed; the loader prepares the next batches meanwhile, as in training.
       std::chrono::steady_clock::time_point start;
       for (int64_t micro = 0; micro < micro_batches; ++micro) {
-        auto batch = next_batch(*loader, epoch);
+        auto batch = data::next_batch_across_epochs(*loader, epoch);
         if (micro == 0) start = std::chrono::steady_clock::now();
         if (graphed) {
           graphed->run(batch->images, batch->labels);

@@ -116,6 +116,23 @@ TEST(Config, YamlRoundTripIsExact) {
   EXPECT_NE(yaml.find("limit: 12GiB\n"), std::string::npos) << yaml;
 }
 
+// A run's config.yaml is what the run was asked: train sweep's grid is not, and is left out; the
+// text reads back to the same run with the sweep's defaults.
+TEST(Config, ARunsYamlLeavesOutTheSweepsSection) {
+  const Config c = training::parse_config(
+      "training: {batch_size: 16}\nsweep: {batch_sizes: [8, 9], find_max: true}\n", "c.yaml");
+  const std::string yaml = training::run_yaml(c);
+  EXPECT_EQ(yaml.find("sweep"), std::string::npos) << yaml;
+  EXPECT_NE(training::to_yaml(c).find("sweep:"), std::string::npos);
+  const Config back = training::parse_config(yaml, "run");
+  EXPECT_EQ(back.training.batch_size, 16);
+  EXPECT_FALSE(back.sweep.find_max);
+  EXPECT_EQ(training::run_yaml(back), yaml);
+  Config without = c;
+  without.sweep = training::SweepConfig{};
+  EXPECT_EQ(training::to_yaml(back), training::to_yaml(without));
+}
+
 TEST(Config, KeysListEverySection) {
   const auto keys = training::config_keys();
   for (const char* key : {"model.arch", "data.train_limit", "training.max_steps", "optimizer.lr",

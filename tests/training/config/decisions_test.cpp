@@ -18,7 +18,7 @@ Decisions both() {
   return d;
 }
 
-std::string error_of(const std::string& json) {
+std::string decisions_error(const std::string& json) {
   try {
     training::parse_decisions(json, "run/decisions.json");
   } catch (const training::UserError& e) {
@@ -46,36 +46,36 @@ TEST(Decisions, ReadBackAsWritten) {
 }
 
 TEST(Decisions, ADamagedFileIsRefusedNamingItAndTheEntry) {
-  EXPECT_EQ(error_of("{\"memory_format\": "),
+  EXPECT_EQ(decisions_error("{\"memory_format\": "),
             "run/decisions.json: expected a JSON object of decisions (memory_format, "
             "checkpointing), got text that is not JSON");
-  EXPECT_EQ(error_of("[]"),
+  EXPECT_EQ(decisions_error("[]"),
             "run/decisions.json: expected a JSON object of decisions (memory_format, "
             "checkpointing), got array");
-  EXPECT_EQ(error_of("{\"layout\": {}}"),
+  EXPECT_EQ(decisions_error("{\"layout\": {}}"),
             "run/decisions.json: unknown decision 'layout' (expected memory_format or "
             "checkpointing)");
-  EXPECT_EQ(error_of("{\"memory_format\": {\"layout\": \"nhwc\", \"device_type\": \"cpu\", "
-                     "\"reason\": \"\"}}"),
+  EXPECT_EQ(decisions_error("{\"memory_format\": {\"layout\": \"nhwc\", \"device_type\": \"cpu\", "
+                            "\"reason\": \"\"}}"),
             "run/decisions.json: memory_format.layout: expected contiguous or channels_last, got "
             "nhwc");
   auto j = nlohmann::json::parse(training::decisions_json(both()));
   j["checkpointing"]["predicted_peak_bytes"] = -1;
-  EXPECT_EQ(error_of(j.dump()),
+  EXPECT_EQ(decisions_error(j.dump()),
             "run/decisions.json: checkpointing.predicted_peak_bytes: expected a byte count, got "
             "-1");
   j["checkpointing"].erase("predicted_peak_bytes");
-  EXPECT_EQ(error_of(j.dump()),
+  EXPECT_EQ(decisions_error(j.dump()),
             "run/decisions.json: checkpointing.predicted_peak_bytes: expected a byte count, "
             "missing");
   j = nlohmann::json::parse(training::decisions_json(both()));
   j["checkpointing"]["budget"] = 5;  // a misspelt field is refused, not dropped
-  EXPECT_EQ(error_of(j.dump()),
+  EXPECT_EQ(decisions_error(j.dump()),
             "run/decisions.json: checkpointing.budget: unknown field (expected blocks, chosen_for, "
             "budget_bytes, predicted_peak_bytes, predicted_extra_ms, decides)");
   j = nlohmann::json::parse(training::decisions_json(both()));
   j["checkpointing"]["blocks"] = {"layer1.0", 3};
-  EXPECT_NE(error_of(j.dump()).find("checkpointing.blocks: expected a list of block names"),
+  EXPECT_NE(decisions_error(j.dump()).find("checkpointing.blocks: expected a list of block names"),
             std::string::npos);
 }
 

@@ -46,6 +46,38 @@ TEST(SetUp, AMemoryLimitAboveTheDeviceIsRefused) {
   EXPECT_TRUE(training::set_up_device(config).is_cpu());
 }
 
+// The process group's refusals, facts below, are said at the set-up with the key that asked, and
+// before any peer is waited for (no other rank exists here: a wait would time out).
+TEST(SetUp, AGroupsRefusalsAreSaidWithTheirKeys) {
+  training::LaunchEnv two;
+  two.world_size = 2;
+  two.master_port = training::free_loopback_port();
+  training::DistributedOptions options;
+  options.timeout_seconds = 1;
+  options.backend = training::DistributedBackend::Nccl;
+  const auto refusal = [&](const char* key) {
+    try {
+      training::join_group(two, options, torch::kCPU);
+    } catch (const training::KeyError& e) {
+      EXPECT_EQ(e.key(), key);
+      return std::string(e.what());
+    }
+    return std::string("(no KeyError)");
+  };
+  EXPECT_EQ(refusal("distributed.backend"),
+            "distributed.backend: nccl needs a CUDA device; this rank trains on cpu; set it to "
+            "gloo");
+  options.backend = training::DistributedBackend::Gloo;
+  options.interface = "nope0";
+  EXPECT_EQ(refusal("distributed.interface")
+                .rfind("distributed.interface: this host has no network interface 'nope0'", 0),
+            0u);
+  options.interface = "lo";
+  two.gloo_socket_ifname = "eth9";
+  EXPECT_EQ(refusal("distributed.interface"),
+            "distributed.interface: 'lo' and GLOO_SOCKET_IFNAME=eth9 disagree; set one of them");
+}
+
 // What of the set-up a use takes: the loader bench runs no step, so the step's checks and limit
 // are not its; a study's settings check their own precision, not training.precision.
 TEST(SetUp, EachUseTakesItsPartOfTheSetUp) {

@@ -25,39 +25,43 @@ TEST(Network, TheRouteToALoopbackStoreIsTheLoopbackInterface) {
   EXPECT_FALSE(training::is_loopback_address("10.231.7.1"));
 }
 
+// The platform says facts: what is wrong with a list, not which setting held it (the set-up puts
+// the key in front: tests/training/parts/setup_test.cpp); GLOO_SOCKET_IFNAME, which it reads
+// itself, it names.
 TEST(Network, NamedInterfacesAreThisHostsOrRefusedInOneLine) {
-  const auto lo = training::interfaces_named("lo", "GLOO_SOCKET_IFNAME=lo");
+  const auto lo = training::interfaces_named("lo");
   ASSERT_EQ(lo.size(), 1u);
   EXPECT_EQ(lo[0].address, "127.0.0.1");
   EXPECT_EQ(training::describe(lo), "lo (127.0.0.1)");
   const std::string missing =
-      message_of([] { training::interfaces_named("lo,nope0", "GLOO_SOCKET_IFNAME=lo,nope0"); });
+      message_of([] { training::choose_peer_network({}, "lo,nope0", "127.0.0.1", 1); });
   EXPECT_EQ(missing.rfind("GLOO_SOCKET_IFNAME=lo,nope0: this host has no network interface "
                           "'nope0' that is up with an address (it has: lo",
                           0),
             0u)
       << missing;
   EXPECT_EQ(missing.find('\n'), std::string::npos);
-  EXPECT_EQ(message_of([] { training::interfaces_named("lo,lo", "distributed.interface"); }),
-            "distributed.interface: names the interface lo twice");
-  EXPECT_EQ(message_of([] { training::interfaces_named("lo,", "distributed.interface"); }),
-            "distributed.interface: expected interface names separated by commas, got an empty "
-            "name");
+  EXPECT_THROW(training::interfaces_named("nope0"), training::InterfaceRefused);
+  EXPECT_EQ(message_of([] { training::interfaces_named("lo,lo"); }),
+            "names the interface lo twice");
+  EXPECT_EQ(message_of([] { training::interfaces_named("lo,"); }),
+            "expected interface names separated by commas, got an empty name");
 }
 
-TEST(Network, TheKeyOrTheVariableOverrideTheRouteAndMustAgree) {
-  const auto route = training::choose_peer_network("", nullptr, "127.0.0.1", 29500);
+TEST(Network, TheSettingOrTheVariableOverrideTheRouteAndMustAgree) {
+  const auto route = training::choose_peer_network({}, nullptr, "127.0.0.1", 29500);
   EXPECT_EQ(route.chosen_by, "the route to the store at 127.0.0.1:29500");
   ASSERT_EQ(route.interfaces.size(), 1u);
   EXPECT_EQ(route.interfaces[0].name, "lo");
-  EXPECT_EQ(training::choose_peer_network("", "lo", "127.0.0.1", 1).chosen_by,
+  EXPECT_EQ(training::choose_peer_network({}, "lo", "127.0.0.1", 1).chosen_by,
             "GLOO_SOCKET_IFNAME");
-  EXPECT_EQ(training::choose_peer_network("lo", "", "127.0.0.1", 1).chosen_by,
-            "distributed.interface");
-  EXPECT_EQ(training::choose_peer_network("lo", "lo", "127.0.0.1", 1).chosen_by,
-            "distributed.interface");
-  EXPECT_EQ(message_of([] { training::choose_peer_network("lo", "eth9", "127.0.0.1", 1); }),
-            "distributed.interface: 'lo' and GLOO_SOCKET_IFNAME=eth9 disagree; set one of them");
+  const training::ConfiguredInterfaces lo{"lo", "the setting"};
+  EXPECT_EQ(training::choose_peer_network(lo, "", "127.0.0.1", 1).chosen_by, "the setting");
+  EXPECT_EQ(training::choose_peer_network(lo, "lo", "127.0.0.1", 1).chosen_by, "the setting");
+  EXPECT_THROW(training::choose_peer_network(lo, "eth9", "127.0.0.1", 1),
+               training::InterfaceRefused);
+  EXPECT_EQ(message_of([&] { training::choose_peer_network(lo, "eth9", "127.0.0.1", 1); }),
+            "'lo' and GLOO_SOCKET_IFNAME=eth9 disagree; set one of them");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "training/platform/errors.h"
 #include "training/platform/process.h"
 #include "training/studies/plan.h"
+#include "training/studies/sweep_report.h"
 #include "training/studies/trial.h"
 
 namespace {
@@ -504,4 +505,58 @@ sweep: {batch_sizes: [4, 8], warmup_steps: 0, measure_steps: 1}
   EXPECT_NE(md.find("## Predicted on T4"), std::string::npos) << md;
   EXPECT_NE(test_support::read_text(dir / "out/sweep.csv").find("predicted_reserved_peak_bytes"),
             std::string::npos);
+}
+
+namespace {
+
+training::SweepTrial card_trial(int64_t id, training::CheckpointMode checkpointing) {
+  training::SweepTrial t;
+  t.id = id;
+  t.cell.checkpointing = checkpointing;
+  t.batch = 8;
+  t.result.status = training::TrialStatus::Ok;
+  t.result.peak_allocated_bytes = t.result.peak_reserved_bytes = 100 << 20;
+  t.result.steps = 1;
+  return t;
+}
+
+}  // namespace
+
+// The card table says what its figures are under: an allocator capped at memory.limit (not the
+// card less what lies outside it), and the auto trials it leaves out (round 3 of the card: left
+// out without a word).
+TEST(Sweep, TheCardTableSaysItsLimitAndTheAutoTrialsItLeavesOut) {
+  test_support::TempDir dir;
+  auto predicted = card_trial(1, training::CheckpointMode::Off);
+  predicted.on_card = {{"card", "T4"},
+                       {"card_memory_bytes", int64_t{15} << 30},
+                       {"predicted_allocated_peak_bytes", int64_t{90} << 20},
+                       {"predicted_reserved_peak_bytes", int64_t{100} << 20},
+                       {"predicted_device_bytes", int64_t{900} << 20},
+                       {"fits_on_card", true},
+                       {"largest_batch_on_card", 64},
+                       {"allocator_limit_bytes", int64_t{2} << 30},
+                       {"allocator_limit_source", "memory.limit"}};
+  const std::vector<training::SweepTrial> trials = {predicted,
+                                                    card_trial(2, training::CheckpointMode::Auto),
+                                                    card_trial(3, training::CheckpointMode::Auto)};
+  const std::vector<training::SweepCell> cells = {trials[0].cell, trials[1].cell};
+  training::SweepFacts facts{"resnet18", "cifar", "cpu", "cpu", int64_t{2} << 30, true, 1, 1, {}};
+  training::write_sweep_tables(dir.path(), facts, training::summarize(cells, trials, {}, false),
+                               trials, true);
+  const std::string md = test_support::read_text(dir / "sweep.md");
+  EXPECT_NE(md.find("## Predicted on T4"), std::string::npos) << md;
+  EXPECT_NE(md.find("The allocator is capped at memory.limit, 2.00 GiB, below what the card leaves "
+                    "it"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("Not predicted: the 2 trial(s) of checkpointing auto"), std::string::npos)
+      << md;
+  training::SweepTrial uncapped = predicted;
+  uncapped.on_card["allocator_limit_source"] = "card";
+  training::write_sweep_tables(dir.path(), facts, training::summarize(cells, trials, {}, false),
+                               {uncapped}, true);
+  const std::string plain = test_support::read_text(dir / "sweep.md");
+  EXPECT_EQ(plain.find("capped at memory.limit"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("Not predicted"), std::string::npos) << plain;
 }
