@@ -106,6 +106,30 @@ TEST(CardPrediction, ReplaysPhasesWithTheCardsWorkspaces) {
   EXPECT_EQ(tight.failed_at, "step1 backward");
 }
 
+// The section says what limit the replay ran under: the card less what lies outside the
+// allocator, or memory.limit where that is smaller (it was explained as the card less ...).
+TEST(CardPrediction, TheSectionSaysWhetherTheCardOrMemoryLimitCapsTheAllocator) {
+  constexpr int64_t MiB = int64_t{1} << 20;
+  training::CardPrediction p;
+  p.card = {"T4", 15360 * MiB, "the driver", 7, "sm_75"};
+  p.beside.outside_allocator = 512 * MiB;
+  p.beside.outside_source = "a measured figure";
+  p.allocator.limit = 14848 * MiB;
+  p.replay.fits = true;
+  std::string md = training::prediction_markdown({{"fp32", p}});
+  EXPECT_NE(md.find("under 14.50 GiB (the card less 512.00 MiB outside the allocator: a measured "
+                    "figure)"),
+            std::string::npos)
+      << md;
+  p.allocator.limit = 2048 * MiB;
+  p.limited_by_memory_limit = true;
+  md = training::prediction_markdown({{"fp32", p}});
+  EXPECT_NE(md.find("under 2.00 GiB, memory.limit, which is below 14.50 GiB (the card less 512.00 "
+                    "MiB outside the allocator"),
+            std::string::npos)
+      << md;
+}
+
 Config small_config() {
   Config config;
   config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
