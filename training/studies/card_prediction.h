@@ -30,9 +30,11 @@ inline constexpr int64_t kTraceBatches[3] = {2, 4, 3};
 inline constexpr int kTraceSteps = 3;
 
 // One setting's step on the CPU at `batch`, `steps` times, with marks "held" (the allocations made
-// before: weights, buffers, the batch) and "stepN forward|backward|optimizer|end". One CPU thread,
-// so that the stream is the same at every batch. Checkpointing auto is refused (UserError): its
-// blocks depend on the budget.
+// before: weights, buffers, the batch) and "stepN forward|backward|optimizer|end". With
+// cell.accumulate_steps N > 1 each step is N micro-batches, marked "stepN microM ...": the first
+// micro-batch's gradients are held through the others (CardPredictor records N = 2, which every
+// later micro-batch repeats). One CPU thread, so that the stream is the same at every batch.
+// Checkpointing auto is refused (UserError): its blocks depend on the budget.
 AllocationStream record_step_stream(const Config& config, const SweepCell& cell, int64_t batch,
                                     int steps = kTraceSteps);
 
@@ -68,7 +70,7 @@ struct Replay {
   int64_t retries = 0;
 };
 
-// Replays `stream` through the model; the card's workspaces are allocated where the first step's
+// Replays `stream` through the model; the card's workspaces are allocated where the first
 // backward begins (cuBLAS creates them at the first matrix multiply of each thread) and kept.
 Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& options,
                      const BesideTensors& beside);
@@ -130,8 +132,6 @@ class CardPredictor {
 };
 
 // Records `cell` on the CPU (three short recordings) and predicts it at config's batch on `card`.
-// Why a setting of `accumulate_steps` > 1 is refused a card prediction (one line naming --card).
-std::string accumulation_not_predicted(int64_t accumulate_steps);
 
 CardPrediction predict_on_card(const Config& config, const SweepCell& cell, const Card& card,
                                const AllocatorOptions& allocator);

@@ -280,9 +280,6 @@ void refuse_settings(const MemoryRequest& request, const Config& config,
     }
   }
   if (request.card_only && !card) throw UserError("--card-only: give the card with --card");
-  if (card && config.training.accumulate_steps > 1) {
-    throw UserError(accumulation_not_predicted(config.training.accumulate_steps));
-  }
 }
 
 int memory_study(const MemoryRequest& request, const Config& config) {

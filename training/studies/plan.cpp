@@ -70,9 +70,9 @@ std::pair<int64_t, std::string> plan_overhead(const SweepRecord& sweep,
 
 // With a card: each candidate's peaks by replaying its setting's stream (recorded here once per
 // setting) on the card, and, for a sweep not run on CUDA, its images/s estimated for the card.
-// `config` is the sweep's, `gradients` its model's gradient bytes.
-void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int64_t gradients,
-                int64_t for_allocator) {
+// `config` is the sweep's. After aim_at_target_batch: an accumulating candidate is replayed as
+// it would train, in place of the gradients' bytes added to a measured peak.
+void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int64_t for_allocator) {
   const Card& card = *plan.card;
   CardPredictor predictor(config, card, alloc_conf_from_environment(),
                           std::max<int64_t>(1, for_allocator));
@@ -93,17 +93,15 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
       continue;                 // nothing to predict or estimate
     }
     if (c.cell.checkpointing != CheckpointMode::Auto) {  // auto: the sweep's own peak stands
-      // Accumulating: one micro-batch per step replayed, plus the accumulated gradients.
-      SweepCell one = c.cell;
-      one.accumulate_steps = 1;
-      const CardPrediction p = predictor.predict(one, c.batch);
-      const int64_t held = c.cell.accumulate_steps > 1 ? gradients : 0;
-      c.predicted_peak = p.figures().peak_reserved + held;
-      c.predicted_allocated = p.figures().peak_allocated + held;
+      // Accumulating: the step replayed micro-batch by micro-batch, the gradients held from the
+      // second on (card_prediction.h).
+      const CardPrediction p = predictor.predict(c.cell, c.batch);
+      c.predicted_peak = p.figures().peak_reserved;
+      c.predicted_allocated = p.figures().peak_allocated;
       c.fits = p.replay.fits && c.predicted_peak <= for_allocator;
-      if (std::find(predicted.begin(), predicted.end(), one) == predicted.end()) {
-        predicted.push_back(one);
-        plan.largest_on_card.emplace_back(one, p.largest_batch);
+      if (std::find(predicted.begin(), predicted.end(), c.cell) == predicted.end()) {
+        predicted.push_back(c.cell);
+        plan.largest_on_card.emplace_back(c.cell, p.largest_batch);
       }
     }
     if (!on_cuda) {
@@ -226,8 +224,8 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     // The sweep's config and its model's gradient bytes, read and built once for both.
     const Config config = load_config((sweep_dir / "config.yaml").string());
     const int64_t gradients = gradient_bytes(config.model);
-    if (card) apply_card(plan, sweep, config, gradients, for_allocator);
     if (target_batch > 0) aim_at_target_batch(plan, target_batch, gradients, for_allocator);
+    if (card) apply_card(plan, sweep, config, for_allocator);
   }
   if (plan.candidates.empty()) {
     throw UserError(sweep_dir.string() +

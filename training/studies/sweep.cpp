@@ -345,9 +345,6 @@ int sweep(const SweepRequest& request, const Config& config) {
   check_sweep(config, device);
   std::optional<CardPredictor> predictor;
   if (!request.card.empty()) {
-    for (const int64_t n : config.sweep.accumulate_steps) {
-      if (n > 1) throw UserError(accumulation_not_predicted(n));
-    }
     predictor.emplace(config, find_card(request.card), alloc_conf_from_environment());
   }
   const fs::path dir =
