@@ -50,13 +50,16 @@ FIND_MAX = ("ResNet-18 fp32, find-max under 4 GiB", "fp32", 844,
             ["--set", "model.arch=resnet18", "--memory-limit", "4GiB"], 844)
 
 
-# The grid for a GPU run: (name, depth, stem, setting, batch).
+# The grid for a GPU run: (name, depth, stem, setting, batch, flags). The accumulating case is a
+# step's last micro-batch with the others' gradients held (train memory's probe).
 GRID = [
-    ("rn34_fp16_b192", 34, "cifar", "fp16", 192),
-    ("rn50_fp32_ckpt_cl_b384", 50, "cifar", "fp32+checkpointing+channels_last", 384),
-    ("rn18_imagenet_bf16_cl_b1024", 18, "imagenet", "bf16+channels_last", 1024),
-    ("rn101_bf16_cl_b96", 101, "cifar", "bf16+channels_last", 96),
-    ("rn50_fp16_ckpt_b160", 50, "cifar", "fp16+checkpointing", 160),
+    ("rn34_fp16_b192", 34, "cifar", "fp16", 192, []),
+    ("rn50_fp32_ckpt_cl_b384", 50, "cifar", "fp32+checkpointing+channels_last", 384, []),
+    ("rn18_imagenet_bf16_cl_b1024", 18, "imagenet", "bf16+channels_last", 1024, []),
+    ("rn101_bf16_cl_b96", 101, "cifar", "bf16+channels_last", 96, []),
+    ("rn50_fp16_ckpt_b160", 50, "cifar", "fp16+checkpointing", 160, []),
+    ("rn34_fp32_accumulate4_b128", 34, "cifar", "fp32", 128,
+     ["--set", "training.accumulate_steps=4"]),
 ]
 
 
@@ -79,9 +82,9 @@ def predict(train, out, name, settings, batch, extra):
 
 
 def grid(train, out, measure):
-    for name, depth, stem, setting, batch in GRID:
+    for name, depth, stem, setting, batch, flags in GRID:
         extra = ["--set", f"model.arch=resnet{depth}", "--set", f"model.stem={stem}",
-                 "--set", "data.prefetch=0"]
+                 "--set", "data.prefetch=0"] + flags
         if measure:
             train_memory(train, out / name, setting, batch, extra, device="cuda", card=False)
         else:
@@ -91,7 +94,7 @@ def grid(train, out, measure):
 
 def compare(predicted_dir, measured_dir):
     lines = ["| case | figure | measured | predicted | error |", "|---|---|---:|---:|---:|"]
-    for name, _, _, setting, _ in GRID:
+    for name, _, _, setting, _, _ in GRID:
         read = {}
         for key, folder in (("predicted", predicted_dir), ("measured", measured_dir)):
             path = folder / name / "memory_breakdown.json"
