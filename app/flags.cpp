@@ -101,10 +101,12 @@ void refuse_bad_values(const CLI::App& command) {
       int64_t number = 0;
       const char* end = value.data() + value.size();
       const auto [stop, error] = std::from_chars(value.data(), end, number);
-      if (stop != end || error == std::errc::invalid_argument) {
+      // "010": decimal digits, which CLI11 reads as octal (8).
+      const bool leading_zero = value.size() > 1 && value[value[0] == '-' ? 1 : 0] == '0';
+      if (stop != end || error == std::errc::invalid_argument || leading_zero) {
         throw training::UserError(option->get_name() +
                                   ": expected a whole number in decimal digits, got '" + value +
-                                  "'");
+                                  "'" + (leading_zero ? " (without a leading 0)" : ""));
       }
       if (error == std::errc::result_out_of_range) {
         throw training::UserError(option->get_name() + ": expected a whole number up to " +

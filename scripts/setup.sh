@@ -55,6 +55,9 @@ else
     echo "setup: installing Debian packages (beside the Python packages): ${missing[*]}"
     apt_install "${missing[@]}" &
     debs_pid=$!
+    # However this script ends (pip fails, Ctrl-C), apt is waited for, never left running alone
+    # or killed mid-install (which would leave dpkg half-configured).
+    trap 'wait "$debs_pid" 2>/dev/null || true' EXIT
   fi
 fi
 
@@ -98,6 +101,7 @@ else
 fi
 if [[ -n "${debs_pid:-}" ]]; then
   wait "$debs_pid" || { echo "setup: installing the Debian packages failed (apt-get above)" >&2; exit 1; }
+  trap - EXIT
 fi
 
 cuda_args=()

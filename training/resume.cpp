@@ -68,9 +68,10 @@ std::vector<Override> with_hand_edits(const fs::path& config_yaml, const std::st
                                       const std::vector<Override>& overrides) {
   std::error_code ec;
   if (!fs::is_regular_file(config_yaml, ec)) return overrides;
-  const std::string edited = to_yaml(load_config(config_yaml.string()));
+  // A run's keys only: an older build's copies held the sweep section, which a run ignores.
+  const std::string edited = run_yaml(load_config(config_yaml.string()));
   const auto edits =
-      config_yaml::differing_assignments(to_yaml(parse_config(stored, origin)), edited);
+      config_yaml::differing_assignments(run_yaml(parse_config(stored, origin)), edited);
   if (edits.empty()) return overrides;
   spdlog::info(
       "{}: differs from the config {} holds; its edits are taken as --set would take them: {}",

@@ -645,6 +645,8 @@ TEST(Cli, CompareShowsWhatDiffersAndDrawsTheCurves) {
   const std::string other = b32_layout == "contiguous" ? "channels_last" : "contiguous";
   decided["memory_format"]["layout"] = other;
   std::ofstream(dir / "b16/decisions.json") << decided.dump();
+  // An older build's config.yaml held the sweep's keys, which are no run's: not compared.
+  std::ofstream(dir / "b16/config.yaml", std::ios::app) << "sweep: {batch_sizes: [8, 9]}\n";
   r = run_train("compare " + (dir / "b32").string() + " " + (dir / "b16").string() + " --output " +
                 (dir / "cmp").string());
   ASSERT_EQ(r.code, 0) << r.output;
@@ -655,6 +657,7 @@ TEST(Cli, CompareShowsWhatDiffersAndDrawsTheCurves) {
             std::string::npos)
       << md;
   EXPECT_EQ(md.find("output."), std::string::npos) << md;
+  EXPECT_EQ(md.find("sweep."), std::string::npos) << md;
   EXPECT_EQ(md.find("different models"), std::string::npos) << md;
   EXPECT_NE(md.find("| epochs | 2 | 2 |"), std::string::npos) << md;
   const auto json = nlohmann::json::parse(test_support::read_text(dir / "cmp/compare.json"));

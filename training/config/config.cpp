@@ -296,18 +296,23 @@ std::string cuda_graph_obstacle(const Config& config) {
   return "";
 }
 
-std::string to_yaml(const Config& config) {
-  config_yaml::Writer writer;
+namespace {
+
+std::string yaml_without(const Config& config, std::vector<std::string> omitted) {
+  config_yaml::Writer writer(std::move(omitted));
   Config copy = config;  // walk() takes a mutable Config; the writer only reads it
   walk(writer, copy);
   return writer.str();
 }
 
+}  // namespace
+
+std::string to_yaml(const Config& config) {
+  return yaml_without(config, {});
+}
+
 std::string run_yaml(const Config& config) {
-  config_yaml::Writer writer({"sweep"});
-  Config copy = config;
-  walk(writer, copy);
-  return writer.str();
+  return yaml_without(config, {"sweep"});
 }
 
 std::vector<std::string> config_keys() {

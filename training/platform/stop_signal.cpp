@@ -37,9 +37,7 @@ extern "C" void on_stop_signal(int signal) {
 
 extern "C" void exit_on_stop_signal(int) {
   // write(2) is async-signal-safe; what it returns does not matter to a process ending here.
-  static const char line[] =
-      "[stopped] by a signal while starting up, before the first step (exit 130); nothing is "
-      "half-written\n";
+  static const char line[] = "[stopped] by a signal (exit 130); nothing is half-written\n";
   [[maybe_unused]] const auto written = ::write(STDERR_FILENO, line, sizeof line - 1);
   ::_exit(kExitStopped);
 }

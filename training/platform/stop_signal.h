@@ -8,8 +8,8 @@
 namespace training {
 
 // Before a command can stop gracefully: SIGINT/SIGTERM exit at once with kExitStopped (130), the
-// code a stop has everywhere, after one line on stderr ("[stopped] by a signal while starting
-// up ..."). Nothing is lost: atomic writes leave whole files or temporaries.
+// code a stop has everywhere, after one line on stderr ("[stopped] by a signal (exit 130); nothing
+// is half-written"). Nothing is lost: atomic writes leave whole files or temporaries.
 void install_exit_on_stop();
 // The graceful stop (the flag below), for loops that check it.
 void install_stop_handlers();

@@ -108,9 +108,10 @@ void scalars_in(const fs::path& file, int64_t step, Scalars& shown) {
 }
 #else
 [[noreturn]] void not_built() {
+  // validate() refuses monitor.tensorboard in such a build first; this is the fact behind it.
   throw UserError(
-      "monitor.tensorboard: this build has no TensorBoard writer (protobuf or Boost.CRC was not "
-      "found at configure time); set it to false");
+      "this build has no TensorBoard writer (protobuf or Boost.CRC was not found at configure "
+      "time)");
 }
 std::string encode_file_version() {
   not_built();

@@ -102,7 +102,11 @@ struct CardPrediction {
   // the allocation that fails), what the step needs, so that the margin says how much is missing.
   const Replay& figures() const { return replay.fits ? replay : needed; }
   int64_t device_bytes() const { return figures().peak_reserved + beside.outside_allocator; }
-  int64_t margin() const { return card.memory_bytes - device_bytes(); }
+  // What is left: of the card, or, where memory.limit caps the allocator, of that limit.
+  int64_t margin() const {
+    return limited_by_memory_limit ? allocator.limit - figures().peak_reserved
+                                   : card.memory_bytes - device_bytes();
+  }
 };
 
 // Predictions for many settings and batches on one card, from `config` (its model, data.prefetch,

@@ -16,8 +16,10 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
         setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size, r.failed_at,
         format_bytes(p.device_bytes()), format_bytes(p.needed.peak_reserved),
         format_bytes(p.needed.peak_allocated),
-        p.margin() < 0 ? format_bytes(-p.margin()) + " more than the card has"
-                       : "more than the allocator's limit of " + format_bytes(p.allocator.limit),
+        p.margin() < 0 && !p.limited_by_memory_limit
+            ? format_bytes(-p.margin()) + " more than the card has"
+            : "more than the allocator's limit of " + format_bytes(p.allocator.limit) +
+                  (p.limited_by_memory_limit ? " (memory.limit)" : ""),
         p.largest_batch);
   }
   return fmt::format(

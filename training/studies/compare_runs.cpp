@@ -99,6 +99,10 @@ ComparedRun read_compared_run(const fs::path& dir) {
   } catch (const YAML::Exception& e) {
     throw UserError((dir / "config.yaml").string() + ": " + first_line(e.what()));
   }
+  // Not a run's input (config.h's run_yaml); an older build's config.yaml still held it.
+  for (auto key = run.config.begin(); key != run.config.end();) {
+    key = key->first.rfind("sweep.", 0) == 0 ? run.config.erase(key) : std::next(key);
+  }
   // What each run's autos decided (decisions.json), beside what was asked.
   const Decisions decisions = read_decisions(dir);
   if (decisions.layout) {

@@ -55,6 +55,11 @@ nlohmann::ordered_json checkpointing_json(CheckpointMode mode) {
 
 namespace {
 
+// Why a checkpointing auto trial has no card prediction (its card_prediction_error).
+constexpr const char* kAutoNotPredicted =
+    "checkpointing auto chooses its blocks for the budget it runs under, so its stream on the "
+    "card is not known from this machine's; predict off or on (every block)";
+
 std::vector<SweepCell> grid_cells(const SweepConfig& sweep) {
   std::vector<SweepCell> cells;
   for (auto precision : sweep.precisions) {
@@ -163,7 +168,9 @@ class Sweep {
     if (outcome.stopped) throw SweepStopped{};  // an interrupted trial measured nothing
     trial.wall_seconds = outcome.seconds;
     trial.result = read_result(result, outcome, log);
-    if (predictor_ && cell.checkpointing != CheckpointMode::Auto) {
+    if (predictor_ && cell.checkpointing == CheckpointMode::Auto) {
+      trial.on_card = {{"card_prediction_error", kAutoNotPredicted}};
+    } else if (predictor_) {
       try {  // a stream that cannot be scaled is said in the row, the sweep goes on
         trial.on_card = prediction_columns(predictor_->predict(cell, batch));
       } catch (const std::runtime_error& e) {

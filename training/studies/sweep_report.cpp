@@ -64,44 +64,49 @@ ordered_json cell_summary_json(const CellSummary& c) {
   return entry;
 }
 
-// With --card: each trial's prediction on that card beside what it measured here.
+// With --card: each trial's prediction on that card beside what it measured here, and the trials
+// not predicted (their card_prediction_error: checkpointing auto, a stream that cannot be scaled).
 void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
   const auto first = std::find_if(trials.begin(), trials.end(),
                                   [](const SweepTrial& t) { return t.on_card.contains("card"); });
-  if (first == trials.end()) return;
-  md << "## Predicted on " << first->on_card.at("card").get<std::string>() << " ("
-     << format_bytes(first->on_card.at("card_memory_bytes").get<int64_t>())
-     << "; this machine's allocation stream replayed on the caching allocator's model; "
-        "docs/commands.md, `train memory --card`)\n\n"
-     << "| # | setting | batch | predicted allocated (MiB) | predicted reserved (MiB) | "
-        "on the device (MiB) | fits | largest batch on the card |\n"
-     << "|---|---|---|---|---|---|---|---|\n";
-  for (const auto& t : trials) {
-    if (!t.on_card.contains("card")) continue;
-    const auto& c = t.on_card;
-    md << "| " << t.id << " | " << t.cell.name() << " | " << t.batch << " | "
-       << mib_text(c.at("predicted_allocated_peak_bytes").get<int64_t>()) << " | "
-       << mib_text(c.at("predicted_reserved_peak_bytes").get<int64_t>()) << " | "
-       << mib_text(c.at("predicted_device_bytes").get<int64_t>()) << " | "
-       << (c.at("fits_on_card").get<bool>() ? "yes" : "no") << " | "
-       << c.at("largest_batch_on_card").get<int64_t>() << " |\n";
-  }
-  md << "\n";
-  const auto& limit = first->on_card;
-  if (limit.value("allocator_limit_source", "") == "memory.limit") {
-    md << "The allocator is capped at memory.limit, "
-       << format_bytes(limit.at("allocator_limit_bytes").get<int64_t>())
-       << ", below what the card leaves it: \"fits\" and the largest batch are under that "
-          "limit.\n\n";
-  }
-  const auto autos = std::count_if(trials.begin(), trials.end(), [](const SweepTrial& t) {
-    return t.cell.checkpointing == CheckpointMode::Auto;
+  const auto unpredicted = std::count_if(trials.begin(), trials.end(), [](const SweepTrial& t) {
+    return t.on_card.contains("card_prediction_error");
   });
-  if (autos > 0) {
-    md << "Not predicted: the " << autos
-       << " trial(s) of checkpointing auto, which chooses its blocks for the budget it runs "
-          "under, so the stream on the card is not known from this machine's; the off and on "
-          "(every block) trials bound them.\n\n";
+  if (first == trials.end() && unpredicted == 0) return;
+  if (first == trials.end()) {
+    md << "## Predicted on the card\n\n";
+  } else {
+    md << "## Predicted on " << first->on_card.at("card").get<std::string>() << " ("
+       << format_bytes(first->on_card.at("card_memory_bytes").get<int64_t>())
+       << "; this machine's allocation stream replayed on the caching allocator's model; "
+          "docs/commands.md, `train memory --card`)\n\n"
+       << "| # | setting | batch | predicted allocated (MiB) | predicted reserved (MiB) | "
+          "on the device (MiB) | fits | largest batch on the card |\n"
+       << "|---|---|---|---|---|---|---|---|\n";
+    for (const auto& t : trials) {
+      if (!t.on_card.contains("card")) continue;
+      const auto& c = t.on_card;
+      md << "| " << t.id << " | " << t.cell.name() << " | " << t.batch << " | "
+         << mib_text(c.at("predicted_allocated_peak_bytes").get<int64_t>()) << " | "
+         << mib_text(c.at("predicted_reserved_peak_bytes").get<int64_t>()) << " | "
+         << mib_text(c.at("predicted_device_bytes").get<int64_t>()) << " | "
+         << (c.at("fits_on_card").get<bool>() ? "yes" : "no") << " | "
+         << c.at("largest_batch_on_card").get<int64_t>() << " |\n";
+    }
+    md << "\n";
+    const auto& limit = first->on_card;
+    if (limit.value("allocator_limit_source", "") == "memory.limit") {
+      md << "The allocator is capped at memory.limit, "
+         << format_bytes(limit.at("allocator_limit_bytes").get<int64_t>())
+         << ", below what the card leaves it: \"fits\" and the largest batch are under that "
+            "limit.\n\n";
+    }
+  }
+  if (unpredicted > 0) {
+    md << "Not predicted: " << unpredicted
+       << " trial(s), each with its reason in sweep.csv's card_prediction_error (checkpointing "
+          "auto chooses its blocks for the budget it runs under, so its stream on the card is "
+          "not known from this machine's).\n\n";
   }
 }
 

@@ -131,6 +131,9 @@ TEST(CardPrediction, TheSectionSaysWhetherTheCardOrMemoryLimitCapsTheAllocator) 
                     "MiB outside the allocator"),
             std::string::npos)
       << md;
+  // The margin is what is left under that limit, not on the whole card.
+  p.replay.peak_reserved = 1536 * MiB;
+  EXPECT_EQ(p.margin(), 512 * MiB);
 }
 
 Config small_config() {

@@ -523,8 +523,8 @@ training::SweepTrial card_trial(int64_t id, training::CheckpointMode checkpointi
 }  // namespace
 
 // The card table says what its figures are under: an allocator capped at memory.limit (not the
-// card less what lies outside it), and the auto trials it leaves out (round 3 of the card: left
-// out without a word).
+// card less what lies outside it), and the trials it leaves out (checkpointing auto: left out
+// without a word before), also when no trial was predicted.
 TEST(Sweep, TheCardTableSaysItsLimitAndTheAutoTrialsItLeavesOut) {
   test_support::TempDir dir;
   auto predicted = card_trial(1, training::CheckpointMode::Off);
@@ -537,9 +537,9 @@ TEST(Sweep, TheCardTableSaysItsLimitAndTheAutoTrialsItLeavesOut) {
                        {"largest_batch_on_card", 64},
                        {"allocator_limit_bytes", int64_t{2} << 30},
                        {"allocator_limit_source", "memory.limit"}};
-  const std::vector<training::SweepTrial> trials = {predicted,
-                                                    card_trial(2, training::CheckpointMode::Auto),
-                                                    card_trial(3, training::CheckpointMode::Auto)};
+  auto unpredicted = card_trial(2, training::CheckpointMode::Auto);
+  unpredicted.on_card = {{"card_prediction_error", "checkpointing auto chooses its blocks"}};
+  const std::vector<training::SweepTrial> trials = {predicted, unpredicted, unpredicted};
   const std::vector<training::SweepCell> cells = {trials[0].cell, trials[1].cell};
   training::SweepFacts facts{"resnet18", "cifar", "cpu", "cpu", int64_t{2} << 30, true, 1, 1, {}};
   training::write_sweep_tables(dir.path(), facts, training::summarize(cells, trials, {}, false),
@@ -550,7 +550,9 @@ TEST(Sweep, TheCardTableSaysItsLimitAndTheAutoTrialsItLeavesOut) {
                     "it"),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("Not predicted: the 2 trial(s) of checkpointing auto"), std::string::npos)
+  EXPECT_NE(md.find("Not predicted: 2 trial(s), each with its reason in sweep.csv's "
+                    "card_prediction_error"),
+            std::string::npos)
       << md;
   training::SweepTrial uncapped = predicted;
   uncapped.on_card["allocator_limit_source"] = "card";
@@ -559,4 +561,10 @@ TEST(Sweep, TheCardTableSaysItsLimitAndTheAutoTrialsItLeavesOut) {
   const std::string plain = test_support::read_text(dir / "sweep.md");
   EXPECT_EQ(plain.find("capped at memory.limit"), std::string::npos) << plain;
   EXPECT_EQ(plain.find("Not predicted"), std::string::npos) << plain;
+  // A grid of auto trials alone: no table, but the section says why (it said nothing).
+  training::write_sweep_tables(dir.path(), facts, training::summarize(cells, trials, {}, false),
+                               {unpredicted}, true);
+  const std::string autos = test_support::read_text(dir / "sweep.md");
+  EXPECT_NE(autos.find("## Predicted on the card\n\nNot predicted: 1 trial(s)"), std::string::npos)
+      << autos;
 }
