@@ -191,7 +191,8 @@ CLI::App* add_plan_command(CLI::App& app, Arguments& a) {
   plan->add_option("--json", a.plan.json, "Also write the plan as JSON to this file");
   plan->add_option("--target-batch", a.plan.target_batch,
                    "Images per optimizer step to reach by gradient accumulation, e.g. 1024: per "
-                   "setting, the micro-batch x training.accumulate_steps that fits");
+                   "setting, the micro-batch x training.accumulate_steps that fits")
+      ->type_name("INT");  // read as text (plan.h), checked as every whole-number flag is
   plan->add_option("--from", a.plan.from, "A sweep directory to plan from (train sweep)");
   add_config_flags(*plan, a.plan.config_path, a.plan_flags,
                    "Without --from: the config of a small sweep to run first",

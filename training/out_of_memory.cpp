@@ -50,4 +50,10 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
   return message + "; `train sweep --find-max` finds the largest batch that fits." + intact;
 }
 
+std::string measured_error_line(const Config& config, const std::exception& error) {
+  const bool limited = config.memory.limit > 0 && is_out_of_memory(error) &&
+                       !dynamic_cast<const OutOfMemory*>(&error);  // one already worded
+  return error_line(error) + (limited ? " (memory.limit)" : "");
+}
+
 }  // namespace training

@@ -29,6 +29,10 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
                                   const OutOfMemoryWhere& where,
                                   const std::string& allocator_message);
 
+// The one line a study records for an error of a step it measured (a sweep trial, `train
+// memory`): the error's first line; out of memory under memory.limit says that key.
+std::string measured_error_line(const Config& config, const std::exception& error);
+
 // Runs `body`; an out-of-memory error inside it (device.h's is_out_of_memory) becomes
 // OutOfMemory with its one-line message.
 template <class Body>

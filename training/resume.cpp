@@ -51,6 +51,14 @@ ResumeTarget resume_target(const std::string& resume) {
     }
     return {path, {}};
   }
+  if (run_dir && fs::symlink_status(checkpoint, ec).type() == fs::file_type::not_found &&
+      !fs::exists(path / "config.yaml", ec) && !fs::exists(path / "metrics.jsonl", ec)) {
+    // The folder claim_output_dir (output_dir.h) takes again: a run that never started.
+    throw UserError(path.string() +
+                    ": stopped before it wrote its config.yaml (no checkpoint.pt either): "
+                    "nothing to resume; start it again with --config FILE --output-dir " +
+                    path.string());
+  }
   const fs::path found = find_checkpoint(path);
   // A checkpoint named from inside its run ("checkpoint.pt") is in this folder.
   const fs::path run = found.has_parent_path() ? found.parent_path() : ".";

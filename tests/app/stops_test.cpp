@@ -63,9 +63,40 @@ TEST(Stops, AStopWhileStartingUpSaysSoInOneLineAndTheRunResumes) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(rows(run), 0);
+  // The run's log says it too (the hostile pass found train.log silent).
+  EXPECT_NE(test_support::read_text(run / "train.log")
+                .find("[stopped] by a signal (exit 130); nothing is half-written\n"),
+            std::string::npos);
   r = run_train("--resume " + run.string());
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("has no checkpoint yet"), std::string::npos) << r.output;
+  EXPECT_EQ(rows(run), 1);
+}
+
+// A run stopped before it wrote its config.yaml (between the folder and its inputs) was refused
+// on --resume as "checkpoint.pt: missing; no checkpoint to resume from" (hostile pass 5), with no
+// word of what to do. It says the run never started and how to start it; that works.
+TEST(Stops, AResumeOfARunStoppedBeforeItsConfigSaysHowToStartItAgain) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  const std::string start = tiny_run(dir, run, 1);
+  ASSERT_EQ(
+      run_shell("TRAIN_TEST_STOP_AT=start-up " + std::string(TRAIN_BINARY) + " " + start).code,
+      130);
+  fs::remove(run / "config.yaml");
+  fs::remove(run / "decisions.json");
+  auto r = run_train("--resume " + run.string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find(run.string() +
+                          ": stopped before it wrote its config.yaml (no "
+                          "checkpoint.pt either): nothing to resume; start it "
+                          "again with --config FILE --output-dir " +
+                          run.string()),
+            std::string::npos)
+      << r.output;
+  r = run_train(start);
+  EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(rows(run), 1);
 }
 

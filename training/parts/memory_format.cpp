@@ -8,6 +8,7 @@
 
 #include "training/parts/components.h"
 #include "training/platform/device.h"
+#include "training/platform/duration.h"
 #include "training/platform/heartbeat.h"
 #include "training/platform/statistics.h"
 #include "training/step/step.h"
@@ -41,8 +42,7 @@ double measure_training_rate(const Config& config, const torch::Device& device) 
     const auto start = std::chrono::steady_clock::now();
     train_step(parts, images, labels, step_options(c));
     synchronize(device);
-    const double took =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double took = seconds_since(start);
     if (step > 0) seconds[step - 1] = took;
   }
   return static_cast<double>(c.training.batch_size) / std::max(median(seconds), 1e-12);

@@ -27,15 +27,31 @@ torch::Device set_up_device(const Config& config, DeviceUse use,
   return device;
 }
 
-std::unique_ptr<ProcessGroup> join_group(const LaunchEnv& launch, const DistributedOptions& options,
-                                         const torch::Device& device) {
+namespace {
+
+// `body`, with the group's refusals said as the keys that set them.
+template <class Body>
+auto with_group_keys(Body&& body) {
   try {
-    return std::make_unique<ProcessGroup>(launch, options, device, "distributed.interface");
+    return body();
   } catch (const BackendRefused& e) {
     throw KeyError("distributed.backend", std::string(e.what()) + "; set it to gloo");
   } catch (const InterfaceRefused& e) {
     throw KeyError("distributed.interface", e.what());
   }
+}
+
+}  // namespace
+
+std::unique_ptr<ProcessGroup> join_group(const LaunchEnv& launch, const DistributedOptions& options,
+                                         const torch::Device& device) {
+  return with_group_keys([&] {
+    return std::make_unique<ProcessGroup>(launch, options, device, "distributed.interface");
+  });
+}
+
+void check_group_backend(const DistributedOptions& options, const torch::Device& device) {
+  with_group_keys([&] { return uses_nccl(options.backend, device); });
 }
 
 int64_t warm_up(StepParts& parts, const StepOptions& options, const torch::Tensor& images,

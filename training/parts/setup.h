@@ -52,6 +52,9 @@ torch::Device set_up_device(const Config& config, DeviceUse use = DeviceUse::Ste
 // with its key: distributed.backend (with the remedy, gloo) and distributed.interface.
 std::unique_ptr<ProcessGroup> join_group(const LaunchEnv& launch, const DistributedOptions& options,
                                          const torch::Device& device);
+// What join_group would refuse of the backend, without joining: a sweep's trials each join a group
+// of one, so `train sweep` refuses a backend they cannot use before its first trial.
+void check_group_backend(const DistributedOptions& options, const torch::Device& device);
 
 // The warm-up rule, the one place it is written: whole optimizer steps (options.accumulate_steps
 // micro-batches each) on one batch, until one has been taken -- the first creates the optimizer's

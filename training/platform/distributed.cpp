@@ -71,36 +71,48 @@ std::string store_host(const LaunchEnv& env) {
   return env.agent_store ? "torchrun's agent on node 0" : "rank 0";
 }
 
-// The group's backend: NCCL's, or Gloo's full mesh over the peer network's interfaces (connected
-// within `connect_within`, what is left of the join's; its collectives then get `timeout`).
+// The group's backend: NCCL's (`nccl`: uses_nccl said so, in a build with NCCL), or Gloo's full
+// mesh over the peer network's interfaces (connected within `connect_within`, what is left of the
+// join's; its collectives then get `timeout`).
 c10::intrusive_ptr<c10d::Backend> make_backend(bool nccl, const LaunchEnv& env,
                                                const PeerNetwork& network,
                                                std::chrono::milliseconds connect_within,
                                                std::chrono::seconds timeout,
                                                const c10::intrusive_ptr<c10d::Store>& store) {
-  if (nccl) {
 #ifdef TRAIN_WITH_NCCL
-    return cuda::make_nccl_backend(store, env.rank, env.world_size, timeout);
+  if (nccl) return cuda::make_nccl_backend(store, env.rank, env.world_size, timeout);
 #else
-    throw BackendRefused(
-        "nccl is not in this build (it needs a CUDA LibTorch and nccl.h at build time)");
+  (void)nccl;
 #endif
-  } else {
-    // Gloo connects its full mesh in its constructor, within the options' timeout: what is left
-    // of the join's. Its collectives then get the whole distributed.timeout_seconds.
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(connect_within);
-    for (const auto& interface : network.interfaces) {
-      gloo_options->devices.push_back(
-          c10d::ProcessGroupGloo::createDeviceForHostname(interface.address));
-    }
-    auto gloo =
-        c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, gloo_options);
-    gloo->setTimeout(timeout);
-    return gloo;
+  // Gloo connects its full mesh in its constructor, within the options' timeout: what is left
+  // of the join's. Its collectives then get the whole distributed.timeout_seconds.
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(connect_within);
+  for (const auto& interface : network.interfaces) {
+    gloo_options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(interface.address));
   }
+  auto gloo =
+      c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, gloo_options);
+  gloo->setTimeout(timeout);
+  return gloo;
 }
 
 }  // namespace
+
+bool uses_nccl(DistributedBackend backend, const torch::Device& device) {
+  const bool nccl = backend == DistributedBackend::Nccl ||
+                    (backend == DistributedBackend::Auto && device.is_cuda());
+  if (nccl && !device.is_cuda()) {
+    throw BackendRefused("nccl needs a CUDA device; this rank trains on " + device.str());
+  }
+#ifndef TRAIN_WITH_NCCL
+  if (nccl) {
+    throw BackendRefused(
+        "nccl is not in this build (it needs a CUDA LibTorch and nccl.h at build time)");
+  }
+#endif
+  return nccl;
+}
 
 ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& options,
                            const torch::Device& device, const std::string& interface_setting)
@@ -110,11 +122,7 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
                         (interface_setting.empty() ? "" : " (or " + interface_setting + ")")),
       device_(device),
       impl_(std::make_unique<Impl>()) {
-  const bool nccl = options.backend == DistributedBackend::Nccl ||
-                    (options.backend == DistributedBackend::Auto && device.is_cuda());
-  if (nccl && !device.is_cuda()) {
-    throw BackendRefused("nccl needs a CUDA device; this rank trains on " + device.str());
-  }
+  const bool nccl = uses_nccl(options.backend, device);
   // Refused here, before any other rank is waited for: a named interface this host lacks.
   network_ =
       choose_peer_network({options.interface, interface_setting}, env.gloo_socket_ifname.c_str(),

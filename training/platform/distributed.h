@@ -57,6 +57,11 @@ inline constexpr int64_t kFirstBucketBytes = 1 << 20;
 std::vector<std::vector<size_t>> gradient_buckets(const std::vector<torch::Tensor>& params,
                                                   int64_t bucket_bytes);
 
+// Whether a group of `backend` for a rank on `device` is NCCL's (auto: on a CUDA device);
+// BackendRefused (errors.h) when NCCL is asked for a CPU rank or is not in this build. The group
+// checks it before waiting for anyone; a sweep's trials before the first starts.
+bool uses_nccl(DistributedBackend backend, const torch::Device& device);
+
 class ProcessGroup {
  public:
   // Joins the group: the store, the peers' addresses, the backend's connections and a first

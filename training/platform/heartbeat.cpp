@@ -62,8 +62,7 @@ void Heartbeat::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     if (wake_.wait_until(lock, next, [this] { return stopping_; })) return;
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = seconds_since(start);
     spdlog::info("{}", line(what_, done_, total_, unit_, images_, seconds));
     next += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(every_seconds.load()));

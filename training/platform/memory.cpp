@@ -53,7 +53,7 @@ c10::DataPtr TrackingCpuAllocator::allocate(size_t bytes) {
     current_.fetch_sub(size);
     TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory (tracked): tried to allocate ",
                      format_bytes(size), " with ", format_bytes(held - size),
-                     " already held; limit ", format_bytes(limit), " (the emulated memory)");
+                     " already held; limit ", format_bytes(limit));
   }
   for (int64_t peak = peak_.load(); held > peak && !peak_.compare_exchange_weak(peak, held);) {
   }

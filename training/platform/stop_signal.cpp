@@ -17,6 +17,7 @@ std::atomic<int> signals{0};            // stop signals received since the handl
 std::atomic<int> deferring{0};          // live DeferRepeatedStops
 std::atomic<int> deferred_signal{0};    // a repeated signal that arrived during one
 std::atomic<bool> exit_at_once{false};  // install_exit_on_stop's handlers are the ones installed
+std::atomic<int> stop_line_fd{-1};      // also_write_stop_line_to's
 
 // Dies of `signal` as without a handler.
 void die_of(int signal) {
@@ -38,7 +39,8 @@ extern "C" void on_stop_signal(int signal) {
 extern "C" void exit_on_stop_signal(int) {
   // write(2) is async-signal-safe; what it returns does not matter to a process ending here.
   static const char line[] = "[stopped] by a signal (exit 130); nothing is half-written\n";
-  [[maybe_unused]] const auto written = ::write(STDERR_FILENO, line, sizeof line - 1);
+  [[maybe_unused]] auto written = ::write(STDERR_FILENO, line, sizeof line - 1);
+  if (const int fd = stop_line_fd.load(); fd >= 0) written = ::write(fd, line, sizeof line - 1);
   ::_exit(kExitStopped);
 }
 
@@ -48,6 +50,10 @@ void install_exit_on_stop() {
   exit_at_once.store(true);
   std::signal(SIGINT, exit_on_stop_signal);
   std::signal(SIGTERM, exit_on_stop_signal);
+}
+
+void also_write_stop_line_to(int fd) {
+  stop_line_fd.store(fd);
 }
 
 void install_stop_handlers() {

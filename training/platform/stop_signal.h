@@ -11,6 +11,9 @@ namespace training {
 // code a stop has everywhere, after one line on stderr ("[stopped] by a signal (exit 130); nothing
 // is half-written"). Nothing is lost: atomic writes leave whole files or temporaries.
 void install_exit_on_stop();
+// While `fd` is set (a file descriptor open for appending; -1: none), that line also goes there: a
+// run's train.log (run_dir.h).
+void also_write_stop_line_to(int fd);
 // The graceful stop (the flag below), for loops that check it.
 void install_stop_handlers();
 bool stop_requested();

@@ -1,8 +1,10 @@
 #include "training/run/run_dir.h"
 
+#include <fcntl.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +15,7 @@
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
+#include "training/platform/stop_signal.h"
 #include "training/run/checkpoint_io.h"
 #include "training/run/output_dir.h"
 
@@ -72,6 +75,9 @@ RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
                     e.what() + ")");
   }
   spdlog::default_logger()->sinks().push_back(log_sink_);
+  // A stop before the graceful handlers (stop_signal.h) says so in train.log too.
+  stop_line_fd_ = ::open((dir_ / "train.log").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  also_write_stop_line_to(stop_line_fd_);
   if (stale > 0) {
     spdlog::info("removed {} temporary file(s) an interrupted write left in {}", stale,
                  dir_.string());
@@ -82,6 +88,8 @@ RunDirectory::~RunDirectory() {
   // Detach train.log so a later run in the same process logs to its own directory.
   auto& sinks = spdlog::default_logger()->sinks();
   sinks.erase(std::remove(sinks.begin(), sinks.end(), log_sink_), sinks.end());
+  also_write_stop_line_to(-1);
+  if (stop_line_fd_ >= 0) ::close(stop_line_fd_);
 }
 
 void RunDirectory::write_inputs(const RunInputs& inputs) const {

@@ -10,6 +10,7 @@
 #include "training/parts/setup.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
+#include "training/platform/duration.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/run/output_dir.h"
@@ -46,7 +47,7 @@ LoaderBenchResult bench_loader(const LoaderBenchRequest& request, const Config& 
   }
   synchronize(device);
   result.batches = request.batches;
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = seconds_since(start);
   result.images_per_second =
       static_cast<double>(result.batches * result.batch_size) / std::max(result.seconds, 1e-9);
   const nlohmann::ordered_json json = {{"loader", result.loader},

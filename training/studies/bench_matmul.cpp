@@ -11,6 +11,7 @@
 #include "training/config/config_yaml.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
+#include "training/platform/duration.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/statistics.h"
@@ -47,8 +48,7 @@ void measure(const MatmulBenchOptions& options, const torch::Device& device,
     const auto start = std::chrono::steady_clock::now();
     c = torch::mm(a, b);
     synchronize(device);
-    seconds.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    seconds.push_back(seconds_since(start));
   }
   r.memory_bytes = memory_stats(device).peak_allocated - before;
   r.median_seconds = median(seconds);

@@ -1,11 +1,7 @@
 #include "training/studies/caching_allocator.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <sstream>
 #include <vector>
-
-#include "training/platform/errors.h"
 
 namespace training {
 
@@ -18,7 +14,8 @@ constexpr int64_t kSmallBuffer = 2 * kMiB;
 constexpr int64_t kLargeBuffer = 20 * kMiB;
 constexpr int64_t kMinLargeAlloc = 10 * kMiB;
 constexpr int64_t kRoundLarge = 2 * kMiB;
-// Addresses: each segment starts past the previous one; an expandable pool's segment spans this.
+// Addresses: each segment starts past the previous one; an expandable pool's segment spans this,
+// more than any card's memory.
 constexpr int64_t kAddressSpan = int64_t{1} << 46;
 
 int64_t round_size(int64_t bytes) {
@@ -37,6 +34,7 @@ int64_t allocation_size(int64_t size) {
 struct CachingAllocatorModel::Block {
   int64_t address = 0, size = 0;
   bool allocated = false;
+  bool mapped = true;     // expandable_segments: false for address space without memory
   Block* prev = nullptr;  // the neighbours in its segment
   Block* next = nullptr;
   bool is_split() const { return prev != nullptr || next != nullptr; }
@@ -48,62 +46,19 @@ struct CachingAllocatorModel::Pool {
       return a->size != b->size ? a->size < b->size : a->address < b->address;
     }
   };
+  struct ByAddress {
+    bool operator()(const Block* a, const Block* b) const { return a->address < b->address; }
+  };
   explicit Pool(bool is_small) : small(is_small) {}
   bool small;
-  std::set<Block*, BySizeThenAddress> free;
+  std::set<Block*, BySizeThenAddress> free;  // the free blocks with memory
   std::unordered_map<Block*, std::unique_ptr<Block>> owned;
-  // expandable_segments: the pool's one segment, [base, mapped_end), and its last block.
-  int64_t base = -1, mapped_end = 0;
-  Block* last = nullptr;
+  // expandable_segments: the pool's one segment starts at `base` (-1: none yet); its blocks
+  // without memory, by address.
+  int64_t base = -1;
+  std::set<Block*, ByAddress> unmapped;
   int64_t page() const { return small ? kSmallBuffer : kLargeBuffer; }
 };
-
-AllocatorOptions parse_alloc_conf(const std::string& text) {
-  AllocatorOptions options;
-  std::istringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    item.erase(std::remove_if(item.begin(), item.end(), ::isspace), item.end());
-    if (item.empty()) continue;
-    const auto colon = item.find(':');
-    const std::string key = item.substr(0, colon);
-    const std::string value = colon == std::string::npos ? "" : item.substr(colon + 1);
-    auto refuse = [&](const std::string& expected) {
-      throw UserError("PYTORCH_CUDA_ALLOC_CONF: " + key + ": expected " + expected + ", got '" +
-                      value + "'");
-    };
-    if (key == "max_split_size_mb") {
-      if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos ||
-          value.size() > 9 || std::stoll(value) * kMiB <= kLargeBuffer) {
-        refuse("a whole number of MiB above 20");
-      }
-      options.max_split_size = std::stoll(value) * kMiB;
-    } else if (key == "expandable_segments") {
-      if (value != "True" && value != "False") refuse("True or False");
-      options.expandable_segments = value == "True";
-    } else {
-      throw UserError("PYTORCH_CUDA_ALLOC_CONF: " + key +
-                      ": not modelled (the card prediction follows max_split_size_mb and "
-                      "expandable_segments only)");
-    }
-  }
-  return options;
-}
-
-AllocatorOptions alloc_conf_from_environment() {
-  const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
-  return parse_alloc_conf(conf ? conf : "");
-}
-
-std::string alloc_conf_text(const AllocatorOptions& options) {
-  std::string text;
-  if (options.max_split_size != AllocatorOptions{}.max_split_size) {
-    text = "max_split_size_mb:" + std::to_string(options.max_split_size / kMiB);
-  }
-  if (options.expandable_segments)
-    text += std::string(text.empty() ? "" : ",") + "expandable_segments:True";
-  return text;
-}
 
 CachingAllocatorModel::CachingAllocatorModel(AllocatorOptions options)
     : options_(options),
@@ -177,9 +132,15 @@ CachingAllocatorModel::Block* CachingAllocatorModel::take_free_block(Pool& pool,
   auto it = pool.free.lower_bound(&key);
   if (it == pool.free.end()) return nullptr;
   if (options_.expandable_segments) {
-    // The block at the segment's end can grow without limit, so for best fit it is the largest:
-    // a larger block elsewhere in the pool is taken before it.
-    if (*it == pool.last && std::next(it) != pool.free.end()) ++it;
+    // A block before address space without memory counts as the size it can grow to, so for
+    // best fit a larger block elsewhere is taken before it.
+    auto expandable_size = [](const Block* b) {
+      return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
+    };
+    for (auto next = std::next(it);
+         next != pool.free.end() && expandable_size(*next) < expandable_size(*it); ++next) {
+      it = next;
+    }
   }
   const int64_t max_split = options_.max_split_size;
   if (size < max_split && (*it)->size >= max_split) return nullptr;
@@ -226,35 +187,69 @@ CachingAllocatorModel::Block* CachingAllocatorModel::new_segment(Pool& pool, int
   return block;
 }
 
-// try_allocate_expandable_block: map pages at the segment's end, joined to a free block there.
+// try_allocate_expandable_block. find_expandable_block: the first address space without memory
+// (by address), joined to the free block before it, with room for the request; map_block maps
+// whole pages of it, which merge with their free neighbours.
 CachingAllocatorModel::Block* CachingAllocatorModel::grow_expandable(Pool& pool, int64_t size) {
   if (pool.base < 0) {
-    pool.base = next_address_;
-    pool.mapped_end = pool.base;
-    next_address_ += kAddressSpan;
+    auto owned = std::make_unique<Block>();
+    owned->address = pool.base = next_address_;
+    owned->size = kAddressSpan;
+    owned->mapped = false;
+    next_address_ += kAddressSpan + kRoundLarge;
+    pool.unmapped.insert(owned.get());
+    pool.owned.emplace(owned.get(), std::move(owned));
     ++stats_.segments;
   }
-  Block* tail = pool.last && !pool.last->allocated ? pool.last : nullptr;
-  const int64_t need = size - (tail ? tail->size : 0);
-  const int64_t pages = pool.page() * ((need + pool.page() - 1) / pool.page());
-  if (options_.limit > 0 && stats_.reserved + pages > options_.limit) return nullptr;
-  stats_.reserved += pages;
-  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
-  if (tail) {
-    erase_free(pool, tail);
-    tail->size += pages;
-  } else {
-    auto owned = std::make_unique<Block>();
-    tail = owned.get();
-    tail->address = pool.mapped_end;
-    tail->size = pages;
-    tail->prev = pool.last;
-    if (pool.last) pool.last->next = tail;
-    pool.last = tail;
-    pool.owned.emplace(tail, std::move(owned));
+  Block* candidate = nullptr;
+  for (Block* space : pool.unmapped) {
+    Block* start = space->prev && !space->prev->allocated ? space->prev : space;
+    int64_t room = 0;
+    for (Block* b = start; b && !b->allocated && room < size; b = b->next) room += b->size;
+    if (room >= size) {
+      candidate = start;
+      break;
+    }
   }
-  pool.mapped_end += pages;
-  return tail;
+  if (!candidate) return nullptr;
+  if (!candidate->mapped && !map_pages(pool, candidate, std::min(candidate->size, size)))
+    return nullptr;
+  while (candidate->size < size) {  // free, then address space without memory
+    Block* space = candidate->next;
+    if (!map_pages(pool, space, std::min(size - candidate->size, space->size))) return nullptr;
+    candidate = space;  // merged with the free block before it
+  }
+  erase_free(pool, candidate);
+  return candidate;
+}
+
+// map_block: `bytes` of `space` (page-aligned, without memory) rounded up to whole pages get
+// memory; the rest stays without. False (nothing changed) when the limit would be passed.
+bool CachingAllocatorModel::map_pages(Pool& pool, Block* space, int64_t bytes) {
+  const int64_t mapped =
+      std::min(space->size, pool.page() * ((bytes + pool.page() - 1) / pool.page()));
+  if (options_.limit > 0 && stats_.reserved + mapped > options_.limit) return false;
+  pool.unmapped.erase(space);
+  if (mapped < space->size) {
+    auto owned = std::make_unique<Block>();
+    Block* rest = owned.get();
+    rest->address = space->address + mapped;
+    rest->size = space->size - mapped;
+    rest->mapped = false;
+    rest->prev = space;
+    rest->next = space->next;
+    if (rest->next) rest->next->prev = rest;
+    space->next = rest;
+    space->size = mapped;
+    pool.owned.emplace(rest, std::move(owned));
+    pool.unmapped.insert(rest);
+  }
+  space->mapped = true;
+  stats_.reserved += mapped;
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  merge_free_neighbours(pool, space);
+  insert_free(pool, space);
+  return true;
 }
 
 // release_available_cached_blocks: with max_split_size_mb, free one oversize cached segment large
@@ -291,36 +286,78 @@ void CachingAllocatorModel::release_segment(Pool& pool, Block* block) {
   pool.owned.erase(block);
 }
 
-// release_cached_blocks: every free segment that is not split goes back; expandable segments
-// unmap the whole pages of the free block at their end.
+// release_cached_blocks: every free segment that is not split goes back; in an expandable
+// segment, unmap_block takes the memory from the whole pages inside every free block.
 void CachingAllocatorModel::release_free_segments() {
   for (Pool* pool : {small_.get(), large_.get()}) {
-    if (options_.expandable_segments) {
-      Block* tail = pool->last;
-      if (!tail || tail->allocated) continue;
-      const int64_t offset = tail->address - pool->base;
-      const int64_t first_page =
-          pool->base + pool->page() * ((offset + pool->page() - 1) / pool->page());
-      const int64_t unmapped = pool->mapped_end - first_page;
-      if (unmapped <= 0) continue;
-      erase_free(*pool, tail);
-      stats_.reserved -= unmapped;
-      pool->mapped_end = first_page;
-      tail->size -= unmapped;
-      if (tail->size > 0) {
-        insert_free(*pool, tail);
-      } else {
-        pool->last = tail->prev;
-        if (pool->last) pool->last->next = nullptr;
-        pool->owned.erase(tail);
+    const std::vector<Block*> free_blocks(pool->free.begin(), pool->free.end());
+    for (Block* block : free_blocks) {
+      if (options_.expandable_segments) {
+        unmap_pages(*pool, block);
+      } else if (!block->is_split()) {
+        release_segment(*pool, block);
       }
-      continue;
     }
-    std::vector<Block*> whole;
-    for (Block* block : pool->free) {
-      if (!block->is_split()) whole.push_back(block);
+  }
+}
+
+// unmap_block: the whole pages inside free `block` lose their memory; what is left before and
+// after them stays a free block of its own.
+void CachingAllocatorModel::unmap_pages(Pool& pool, Block* block) {
+  const int64_t page = pool.page();
+  const int64_t offset = block->address - pool.base;
+  const int64_t begin = pool.base + page * ((offset + page - 1) / page);
+  const int64_t end = pool.base + page * ((offset + block->size) / page);
+  if (begin >= end) return;
+  erase_free(pool, block);
+  auto piece = [&](int64_t address, int64_t size, Block* prev, Block* next) {
+    auto owned = std::make_unique<Block>();
+    Block* made = owned.get();
+    made->address = address;
+    made->size = size;
+    made->prev = prev;
+    made->next = next;
+    if (prev) prev->next = made;
+    if (next) next->prev = made;
+    pool.owned.emplace(made, std::move(owned));
+    insert_free(pool, made);
+  };
+  if (begin > block->address) piece(block->address, begin - block->address, block->prev, block);
+  if (block->address + block->size > end)
+    piece(end, block->address + block->size - end, block, block->next);
+  block->address = begin;
+  block->size = end - begin;
+  block->mapped = false;
+  stats_.reserved -= block->size;
+  merge_free_neighbours(pool, block);
+  pool.unmapped.insert(block);
+  if (!block->prev && !block->next) {  // release_expandable_segment: the whole segment is empty
+    pool.unmapped.erase(block);
+    pool.owned.erase(block);
+    pool.base = -1;
+    --stats_.segments;
+  }
+}
+
+// try_merge_blocks: a block absorbs each neighbour that is free and as mapped as it is.
+void CachingAllocatorModel::merge_free_neighbours(Pool& pool, Block* block) {
+  for (Block* neighbour : {block->prev, block->next}) {
+    if (!neighbour || neighbour->allocated || neighbour->mapped != block->mapped) continue;
+    if (neighbour->mapped) {
+      pool.free.erase(neighbour);
+    } else {
+      pool.unmapped.erase(neighbour);
     }
-    for (Block* block : whole) release_segment(*pool, block);
+    if (neighbour == block->prev) {
+      block->address = neighbour->address;
+      block->prev = neighbour->prev;
+      if (block->prev) block->prev->next = block;
+    } else {
+      block->next = neighbour->next;
+      if (block->next) block->next->prev = block;
+    }
+    block->size += neighbour->size;
+    pool.owned.erase(neighbour);
   }
 }
 
@@ -333,21 +370,7 @@ void CachingAllocatorModel::free(int64_t id) {
   stats_.allocated -= block->size;
   block->allocated = false;
   Pool& pool = pool_of(block);
-  for (Block* neighbour : {block->prev, block->next}) {
-    if (!neighbour || neighbour->allocated) continue;
-    erase_free(pool, neighbour);
-    if (neighbour == block->prev) {
-      block->address = neighbour->address;
-      block->prev = neighbour->prev;
-      if (block->prev) block->prev->next = block;
-    } else {
-      block->next = neighbour->next;
-      if (block->next) block->next->prev = block;
-      if (pool.last == neighbour) pool.last = block;
-    }
-    block->size += neighbour->size;
-    pool.owned.erase(neighbour);
-  }
+  merge_free_neighbours(pool, block);
   insert_free(pool, block);
 }
 

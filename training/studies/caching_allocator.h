@@ -22,9 +22,15 @@
 //   release_cached_blocks the last retry: every free segment that is not split is returned
 // "allocated" counts the sizes of the blocks handed out (rounded, and whole when not split), as
 // torch.cuda.memory_allocated does; "reserved" the segments held, as memory_reserved does.
-// expandable_segments:True is modelled as one segment per pool that grows by 2 MiB (small) or
-// 20 MiB (large) pages at its end, every remainder of 512 B or more split off; on a retry the free
-// pages at its end are unmapped. Holes unmapped inside a segment are not modelled.
+// expandable_segments:True: one segment per pool, address space whose pages (2 MiB small, 20 MiB
+// large) get memory as needed, every remainder of 512 B or more split off:
+//   get_free_block        a free block before address space without memory counts as the size it
+//                         can grow to
+//   try_allocate_expandable_block   the first address space without memory (by address), with
+//                         the free block before it, that holds the request; map_block gives its
+//                         whole pages memory
+//   release_cached_blocks unmap_block takes the memory from the whole pages inside every free
+//                         block; the segment goes when none is left
 #pragma once
 
 #include <cstdint>
@@ -89,6 +95,9 @@ class CachingAllocatorModel {
   Block* take_free_block(Pool& pool, int64_t size);
   Block* new_segment(Pool& pool, int64_t size, int64_t segment_size);
   Block* grow_expandable(Pool& pool, int64_t size);
+  bool map_pages(Pool& pool, Block* space, int64_t bytes);
+  void unmap_pages(Pool& pool, Block* block);
+  void merge_free_neighbours(Pool& pool, Block* block);
   bool release_oversize(Pool& pool, int64_t size);
   void release_free_segments();
   void release_segment(Pool& pool, Block* block);

@@ -120,8 +120,10 @@ std::string prediction_markdown(const std::vector<std::pair<std::string, CardPre
       "\nHeld beside the step: {} prefetched batch(es) (data.prefetch). Modelled: the allocator's "
       "rounding, pools, segments, best-fit reuse, splitting and "
       "merging, its retries; the cuBLAS workspaces ({} x {}). Not modelled: cuDNN's workspaces "
-      "(transient, taken from the allocator; more under training.cudnn_benchmark), allocations on "
-      "other streams. Each allocation's size is taken as linear in the batch from batches {} and "
+      "(one per convolution, taken from the allocator and freed after it; an engine whose "
+      "workspace cannot be had is skipped for the next, so they do not decide whether a setting "
+      "fits, but they raise the allocated peak where memory is free: docs/memory-studies.md), "
+      "allocations on other streams. Each allocation's size is taken as linear in the batch from batches {} and "
       "{}, checked on batch {}.\n",
       first.prefetched_batches, first.beside.workspaces,
       format_bytes(first.beside.cublas_workspace), kTraceBatches[0], kTraceBatches[1],

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "training/out_of_memory.h"
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/parts/setup.h"
@@ -358,7 +359,7 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
     b.status = TrialStatus::Ok;
   } catch (const std::exception& e) {
     b.status = is_out_of_memory(e) ? TrialStatus::OutOfMemory : TrialStatus::Error;
-    b.message = error_line(e);
+    b.message = measured_error_line(config, e);
     b.rows.clear();
     if (config.memory.snapshot) {
       try {

@@ -31,6 +31,7 @@ void check_sweep(const Config& config, const torch::Device& device) {
                        "sweep.accumulate_steps (--accumulate-steps " +
                        std::to_string(config.training.accumulate_steps) + ")");
   }
+  if (config.sweep.data_parallel) check_group_backend(config.distributed, device);
   if (config.sweep.data_parallel && config.training.cuda_graph == CudaGraphMode::On) {
     throw KeyError("sweep.data_parallel",
                    "true is not combined with training.cuda_graph: on (a data-parallel step is "

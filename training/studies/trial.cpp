@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "data/dataset.h"
+#include "training/out_of_memory.h"
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/parts/memory_format.h"
@@ -14,6 +15,7 @@
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/distributed.h"
+#include "training/platform/duration.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/network.h"
@@ -180,8 +182,7 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
         }
       }
       synchronize(device);
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double seconds = seconds_since(start);
       if (step >= warmup_steps) {
         step_seconds.push_back(seconds);
         if (graphed && graphed->last_run_replayed()) ++result.replayed_steps;
@@ -191,7 +192,7 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
     result.status = TrialStatus::Ok;
   } catch (const std::exception& e) {
     result.status = is_out_of_memory(e) ? TrialStatus::OutOfMemory : TrialStatus::Error;
-    result.message = error_line(e);
+    result.message = measured_error_line(config, e);
   }
   record_memory(result, device, warmup_peaks);
   if (!step_seconds.empty()) {

@@ -163,6 +163,47 @@ TEST(CachingAllocatorModel, ExpandableSegmentsGrowByPages) {
   EXPECT_EQ(allocator.stats().segments, 1);
 }
 
+TEST(CachingAllocatorModel, ExpandableSegmentsGiveTheirFreeEndToARequestGetFreeBlockRefused) {
+  // try_allocate_expandable_block: get_free_block refuses the free 160 MiB at the segment's end to
+  // a 50 MiB request (oversize under max_split_size_mb), but find_expandable_block takes the free
+  // block before the unmapped space when it holds the request: nothing is mapped or unmapped.
+  CachingAllocatorModel allocator(options(0, 100 * kMiB, true));
+  ASSERT_TRUE(allocator.allocate(1, 150 * kMiB));
+  const int64_t start = allocator.block_address(1);
+  EXPECT_EQ(allocator.stats().reserved, 160 * kMiB);
+  allocator.free(1);
+  ASSERT_TRUE(allocator.allocate(2, 50 * kMiB));
+  EXPECT_EQ(allocator.stats().reserved, 160 * kMiB);
+  EXPECT_EQ(allocator.block_address(2), start);
+  EXPECT_EQ(allocator.block_size(2), 50 * kMiB);
+  ASSERT_TRUE(allocator.allocate(3, 130 * kMiB));  // 110 MiB free at the end: one page more
+  EXPECT_EQ(allocator.stats().reserved, 180 * kMiB);
+  EXPECT_EQ(allocator.block_address(3), start + 50 * kMiB);
+}
+
+TEST(CachingAllocatorModel, ExpandableSegmentsUnmapFreePagesAnywhereAndMapTheHolesAgain) {
+  // release_cached_blocks -> unmap_block: under the limit, the free 40 MiB between two allocated
+  // blocks loses its memory; the segment then grows at its end, and a later request small enough
+  // for the hole maps pages there (find_expandable_block takes the lowest address that holds it).
+  CachingAllocatorModel allocator(options(160 * kMiB, AllocatorOptions{}.max_split_size, true));
+  for (int64_t id = 1; id <= 3; ++id) ASSERT_TRUE(allocator.allocate(id, 40 * kMiB));
+  const int64_t start = allocator.block_address(1);
+  EXPECT_EQ(allocator.stats().reserved, 120 * kMiB);
+  allocator.free(2);
+  ASSERT_TRUE(allocator.allocate(4, 60 * kMiB));  // 180 MiB would pass the limit: a retry first
+  EXPECT_EQ(allocator.stats().retries, 1);
+  EXPECT_EQ(allocator.block_address(4), start + 120 * kMiB);
+  EXPECT_EQ(allocator.stats().reserved, 140 * kMiB);
+  ASSERT_TRUE(allocator.allocate(5, 20 * kMiB));
+  EXPECT_EQ(allocator.block_address(5), start + 40 * kMiB);
+  EXPECT_EQ(allocator.stats().reserved, 160 * kMiB);
+  EXPECT_EQ(allocator.stats().segments, 1);
+  // Everything freed: a request over the limit unmaps every page before it fails.
+  for (int64_t id : {1, 3, 4, 5}) allocator.free(id);
+  EXPECT_FALSE(allocator.allocate(6, 200 * kMiB));
+  EXPECT_EQ(allocator.stats().reserved, 0);
+}
+
 TEST(CachingAllocatorModel, ExpandableSegmentsAvoidTheGrowingBatchsSlivers) {
   // The pattern of the source's note: tensors of a batch N, then N + 1. Separate segments leave
   // each old one too small; one expandable segment reuses its freed space.

@@ -33,9 +33,9 @@ fs::path write_config(const test_support::TempDir& dir, const std::string& yaml)
   return dir / "sweep.yaml";
 }
 
-// Runs `train sweep-trial` on `config` at one batch size, as the sweep would.
-std::string trial_status(const test_support::TempDir& dir, const fs::path& base_config,
-                         int64_t batch) {
+// Runs `train sweep-trial` on `config` at one batch size, as the sweep would: its result.json.
+nlohmann::json trial_result(const test_support::TempDir& dir, const fs::path& base_config,
+                            int64_t batch) {
   auto config =
       training::load_config(base_config.string(), {"training.batch_size=" + std::to_string(batch)});
   const auto yaml = dir / ("direct-" + std::to_string(batch) + ".yaml");
@@ -44,7 +44,12 @@ std::string trial_status(const test_support::TempDir& dir, const fs::path& base_
   training::run_process(
       {TRAIN_BINARY, "sweep-trial", "--config", yaml.string(), "--result", result.string()},
       dir / "direct.log", 600);
-  return read_json(result).at("status").get<std::string>();
+  return read_json(result);
+}
+
+std::string trial_status(const test_support::TempDir& dir, const fs::path& base_config,
+                         int64_t batch) {
+  return trial_result(dir, base_config, batch).at("status").get<std::string>();
 }
 
 // `train` itself with the sweep's config at one batch size: three steps on synthetic data (from
@@ -94,7 +99,11 @@ sweep: {batch_sizes: [16, 32], warmup_steps: 0, measure_steps: 2, find_max: true
   EXPECT_GT(max_batch, 32);
   // Checked directly: the largest batch fits, one more does not.
   EXPECT_EQ(trial_status(dir, config, max_batch), "ok");
-  EXPECT_EQ(trial_status(dir, config, max_batch + 1), "oom");
+  const auto over = trial_result(dir, config, max_batch + 1);
+  EXPECT_EQ(over.at("status"), "oom");
+  EXPECT_NE(over.at("message").get<std::string>().find("limit 180.00 MiB (memory.limit)"),
+            std::string::npos)
+      << over.dump();
   // And the answer holds for `train` with the same config: B trains, B+1 is out of memory.
   EXPECT_EQ(train_exit_code(dir, config, max_batch), 0)
       << test_support::read_text(dir / "train.log");
@@ -289,6 +298,22 @@ sweep: {batch_sizes: [8], checkpointing: [false, true], warmup_steps: 1, measure
         << e.what();
   }
   EXPECT_FALSE(fs::exists(dir / "graphed"));
+
+  // Each trial joins a one-rank group: a backend this device cannot use was refused in every
+  // trial (hostile pass 5); it is refused before the folder exists, as train refuses it.
+  try {
+    training::run_sweep({config.string(),
+                         {"sweep.data_parallel=true", "distributed.backend=nccl"},
+                         (dir / "nccl").string(),
+                         TRAIN_BINARY,
+                         ""});
+    ADD_FAILURE() << "expected a UserError";
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("distributed.backend: nccl "), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("; set it to gloo"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "nccl"));
 
   struct LaunchVariables {  // set for this case only, whatever it throws
     LaunchVariables() {
