@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <random>
+
 #include "training/platform/errors.h"
 
 namespace training {
@@ -216,6 +219,57 @@ TEST(CachingAllocatorModel, ExpandableSegmentsAvoidTheGrowingBatchsSlivers) {
   };
   EXPECT_EQ(run({}), 160 * kMiB + 4 * 42 * kMiB);
   EXPECT_EQ(run(options(0, AllocatorOptions{}.max_split_size, true)), 180 * kMiB);
+}
+
+// The model's books on random streams, for every combination of its options, with and without a
+// limit: the blocks handed out never overlap and each holds its request, "allocated" is their sum,
+// "reserved" covers it and stays under the limit, and a stream freed to the end allocates nothing.
+TEST(CachingAllocatorModel, KeepsItsBooksOnRandomStreams) {
+  std::mt19937_64 random(38);
+  auto request = [&] {  // small, medium and large requests, as a training step makes
+    const int64_t tops[] = {kMiB, 10 * kMiB, 200 * kMiB};
+    return std::uniform_int_distribution<int64_t>(1, tops[random() % 3])(random);
+  };
+  for (const int64_t limit : {int64_t{0}, 600 * kMiB}) {
+    for (const int64_t max_split : {AllocatorOptions{}.max_split_size, 40 * kMiB}) {
+      for (const bool expandable : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "limit " << limit << ", max_split " << max_split
+                                        << ", expandable " << expandable);
+        CachingAllocatorModel allocator(options(limit, max_split, expandable));
+        std::map<int64_t, int64_t> live;  // id -> bytes asked
+        for (int64_t id = 0; id < 3000; ++id) {
+          if (!live.empty() && random() % 5 < 2) {
+            auto it = std::next(live.begin(), static_cast<long>(random() % live.size()));
+            allocator.free(it->first);
+            live.erase(it);
+          } else {
+            const int64_t bytes = request();
+            if (allocator.allocate(id, bytes)) live[id] = bytes;
+          }
+          std::map<int64_t, int64_t> spans;  // address -> end
+          int64_t sum = 0;
+          for (const auto& [held, bytes] : live) {
+            const int64_t size = allocator.block_size(held);
+            ASSERT_GE(size, bytes) << "id " << held;
+            sum += size;
+            spans[allocator.block_address(held)] = allocator.block_address(held) + size;
+          }
+          for (auto it = spans.begin(); it != spans.end() && std::next(it) != spans.end(); ++it) {
+            ASSERT_LE(it->second, std::next(it)->first) << "blocks overlap after id " << id;
+          }
+          const auto& stats = allocator.stats();
+          ASSERT_EQ(stats.allocated, sum) << "after id " << id;
+          ASSERT_GE(stats.reserved, stats.allocated) << "after id " << id;
+          ASSERT_GE(stats.peak_reserved, stats.reserved);
+          if (limit > 0) {
+            ASSERT_LE(stats.reserved, limit) << "after id " << id;
+          }
+        }
+        for (const auto& [held, bytes] : live) allocator.free(held);
+        EXPECT_EQ(allocator.stats().allocated, 0);
+      }
+    }
+  }
 }
 
 TEST(CachingAllocatorModel, ReadsPytorchCudaAllocConf) {
