@@ -115,8 +115,19 @@ Decisions stored_decisions(const ResumeTarget& resume, const RunInputs& stored, 
   Decisions recorded;
   if (!stored.decisions_json.empty()) {
     const std::string origin = resume.checkpoint.string() + " (stored decisions)";
-    recorded = parse_decisions(stored.decisions_json, origin);
-    check_decisions(recorded, config, origin);
+    try {
+      recorded = parse_decisions(stored.decisions_json, origin);
+      check_decisions(recorded, config, origin);
+    } catch (const UserError& e) {
+      // Damaged (a hand-made checkpoint): not needed where the resume sets what they decide.
+      const std::string still_auto = undecided_keys(config);
+      if (!still_auto.empty()) {
+        throw UserError(std::string(e.what()) + "; to resume without them, set " + still_auto +
+                        " (--set), which they decide");
+      }
+      spdlog::warn("{}; not used: this resume sets what they decide", e.what());
+      recorded = {};
+    }
   } else if (auto older = recorded_in_config(stored.config_yaml)) {
     if (config.checkpointing.blocks() == older->blocks) {
       config.checkpointing.blocks(std::nullopt);

@@ -72,8 +72,15 @@ TEST(Resume, TheCheckpointsDecisionsAreReadBackAndADamagedEntryIsNamed) {
     EXPECT_EQ(std::string(e.what()),
               damaged.string() +
                   " (stored decisions): memory_format: expected an object, got "
-                  "number");
+                  "number; to resume without them, set training.memory_format (--set), which "
+                  "they decide");
   }
+  // That way round works (the last pass found none): the layout set, the damaged entry unused.
+  training::TrainRequest request;
+  request.overrides = {training::Override("training.memory_format=channels_last", "--set")};
+  const auto set = training::effective_config(request, {dir.path(), damaged}, recorded);
+  EXPECT_EQ(set.training.memory_format, c10::MemoryFormat::ChannelsLast);
+  EXPECT_FALSE(recorded.layout);
 }
 
 // The config is what was asked, so a resume may switch auto to on with one --set (round 4: three

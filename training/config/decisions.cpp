@@ -26,6 +26,13 @@ Config decided(const Config& asked, const Decisions& decisions) {
   return config;
 }
 
+std::string undecided_keys(const Config& asked) {
+  std::string keys = asked.training.memory_format ? "" : "training.memory_format";
+  if (asked.checkpointing.mode() == CheckpointMode::Auto && !asked.checkpointing.blocks())
+    keys += std::string(keys.empty() ? "" : " and ") + "checkpointing.blocks";
+  return keys;
+}
+
 std::string decisions_json(const Decisions& d) {
   Json j = Json::object();
   if (d.layout) {

@@ -41,6 +41,10 @@ struct Decisions {
 // and gives none).
 Config decided(const Config& asked, const Decisions& decisions);
 
+// The keys of `asked` a decision would fill ("training.memory_format and checkpointing.blocks";
+// "" when it gives every one).
+std::string undecided_keys(const Config& asked);
+
 // decisions.json's text (a JSON object; "{}" when nothing was decided).
 std::string decisions_json(const Decisions& decisions);
 
