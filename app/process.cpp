@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -98,22 +99,22 @@ void set_up_process() {
 
 namespace {
 
-// PYTORCH_CUDA_ALLOC_CONF (and PYTORCH_ALLOC_CONF, which LibTorch 2.11 reads too) as `key:value`
-// items separated by single commas (one trailing comma allowed), a value a word or a bracketed
-// list of words or word:word pairs ([1,2], [256:1,>:8]), blanks around them: the form LibTorch
-// documents. LibTorch reads the variable while it loads (c10_cuda's initialisers, on a
-// machine without a GPU too) and aborts with an internal assertion on many other forms
-// ("garbage", "key:", "a:b c:d", two trailing commas). Plain C: this runs before any library is
-// initialised.
+// PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF, which LibTorch 2.11 reads when the first is
+// unset) as `key:value` items separated by single commas (one trailing comma allowed), a value a
+// word or a bracketed list of words or word:word pairs ([1,2], [256:1,>:8]), blanks anywhere
+// (LibTorch's tokenizer drops them, inside a word too): the form LibTorch documents. LibTorch
+// reads the variable while it loads (c10_cuda's initialisers, on a machine without a GPU too)
+// and aborts with an internal assertion on many other forms ("garbage", "key:", "a:b c:d", two
+// trailing commas). Plain C: this runs before any library is initialised.
 bool alloc_conf_is_well_formed(const char* text) {
   const char* p = text;
   auto blanks = [&] {
-    while (*p == ' ' || *p == '\t') ++p;
+    while (*p && std::strchr(" \t\n\v\f\r", *p)) ++p;
   };
-  auto word = [&] {  // one or more characters that are neither blank nor :,[]
-    const char* start = p;
-    while (*p && !std::strchr(" \t:,[]", *p)) ++p;
-    return p > start;
+  auto word = [&] {  // characters other than :,[] of which at least one is not blank
+    bool seen = false;
+    for (; *p && !std::strchr(":,[]", *p); ++p) seen = seen || !std::strchr(" \t\n\v\f\r", *p);
+    return seen;
   };
   blanks();
   if (!*p) return true;
@@ -152,6 +153,17 @@ bool alloc_conf_is_well_formed(const char* text) {
   }
 }
 
+// NAME's value in the loader's copy of the environment; nullptr when it is not set.
+const char* environment_value(char** environment, const char* name) {
+  const size_t length = std::strlen(name);
+  for (char** variable = environment; variable && *variable; ++variable) {
+    if (std::strncmp(*variable, name, length) == 0 && (*variable)[length] == '=') {
+      return *variable + length + 1;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 // A stop before a command can stop gracefully exits with 130, from the first instruction on: the
@@ -160,24 +172,21 @@ bool alloc_conf_is_well_formed(const char* text) {
 // PYTORCH_CUDA_ALLOC_CONF that LibTorch would abort on while loading is refused here, in one line.
 extern "C" void train_preinit(int, char**, char** environment) {
   training::install_exit_on_stop();
-  // From the loader's own copy of the environment: libc's (getenv) is not set up yet.
-  for (char** variable = environment; variable && *variable; ++variable) {
-    for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
-      const size_t length = std::strlen(name);
-      if (std::strncmp(*variable, name, length) != 0 || (*variable)[length] != '=') continue;
-      const char* value = *variable + length + 1;
-      if (alloc_conf_is_well_formed(value)) continue;
-      const char* parts[] = {"[error] ", name,
-                             ": expected key:value items separated by single commas (e.g. "
-                             "expandable_segments:True,max_split_size_mb:128), got '",
-                             value,
-                             "' (LibTorch reads it while loading and aborts on malformed "
-                             "values)\n"};
-      for (const char* part : parts) {
-        if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
-      }
-      std::_Exit(training::kExitBadInput);
-    }
+  // From the loader's own copy of the environment: libc's (getenv) is not set up yet. The one
+  // LibTorch reads: PYTORCH_CUDA_ALLOC_CONF when set, empty too, else PYTORCH_ALLOC_CONF.
+  for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
+    const char* value = environment_value(environment, name);
+    if (!value) continue;
+    if (alloc_conf_is_well_formed(value)) return;
+    auto put = [](const char* text, size_t length) { return ::write(STDERR_FILENO, text, length); };
+    auto say = [&](const char* text) { return put(text, std::strlen(text)); };
+    const size_t shown = std::min<size_t>(std::strlen(value), 200);  // a long value cut short
+    (void)(say("[error] ") < 0 || say(name) < 0 ||
+           say(": expected key:value items separated by single commas (e.g. "
+               "expandable_segments:True,max_split_size_mb:128), got '") < 0 ||
+           put(value, shown) < 0 || say(std::strlen(value) > shown ? "...'" : "'") < 0 ||
+           say(" (LibTorch reads it while loading and aborts on malformed values)\n") < 0);
+    std::_Exit(training::kExitBadInput);
   }
 }
 __attribute__((section(".preinit_array"),

@@ -47,17 +47,23 @@ ResumeTarget resume_target(const std::string& resume) {
                       " epoch(s) (metrics.jsonl / metrics.csv): starting it again would replace "
                       "them; put its "
                       "checkpoint back, or train a new run from its config (--config " +
-                      (path / "config.yaml").string() + " --output-dir NEW)");
+                      shell_word((path / "config.yaml").string()) + " --output-dir NEW)");
     }
     return {path, {}};
   }
-  if (run_dir && fs::symlink_status(checkpoint, ec).type() == fs::file_type::not_found &&
-      !fs::exists(path / "config.yaml", ec) && !fs::exists(path / "metrics.jsonl", ec)) {
+  const HeldOutputs held = run_dir ? held_outputs(path) : HeldOutputs{};
+  if (run_dir && held.kind == OutputKind::Run && held.never_started &&
+      fs::symlink_status(checkpoint, ec).type() == fs::file_type::not_found) {
     // The folder claim_output_dir (output_dir.h) takes again: a run that never started.
     throw UserError(path.string() +
                     ": stopped before it wrote its config.yaml (no checkpoint.pt either): "
                     "nothing to resume; start it again with --config FILE --output-dir " +
-                    path.string());
+                    shell_word(path.string()));
+  }
+  if (run_dir && !held.kind) {
+    throw UserError(path.string() +
+                    ": not a run of train (no checkpoint.pt, config.yaml or metrics.jsonl in it); "
+                    "--resume takes a run's folder or its checkpoint.pt");
   }
   const fs::path found = find_checkpoint(path);
   // A checkpoint named from inside its run ("checkpoint.pt") is in this folder.

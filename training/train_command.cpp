@@ -256,7 +256,7 @@ int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
     // After the last epoch's training (its evaluation, the checkpoint, the report's plots): the
     // training is kept, and the stop is said as any other.
     spdlog::warn("stopped by signal after the last epoch's training (its results are recorded){}",
-                 run ? ": train --resume " + run->path().string() +
+                 run ? ": train --resume " + shell_word(run->path().string()) +
                            " finishes what was left (the report and its plots)"
                      : std::string());
     return kExitStopped;
@@ -357,7 +357,7 @@ int train_command(const TrainRequest& request) {
                     request.resume +
                     "); drop --output-dir, or train a new run "
                     "from its config: --config RUN/config.yaml --output-dir " +
-                    request.output_dir);
+                    shell_word(request.output_dir));
   }
   const ResumeTarget resume = resume_target(request.resume);
   Decisions recorded;

@@ -83,9 +83,21 @@ TEST(Cli, AMalformedAllocatorConfigIsOneLineNotAnAbort) {
   EXPECT_EQ(other.code, 2) << other.output;
   EXPECT_EQ(other.output.rfind("[error] PYTORCH_ALLOC_CONF: expected key:value", 0), 0u)
       << other.output;
-  for (const char* good : {"", "expandable_segments:True", " max_split_size_mb : 128 ,",
-                           "roundup_power2_divisions:[1,2],expandable_segments:False",
-                           "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]"}) {
+  // A long value is cut short in the line.
+  const auto long_value =
+      cli::run_shell("PYTORCH_CUDA_ALLOC_CONF=" + std::string(100000, 'x') + " " TRAIN_BINARY);
+  EXPECT_EQ(long_value.code, 2) << long_value.output.substr(0, 400);
+  EXPECT_LT(long_value.output.size(), 1000u);
+  EXPECT_NE(long_value.output.find(std::string(200, 'x') + "...'"), std::string::npos);
+  // It is not read while PYTORCH_CUDA_ALLOC_CONF is set, empty too (LibTorch 2.11 reads one).
+  const auto unread =
+      cli::run_shell("PYTORCH_CUDA_ALLOC_CONF= PYTORCH_ALLOC_CONF=garbage " TRAIN_BINARY " --help");
+  EXPECT_EQ(unread.code, 0) << unread.output;
+  // LibTorch drops blanks anywhere, inside a key or a value too.
+  for (const char* good :
+       {"", "expandable_segments:True", " max_split_size_mb : 128 ,", "expand able_segments:Tr ue",
+        "\tmax_split_size_mb:\t20\n", "roundup_power2_divisions:[1,2],expandable_segments:False",
+        "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]"}) {
     const auto r = cli::run_shell(std::string("PYTORCH_CUDA_ALLOC_CONF='") + good +
                                   "' " TRAIN_BINARY " --help");
     EXPECT_EQ(r.code, 0) << good << ": " << r.output;
@@ -475,6 +487,29 @@ TEST(Cli, AnEmptyItemInACommaListIsRefusedNotDropped) {
     EXPECT_EQ(count_lines(r.output), 1) << r.output;
     EXPECT_NE(r.output.find(flag + ": '"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("has an empty item"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir / "out")) << command;
+  }
+}
+
+// A flag's upper bound is checked with its lower one, before any work: --threads 100000 was
+// taken (training.threads stops at 4096) and plan --budget 2^63-1 started the small sweep.
+TEST(Cli, AFlagsBoundsAreCheckedBeforeAnyWork) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir).string();
+  for (const auto& [command, said] : std::vector<std::pair<std::string, std::string>>{
+           {"bench matmul --size 8 --threads 100000 --output " + (dir / "out").string(),
+            "--threads: expected 0 (LibTorch's default) to 4096, as training.threads, got 100000"},
+           {"bench matmul --size 8 --threads -1 --output " + (dir / "out").string(),
+            "--threads: expected 0 (LibTorch's default) to 4096, as training.threads, got -1"},
+           {"plan --config " + config +
+                " --memory 1GiB --budget 9223372036854775807 --output-dir " +
+                (dir / "out").string(),
+            "--budget: expected seconds from 1 to 604800 (7 days, as sweep.time_budget), got "
+            "9223372036854775807"}}) {
+    const auto r = run_train(command);
+    EXPECT_EQ(r.code, 2) << command << ": " << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find("[error] " + said), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(dir / "out")) << command;
   }
 }

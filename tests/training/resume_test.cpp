@@ -8,6 +8,7 @@
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/run/checkpoint_io.h"
+#include "training/run/output_dir.h"
 #include "training/run/run_dir.h"
 
 namespace {
@@ -120,6 +121,43 @@ TEST(Resume, TheCheckpointsDecisionsHoldWithConfigAndWithoutDecisionsJson) {
   EXPECT_EQ(training::decisions_json(recorded), training::decisions_json(made));
   EXPECT_EQ(training::decisions_json(training::read_decisions(dir.path())),
             training::decisions_json(made));
+}
+
+// --resume of a folder: only a run train claimed and stopped before its config.yaml is advised to
+// start again (a folder the user made, empty or holding other files, was told the same); the
+// advice's path is one shell word.
+TEST(Resume, AFolderThatIsNoRunIsSaidToBeNoneAndAdviceQuotesItsPath) {
+  test_support::TempDir dir;
+  auto refusal = [](const fs::path& folder) {
+    try {
+      training::resume_target(folder.string());
+    } catch (const training::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const fs::path empty = dir / "empty";
+  fs::create_directories(empty);
+  const fs::path other = dir / "photos";
+  fs::create_directories(other);
+  std::ofstream(other / "notes.txt") << "mine\n";
+  for (const auto& folder : {empty, other}) {
+    EXPECT_EQ(refusal(folder), folder.string() +
+                                   ": not a run of train (no checkpoint.pt, config.yaml or "
+                                   "metrics.jsonl in it); --resume takes a run's folder or its "
+                                   "checkpoint.pt")
+        << folder;
+  }
+  const fs::path claimed = dir / "my run";
+  { auto lock = training::claim_output_dir(claimed, training::OutputKind::Run, "--output-dir"); }
+  EXPECT_EQ(refusal(claimed), claimed.string() +
+                                  ": stopped before it wrote its config.yaml (no checkpoint.pt "
+                                  "either): nothing to resume; start it again with --config FILE "
+                                  "--output-dir '" +
+                                  claimed.string() + "'");
+  EXPECT_EQ(training::shell_word("runs/rn50-cpu_2"), "runs/rn50-cpu_2");
+  EXPECT_EQ(training::shell_word("it's"), "'it'\\''s'");
+  EXPECT_EQ(training::shell_word(""), "''");
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.integer("seed", c.training.seed, 0, kMaxInt);
     v.real("label_smoothing", c.training.label_smoothing, 0.0, 0.99);
     v.integer("log_every_steps", c.training.log_every_steps, 1, 1000000);
-    v.integer("threads", c.training.threads, 0, 4096);
+    v.integer("threads", c.training.threads, 0, kMaxThreads);
     v.choice("precision", c.training.precision, kPrecisions);
     v.choice("memory_format", c.training.memory_format, kMemoryFormatModes);
     v.boolean("cudnn_benchmark", c.training.cudnn_benchmark);
@@ -185,7 +185,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.integer("max_batch", c.sweep.max_batch, 1, 1 << 20);
     v.byte_sizes("predict_for", c.sweep.predict_for);
     v.integer("trial_timeout", c.sweep.trial_timeout, 1, 7 * 86400);
-    v.integer("time_budget", c.sweep.time_budget, 0, 7 * 86400);
+    v.integer("time_budget", c.sweep.time_budget, 0, kMaxTimeBudget);
     v.boolean("data_parallel", c.sweep.data_parallel);
   });
   v.section("distributed", [&] {

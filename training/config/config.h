@@ -27,6 +27,11 @@ inline constexpr int64_t kAutoPrefetch = -1;
 // torch::data loader over the same dataset (data/torch_data.h).
 enum class LoaderKind { Batched, TorchData };
 
+// The largest training.threads (and bench matmul --threads) and sweep.time_budget (and plan
+// --budget), in seconds: 7 days.
+inline constexpr int64_t kMaxThreads = 4096;
+inline constexpr int64_t kMaxTimeBudget = 7 * 86400;
+
 struct DataConfig {
   data::DataOptions dataset;     // source, root, limits, synthetic sizes
   bool augment = true;           // random crop (4-pixel padding) + horizontal flip when training
@@ -60,8 +65,8 @@ struct TrainingConfig {
   int64_t eval_batch_size = 500;
   int64_t seed = 0;
   double label_smoothing = 0.0;
-  int64_t log_every_steps = 50;           // progress line / running-loss read-back interval
-  int64_t threads = 0;                    // CPU intra-op threads (0 = LibTorch's default)
+  int64_t log_every_steps = 50;  // progress line / running-loss read-back interval
+  int64_t threads = 0;           // CPU intra-op threads (0 = LibTorch's default), up to kMaxThreads
   Precision precision = Precision::FP32;  // autocast dtype; fp16 adds the GradScaler
   // Of weights and inputs; empty = auto, chosen for the device before the run is built
   // (memory_format.h: channels_last on CUDA, the faster of the two measured on the CPU).
@@ -104,7 +109,7 @@ struct SweepConfig {
   int64_t trial_timeout = 1800;           // seconds before a trial is killed
   // Seconds after which no new trial starts (0 = none); with a budget the grid runs batch by
   // batch across the settings, so every setting gets its small batches first.
-  int64_t time_budget = 0;
+  int64_t time_budget = 0;  // seconds, up to kMaxTimeBudget
   // Each trial holds what one rank of a data-parallel run holds: a one-rank process group of
   // distributed.backend and c10d's reducer with its gradient buckets (distributed.bucket_mb).
   bool data_parallel = false;

@@ -336,7 +336,7 @@ FitEnd Trainer::end_diverged(const EpochRecord& r) {
   // The advice to resume only where a checkpoint was written (the start checkpoint on).
   const bool checkpointed =
       run_ ? std::filesystem::exists(run_->checkpoint_path()) : config_.checkpoint.enabled;
-  const std::string dir = run_ ? run_->path().string() : "<run dir>";
+  const std::string dir = run_ ? shell_word(run_->path().string()) : "<run dir>";
   spdlog::error(
       "training diverged in epoch {} by step {}: the {} loss is {} (lr {:.4g}); stopped. "
       "metrics.jsonl and report.md record the epoch, {}",

@@ -153,7 +153,7 @@ void Trainer::check_profiler_window(const Config& config, int64_t done, int64_t 
 }
 
 std::string Trainer::save_on_stop() {
-  const std::string dir = run_ ? run_->path().string() : "<run dir>";
+  const std::string dir = run_ ? shell_word(run_->path().string()) : "<run dir>";
   if (!config_.checkpoint.enabled) {
     return "no checkpoint written (checkpoint.enabled: false): this run cannot be continued; "
            "metrics.jsonl holds its finished epochs";

@@ -37,6 +37,8 @@ struct LaunchEnv {
 // The torchrun variables (and GLOO_SOCKET_IFNAME), or nullopt when WORLD_SIZE is unset. Throws
 // UserError naming the variable when one is malformed or inconsistent (RANK >= WORLD_SIZE, ...).
 std::optional<LaunchEnv> launch_env_from_environment();
+// WORLD_SIZE alone (1 when unset), for a command that runs as one process whatever the rest says.
+int64_t world_size_from_environment();
 
 enum class DistributedBackend { Auto, Gloo, Nccl };
 

@@ -31,6 +31,19 @@ inline std::string error_line(const std::exception& error) {
   return first_line(c10_error ? c10_error->what_without_backtrace() : error.what());
 }
 
+// `text` as one word of a shell command in advice ("train --resume 'my run'"): as it is when it
+// holds only characters no shell reads specially, else in single quotes.
+inline std::string shell_word(const std::string& text) {
+  const bool plain =
+      !text.empty() && text.find_first_not_of(
+                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"
+                           "KLMNOPQRSTUVWXYZ0123456789_./:=@%+,-") == std::string::npos;
+  if (plain) return text;
+  std::string quoted = "'";
+  for (const char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
 // Something the user can fix (bad arguments, config, environment): exit code 2.
 class UserError : public std::runtime_error {
  public:

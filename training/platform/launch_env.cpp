@@ -24,10 +24,14 @@ int64_t env_integer(const char* name, int64_t fallback, int64_t lo, int64_t hi) 
 
 }  // namespace
 
+int64_t world_size_from_environment() {
+  return env_integer("WORLD_SIZE", 1, 1, 1 << 16);
+}
+
 std::optional<LaunchEnv> launch_env_from_environment() {
   if (!std::getenv("WORLD_SIZE")) return std::nullopt;
   LaunchEnv env;
-  env.world_size = env_integer("WORLD_SIZE", 1, 1, 1 << 16);
+  env.world_size = world_size_from_environment();
   env.rank = env_integer("RANK", 0, 0, env.world_size - 1);
   env.local_rank = env_integer("LOCAL_RANK", env.rank, 0, env.world_size - 1);
   if (const char* addr = std::getenv("MASTER_ADDR")) env.master_addr = addr;

@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "build_config.h"
-#include "training/platform/heartbeat.h"
 #include "training/platform/errors.h"
+#include "training/platform/heartbeat.h"
 #include "training/platform/stop_signal.h"
 
 extern char** environ;

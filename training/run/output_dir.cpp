@@ -103,9 +103,9 @@ std::unique_ptr<DirectoryLock> claim_output_dir(const fs::path& dir, OutputKind 
     const bool again = same && (kind == OutputKind::Run ? held.never_started : !held.finished);
     if (!again) {
       const bool resumable = same && kind == OutputKind::Run;
-      throw UserError(dir.string() + ": already holds " + kind_text(*held.kind) +
-                      "; choose another " + flag +
-                      (resumable ? " or continue it with --resume " + dir.string() : ""));
+      throw UserError(
+          dir.string() + ": already holds " + kind_text(*held.kind) + "; choose another " + flag +
+          (resumable ? " or continue it with --resume " + shell_word(dir.string()) : ""));
     }
     spdlog::info("{}: holds {} that stopped before it {}; starting it again", dir.string(),
                  kind_text(kind), kind == OutputKind::Run ? "started" : "finished");

@@ -8,6 +8,7 @@
 #include <regex>
 #include <sstream>
 
+#include "training/config/config.h"
 #include "training/config/config_yaml.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
@@ -237,7 +238,10 @@ nlohmann::ordered_json matmul_json(const std::vector<MatmulResult>& results) {
 int matmul_command(const MatmulRequest& request) {
   const auto options = parse_matmul_options(request.sizes, request.devices, request.dtypes,
                                             request.repeats, request.peaks, request.memory_limit);
-  if (request.threads < 0) throw UserError("--threads: expected 0 or more");
+  if (request.threads < 0 || request.threads > kMaxThreads) {
+    throw UserError("--threads: expected 0 (LibTorch's default) to " + std::to_string(kMaxThreads) +
+                    ", as training.threads, got " + std::to_string(request.threads));
+  }
   check_file_outside_outputs(request.output, "--output");
   set_cpu_threads(request.threads);
   const auto results = run_matmul_bench(options);

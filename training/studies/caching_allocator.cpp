@@ -15,8 +15,8 @@ constexpr int64_t kLargeBuffer = 20 * kMiB;
 constexpr int64_t kMinLargeAlloc = 10 * kMiB;
 constexpr int64_t kRoundLarge = 2 * kMiB;
 // Addresses: each segment starts past the previous one; an expandable pool's segment spans this,
-// more than any card's memory.
-constexpr int64_t kAddressSpan = int64_t{1} << 46;
+// no less than the largest card (cards.h's kLargestCard, 1 PiB).
+constexpr int64_t kAddressSpan = int64_t{1} << 50;
 
 int64_t round_size(int64_t bytes) {
   if (bytes < kMinBlockSize) return kMinBlockSize;

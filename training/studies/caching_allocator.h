@@ -58,11 +58,15 @@ struct AllocatorOptions {
 
 // PYTORCH_CUDA_ALLOC_CONF as the card's process reads it: "max_split_size_mb:128,
 // expandable_segments:True". Options the model does not follow (roundup_power2_divisions,
-// garbage_collection_threshold, backend, ...) are refused: UserError naming the option.
-AllocatorOptions parse_alloc_conf(const std::string& text);
-// parse_alloc_conf of this process's PYTORCH_CUDA_ALLOC_CONF ("" when unset).
+// garbage_collection_threshold, backend, ...) are refused: UserError naming `variable` and the
+// option.
+AllocatorOptions parse_alloc_conf(const std::string& text,
+                                  const std::string& variable = "PYTORCH_CUDA_ALLOC_CONF");
+// parse_alloc_conf of the variable LibTorch 2.11 reads: PYTORCH_CUDA_ALLOC_CONF when set (empty
+// too), else PYTORCH_ALLOC_CONF; the defaults when neither is.
 AllocatorOptions alloc_conf_from_environment();
-std::string alloc_conf_text(const AllocatorOptions& options);  // "" for the defaults
+std::string alloc_conf_text(const AllocatorOptions& options);      // "" for the defaults
+std::string alloc_conf_label(const std::string& alloc_conf_text);  // "the defaults" for ""
 
 struct AllocatorStats {
   int64_t allocated = 0, peak_allocated = 0;

@@ -1,15 +1,48 @@
-// PYTORCH_CUDA_ALLOC_CONF as the card's process reads it (caching_allocator.h): the options the
-// model follows, and a refusal naming any other.
+// PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) as the card's process reads it
+// (caching_allocator.h): the options the model follows, and a refusal naming any other.
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
+#include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include "training/platform/errors.h"
 #include "training/studies/caching_allocator.h"
 
 namespace training {
 
-AllocatorOptions parse_alloc_conf(const std::string& text) {
+namespace {
+
+// A value as the card's process reads it: blanks dropped, at most 200 characters echoed.
+std::string quoted(const std::string& value) {
+  return "'" + (value.size() > 200 ? value.substr(0, 200) + "...' (" +
+                                         std::to_string(value.size()) + " characters)"
+                                   : value + "'");
+}
+
+// max_split_size_mb's value: LibTorch 2.11 takes std::stoull of it, at least kLargeBuffer / 1 MiB
+// (20), and caps it at SIZE_MAX / 1 MiB (c10/core/AllocatorConfig.cpp, parseMaxSplitSize). Digits
+// only here: its stoull also takes "-5" as 2^64 - 5 and "21abc" as 21.
+std::optional<int64_t> max_split_size_bytes(const std::string& value) {
+  if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos) return {};
+  const auto digits = value.find_first_not_of('0');
+  if (digits != std::string::npos && value.size() - digits > 20) return {};  // over 2^64
+  try {
+    const unsigned long long mib = std::stoull(value);
+    if (mib < 20) return {};
+    if (mib > static_cast<unsigned long long>(std::numeric_limits<int64_t>::max() / kMiB)) {
+      return std::numeric_limits<int64_t>::max();  // larger than any block: no limit
+    }
+    return static_cast<int64_t>(mib) * kMiB;
+  } catch (const std::out_of_range&) {
+    return {};
+  }
+}
+
+}  // namespace
+
+AllocatorOptions parse_alloc_conf(const std::string& text, const std::string& variable) {
   AllocatorOptions options;
   std::istringstream in(text);
   std::string item;
@@ -20,20 +53,17 @@ AllocatorOptions parse_alloc_conf(const std::string& text) {
     const std::string key = item.substr(0, colon);
     const std::string value = colon == std::string::npos ? "" : item.substr(colon + 1);
     auto refuse = [&](const std::string& expected) {
-      throw UserError("PYTORCH_CUDA_ALLOC_CONF: " + key + ": expected " + expected + ", got '" +
-                      value + "'");
+      throw UserError(variable + ": " + key + ": expected " + expected + ", got " + quoted(value));
     };
     if (key == "max_split_size_mb") {
-      if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos ||
-          value.size() > 9 || std::stoll(value) * kMiB <= 20 * kMiB) {  // kLargeBuffer
-        refuse("a whole number of MiB above 20");
-      }
-      options.max_split_size = std::stoll(value) * kMiB;
+      const auto bytes = max_split_size_bytes(value);
+      if (!bytes) refuse("a whole number of MiB, 20 or more");
+      options.max_split_size = *bytes;
     } else if (key == "expandable_segments") {
       if (value != "True" && value != "False") refuse("True or False");
       options.expandable_segments = value == "True";
     } else {
-      throw UserError("PYTORCH_CUDA_ALLOC_CONF: " + key +
+      throw UserError(variable + ": " + (key.size() > 200 ? key.substr(0, 200) + "..." : key) +
                       ": not modelled (the card prediction follows max_split_size_mb and "
                       "expandable_segments only)");
     }
@@ -42,8 +72,16 @@ AllocatorOptions parse_alloc_conf(const std::string& text) {
 }
 
 AllocatorOptions alloc_conf_from_environment() {
-  const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
-  return parse_alloc_conf(conf ? conf : "");
+  // LibTorch 2.11 reads PYTORCH_CUDA_ALLOC_CONF when it is set, empty too, and PYTORCH_ALLOC_CONF
+  // only otherwise (c10/cuda/CUDAAllocatorConfig.h; measured for AcceleratorAllocatorConfig).
+  for (const char* variable : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
+    if (const char* conf = std::getenv(variable)) return parse_alloc_conf(conf, variable);
+  }
+  return {};
+}
+
+std::string alloc_conf_label(const std::string& alloc_conf_text) {
+  return alloc_conf_text.empty() ? "the defaults" : alloc_conf_text;
 }
 
 std::string alloc_conf_text(const AllocatorOptions& options) {

@@ -5,10 +5,12 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #include "training/parts/components.h"
 #include "training/platform/device.h"
+#include "training/platform/distributed.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/step/step.h"
@@ -60,6 +62,23 @@ class RecordingScope {
   AllocationTrace* trace_ = nullptr;
 };
 
+// A data-parallel sweep's trial (sweep.data_parallel): c10d's Reducer makes one flat buffer a
+// gradient bucket (Reducer::initialize_buckets, the parameters' dtype) and holds them for the run.
+std::vector<torch::Tensor> reducer_buckets(torch::nn::Module& model, const Config& config) {
+  if (!config.sweep.data_parallel) return {};
+  std::vector<torch::Tensor> params;
+  for (auto& p : model.parameters()) {
+    if (p.requires_grad()) params.push_back(p);
+  }
+  std::vector<torch::Tensor> buckets;
+  for (const auto& bucket : gradient_buckets(params, config.distributed.bucket_mb << 20)) {
+    int64_t numel = 0;
+    for (const size_t i : bucket) numel += params[i].numel();
+    buckets.push_back(torch::empty({numel}, params[bucket.front()].options()));
+  }
+  return buckets;
+}
+
 int64_t ceil_div(int64_t numerator, int64_t denominator) {
   const int64_t q = numerator / denominator;
   return q + ((numerator % denominator != 0) && ((numerator > 0) == (denominator > 0)) ? 1 : 0);
@@ -87,6 +106,7 @@ AllocationStream record_step_stream(const Config& base, const SweepCell& cell, i
   RecordingScope scope(&trace);
   StepParts parts = build_step_parts(config, device);
   const auto [images, labels] = synthetic_batch(config, device);
+  const std::vector<torch::Tensor> buckets = reducer_buckets(*parts.model, config);
   parts.model->train();
   PhaseMarks marks(trace);
   scope.start();
@@ -111,6 +131,23 @@ AllocationStream LinearStream::at(int64_t batch) const {
         std::max<int64_t>(1, event.bytes + ceil_div(slope_numerator[i] * (batch - a), b - a));
   }
   return stream;
+}
+
+std::optional<int64_t> LinearStream::first_batch_over(int64_t bytes) const {
+  std::optional<int64_t> first;
+  for (size_t i = 0; i < at_a.events.size(); ++i) {
+    const int64_t size = at_a.events[i].bytes;
+    if (at_a.events[i].is_free() || slope_numerator[i] <= 0) continue;
+    // size + ceil(slope x (batch - a) / (b - a)) > bytes exactly when batch - a > (bytes - size)
+    // x (b - a) / slope: from a + floor of that + 1 on (128 bits: no overflow).
+    const __int128 room = static_cast<__int128>(bytes - size) * (b - a);
+    __int128 whole = room / slope_numerator[i];
+    if (room % slope_numerator[i] != 0 && room < 0) --whole;
+    const int64_t batch = static_cast<int64_t>(
+        std::clamp<__int128>(a + whole + 1, 1, std::numeric_limits<int64_t>::max() / 2));
+    first = std::min(first.value_or(batch), batch);
+  }
+  return first;
 }
 
 LinearStream linear_stream(const AllocationStream& at_a, int64_t a, const AllocationStream& at_b,
@@ -234,11 +271,11 @@ int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched,
                          beside)
         .fits;
   };
-  if (!fits(1)) return 0;
-  int64_t good = 1, bad = 2;
-  constexpr int64_t kMaxBatch = int64_t{1} << 24;
-  while (bad <= kMaxBatch && fits(bad)) good = bad, bad *= 2;
-  if (bad > kMaxBatch) return good;
+  const auto beyond = stream.first_batch_over(options.limit);
+  if (!beyond) throw std::runtime_error("no allocation of the step grows with the batch");
+  if (*beyond <= 1 || !fits(1)) return 0;
+  int64_t good = 1, bad = std::min<int64_t>(2, *beyond);
+  while (bad < *beyond && fits(bad)) good = bad, bad = std::min(bad * 2, *beyond);
   while (bad - good > 1) {
     const int64_t middle = good + (bad - good) / 2;
     (fits(middle) ? good : bad) = middle;
@@ -253,6 +290,12 @@ CardPredictor::CardPredictor(Config config, Card card, AllocatorOptions options,
       beside_(beside_tensors(card_)),
       allocator_(options) {
   allocator_.limit = std::max<int64_t>(1, card_.memory_bytes - beside_.outside_allocator);
+  if (config_.sweep.data_parallel) {
+    auto model = build_model(config_, torch::kCPU);
+    for (const auto& bucket : reducer_buckets(*model, config_)) {
+      reducer_bucket_bytes_ += bucket.numel() * static_cast<int64_t>(bucket.element_size());
+    }
+  }
   if (allocator_limit > 0) {
     allocator_.limit = allocator_limit;
   } else if (config_.memory.limit > 0 && config_.memory.limit < allocator_.limit) {
@@ -290,6 +333,7 @@ CardPrediction CardPredictor::predict(const SweepCell& cell, int64_t batch) {
   p.batch_size = batch;
   p.checked_batch = kTraceBatches[2];
   p.mismatched = r.mismatched;
+  p.reducer_bucket_bytes = reducer_bucket_bytes_;
   const AllocationStream stream =
       with_prefetched_batches(r.stream.at(batch), p.prefetched_batches, batch);
   p.replay = replay_stream(stream, p.allocator, p.beside);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,8 @@ inline constexpr int64_t kTraceBatches[3] = {2, 4, 3};
 inline constexpr int kTraceSteps = 3;
 
 // One setting's step on the CPU at `batch`, `steps` times, with marks "held" (the allocations made
-// before: weights, buffers, the batch) and "stepN forward|backward|optimizer|end". With
+// before: weights, buffers, the batch; with sweep.data_parallel, c10d's Reducer's gradient buckets
+// of distributed.bucket_mb, as a data-parallel trial holds them) and "stepN forward|backward|optimizer|end". With
 // cell.accumulate_steps N > 1 each step is N micro-batches, marked "stepN microM ...": the first
 // micro-batch's gradients are held through the others (CardPredictor records N = 2, which every
 // later micro-batch repeats). One CPU thread, so that the stream is the same at every batch.
@@ -46,6 +48,9 @@ struct LinearStream {
   // The stream at `batch` (>= 1): each size a + (size(b) - size(a)) * (batch - a) / (b - a),
   // rounded up to whole bytes.
   AllocationStream at(int64_t batch) const;
+  // The first batch at which one allocation alone is larger than `bytes`; none when no
+  // allocation grows with the batch.
+  std::optional<int64_t> first_batch_over(int64_t bytes) const;
 };
 
 // Throws std::runtime_error naming the first event where the two recordings differ in order.
@@ -79,8 +84,9 @@ Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& opt
 // its "held" mark is: the loader's prefetched batches, which a training run holds on the card.
 AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count, int64_t batch);
 
-// The largest batch whose replay (with `prefetched` batches) fits under `options`: doubling, then
-// bisection; 0 when batch 1 does not fit.
+// The largest batch whose replay (with `prefetched` batches) fits under `options` (its limit set):
+// doubling, then bisection, below the first batch at which one allocation alone outgrows the
+// limit; 0 when batch 1 does not fit. Throws std::runtime_error when no allocation grows.
 int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched,
                               const AllocatorOptions& options, const BesideTensors& beside);
 
@@ -92,6 +98,8 @@ struct CardPrediction {
   AllocatorOptions allocator;
   bool limited_by_memory_limit = false;
   int64_t prefetched_batches = 0;  // data.prefetch as on CUDA (auto: 2)
+  // sweep.data_parallel: the Reducer's gradient buckets each rank holds (in the stream); else 0.
+  int64_t reducer_bucket_bytes = 0;
   int64_t batch_size = 0;
   Replay replay;
   Replay needed;              // the same stream replayed with no limit: what the step needs
@@ -132,6 +140,7 @@ class CardPredictor {
   BesideTensors beside_;
   AllocatorOptions allocator_;
   bool limited_by_memory_limit_ = false;
+  int64_t reducer_bucket_bytes_ = 0;
   std::vector<Recorded> recorded_;
 };
 

@@ -64,6 +64,7 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
           {"allocator_limit_bytes", p.allocator.limit},
           {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"},
           {"prefetched_batches", p.prefetched_batches},
+          {"reducer_bucket_bytes", p.reducer_bucket_bytes},
           {"allocator_retries", p.replay.retries},
           {"scaling_checked_at_batch", p.checked_batch},
           {"scaling_mismatched_allocations", p.mismatched},
@@ -78,8 +79,10 @@ nlohmann::ordered_json prediction_columns(const CardPrediction& p) {
           {"predicted_device_bytes", p.device_bytes()},
           {"fits_on_card", p.replay.fits},
           {"largest_batch_on_card", p.largest_batch},
+          {"allocator_options", alloc_conf_text(p.allocator)},
           {"allocator_limit_bytes", p.allocator.limit},
-          {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"}};
+          {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"},
+          {"reducer_bucket_bytes", p.reducer_bucket_bytes}};
 }
 
 namespace {
@@ -123,7 +126,8 @@ std::string prediction_markdown(const std::vector<std::pair<std::string, CardPre
       "(one per convolution, taken from the allocator and freed after it; an engine whose "
       "workspace cannot be had is skipped for the next, so they do not decide whether a setting "
       "fits, but they raise the allocated peak where memory is free: docs/memory-studies.md), "
-      "allocations on other streams. Each allocation's size is taken as linear in the batch from batches {} and "
+      "allocations on other streams. Each allocation's size is taken as linear in the batch from "
+      "batches {} and "
       "{}, checked on batch {}.\n",
       first.prefetched_batches, first.beside.workspaces,
       format_bytes(first.beside.cublas_workspace), kTraceBatches[0], kTraceBatches[1],

@@ -67,6 +67,9 @@ Card find_card(const std::string& text) {
       throw UserError(std::string("--card: ") + e.what());
     }
     if (bytes <= 0) throw UserError("--card: expected a size above 0, got '" + text + "'");
+    if (bytes > kLargestCard) {  // caching_allocator.cpp's address span is no larger
+      throw UserError("--card: expected a card of at most 1024TiB, got '" + text + "'");
+    }
     const Card card{text, bytes, "given with --card", 0, "", 0, 0};
     const int64_t outside = beside_tensors(card).outside_allocator;
     if (bytes <= outside) {

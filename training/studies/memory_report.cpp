@@ -230,7 +230,9 @@ void predict_setting(const Config& config, const SweepCell& cell,
                      const std::pair<Card, AllocatorOptions>& card, ordered_json& setting,
                      std::vector<std::pair<std::string, CardPrediction>>& predictions) {
   try {
-    const CardPrediction p = predict_on_card(config, cell, card.first, card.second);
+    Config one_process = config;  // what train memory measures: no Reducer's buckets
+    one_process.sweep.data_parallel = false;
+    const CardPrediction p = predict_on_card(one_process, cell, card.first, card.second);
     spdlog::info("{}", prediction_line(setting_label(cell), p));
     setting.update(prediction_json(p));
     predictions.emplace_back(setting_label(cell), p);

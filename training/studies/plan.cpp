@@ -74,8 +74,9 @@ std::pair<int64_t, std::string> plan_overhead(const SweepRecord& sweep,
 // it would train, in place of the gradients' bytes added to a measured peak.
 void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int64_t for_allocator) {
   const Card& card = *plan.card;
-  CardPredictor predictor(config, card, alloc_conf_from_environment(),
-                          std::max<int64_t>(1, for_allocator));
+  const AllocatorOptions options = alloc_conf_from_environment();
+  plan.allocator_options = alloc_conf_text(options);
+  CardPredictor predictor(config, card, options, std::max<int64_t>(1, for_allocator));
   const bool on_cuda = sweep.device.rfind("cuda", 0) == 0;
   const Card speed_card = card.peak_tflops_half > 0 ? card : find_card("H100-80GB");
   plan.speed_source = on_cuda ? "measured on " + sweep.device
@@ -343,8 +344,9 @@ int plan_command(const PlanRequest& request) {
         "--target-batch: expected images per optimizer step, a whole number >= 1, got '" +
         request.target_batch + "'");
   }
-  if (request.budget_seconds < 1) {
-    throw UserError("--budget: expected seconds >= 1, got " +
+  if (request.budget_seconds < 1 || request.budget_seconds > kMaxTimeBudget) {
+    throw UserError("--budget: expected seconds from 1 to " + std::to_string(kMaxTimeBudget) +
+                    " (7 days, as sweep.time_budget), got " +
                     std::to_string(request.budget_seconds));
   }
   fs::path sweep_dir = request.from;

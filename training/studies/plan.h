@@ -52,6 +52,7 @@ struct Plan {
   std::optional<Card> card;
   std::string speed_source;  // "measured on cpu", "estimated for H100-80GB (gpu_cost.h)"
   std::vector<std::pair<SweepCell, int64_t>> largest_on_card;  // by replay; 0 = none fits
+  std::string allocator_options;  // with a card: the options replayed under ("" = the defaults)
   // --target-batch: images per optimizer step; each candidate is then micro-batch (batch) x
   // cell.accumulate_steps = target_batch, its peak with the accumulated gradients
   // (gradient_bytes) held beside the micro-batch's step. 0: no target.

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "training/platform/memory.h"
+#include "training/studies/caching_allocator.h"
 #include "training/studies/plan.h"
 
 namespace training {
@@ -14,8 +15,9 @@ std::string plan_table(const Plan& plan) {
   if (plan.card) {
     out << "Card: " << plan.card->name << " (" << format_bytes(plan.card->memory_bytes) << ", "
         << plan.card->memory_source << "). Peaks: this machine's allocation stream replayed "
-        << "through the caching allocator's model (the reserved peak). Images/s: "
-        << plan.speed_source << ".\n\n";
+        << "through the caching allocator's model, options "
+        << alloc_conf_label(plan.allocator_options)
+        << " (the reserved peak). Images/s: " << plan.speed_source << ".\n\n";
   } else {
     out << "Images/s: " << plan.speed_source << " (a plan for a card you do not have: --card).\n\n";
   }
@@ -53,9 +55,11 @@ std::string plan_table(const Plan& plan) {
           "does not fit: needs a card of " +
           format_bytes(static_cast<int64_t>(std::ceil(
               static_cast<double>(c.predicted_peak + plan.overhead_bytes) / (1 - plan.headroom))));
+    } else if (const double fewer = 100 * (1 - c.images_per_second / best.images_per_second);
+               fewer < 0.5) {
+      verdict = "as fast (within 0.5%; the recommended one is listed first)";
     } else {
-      verdict = fmt::format("slower: {:.0f}% fewer images/s",
-                            100 * (1 - c.images_per_second / best.images_per_second));
+      verdict = fmt::format("slower: {:.0f}% fewer images/s", fewer);
     }
     out << "| " << c.cell.name() << " | " << c.batch
         << (c.cell.accumulate_steps > 1 ? " x " + std::to_string(c.cell.accumulate_steps) : "")
@@ -107,6 +111,7 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
     if (plan.card) {
       row["card"] = {{"name", plan.card->name}, {"memory_bytes", plan.card->memory_bytes}};
       row["predicted_allocated_peak_bytes"] = c.predicted_allocated;
+      row["allocator_options"] = plan.allocator_options;
     }
     candidates.push_back(row);
   }

@@ -279,11 +279,11 @@ class Sweep {
   }
 
   void log_summary(const CellSummary& summary) const {
-    spdlog::info("{}: largest batch that fits {}, fastest batch {} ({:.0f} img/s){}{}",
-                 summary.cell.name(),
+    spdlog::info("{}: largest batch that fits {}, fastest batch {}{}{}", summary.cell.name(),
                  summary.largest_fitting ? std::to_string(*summary.largest_fitting) : "none",
-                 summary.fastest_batch ? std::to_string(*summary.fastest_batch) : "none",
-                 summary.fastest_images_per_second,
+                 summary.fastest_batch ? fmt::format("{} ({:.0f} img/s)", *summary.fastest_batch,
+                                                     summary.fastest_images_per_second)
+                                       : std::string("none"),
                  summary.fit ? fmt::format(", peak = {} MiB + {:.2f} MiB x batch (R² {:.4f})",
                                            mib_text(static_cast<int64_t>(summary.fit->intercept)),
                                            summary.fit->slope / (1 << 20), summary.fit->r_squared)

@@ -18,8 +18,9 @@ void check_sweep(const Config& config, const torch::Device& device) {
     if (precision == Precision::BF16) check_bf16_supported(device, "sweep.precisions");
   }
   as_key("memory.limit", [&] { check_memory_limit(device, config.memory.limit); });
-  if (const auto launch = launch_env_from_environment(); launch && launch->world_size > 1) {
-    throw UserError("WORLD_SIZE=" + std::to_string(launch->world_size) +
+  // WORLD_SIZE alone: the rest of a launch (RANK, MASTER_PORT) is not asked for a sweep.
+  if (const int64_t world_size = world_size_from_environment(); world_size > 1) {
+    throw UserError("WORLD_SIZE=" + std::to_string(world_size) +
                     ": train sweep runs its trials one process at a time; start it without "
                     "WORLD_SIZE, and set sweep.data_parallel: true to measure what one rank of a "
                     "data-parallel run holds");

@@ -11,6 +11,7 @@
 #include "training/platform/json_rows.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
+#include "training/studies/caching_allocator.h"
 
 namespace training {
 
@@ -78,8 +79,9 @@ void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
   } else {
     md << "## Predicted on " << first->on_card.at("card").get<std::string>() << " ("
        << format_bytes(first->on_card.at("card_memory_bytes").get<int64_t>())
-       << "; this machine's allocation stream replayed on the caching allocator's model; "
-          "docs/commands.md, `train memory --card`)\n\n"
+       << "; this machine's allocation stream replayed on the caching allocator's model, options "
+       << alloc_conf_label(first->on_card.value("allocator_options", ""))
+       << "; docs/commands.md, `train memory --card`)\n\n"
        << "| # | setting | batch | predicted allocated (MiB) | predicted reserved (MiB) | "
           "on the device (MiB) | fits | largest batch on the card |\n"
        << "|---|---|---|---|---|---|---|---|\n";
@@ -95,6 +97,11 @@ void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
     }
     md << "\n";
     const auto& limit = first->on_card;
+    if (const int64_t buckets = limit.value("reducer_bucket_bytes", int64_t{0}); buckets > 0) {
+      md << "Each rank holds c10d's Reducer's gradient buckets, " << format_bytes(buckets)
+         << " (sweep.data_parallel, distributed.bucket_mb): in the replay. NCCL's own buffers lie "
+            "outside the allocator and are not counted.\n\n";
+    }
     if (limit.value("allocator_limit_source", "") == "memory.limit") {
       md << "The allocator is capped at memory.limit, "
          << format_bytes(limit.at("allocator_limit_bytes").get<int64_t>())

@@ -279,6 +279,25 @@ TEST(CachingAllocatorModel, ReadsPytorchCudaAllocConf) {
   EXPECT_TRUE(read.expandable_segments);
   EXPECT_EQ(alloc_conf_text(read), "max_split_size_mb:128,expandable_segments:True");
   EXPECT_THROW(parse_alloc_conf("max_split_size_mb:10"), UserError);
+  // As LibTorch 2.11 reads it (c10/core/AllocatorConfig.h: blanks dropped anywhere, the value by
+  // std::stoull, 20 MiB the least): 20, leading zeros and a thousand TiB are taken.
+  EXPECT_EQ(parse_alloc_conf("max_split_size_mb:20").max_split_size, 20 * kMiB);
+  EXPECT_EQ(parse_alloc_conf("max_split_size_mb:0000000021").max_split_size, 21 * kMiB);
+  EXPECT_EQ(parse_alloc_conf("max_split_size_mb:1000000000").max_split_size, 1000000000 * kMiB);
+  EXPECT_EQ(parse_alloc_conf("max_split_size_mb:99999999999999").max_split_size,
+            std::numeric_limits<int64_t>::max());  // no block is that large: no limit
+  EXPECT_TRUE(parse_alloc_conf("expand able_segments : True").expandable_segments);
+  for (const char* bad : {"max_split_size_mb:19", "max_split_size_mb:99999999999999999999999",
+                          "max_split_size_mb:-5", "max_split_size_mb:x"}) {
+    try {
+      parse_alloc_conf(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("expected a whole number of MiB, 20 or more"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   EXPECT_THROW(parse_alloc_conf("expandable_segments:yes"), UserError);
   try {
     parse_alloc_conf("roundup_power2_divisions:4");
@@ -288,6 +307,30 @@ TEST(CachingAllocatorModel, ReadsPytorchCudaAllocConf) {
               std::string::npos)
         << e.what();
   }
+}
+
+// LibTorch 2.11 reads PYTORCH_CUDA_ALLOC_CONF when it is set (empty too) and PYTORCH_ALLOC_CONF
+// otherwise (measured: c10::CachingAllocator::AcceleratorAllocatorConfig with both set); the
+// prediction reads the same one and names it in a refusal.
+TEST(CachingAllocatorModel, ReadsTheVariableLibTorchReads) {
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  ASSERT_EQ(setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:200", 1), 0);
+  EXPECT_EQ(alloc_conf_from_environment().max_split_size, 200 * kMiB);
+  ASSERT_EQ(setenv("PYTORCH_CUDA_ALLOC_CONF", "", 1), 0);
+  EXPECT_EQ(alloc_conf_from_environment(), AllocatorOptions{});
+  ASSERT_EQ(setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:100", 1), 0);
+  EXPECT_EQ(alloc_conf_from_environment().max_split_size, 100 * kMiB);
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  ASSERT_EQ(setenv("PYTORCH_ALLOC_CONF", "garbage_collection_threshold:0.6", 1), 0);
+  try {
+    alloc_conf_from_environment();
+    ADD_FAILURE() << "an option the model does not follow was accepted from PYTORCH_ALLOC_CONF";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("PYTORCH_ALLOC_CONF: garbage_collection_threshold", 0),
+              0u)
+        << e.what();
+  }
+  unsetenv("PYTORCH_ALLOC_CONF");
 }
 
 }  // namespace

@@ -106,6 +106,16 @@ TEST(Plan, PicksTheFastestSettingThatFits) {
   // The sweep's fit predicts the largest batch per setting: (2.6 GiB - 200 MiB) / 25 MiB.
   EXPECT_NE(table.find("| fp32 / checkpointing off / contiguous | 98 |"), std::string::npos)
       << table;
+  training::Plan tied = plan;  // as fast as the recommended one: no "slower: 0% fewer"
+  for (auto& c : tied.candidates) {
+    if (c.fits) c.images_per_second = best.images_per_second;
+  }
+  const std::string ties = training::plan_table(tied);
+  EXPECT_EQ(ties.find("slower"), std::string::npos) << ties;
+  EXPECT_NE(ties.find("| 128 | 150 | 1.46 GiB | as fast (within 0.5%; the recommended one is "
+                      "listed first) |"),
+            std::string::npos)
+      << ties;
 }
 
 // A bigger card, or a smaller overhead, lets the faster settings in.
@@ -300,7 +310,11 @@ TEST(Plan, ACardIsRankedByItsEstimateNotByTheCpusSpeed) {
   test_support::TempDir dir;
   const auto sweep = prepared_resnet18_sweep(dir);
   const training::Card card = training::find_card("T4");
+  // The allocator's options it replays under, from the variable LibTorch reads, are in its
+  // outputs.
+  ASSERT_EQ(setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True", 1), 0);
   const auto plan = training::make_plan(sweep, card.memory_bytes, 0.10, std::nullopt, card);
+  unsetenv("PYTORCH_ALLOC_CONF");
   EXPECT_EQ(plan.speed_source.rfind("estimated for T4", 0), 0u) << plan.speed_source;
   ASSERT_TRUE(plan.chosen);
   for (const auto& c : plan.candidates) {
@@ -323,7 +337,11 @@ TEST(Plan, ACardIsRankedByItsEstimateNotByTheCpusSpeed) {
   const auto json = training::plan_json(plan);
   EXPECT_EQ(json.at("candidates")[0].at("card").at("name"), "T4");
   EXPECT_TRUE(json.at("candidates")[0].contains("predicted_allocated_peak_bytes"));
+  EXPECT_EQ(json.at("candidates")[0].at("allocator_options"), "expandable_segments:True");
   const std::string table = training::plan_table(plan);
+  EXPECT_NE(table.find("the caching allocator's model, options expandable_segments:True ("),
+            std::string::npos)
+      << table;
   EXPECT_NE(table.find("images/s (estimated)"), std::string::npos) << table;
   EXPECT_NE(table.find("Largest batch that fits on T4"), std::string::npos) << table;
 }

@@ -317,9 +317,7 @@ sweep: {batch_sizes: [8], checkpointing: [false, true], warmup_steps: 1, measure
 
   struct LaunchVariables {  // set for this case only, whatever it throws
     LaunchVariables() {
-      setenv("WORLD_SIZE", "2", 1);
-      setenv("RANK", "0", 1);
-      setenv("MASTER_PORT", "29500", 1);
+      setenv("WORLD_SIZE", "2", 1);  // alone: the sweep's refusal, not "needs RANK too"
     }
     ~LaunchVariables() {
       unsetenv("WORLD_SIZE");
@@ -528,6 +526,12 @@ sweep: {batch_sizes: [4, 8], warmup_steps: 0, measure_steps: 1}
   }
   const std::string md = test_support::read_text(dir / "out/sweep.md");
   EXPECT_NE(md.find("## Predicted on T4"), std::string::npos) << md;
+  EXPECT_NE(md.find("the caching allocator's model, options expandable_segments:True;"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("Each rank holds c10d's Reducer's gradient buckets, 45.00 MiB"),
+            std::string::npos)
+      << md;
   EXPECT_NE(test_support::read_text(dir / "out/sweep.csv").find("predicted_reserved_peak_bytes"),
             std::string::npos);
 }
@@ -561,7 +565,9 @@ TEST(Sweep, TheCardTableSaysItsLimitAndTheAutoTrialsItLeavesOut) {
                        {"fits_on_card", true},
                        {"largest_batch_on_card", 64},
                        {"allocator_limit_bytes", int64_t{2} << 30},
-                       {"allocator_limit_source", "memory.limit"}};
+                       {"allocator_limit_source", "memory.limit"},
+                       {"allocator_options", "expandable_segments:True"},
+                       {"reducer_bucket_bytes", int64_t{45} << 20}};
   auto unpredicted = card_trial(2, training::CheckpointMode::Auto);
   unpredicted.on_card = {{"card_prediction_error", "checkpointing auto chooses its blocks"}};
   const std::vector<training::SweepTrial> trials = {predicted, unpredicted, unpredicted};
@@ -581,10 +587,15 @@ TEST(Sweep, TheCardTableSaysItsLimitAndTheAutoTrialsItLeavesOut) {
       << md;
   training::SweepTrial uncapped = predicted;
   uncapped.on_card["allocator_limit_source"] = "card";
+  uncapped.on_card["allocator_options"] = "";
+  uncapped.on_card["reducer_bucket_bytes"] = 0;
   training::write_sweep_tables(dir.path(), facts, training::summarize(cells, trials, {}, false),
                                {uncapped}, true);
   const std::string plain = test_support::read_text(dir / "sweep.md");
   EXPECT_EQ(plain.find("capped at memory.limit"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("Reducer"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("the caching allocator's model, options the defaults;"), std::string::npos)
+      << plain;
   EXPECT_EQ(plain.find("Not predicted"), std::string::npos) << plain;
   // A grid of auto trials alone: no table, but the section says why (it said nothing).
   training::write_sweep_tables(dir.path(), facts, training::summarize(cells, trials, {}, false),
