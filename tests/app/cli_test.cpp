@@ -89,6 +89,12 @@ TEST(Cli, AMalformedAllocatorConfigIsOneLineNotAnAbort) {
   EXPECT_EQ(long_value.code, 2) << long_value.output.substr(0, 400);
   EXPECT_LT(long_value.output.size(), 1000u);
   EXPECT_NE(long_value.output.find(std::string(200, 'x') + "...'"), std::string::npos);
+  // Cut before a character, not inside one: 1 byte and 300 two-byte characters keep 199 bytes.
+  std::string umlauts = "x";
+  for (int i = 0; i < 300; ++i) umlauts += "\xc3\xbc";
+  const auto cut = cli::run_shell("PYTORCH_CUDA_ALLOC_CONF=" + umlauts + " " TRAIN_BINARY);
+  EXPECT_EQ(cut.code, 2);
+  EXPECT_NE(cut.output.find(umlauts.substr(0, 199) + "...'"), std::string::npos) << cut.output;
   // It is not read while PYTORCH_CUDA_ALLOC_CONF is set, empty too (LibTorch 2.11 reads one).
   const auto unread =
       cli::run_shell("PYTORCH_CUDA_ALLOC_CONF= PYTORCH_ALLOC_CONF=garbage " TRAIN_BINARY " --help");

@@ -134,6 +134,12 @@ std::string run_python_script(const std::string& script, const std::vector<std::
                               const fs::path& log_file) {
   const fs::path path = fs::path(TRAIN_SCRIPTS_DIR) / script;
   if (!fs::exists(path)) return path.string() + " not found";
+  // A stop (a command that stops gracefully) ends the script or keeps it from starting.
+  std::string again = "python3 " + shell_word(path.string());
+  for (const auto& argument : arguments) again += " " + shell_word(argument);
+  const std::string stopped =
+      script + ": not drawn, stopped by a signal (" + again + " draws them)";
+  if (stop_requested()) return stopped;
   std::vector<std::string> argv = {python_executable(), path.string()};
   argv.insert(argv.end(), arguments.begin(), arguments.end());
   // exec needs a path: resolve a bare "python3" through PATH with /usr/bin/env.
@@ -151,6 +157,7 @@ std::string run_python_script(const std::string& script, const std::vector<std::
   } catch (const UserError& e) {  // the plots are optional: a missing Python is said, not fatal
     return std::string("Python ") + e.what() + " (set TRAIN_PYTHON, or run scripts/setup.sh)";
   }
+  if (outcome.stopped) return stopped;
   if (outcome.exit_code == 0) return "";
   const std::string last = last_line(log_file);
   return script + ": " + outcome.describe() + (last.empty() ? "" : " (" + last + ")");

@@ -14,9 +14,11 @@ constexpr int64_t kSmallBuffer = 2 * kMiB;
 constexpr int64_t kLargeBuffer = 20 * kMiB;
 constexpr int64_t kMinLargeAlloc = 10 * kMiB;
 constexpr int64_t kRoundLarge = 2 * kMiB;
-// Addresses: each segment starts past the previous one; an expandable pool's segment spans this,
-// no less than the largest card (cards.h's kLargestCard, 1 PiB).
-constexpr int64_t kAddressSpan = int64_t{1} << 50;
+// Addresses: each segment starts past the previous one. An expandable pool's segment spans
+// 1.125 x the card's memory, as LibTorch reserves it (ExpandableSegment: "enough address space for
+// 1 1/8 the total memory on the GPU", totalGlobalMem + totalGlobalMem / 8); without a card, this,
+// more than that of the largest card (cards.h's kLargestCard, 1 PiB).
+constexpr int64_t kAddressSpan = int64_t{1} << 51;
 
 int64_t round_size(int64_t bytes) {
   if (bytes < kMinBlockSize) return kMinBlockSize;
@@ -194,9 +196,11 @@ CachingAllocatorModel::Block* CachingAllocatorModel::grow_expandable(Pool& pool,
   if (pool.base < 0) {
     auto owned = std::make_unique<Block>();
     owned->address = pool.base = next_address_;
-    owned->size = kAddressSpan;
+    const int64_t memory = options_.device_memory;
+    owned->size = memory > 0 ? kRoundLarge * ((memory + memory / 8 + kRoundLarge - 1) / kRoundLarge)
+                             : kAddressSpan;
     owned->mapped = false;
-    next_address_ += kAddressSpan + kRoundLarge;
+    next_address_ += owned->size + kRoundLarge;
     pool.unmapped.insert(owned.get());
     pool.owned.emplace(owned.get(), std::move(owned));
     ++stats_.segments;

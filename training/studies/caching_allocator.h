@@ -49,10 +49,13 @@ struct AllocatorOptions {
   int64_t max_split_size = std::numeric_limits<int64_t>::max();  // max_split_size_mb, in bytes
   bool expandable_segments = false;
   int64_t limit = 0;  // the most bytes of segments it may hold; 0 = no limit
+  // The card's memory: an expandable segment spans 1.125 times it (0: a span larger than any card)
+  int64_t device_memory = 0;
 
   bool operator==(const AllocatorOptions& other) const {
     return max_split_size == other.max_split_size &&
-           expandable_segments == other.expandable_segments && limit == other.limit;
+           expandable_segments == other.expandable_segments && limit == other.limit &&
+           device_memory == other.device_memory;
   }
 };
 

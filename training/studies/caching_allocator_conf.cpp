@@ -14,11 +14,18 @@ namespace training {
 
 namespace {
 
-// A value as the card's process reads it: blanks dropped, at most 200 characters echoed.
+// At most 200 bytes of `text`, cut before a UTF-8 character that would not fit whole, and "...".
+std::string shortened(const std::string& text) {
+  if (text.size() <= 200) return text;
+  size_t end = 200;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end) + "...";
+}
+
+// A value as the card's process reads it: blanks dropped, at most 200 bytes echoed.
 std::string quoted(const std::string& value) {
-  return "'" + (value.size() > 200 ? value.substr(0, 200) + "...' (" +
-                                         std::to_string(value.size()) + " characters)"
-                                   : value + "'");
+  return "'" + shortened(value) + "'" +
+         (value.size() > 200 ? " (" + std::to_string(value.size()) + " bytes)" : "");
 }
 
 // max_split_size_mb's value: LibTorch 2.11 takes std::stoull of it, at least kLargeBuffer / 1 MiB
@@ -57,13 +64,14 @@ AllocatorOptions parse_alloc_conf(const std::string& text, const std::string& va
     };
     if (key == "max_split_size_mb") {
       const auto bytes = max_split_size_bytes(value);
-      if (!bytes) refuse("a whole number of MiB, 20 or more");
+      if (!bytes)
+        refuse("a whole number of MiB from 20 to 18446744073709551615 (LibTorch's stoull)");
       options.max_split_size = *bytes;
     } else if (key == "expandable_segments") {
       if (value != "True" && value != "False") refuse("True or False");
       options.expandable_segments = value == "True";
     } else {
-      throw UserError(variable + ": " + (key.size() > 200 ? key.substr(0, 200) + "..." : key) +
+      throw UserError(variable + ": " + shortened(key) +
                       ": not modelled (the card prediction follows max_split_size_mb and "
                       "expandable_segments only)");
     }

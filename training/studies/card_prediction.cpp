@@ -290,6 +290,7 @@ CardPredictor::CardPredictor(Config config, Card card, AllocatorOptions options,
       beside_(beside_tensors(card_)),
       allocator_(options) {
   allocator_.limit = std::max<int64_t>(1, card_.memory_bytes - beside_.outside_allocator);
+  allocator_.device_memory = card_.memory_bytes;
   if (config_.sweep.data_parallel) {
     auto model = build_model(config_, torch::kCPU);
     for (const auto& bucket : reducer_buckets(*model, config_)) {

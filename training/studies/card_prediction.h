@@ -32,11 +32,12 @@ inline constexpr int kTraceSteps = 3;
 
 // One setting's step on the CPU at `batch`, `steps` times, with marks "held" (the allocations made
 // before: weights, buffers, the batch; with sweep.data_parallel, c10d's Reducer's gradient buckets
-// of distributed.bucket_mb, as a data-parallel trial holds them) and "stepN forward|backward|optimizer|end". With
-// cell.accumulate_steps N > 1 each step is N micro-batches, marked "stepN microM ...": the first
-// micro-batch's gradients are held through the others (CardPredictor records N = 2, which every
-// later micro-batch repeats). One CPU thread, so that the stream is the same at every batch.
-// Checkpointing auto is refused (UserError): its blocks depend on the budget.
+// of distributed.bucket_mb, as a data-parallel trial holds them) and "stepN
+// forward|backward|optimizer|end". With cell.accumulate_steps N > 1 each step is N micro-batches,
+// marked "stepN microM ...": the first micro-batch's gradients are held through the others
+// (CardPredictor records N = 2, which every later micro-batch repeats). One CPU thread, so that the
+// stream is the same at every batch. Checkpointing auto is refused (UserError): its blocks depend
+// on the budget.
 AllocationStream record_step_stream(const Config& config, const SweepCell& cell, int64_t batch,
                                     int steps = kTraceSteps);
 

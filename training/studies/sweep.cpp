@@ -130,9 +130,14 @@ class Sweep {
       return false;
     }
     write_tables(/*complete=*/!budget_spent_ && !search_failed_);
+    test_stop_point("sweep plots");
     plot_sweep(dir_);
     for (const auto& summary : summaries()) log_summary(summary);
     spdlog::info("sweep written to {}", dir_.string());
+    if (stop_requested()) {  // after the last trial: its caller exits as a stop
+      spdlog::warn("sweep stopped by signal after its last trial; its tables are complete in {}",
+                   dir_.string());
+    }
     return true;
   }
 
@@ -368,7 +373,7 @@ int sweep(const SweepRequest& request, const Config& config) {
     return kExitStopped;
   }
   mark_finished(dir, OutputKind::Sweep);
-  return kExitOk;
+  return stop_requested() ? kExitStopped : kExitOk;  // a stop while the plots were drawn
 }
 
 }  // namespace

@@ -272,6 +272,25 @@ TEST(CachingAllocatorModel, KeepsItsBooksOnRandomStreams) {
   }
 }
 
+// An expandable segment spans 1.125 x the card's memory (LibTorch's cuMemAddressReserve of
+// totalGlobalMem + totalGlobalMem / 8): requests beyond it fail without a limit too, and a hole
+// freed inside it is mapped again.
+TEST(CachingAllocatorModel, AnExpandableSegmentSpansAnEighthMoreThanTheCard) {
+  AllocatorOptions options;
+  options.expandable_segments = true;
+  options.device_memory = 100 * kMiB;  // a span of 112.5 MiB, whole 2 MiB pages: 114 MiB
+  CachingAllocatorModel allocator(options);
+  ASSERT_TRUE(allocator.allocate(1, 40 * kMiB));
+  ASSERT_TRUE(allocator.allocate(2, 40 * kMiB));
+  EXPECT_FALSE(allocator.allocate(3, 40 * kMiB));
+  EXPECT_TRUE(allocator.allocate(4, 30 * kMiB));
+  allocator.free(1);
+  EXPECT_TRUE(allocator.allocate(5, 40 * kMiB));
+  options.device_memory = 0;  // no card: room for any card's
+  CachingAllocatorModel unbounded(options);
+  for (int64_t id = 1; id <= 3; ++id) EXPECT_TRUE(unbounded.allocate(id, 40 * kMiB));
+}
+
 TEST(CachingAllocatorModel, ReadsPytorchCudaAllocConf) {
   EXPECT_EQ(parse_alloc_conf(""), AllocatorOptions{});
   const auto read = parse_alloc_conf("max_split_size_mb:128, expandable_segments:True");
@@ -287,13 +306,24 @@ TEST(CachingAllocatorModel, ReadsPytorchCudaAllocConf) {
   EXPECT_EQ(parse_alloc_conf("max_split_size_mb:99999999999999").max_split_size,
             std::numeric_limits<int64_t>::max());  // no block is that large: no limit
   EXPECT_TRUE(parse_alloc_conf("expand able_segments : True").expandable_segments);
+  std::string umlauts = "max_split_size_mb:x";  // a long value is cut before a character
+  for (int i = 0; i < 300; ++i) umlauts += "\xc3\xbc";
+  try {
+    parse_alloc_conf(umlauts);
+    ADD_FAILURE() << "accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(umlauts.substr(18, 199) + "...' (601 bytes)"),
+              std::string::npos)
+        << e.what();
+  }
   for (const char* bad : {"max_split_size_mb:19", "max_split_size_mb:99999999999999999999999",
                           "max_split_size_mb:-5", "max_split_size_mb:x"}) {
     try {
       parse_alloc_conf(bad);
       ADD_FAILURE() << bad << " was accepted";
     } catch (const UserError& e) {
-      EXPECT_NE(std::string(e.what()).find("expected a whole number of MiB, 20 or more"),
+      EXPECT_NE(std::string(e.what()).find("expected a whole number of MiB from 20 to "
+                                           "18446744073709551615"),
                 std::string::npos)
           << e.what();
     }

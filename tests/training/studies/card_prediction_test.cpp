@@ -99,6 +99,7 @@ TEST(CardPrediction, TheLargestBatchIsTheEdgeOnTheLargestCard) {
     AllocatorOptions options;
     options.expandable_segments = expandable;
     options.limit = card;
+    options.device_memory = card;
     const int64_t largest = largest_fitting_batch(linear, 0, options, {});
     EXPECT_GT(largest, int64_t{1} << 40) << expandable;
     auto fits = [&](int64_t batch) { return replay_stream(linear.at(batch), options, {}).fits; };

@@ -12,6 +12,7 @@
 #include "test_support.h"
 #include "training/platform/errors.h"
 #include "training/platform/process.h"
+#include "training/platform/stop_signal.h"
 #include "training/studies/plan.h"
 #include "training/studies/sweep_report.h"
 #include "training/studies/trial.h"
@@ -335,6 +336,28 @@ sweep: {batch_sizes: [8], checkpointing: [false, true], warmup_steps: 1, measure
         << e.what();
   }
   EXPECT_FALSE(fs::exists(dir / "refused"));
+}
+
+// A stop while the plots are drawn, after the last trial, was swallowed: the plot was killed and
+// the sweep exited 0 as if nothing had happened. Now it exits 130 with its tables complete, and
+// says how to draw the plots.
+TEST(Sweep, AStopWhileThePlotsAreDrawnExitsAsAStop) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: cifar}
+training: {device: cpu}
+sweep: {batch_sizes: [2], precisions: [fp32], warmup_steps: 0, measure_steps: 1}
+)");
+  ::setenv("TRAIN_TEST_STOP_AT", "sweep plots", 1);
+  const int code =
+      training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY, ""});
+  ::unsetenv("TRAIN_TEST_STOP_AT");
+  training::clear_stop_request();
+  EXPECT_EQ(code, training::kExitStopped);
+  const auto sweep = read_json(dir / "out/sweep.json");
+  EXPECT_TRUE(sweep.at("complete").get<bool>());
+  EXPECT_EQ(sweep.at("trials").at(0).at("status"), "ok");
+  EXPECT_FALSE(fs::exists(dir / "out/plot.log"));  // not started once the stop had come
 }
 
 TEST(Sweep, ACrashingTrialIsRecordedAndTheSweepGoesOn) {
