@@ -196,9 +196,10 @@ CachingAllocatorModel::Block* CachingAllocatorModel::grow_expandable(Pool& pool,
   if (pool.base < 0) {
     auto owned = std::make_unique<Block>();
     owned->address = pool.base = next_address_;
-    const int64_t memory = options_.device_memory;
-    owned->size = memory > 0 ? kRoundLarge * ((memory + memory / 8 + kRoundLarge - 1) / kRoundLarge)
-                             : kAddressSpan;
+    // ExpandableSegment: max_handles_ = numSegments(totalGlobalMem + totalGlobalMem / 8), in the
+    // pool's pages (segment_size_).
+    const int64_t memory = options_.device_memory, page = pool.page();
+    owned->size = memory > 0 ? page * ((memory + memory / 8 + page - 1) / page) : kAddressSpan;
     owned->mapped = false;
     next_address_ += owned->size + kRoundLarge;
     pool.unmapped.insert(owned.get());

@@ -272,23 +272,23 @@ TEST(CachingAllocatorModel, KeepsItsBooksOnRandomStreams) {
   }
 }
 
-// An expandable segment spans 1.125 x the card's memory (LibTorch's cuMemAddressReserve of
-// totalGlobalMem + totalGlobalMem / 8): requests beyond it fail without a limit too, and a hole
-// freed inside it is mapped again.
+// An expandable segment spans 1.125 x the card's memory in whole pages of its pool (LibTorch's
+// cuMemAddressReserve of numSegments(totalGlobalMem + totalGlobalMem / 8) pages): requests beyond
+// it fail without a limit too, and a hole freed inside it is mapped again.
 TEST(CachingAllocatorModel, AnExpandableSegmentSpansAnEighthMoreThanTheCard) {
   AllocatorOptions options;
   options.expandable_segments = true;
-  options.device_memory = 100 * kMiB;  // a span of 112.5 MiB, whole 2 MiB pages: 114 MiB
+  options.device_memory = 100 * kMiB;  // 112.5 MiB: 6 of the large pool's 20 MiB pages, 120 MiB
   CachingAllocatorModel allocator(options);
   ASSERT_TRUE(allocator.allocate(1, 40 * kMiB));
   ASSERT_TRUE(allocator.allocate(2, 40 * kMiB));
-  EXPECT_FALSE(allocator.allocate(3, 40 * kMiB));
-  EXPECT_TRUE(allocator.allocate(4, 30 * kMiB));
+  ASSERT_TRUE(allocator.allocate(3, 40 * kMiB));
+  EXPECT_FALSE(allocator.allocate(4, 20 * kMiB));
   allocator.free(1);
   EXPECT_TRUE(allocator.allocate(5, 40 * kMiB));
   options.device_memory = 0;  // no card: room for any card's
   CachingAllocatorModel unbounded(options);
-  for (int64_t id = 1; id <= 3; ++id) EXPECT_TRUE(unbounded.allocate(id, 40 * kMiB));
+  for (int64_t id = 1; id <= 4; ++id) EXPECT_TRUE(unbounded.allocate(id, 40 * kMiB));
 }
 
 TEST(CachingAllocatorModel, ReadsPytorchCudaAllocConf) {
