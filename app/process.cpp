@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -180,13 +179,12 @@ extern "C" void train_preinit(int, char**, char** environment) {
     if (alloc_conf_is_well_formed(value)) return;
     auto put = [](const char* text, size_t length) { return ::write(STDERR_FILENO, text, length); };
     auto say = [&](const char* text) { return put(text, std::strlen(text)); };
-    size_t shown = std::min<size_t>(std::strlen(value), 200);  // a long value cut short, before
-    while (shown > 0 && (static_cast<unsigned char>(value[shown]) & 0xC0) == 0x80)
-      --shown;  // UTF-8
+    const size_t length = std::strlen(value);
+    const size_t shown = training::utf8_prefix(value, length, 200);  // a long value cut short
     (void)(say("[error] ") < 0 || say(name) < 0 ||
            say(": expected key:value items separated by single commas (e.g. "
                "expandable_segments:True,max_split_size_mb:128), got '") < 0 ||
-           put(value, shown) < 0 || say(std::strlen(value) > shown ? "...'" : "'") < 0 ||
+           put(value, shown) < 0 || say(length > shown ? "...'" : "'") < 0 ||
            say(" (LibTorch reads it while loading and aborts on malformed values)\n") < 0);
     std::_Exit(training::kExitBadInput);
   }

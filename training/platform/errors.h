@@ -31,6 +31,16 @@ inline std::string error_line(const std::exception& error) {
   return first_line(c10_error ? c10_error->what_without_backtrace() : error.what());
 }
 
+// How many of the `length` bytes of `text` fit in `most` without cutting a UTF-8 character: all
+// of them, or the bytes before the character that would not fit whole. Allocates nothing (the
+// pre-init check of app/process.cpp uses it).
+inline size_t utf8_prefix(const char* text, size_t length, size_t most) {
+  if (length <= most) return length;
+  size_t end = most;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return end;
+}
+
 // `text` as one word of a shell command in advice ("train --resume 'my run'"): as it is when it
 // holds only characters no shell reads specially, else in single quotes.
 inline std::string shell_word(const std::string& text) {

@@ -16,10 +16,8 @@ namespace {
 
 // At most 200 bytes of `text`, cut before a UTF-8 character that would not fit whole, and "...".
 std::string shortened(const std::string& text) {
-  if (text.size() <= 200) return text;
-  size_t end = 200;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-  return text.substr(0, end) + "...";
+  const size_t kept = utf8_prefix(text.data(), text.size(), 200);
+  return kept == text.size() ? text : text.substr(0, kept) + "...";
 }
 
 // A value as the card's process reads it: blanks dropped, at most 200 bytes echoed.
