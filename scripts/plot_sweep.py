@@ -52,6 +52,10 @@ def main(argv):
         print(f"plot_sweep: {folder / 'sweep.json'}: no trial finished (the sweep stopped before its "
               "first), nothing to plot", file=sys.stderr)
         return 2
+    if not any(t.get("status") == "ok" for t in sweep["trials"]):
+        print(f"plot_sweep: {folder / 'sweep.json'}: no trial measured a step (every one ran out of "
+              "memory, failed or timed out: sweep.md says which), nothing to plot", file=sys.stderr)
+        return 2
     limit_mib = sweep["memory_limit_bytes"] / MIB
     title = f'{sweep["arch"]} ({sweep["stem"]} stem) on {sweep["device"]}'
 

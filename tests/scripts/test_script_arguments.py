@@ -1,4 +1,5 @@
 """The helper scripts refuse bad input with one clear line and exit code 2."""
+import json
 import os
 import subprocess
 import sys
@@ -23,6 +24,23 @@ class ScriptArgumentsTest(unittest.TestCase):
                 proc = run(script, tmp)
                 self.assertEqual(proc.returncode, 2, script)
                 self.assertIn(name, proc.stderr)
+
+    def test_a_sweep_that_measured_no_step_draws_nothing_and_says_so(self):
+        # Every trial timed out (or ran out of memory): a log axis without data raised Python's
+        # "ValueError: Data cannot be log-scaled".
+        setting = {"precision": "fp32", "checkpointing": False, "memory_format": "contiguous"}
+        for status in ("error", "oom"):
+            with tempfile.TemporaryDirectory() as tmp:
+                (Path(tmp) / "sweep.json").write_text(json.dumps({
+                    "trials": [{**setting, "batch_size": 8, "status": status, "peak_reserved_bytes": 0,
+                                "images_per_second": 0.0}],
+                    "cells": [setting], "memory_limit_bytes": 1 << 30, "limit_is_emulated": True,
+                    "arch": "resnet18", "stem": "cifar", "device": "cpu"}))
+                proc = run("plot_sweep.py", tmp)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertEqual(proc.stderr.count("\n"), 1, proc.stderr)
+                self.assertIn("no trial measured a step", proc.stderr)
+                self.assertFalse((Path(tmp) / "peak_memory.png").exists())
 
     def test_python_baseline_needs_binary_batches(self):
         with tempfile.TemporaryDirectory() as tmp:

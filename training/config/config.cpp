@@ -89,9 +89,9 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.text("device", c.training.device);
     v.integer("epochs", c.training.epochs, 1, 100000);
     v.integer("max_steps", c.training.max_steps, 0, kMaxInt);
-    v.integer("batch_size", c.training.batch_size, 1, 1 << 20);
+    v.integer("batch_size", c.training.batch_size, 1, kMaxBatchSize);
     v.integer("accumulate_steps", c.training.accumulate_steps, 1, kMaxAccumulateSteps);
-    v.integer("eval_batch_size", c.training.eval_batch_size, 1, 1 << 20);
+    v.integer("eval_batch_size", c.training.eval_batch_size, 1, kMaxBatchSize);
     v.integer("seed", c.training.seed, 0, kMaxInt);
     v.real("label_smoothing", c.training.label_smoothing, 0.0, 0.99);
     v.integer("log_every_steps", c.training.log_every_steps, 1, 1000000);
@@ -172,7 +172,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.text("name", c.output.name);
   });
   v.section("sweep", [&] {
-    v.integers("batch_sizes", c.sweep.batch_sizes, 1, 1 << 20, /*non_empty=*/true);
+    v.integers("batch_sizes", c.sweep.batch_sizes, 1, kMaxBatchSize, /*non_empty=*/true);
     v.choices("precisions", c.sweep.precisions, kPrecisions);
     v.booleans_or_auto("checkpointing", c.sweep.checkpointing, CheckpointMode::Off,
                        CheckpointMode::On, CheckpointMode::Auto);
@@ -182,7 +182,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.integer("warmup_steps", c.sweep.warmup_steps, 0, 1000);
     v.integer("measure_steps", c.sweep.measure_steps, 1, 10000);
     v.boolean("find_max", c.sweep.find_max);
-    v.integer("max_batch", c.sweep.max_batch, 1, 1 << 20);
+    v.integer("max_batch", c.sweep.max_batch, 1, kMaxBatchSize);
     v.byte_sizes("predict_for", c.sweep.predict_for);
     v.integer("trial_timeout", c.sweep.trial_timeout, 1, 7 * 86400);
     v.integer("time_budget", c.sweep.time_budget, 0, kMaxTimeBudget);

@@ -52,6 +52,8 @@ enum class CudaGraphMode { Off, On, Auto };
 
 // The largest training.accumulate_steps (and sweep.accumulate_steps item) the config takes.
 inline constexpr int64_t kMaxAccumulateSteps = int64_t{1} << 16;
+// The largest batch a config takes (training.batch_size, eval_batch_size, sweep batches).
+inline constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
 
 struct TrainingConfig {
   std::string device = "auto";  // auto | cpu | cuda | cuda:<index>

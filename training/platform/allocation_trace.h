@@ -3,12 +3,21 @@
 // it (memory.h, set_trace); the card prediction replays it through a model of the CUDA caching
 // allocator (studies/card_prediction.h). Allocations live when the window opens come first, in the
 // order they were made.
+//
+// The stream holds the tensors a device would hold, never an operation's own working memory: an
+// allocation made and freed inside one operation (an ATen operator that runs no autograd node
+// inside it) is left out. On the CPU that is the kernel's scratch (oneDNN's, taken through
+// raw_allocate, differs between its AVX2, AVX-512 and AMX kernels) and its temporaries; a card's
+// operations keep their own (cuDNN's workspaces), which the stream cannot tell. What crosses an
+// operation's boundary (its outputs, what autograd saves, what the optimizer keeps) stays.
+// OperationWatch tells the trace where operations begin and end.
 #pragma once
 
 #include <cstdint>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace training {
@@ -29,22 +38,52 @@ struct AllocationStream {
   std::vector<TraceMark> marks;
 };
 
+enum class Operation {
+  Operator,      // an ATen operator
+  AutogradNode,  // an autograd node's evaluation: the operators around it drive autograd
+};
+
 class AllocationTrace {
  public:
   void allocated(const void* address, int64_t bytes);  // thread-safe, as the two below
   void freed(const void* address);                     // an address it never saw is ignored
   void mark(const std::string& label);
-  // The stream so far, each run of frees (with no allocation or mark between them) sorted by
-  // allocation number. Autograd frees a graph's saved tensors in an order that follows their
-  // addresses, which differ between recordings; the order inside a run changes no peak, and no
-  // caching allocator's state: a freed block merges with its free neighbours in any order.
+  // Operations nest, on one thread (OperationWatch's): each end closes the innermost one begun.
+  void operation_begins(Operation kind);
+  void operation_ends();
+  // The stream so far, without the operations' own allocations (above), numbered in order from 0,
+  // each run of frees (with no allocation or mark between them) sorted by allocation number.
+  // Autograd frees a graph's saved tensors in an order that follows their addresses, which differ
+  // between recordings; the order inside a run changes no peak, and no caching allocator's state:
+  // a freed block merges with its free neighbours in any order.
   AllocationStream stream() const;
 
  private:
+  struct Frame {
+    Operation kind = Operation::Operator;
+    int64_t first_id = 0;  // the first allocation made inside it
+    bool drives_autograd = false;
+  };
   mutable std::mutex mutex_;
   std::unordered_map<const void*, int64_t> live_;  // address -> allocation number
   int64_t next_id_ = 0;
+  std::vector<Frame> operations_;        // open, outermost first
+  std::unordered_set<int64_t> scratch_;  // allocations made and freed inside one operation
   AllocationStream stream_;
+};
+
+// While it lives, the ATen operators and autograd nodes this thread runs begin and end operations
+// on `trace` (RecordFunction callbacks; the CPU's autograd runs backward on the calling thread).
+// One at a time: a second throws std::logic_error.
+class OperationWatch {
+ public:
+  explicit OperationWatch(AllocationTrace& trace);
+  ~OperationWatch();
+  OperationWatch(const OperationWatch&) = delete;
+  OperationWatch& operator=(const OperationWatch&) = delete;
+
+ private:
+  uint64_t handle_ = 0;
 };
 
 }  // namespace training

@@ -5,6 +5,9 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <regex>
 
 #include "build_config.h"
@@ -247,8 +250,24 @@ bool has_native_bf16(const std::unordered_map<std::string, c10::IValue>& capabil
   return false;
 }
 
+bool onednn_isa_has_bf16(const char* max_isa) {
+  if (max_isa == nullptr || *max_isa == '\0') return true;
+  std::string isa(max_isa);
+  std::transform(isa.begin(), isa.end(), isa.begin(),
+                 [](unsigned char c) { return std::toupper(c); });
+  for (const char* below :
+       {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}) {
+    if (isa == below) return false;
+  }
+  return true;
+}
+
 bool cpu_has_native_bf16() {
-  static const bool native = has_native_bf16(at::cpu::get_cpu_capabilities());
+  static const bool native = [] {
+    const char* max_isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+    if (max_isa == nullptr) max_isa = std::getenv("DNNL_MAX_CPU_ISA");
+    return has_native_bf16(at::cpu::get_cpu_capabilities()) && onednn_isa_has_bf16(max_isa);
+  }();
   return native;
 }
 

@@ -152,11 +152,14 @@ int64_t total_memory(const torch::Device& device);
 bool is_out_of_memory(const std::exception& error);
 bool is_out_of_memory_message(const std::string& message);
 
-// True when this CPU computes bf16 natively (AVX-512 BF16 or AMX-BF16). Elsewhere (AVX2-only
-// CPUs) a bf16 matmul is emulated, hundreds of times slower than fp32. The second form decides
-// from a capability table like at::cpu::get_cpu_capabilities()'s.
+// True when this CPU computes bf16 natively (AVX-512 BF16 or AMX-BF16) and oneDNN may use those
+// instructions (ONEDNN_MAX_CPU_ISA, or DNNL_MAX_CPU_ISA, unset or AVX512_CORE_BF16 and above).
+// Elsewhere (AVX2-only CPUs, or oneDNN capped below) a bf16 matmul is emulated, hundreds of times
+// slower than fp32. has_native_bf16 decides from a capability table like
+// at::cpu::get_cpu_capabilities()'s, onednn_isa_has_bf16 from the variable's value.
 bool cpu_has_native_bf16();
 bool has_native_bf16(const std::unordered_map<std::string, c10::IValue>& capabilities);
+bool onednn_isa_has_bf16(const char* max_isa);
 
 // True when `device` computes bf16 natively: a CPU with native bf16, a GPU of compute capability
 // 8.0 or newer. The default study grids (`train memory`, `train plan`) include bf16 only then.

@@ -24,8 +24,8 @@ struct MemoryStats {
 
 // Wraps LibTorch's default CPU allocator. Install it once at start-up, before tensors are
 // made; tensors made earlier are not counted (and are freed correctly all the same).
-// Library-internal scratch memory that does not come from tensors (oneDNN workspaces) is not
-// counted, as cuDNN workspaces outside the caching allocator are not counted on CUDA.
+// oneDNN's scratch comes through raw_allocate and is counted: it is this CPU's peak (other CPUs'
+// kernels keep other scratch). A card's prediction leaves it out (allocation_trace.h).
 class TrackingCpuAllocator final : public c10::Allocator {
  public:
   // The process-wide instance, installed as LibTorch's CPU allocator on first call.

@@ -2,8 +2,10 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -30,7 +32,7 @@ class CpuProbe : public Probe {
     const double now = monotonic();
     const double cpu = process_cpu_seconds();
     if (last_wall_ > 0 && now > last_wall_) {
-      const double cores = static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN));
+      const double cores = static_cast<double>(usable_cpus());
       sample.utilization = std::min(1.0, (cpu - last_cpu_) / (now - last_wall_) / cores);
     }
     last_wall_ = now;
@@ -176,6 +178,13 @@ class NvmlProbe : public Probe {
 };
 
 }  // namespace
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+}
 
 std::unique_ptr<Probe> make_cpu_probe() {
   return std::make_unique<CpuProbe>();

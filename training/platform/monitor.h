@@ -17,7 +17,7 @@
 namespace training {
 
 struct Sample {
-  std::optional<double> utilization;    // 0..1: GPU busy fraction, or process CPU / all cores
+  std::optional<double> utilization;    // 0..1: GPU busy fraction, or process CPU / usable_cpus()
   std::optional<int64_t> memory_used;   // bytes: NVML's used memory, or the process's RSS
   std::optional<int64_t> memory_total;  // bytes: the card's, or the machine's
   std::optional<double> power_watts;
@@ -32,8 +32,12 @@ class Probe {
   virtual Sample read() = 0;
 };
 
-// The process's CPU utilisation (CPU time / wall time / cores, since the previous read) and RSS.
+// The process's CPU utilisation (CPU time / wall time / usable_cpus(), since the previous read)
+// and RSS.
 std::unique_ptr<Probe> make_cpu_probe();
+// The CPUs this process may run on: its affinity mask (not every CPU online: a process limited
+// to some of them is busy when it keeps those busy).
+int usable_cpus();
 
 // NVML for the GPU at PCI bus id `pci_bus_id` (device.h's pci_bus_id(): NVML numbers GPUs
 // physically and ignores CUDA_VISIBLE_DEVICES, so an index would name the wrong GPU), labelled

@@ -31,6 +31,10 @@ std::string ProcessOutcome::describe() const {
   return "exit code " + std::to_string(exit_code);
 }
 
+bool ProcessOutcome::ended_by_stop() const {
+  return exit_code == kExitStopped || (!timed_out && (signal == SIGINT || signal == SIGTERM));
+}
+
 namespace {
 
 // fork + exec, where the child asks the kernel to kill it when this process dies (kill -9

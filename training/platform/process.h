@@ -16,6 +16,9 @@ struct ProcessOutcome {
   double seconds = 0;
   // "exit code 3", "killed by signal 11 (Segmentation fault)", "timed out after 5 s".
   std::string describe() const;
+  // A stop reached the child itself, passed on or not (from a terminal, to the process group): it
+  // exited as a stop (130), or SIGINT or SIGTERM ended it before its handlers were in place.
+  bool ended_by_stop() const;
 };
 
 // Runs argv[0] (a path) with stdout and stderr appended to `log_file`; kills it after

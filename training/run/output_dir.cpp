@@ -4,6 +4,7 @@
 
 #include <array>
 #include <fstream>
+#include <vector>
 
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
@@ -45,6 +46,33 @@ bool is_file(const fs::path& path) {
 bool is_bookkeeping(const std::string& name) {
   return name == ".lock" || name == kMarker ||
          (name.size() > 1 && name[0] == '.' && name.find(".tmp") != std::string::npos);
+}
+
+// `path` and, for a folder, what it holds (links are removed, not followed); throws UserError
+// naming what cannot be removed. (The pip LibTorch's std::filesystem::remove_all is not safe to
+// call: tests/test_support.h.)
+void remove_tree(const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_directory(fs::symlink_status(path, ec))) {
+    std::vector<fs::path> held;
+    for (const auto& entry : fs::directory_iterator(path, ec)) held.push_back(entry.path());
+    for (const auto& inner : held) remove_tree(inner);
+  }
+  if (!fs::remove(path, ec) && ec) {
+    throw UserError(path.string() + ": cannot remove the stopped attempt's file (" + ec.message() +
+                    ")");
+  }
+}
+
+// Everything in `dir` but its lock and marker.
+void remove_earlier_attempt(const fs::path& dir) {
+  std::error_code ec;
+  std::vector<fs::path> earlier;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name != ".lock" && name != kMarker) earlier.push_back(entry.path());
+  }
+  for (const auto& path : earlier) remove_tree(path);
 }
 
 }  // namespace
@@ -115,9 +143,16 @@ std::unique_ptr<DirectoryLock> claim_output_dir(const fs::path& dir, OutputKind 
     throw UserError(dir.string() + ": holds files that are not " + kind_text(kind) + " (" + names +
                     "); choose a new or empty " + flag);
   }
+  if (fs::is_symlink(fs::symlink_status(dir, ec)) && !fs::exists(dir, ec)) {
+    throw UserError(dir.string() + ": is a symbolic link to " + fs::read_symlink(dir, ec).string() +
+                    ", which does not exist; create it or " + "choose another " + flag);
+  }
   fs::create_directories(dir, ec);
   if (ec) throw UserError(dir.string() + ": cannot create the folder (" + ec.message() + ")");
   if (!lock) lock = std::make_unique<DirectoryLock>(dir);
+  // A sweep, study or comparison started again starts afresh: nothing of the attempt that
+  // stopped (its trials, tables, temporaries) is read back or left beside this one's files.
+  if (held.kind && kind != OutputKind::Run) remove_earlier_attempt(dir);
   write_file_atomically(dir / kMarker, std::string(info(kind).word) + "\n");
   return lock;
 }

@@ -109,6 +109,7 @@ AllocationStream record_step_stream(const Config& base, const SweepCell& cell, i
   const std::vector<torch::Tensor> buckets = reducer_buckets(*parts.model, config);
   parts.model->train();
   PhaseMarks marks(trace);
+  const OperationWatch operations(trace);  // a CPU kernel's scratch is not the card's
   scope.start();
   const int64_t micro_batches = cell.accumulate_steps;
   const StepOptions options = step_options(config).accumulate_steps(micro_batches).observer(&marks);

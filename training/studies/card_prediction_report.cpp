@@ -126,7 +126,11 @@ std::string prediction_markdown(const std::vector<std::pair<std::string, CardPre
       "(one per convolution, taken from the allocator and freed after it; an engine whose "
       "workspace cannot be had is skipped for the next, so they do not decide whether a setting "
       "fits, but they raise the allocated peak where memory is free: docs/memory-studies.md), "
-      "allocations on other streams. Each allocation's size is taken as linear in the batch from "
+      "allocations on other streams, and what an operation allocates and frees inside itself (the "
+      "stream holds the tensors that cross operations, the same from any CPU; with checkpointing "
+      "the card's own temporaries inside a recomputed block's backward put the H200's measured "
+      "peak above the prediction: docs/memory-studies.md). Each allocation's size is taken as "
+      "linear in the batch from "
       "batches {} and "
       "{}, checked on batch {}.\n",
       first.prefetched_batches, first.beside.workspaces,

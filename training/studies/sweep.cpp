@@ -123,15 +123,20 @@ class Sweep {
                    config_.sweep.time_budget, trials_.size());
       budget_spent_ = true;
     } catch (const SweepStopped&) {
-      write_tables(/*complete=*/false);
-      plot_sweep(dir_);
+      write_tables(/*complete=*/false,
+                   fmt::format("stopped by a signal after {} trial(s); the same sweep run again "
+                               "on this folder starts it afresh",
+                               trials_.size()));
+      plot_sweep(dir_, /*complete=*/false);
       spdlog::warn("sweep stopped by signal after {} trial(s); what was measured is in {}",
                    trials_.size(), dir_.string());
       return false;
     }
-    write_tables(/*complete=*/!budget_spent_ && !search_failed_);
+    const bool complete = !budget_spent_ && !search_failed_;
+    write_tables(complete, budget_spent_ ? "sweep.time_budget was spent before its last trial"
+                                         : "a find-max search ended on a trial that failed twice");
     test_stop_point("sweep plots");
-    plot_sweep(dir_);
+    plot_sweep(dir_, complete);
     for (const auto& summary : summaries()) log_summary(summary);
     spdlog::info("sweep written to {}", dir_.string());
     if (stop_requested()) {  // after the last trial: its caller exits as a stop
@@ -165,12 +170,18 @@ class Sweep {
     const fs::path yaml = stem.string() + ".yaml", result = stem.string() + ".json",
                    log = stem.string() + ".log";
     write_file_atomically(yaml, to_yaml(trial_config));
+    // What is read back is what this trial writes: no earlier attempt's result or log.
+    std::error_code ec;
+    fs::remove(result, ec);
+    fs::remove(log, ec);
 
     if (stop_requested()) throw SweepStopped{};
     const auto outcome = run_process({executable_.string(), "sweep-trial", "--config",
                                       yaml.string(), "--result", result.string()},
                                      log, config_.sweep.trial_timeout);
-    if (outcome.stopped) throw SweepStopped{};  // an interrupted trial measured nothing
+    // A stopped trial measured nothing, however the stop reached it (from a terminal to the whole
+    // process group, the trial may end before this process has seen its own signal).
+    if (outcome.stopped || stop_requested() || outcome.ended_by_stop()) throw SweepStopped{};
     trial.wall_seconds = outcome.seconds;
     trial.result = read_result(result, outcome, log);
     if (predictor_ && cell.checkpointing == CheckpointMode::Auto) {
@@ -194,7 +205,8 @@ class Sweep {
                           r.images_per_second)
             : ": " + r.message);
     trials_.push_back(trial);
-    write_tables(/*complete=*/false);  // what is measured is kept, even if the sweep dies
+    write_tables(/*complete=*/false,
+                 "the sweep is running, or died");  // what is measured is kept if the sweep dies
     return trials_.back().result;
   }
 
@@ -268,7 +280,7 @@ class Sweep {
     return summarize(cells_, trials_, memory_sizes(), config_.sweep.find_max);
   }
 
-  void write_tables(bool complete) const {
+  void write_tables(bool complete, const std::string& why_incomplete) const {
     const SweepFacts facts{arch_name(config_.model),
                            stem_name(config_.model),
                            device_.str(),
@@ -280,7 +292,7 @@ class Sweep {
                            memory_sizes(),
                            config_.training.eval_batch_size,
                            config_.sweep.data_parallel ? config_.distributed.bucket_mb : 0};
-    write_sweep_tables(dir_, facts, summaries(), trials_, complete);
+    write_sweep_tables(dir_, facts, summaries(), trials_, complete, why_incomplete);
   }
 
   void log_summary(const CellSummary& summary) const {

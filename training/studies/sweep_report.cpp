@@ -206,10 +206,16 @@ void predictions_table(std::ostringstream& md, const SweepFacts& facts,
 }
 
 std::string markdown(const SweepFacts& facts, const std::vector<CellSummary>& cells,
-                     const std::vector<SweepTrial>& trials) {
+                     const std::vector<SweepTrial>& trials, bool complete,
+                     const std::string& why_incomplete) {
   std::ostringstream md;
-  md << "# Batch-size sweep: " << facts.arch << " (" << facts.stem << " stem)\n\n"
-     << "Device: " << facts.device_description
+  md << "# Batch-size sweep: " << facts.arch << " (" << facts.stem << " stem)\n\n";
+  if (!complete) {
+    md << "**Not complete** (`complete: false` in sweep.json): "
+       << (why_incomplete.empty() ? "the sweep did not finish" : why_incomplete)
+       << "; the tables hold the trials measured so far.\n\n";
+  }
+  md << "Device: " << facts.device_description
      << ". Memory: " << format_bytes(facts.memory_limit_bytes)
      << (facts.limit_is_emulated ? " (emulated with memory.limit)" : " (the device's)")
      << ". Each trial ran in its own process: " << facts.warmup_steps << " warm-up + "
@@ -235,7 +241,8 @@ std::string markdown(const SweepFacts& facts, const std::vector<CellSummary>& ce
   settings_table(md, cells);
   run_flags_list(md, facts, cells);
   predictions_table(md, facts, cells);
-  md << "\nPlots: `peak_memory.png` (peak memory against batch size, the limit drawn), "
+  md << "\nPlots" << (complete ? "" : ", where drawn (after the last trial; not after a stop)")
+     << ": `peak_memory.png` (peak memory against batch size, the limit drawn), "
         "`throughput.png` (images/s against batch size).\n";
   return md.str();
 }
@@ -244,7 +251,8 @@ std::string markdown(const SweepFacts& facts, const std::vector<CellSummary>& ce
 
 void write_sweep_tables(const fs::path& dir, const SweepFacts& facts,
                         const std::vector<CellSummary>& cells,
-                        const std::vector<SweepTrial>& trials, bool complete) {
+                        const std::vector<SweepTrial>& trials, bool complete,
+                        const std::string& why_incomplete) {
   const auto rows = trial_rows(trials);
   ordered_json summary = ordered_json::array();
   for (const auto& c : cells) summary.push_back(cell_summary_json(c));
@@ -262,7 +270,7 @@ void write_sweep_tables(const fs::path& dir, const SweepFacts& facts,
                             {"trials", rows}};
   write_file_atomically(dir / "sweep.json", all.dump(2) + "\n");
   write_file_atomically(dir / "sweep.csv", rows_to_csv(rows));
-  write_file_atomically(dir / "sweep.md", markdown(facts, cells, trials));
+  write_file_atomically(dir / "sweep.md", markdown(facts, cells, trials, complete, why_incomplete));
 }
 
 namespace {
@@ -297,6 +305,10 @@ SweepCell cell_from_json(const nlohmann::json& j) {
 SweepRecord read_sweep(const fs::path& dir) {
   const fs::path file = dir / "sweep.json";
   std::error_code ec;
+  if (fs::exists(file, ec) && !fs::is_regular_file(file, ec)) {
+    throw UserError(file.string() + ": is not a file (a folder or a device where the sweep's " +
+                    "sweep.json belongs)");
+  }
   if (!fs::is_regular_file(file, ec)) {
     throw UserError(dir.string() + ": holds no sweep (no sweep.json); run `train sweep` first");
   }
@@ -309,15 +321,21 @@ SweepRecord read_sweep(const fs::path& dir) {
     record.device = json.at("device").get<std::string>();
     record.complete = json.at("complete").get<bool>();
     for (const auto& cell : json.at("cells")) record.cells.push_back(cell_from_json(cell));
-    for (const auto& row : json.at("trials")) {
-      SweepTrial trial;
-      trial.id = row.at("trial").get<int64_t>();
-      trial.cell = cell_from_json(row);
-      trial.batch = row.at("batch_size").get<int64_t>();
-      trial.source = row.at("source").get<std::string>();
-      trial.result = trial_from_json(row);
-      trial.wall_seconds = row.at("wall_seconds").get<double>();
-      record.trials.push_back(trial);
+    const auto& rows = json.at("trials");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto& row = rows[i];
+      try {  // checked as the sweep wrote it: a batch of 0 divided a plan's target batch
+        SweepTrial trial;
+        trial.id = read_at_least<int64_t>(row, "trial", 1);
+        trial.cell = cell_from_json(row);
+        trial.batch = read_at_least<int64_t>(row, "batch_size", 1, kMaxBatchSize);
+        trial.source = row.at("source").get<std::string>();
+        trial.result = trial_from_json(row);
+        trial.wall_seconds = read_at_least<double>(row, "wall_seconds", 0);
+        record.trials.push_back(trial);
+      } catch (const std::exception& e) {
+        throw std::runtime_error("trials[" + std::to_string(i) + "]." + first_line(e.what()));
+      }
     }
   } catch (const std::exception& e) {
     throw UserError(file.string() +
@@ -326,9 +344,12 @@ SweepRecord read_sweep(const fs::path& dir) {
   return record;
 }
 
-void plot_sweep(const fs::path& dir) {
+void plot_sweep(const fs::path& dir, bool complete) {
   const std::string problem = run_python_script("plot_sweep.py", {dir.string()}, dir / "plot.log");
-  if (!problem.empty()) spdlog::warn("plots skipped: {}; the tables are complete", problem);
+  if (!problem.empty()) {
+    spdlog::warn("plots skipped: {}; the tables {}", problem,
+                 complete ? "are complete" : "hold the trials measured so far (complete: false)");
+  }
 }
 
 }  // namespace training

@@ -27,10 +27,12 @@ struct SweepFacts {
 };
 
 // Writes sweep.json, sweep.csv and sweep.md (each atomically); `complete` is false while the
-// sweep runs, when it was stopped, or when sweep.time_budget ended it early.
+// sweep runs, when it was stopped, or when sweep.time_budget ended it early; sweep.md then says
+// `why_incomplete` ("stopped by a signal after 2 trials").
 void write_sweep_tables(const std::filesystem::path& dir, const SweepFacts& facts,
                         const std::vector<CellSummary>& cells,
-                        const std::vector<SweepTrial>& trials, bool complete);
+                        const std::vector<SweepTrial>& trials, bool complete,
+                        const std::string& why_incomplete = "");
 
 // A sweep read back from its sweep.json (what `train plan` plans from).
 struct SweepRecord {
@@ -42,7 +44,8 @@ struct SweepRecord {
 // UserError naming `dir` when it holds no sweep.json, or the file when it is not one.
 SweepRecord read_sweep(const std::filesystem::path& dir);
 
-// Draws peak_memory.png and throughput.png; a problem (no matplotlib) is logged, not thrown.
-void plot_sweep(const std::filesystem::path& dir);
+// Draws peak_memory.png and throughput.png; a problem (no matplotlib, a stop) is logged, not
+// thrown, saying whether the tables are `complete` or hold the trials measured so far.
+void plot_sweep(const std::filesystem::path& dir, bool complete);
 
 }  // namespace training

@@ -58,17 +58,20 @@ nlohmann::ordered_json to_json(const TrialResult& r) {
 TrialResult trial_from_json(const nlohmann::json& j) {
   TrialResult r;
   const auto status = j.at("status").get<std::string>();
+  if (status != "ok" && status != "oom" && status != "error") {
+    throw std::invalid_argument("status: '" + status + "' is not ok, oom or error");
+  }
   r.status = status == "ok"    ? TrialStatus::Ok
              : status == "oom" ? TrialStatus::OutOfMemory
                                : TrialStatus::Error;
   r.message = j.at("message").get<std::string>();
-  r.peak_allocated_bytes = j.at("peak_allocated_bytes").get<int64_t>();
-  r.peak_reserved_bytes = j.at("peak_reserved_bytes").get<int64_t>();
-  r.steady_peak_allocated_bytes = j.at("steady_peak_allocated_bytes").get<int64_t>();
-  r.steady_peak_reserved_bytes = j.at("steady_peak_reserved_bytes").get<int64_t>();
-  r.median_step_seconds = j.at("median_step_seconds").get<double>();
-  r.images_per_second = j.at("images_per_second").get<double>();
-  r.steps = j.at("steps").get<int64_t>();
+  r.peak_allocated_bytes = read_at_least<int64_t>(j, "peak_allocated_bytes", 0);
+  r.peak_reserved_bytes = read_at_least<int64_t>(j, "peak_reserved_bytes", 0);
+  r.steady_peak_allocated_bytes = read_at_least<int64_t>(j, "steady_peak_allocated_bytes", 0);
+  r.steady_peak_reserved_bytes = read_at_least<int64_t>(j, "steady_peak_reserved_bytes", 0);
+  r.median_step_seconds = read_at_least<double>(j, "median_step_seconds", 0);
+  r.images_per_second = read_at_least<double>(j, "images_per_second", 0);
+  r.steps = read_at_least<int64_t>(j, "steps", 0);
   r.replayed_steps = j.value("replayed_steps", int64_t{0});                    // older sweeps
   r.outside_allocator_bytes = j.value("outside_allocator_bytes", int64_t{0});  // older sweeps
   r.recomputed_blocks = j.value("recomputed_blocks", std::vector<std::string>{});

@@ -6,7 +6,10 @@
 
 #include <torch/types.h>
 
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +50,22 @@ struct TrialResult {
 
 nlohmann::ordered_json to_json(const TrialResult& result);
 TrialResult trial_from_json(const nlohmann::json& json);
+
+// `json[key]`, read back as its writer wrote it: a number of type T, at least `low` and at most
+// `high` (a NaN is neither). std::out_of_range naming the field otherwise.
+template <typename T>
+T read_at_least(const nlohmann::json& json, const char* key, T low,
+                T high = std::numeric_limits<T>::max()) {
+  const T value = json.at(key).get<T>();
+  if (!(value >= low && value <= high)) {
+    std::ostringstream expected;
+    expected << (high == std::numeric_limits<T>::max() ? "at least " : "within [") << low;
+    if (high != std::numeric_limits<T>::max()) expected << ", " << high << "]";
+    throw std::out_of_range(std::string(key) + ": " + json.at(key).dump() + " is not " +
+                            expected.str());
+  }
+  return value;
+}
 
 // Measures, in this process, the trial described by `config` (training.batch_size, precision,
 // memory_format, checkpointing, memory.limit, device) for warmup + measure steps. Out of memory

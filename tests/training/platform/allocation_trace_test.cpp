@@ -1,6 +1,12 @@
 #include "training/platform/allocation_trace.h"
 
 #include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <optional>
+#include <stdexcept>
+
+#include "training/platform/memory.h"
 
 namespace training {
 namespace {
@@ -45,6 +51,102 @@ TEST(AllocationTrace, SortsEachRunOfFreesAndNothingElse) {
   EXPECT_EQ(ids(stream), (std::vector<int64_t>{0, 1, 2, 3, 4, -2, -4, -1, -3, 5, -5}));
   ASSERT_EQ(stream.marks.size(), 1u);
   EXPECT_EQ(stream.marks[0].event, 7u);
+}
+
+// A kernel's own working memory (made and freed inside one operator: oneDNN's scratch, other on
+// every CPU) is no tensor a card would hold; what leaves the operator is.
+TEST(AllocationTrace, LeavesOutWhatAnOperatorAllocatesAndFreesInsideItself) {
+  AllocationTrace trace;
+  int held = 0, output = 0, scratch = 0, inner = 0;
+  trace.allocated(&held, 4);
+  trace.mark("step1 forward");
+  trace.operation_begins(Operation::Operator);
+  trace.allocated(&scratch, 100);
+  trace.operation_begins(Operation::Operator);  // e.g. aten::empty inside the kernel
+  trace.allocated(&output, 8);
+  trace.allocated(&inner, 50);
+  trace.operation_ends();
+  trace.freed(&inner);  // made by the nested operator, freed by the outer: the outer's scratch
+  trace.freed(&scratch);
+  trace.operation_ends();
+  trace.mark("step1 backward");
+  trace.freed(&output);  // outlived the operator
+  trace.freed(&held);
+  const AllocationStream stream = trace.stream();
+  EXPECT_EQ(ids(stream), (std::vector<int64_t>{0, 1, -1, -2}));
+  ASSERT_EQ(stream.events.size(), 4u);
+  EXPECT_EQ(stream.events[1].bytes, 8);
+  ASSERT_EQ(stream.marks.size(), 2u);
+  EXPECT_EQ(stream.marks[0].event, 1u);
+  EXPECT_EQ(stream.marks[1].event, 2u);
+}
+
+// What an operator frees that was made before it began is the step's (an input it consumed), and
+// the frees on either side of a dropped scratch allocation become one run, sorted as one.
+TEST(AllocationTrace, KeepsWhatAnOperatorFreesOfEarlierAllocationsAndSortsTheJoinedRun) {
+  AllocationTrace trace;
+  int a = 0, b = 0, scratch = 0;
+  trace.allocated(&a, 8);
+  trace.allocated(&b, 8);
+  trace.operation_begins(Operation::Operator);
+  trace.freed(&b);
+  trace.allocated(&scratch, 64);
+  trace.freed(&scratch);
+  trace.freed(&a);
+  trace.operation_ends();
+  trace.mark("end");
+  EXPECT_EQ(ids(trace.stream()), (std::vector<int64_t>{0, 1, -1, -2}));
+  ASSERT_EQ(trace.stream().marks.size(), 1u);
+  EXPECT_EQ(trace.stream().marks[0].event, 4u);  // a mark after the last event stays last
+}
+
+// The operator that runs backward (aten::_backward) evaluates autograd nodes inside it: what it
+// frees is the step's (gradients, saved activations, a checkpointed block's recomputation), and
+// so is what a node frees.
+TEST(AllocationTrace, KeepsWhatIsFreedInsideAnOperatorThatDrivesAutograd) {
+  AllocationTrace trace;
+  int activation = 0, gradient = 0, recomputed = 0;
+  trace.allocated(&activation, 16);
+  trace.operation_begins(Operation::Operator);  // aten::_backward
+  trace.operation_begins(Operation::AutogradNode);
+  trace.allocated(&recomputed, 32);
+  trace.operation_begins(Operation::Operator);
+  trace.allocated(&gradient, 8);
+  trace.operation_ends();
+  trace.freed(&recomputed);
+  trace.operation_ends();
+  trace.freed(&gradient);
+  trace.freed(&activation);
+  trace.operation_ends();
+  EXPECT_EQ(ids(trace.stream()), (std::vector<int64_t>{0, 1, 2, -1, -2, -3}));  // all kept
+}
+
+// Real operators, through RecordFunction and the tracking allocator: aten::layer_norm makes the
+// mean and the reciprocal deviation (aten::native_layer_norm's outputs) and frees them before it
+// returns; only its output is left.
+TEST(AllocationTrace, OperationWatchSeesRealOperators) {
+  const torch::NoGradGuard no_grad;
+  const auto x = torch::randn({8, 16});
+  auto record = [&](bool watched) {
+    AllocationTrace trace;
+    std::optional<OperationWatch> watch;
+    if (watched) watch.emplace(trace);
+    TrackingCpuAllocator::instance().set_trace(&trace);
+    const auto y = at::layer_norm(x, {16});
+    TrackingCpuAllocator::instance().set_trace(nullptr);
+    AllocationStream stream = trace.stream();
+    stream.events.erase(
+        stream.events.begin(),
+        stream.events.begin() + static_cast<std::ptrdiff_t>(stream.marks.at(0).event));
+    return stream.events;
+  };
+  const auto watched = record(true);
+  ASSERT_EQ(watched.size(), 1u);
+  EXPECT_EQ(watched[0].bytes, 8 * 16 * 4);
+  EXPECT_GT(record(false).size(), 1u);  // the mean and the deviation, made and freed
+  AllocationTrace trace;
+  const OperationWatch watch(trace);
+  EXPECT_THROW(OperationWatch{trace}, std::logic_error);  // one at a time
 }
 
 }  // namespace

@@ -50,4 +50,17 @@ TEST(Device, NativeBf16IsReadFromTheCpuCapabilities) {
   EXPECT_TRUE(training::has_native_bf16(cooper_lake));
 }
 
+// ONEDNN_MAX_CPU_ISA caps the instructions oneDNN uses: below AVX512_CORE_BF16, bf16 is emulated
+// on any CPU (the AVX2 kernels the suite's second pass runs under).
+TEST(Device, OneDnnCappedBelowBf16InstructionsHasNoNativeBf16) {
+  EXPECT_TRUE(training::onednn_isa_has_bf16(nullptr));
+  EXPECT_TRUE(training::onednn_isa_has_bf16(""));
+  for (const char* isa : {"AVX2", "avx2", "AVX512_CORE", "AVX512_CORE_VNNI", "SSE41"}) {
+    EXPECT_FALSE(training::onednn_isa_has_bf16(isa)) << isa;
+  }
+  for (const char* isa : {"AVX512_CORE_BF16", "AVX512_CORE_AMX", "ALL", "DEFAULT"}) {
+    EXPECT_TRUE(training::onednn_isa_has_bf16(isa)) << isa;
+  }
+}
+
 }  // namespace

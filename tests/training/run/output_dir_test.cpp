@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <vector>
 
 #include "test_support.h"
 #include "training/platform/errors.h"
@@ -59,6 +61,36 @@ TEST(OutputDir, OnlyItsOwnCommandWritesIntoAFolder) {
   EXPECT_EQ(refusal(dir / "mine", OutputKind::Run),
             (dir / "mine").string() +
                 ": holds files that are not a run (report.md); choose a new or empty --output-dir");
+}
+
+// A dangling symbolic link said "cannot create the folder (File exists)": it names the link's
+// target now.
+TEST(OutputDir, ADanglingLinkIsNamedWithItsTarget) {
+  test_support::TempDir dir;
+  fs::create_directory_symlink(dir / "gone", dir / "link");
+  EXPECT_EQ(refusal(dir / "link", OutputKind::Sweep),
+            (dir / "link").string() + ": is a symbolic link to " + (dir / "gone").string() +
+                ", which does not exist; create it or choose another --output-dir");
+}
+
+// A sweep, study or comparison started again in a stopped one's folder starts afresh: nothing of
+// the stopped attempt (trials, tables, temporaries) is left to be read back as this one's.
+TEST(OutputDir, AStudyStartedAgainRemovesTheStoppedAttemptsFiles) {
+  test_support::TempDir dir;
+  const auto sweep = dir / "sweep";
+  ASSERT_EQ(refusal(sweep, OutputKind::Sweep), "claimed");
+  fs::create_directories(sweep / "trials");
+  std::ofstream(sweep / "trials/001.json") << "{}";
+  std::ofstream(sweep / "trials/.003.yaml.tmp5") << "half";
+  std::ofstream(sweep / "sweep.json") << "{}";
+  std::ofstream(sweep / ".sweep.csv.tmp9") << "half";
+  ASSERT_EQ(refusal(sweep, OutputKind::Sweep), "claimed");  // unfinished: started again
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(sweep)) {
+    left.push_back(entry.path().filename().string());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{".lock", ".train-output"}));
 }
 
 }  // namespace
