@@ -305,6 +305,10 @@ SweepCell cell_from_json(const nlohmann::json& j) {
 SweepRecord read_sweep(const fs::path& dir) {
   const fs::path file = dir / "sweep.json";
   std::error_code ec;
+  if (fs::is_regular_file(dir, ec)) {
+    throw UserError(dir.string() + ": is a file; a sweep is read from its folder (the one " +
+                    "holding sweep.json)");
+  }
   if (fs::exists(file, ec) && !fs::is_regular_file(file, ec)) {
     throw UserError(file.string() + ": is not a file (a folder or a device where the sweep's " +
                     "sweep.json belongs)");
@@ -326,7 +330,8 @@ SweepRecord read_sweep(const fs::path& dir) {
       const auto& row = rows[i];
       try {  // checked as the sweep wrote it: a batch of 0 divided a plan's target batch
         SweepTrial trial;
-        trial.id = read_at_least<int64_t>(row, "trial", 1);
+        trial.id = read_at_least<int64_t>(row, "trial", static_cast<int64_t>(i) + 1,
+                                          static_cast<int64_t>(i) + 1);  // numbered in order
         trial.cell = cell_from_json(row);
         trial.batch = read_at_least<int64_t>(row, "batch_size", 1, kMaxBatchSize);
         trial.source = row.at("source").get<std::string>();

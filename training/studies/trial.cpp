@@ -24,6 +24,7 @@
 #include "training/step/graphed_step.h"
 #include "training/step/optim.h"
 #include "training/step/step.h"
+#include "training/studies/cards.h"
 
 namespace training {
 
@@ -65,10 +66,13 @@ TrialResult trial_from_json(const nlohmann::json& j) {
              : status == "oom" ? TrialStatus::OutOfMemory
                                : TrialStatus::Error;
   r.message = j.at("message").get<std::string>();
-  r.peak_allocated_bytes = read_at_least<int64_t>(j, "peak_allocated_bytes", 0);
-  r.peak_reserved_bytes = read_at_least<int64_t>(j, "peak_reserved_bytes", 0);
-  r.steady_peak_allocated_bytes = read_at_least<int64_t>(j, "steady_peak_allocated_bytes", 0);
-  r.steady_peak_reserved_bytes = read_at_least<int64_t>(j, "steady_peak_reserved_bytes", 0);
+  // No peak is larger than the largest card (cards.h): a sum of peaks cannot overflow.
+  r.peak_allocated_bytes = read_at_least<int64_t>(j, "peak_allocated_bytes", 0, kLargestCard);
+  r.peak_reserved_bytes = read_at_least<int64_t>(j, "peak_reserved_bytes", 0, kLargestCard);
+  r.steady_peak_allocated_bytes =
+      read_at_least<int64_t>(j, "steady_peak_allocated_bytes", 0, kLargestCard);
+  r.steady_peak_reserved_bytes =
+      read_at_least<int64_t>(j, "steady_peak_reserved_bytes", 0, kLargestCard);
   r.median_step_seconds = read_at_least<double>(j, "median_step_seconds", 0);
   r.images_per_second = read_at_least<double>(j, "images_per_second", 0);
   r.steps = read_at_least<int64_t>(j, "steps", 0);

@@ -6,11 +6,13 @@
 
 #include <torch/types.h>
 
+#include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -51,12 +53,22 @@ struct TrialResult {
 nlohmann::ordered_json to_json(const TrialResult& result);
 TrialResult trial_from_json(const nlohmann::json& json);
 
-// `json[key]`, read back as its writer wrote it: a number of type T, at least `low` and at most
-// `high` (a NaN is neither). std::out_of_range naming the field otherwise.
+// `json[key]`, read back as its writer wrote it: a number of type T (a whole number for an integral
+// T), at least `low` and at most `high` (a NaN is neither). std::out_of_range naming the field
+// otherwise.
 template <typename T>
 T read_at_least(const nlohmann::json& json, const char* key, T low,
                 T high = std::numeric_limits<T>::max()) {
-  const T value = json.at(key).get<T>();
+  const auto& field = json.at(key);
+  const bool whole = field.is_number_integer() &&
+                     !(field.is_number_unsigned() &&
+                       field.template get<uint64_t>() > static_cast<uint64_t>(INT64_MAX));
+  if (std::is_integral_v<T> ? !whole : !field.is_number()) {
+    throw std::out_of_range(std::string(key) + ": " + field.dump() + " is not " +
+                            (std::is_integral_v<T> ? "a whole number" : "a number") +
+                            " as written");
+  }
+  const T value = field.template get<T>();
   if (!(value >= low && value <= high)) {
     std::ostringstream expected;
     expected << (high == std::numeric_limits<T>::max() ? "at least " : "within [") << low;

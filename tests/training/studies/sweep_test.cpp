@@ -530,11 +530,19 @@ TEST(Sweep, ASweepReadBackIsCheckedAsItWasWritten) {
             std::string::npos)
       << refusal("batch_size", 0);
   EXPECT_NE(refusal("peak_reserved_bytes", -5)
-                .find("trials[0].peak_reserved_bytes: -5 is not "
-                      "at least 0"),
+                .find("trials[0].peak_reserved_bytes: -5 is not within [0, 1125899906842624]"),
             std::string::npos);
   EXPECT_NE(refusal("status", "maybe").find("trials[0].status: 'maybe' is not ok, oom or error"),
             std::string::npos);
+  EXPECT_NE(refusal("batch_size", 8.5).find("trials[0].batch_size: 8.5 is not a whole number"),
+            std::string::npos);
+  // No peak above the largest card: a plan's sums of peaks cannot overflow.
+  EXPECT_NE(refusal("peak_allocated_bytes", INT64_MAX)
+                .find("trials[0].peak_allocated_bytes: 9223372036854775807 is not within [0, "
+                      "1125899906842624]"),
+            std::string::npos);
+  EXPECT_NE(refusal("trial", 2).find("trials[0].trial: 2 is not within [1, 1]"),
+            std::string::npos);  // numbered in order
   EXPECT_EQ(refusal("batch_size", 8), "accepted");
   // A sweep.json that is a folder is named as one (it said "holds no sweep (no sweep.json)").
   fs::create_directories(dir / "odd/sweep.json");
