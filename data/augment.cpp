@@ -48,7 +48,11 @@ Normalizer::Normalizer(torch::Device device, c10::MemoryFormat memory_format)
 }
 
 torch::Tensor Normalizer::operator()(const torch::Tensor& images) const {
-  return ((images.to(torch::kFloat32) - shift_) * scale_).contiguous(memory_format_);
+  // One float batch, made in its layout and normalised in place: the loader's peak beside the
+  // step is this batch and its uint8 source, not three float temporaries.
+  auto out = images.to(torch::TensorOptions(torch::kFloat32), /*non_blocking=*/false,
+                       /*copy=*/true, memory_format_);
+  return out.sub_(shift_).mul_(scale_);
 }
 
 }  // namespace data

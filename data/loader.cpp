@@ -70,6 +70,10 @@ int64_t BatchLoader::shard_size() const {
   return shard_length(split_.size(), options_);
 }
 
+Ahead BatchLoader::ahead() const {
+  return {options_.prefetch(), options_.prefetch() > 0 ? 1 : 0};
+}
+
 int64_t BatchLoader::batches_per_epoch() const {
   return batch_count(split_.size(), options_);
 }
@@ -215,6 +219,14 @@ std::optional<Batch> BatchLoader::next() {
   // The last batch: the producer is done with the order, and (above) this stream waits for it.
   if (prepared.index == batches_per_epoch() - 1) release_order();
   return std::move(prepared.batch);
+}
+
+void BatchLoader::stop() {
+  stop_producer();
+  ready_.clear();
+  produced_all_ = true;
+  next_batch_ = batches_per_epoch();
+  release_order();
 }
 
 void BatchLoader::release_order() {

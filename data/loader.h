@@ -62,6 +62,14 @@ struct Batch {
 // A seed for (seed, epoch, batch) that differs for every triple (splitmix64 mixing).
 uint64_t mix_seed(uint64_t seed, uint64_t epoch, uint64_t batch);
 
+// What a loader holds beside the batch its consumer trains on, at most, while the consumer trains:
+// batches ready, and batches in preparation (each up to one preparation's peak, its temporaries
+// with it). A loader that prepares each batch when asked holds none.
+struct Ahead {
+  int64_t ready = 0;
+  int64_t preparing = 0;
+};
+
 // What the trainer asks of a loader: epochs of batches. BatchLoader (below) is the project's
 // own; TorchDataLoader (torch_data.h) runs LibTorch's torch::data loader over the same split.
 class Loader {
@@ -75,6 +83,10 @@ class Loader {
   virtual void start_epoch(int64_t epoch, int64_t first_batch = 0) = 0;
   // The next batch of the current epoch, or nullopt at its end.
   virtual std::optional<Batch> next() = 0;
+  // Ends the current epoch where it is: nothing is prepared any more and nothing held (the batches
+  // ready, the epoch's order), as between epochs; next() gives nullopt until start_epoch.
+  virtual void stop() = 0;
+  virtual Ahead ahead() const = 0;
 };
 
 // The next batch, starting `loader`'s next epoch (++epoch) when the current one is over: batches
@@ -101,11 +113,14 @@ class BatchLoader : public Loader {
   int64_t dataset_size() const override { return split_.size(); }
   int64_t shard_size() const override;
   const LoaderOptions& options() const { return options_; }
+  // prefetch batches queued and, while the queue has room, the next in preparation.
+  Ahead ahead() const override;
 
   // Earlier batches of the epoch are skipped, not drawn.
   void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
   // Rethrows a producer's error.
   std::optional<Batch> next() override;
+  void stop() override;
 
  private:
   // A batch from the background thread and, on CUDA, the event its stream recorded after it.

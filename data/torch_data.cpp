@@ -111,6 +111,15 @@ int64_t TorchDataLoader::shard_size() const {
   return shard_length(size_, options_);
 }
 
+void TorchDataLoader::stop() {
+  pipeline_->position.reset();
+  pipeline_->loader.reset();  // joins the workers, drops their batches
+}
+
+Ahead TorchDataLoader::ahead() const {
+  return {workers_, workers_};
+}
+
 int64_t TorchDataLoader::batches_per_epoch() const {
   return batch_count(size_, options_);
 }

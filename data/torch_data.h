@@ -91,6 +91,10 @@ class TorchDataLoader : public Loader {
   int64_t shard_size() const override;
   void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
   std::optional<Batch> next() override;
+  void stop() override;
+  // torch::data keeps 2 x workers batches under way (DataLoaderOptions::max_jobs), at most one in
+  // preparation per worker.
+  Ahead ahead() const override;
 
  private:
   struct Pipeline;

@@ -269,6 +269,14 @@ int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
   return kExitOk;
 }
 
+// The resumed checkpoint's model against the config's (UserError naming the file), on a model
+// built to compare with: host data, not the run's.
+void check_resumed_model(const std::filesystem::path& checkpoint, const Config& asked) {
+  TrackingCpuAllocator::HostData host_data;
+  models::ResNet model(asked.model);
+  check_checkpoint_model(checkpoint, *model);
+}
+
 // The run itself, from the config asked for and the decisions recorded (a resume): set up,
 // decide, train, report.
 int train(const TrainRequest& request, const ResumeTarget& resume, const Config& asked,
@@ -283,10 +291,12 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
     return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while building the model and its data"};
   };
   // What needs no measurement is refused before anything is measured: the labels, the batch
-  // against the training set, the steps against the profiler's window.
+  // against the training set, the steps against the profiler's window, a resumed checkpoint's
+  // model against the config's.
   check_labels(data.train, "training", asked.model.num_classes());
   check_labels(data.test, "test", asked.model.num_classes());
   Trainer::check_steps(asked, data.train.size(), launch ? launch->world_size : 1);
+  if (!resume.checkpoint.empty()) check_resumed_model(resume.checkpoint, asked);
   // The autos become this run's decisions (decisions.json and the checkpoint; a resume keeps
   // those that hold): training.memory_format's layout, then checkpointing's blocks for this
   // batch and budget. The parts are built from the config with the decisions in place.
@@ -294,9 +304,10 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
     return decide_memory_format(asked, decisions, device, data_parallel);
   });
   const auto checkpointing = out_of_memory_is_exit_3(asked, device, building, [&] {
-    return resolve_checkpointing(
-        decided(asked, {decisions.layout, std::nullopt}), decisions, device, data_parallel, {},
-        held_beside_step(asked, device, static_cast<int64_t>(data.train.images.nbytes())));
+    const Config laid_out = decided(asked, {decisions.layout, std::nullopt});
+    const bool choosing = laid_out.checkpointing.mode() == CheckpointMode::Auto;
+    return resolve_checkpointing(laid_out, decisions, device, data_parallel, {},
+                                 choosing ? held_beside_step(laid_out, device, data.train) : 0);
   });
   const RunInputs inputs{run_yaml(asked), decisions_json(decisions)};
   const Config config = decided(asked, decisions);

@@ -102,6 +102,20 @@ TEST(BatchLoader, RestartingAnEpochMidwayStopsTheOldProducer) {
   EXPECT_EQ(again.front().index, 0);
 }
 
+// A loader stopped part-way holds nothing and gives nothing until its next epoch (the evaluator's
+// probe restarted the test loader instead, whose prefetched batches stayed through training).
+TEST(BatchLoader, AStoppedEpochGivesNothingAndANewEpochStartsWhole) {
+  for (const int64_t prefetch : {0, 2}) {
+    data::BatchLoader loader(numbered_split(64),
+                             data::LoaderOptions().batch_size(8).prefetch(prefetch));
+    loader.start_epoch(0);
+    ASSERT_TRUE(loader.next().has_value());
+    loader.stop();
+    EXPECT_FALSE(loader.next().has_value()) << "prefetch " << prefetch;
+    EXPECT_EQ(whole_epoch(loader, 0).size(), 8u);
+  }
+}
+
 TEST(BatchLoader, BatchesAreNormalisedFloatImages) {
   data::BatchLoader loader(numbered_split(32), data::LoaderOptions().batch_size(32).augment(true));
   auto batch = whole_epoch(loader, 1).front();

@@ -107,6 +107,20 @@ TEST(TorchDataLoader, WorkersDeliverTheWholeEpoch) {
   EXPECT_EQ(torch::cat(labels).numel(), 100);
 }
 
+TEST(TorchDataLoader, AStoppedEpochGivesNothingAndItsWorkersAreJoined) {
+  const auto split = labelled_split(100);
+  data::TorchDataLoader loader(split, data::LoaderOptions().batch_size(10).seed(2), /*workers=*/2);
+  EXPECT_EQ(loader.ahead().ready, 2);
+  loader.start_epoch(1);
+  ASSERT_TRUE(loader.next().has_value());
+  loader.stop();
+  EXPECT_FALSE(loader.next().has_value());
+  loader.start_epoch(2);
+  int64_t images = 0;
+  while (auto batch = loader.next()) images += batch->labels.size(0);
+  EXPECT_EQ(images, 100);
+}
+
 TEST(Cifar10Dataset, BadRootsGiveTheSameOneLineErrors) {
   test_support::TempDir dir;
   std::string from_split, from_dataset;

@@ -1,5 +1,6 @@
 #include "training/config/decisions.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -33,13 +34,33 @@ std::string undecided_keys(const Config& asked) {
   return keys;
 }
 
+std::string step_signature(const Config& config, const std::optional<c10::MemoryFormat>& layout) {
+  const auto& t = config.training;
+  const auto& o = config.optimizer;
+  std::string step = fmt::format("{} {} stem, {} classes, batch {}", arch_name(config.model),
+                                 stem_name(config.model), config.model.num_classes(), t.batch_size);
+  if (t.accumulate_steps > 1)
+    step += fmt::format(" in {} micro-batches a step", t.accumulate_steps);
+  step += std::string(", ") + precision_name(t.precision);
+  if (layout) step += ", " + memory_format_name(*layout);
+  step += fmt::format(", sgd momentum {:g}{}", o.momentum(), o.nesterov() ? " nesterov" : "");
+  if (o.weight_decay() > 0) {
+    step += fmt::format(" weight decay {:g}{}", o.weight_decay(),
+                        o.decay_norm_and_bias() ? " on every parameter" : "");
+  }
+  if (o.fused()) step += " fused";
+  if (t.ema_decay > 0) step += ", weight average";
+  return step;
+}
+
 std::string decisions_json(const Decisions& d) {
   Json j = Json::object();
   if (d.layout) {
     j["memory_format"] = {{"decides", "training.memory_format"},
                           {"layout", memory_format_name(d.layout->format)},
                           {"device_type", d.layout->device_type},
-                          {"reason", d.layout->reason}};
+                          {"reason", d.layout->reason},
+                          {"chosen_for", d.layout->chosen_for}};
   }
   if (d.checkpointing) {
     const auto& c = *d.checkpointing;
@@ -48,7 +69,8 @@ std::string decisions_json(const Decisions& d) {
                           {"chosen_for", c.chosen_for},
                           {"budget_bytes", c.budget},
                           {"predicted_peak_bytes", c.predicted_peak},
-                          {"predicted_extra_ms", c.predicted_extra_ms}};
+                          {"predicted_extra_ms", c.predicted_extra_ms},
+                          {"beside_step_bytes", c.beside_bytes}};
   }
   return j.dump(2) + "\n";
 }
@@ -80,7 +102,7 @@ void check_fields(const Json& j, const std::string& section, std::vector<std::st
 }
 
 LayoutDecision parse_layout(const Json& j, const std::string& origin) {
-  check_fields(j, "memory_format", {"layout", "device_type", "reason"}, origin);
+  check_fields(j, "memory_format", {"layout", "device_type", "reason", "chosen_for"}, origin);
   auto is_string = [](const Json& v) { return v.is_string(); };
   LayoutDecision layout;
   const std::string name =
@@ -93,6 +115,9 @@ LayoutDecision parse_layout(const Json& j, const std::string& origin) {
   }
   layout.device_type = entry(j, "memory_format", "device_type", is_string, "a string", origin);
   layout.reason = entry(j, "memory_format", "reason", is_string, "a string", origin);
+  // Absent in older runs' decisions: no step named, so the layout is decided again.
+  if (j.contains("chosen_for"))
+    layout.chosen_for = entry(j, "memory_format", "chosen_for", is_string, "a string", origin);
   return layout;
 }
 
@@ -106,9 +131,10 @@ CheckpointingDecision parse_checkpointing(const Json& j, const std::string& orig
     return true;
   };
   const std::string s = "checkpointing";
-  check_fields(
-      j, s, {"blocks", "chosen_for", "budget_bytes", "predicted_peak_bytes", "predicted_extra_ms"},
-      origin);
+  check_fields(j, s,
+               {"blocks", "chosen_for", "budget_bytes", "predicted_peak_bytes",
+                "predicted_extra_ms", "beside_step_bytes"},
+               origin);
   CheckpointingDecision c;
   c.blocks = entry(j, s, "blocks", is_names, "a list of block names", origin)
                  .get<std::vector<std::string>>();
@@ -118,6 +144,9 @@ CheckpointingDecision parse_checkpointing(const Json& j, const std::string& orig
   c.predicted_extra_ms = entry(
       j, s, "predicted_extra_ms", [](const Json& v) { return v.is_number() && v >= 0; },
       "a number of milliseconds", origin);
+  // Absent in older runs' decisions: nothing was counted beside the step then.
+  if (j.contains("beside_step_bytes"))
+    c.beside_bytes = entry(j, s, "beside_step_bytes", is_bytes, "a byte count", origin);
   return c;
 }
 

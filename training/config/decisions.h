@@ -20,6 +20,7 @@ struct LayoutDecision {
   c10::MemoryFormat format = c10::MemoryFormat::Contiguous;
   std::string device_type;  // "cpu", "cuda": where it was decided (another device decides again)
   std::string reason;       // "auto: timed here over 3 steps ..."
+  std::string chosen_for;   // the step, without its layout (another step decides again)
 };
 
 // checkpointing.enabled: auto, decided.
@@ -29,7 +30,17 @@ struct CheckpointingDecision {
   int64_t budget = 0;               // bytes it was checked against (this run's, once kept)
   int64_t predicted_peak = 0;       // the step's predicted peak with `blocks`
   double predicted_extra_ms = 0;    // the recomputation added to a step
+  int64_t beside_bytes = 0;         // what the run holds beside the step, outside `budget`
 };
+
+// The step a decision is made for, as its chosen_for records it: everything that sets one
+// training step's memory and time -- the model, the micro-batch, the micro-batches per optimizer
+// step, the precision, the layout (when given: a layout decision's step has none yet), the
+// optimizer and the weight average. "resnet18 cifar stem, 10 classes, batch 32, fp32,
+// contiguous, sgd momentum 0.9 nesterov weight decay 0.0005 fused". A recorded decision holds only
+// for the step it names; what a run holds beside the step (the loader's batches, device-resident
+// data) is taken off the budget a recorded choice is checked against instead.
+std::string step_signature(const Config& config, const std::optional<c10::MemoryFormat>& layout);
 
 struct Decisions {
   std::optional<LayoutDecision> layout;

@@ -1,5 +1,6 @@
-// The measurement behind checkpointing.enabled: auto (checkpoint_choice.h's measure_blocks): one
-// step with every block recomputed alone, watched by a probe.
+// The measurements behind checkpointing.enabled: auto (checkpoint_choice.h): one step with every
+// block recomputed alone, watched by a probe (measure_blocks), and what the run's loader holds
+// beside the step (held_beside_step).
 #include <chrono>
 
 #include "training/parts/checkpoint_choice.h"
@@ -159,6 +160,35 @@ BlockMeasurement measure_blocks(const Config& base, const torch::Device& device)
   BlockMeasurement m = probe.result();
   m.seconds = seconds_since(start);
   return m;
+}
+
+int64_t held_beside_step(const Config& config, const torch::Device& device,
+                         const data::Split& train) {
+  int64_t bytes = 0;
+  // The loader as configured, over the first batch of `train`: what it holds ahead, and one
+  // batch's preparation (its temporaries and the batch it makes) at its peak.
+  const int64_t batch = std::min(config.training.batch_size, train.size());
+  const auto loader =
+      make_loader({train.images.narrow(0, 0, batch), train.labels.narrow(0, 0, batch)}, config,
+                  device, /*train=*/true, /*group=*/nullptr);
+  const data::Ahead ahead = loader->ahead();
+  if (batch > 0 && (ahead.ready > 0 || ahead.preparing > 0)) {
+    synchronize(device);
+    reset_peak_memory(device);
+    const int64_t before = memory_stats(device).allocated;
+    loader->start_epoch(0);
+    const auto made = loader->next();
+    synchronize(device);
+    const int64_t preparation = std::max<int64_t>(0, memory_stats(device).peak_allocated - before);
+    const int64_t one =
+        made ? static_cast<int64_t>(made->images.nbytes() + made->labels.nbytes()) : preparation;
+    bytes += ahead.ready * one + ahead.preparing * preparation;
+  }
+  if (device.is_cpu() || config.data.device_resident)  // the epoch's order, where it lives
+    bytes += train.size() * static_cast<int64_t>(sizeof(int64_t));
+  if (device.is_cuda() && config.data.device_resident)
+    bytes += static_cast<int64_t>(train.images.nbytes() + train.labels.nbytes());
+  return bytes;
 }
 
 }  // namespace training

@@ -210,31 +210,23 @@ std::string checkpointing_outcome(const std::optional<CheckpointingDecision>& de
   if (exceeded) *exceeded = false;
   if (!decision || decision->predicted_peak <= 0 || decision->budget <= 0) return "";
   const auto& c = *decision;
-  const std::string peaks = "measured training peak " + format_bytes(measured_peak) +
-                            ", predicted " + format_bytes(c.predicted_peak);
-  if (measured_peak <= c.budget) return peaks + ": within the budget of " + format_bytes(c.budget);
+  // The run's peak holds what the run holds beside the step too: compared with both.
+  const int64_t predicted = c.predicted_peak + c.beside_bytes, allowed = c.budget + c.beside_bytes;
+  const std::string beside =
+      c.beside_bytes > 0 ? " and the " + format_bytes(c.beside_bytes) + " beside the step" : "";
+  const std::string budget = "the budget of " + format_bytes(c.budget) + beside;
+  if (measured_peak <= allowed) {
+    return "measured training peak " + format_bytes(measured_peak) + ", predicted " +
+           format_bytes(predicted) + ": within " + budget;
+  }
   if (exceeded) *exceeded = true;
-  return "the measured training peak " + format_bytes(measured_peak) + " exceeds the budget of " +
-         format_bytes(c.budget) + " by " + format_bytes(measured_peak - c.budget) + " (predicted " +
-         format_bytes(c.predicted_peak) + ")";
+  return "the measured training peak " + format_bytes(measured_peak) + " exceeds " + budget +
+         " by " + format_bytes(measured_peak - allowed) + " (predicted " + format_bytes(predicted) +
+         ")";
 }
 
 std::string step_signature(const Config& config, const torch::Device& device) {
-  return fmt::format("{} {} stem, {} classes, batch {}, {}, {}", arch_name(config.model),
-                     stem_name(config.model), config.model.num_classes(),
-                     config.training.batch_size, precision_name(config.training.precision),
-                     memory_format_name(memory_format_for(config, device)));
-}
-
-int64_t held_beside_step(const Config& config, const torch::Device& device,
-                         int64_t train_images_bytes) {
-  int64_t bytes = 0;
-  // The loader's batches are made through the device's allocator on the CPU too (data.prefetch:
-  // 2 on the CPU ran out of memory after a step when they were left out).
-  const auto [images, labels] = batch_bytes(config.training.batch_size);
-  bytes += prefetch_for(config.data, device.is_cuda()) * (images + labels);
-  if (device.is_cuda() && config.data.device_resident) bytes += train_images_bytes;
-  return bytes;
+  return step_signature(config, memory_format_for(config, device));
 }
 
 namespace {
@@ -261,6 +253,20 @@ std::string recorded_choice_lapsed(const CheckpointingDecision& c, const Config&
          format_bytes(*budget);
 }
 
+// Whether the recorded choice `c` holds for this run; kept, it is checked against this run's
+// budget from now on (none here: the one it was chosen for). `why`: why it does not.
+bool recorded_choice_holds(CheckpointingDecision& c, const Config& config,
+                           const torch::Device& device, int64_t beside_step, std::string* why) {
+  std::optional<int64_t> budget;
+  if (missing_budget(config, device).empty()) {
+    budget = checkpointing_budget(config, device).bytes - beside_step;
+  }
+  *why = recorded_choice_lapsed(c, config, device, budget);
+  if (!why->empty()) return false;
+  if (budget) std::tie(c.budget, c.beside_bytes) = std::pair(*budget, beside_step);
+  return true;
+}
+
 }  // namespace
 
 std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Decisions& decisions,
@@ -276,16 +282,8 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
   }
   std::string note;
   if (recorded) {
-    std::optional<int64_t> budget;  // this run's, where there is one here
-    if (missing_budget(config, device).empty()) {
-      budget = checkpointing_budget(config, device).bytes - beside_step;
-    }
-    const std::string lapsed = recorded_choice_lapsed(*recorded, config, device, budget);
-    if (lapsed.empty()) {
-      // Kept: checked against this run's budget from now on (none here: the one it was chosen for).
-      if (budget) recorded->budget = *budget;
-      return std::nullopt;
-    }
+    std::string lapsed;
+    if (recorded_choice_holds(*recorded, config, device, beside_step, &lapsed)) return std::nullopt;
     note = "the recorded choice does not hold (" + lapsed + ")";
     if (data_parallel) {
       throw KeyError("checkpointing.enabled",
@@ -319,8 +317,10 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
   CheckpointBudget budget = checkpointing_budget(config, device);
   if (beside_step > 0) {
     budget.bytes -= beside_step;
-    budget.source += " less " + format_bytes(beside_step) +
-                     " the run holds beside the step (device-resident data, prefetched batches)";
+    budget.source +=
+        " less " + format_bytes(beside_step) +
+        " the run holds beside the step (its loader's batches and epoch order, device-resident "
+        "data)";
   }
   CheckpointChoice choice = choose_blocks(m, budget.bytes);
   choice.budget_source = budget.source;
@@ -332,9 +332,12 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
                       std::to_string(config.training.batch_size) + " peaks at " +
                       format_bytes(choice.smallest_peak) + "; " + remedies(config));
   }
-  recorded = CheckpointingDecision{choice.blocks, step_signature(config, device), budget.bytes,
+  recorded = CheckpointingDecision{choice.blocks,
+                                   step_signature(config, device),
+                                   budget.bytes,
                                    choice.predicted_peak,
-                                   std::round(10000 * choice.extra_seconds) / 10};  // to 0.1 ms
+                                   std::round(10000 * choice.extra_seconds) / 10,  // to 0.1 ms
+                                   beside_step};
   return choice;
 }
 

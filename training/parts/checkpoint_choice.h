@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "data/split.h"
 #include "training/config/config.h"
 #include "training/config/decisions.h"
 
@@ -98,17 +99,19 @@ BlockMeasurement measure_blocks(const Config& config, const torch::Device& devic
 
 using MeasureBlocks = std::function<BlockMeasurement(const Config&, const torch::Device&)>;
 
-// The step a choice is made for, as its decision's chosen_for records it: "resnet50 cifar stem,
-// 10 classes, batch 32, fp32, contiguous".
+// The step a choice is made for, as its decision's chosen_for records it (decisions.h's
+// step_signature, with the layout this config runs in on `device`).
 std::string step_signature(const Config& config, const torch::Device& device);
 
 // What a run holds on `device` beside one training step, which the measurement does not (with
-// training.accumulate_steps > 1 the measured step holds the accumulated gradients itself): the
-// loader's prefetched batches
-// (data.prefetch, on the CPU too) and, on CUDA with data.device_resident, the training set of
-// `train_images_bytes` (uint8; on the CPU the split is host data, not counted).
+// training.accumulate_steps > 1 the measured step holds the accumulated gradients itself): what
+// its training loader over `train` holds ahead (data/loader.h's Ahead: each batch ready as one
+// batch, each in preparation as one preparation's peak, measured here on a batch of `train`),
+// the epoch's order where it lives on the device (on the CPU; on CUDA with data.device_resident)
+// and, on CUDA with data.device_resident, the split itself. On the CPU the split is host data,
+// not counted.
 int64_t held_beside_step(const Config& config, const torch::Device& device,
-                         int64_t train_images_bytes);
+                         const data::Split& train);
 
 // checkpointing.enabled: auto's decision for this run, in `decisions.checkpointing`: the one
 // recorded there when it still holds (made for this step, its predicted peak within this run's

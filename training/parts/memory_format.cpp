@@ -96,7 +96,8 @@ MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisio
   auto& recorded = decisions.layout;
   if (config.training.memory_format) {
     recorded.reset();
-  } else if (recorded && recorded->device_type == c10::DeviceTypeName(device.type(), true)) {
+  } else if (recorded && recorded->device_type == c10::DeviceTypeName(device.type(), true) &&
+             recorded->chosen_for == step_signature(config, std::nullopt)) {
     MemoryFormatChoice kept;
     kept.format = recorded->format;
     kept.reason = "auto: as this run decided before (its checkpoint's decisions), not timed again";
@@ -104,8 +105,8 @@ MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisio
   }
   MemoryFormatChoice choice = choose_memory_format(config, device, data_parallel, measure);
   if (!config.training.memory_format) {
-    recorded =
-        LayoutDecision{choice.format, c10::DeviceTypeName(device.type(), true), choice.reason};
+    recorded = LayoutDecision{choice.format, c10::DeviceTypeName(device.type(), true),
+                              choice.reason, step_signature(config, std::nullopt)};
   }
   return choice;
 }

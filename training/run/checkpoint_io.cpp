@@ -93,9 +93,10 @@ void write_state(torch::serialize::OutputArchive& archive, const std::string& pr
   archive.write(prefix + "_tensors", c10::IValue(tensors));
 }
 
-// Copies the stored `prefix` state into `model`, checking every name and shape.
+// Copies the stored `prefix` state into `model`, checking every name and shape first (only
+// checks with `copy` false).
 void read_state(torch::serialize::InputArchive& archive, const fs::path& file,
-                const std::string& prefix, torch::nn::Module& model) {
+                const std::string& prefix, torch::nn::Module& model, bool copy = true) {
   const auto names = read_value(archive, file, prefix + "_names").toListRef();
   const auto saved = read_value(archive, file, prefix + "_tensors").toTensorVector();
   std::map<std::string, torch::Tensor> by_name;
@@ -119,7 +120,16 @@ void read_state(torch::serialize::InputArchive& archive, const fs::path& file,
                       c10::str(found->second.sizes()) + ", the model expects " +
                       c10::str(tensor.sizes()));
     }
-    tensor.copy_(found->second);
+  }
+  if (!copy) return;
+  for (auto& [name, tensor] : targets) tensor.copy_(by_name.at(name));
+}
+
+void check_format(torch::serialize::InputArchive& archive, const fs::path& file) {
+  const auto format = read_value(archive, file, "format").toInt();
+  if (format != kFormatVersion) {
+    throw UserError(file.string() + ": checkpoint format " + std::to_string(format) +
+                    ", this build reads format " + std::to_string(kFormatVersion));
   }
 }
 
@@ -284,15 +294,17 @@ RunInputs checkpoint_inputs(const fs::path& file) {
   return inputs;
 }
 
+void check_checkpoint_model(const fs::path& file, torch::nn::Module& model) {
+  auto archive = open_archive(file, torch::kCPU);
+  check_format(archive, file);
+  read_state(archive, file, "model", model, /*copy=*/false);
+}
+
 TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
                            torch::optim::Optimizer& optimizer, const torch::Device& device,
                            torch::nn::Module* average, bool* had_average) {
   auto archive = open_archive(file, device);
-  const auto format = read_value(archive, file, "format").toInt();
-  if (format != kFormatVersion) {
-    throw UserError(file.string() + ": checkpoint format " + std::to_string(format) +
-                    ", this build reads format " + std::to_string(kFormatVersion));
-  }
+  check_format(archive, file);
 
   read_state(archive, file, "model", model);
   c10::IValue stored_average;

@@ -69,8 +69,10 @@ void write_checkpointing(std::ostringstream& md, const Config& c, const Decision
   md << "## Gradient checkpointing: auto\n\n| | |\n|---|---|\n"
      << "| blocks recomputed | " << checkpointing_text(c.checkpointing) << " |\n"
      << "| budget | " << format_bytes(d->budget) << " |\n"
+     << "| held beside the step | " << format_bytes(d->beside_bytes) << " |\n"
      << "| chosen for | " << d->chosen_for << " |\n"
-     << "| predicted training peak | " << format_bytes(d->predicted_peak) << " |\n"
+     << "| predicted training peak | " << format_bytes(d->predicted_peak + d->beside_bytes)
+     << " (the step " << format_bytes(d->predicted_peak) << ") |\n"
      << "| measured training peak | " << format_bytes(measured) << " (the last epoch's) |\n"
      << fmt::format("| predicted time added to a step | {:.0f} ms |\n", d->predicted_extra_ms)
      << "\n"

@@ -85,22 +85,19 @@ TrialResult trial_from_json(const nlohmann::json& j) {
 
 namespace {
 
-// The training data path: the run's own loader (data.loader, data.prefetch, data.device_resident,
-// data.augment) over synthetic images, so that a trial holds on the device what training holds --
+// The training data: synthetic images for the run's own loader (data.loader, data.prefetch,
+// data.device_resident, data.augment), so that a trial holds on the device what training holds --
 // the prefetched batches and the blocks of the loader's stream -- and the largest batch that fits
 // a trial under memory.limit also trains under it. Enough batches per epoch for the prefetch
 // queue to fill; the split itself is host data, not counted (as in training).
-std::unique_ptr<data::Loader> trial_loader(const Config& config, const torch::Device& device,
-                                           int64_t steps) {
-  const int64_t batches = std::min(steps, prefetch_for(config.data, device.is_cuda()) + 2);
-  data::Split split;
-  {
-    TrackingCpuAllocator::HostData host_data;
-    split = data::make_synthetic(config.training.batch_size * std::max<int64_t>(batches, 1),
-                                 static_cast<uint64_t>(config.training.seed));
-    split.labels.remainder_(config.model.num_classes());
-  }
-  return make_loader(std::move(split), config, device, /*train=*/true, /*group=*/nullptr);
+data::Split trial_split(const Config& config, const torch::Device& device) {
+  const int64_t batches = prefetch_for(config.data, device.is_cuda()) + 2;
+  TrackingCpuAllocator::HostData host_data;
+  data::Split split =
+      data::make_synthetic(config.training.batch_size * std::max<int64_t>(batches, 1),
+                           static_cast<uint64_t>(config.training.seed));
+  split.labels.remainder_(config.model.num_classes());
+  return split;
 }
 
 // sweep.data_parallel: the rank's reducer and its buckets, in a group of one, on loopback whatever
@@ -129,6 +126,20 @@ void record_memory(TrialResult& result, const torch::Device& device,
   result.peak_reserved_bytes = std::max(memory.peak_reserved, warmup_peaks.peak_reserved);
 }
 
+// checkpointing auto: this batch's choice under the sweep's budget (out of memory when none),
+// less what the trial's loader over `split` holds beside the step, as in training. Returns the
+// config with it; the blocks and the prediction go to `result`.
+Config with_auto_blocks(const Config& config, const torch::Device& device, const data::Split& split,
+                        TrialResult& result) {
+  Decisions decisions;
+  resolve_checkpointing(config, decisions, device, /*data_parallel=*/false, {},
+                        config.checkpointing.mode() == CheckpointMode::Auto
+                            ? held_beside_step(config, device, split)
+                            : 0);
+  std::tie(result.recomputed_blocks, result.predicted_peak_bytes) = auto_blocks(config, decisions);
+  return decided(config, decisions);
+}
+
 }  // namespace
 
 TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t measure_steps) {
@@ -140,14 +151,8 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
   MemoryStats warmup_peaks;  // over the warm-up steps (the first step among them)
   try {
     const std::unique_ptr<ProcessGroup> group = trial_group(config, device);
-    // checkpointing auto: this batch's choice under the sweep's budget (out of memory when none).
-    // The trial's loader holds its prefetched batches beside the step, as training's does.
-    Decisions decisions;
-    resolve_checkpointing(config, decisions, device, /*data_parallel=*/false, {},
-                          held_beside_step(config, device, /*train_images_bytes=*/0));
-    std::tie(result.recomputed_blocks, result.predicted_peak_bytes) =
-        auto_blocks(config, decisions);
-    config = decided(config, decisions);
+    const data::Split split = trial_split(config, device);
+    config = with_auto_blocks(config, device, split, result);
     StepParts parts = build_step_parts(config, device, group.get());
     const auto averager = group ? group->gradient_averager(*parts.model) : nullptr;
     const StepOptions options = step_options(config)
@@ -167,7 +172,7 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
     if (warmup_steps + measure_steps < 2) warmup_steps = 1;
     synchronize(device);
     reset_peak_memory(device);
-    const auto loader = trial_loader(config, device, warmup_steps + measure_steps);
+    const auto loader = make_loader(split, config, device, /*train=*/true, /*group=*/nullptr);
     int64_t epoch = 1;
     loader->start_epoch(epoch);
     // A step is an optimizer step: training.accumulate_steps micro-batches from the loader.

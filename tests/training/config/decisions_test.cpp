@@ -12,9 +12,10 @@ using training::Decisions;
 
 Decisions both() {
   Decisions d;
-  d.layout = training::LayoutDecision{c10::MemoryFormat::ChannelsLast, "cpu", "auto: timed"};
-  d.checkpointing =
-      training::CheckpointingDecision{{"layer1.0", "layer3.2"}, "resnet18 ...", 1 << 20, 900, 12.5};
+  d.layout =
+      training::LayoutDecision{c10::MemoryFormat::ChannelsLast, "cpu", "auto: timed", "a step"};
+  d.checkpointing = training::CheckpointingDecision{
+      {"layer1.0", "layer3.2"}, "resnet18 ...", 1 << 20, 900, 12.5, 4096};
   return d;
 }
 
@@ -34,12 +35,14 @@ TEST(Decisions, ReadBackAsWritten) {
   EXPECT_EQ(back.layout->format, c10::MemoryFormat::ChannelsLast);
   EXPECT_EQ(back.layout->device_type, "cpu");
   EXPECT_EQ(back.layout->reason, "auto: timed");
+  EXPECT_EQ(back.layout->chosen_for, "a step");
   ASSERT_TRUE(back.checkpointing);
   EXPECT_EQ(back.checkpointing->blocks, (std::vector<std::string>{"layer1.0", "layer3.2"}));
   EXPECT_EQ(back.checkpointing->chosen_for, "resnet18 ...");
   EXPECT_EQ(back.checkpointing->budget, 1 << 20);
   EXPECT_EQ(back.checkpointing->predicted_peak, 900);
   EXPECT_DOUBLE_EQ(back.checkpointing->predicted_extra_ms, 12.5);
+  EXPECT_EQ(back.checkpointing->beside_bytes, 4096);
   EXPECT_EQ(training::decisions_json({}), "{}\n");
   const Decisions none = training::parse_decisions("{}", "run/decisions.json");
   EXPECT_FALSE(none.layout || none.checkpointing);
@@ -72,7 +75,7 @@ TEST(Decisions, ADamagedFileIsRefusedNamingItAndTheEntry) {
   j["checkpointing"]["budget"] = 5;  // a misspelt field is refused, not dropped
   EXPECT_EQ(decisions_error(j.dump()),
             "run/decisions.json: checkpointing.budget: unknown field (expected blocks, chosen_for, "
-            "budget_bytes, predicted_peak_bytes, predicted_extra_ms, decides)");
+            "budget_bytes, predicted_peak_bytes, predicted_extra_ms, beside_step_bytes, decides)");
   j = nlohmann::json::parse(training::decisions_json(both()));
   j["checkpointing"]["blocks"] = {"layer1.0", 3};
   EXPECT_NE(decisions_error(j.dump()).find("checkpointing.blocks: expected a list of block names"),

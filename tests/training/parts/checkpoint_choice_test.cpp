@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
+#include <thread>
 
+#include "data/dataset.h"
 #include "training/parts/components.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
+#include "training/platform/memory.h"
 
 namespace {
 
@@ -234,7 +238,8 @@ TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainWhenItsStepOrBudgetNoLongerHo
   training::Decisions recorded;
   ASSERT_TRUE(training::resolve_checkpointing(config, recorded, cpu, false, measure));
   EXPECT_EQ(recorded.checkpointing->chosen_for,
-            "resnet18 cifar stem, 10 classes, batch 4, fp32, contiguous");
+            "resnet18 cifar stem, 10 classes, batch 4, fp32, contiguous, sgd momentum 0.9 nesterov "
+            "weight decay 0.0005 fused");
   EXPECT_EQ(recorded.checkpointing->budget, 1250);
   // A larger budget keeps the choice, now checked against that budget.
   Config larger = config;
@@ -260,8 +265,9 @@ TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainWhenItsStepOrBudgetNoLongerHo
   ASSERT_TRUE(again);
   EXPECT_EQ(measured, 2);
   EXPECT_NE(again->note.find("it was chosen for resnet18 cifar stem, 10 classes, batch 4, fp32, "
-                             "contiguous, and this run is resnet18 cifar stem, 10 classes, batch "
-                             "8, fp32, contiguous"),
+                             "contiguous, sgd momentum 0.9 nesterov weight decay 0.0005 fused, and "
+                             "this run is resnet18 cifar stem, 10 classes, batch 8, fp32, "
+                             "contiguous, sgd"),
             std::string::npos)
       << again->note;
   // A budget below the predicted peak (1100): chosen again for it.
@@ -286,17 +292,107 @@ TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainWhenItsStepOrBudgetNoLongerHo
   EXPECT_EQ(measured, 3);
 }
 
+// Round 5: a choice resumed with another number of micro-batches per step was kept and ran out of
+// memory in the next epoch. Whatever changes the measured step (its model, micro-batch and
+// micro-batches, precision, layout, optimizer, weight average) makes the recorded choice lapse.
+TEST(CheckpointChoice, ARecordedChoiceHoldsOnlyForTheStepItWasMadeFor) {
+  Config config = auto_config();
+  config.checkpointing.budget(1250);
+  int measured = 0;
+  const auto measure = two_blocks_counting(measured);
+  const torch::Device cpu(torch::kCPU);
+  training::Decisions recorded;
+  ASSERT_TRUE(training::resolve_checkpointing(config, recorded, cpu, false, measure));
+  const std::vector<std::pair<std::string, std::function<void(Config&)>>> changes = {
+      {"batch", [](Config& c) { c.training.batch_size = 8; }},
+      {"micro-batches", [](Config& c) { c.training.accumulate_steps = 2; }},
+      {"precision", [](Config& c) { c.training.precision = training::Precision::FP16; }},
+      {"layout", [](Config& c) { c.training.memory_format = c10::MemoryFormat::ChannelsLast; }},
+      {"depth", [](Config& c) { c.model.depth(34); }},
+      {"stem", [](Config& c) { c.model.stem(models::Stem::ImageNet); }},
+      {"classes", [](Config& c) { c.model.num_classes(100); }},
+      {"momentum", [](Config& c) { c.optimizer.momentum(0).nesterov(false); }},
+      {"nesterov", [](Config& c) { c.optimizer.nesterov(false); }},
+      {"weight decay", [](Config& c) { c.optimizer.weight_decay(0); }},
+      {"decayed parameters", [](Config& c) { c.optimizer.decay_norm_and_bias(true); }},
+      {"fused", [](Config& c) { c.optimizer.fused(false); }},
+      {"weight average", [](Config& c) { c.training.ema_decay = 0.999; }},
+  };
+  for (const auto& [what, change] : changes) {
+    Config changed = config;
+    change(changed);
+    auto decisions = recorded;
+    const int before = measured;
+    const auto again = training::resolve_checkpointing(changed, decisions, cpu, false, measure);
+    ASSERT_TRUE(again) << what << ": the recorded choice was kept";
+    EXPECT_EQ(measured, before + 1) << what;
+    EXPECT_NE(again->note.find("it was chosen for " + recorded.checkpointing->chosen_for +
+                               ", and this run is " + training::step_signature(changed, cpu)),
+              std::string::npos)
+        << what << ": " << again->note;
+    EXPECT_NE(training::step_signature(changed, cpu), recorded.checkpointing->chosen_for) << what;
+  }
+  // What does not change the step keeps it: the epochs, the learning rate, the seed.
+  Config same = config;
+  same.training.epochs = 3;
+  same.optimizer.lr(0.5);
+  same.training.seed = 7;
+  auto kept = recorded;
+  EXPECT_FALSE(training::resolve_checkpointing(same, kept, cpu, false, measure));
+}
+
 // What the run holds beside the measured step counts on the CPU too: data.prefetch 2 left out ran
-// out of memory after step 1 under the limit the choice was made for.
-TEST(CheckpointChoice, WhatTheRunHoldsBesideTheStepCountsOnTheCpu) {
+// out of memory after step 1 under the limit the choice was made for. Round 5: two batches were
+// counted where the loader holds two ready, one more in preparation with its temporaries, and the
+// epoch's order; the choice then ran out of memory at step 2. What a loader that stays ahead of a
+// slow consumer holds beside the consumer's batch is at most what is counted.
+TEST(CheckpointChoice, WhatTheLoaderHoldsBesideTheStepIsCountedAsItHoldsIt) {
   auto config = training::parse_config(
       "model: {arch: resnet18, stem: cifar}\ntraining: {device: cpu, batch_size: 32}\n"
-      "data: {prefetch: 2}\n",
+      "data: {prefetch: 2, source: synthetic}\n",
       "test");
-  const int64_t batch = 32 * 3 * 32 * 32 * 4 + 32 * 8;
-  EXPECT_EQ(training::held_beside_step(config, torch::kCPU, 1 << 20), 2 * batch);
-  config.data.prefetch = 0;
-  EXPECT_EQ(training::held_beside_step(config, torch::kCPU, 1 << 20), 0);
+  const torch::Device cpu(torch::kCPU);
+  const int64_t batches = 6, batch = 32 * 3 * 32 * 32 * 4 + 32 * 8;
+  data::Split split;
+  {
+    training::TrackingCpuAllocator::HostData host_data;
+    split = data::make_synthetic(32 * batches, 0);
+  }
+  const int64_t beside = training::held_beside_step(config, cpu, split);
+  EXPECT_GE(beside, 3 * batch + split.size() * 8);  // 2 ready, 1 in preparation (at least a batch)
+
+  const auto loader = training::make_loader(split, config, cpu, /*train=*/true, nullptr);
+  training::reset_peak_memory(cpu);
+  const int64_t before = training::memory_stats(cpu).allocated;
+  loader->start_epoch(0);
+  int64_t seen = 0;
+  while (auto next = loader->next()) {
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(30));  // the step: the producer runs ahead
+    ++seen;
+  }
+  EXPECT_EQ(seen, batches);
+  const int64_t held = training::memory_stats(cpu).peak_allocated - before;
+  EXPECT_GT(held, 3 * batch);  // the queue filled: the test tried what it says
+  EXPECT_LE(held, beside + batch) << "the consumer's batch and what was counted beside it";
+
+  config.data.prefetch = 0;  // prepared between steps: only the order is held beside the step
+  EXPECT_EQ(training::held_beside_step(config, cpu, split), split.size() * 8);
+}
+
+// The run's measured peak holds what the run holds beside the step: it is compared with the budget
+// and that (round 5: a run within its limit was warned "exceeds the budget by 569.06 KiB").
+TEST(CheckpointChoice, TheOutcomeComparesTheRunsPeakWithTheBudgetAndWhatIsHeldBesideTheStep) {
+  const training::CheckpointingDecision d{{"layer1.0"}, "a step", 1000, 900, 1, 300};
+  bool exceeded = true;
+  EXPECT_EQ(training::checkpointing_outcome(d, 1250, &exceeded),
+            "measured training peak 1.22 KiB, predicted 1.17 KiB: within the budget of 1000 B and "
+            "the 300 B beside the step");
+  EXPECT_FALSE(exceeded);
+  EXPECT_EQ(training::checkpointing_outcome(d, 1400, &exceeded),
+            "the measured training peak 1.37 KiB exceeds the budget of 1000 B and the 300 B beside "
+            "the step by 100 B (predicted 1.17 KiB)");
+  EXPECT_TRUE(exceeded);
 }
 
 // Accumulating, the choice measures a group's second micro-batch, which holds the first one's
@@ -324,7 +420,7 @@ TEST(CheckpointChoice, AccumulationIsMeasuredWithTheGradientsHeldAndCountedOnce)
   for (const auto& p : training::build_model(plain_model, cpu)->parameters()) {
     gradients += p.numel() * static_cast<int64_t>(p.element_size());
   }
-  const int64_t beside = training::held_beside_step(config, cpu, 0);
+  const int64_t beside = training::held_beside_step(config, cpu, data::make_synthetic(64, 0));
   config.memory.limit = static_cast<int64_t>(std::ceil(
       static_cast<double>(plain + beside + gradients / 4) / (1 - config.checkpointing.headroom())));
   training::Decisions accumulating;

@@ -102,4 +102,39 @@ TEST(MemoryFormat, TheDefaultTimingMeasuresTrainingSteps) {
   EXPECT_GT(training::measure_training_rate(config, torch::kCPU), 0.0);
 }
 
+// Round 5: a recorded layout holds only for the step it was timed for (another batch, precision,
+// micro-batch count, model or optimizer is timed again), as a recorded checkpointing choice does.
+TEST(MemoryFormat, ARecordedLayoutHoldsOnlyForTheStepItWasTimedFor) {
+  FakeRates rates{10.0, 25.0, {}};
+  const auto config = config_with(", batch_size: 8, accumulate_steps: 1");
+  training::Decisions decisions;
+  training::decide_memory_format(config, decisions, torch::kCPU, false, rates.measure());
+  ASSERT_TRUE(decisions.layout);
+  EXPECT_EQ(decisions.layout->chosen_for, training::step_signature(config, std::nullopt));
+  EXPECT_EQ(rates.asked.size(), 2u);
+  // The same step: kept, not timed.
+  auto kept = decisions;
+  training::decide_memory_format(config, kept, torch::kCPU, false, rates.measure());
+  EXPECT_EQ(rates.asked.size(), 2u);
+  // Read back from decisions.json, still kept.
+  auto back = training::parse_decisions(training::decisions_json(decisions), "decisions.json");
+  training::decide_memory_format(config, back, torch::kCPU, false, rates.measure());
+  EXPECT_EQ(rates.asked.size(), 2u);
+  for (const std::string& changed :
+       {", batch_size: 16, accumulate_steps: 1", ", batch_size: 8, accumulate_steps: 2",
+        ", batch_size: 8, accumulate_steps: 1, precision: fp16",
+        ", batch_size: 8, accumulate_steps: 1, ema_decay: 0.99"}) {
+    auto again = decisions;
+    const auto before = rates.asked.size();
+    training::decide_memory_format(config_with(changed), again, torch::kCPU, false,
+                                   rates.measure());
+    EXPECT_EQ(rates.asked.size(), before + 2) << changed << ": the recorded layout was kept";
+  }
+  // An older run's decision names no step: timed again.
+  auto older = decisions;
+  older.layout->chosen_for.clear();
+  training::decide_memory_format(config, older, torch::kCPU, false, rates.measure());
+  EXPECT_EQ(older.layout->chosen_for, training::step_signature(config, std::nullopt));
+}
+
 }  // namespace

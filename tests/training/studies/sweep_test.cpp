@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "data/dataset.h"
 #include "models/resnet.h"
 #include "test_support.h"
 #include "training/config/config.h"
@@ -233,7 +234,7 @@ sweep: {batch_sizes: [40, 256], checkpointing: [auto], warmup_steps: 0, measure_
   const torch::Device cpu(torch::kCPU);
   const auto all = training::choose_blocks(training::measure_blocks(at40, cpu), int64_t{1} << 50);
   ASSERT_LT(all.smallest_peak, all.plain_peak);
-  const int64_t beside = training::held_beside_step(at40, cpu, 0);
+  const int64_t beside = training::held_beside_step(at40, cpu, data::make_synthetic(80, 0));
   const int64_t budget = (all.smallest_peak + all.plain_peak) / 2;
   const auto limit = static_cast<int64_t>(static_cast<double>(budget + beside) / 0.9);
   const auto config = write_config(dir, yaml + "memory: {limit: " + std::to_string(limit) + "}\n");
