@@ -92,6 +92,10 @@ int64_t parse_byte_size(const std::string& text);
 // A byte size as the config writes it: "12GiB", "512MiB", or plain bytes (exact, re-readable).
 std::string byte_size_text(int64_t bytes);
 
+// A size to advise ("a card of at least 1137MiB"): `bytes` rounded up to a whole MiB, written as
+// byte_size_text writes it, so that what is typed back is accepted and never below `bytes`.
+std::string size_at_least_text(int64_t bytes);
+
 // "1.50 GiB", "512.0 MiB", "12 B": the largest binary unit that keeps the number >= 1.
 std::string format_bytes(int64_t bytes);
 

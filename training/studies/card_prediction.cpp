@@ -274,14 +274,42 @@ int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched,
   };
   const auto beyond = stream.first_batch_over(options.limit);
   if (!beyond) throw std::runtime_error("no allocation of the step grows with the batch");
-  if (*beyond <= 1 || !fits(1)) return 0;
-  int64_t good = 1, bad = std::min<int64_t>(2, *beyond);
-  while (bad < *beyond && fits(bad)) good = bad, bad = std::min(bad * 2, *beyond);
+  // No larger than training.batch_size takes (a 1024TiB card reported 2,328,970,624).
+  const int64_t ceiling = std::min(*beyond, kMaxBatchSize + 1);
+  if (ceiling <= 1 || !fits(1)) return 0;
+  int64_t good = 1, bad = std::min<int64_t>(2, ceiling);
+  while (bad < ceiling && fits(bad)) good = bad, bad = std::min(bad * 2, ceiling);
   while (bad - good > 1) {
     const int64_t middle = good + (bad - good) / 2;
     (fits(middle) ? good : bad) = middle;
   }
   return good;
+}
+
+int64_t smallest_fitting_limit(const AllocationStream& stream, AllocatorOptions options,
+                               const BesideTensors& beside, Replay* at_it) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  auto replay_at = [&](int64_t mib) {
+    options.limit = mib * kMiB;
+    return replay_stream(stream, options, beside);
+  };
+  options.limit = 0;  // without a limit nothing cached is freed: a limit that surely fits
+  int64_t good = std::max<int64_t>(
+      1, (replay_stream(stream, options, beside).peak_reserved + kMiB - 1) / kMiB);
+  Replay best = replay_at(good);
+  while (!best.fits && good < (int64_t{1} << 30)) best = replay_at(good *= 2);  // to 1 PiB
+  for (int64_t bad = 0; good - bad > 1;) {
+    const int64_t middle = bad + (good - bad) / 2;
+    Replay r = replay_at(middle);
+    if (r.fits) {
+      good = middle;
+      best = std::move(r);
+    } else {
+      bad = middle;
+    }
+  }
+  if (at_it) *at_it = std::move(best);
+  return good * kMiB;
 }
 
 CardPredictor::CardPredictor(Config config, Card card, AllocatorOptions options,
@@ -339,9 +367,7 @@ CardPrediction CardPredictor::predict(const SweepCell& cell, int64_t batch) {
   const AllocationStream stream =
       with_prefetched_batches(r.stream.at(batch), p.prefetched_batches, batch);
   p.replay = replay_stream(stream, p.allocator, p.beside);
-  AllocatorOptions unlimited = p.allocator;
-  unlimited.limit = 0;
-  p.needed = replay_stream(stream, unlimited, p.beside);
+  p.needed_limit = smallest_fitting_limit(stream, p.allocator, p.beside, &p.needed);
   p.largest_batch = largest_fitting_batch(r.stream, p.prefetched_batches, p.allocator, p.beside);
   return p;
 }

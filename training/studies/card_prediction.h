@@ -81,13 +81,19 @@ struct Replay {
 Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& options,
                      const BesideTensors& beside);
 
+// The smallest allocator limit, in whole MiB, on which `stream` replays without running out
+// (options.limit aside), and that replay in `at_it`.
+int64_t smallest_fitting_limit(const AllocationStream& stream, AllocatorOptions options,
+                               const BesideTensors& beside, Replay* at_it);
+
 // `stream` with `count` batches of `batch` images (fp32, 3x32x32, and int64 labels) allocated where
 // its "held" mark is: the loader's prefetched batches, which a training run holds on the card.
 AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count, int64_t batch);
 
 // The largest batch whose replay (with `prefetched` batches) fits under `options` (its limit set):
 // doubling, then bisection, below the first batch at which one allocation alone outgrows the
-// limit; 0 when batch 1 does not fit. Throws std::runtime_error when no allocation grows.
+// limit, and at most kMaxBatchSize (training.batch_size's largest); 0 when batch 1 does not fit.
+// Throws std::runtime_error when no allocation grows.
 int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched,
                               const AllocatorOptions& options, const BesideTensors& beside);
 
@@ -103,7 +109,11 @@ struct CardPrediction {
   int64_t reducer_bucket_bytes = 0;
   int64_t batch_size = 0;
   Replay replay;
-  Replay needed;              // the same stream replayed with no limit: what the step needs
+  // What the step needs: the same stream replayed under needed_limit, the smallest allocator
+  // limit (in whole MiB) on which it fits. (Replayed without a limit, a step near a card's edge
+  // "needed" tens of GiB more: nothing cached is ever freed there.)
+  Replay needed;
+  int64_t needed_limit = 0;
   int64_t largest_batch = 0;  // by replay; 0 = not even batch 1
   int64_t checked_batch = 0;  // the batch the scaling was checked on
   int64_t mismatched = 0;     // allocations of that batch the scaling got wrong

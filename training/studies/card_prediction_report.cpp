@@ -11,13 +11,14 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
   const auto& r = p.replay;
   if (!r.fits) {
     return fmt::format(
-        "{} on {} ({}): batch {} does not fit: out of memory in {}; it needs {} on the device "
-        "({} reserved, {} allocated), {}; the largest batch that fits is {}",
+        "{} on {} ({}): batch {} does not fit: out of memory in {}; it needs {} on the device, "
+        "on the smallest card it fits ({} reserved, {} allocated), {}; the largest batch that "
+        "fits is {}",
         setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size, r.failed_at,
-        format_bytes(p.device_bytes()), format_bytes(p.needed.peak_reserved),
-        format_bytes(p.needed.peak_allocated),
+        size_at_least_text(p.needed_limit + p.beside.outside_allocator),
+        format_bytes(p.needed.peak_reserved), format_bytes(p.needed.peak_allocated),
         p.margin() < 0 && !p.limited_by_memory_limit
-            ? format_bytes(-p.margin()) + " more than the card has"
+            ? size_at_least_text(p.needed_limit - p.allocator.limit) + " more than the card has"
             : "more than the allocator's limit of " + format_bytes(p.allocator.limit) +
                   (p.limited_by_memory_limit ? " (memory.limit)" : ""),
         p.largest_batch);
@@ -53,7 +54,7 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
           {"predicted_allocated_peak_bytes", p.figures().peak_allocated},
           {"predicted_peak_phase", p.figures().peak_phase},
           {"predicted_reserved_peak_bytes", p.figures().peak_reserved},
-          {"reserved_peak_without_limit_bytes", p.needed.peak_reserved},
+          {"needed_allocator_limit_bytes", p.needed_limit},
           {"predicted_device_bytes", p.device_bytes()},
           {"margin_bytes", p.margin()},
           {"largest_batch", p.largest_batch},

@@ -53,13 +53,28 @@ const std::vector<Card>& known_cards() {
   return cards;
 }
 
-Card find_card(const std::string& text) {
+Card find_card(const std::string& given) {
+  // Spaces around the flag's value are no part of it (' 24GiB' was an unknown card's name).
+  const auto first = given.find_first_not_of(" \t"), last = given.find_last_not_of(" \t");
+  const std::string text = first == std::string::npos ? "" : given.substr(first, last - first + 1);
   for (const auto& known : known_cards()) {
     if (folded(known.name) == folded(text)) return known;
   }
   // A size: what starts like a number (a sign too, so that -1GiB is a bad size, not a name).
   if (!text.empty() && (std::isdigit(static_cast<unsigned char>(text.front())) ||
                         text.front() == '-' || text.front() == '+' || text.front() == '.')) {
+    // A card's memory has a unit: a bare number is no card's size ("4090" was read as 4090 bytes),
+    // and may be part of a card's name.
+    if (text.find_first_not_of("0123456789") == std::string::npos) {
+      std::vector<std::string> named;
+      for (const auto& known : known_cards()) {
+        if (known.name.find(text) != std::string::npos) named.push_back("'" + known.name + "'");
+      }
+      throw UserError(
+          "--card: '" + text + "' has no unit; a card's memory takes one, e.g. " + text +
+          "GiB or " + text + "MiB" +
+          (named.empty() ? std::string() : "; or the card " + config_yaml::join(named, " or ")));
+    }
     int64_t bytes = 0;
     try {
       bytes = parse_byte_size(text);

@@ -247,11 +247,11 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     const auto needed = static_cast<int64_t>(std::ceil(
         static_cast<double>(smallest.predicted_peak + plan.overhead_bytes) / (1 - headroom)));
     throw UserError(std::string(card ? "--card" : "--memory") + ": no measured setting fits in " +
-                    format_bytes(card_bytes) + " with " + percent_text(headroom) +
-                    " headroom and " + format_bytes(plan.overhead_bytes) +
+                    byte_size_text(card_bytes) + " (" + format_bytes(card_bytes) + ") with " +
+                    percent_text(headroom) + " headroom and " + format_bytes(plan.overhead_bytes) +
                     " outside the allocator; the smallest, " + smallest.cell.name() + " at batch " +
                     std::to_string(smallest.batch) + ", needs a card of at least " +
-                    format_bytes(needed));
+                    size_at_least_text(needed));
   }
   return plan;
 }

@@ -142,4 +142,17 @@ TEST(ByteSize, FormatsWithTheLargestFittingUnit) {
   EXPECT_EQ(training::format_bytes(int64_t{12} << 30), "12.00 GiB");
 }
 
+// A size advised to the user is one the flags read back, never below what is needed.
+TEST(ByteSize, AnAdvisedSizeReadsBackAtOrAboveWhatItAdvises) {
+  for (const int64_t bytes : {int64_t{1}, int64_t{1} << 20, (int64_t{1136} << 20) + 1,
+                              int64_t{2} << 30, (int64_t{80} << 30) - 7, int64_t{3} << 40}) {
+    const std::string text = training::size_at_least_text(bytes);
+    const int64_t back = training::parse_byte_size(text);
+    EXPECT_GE(back, bytes) << text;
+    EXPECT_LT(back - bytes, int64_t{1} << 20) << text;
+  }
+  EXPECT_EQ(training::size_at_least_text((int64_t{1136} << 20) + 1), "1137MiB");
+  EXPECT_EQ(training::size_at_least_text(int64_t{2} << 30), "2GiB");
+}
+
 }  // namespace

@@ -57,6 +57,18 @@ TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
   for (const auto& text : {"0B", "-1GiB", "+0MiB"}) {
     EXPECT_EQ(refusal(text).rfind("--card: expected a size", 0), 0u) << refusal(text);
   }
+  // Round 5: a bare number has no unit (4090 was read as 4090 bytes), and where it is part of a
+  // card's name that card is offered; spaces around the value are no part of it.
+  EXPECT_EQ(refusal("4090"),
+            "--card: '4090' has no unit; a card's memory takes one, e.g. 4090GiB or 4090MiB; or "
+            "the card 'RTX4090'");
+  EXPECT_NE(refusal("3090").find("or the card 'RTX3090'"), std::string::npos) << refusal("3090");
+  EXPECT_EQ(refusal("1000"),
+            "--card: '1000' has no unit; a card's memory takes one, e.g. 1000GiB or 1000MiB");
+  EXPECT_EQ(find_card(" 24GiB ").memory_bytes, int64_t{24} << 30);
+  EXPECT_EQ(find_card("24 GiB").memory_bytes, int64_t{24} << 30);
+  EXPECT_EQ(find_card(" T4").name, "T4");
+
   // A family's name offers each of its cards.
   EXPECT_NE(refusal("H100").find("(did you mean 'H100-80GB' or 'H100-NVL'?)"), std::string::npos)
       << refusal("H100");
@@ -89,7 +101,8 @@ TEST(CardPrediction, ScalesEachAllocationLinearlyInTheBatch) {
 
 // The largest batch is the edge on any card the table takes, up to 1 PiB: the search is bounded by
 // the first batch at which one allocation alone outgrows the allocator (it stopped at 2^24 and
-// gave that as the answer), with expandable segments too (their span was 64 TiB).
+// gave that as the answer), with expandable segments too (their span was 64 TiB), and by the
+// largest batch a config takes (round 5: 2,328,970,624 was reported on a 1024TiB card).
 TEST(CardPrediction, TheLargestBatchIsTheEdgeOnTheLargestCard) {
   const LinearStream linear =
       linear_stream(stream({{0, 1200}, {0, 0}}), 2, stream({{0, 1400}, {0, 0}}), 4);
@@ -101,11 +114,14 @@ TEST(CardPrediction, TheLargestBatchIsTheEdgeOnTheLargestCard) {
   for (const bool expandable : {false, true}) {
     AllocatorOptions options;
     options.expandable_segments = expandable;
-    options.limit = card;
     options.device_memory = card;
+    options.limit = card;
+    EXPECT_EQ(largest_fitting_batch(linear, 0, options, {}), kMaxBatchSize) << expandable;
+    // Below the cap the replay decides: the edge of 1000 + 100 x batch under 50,001,000 bytes.
+    options.limit = 1000 + 100 * 500000;
     const int64_t largest = largest_fitting_batch(linear, 0, options, {});
-    EXPECT_GT(largest, int64_t{1} << 40) << expandable;
     auto fits = [&](int64_t batch) { return replay_stream(linear.at(batch), options, {}).fits; };
+    EXPECT_GT(largest, 1000) << expandable;
     EXPECT_TRUE(fits(largest)) << expandable;
     EXPECT_FALSE(fits(largest + 1)) << expandable;
   }
@@ -299,6 +315,18 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
   ASSERT_FALSE(over.replay.fits);
   EXPECT_LT(over.margin(), 0);
   EXPECT_GT(over.needed.peak_allocated, over.replay.peak_allocated);
+  // What it needs is the smallest card it fits (round 5: a replay without a limit, which frees
+  // nothing cached, "needed" tens of GiB more near a card's edge): 1 MiB less does not fit.
+  ASSERT_TRUE(over.needed.fits);
+  EXPECT_GT(over.needed_limit, over.allocator.limit);
+  EXPECT_LE(over.needed.peak_reserved, over.needed_limit);
+  const auto over_stream = with_prefetched_batches(linear.at(p.largest_batch + 1),
+                                                   p.prefetched_batches, p.largest_batch + 1);
+  AllocatorOptions below = over.allocator;
+  below.limit = over.needed_limit - kMiB;
+  EXPECT_FALSE(replay_stream(over_stream, below, over.beside).fits);
+  below.limit = over.needed_limit;
+  EXPECT_TRUE(replay_stream(over_stream, below, over.beside).fits);
   EXPECT_EQ(prediction_columns(over).at("predicted_device_bytes").get<int64_t>(),
             over.needed.peak_reserved + over.beside.outside_allocator);
   EXPECT_EQ(prediction_columns(over).at("allocator_options"), "");

@@ -137,9 +137,22 @@ TEST(Plan, RefusesACardTooSmallNamingTheSmallestThatFits) {
   } catch (const training::UserError& e) {
     // The smallest peak, 900 MiB with checkpointing at 64, + 1 GiB, / 0.9 = 2.09 GiB.
     EXPECT_EQ(std::string(e.what()),
-              "--memory: no measured setting fits in 2.00 GiB with 10% headroom and 1.00 GiB "
-              "outside the allocator; the smallest, fp32 / checkpointing on / contiguous at batch "
-              "64, needs a card of at least 2.09 GiB");
+              "--memory: no measured setting fits in 2GiB (2.00 GiB) with 10% headroom and 1.00 "
+              "GiB outside the allocator; the smallest, fp32 / checkpointing on / contiguous at "
+              "batch 64, needs a card of at least 2138MiB");
+  }
+  // Round 5: at the edge both sides read "1.11 GiB" and the advised "1.11GiB" was refused. The
+  // size advised is one the flag takes, and the plan is made on it; 1 MiB less is refused with
+  // the two sizes told apart.
+  const int64_t advised = training::parse_byte_size("2138MiB");
+  EXPECT_TRUE(training::make_plan(prepared_sweep(dir), advised, 0.10, std::nullopt).chosen);
+  try {
+    training::make_plan(prepared_sweep(dir), advised - MiB, 0.10, std::nullopt);
+    FAIL() << "a card 1 MiB below the advised size was given a plan";
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("fits in 2137MiB (2.09 GiB)"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("at least 2138MiB"), std::string::npos) << e.what();
   }
 }
 
