@@ -132,16 +132,19 @@ LoadedData load_data(const Config& config) {
 
 // Opens rank 0's (or a single process's) run directory into `run`: new, or the one being
 // resumed in place. (A RunDirectory holds a lock and a log sink: it is not moved.)
+// Other ranks name it where they know it (resumed, or --output-dir) for the commands they advise.
 void open_run(const TrainRequest& request, const ResumeTarget& resume, const Config& config,
-              const ProcessGroup* group, std::optional<RunDirectory>& run) {
-  if (group && !group->is_main()) return;
+              const ProcessGroup* group, Trainer& trainer, std::optional<RunDirectory>& run) {
   const bool in_place = !resume.run_dir.empty();  // a resume has no --output-dir (train_command)
-  const fs::path path =
-      in_place ? resume.run_dir
-      : !request.output_dir.empty()
-          ? fs::path(request.output_dir)
-          : new_run_path(config.output.dir, config.output.name, arch_name(config.model));
-  run.emplace(path, in_place);
+  const fs::path known = in_place ? resume.run_dir : fs::path(request.output_dir);
+  if (group && !group->is_main()) {
+    trainer.name_run(known);
+    return;
+  }
+  run.emplace(known.empty()
+                  ? new_run_path(config.output.dir, config.output.name, arch_name(config.model))
+                  : known,
+              in_place);
   spdlog::info(
       "run directory: {} (config.yaml holds the config as asked, decisions.json what auto "
       "decided, train.log everything said)",
@@ -153,7 +156,8 @@ void open_run(const TrainRequest& request, const ResumeTarget& resume, const Con
 // effective config and the memory arithmetic go to train.log only (trace level: the console shows
 // info and above); config.yaml holds the config too.
 void log_start(const Config& config, const RunInputs& inputs, const torch::Device& device,
-               const LoadedData& data, Trainer& trainer, const MemoryFormatChoice& layout) {
+               const LoadedData& data, Trainer& trainer, const MemoryFormatChoice& layout,
+               bool resuming) {
   spdlog::info("device {}, LibTorch {}", describe_device(device), TORCH_VERSION);
   warn_if_bf16_is_emulated(device, config.training.precision);
   spdlog::trace("config as asked:\n{}decisions: {}", inputs.config_yaml, inputs.decisions_json);
@@ -162,12 +166,15 @@ void log_start(const Config& config, const RunInputs& inputs, const torch::Devic
                trainer.test_size(), data.seconds);
   spdlog::info(
       "model: {} ({} stem, {} classes, {} parameters), {} {}, batch {}: {} epochs of {} steps "
-      "({} steps planned)",
+      "({})",
       arch_name(config.model), stem_name(config.model), config.model.num_classes(),
       count_parameters(*trainer.model()), precision_name(config.training.precision),
       memory_format_name(config.training.memory_format),
       batch_description(config, trainer.world_size()), config.training.epochs,
-      trainer.steps_per_epoch(), trainer.total_steps());
+      trainer.steps_per_epoch(),
+      // A resume's steps depend on those its checkpoint has done: said once it is read.
+      resuming ? std::string("the steps planned follow from the checkpoint")
+               : std::to_string(trainer.total_steps()) + " steps planned");
   spdlog::info("memory format {}: {}", memory_format_name(layout.format), layout.reason);
   const std::string slow_layout = memory_format_warning(config, device);
   if (!slow_layout.empty()) spdlog::warn("{}", slow_layout);
@@ -320,7 +327,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   trainer.record_inputs(inputs);
 
   std::optional<RunDirectory> run;
-  open_run(request, resume, config, group.get(), run);
+  open_run(request, resume, config, group.get(), trainer, run);
   if (group) {
     spdlog::info(
         "rank {} of {} ({}, local rank {}, rendezvous {}:{}; {}); only rank 0 writes the run "
@@ -328,7 +335,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
         group->rank(), group->world_size(), group->backend_name(), launch->local_rank,
         launch->master_addr, launch->master_port, group->network_description());
   }
-  log_start(config, inputs, device, data, trainer, layout);
+  log_start(config, inputs, device, data, trainer, layout, !resume.checkpoint.empty());
   log_checkpointing(config, decisions, checkpointing);
   // The checkpoint is loaded and checked against this run's config before anything but the log
   // is written: a refused resume leaves config.yaml, the metrics and the event files as they were.
@@ -362,13 +369,13 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
 
 int train_command(const TrainRequest& request) {
   if (!request.resume.empty() && !request.output_dir.empty()) {
-    throw UserError("--output-dir " + request.output_dir +
-                    ": a resumed run continues in its own "
-                    "directory (" +
-                    request.resume +
-                    "); drop --output-dir, or train a new run "
-                    "from its config: --config RUN/config.yaml --output-dir " +
-                    shell_word(request.output_dir));
+    const fs::path resumed(request.resume);  // a run directory or its checkpoint file
+    const fs::path config =
+        (fs::is_directory(resumed) ? resumed : resumed.parent_path()) / "config.yaml";
+    throw UserError(
+        "--output-dir " + request.output_dir + ": a resumed run continues in its own directory (" +
+        request.resume + "); drop --output-dir, or train a new run from its config: --config " +
+        shell_word(config.string()) + " --output-dir " + shell_word(request.output_dir));
   }
   const ResumeTarget resume = resume_target(request.resume);
   Decisions recorded;

@@ -588,6 +588,10 @@ TEST(Cli, MatmulBenchRefusesBadArguments) {
            {"--dtypes fp8", "--dtypes: expected fp64, fp32, bf16 or fp16, got 'fp8'"},
            {"--size 0", "--size: expected matrix sizes in [1, 65536], got '0'"},
            {"--devices tpu", "--devices: expected cpu, cuda or cuda:N, got 'tpu'"},
+           // One rule for every list: each value once (round 5).
+           {"--size 64,128,64", "--size: item 3 repeats item 1; list each value once"},
+           {"--devices cpu,cpu", "--devices: item 2 repeats item 1; list each value once"},
+           {"--dtypes fp32,bf16,bf16", "--dtypes: item 3 repeats item 2; list each value once"},
            {"--peak cpu=5", "--peak: expected device:dtype=GFLOPS"}}) {
     const auto r = run_train("bench matmul " + flags + " --output /dev/null");
     EXPECT_EQ(r.code, 2) << flags;

@@ -55,8 +55,28 @@ TEST(Sources, AResumeIntoAnotherDirectoryIsRefused) {
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
   EXPECT_NE(r.output.find("a resumed run continues in its own directory"), std::string::npos)
       << r.output;
+  // Round 5: the advised command named a literal RUN; it names the run's own config.
+  EXPECT_NE(r.output.find("from its config: --config " + (run / "config.yaml").string() +
+                          " --output-dir " + (dir / "other").string()),
+            std::string::npos)
+      << r.output;
   EXPECT_FALSE(fs::exists(dir / "other"));
   EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
+}
+
+// Round 5: a resume said "2 epochs of 2 steps (4 steps planned)" at start-up, then "6 steps planned
+// in all": the start-up line leaves a resume's steps to the line that counts those done.
+TEST(Sources, AResumeSaysItsStepsPlannedOnceCountingThoseDone) {
+  test_support::TempDir dir;
+  const auto run = cli::finished_tiny_run(dir);  // 1 epoch of 4 steps
+  const auto r = run_train("--resume " + run.string() +
+                           " --set training.epochs=2 --set training.accumulate_steps=2");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 epochs of 2 steps (the steps planned follow from the checkpoint)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("4 steps done; 6 steps planned in all"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" steps planned)"), std::string::npos) << r.output;
 }
 
 // `train bench loader --config X.yaml --output X.yaml` replaced the config with its JSON (exit 0).

@@ -43,6 +43,22 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
 // "fp32,bf16" -> {"fp32", "bf16"}, the one reading of a comma-separated flag value: an empty item
 // ("fp32,", ",fp32", "32,,64") is a ConfigError naming `flag`, never an item dropped in silence.
 std::vector<std::string> split_items(const std::string& text, const std::string& flag);
+
+// The one rule for every list a user gives (a config's grid, a flag's items): each value once.
+// "item 3 repeats item 1; list each value once" for the first repeat, "" when there is none
+// (a list that names a value twice would say "2 settings" and measure one).
+template <class T>
+std::string first_repeat(const std::vector<T>& values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (values[i] == values[j]) {
+        return "item " + std::to_string(i + 1) + " repeats item " + std::to_string(j + 1) +
+               "; list each value once";
+      }
+    }
+  }
+  return "";
+}
 // How a node is named in a message: "nothing", "a list", "a mapping", "'text'".
 std::string describe(const YAML::Node& node);
 // yaml-cpp throws when asking the type of a missing ("zombie") node, so this asks IsDefined first.

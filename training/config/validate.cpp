@@ -94,16 +94,9 @@ void validate(const Config& c, const std::function<std::string(const std::string
   if (c.data.dataset.root().empty() && c.data.dataset.source() != data::Source::Synthetic) {
     fail("data.root: expected a folder path, got an empty string");
   }
-  // A grid axis that lists a value twice would say "2 batch sizes" and measure one.
   auto once_each = [&](const std::string& key, const auto& values) {
-    for (size_t i = 0; i < values.size(); ++i) {
-      for (size_t j = 0; j < i; ++j) {
-        if (values[i] == values[j]) {
-          fail(key + ": item " + std::to_string(i + 1) + " repeats item " + std::to_string(j + 1) +
-               "; list each value once");
-        }
-      }
-    }
+    if (const std::string repeat = config_yaml::first_repeat(values); !repeat.empty())
+      fail(key + ": " + repeat);
   };
   once_each("sweep.batch_sizes", c.sweep.batch_sizes);
   once_each("sweep.precisions", c.sweep.precisions);

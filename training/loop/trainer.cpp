@@ -109,6 +109,12 @@ void Trainer::check_steps(const Config& config, int64_t train_size, int64_t worl
   check_profiler_window(config, 0, capped_by_max_steps(config, config.training.epochs * steps));
 }
 
+std::string Trainer::resume_command() const {
+  if (run_) return "train --resume " + shell_word(run_->path().string());
+  if (!run_path_.empty()) return "train --resume " + shell_word(run_path_.string());
+  return "train --resume with rank 0's run directory (rank 0's log names it)";
+}
+
 void Trainer::write_to(RunDirectory& run) {
   run_ = &run;
   if (auto sampler = make_sampler(config_.monitor, device_, run.path() / "gpu.jsonl")) {
@@ -336,7 +342,6 @@ FitEnd Trainer::end_diverged(const EpochRecord& r) {
   // The advice to resume only where a checkpoint was written (the start checkpoint on).
   const bool checkpointed =
       run_ ? std::filesystem::exists(run_->checkpoint_path()) : config_.checkpoint.enabled;
-  const std::string dir = run_ ? shell_word(run_->path().string()) : "<run dir>";
   spdlog::error(
       "training diverged in epoch {} by step {}: the {} loss is {} (lr {:.4g}); stopped. "
       "metrics.jsonl and report.md record the epoch, {}",
@@ -344,8 +349,8 @@ FitEnd Trainer::end_diverged(const EpochRecord& r) {
       non_finite_text(train ? r.train_loss : r.test_loss), r.lr,
       checkpointed
           ? fmt::format("the last checkpoint is kept: continue with a lower learning rate, e.g. "
-                        "train --resume {} --set optimizer.lr={:.4g}",
-                        dir, config_.optimizer.lr() / 10)
+                        "{} --set optimizer.lr={:.4g}",
+                        resume_command(), config_.optimizer.lr() / 10)
           : fmt::format("and no checkpoint was written (checkpoint.enabled: false): train a new "
                         "run with a lower learning rate, e.g. --set optimizer.lr={:.4g}",
                         config_.optimizer.lr() / 10));

@@ -55,6 +55,9 @@ class Trainer {
   // Where records, checkpoints, samples and the trace go. Not called on data-parallel ranks other
   // than 0, which write nothing.
   void write_to(RunDirectory& run);
+  // On a data-parallel rank other than 0: rank 0's run directory where this rank knows it (a
+  // resume's, or --output-dir), for the commands it advises.
+  void name_run(std::filesystem::path path) { run_path_ = std::move(path); }
   // What its checkpoints store as the run's inputs: the config asked for and the decisions made
   // (train); by default the config it was built from and no decisions.
   void record_inputs(RunInputs inputs) { inputs_ = std::move(inputs); }
@@ -140,6 +143,11 @@ class Trainer {
   int64_t accumulate_steps_;  // training.accumulate_steps
   torch::Device device_;
   RunDirectory* run_;
+  std::filesystem::path run_path_;  // name_run's (rank > 0); empty: rank 0's log names it
+
+  // "train --resume DIR" with the run directory as one shell word; on a rank that does not know
+  // it, what names it.
+  std::string resume_command() const;
   ProcessGroup* group_;
   StepParts parts_;  // model, optimizer, loss scaler
   std::unique_ptr<data::Loader> train_loader_;

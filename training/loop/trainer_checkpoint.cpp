@@ -105,7 +105,7 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
     parts_.scaler.load_state(state_.grad_scale, state_.growth_tracker);
   }
   if (run_) run_->keep_epochs_through(state_.epoch, state_.step);
-  // The plan said at start-up counted every epoch at this run's steps per epoch; this is the one.
+  // The start-up line left the steps planned to this line: they count those already done.
   spdlog::info("resumed from {}: {} epochs and {} steps done{}; {} steps planned in all",
                checkpoint.string(), state_.epoch, state_.step,
                state_.batch_in_epoch > 0 ? fmt::format(", {} batches into epoch {}",
@@ -153,7 +153,7 @@ void Trainer::check_profiler_window(const Config& config, int64_t done, int64_t 
 }
 
 std::string Trainer::save_on_stop() {
-  const std::string dir = run_ ? shell_word(run_->path().string()) : "<run dir>";
+  const std::string resume = resume_command();
   if (!config_.checkpoint.enabled) {
     return "no checkpoint written (checkpoint.enabled: false): this run cannot be continued; "
            "metrics.jsonl holds its finished epochs";
@@ -161,15 +161,14 @@ std::string Trainer::save_on_stop() {
   if (!resumable_here()) {
     return state_.epoch > 0 ? fmt::format(
                                   "data.loader: torch_data cannot continue an epoch part-way, so "
-                                  "the checkpoint of epoch {} is kept: train --resume {} trains "
-                                  "epoch {} again",
-                                  state_.epoch, dir, state_.epoch + 1)
+                                  "the checkpoint of epoch {} is kept: {} trains epoch {} again",
+                                  state_.epoch, resume, state_.epoch + 1)
                             : "data.loader: torch_data cannot continue an epoch part-way and "
-                              "epoch 1 had no checkpoint yet: train --resume " +
-                                  dir + " starts the run again";
+                              "epoch 1 had no checkpoint yet: " +
+                                  resume + " starts the run again";
   }
   save();
-  return "checkpoint written, continue with: train --resume " + dir;
+  return "checkpoint written, continue with: " + resume;
 }
 
 bool Trainer::resumable_here() const {

@@ -97,6 +97,12 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
       throw UserError("--dtypes: expected fp64, fp32, bf16 or fp16, got '" + dtype + "'");
     }
   }
+  for (const auto& [flag, repeat] :
+       {std::pair{"--size", config_yaml::first_repeat(options.sizes)},
+        std::pair{"--devices", config_yaml::first_repeat(options.devices)},
+        std::pair{"--dtypes", config_yaml::first_repeat(options.dtypes)}}) {
+    if (!repeat.empty()) throw UserError(std::string(flag) + ": " + repeat);
+  }
   if (options.devices.empty() || options.dtypes.empty()) {
     throw UserError("--devices and --dtypes need at least one entry each");
   }

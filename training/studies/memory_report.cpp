@@ -40,8 +40,11 @@ std::vector<SweepCell> memory_settings(const std::optional<std::string>& request
                         "e.g. bf16+checkpointing");
       }
       if (cell->precision == Precision::BF16) check_bf16_supported(device, "--settings");
-      if (std::find(cells.begin(), cells.end(), *cell) == cells.end()) cells.push_back(*cell);
+      cells.push_back(*cell);
     }
+    // fp32,fp32 was merged into one setting in silence (round 5).
+    if (const std::string repeat = config_yaml::first_repeat(cells); !repeat.empty())
+      throw UserError("--settings: '" + *requested + "': " + repeat);
     if (cells.empty()) throw UserError("--settings: expected at least one setting, e.g. fp32");
     return cells;
   }

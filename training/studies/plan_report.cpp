@@ -115,9 +115,22 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
     }
     candidates.push_back(row);
   }
+  // The table's "largest batch" per setting: by replay on a card (--card), else the sweep's fit
+  // (round 5: with --memory it was [] while the table listed them).
   nlohmann::ordered_json largest = nlohmann::ordered_json::array();
   for (const auto& [cell, batch] : plan.largest_on_card) {
-    largest.push_back({{"setting", cell.name()}, {"largest_batch", batch}});
+    largest.push_back({{"setting", cell.name()}, {"largest_batch", batch}, {"source", "replay"}});
+  }
+  if (!plan.card) {
+    for (const auto& cell : plan.cells) {
+      const auto& batch = cell.predictions.front().second;
+      largest.push_back({{"setting", cell.cell.name()},
+                         {"largest_batch", cell.fit && batch ? nlohmann::ordered_json(*batch)
+                                                             : nlohmann::ordered_json(nullptr)},
+                         {"source", "fit"},
+                         {"fit_r_squared", cell.fit ? nlohmann::ordered_json(cell.fit->r_squared)
+                                                    : nlohmann::ordered_json(nullptr)}});
+    }
   }
   return {{"card", plan.card ? plan.card->name : format_bytes(plan.card_bytes)},
           {"memory_bytes", plan.card_bytes},

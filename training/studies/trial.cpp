@@ -78,7 +78,9 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   r.steps = read_at_least<int64_t>(j, "steps", 0);
   r.replayed_steps = j.value("replayed_steps", int64_t{0});                    // older sweeps
   r.outside_allocator_bytes = j.value("outside_allocator_bytes", int64_t{0});  // older sweeps
-  r.recomputed_blocks = j.value("recomputed_blocks", std::vector<std::string>{});
+  // A list for checkpointing auto; null (a sweep's other trials) or absent (older sweeps) else.
+  if (j.contains("recomputed_blocks") && !j.at("recomputed_blocks").is_null())
+    r.recomputed_blocks = j.at("recomputed_blocks").get<std::vector<std::string>>();
   r.predicted_peak_bytes = j.value("predicted_peak_bytes", int64_t{0});
   return r;
 }

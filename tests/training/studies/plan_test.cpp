@@ -251,6 +251,22 @@ TEST(Plan, ATargetBatchIsReachedByTheFastestMicroBatchThatFits) {
       std::string::npos)
       << table;
   EXPECT_EQ(training::plan_json(plan).at("target_batch"), 1024);
+  // The JSON holds the table's largest batch per setting (round 5: [] while the table listed
+  // them), whatever the target.
+  const auto largest = training::plan_json(plan).at("largest_batch_on_card");
+  ASSERT_EQ(largest.size(), plan.cells.size());
+  ASSERT_FALSE(largest.empty());
+  for (size_t i = 0; i < largest.size(); ++i) {
+    const auto& cell = plan.cells[i];
+    EXPECT_EQ(largest[i].at("setting"), cell.cell.name());
+    EXPECT_EQ(largest[i].at("source"), "fit");
+    ASSERT_TRUE(cell.fit && cell.predictions.front().second);
+    EXPECT_EQ(largest[i].at("largest_batch").get<int64_t>(), *cell.predictions.front().second);
+    EXPECT_NE(table.find("| " + cell.cell.name() + " | " +
+                         std::to_string(*cell.predictions.front().second) + " |"),
+              std::string::npos)
+        << table;
+  }
   // A target one micro-batch reaches needs no accumulation and adds no gradients.
   const auto small = training::make_plan(sweep, 4LL << 30, 0.10, std::nullopt, std::nullopt, 128);
   for (const auto& c : small.candidates) {

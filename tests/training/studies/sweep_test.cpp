@@ -132,6 +132,15 @@ sweep: {batch_sizes: [16, 32], warmup_steps: 0, measure_steps: 2, find_max: true
        {"sweep.csv", "sweep.md", "config.yaml", "trials/001.yaml", "trials/001.json"}) {
     EXPECT_TRUE(fs::exists(dir / "out" / file)) << file;
   }
+  // Round 5: trials without checkpointing auto chose no blocks: sweep.csv's cell is empty, as the
+  // docs say (it was []), and sweep.json's null; the sweep reads back as written.
+  const std::string csv = test_support::read_text(dir / "out/sweep.csv");
+  EXPECT_NE(csv.find(",recomputed_blocks,"), std::string::npos) << csv;
+  EXPECT_EQ(csv.find("[]"), std::string::npos) << csv;
+  for (const auto& trial : read_json(dir / "out" / "sweep.json").at("trials")) {
+    EXPECT_TRUE(trial.at("recomputed_blocks").is_null()) << trial.dump();
+  }
+  EXPECT_NO_THROW(training::read_sweep(dir / "out"));
   for (const char* png : {"peak_memory.png", "throughput.png"}) {
     std::ifstream in(dir / "out" / png, std::ios::binary);
     char signature[8] = {};
