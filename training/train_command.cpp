@@ -31,6 +31,7 @@
 #include "training/run/output_dir.h"
 #include "training/run/run_dir.h"
 #include "training/run/run_report.h"
+#include "training/step/optim.h"
 
 namespace training {
 
@@ -276,12 +277,13 @@ int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
   return kExitOk;
 }
 
-// The resumed checkpoint's model against the config's (UserError naming the file), on a model
-// built to compare with: host data, not the run's.
+// The resumed checkpoint's model and optimizer state against the config's (UserError naming the
+// file), on a model and optimizer built to compare with: host data, not the run's.
 void check_resumed_model(const std::filesystem::path& checkpoint, const Config& asked) {
   TrackingCpuAllocator::HostData host_data;
   models::ResNet model(asked.model);
-  check_checkpoint_model(checkpoint, *model);
+  const auto optimizer = make_sgd(*model, asked.optimizer);
+  check_checkpoint_model(checkpoint, *model, *optimizer);
 }
 
 // The run itself, from the config asked for and the decisions recorded (a resume): set up,

@@ -229,8 +229,9 @@ void set_memory_limit(const torch::Device& device, int64_t bytes) {
 
 bool is_out_of_memory_message(const std::string& message) {
   // Exactly the allocation failures: CUDA's own (cudaErrorMemoryAllocation), cuBLAS's and cuDNN's.
-  for (const char* marker :
-       {"CUDA error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED"}) {
+  // And memory.limit's on the CPU where another error carries it (a torch::data worker's rethrow).
+  for (const char* marker : {"CUDA error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED",
+                             "CUDNN_STATUS_ALLOC_FAILED", "CPU out of memory (tracked)"}) {
     if (message.find(marker) != std::string::npos) return true;
   }
   return false;

@@ -125,6 +125,31 @@ void read_state(torch::serialize::InputArchive& archive, const fs::path& file,
   for (auto& [name, tensor] : targets) tensor.copy_(by_name.at(name));
 }
 
+// The stored optimizer state into `optimizer`, whose options (the config's) hold over the stored
+// ones: LibTorch's load restores the options it saved, and a resume with another momentum or
+// weight decay ran with the old ones while its step was predicted with the new (round 5). Where
+// the config's momentum is 0 no momentum buffer is kept (it would be held and never read).
+void read_optimizer(torch::serialize::InputArchive& archive, const fs::path& file,
+                    torch::optim::Optimizer& optimizer) {
+  std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> configured;
+  for (auto& group : optimizer.param_groups()) configured.push_back(group.options().clone());
+  torch::serialize::InputArchive optimizer_archive;
+  archive.read("optimizer", optimizer_archive);
+  try {
+    optimizer.load(optimizer_archive);
+  } catch (const c10::Error& e) {
+    throw UserError(file.string() + ": optimizer state does not fit (" + first_line(e.what()) +
+                    ")");
+  }
+  auto& groups = optimizer.param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    groups[i].set_options(std::move(configured[i]));
+    const auto* sgd = dynamic_cast<const torch::optim::SGDOptions*>(&groups[i].options());
+    if (!sgd || sgd->momentum() != 0) continue;
+    for (const auto& p : groups[i].params()) optimizer.state().erase(p.unsafeGetTensorImpl());
+  }
+}
+
 void check_format(torch::serialize::InputArchive& archive, const fs::path& file) {
   const auto format = read_value(archive, file, "format").toInt();
   if (format != kFormatVersion) {
@@ -294,10 +319,12 @@ RunInputs checkpoint_inputs(const fs::path& file) {
   return inputs;
 }
 
-void check_checkpoint_model(const fs::path& file, torch::nn::Module& model) {
+void check_checkpoint_model(const fs::path& file, torch::nn::Module& model,
+                            torch::optim::Optimizer& optimizer) {
   auto archive = open_archive(file, torch::kCPU);
   check_format(archive, file);
   read_state(archive, file, "model", model, /*copy=*/false);
+  read_optimizer(archive, file, optimizer);
 }
 
 TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
@@ -312,14 +339,7 @@ TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
   if (average && has_average) read_state(archive, file, "average", *average);
   if (had_average) *had_average = average && has_average;
 
-  torch::serialize::InputArchive optimizer_archive;
-  archive.read("optimizer", optimizer_archive);
-  try {
-    optimizer.load(optimizer_archive);
-  } catch (const c10::Error& e) {
-    throw UserError(file.string() + ": optimizer state does not fit (" + first_line(e.what()) +
-                    ")");
-  }
+  read_optimizer(archive, file, optimizer);
 
   TrainState state;
   state.epoch = read_value(archive, file, "epoch").toInt();

@@ -66,14 +66,31 @@ Card find_card(const std::string& given) {
     // A card's memory has a unit: a bare number is no card's size ("4090" was read as 4090 bytes),
     // and may be part of a card's name.
     if (text.find_first_not_of("0123456789") == std::string::npos) {
-      std::vector<std::string> named;
-      for (const auto& known : known_cards()) {
-        if (known.name.find(text) != std::string::npos) named.push_back("'" + known.name + "'");
+      // What it may have meant: the number with a unit, where that is a card taken, and the cards
+      // whose names hold it.
+      std::vector<std::string> meant;
+      for (const char* unit : {"GiB", "MiB"}) {
+        try {
+          const int64_t bytes = parse_byte_size(text + unit);
+          if (bytes <= kLargestCard && bytes > beside_tensors({}).outside_allocator)
+            meant.push_back(text + unit);
+        } catch (const std::invalid_argument&) {
+        }
       }
-      throw UserError(
-          "--card: '" + text + "' has no unit; a card's memory takes one, e.g. " + text +
-          "GiB or " + text + "MiB" +
-          (named.empty() ? std::string() : "; or the card " + config_yaml::join(named, " or ")));
+      for (const auto& known : known_cards()) {  // a run of digits in the name: 4090 in RTX4090
+        const std::string& name = known.name;
+        for (size_t at = name.find(text); at != std::string::npos; at = name.find(text, at + 1)) {
+          const size_t end = at + text.size();
+          if ((at == 0 || !std::isdigit(static_cast<unsigned char>(name[at - 1]))) &&
+              (end == name.size() || !std::isdigit(static_cast<unsigned char>(name[end])))) {
+            meant.push_back("the card " + name);
+            break;
+          }
+        }
+      }
+      throw UserError("--card: '" + text + "' has no unit; a card's memory takes one (e.g. 24GiB)" +
+                      (meant.empty() ? std::string()
+                                     : "; did you mean " + config_yaml::join(meant, " or ") + "?"));
     }
     int64_t bytes = 0;
     try {

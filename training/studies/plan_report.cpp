@@ -52,8 +52,8 @@ std::string plan_table(const Plan& plan) {
       verdict = "cannot run: " + c.unsupported;
     } else if (!c.fits) {
       verdict =
-          "does not fit: needs a card of " +
-          format_bytes(static_cast<int64_t>(std::ceil(
+          "does not fit: needs a card of at least " +
+          size_at_least_text(static_cast<int64_t>(std::ceil(
               static_cast<double>(c.predicted_peak + plan.overhead_bytes) / (1 - plan.headroom))));
     } else if (const double fewer = 100 * (1 - c.images_per_second / best.images_per_second);
                fewer < 0.5) {

@@ -16,6 +16,11 @@ TEST(Device, OutOfMemoryIsRecognisedInEveryFormTheLibrariesRaise) {
   EXPECT_TRUE(is_out_of_memory_message(
       "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"));
   EXPECT_TRUE(is_out_of_memory_message("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"));
+  // memory.limit's refusal on the CPU, as a torch::data worker's error carries it (round 5: exit
+  // 1).
+  EXPECT_TRUE(is_out_of_memory_message(
+      "Caught exception in DataLoader worker thread. Original message: CPU out of memory "
+      "(tracked): tried to allocate 12.00 KiB with 1.00 KiB already held; limit 1.00 KiB"));
   EXPECT_FALSE(is_out_of_memory_message("CUDA error: an illegal memory access was encountered"));
   EXPECT_FALSE(is_out_of_memory_message("CUBLAS_STATUS_EXECUTION_FAILED"));
   EXPECT_FALSE(is_out_of_memory_message("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED"));

@@ -110,6 +110,46 @@ TEST(Checkpoint, ADifferentModelIsRefusedNamingTheTensor) {
                 ": tensor 'conv1.weight' has shape [64, 3, 7, 7], the model expects [64, 3, 3, 3]");
 }
 
+// Round 5: a resume with --set optimizer.momentum=0 ran with the checkpoint's momentum 0.9 (and its
+// buffers) while its step was predicted without them; it ran out of memory in the next epoch. The
+// config's options hold, and no momentum buffer is kept where the config's momentum is 0.
+TEST(Checkpoint, TheConfigsOptimizerOptionsHoldOverTheCheckpointsAndUnusedBuffersGo) {
+  test_support::TempDir dir;
+  auto a = make_setup(1);
+  one_step(a);  // momentum buffers made
+  training::save_checkpoint(dir / "c.pt", *a.model, *a.optimizer, {}, {});
+  ASSERT_FALSE(a.optimizer->state().empty());
+
+  torch::manual_seed(1);
+  models::ResNet model(models::ResNetOptions(18).stem(models::Stem::ImageNet).num_classes(10));
+  const auto plain = training::make_sgd(
+      *model, training::OptimizerOptions().momentum(0).nesterov(false).weight_decay(0.01));
+  training::load_checkpoint(dir / "c.pt", *model, *plain, torch::kCPU);
+  for (const auto& group : plain->param_groups()) {
+    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+    EXPECT_EQ(o.momentum(), 0);
+    EXPECT_FALSE(o.nesterov());
+  }
+  EXPECT_EQ(static_cast<const torch::optim::SGDOptions&>(plain->param_groups()[0].options())
+                .weight_decay(),
+            0.01);
+  EXPECT_TRUE(plain->state().empty()) << "momentum buffers held that momentum 0 never reads";
+
+  auto b = make_setup(2);  // momentum 0.9 as saved: its buffers come back
+  training::load_checkpoint(dir / "c.pt", *b.model, *b.optimizer, torch::kCPU);
+  EXPECT_EQ(b.optimizer->state().size(), a.optimizer->state().size());
+
+  // Another grouping of the parameters is refused by the check a resume makes before measuring.
+  torch::manual_seed(1);
+  models::ResNet other(models::ResNetOptions(18).stem(models::Stem::ImageNet).num_classes(10));
+  const auto regrouped =
+      training::make_sgd(*other, training::OptimizerOptions().decay_norm_and_bias(true));
+  EXPECT_NE(user_error_of([&] {
+              training::check_checkpoint_model(dir / "c.pt", *other, *regrouped);
+            }).find(": optimizer state does not fit"),
+            std::string::npos);
+}
+
 TEST(Checkpoint, FindCheckpointAcceptsRunDirOrFile) {
   test_support::TempDir dir;
   EXPECT_EQ(user_error_of([&] { training::find_checkpoint(dir.path()); }),

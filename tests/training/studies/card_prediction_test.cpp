@@ -60,11 +60,18 @@ TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
   // Round 5: a bare number has no unit (4090 was read as 4090 bytes), and where it is part of a
   // card's name that card is offered; spaces around the value are no part of it.
   EXPECT_EQ(refusal("4090"),
-            "--card: '4090' has no unit; a card's memory takes one, e.g. 4090GiB or 4090MiB; or "
-            "the card 'RTX4090'");
-  EXPECT_NE(refusal("3090").find("or the card 'RTX3090'"), std::string::npos) << refusal("3090");
-  EXPECT_EQ(refusal("1000"),
-            "--card: '1000' has no unit; a card's memory takes one, e.g. 1000GiB or 1000MiB");
+            "--card: '4090' has no unit; a card's memory takes one (e.g. 24GiB); did you mean "
+            "4090GiB or 4090MiB or the card RTX4090?");
+  EXPECT_NE(refusal("3090").find("or the card RTX3090?"), std::string::npos) << refusal("3090");
+  // Only what would be taken is offered: 500MiB is below what lies outside the allocator,
+  // 1073741824GiB beyond the largest card, 0 nothing.
+  EXPECT_EQ(refusal("500"),
+            "--card: '500' has no unit; a card's memory takes one (e.g. 24GiB); did you mean "
+            "500GiB?");
+  EXPECT_EQ(refusal("1073741824"),
+            "--card: '1073741824' has no unit; a card's memory takes one (e.g. 24GiB); did you "
+            "mean 1073741824MiB?");
+  EXPECT_EQ(refusal("0"), "--card: '0' has no unit; a card's memory takes one (e.g. 24GiB)");
   EXPECT_EQ(find_card(" 24GiB ").memory_bytes, int64_t{24} << 30);
   EXPECT_EQ(find_card("24 GiB").memory_bytes, int64_t{24} << 30);
   EXPECT_EQ(find_card(" T4").name, "T4");
