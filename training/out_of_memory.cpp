@@ -25,7 +25,7 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
                         ", limit " + format_bytes(limit) +
                         (config.memory.limit > 0 ? " (memory.limit)" : " (device memory)") +
                         ". Remedies: ";
-  const std::string intact = " The last checkpoint is intact.";
+  const std::string intact = where.checkpointed ? " The last checkpoint is intact." : "";
   switch (where.phase) {
     case OutOfMemoryWhere::Setup:
       return message + "the model, its optimizer state" +

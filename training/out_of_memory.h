@@ -21,6 +21,7 @@ namespace training {
 struct OutOfMemoryWhere {
   enum Phase { Setup, Training, Evaluation } phase;
   std::string text;
+  bool checkpointed = true;  // a checkpoint of the run exists (said to be intact)
 };
 
 // One line for an out-of-memory error: where it happened, the peak reached, the limit, and the

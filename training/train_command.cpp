@@ -230,7 +230,8 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
     return OutOfMemoryWhere{evaluating ? OutOfMemoryWhere::Evaluation : OutOfMemoryWhere::Training,
                             std::string(evaluating ? "in the evaluation of" : "in") + " epoch " +
                                 std::to_string(trainer.state().epoch + 1) + " after " +
-                                std::to_string(trainer.state().step) + " steps"};
+                                std::to_string(trainer.state().step) + " steps",
+                            config.checkpoint.enabled};
   };
   try {
     return out_of_memory_is_exit_3(config, device, position, [&] { return trainer.fit(); });
@@ -296,8 +297,10 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   const torch::Device device = set_up_device(asked, DeviceUse::Step, launch);
   LoadedData data = load_data(asked);
   const bool data_parallel = launch && launch->world_size > 1;
-  auto building = [] {
-    return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while building the model and its data"};
+  auto building = [&] {
+    // A fresh run has no checkpoint yet (round 5: "The last checkpoint is intact" was said).
+    return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while building the model and its data",
+                            !resume.checkpoint.empty()};
   };
   // What needs no measurement is refused before anything is measured: the labels, the batch
   // against the training set, the steps against the profiler's window, a resumed checkpoint's

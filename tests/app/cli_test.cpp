@@ -390,6 +390,8 @@ TEST(Cli, OutOfMemoryBeforeTheFirstStepIsExitCodeThree) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
+  // A fresh run has no checkpoint to be intact (round 5: it said so).
+  EXPECT_EQ(r.output.find("checkpoint is intact"), std::string::npos) << r.output;
 
   r = run_train("--config " + config + " --output-dir " + (dir / "run").string());
   ASSERT_EQ(r.code, 0) << r.output;
@@ -399,6 +401,7 @@ TEST(Cli, OutOfMemoryBeforeTheFirstStepIsExitCodeThree) {
                 " --set training.epochs=2 --memory-limit 100MiB");
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_NE(r.output.find("out of memory on cpu while loading"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("The last checkpoint is intact."), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("not a readable checkpoint"), std::string::npos) << r.output;
   EXPECT_EQ(test_support::read_text(dir / "run/checkpoint.pt"), checkpoint);
 }
