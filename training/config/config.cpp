@@ -322,6 +322,13 @@ std::vector<std::string> config_keys() {
   return reader.keys();
 }
 
+int64_t train_images_at_most(const DataConfig& data) {
+  const auto& d = data.dataset;
+  const int64_t limit = d.train_limit();
+  if (d.source() != data::Source::Synthetic) return limit;
+  return limit > 0 ? std::min(limit, d.synthetic_train_size()) : d.synthetic_train_size();
+}
+
 int64_t prefetch_for(const DataConfig& data, bool cuda) {
   return data.prefetch != kAutoPrefetch ? data.prefetch : (cuda ? 2 : 0);
 }

@@ -143,6 +143,10 @@ struct OutputConfig {
 // data.prefetch resolved for the device: "auto" means 2 on CUDA, 0 on the CPU.
 int64_t prefetch_for(const DataConfig& data, bool cuda);
 
+// The most training images the config alone says it has: synthetic data's size, or
+// data.train_limit, whichever is smaller; 0 where only reading the data would tell.
+int64_t train_images_at_most(const DataConfig& data);
+
 struct Config {
   models::ResNetOptions model;
   DataConfig data;

@@ -36,18 +36,6 @@ std::string SweepCell::name() const {
          (accumulate_steps > 1 ? " / " + std::to_string(accumulate_steps) + " micro-batches" : "");
 }
 
-std::string run_flags(const SweepCell& cell, int64_t batch, int64_t memory_limit) {
-  return fmt::format(
-      "--set training.batch_size={} --set training.precision={} --set training.memory_format={} "
-      "--set checkpointing.enabled={}{}{}",
-      batch, precision_name(cell.precision), memory_format_name(cell.memory_format),
-      checkpointing_setting_name(cell.checkpointing),
-      cell.accumulate_steps > 1
-          ? " --set training.accumulate_steps=" + std::to_string(cell.accumulate_steps)
-          : "",
-      memory_limit > 0 ? " --memory-limit " + byte_size_text(memory_limit) : "");
-}
-
 nlohmann::ordered_json checkpointing_json(CheckpointMode mode) {
   if (mode == CheckpointMode::Auto) return "auto";
   return mode == CheckpointMode::On;
@@ -291,6 +279,7 @@ class Sweep {
                            config_.sweep.measure_steps,
                            memory_sizes(),
                            config_.training.eval_batch_size,
+                           train_images_at_most(config_.data),
                            config_.sweep.data_parallel ? config_.distributed.bucket_mb : 0};
     write_sweep_tables(dir_, facts, summaries(), trials_, complete, why_incomplete);
   }
@@ -305,10 +294,14 @@ class Sweep {
                                            mib_text(static_cast<int64_t>(summary.fit->intercept)),
                                            summary.fit->slope / (1 << 20), summary.fit->r_squared)
                              : std::string(),
-                 summary.largest_fitting
+                 !summary.largest_fitting ? std::string()
+                 : untrainable(*summary.largest_fitting).empty()
                      ? "; train it as measured: " +
                            run_flags(summary.cell, *summary.largest_fitting, config_.memory.limit)
-                     : std::string());
+                     : "; " + untrainable(*summary.largest_fitting));
+  }
+  std::string untrainable(int64_t batch) const {
+    return untrainable_batch(batch, train_images_at_most(config_.data));
   }
 
   CardPredictor* predictor_;  // null without --card

@@ -37,6 +37,10 @@ struct SweepCell {
 // `memory_limit` (the sweep's emulated memory.limit; 0: none) as --memory-limit.
 std::string run_flags(const SweepCell& cell, int64_t batch, int64_t memory_limit);
 
+// Why `train` would refuse `batch` with the sweep's config (more than the `train_images` it has at
+// most, config.h's train_images_at_most; 0: not known), so that no flags are advised; "" else.
+std::string untrainable_batch(int64_t batch, int64_t train_images);
+
 // A cell's checkpointing in sweep.json and memory.json: false and true as before auto existed
 // (what older readers expect), "auto" for auto.
 nlohmann::ordered_json checkpointing_json(CheckpointMode mode);

@@ -15,6 +15,26 @@
 
 namespace training {
 
+std::string run_flags(const SweepCell& cell, int64_t batch, int64_t memory_limit) {
+  return fmt::format(
+      "--set training.batch_size={} --set training.precision={} --set training.memory_format={} "
+      "--set checkpointing.enabled={}{}{}",
+      batch, precision_name(cell.precision), memory_format_name(cell.memory_format),
+      checkpointing_setting_name(cell.checkpointing),
+      cell.accumulate_steps > 1
+          ? " --set training.accumulate_steps=" + std::to_string(cell.accumulate_steps)
+          : "",
+      memory_limit > 0 ? " --memory-limit " + byte_size_text(memory_limit) : "");
+}
+
+std::string untrainable_batch(int64_t batch, int64_t train_images) {
+  if (train_images <= 0 || batch <= train_images) return "";
+  return fmt::format(
+      "batch {} is more than the {} training images of the sweep's config, which "
+      "train refuses (training.batch_size)",
+      batch, train_images);
+}
+
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
@@ -180,10 +200,14 @@ void run_flags_list(std::ostringstream& md, const SweepFacts& facts,
             "the sweep's config):\n\n";
       any = true;
     }
-    md << "- " << c.cell.name() << ": `"
-       << run_flags(c.cell, *c.largest_fitting,
-                    facts.limit_is_emulated ? facts.memory_limit_bytes : 0)
-       << "`\n";
+    const std::string refused = untrainable_batch(*c.largest_fitting, facts.train_images);
+    md << "- " << c.cell.name() << ": "
+       << (refused.empty() ? "`" +
+                                 run_flags(c.cell, *c.largest_fitting,
+                                           facts.limit_is_emulated ? facts.memory_limit_bytes : 0) +
+                                 "`"
+                           : refused)
+       << "\n";
   }
 }
 

@@ -23,6 +23,7 @@ struct SweepFacts {
   int64_t warmup_steps = 0, measure_steps = 0;
   std::vector<int64_t> memory_sizes;    // the limit, then --predict-for's sizes
   int64_t eval_batch_size = 0;          // training.eval_batch_size of the swept config
+  int64_t train_images = 0;             // its training set's size at most (0: not known)
   int64_t data_parallel_bucket_mb = 0;  // sweep.data_parallel: the reducer's bucket size; 0 = off
 };
 

@@ -477,6 +477,29 @@ sweep: {batch_sizes: [8, 16, 24]}
   }
 }
 
+// Advice is only what `train` accepts (issue 57): a largest batch above the config's training set
+// (synthetic 128 images) gets no flags `train` would refuse, in sweep.md; one within it does.
+TEST(Sweep, NoFlagsAreAdvisedForABatchTheConfigsTrainingSetCannotFill) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+data: {source: synthetic, synthetic_train_size: 128}
+training: {device: cpu}
+sweep: {batch_sizes: [64, 200]}
+)");
+  ASSERT_EQ(training::run_sweep(
+                {config.string(), {}, (dir / "out").string(), fake_train(dir, "plain", ""), ""}),
+            0);
+  const std::string md = test_support::read_text(dir / "out" / "sweep.md");
+  EXPECT_NE(md.find("- fp32 / checkpointing off / contiguous: batch 200 is more than the 128 "
+                    "training images of the sweep's config, which train refuses "
+                    "(training.batch_size)"),
+            std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("--set training.batch_size=200"), std::string::npos) << md;
+  EXPECT_EQ(training::untrainable_batch(128, 128), "");
+  EXPECT_EQ(training::untrainable_batch(129, 0), "");  // not known: flags as before
+}
+
 // A result belongs to the trial run that wrote it: started again on a stopped sweep's folder with
 // other batches, a trial that writes nothing is an error (it read the earlier run's trials/001.json
 // as its own: ok, with batch 8's peak), its message quotes its own log, and the folder holds this
