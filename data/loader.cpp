@@ -224,6 +224,7 @@ std::optional<Batch> BatchLoader::next() {
 void BatchLoader::stop() {
   stop_producer();
   ready_.clear();
+  error_ = nullptr;
   produced_all_ = true;
   next_batch_ = batches_per_epoch();
   release_order();

@@ -117,6 +117,9 @@ void TorchDataLoader::stop() {
 }
 
 Ahead TorchDataLoader::ahead() const {
+  // Its workers make and stack batches in host memory; only the consumer's batch goes to another
+  // device (in next()).
+  if (!options_.device().is_cpu()) return {};
   return {workers_, workers_};
 }
 

@@ -93,7 +93,7 @@ class TorchDataLoader : public Loader {
   std::optional<Batch> next() override;
   void stop() override;
   // torch::data keeps 2 x workers batches under way (DataLoaderOptions::max_jobs), at most one in
-  // preparation per worker.
+  // preparation per worker: in host memory, so on the CPU only.
   Ahead ahead() const override;
 
  private:

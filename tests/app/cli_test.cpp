@@ -392,6 +392,16 @@ TEST(Cli, OutOfMemoryBeforeTheFirstStepIsExitCodeThree) {
   EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
   // A fresh run has no checkpoint to be intact (round 5: it said so).
   EXPECT_EQ(r.output.find("checkpoint is intact"), std::string::npos) << r.output;
+  // Nor when the evaluation probe before the first step runs out of memory making its batch: the
+  // evaluation's out of memory, its remedy the evaluation batch (it said "in epoch 1 after 0
+  // steps", training.batch_size and an intact checkpoint).
+  r = run_train("--config " + config + " --output-dir " + (dir / "probe").string() +
+                " --set data.synthetic_test_size=12000 --set training.eval_batch_size=12000"
+                " --memory-limit 200MiB");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("in the evaluation of epoch 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("a smaller training.eval_batch_size"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("checkpoint is intact"), std::string::npos) << r.output;
 
   r = run_train("--config " + config + " --output-dir " + (dir / "run").string());
   ASSERT_EQ(r.code, 0) << r.output;

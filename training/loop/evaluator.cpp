@@ -99,15 +99,15 @@ void Evaluator::check_fits(models::ResNet& model, data::Loader& loader) {
   torch::NoGradGuard no_grad;
   AutocastGuard autocast(device_.type(), config_.training.precision);
   loader.start_epoch(0);
+  evaluating_ = true;  // making the test batch is the evaluation's too (its out of memory says so)
   if (auto batch = loader.next()) {
     auto loss_sum = zero(torch::kFloat64, device_);
     auto correct = zero(torch::kInt64, device_);
-    evaluating_ = true;
     Heartbeat beat("evaluation probe: one test batch of " + std::to_string(batch->labels.size(0)) +
                    " images before the first step");
     add_batch(model, batch->images, batch->labels, loss_sum, correct);
-    evaluating_ = false;
   }
+  evaluating_ = false;
   // Nothing left half-taken or held: a restarted loader would prefetch test batches and hold them
   // through the training epoch (round 5: one batch more than the checkpointing choice counted).
   loader.stop();

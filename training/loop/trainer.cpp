@@ -109,6 +109,10 @@ void Trainer::check_steps(const Config& config, int64_t train_size, int64_t worl
   check_profiler_window(config, 0, capped_by_max_steps(config, config.training.epochs * steps));
 }
 
+bool Trainer::checkpoint_exists() const {
+  return run_ && std::filesystem::exists(run_->checkpoint_path());
+}
+
 std::string Trainer::resume_command() const {
   if (run_) return "train --resume " + shell_word(run_->path().string());
   if (!run_path_.empty()) return "train --resume " + shell_word(run_path_.string());

@@ -58,6 +58,8 @@ class Trainer {
   // On a data-parallel rank other than 0: rank 0's run directory where this rank knows it (a
   // resume's, or --output-dir), for the commands it advises.
   void name_run(std::filesystem::path path) { run_path_ = std::move(path); }
+  // Whether this run's checkpoint exists (rank 0; a resume's, or one saved since the start).
+  bool checkpoint_exists() const;
   // What its checkpoints store as the run's inputs: the config asked for and the decisions made
   // (train); by default the config it was built from and no decisions.
   void record_inputs(RunInputs inputs) { inputs_ = std::move(inputs); }

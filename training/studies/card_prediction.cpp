@@ -298,7 +298,9 @@ int64_t smallest_fitting_limit(const AllocationStream& stream, AllocatorOptions 
       1, (replay_stream(stream, options, beside).peak_reserved + kMiB - 1) / kMiB);
   Replay best = replay_at(good);
   while (!best.fits && good < (int64_t{1} << 30)) best = replay_at(good *= 2);  // to 1 PiB
-  for (int64_t bad = 0; good - bad > 1;) {
+  // Below the allocated peak nothing fits (reserved holds it): the search starts there.
+  for (int64_t bad = std::min(good - 1, (best.peak_allocated + kMiB - 1) / kMiB - 1);
+       good - bad > 1;) {
     const int64_t middle = bad + (good - bad) / 2;
     Replay r = replay_at(middle);
     if (r.fits) {

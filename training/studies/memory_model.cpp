@@ -3,13 +3,18 @@
 #include <cmath>
 #include <set>
 
+#include "training/config/config.h"
+
 namespace training {
 
 std::optional<int64_t> MemoryFit::max_batch(int64_t bytes) const {
   if (slope <= 0) return std::nullopt;
   const double batches = (static_cast<double>(bytes) - intercept) / slope;
-  // The epsilon keeps an exact fit (2000 / 50 = 39.999...) from losing a whole batch.
-  return batches < 1 ? 0 : static_cast<int64_t>(std::floor(batches + 1e-9));
+  // The epsilon keeps an exact fit (2000 / 50 = 39.999...) from losing a whole batch; no batch
+  // above what training.batch_size takes (a 1024TiB memory gave 2,718,219,420; and the cast of a
+  // double beyond int64 is undefined).
+  if (batches < 1) return 0;
+  return static_cast<int64_t>(std::min(std::floor(batches + 1e-9), double(kMaxBatchSize)));
 }
 
 std::optional<MemoryFit> fit_memory(const std::vector<int64_t>& batches,

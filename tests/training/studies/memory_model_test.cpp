@@ -17,6 +17,8 @@ TEST(MemoryFit, RecoversAnExactLine) {
   EXPECT_EQ(fit->max_batch(1000 + 50 * 40), 40);
   EXPECT_EQ(fit->max_batch(1000 + 50 * 40 + 49), 40);
   EXPECT_EQ(fit->max_batch(500), 0);
+  // No larger than training.batch_size takes (round 5: 2,718,219,420 for 1024TiB).
+  EXPECT_EQ(fit->max_batch(int64_t{1} << 50), training::kMaxBatchSize);
 }
 
 TEST(MemoryFit, NoisyPointsGiveRSquaredBelowOne) {
