@@ -288,7 +288,6 @@ int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched,
 
 int64_t smallest_fitting_limit(const AllocationStream& stream, AllocatorOptions options,
                                const BesideTensors& beside, Replay* at_it) {
-  constexpr int64_t kMiB = int64_t{1} << 20;
   auto replay_at = [&](int64_t mib) {
     options.limit = mib * kMiB;
     return replay_stream(stream, options, beside);
