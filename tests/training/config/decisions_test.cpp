@@ -72,6 +72,15 @@ TEST(Decisions, ADamagedFileIsRefusedNamingItAndTheEntry) {
             "run/decisions.json: checkpointing.predicted_peak_bytes: expected a byte count, "
             "missing");
   j = nlohmann::json::parse(training::decisions_json(both()));
+  j["checkpointing"]["beside_step_bytes"] = "1MiB";  // the round-5 fields are input too
+  EXPECT_EQ(decisions_error(j.dump()),
+            "run/decisions.json: checkpointing.beside_step_bytes: expected a byte count, got "
+            "\"1MiB\"");
+  j = nlohmann::json::parse(training::decisions_json(both()));
+  j["memory_format"]["chosen_for"] = 7;
+  EXPECT_EQ(decisions_error(j.dump()),
+            "run/decisions.json: memory_format.chosen_for: expected a string, got 7");
+  j = nlohmann::json::parse(training::decisions_json(both()));
   j["checkpointing"]["budget"] = 5;  // a misspelt field is refused, not dropped
   EXPECT_EQ(decisions_error(j.dump()),
             "run/decisions.json: checkpointing.budget: unknown field (expected blocks, chosen_for, "
