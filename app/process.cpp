@@ -165,9 +165,9 @@ const char* environment_value(char** environment, const char* name) {
 
 }  // namespace
 
-// A stop before a command can stop gracefully exits with 130, from the first instruction on: the
-// dynamic loader runs .preinit_array before any library's initialisers (LibTorch's take a
-// noticeable time), so only the loading itself is left to the default action. A
+// A stop before a command can stop gracefully exits with 130 from here on: the dynamic loader
+// runs .preinit_array before any library's initialisers (LibTorch's take a noticeable time), so
+// only the mapping and relocation before it are left to the default action (143 for SIGTERM). A
 // PYTORCH_CUDA_ALLOC_CONF that LibTorch would abort on while loading is refused here, in one line.
 extern "C" void train_preinit(int, char**, char** environment) {
   training::install_exit_on_stop();

@@ -62,7 +62,9 @@ TEST(Outcomes, ADivergedRunStopsAndIsReportedAndCompared) {
 
 // Metrics rows with null (a non-finite value) read back as NaN.
 TEST(Outcomes, ANullLossReadsBackAsNaN) {
-  nlohmann::json row = training::to_json(training::EpochRecord{});
+  training::EpochRecord first;
+  first.epoch = 1;
+  nlohmann::json row = training::to_json(first);
   row["train_loss"] = nullptr;
   const auto record = training::epoch_record_from_json(row, "metrics.jsonl row 1");
   EXPECT_TRUE(std::isnan(record.train_loss));
@@ -217,6 +219,29 @@ TEST(Outcomes, AStopWithoutCheckpointsSaysTheRunCannotBeContinued) {
             std::string::npos)
       << log;
   EXPECT_EQ(log.find("continue with"), std::string::npos) << log;
+}
+
+// Two SIGTERMs 15 ms apart (issue 57): the process died of the second one, exit 143, with no line.
+// The second stop ends it at once, as every stop does (exit 130, one line, in train.log too), and
+// the run continues from the checkpoint it had.
+TEST(Outcomes, ASecondStopEndsAtOnceWithExit130AndALine) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  cli::Background slow({"--config", write_tiny_config(dir, 2).string(), "--output-dir",
+                        run.string(), "--set", "data.simulated_delay_ms=300"},
+                       dir / "slow.log");
+  ASSERT_TRUE(cli::wait_for_text(run / "train.log", "step 1/4"));
+  slow.signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(15));
+  slow.signal(SIGTERM);
+  EXPECT_EQ(slow.wait(), 130);
+  const std::string line =
+      "[stopped] by a second signal, at once (exit 130); nothing is half-written";
+  EXPECT_NE(test_support::read_text(dir / "slow.log").find(line), std::string::npos)
+      << test_support::read_text(dir / "slow.log");
+  EXPECT_NE(test_support::read_text(run / "train.log").find(line), std::string::npos);
+  const auto r = run_train("--resume " + run.string());
+  EXPECT_EQ(r.code, 0) << r.output;
 }
 
 // torch_data cannot continue an epoch part-way: Ctrl-C mid-epoch replaced the epoch's

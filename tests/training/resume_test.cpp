@@ -57,7 +57,7 @@ TEST(Resume, AnOlderCheckpointsChoiceInItsConfigBecomesTheRunsDecision) {
 TEST(Resume, TheCheckpointsDecisionsAreReadBackAndADamagedEntryIsNamed) {
   test_support::TempDir dir;
   training::Decisions made;
-  made.layout = training::LayoutDecision{c10::MemoryFormat::ChannelsLast, "cpu", "timed"};
+  made.layout = training::LayoutDecision{c10::MemoryFormat::ChannelsLast, "cpu", "timed", ""};
   const auto file = checkpoint_storing(dir.path(), {kModel, training::decisions_json(made)});
   training::Decisions recorded;
   const auto config = training::effective_config({}, {dir.path(), file}, recorded);
@@ -110,7 +110,7 @@ TEST(Resume, AutoSwitchedToOnByOneSetDropsTheRecordedChoice) {
 TEST(Resume, TheCheckpointsDecisionsHoldWithConfigAndWithoutDecisionsJson) {
   test_support::TempDir dir;
   training::Decisions made;
-  made.layout = training::LayoutDecision{c10::MemoryFormat::ChannelsLast, "cpu", "timed"};
+  made.layout = training::LayoutDecision{c10::MemoryFormat::ChannelsLast, "cpu", "timed", ""};
   made.checkpointing = training::CheckpointingDecision{{"layer1.0"}, "a step", 1 << 20, 900, 1};
   const auto file = checkpoint_storing(dir.path(), {kModel, training::decisions_json(made)});
   std::ofstream(dir / "other.yaml") << kModel;

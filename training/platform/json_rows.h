@@ -1,11 +1,16 @@
 // Rows of flat JSON objects, the form of every tabular output (metrics.jsonl, gpu.jsonl,
-// sweep.csv): reading JSON lines, writing CSV, optional values as null.
+// sweep.csv): reading JSON lines and fields as written, writing CSV, optional values as null.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace training {
@@ -18,6 +23,32 @@ std::vector<nlohmann::ordered_json> read_jsonl(const std::filesystem::path& file
 template <class T>
 nlohmann::ordered_json optional_json(const std::optional<T>& value) {
   return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json();
+}
+
+// `json[key]`, read back as its writer wrote it: a number of type T (a whole number for an integral
+// T), at least `low` and at most `high` (a NaN is neither). std::out_of_range naming the field
+// otherwise.
+template <typename T>
+T read_at_least(const nlohmann::json& json, const char* key, T low,
+                T high = std::numeric_limits<T>::max()) {
+  const auto& field = json.at(key);
+  const bool whole = field.is_number_integer() &&
+                     !(field.is_number_unsigned() &&
+                       field.template get<uint64_t>() > static_cast<uint64_t>(INT64_MAX));
+  if (std::is_integral_v<T> ? !whole : !field.is_number()) {
+    throw std::out_of_range(std::string(key) + ": " + field.dump() + " is not " +
+                            (std::is_integral_v<T> ? "a whole number" : "a number") +
+                            " as written");
+  }
+  const T value = field.template get<T>();
+  if (!(value >= low && value <= high)) {
+    std::ostringstream expected;
+    expected << (high == std::numeric_limits<T>::max() ? "at least " : "within [") << low;
+    if (high != std::numeric_limits<T>::max()) expected << ", " << high << "]";
+    throw std::out_of_range(std::string(key) + ": " + json.at(key).dump() + " is not " +
+                            expected.str());
+  }
+  return value;
 }
 
 // CSV text for rows of flat JSON objects: the header is the union of keys in first-seen order.

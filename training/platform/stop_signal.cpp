@@ -19,10 +19,19 @@ std::atomic<int> deferred_signal{0};    // a repeated signal that arrived during
 std::atomic<bool> exit_at_once{false};  // install_exit_on_stop's handlers are the ones installed
 std::atomic<int> stop_line_fd{-1};      // also_write_stop_line_to's
 
-// Dies of `signal` as without a handler.
-void die_of(int signal) {
-  std::signal(signal, SIG_DFL);
-  std::raise(signal);
+// Writes `line` (async-signal-safe) to stderr and, where set, the run's log; what write(2) returns
+// does not matter to a process ending here.
+template <size_t N>
+void say_stopped(const char (&line)[N]) {
+  [[maybe_unused]] auto written = ::write(STDERR_FILENO, line, N - 1);
+  if (const int fd = stop_line_fd.load(); fd >= 0) written = ::write(fd, line, N - 1);
+}
+
+// A repeated stop: at once, with the exit code every stop has and one line (issue 57: it died of
+// the signal, 143, with none). The files written before it are whole: atomic writes finish first.
+[[noreturn]] void exit_at_once_on_repeated_stop() {
+  say_stopped("[stopped] by a second signal, at once (exit 130); nothing is half-written\n");
+  ::_exit(kExitStopped);
 }
 
 extern "C" void on_stop_signal(int signal) {
@@ -33,14 +42,11 @@ extern "C" void on_stop_signal(int signal) {
     deferred_signal.store(signal);
     return;
   }
-  die_of(signal);
+  exit_at_once_on_repeated_stop();
 }
 
 extern "C" void exit_on_stop_signal(int) {
-  // write(2) is async-signal-safe; what it returns does not matter to a process ending here.
-  static const char line[] = "[stopped] by a signal (exit 130); nothing is half-written\n";
-  [[maybe_unused]] auto written = ::write(STDERR_FILENO, line, sizeof line - 1);
-  if (const int fd = stop_line_fd.load(); fd >= 0) written = ::write(fd, line, sizeof line - 1);
+  say_stopped("[stopped] by a signal (exit 130); nothing is half-written\n");
   ::_exit(kExitStopped);
 }
 
@@ -80,7 +86,7 @@ DeferRepeatedStops::DeferRepeatedStops() {
 
 DeferRepeatedStops::~DeferRepeatedStops() {
   if (deferring.fetch_sub(1) != 1) return;
-  if (const int signal = deferred_signal.exchange(0)) die_of(signal);
+  if (deferred_signal.exchange(0) != 0) exit_at_once_on_repeated_stop();
 }
 
 void test_kill_point(const char* point) {

@@ -1,6 +1,6 @@
 // A graceful stop: the first SIGINT/SIGTERM asks the trainer to finish the current step, write
-// a checkpoint and exit; a second one kills the process as usual, except during a durable write
-// (DeferRepeatedStops), which finishes first.
+// a checkpoint and exit; a second one ends the process at once (exit 130, one line), except
+// during a durable write (DeferRepeatedStops), which finishes first.
 #pragma once
 
 #include <string>
@@ -20,7 +20,7 @@ bool stop_requested();
 void request_stop();  // what the handler does; also lets tests trigger a stop
 void clear_stop_request();
 
-// While one lives (a checkpoint or another atomic write), a repeated stop signal, which kills the
+// While one lives (a checkpoint or another atomic write), a repeated stop signal, which ends the
 // process, waits: the write finishes, then the signal takes effect. Nests.
 class DeferRepeatedStops {
  public:

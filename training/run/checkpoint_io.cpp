@@ -72,6 +72,26 @@ c10::IValue read_value(torch::serialize::InputArchive& archive, const fs::path& 
   return value;
 }
 
+// A count or time the trainer wrote (issue 57: what is read back is checked as written): a number
+// of the entry's kind, at least `low`.
+template <typename T>
+T read_number(torch::serialize::InputArchive& archive, const fs::path& file, const std::string& key,
+              T low) {
+  const c10::IValue value = read_value(archive, file, key);
+  const bool whole = std::is_integral_v<T>;
+  if (whole ? !value.isInt() : !value.isDouble()) {
+    throw UserError(file.string() + ": checkpoint entry '" + key + "' is not " +
+                    (whole ? "a whole number" : "a number") + " (train never writes it so)");
+  }
+  const T number = whole ? static_cast<T>(value.toInt()) : static_cast<T>(value.toDouble());
+  if (!(number >= low)) {
+    throw UserError(file.string() + ": checkpoint entry '" + key + "' is " +
+                    fmt::format("{}", number) + ", expected at least " + fmt::format("{}", low) +
+                    " (train never writes it so)");
+  }
+  return number;
+}
+
 // Parameters and buffers as one flat name -> tensor table (a state dict), so loading can check
 // every name and shape instead of trusting the nested archive layout.
 std::vector<std::pair<std::string, torch::Tensor>> state_tensors(torch::nn::Module& model) {
@@ -342,14 +362,14 @@ TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
   read_optimizer(archive, file, optimizer);
 
   TrainState state;
-  state.epoch = read_value(archive, file, "epoch").toInt();
-  state.step = read_value(archive, file, "step").toInt();
-  state.batch_in_epoch = read_value(archive, file, "batch_in_epoch").toInt();
-  state.seen = read_value(archive, file, "seen").toInt();
-  state.train_seconds = read_value(archive, file, "train_seconds").toDouble();
-  state.skipped_steps = read_value(archive, file, "skipped_steps").toInt();
-  state.world_size = read_value(archive, file, "world_size").toInt();
-  state.batch_size = read_value(archive, file, "batch_size").toInt();
+  state.epoch = read_number<int64_t>(archive, file, "epoch", 0);
+  state.step = read_number<int64_t>(archive, file, "step", 0);
+  state.batch_in_epoch = read_number<int64_t>(archive, file, "batch_in_epoch", 0);
+  state.seen = read_number<int64_t>(archive, file, "seen", 0);
+  state.train_seconds = read_number<double>(archive, file, "train_seconds", 0);
+  state.skipped_steps = read_number<int64_t>(archive, file, "skipped_steps", 0);
+  state.world_size = read_number<int64_t>(archive, file, "world_size", 1);
+  state.batch_size = read_number<int64_t>(archive, file, "batch_size", 1);
   state.config_yaml = read_value(archive, file, "config").toStringRef();
   c10::IValue scale, tracker;
   if (archive.try_read("grad_scale", scale) && archive.try_read("growth_tracker", tracker)) {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string_view>
 #include <type_traits>
 
 #include "training/platform/errors.h"
@@ -22,6 +24,30 @@ nlohmann::ordered_json column_json(const std::optional<T>& value) {
 
 bool added_later(const std::string& key);
 
+// What the trainer writes in each numeric column (issue 57: a run's metrics read back are checked
+// as written; 8.5 steps were read as 8, a negative epoch time or an accuracy of 7 were reported).
+struct ColumnRange {
+  const char* key;
+  double low, high;
+};
+constexpr double kNoEnd = std::numeric_limits<double>::infinity();
+constexpr ColumnRange kRanges[] = {{"epoch", 1, kNoEnd},
+                                   {"train_acc", 0, 1},
+                                   {"test_acc", 0, 1},
+                                   {"data_wait_fraction", 0, 1},
+                                   {"world_size", 1, kNoEnd},
+                                   {"accumulate_steps", 1, kNoEnd},
+                                   {"train_loss", -kNoEnd, kNoEnd},
+                                   {"test_loss", -kNoEnd, kNoEnd}};
+
+// Every other number is a count, a time, a rate, a size or a fraction: at least 0.
+ColumnRange range_of(const char* key) {
+  for (const auto& range : kRanges) {
+    if (std::string_view(range.key) == key) return range;
+  }
+  return {key, 0, kNoEnd};
+}
+
 // Reads column `key` of `row` into `out` (null for an absent optional value).
 class ColumnReader {
  public:
@@ -38,7 +64,7 @@ class ColumnReader {
       }
     }
     try {
-      out = row_.at(key).get<T>();
+      out = read(key, T{});
     } catch (const nlohmann::json::exception&) {
       fail(key);
     }
@@ -48,13 +74,37 @@ class ColumnReader {
     if (!row_.contains(key) && added_later(key)) return;
     if (!row_.contains(key)) fail(key);
     try {
-      out = row_.at(key).is_null() ? std::nullopt : std::optional<T>(row_.at(key).get<T>());
+      out = row_.at(key).is_null() ? std::nullopt : std::optional<T>(read(key, T{}));
     } catch (const nlohmann::json::exception&) {
       fail(key);
     }
   }
 
  private:
+  // A number as the trainer wrote it (a whole number for a count, within its column's range).
+  template <class T>
+  T read(const char* key, T) const {
+    if constexpr (std::is_arithmetic_v<T>) {
+      const ColumnRange range = range_of(key);
+      auto bound = [](double value) {
+        if constexpr (std::is_integral_v<T>) {
+          if (!std::isfinite(value)) {
+            return value > 0 ? std::numeric_limits<T>::max() : std::numeric_limits<T>::lowest();
+          }
+        }
+        return static_cast<T>(value);
+      };
+      try {
+        return read_at_least<T>(row_, key, bound(range.low), bound(range.high));
+      } catch (const std::out_of_range& e) {
+        throw UserError(where_ + ": " + e.what() + " (train never writes it: the file was " +
+                        "edited or damaged)");
+      }
+    } else {
+      return row_.at(key).get<T>();
+    }
+  }
+
   [[noreturn]] void fail(const char* key) const {
     throw UserError(where_ + ": column '" + key + "' is missing or not a " +
                     "value of its type (written by another version of train?)");

@@ -164,6 +164,7 @@ class Sweep {
     fs::remove(log, ec);
 
     if (stop_requested()) throw SweepStopped{};
+    test_stop_point(fmt::format("sweep trial {}", trial.id));  // tests: a stop as the trial starts
     const auto outcome = run_process({executable_.string(), "sweep-trial", "--config",
                                       yaml.string(), "--result", result.string()},
                                      log, config_.sweep.trial_timeout);

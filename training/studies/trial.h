@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "training/config/config.h"
+#include "training/platform/json_rows.h"
 
 namespace training {
 
@@ -52,32 +53,6 @@ struct TrialResult {
 
 nlohmann::ordered_json to_json(const TrialResult& result);
 TrialResult trial_from_json(const nlohmann::json& json);
-
-// `json[key]`, read back as its writer wrote it: a number of type T (a whole number for an integral
-// T), at least `low` and at most `high` (a NaN is neither). std::out_of_range naming the field
-// otherwise.
-template <typename T>
-T read_at_least(const nlohmann::json& json, const char* key, T low,
-                T high = std::numeric_limits<T>::max()) {
-  const auto& field = json.at(key);
-  const bool whole = field.is_number_integer() &&
-                     !(field.is_number_unsigned() &&
-                       field.template get<uint64_t>() > static_cast<uint64_t>(INT64_MAX));
-  if (std::is_integral_v<T> ? !whole : !field.is_number()) {
-    throw std::out_of_range(std::string(key) + ": " + field.dump() + " is not " +
-                            (std::is_integral_v<T> ? "a whole number" : "a number") +
-                            " as written");
-  }
-  const T value = field.template get<T>();
-  if (!(value >= low && value <= high)) {
-    std::ostringstream expected;
-    expected << (high == std::numeric_limits<T>::max() ? "at least " : "within [") << low;
-    if (high != std::numeric_limits<T>::max()) expected << ", " << high << "]";
-    throw std::out_of_range(std::string(key) + ": " + json.at(key).dump() + " is not " +
-                            expected.str());
-  }
-  return value;
-}
 
 // Measures, in this process, the trial described by `config` (training.batch_size, precision,
 // memory_format, checkpointing, memory.limit, device) for warmup + measure steps. Out of memory

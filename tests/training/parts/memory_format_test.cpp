@@ -120,7 +120,7 @@ TEST(MemoryFormat, ARecordedLayoutHoldsOnlyForTheStepItWasTimedFor) {
   auto back = training::parse_decisions(training::decisions_json(decisions), "decisions.json");
   training::decide_memory_format(config, back, torch::kCPU, false, rates.measure());
   EXPECT_EQ(rates.asked.size(), 2u);
-  for (const std::string& changed :
+  for (const std::string changed :
        {", batch_size: 16, accumulate_steps: 1", ", batch_size: 8, accumulate_steps: 2",
         ", batch_size: 8, accumulate_steps: 1, precision: fp16",
         ", batch_size: 8, accumulate_steps: 1, ema_decay: 0.99"}) {

@@ -4,6 +4,9 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <functional>
+#include <utility>
+#include <vector>
 
 #include "models/resnet.h"
 #include "test_support.h"
@@ -56,6 +59,7 @@ TEST(Checkpoint, RoundTripRestoresModelOptimizerStateAndRng) {
   state.correct = torch::tensor(17, torch::kInt64);
   state.seen = 40;
   state.train_seconds = 1.5;
+  state.batch_size = 8;
   torch::manual_seed(77);
   training::save_checkpoint(dir / "c.pt", *a.model, *a.optimizer, state,
                             {"training: {}\n", "{\"checkpointing\": 1}"});
@@ -117,7 +121,9 @@ TEST(Checkpoint, TheConfigsOptimizerOptionsHoldOverTheCheckpointsAndUnusedBuffer
   test_support::TempDir dir;
   auto a = make_setup(1);
   one_step(a);  // momentum buffers made
-  training::save_checkpoint(dir / "c.pt", *a.model, *a.optimizer, {}, {});
+  training::TrainState state;
+  state.batch_size = 8;
+  training::save_checkpoint(dir / "c.pt", *a.model, *a.optimizer, state, {});
   ASSERT_FALSE(a.optimizer->state().empty());
 
   torch::manual_seed(1);
@@ -148,6 +154,28 @@ TEST(Checkpoint, TheConfigsOptimizerOptionsHoldOverTheCheckpointsAndUnusedBuffer
               training::check_checkpoint_model(dir / "c.pt", *other, *regrouped);
             }).find(": optimizer state does not fit"),
             std::string::npos);
+}
+
+// What is read back is checked as train wrote it (issue 57): a checkpoint whose frame is whole but
+// whose counts train never writes (a negative epoch, no batch size) is refused naming the entry.
+TEST(Checkpoint, CountsTrainNeverWritesAreRefusedNamingTheEntry) {
+  test_support::TempDir dir;
+  auto a = make_setup(1);
+  const std::vector<std::pair<std::string, std::function<void(training::TrainState&)>>> cases = {
+      {"'epoch' is -1, expected at least 0", [](auto& s) { s.epoch = -1; }},
+      {"'batch_size' is 0, expected at least 1", [](auto& s) { s.batch_size = 0; }},
+      {"'world_size' is 0, expected at least 1", [](auto& s) { s.world_size = 0; }},
+      {"'train_seconds' is -2.5, expected at least 0", [](auto& s) { s.train_seconds = -2.5; }}};
+  for (const auto& [entry, edit] : cases) {
+    training::TrainState state;
+    state.batch_size = 8;
+    edit(state);
+    training::save_checkpoint(dir / "c.pt", *a.model, *a.optimizer, state, {});
+    EXPECT_EQ(
+        user_error_of(
+            [&] { training::load_checkpoint(dir / "c.pt", *a.model, *a.optimizer, torch::kCPU); }),
+        (dir / "c.pt").string() + ": checkpoint entry " + entry + " (train never writes it so)");
+  }
 }
 
 TEST(Checkpoint, FindCheckpointAcceptsRunDirOrFile) {

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "training/platform/errors.h"
 
 namespace {
@@ -30,6 +34,40 @@ TEST(EpochRecord, ReadsBackWhatItWritesAndNamesAMissingColumn) {
               "m.jsonl row 1: column 'test_acc' is missing or not a value of its type (written "
               "by another version of train?)");
   }
+}
+
+// A run's metrics read back are checked as the trainer wrote them (issue 57): `train report` of a
+// hand-edited row printed a test accuracy of 700.00% and a time to accuracy of "0:-2", and a step
+// of 8.5 was read as 8. Each value is one line naming the file's row, the column and the range.
+TEST(EpochRecord, AValueTheTrainerCannotHaveWrittenIsRefusedNamingTheColumn) {
+  const std::vector<std::pair<std::string, nlohmann::json>> bad = {
+      {"test_acc", 7},
+      {"train_acc", -0.1},
+      {"epoch_seconds", -3},
+      {"step", 8.5},
+      {"epoch", 0},
+      {"world_size", 0},
+      {"accumulate_steps", 0},
+      {"data_wait_fraction", 1.5},
+      {"peak_allocated_bytes", -1},
+      {"batches", 2.5},
+      {"steady_images_per_second", -1.0}};
+  for (const auto& [key, value] : bad) {
+    auto json = training::to_json(row(3, 0.5));
+    json[key] = value;
+    try {
+      training::epoch_record_from_json(json, "m.jsonl row 1");
+      ADD_FAILURE() << key << " = " << value.dump() << " was read";
+    } catch (const training::UserError& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind("m.jsonl row 1: " + key + ": " + value.dump() + " is not ", 0), 0u)
+          << message;
+    }
+  }
+  auto json = training::to_json(row(3, 0.5));
+  json["test_acc"] = 1;  // the edges are what a trainer writes
+  json["train_loss"] = -2.5;
+  EXPECT_NO_THROW(training::epoch_record_from_json(json, "m.jsonl row 1"));
 }
 
 // metrics.jsonl rows written before the steady-state columns existed read back with their

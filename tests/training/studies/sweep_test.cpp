@@ -477,6 +477,45 @@ sweep: {batch_sizes: [8, 16, 24]}
   }
 }
 
+// A sweep stopped at any moment and run again on its folder gives the rows an unstopped sweep gives
+// (issue 57): stops as trial 1 and as trial 2 start (the trial's own process is signalled), each
+// finished by the same command; the real binary, so that the peaks are measured.
+TEST(Sweep, AStoppedSweepRunAgainGivesTheRowsOfOneNeverStopped) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: cifar}
+training: {device: cpu}
+sweep: {batch_sizes: [2, 4], precisions: [fp32], warmup_steps: 0, measure_steps: 1}
+)");
+  auto rows = [](const fs::path& out) {
+    const auto sweep = read_json(out / "sweep.json");
+    std::vector<std::string> rows;
+    for (const auto& t : sweep.at("trials")) {
+      rows.push_back(nlohmann::json{t.at("trial"), t.at("batch_size"), t.at("status"),
+                                    t.at("peak_allocated_bytes"), t.at("peak_reserved_bytes"),
+                                    t.at("steady_peak_allocated_bytes")}
+                         .dump());
+    }
+    return rows;
+  };
+  const auto unstopped = dir / "unstopped";
+  ASSERT_EQ(training::run_sweep({config.string(), {}, unstopped.string(), TRAIN_BINARY, ""}), 0);
+  ASSERT_EQ(rows(unstopped).size(), 2u);
+  for (const std::string moment : {"sweep trial 1", "sweep trial 2"}) {
+    const auto out = dir / ("stopped at " + moment);
+    ::setenv("TRAIN_TEST_STOP_AT", moment.c_str(), 1);
+    const int code = training::run_sweep({config.string(), {}, out.string(), TRAIN_BINARY, ""});
+    ::unsetenv("TRAIN_TEST_STOP_AT");
+    training::clear_stop_request();
+    ASSERT_EQ(code, training::kExitStopped) << moment;
+    EXPECT_FALSE(read_json(out / "sweep.json").at("complete").get<bool>()) << moment;
+    ASSERT_EQ(training::run_sweep({config.string(), {}, out.string(), TRAIN_BINARY, ""}), 0)
+        << moment;
+    EXPECT_TRUE(read_json(out / "sweep.json").at("complete").get<bool>()) << moment;
+    EXPECT_EQ(rows(out), rows(unstopped)) << moment;
+  }
+}
+
 // Advice is only what `train` accepts (issue 57): a largest batch above the config's training set
 // (synthetic 128 images) gets no flags `train` would refuse, in sweep.md; one within it does.
 TEST(Sweep, NoFlagsAreAdvisedForABatchTheConfigsTrainingSetCannotFill) {
