@@ -55,4 +55,15 @@ torch::Tensor Normalizer::operator()(const torch::Tensor& images) const {
   return out.sub_(shift_).mul_(scale_);
 }
 
+torch::Tensor resize_images(const torch::Tensor& images, int64_t size,
+                            c10::MemoryFormat memory_format) {
+  if (size == 0 || (images.size(2) == size && images.size(3) == size)) return images;
+  namespace F = torch::nn::functional;
+  return F::interpolate(images, F::InterpolateFuncOptions()
+                                    .size(std::vector<int64_t>{size, size})
+                                    .mode(torch::kBilinear)
+                                    .align_corners(false))
+      .contiguous(memory_format);
+}
+
 }  // namespace data

@@ -1,5 +1,6 @@
 // Batched CIFAR augmentation as tensor ops on whatever device the batch lives on: random crop
-// with zero padding and horizontal flip done as one gather per axis, then normalisation.
+// with zero padding and horizontal flip done as one gather per axis, then normalisation and, where
+// asked, a resize.
 #pragma once
 
 #include <torch/types.h>
@@ -33,5 +34,11 @@ class Normalizer {
   torch::Tensor shift_, scale_;  // [1,3,1,1] float32: mean*255 and 1/(std*255)
   c10::MemoryFormat memory_format_;
 };
+
+// Float images [B,C,H,W] resized to [B,C,size,size] (bilinear, half-pixel centres: torchvision's
+// Resize on tensors), laid out in `memory_format`; the images themselves where size is 0 or
+// already theirs. The step's input at the resolution an ImageNet-style ResNet-50 trains at (224).
+torch::Tensor resize_images(const torch::Tensor& images, int64_t size,
+                            c10::MemoryFormat memory_format);
 
 }  // namespace data

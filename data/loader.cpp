@@ -117,7 +117,8 @@ Batch BatchLoader::prepare(int64_t batch_index) const {
     images = crop_and_flip(images, random_augment_params(count, options_.padding(), gen),
                            options_.padding());
   }
-  return {normalize_(images), labels, batch_index};
+  return {resize_images(normalize_(images), options_.image_size(), options_.memory_format()),
+          labels, batch_index};
 }
 
 namespace {

@@ -43,6 +43,9 @@ struct LoaderOptions {
   TORCH_ARG(int64_t, prefetch) = 2;
   TORCH_ARG(uint64_t, seed) = 0;
   TORCH_ARG(c10::MemoryFormat, memory_format) = c10::MemoryFormat::Contiguous;
+  // Side of the square the images are resized to (bilinear, after augmentation, on `device`);
+  // 0: as stored (CIFAR-10's 32).
+  TORCH_ARG(int64_t, image_size) = 0;
   // Extra time spent preparing each batch: simulates a slow input pipeline for studies of
   // prefetching and of the data-wait diagnosis.
   TORCH_ARG(double, simulated_delay_ms) = 0.0;

@@ -157,7 +157,8 @@ std::optional<Batch> TorchDataLoader::next() {
   torch::data::Example<> example = **pipeline_->position;
   ++*pipeline_->position;
   const auto device = options_.device();
-  return Batch{example.data.to(device, /*non_blocking=*/true).contiguous(options_.memory_format()),
+  auto images = example.data.to(device, /*non_blocking=*/true).contiguous(options_.memory_format());
+  return Batch{resize_images(images, options_.image_size(), options_.memory_format()),
                example.target.to(device, /*non_blocking=*/true), next_batch_++};
 }
 

@@ -166,11 +166,11 @@ void log_start(const Config& config, const RunInputs& inputs, const torch::Devic
                source_description(data.source), data.root, trainer.train_size(),
                trainer.test_size(), data.seconds);
   spdlog::info(
-      "model: {} ({} stem, {} classes, {} parameters), {} {}, batch {}: {} epochs of {} steps "
+      "model: {} ({} stem, {} classes, {} parameters){}, {} {}, batch {}: {} epochs of {} steps "
       "({})",
       arch_name(config.model), stem_name(config.model), config.model.num_classes(),
-      count_parameters(*trainer.model()), precision_name(config.training.precision),
-      memory_format_name(config.training.memory_format),
+      count_parameters(*trainer.model()), resized_text(config.data.image_size),
+      precision_name(config.training.precision), memory_format_name(config.training.memory_format),
       batch_description(config, trainer.world_size()), config.training.epochs,
       trainer.steps_per_epoch(),
       // A resume's steps depend on those its checkpoint has done: said once it is read.

@@ -538,6 +538,45 @@ TEST(Cli, AFlagsBoundsAreCheckedBeforeAnyWork) {
   }
 }
 
+// data.image_size (issue 53 section 1): a run at 224x224 trains and evaluates, its step holds the
+// larger images (its training peak grows by more than the input batch itself), and the card
+// prediction follows it (a larger predicted peak and a smaller largest batch than at 32).
+TEST(Cli, ARunAt224TrainsAndTheCardPredictionFollowsTheImageSize) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "224.yaml") << "model: {arch: resnet18, stem: imagenet}\n"
+                                     "data: {source: synthetic, synthetic_train_size: 8, "
+                                     "synthetic_test_size: 4}\n"
+                                     "training: {device: cpu, batch_size: 4, eval_batch_size: 4, "
+                                     "max_steps: 1, memory_format: contiguous, threads: 1}\n"
+                                     "checkpoint: {enabled: false}\n";
+  auto trained_peak = [&](int64_t size) {
+    const auto run = dir / ("run" + std::to_string(size));
+    const auto r = run_train("--config " + (dir / "224.yaml").string() + " --output-dir " +
+                             run.string() + " --set data.image_size=" + std::to_string(size));
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(
+        test_support::read_text(run / "config.yaml").find("image_size: " + std::to_string(size)),
+        std::string::npos);
+    const auto row = nlohmann::json::parse(test_support::read_text(run / "metrics.jsonl"));
+    return row.at("train_peak_allocated_bytes").get<int64_t>();
+  };
+  EXPECT_GT(trained_peak(224) - trained_peak(32), 4 * 3 * (224 * 224 - 32 * 32) * 4);
+  auto predicted = [&](int64_t size) {
+    const auto out = dir / ("memory" + std::to_string(size));
+    const auto r = run_train("memory --config " + (dir / "224.yaml").string() +
+                             " --card H200 --card-only --settings fp32 --output-dir " +
+                             out.string() + " --set data.image_size=" + std::to_string(size));
+    EXPECT_EQ(r.code, 0) << r.output;
+    return nlohmann::json::parse(test_support::read_text(out / "memory_breakdown.json"))
+        .at("settings")
+        .at(0);
+  };
+  const auto at_224 = predicted(224), at_32 = predicted(32);
+  EXPECT_GT(at_224.at("predicted_allocated_peak_bytes").get<int64_t>(),
+            at_32.at("predicted_allocated_peak_bytes").get<int64_t>());
+  EXPECT_LT(at_224.at("largest_batch").get<int64_t>(), at_32.at("largest_batch").get<int64_t>());
+}
+
 TEST(Cli, ReportRewritesTheReportOfARun) {
   test_support::TempDir dir;
   const auto run = dir / "run";

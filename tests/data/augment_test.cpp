@@ -81,4 +81,20 @@ TEST(Normalizer, HonoursChannelsLast) {
   EXPECT_TRUE(out.is_contiguous(c10::MemoryFormat::ChannelsLast));
 }
 
+// Bilinear with half-pixel centres (torchvision's Resize on tensors): a flat image stays flat, a
+// 2x upscale of [0, 1] gives [0, 0.25, 0.75, 1], and the size of the images themselves is no copy.
+TEST(ResizeImages, BilinearWithHalfPixelCentresInTheLayoutAsked) {
+  const auto flat = torch::full({2, 3, 32, 32}, 0.5f);
+  const auto big = data::resize_images(flat, 224, c10::MemoryFormat::ChannelsLast);
+  EXPECT_EQ(big.sizes(), torch::IntArrayRef({2, 3, 224, 224}));
+  EXPECT_TRUE(big.is_contiguous(c10::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(torch::allclose(big, torch::full_like(big, 0.5f)));
+  const auto ramp =
+      torch::tensor({0.0f, 1.0f}).view({1, 1, 1, 2}).expand({1, 1, 2, 2}).contiguous();
+  const auto twice = data::resize_images(ramp, 4, c10::MemoryFormat::Contiguous);
+  EXPECT_TRUE(torch::allclose(twice[0][0][0], torch::tensor({0.0f, 0.25f, 0.75f, 1.0f}))) << twice;
+  EXPECT_TRUE(data::resize_images(flat, 32, c10::MemoryFormat::Contiguous).is_same(flat));
+  EXPECT_TRUE(data::resize_images(flat, 0, c10::MemoryFormat::Contiguous).is_same(flat));
+}
+
 }  // namespace

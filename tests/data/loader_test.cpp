@@ -124,6 +124,20 @@ TEST(BatchLoader, BatchesAreNormalisedFloatImages) {
   EXPECT_LT(batch.images.mean().abs().item<float>(), 1.0f);
 }
 
+// data.image_size: the augmented, normalised batch resized on its device, in its layout.
+TEST(BatchLoader, BatchesAreResizedToTheImageSizeAsked) {
+  data::BatchLoader loader(
+      numbered_split(8),
+      data::LoaderOptions().batch_size(8).augment(true).image_size(224).memory_format(
+          c10::MemoryFormat::ChannelsLast));
+  auto batch = whole_epoch(loader, 1).front();
+  EXPECT_EQ(batch.images.sizes(), torch::IntArrayRef({8, 3, 224, 224}));
+  EXPECT_TRUE(batch.images.is_contiguous(c10::MemoryFormat::ChannelsLast));
+  data::BatchLoader stored(numbered_split(8),
+                           data::LoaderOptions().batch_size(8).augment(true).image_size(32));
+  EXPECT_EQ(whole_epoch(stored, 1).front().images.size(2), 32);
+}
+
 TEST(BatchLoader, ProducerErrorsReachTheConsumer) {
   // Fewer images than labels: index_select fails inside the producer thread.
   auto broken = numbered_split(32);

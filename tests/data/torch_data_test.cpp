@@ -35,26 +35,35 @@ TEST(Cifar10Dataset, YieldsTheSplitsImagesAndLabels) {
 
 // Without shuffling or augmentation, LibTorch's loader over the dataset gives the batched
 // loader's batches: the same images (normalised alike, up to float rounding), labels and order.
+// At the images' own size and resized (data.image_size: 64 here) alike.
 TEST(TorchDataLoader, GivesTheBatchedLoadersBatchesWithoutShuffling) {
   const auto split = labelled_split(70);
-  const auto options =
-      data::LoaderOptions().batch_size(16).shuffle(false).augment(false).drop_last(false).prefetch(
-          0);
-  data::BatchLoader batched(split, options);
-  data::TorchDataLoader torch_data(split, options, /*workers=*/0);
-  ASSERT_EQ(torch_data.batches_per_epoch(), batched.batches_per_epoch());
-  batched.start_epoch(1);
-  torch_data.start_epoch(1);
-  int64_t batches = 0;
-  while (auto expected = batched.next()) {
-    const auto got = torch_data.next();
-    ASSERT_TRUE(got.has_value()) << "batch " << batches;
-    EXPECT_TRUE(torch::equal(got->labels, expected->labels)) << "batch " << batches;
-    EXPECT_TRUE(torch::allclose(got->images, expected->images, 1e-5, 1e-5)) << "batch " << batches;
-    ++batches;
+  for (const int64_t image_size : {0, 64}) {
+    const auto options = data::LoaderOptions()
+                             .batch_size(16)
+                             .shuffle(false)
+                             .augment(false)
+                             .drop_last(false)
+                             .prefetch(0)
+                             .image_size(image_size);
+    data::BatchLoader batched(split, options);
+    data::TorchDataLoader torch_data(split, options, /*workers=*/0);
+    ASSERT_EQ(torch_data.batches_per_epoch(), batched.batches_per_epoch());
+    batched.start_epoch(1);
+    torch_data.start_epoch(1);
+    int64_t batches = 0;
+    while (auto expected = batched.next()) {
+      const auto got = torch_data.next();
+      ASSERT_TRUE(got.has_value()) << "batch " << batches;
+      EXPECT_EQ(got->images.size(3), image_size == 0 ? 32 : image_size);
+      EXPECT_TRUE(torch::equal(got->labels, expected->labels)) << "batch " << batches;
+      EXPECT_TRUE(torch::allclose(got->images, expected->images, 1e-5, 1e-5))
+          << "batch " << batches;
+      ++batches;
+    }
+    EXPECT_FALSE(torch_data.next().has_value());
+    EXPECT_EQ(batches, 5);  // 4 of 16 and the partial last one of 6
   }
-  EXPECT_FALSE(torch_data.next().has_value());
-  EXPECT_EQ(batches, 5);  // 4 of 16 and the partial last one of 6
 }
 
 // With the LibTorch loader's own sampler as a user would write it: make_data_loader over

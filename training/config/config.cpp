@@ -84,6 +84,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.real("simulated_delay_ms", c.data.simulated_delay_ms, 0.0, 60000.0);
     v.choice("loader", c.data.loader, kLoaders);
     v.integer("workers", c.data.workers, 0, 64);
+    v.integer("image_size", c.data.image_size, kMinImageSize, kMaxImageSize);
   });
   v.section("training", [&] {
     v.text("device", c.training.device);

@@ -32,6 +32,18 @@ enum class LoaderKind { Batched, TorchData };
 inline constexpr int64_t kMaxThreads = 4096;
 inline constexpr int64_t kMaxTimeBudget = 7 * 86400;
 
+// The side of CIFAR-10's images as stored (every reader refuses another size).
+inline constexpr int64_t kStoredImageSize = 32;
+// data.image_size's bounds: 8 keeps a feature map in every stage; 1024 is 20x ResNet-50's 224.
+inline constexpr int64_t kMinImageSize = 8, kMaxImageSize = 1024;
+
+// " at 224x224" where the images are resized, "" at the size they are stored at: said after the
+// model or the batch in logs, headers and decisions.
+inline std::string resized_text(int64_t image_size) {
+  if (image_size == kStoredImageSize) return "";
+  return " at " + std::to_string(image_size) + "x" + std::to_string(image_size);
+}
+
 struct DataConfig {
   data::DataOptions dataset;     // source, root, limits, synthetic sizes
   bool augment = true;           // random crop (4-pixel padding) + horizontal flip when training
@@ -44,6 +56,10 @@ struct DataConfig {
   double simulated_delay_ms = 0;  // extra time to prepare each training batch (pipeline studies)
   LoaderKind loader = LoaderKind::Batched;
   int64_t workers = 0;  // torch_data: LibTorch's worker threads (0: batches made in next())
+  // The side the images are resized to, after augmentation, on the training device (bilinear):
+  // 224 is where ImageNet-style ResNet-50 recipes train CIFAR-10. The step, its memory and its
+  // speed follow it everywhere (train, evaluation, memory studies, sweeps, card predictions).
+  int64_t image_size = kStoredImageSize;
 };
 
 // training.cuda_graph: the training step captured once in a CUDA graph and replayed

@@ -39,6 +39,7 @@ std::string step_signature(const Config& config, const std::optional<c10::Memory
   const auto& o = config.optimizer;
   std::string step = fmt::format("{} {} stem, {} classes, batch {}", arch_name(config.model),
                                  stem_name(config.model), config.model.num_classes(), t.batch_size);
+  step += resized_text(config.data.image_size);
   if (t.accumulate_steps > 1)
     step += fmt::format(" in {} micro-batches a step", t.accumulate_steps);
   step += std::string(", ") + precision_name(t.precision);

@@ -40,15 +40,16 @@ StepParts build_step_parts(const Config& config, const torch::Device& device, Pr
 std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,
                                                         const torch::Device& device) {
   const int64_t batch = config.training.batch_size;
-  auto images = torch::randn({batch, 3, 32, 32}, torch::TensorOptions().device(device))
+  const int64_t side = config.data.image_size;
+  auto images = torch::randn({batch, 3, side, side}, torch::TensorOptions().device(device))
                     .contiguous(memory_format_for(config, device));
   auto labels = torch::randint(0, config.model.num_classes(), {batch},
                                torch::TensorOptions(torch::kInt64).device(device));
   return {images, labels};
 }
 
-std::pair<int64_t, int64_t> batch_bytes(int64_t batch) {
-  return {batch * 3 * 32 * 32 * static_cast<int64_t>(sizeof(float)),
+std::pair<int64_t, int64_t> batch_bytes(int64_t batch, int64_t image_size) {
+  return {batch * 3 * image_size * image_size * static_cast<int64_t>(sizeof(float)),
           batch * static_cast<int64_t>(sizeof(int64_t))};
 }
 
@@ -80,6 +81,7 @@ std::unique_ptr<data::Loader> make_loader(data::Split split, const Config& confi
           .prefetch(prefetch_for(config.data, device.is_cuda()))
           .seed(static_cast<uint64_t>(config.training.seed))
           .memory_format(memory_format_for(config, device))
+          .image_size(config.data.image_size)
           .simulated_delay_ms(train ? config.data.simulated_delay_ms : 0.0)
           .shard_index(group ? group->rank() : 0)
           .shard_count(group ? group->world_size() : 1);

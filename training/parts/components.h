@@ -28,13 +28,14 @@ models::ResNet build_model(const Config& config, const torch::Device& device);
 StepParts build_step_parts(const Config& config, const torch::Device& device,
                            ProcessGroup* group = nullptr);
 
-// A random batch of training.batch_size CIFAR-sized images (in training.memory_format) and labels,
-// made on `device`: what trials, memory studies and the checkpointing choice step on.
+// A random batch of training.batch_size images of data.image_size (in training.memory_format) and
+// labels, made on `device`: what trials, memory studies and the checkpointing choice step on.
 std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,
                                                         const torch::Device& device);
 
-// The bytes of one such batch as the loader hands it to the step: {float images, int64 labels}.
-std::pair<int64_t, int64_t> batch_bytes(int64_t batch);
+// The bytes of one batch of `image_size`-sided images as the loader hands it to the step: {float
+// images, int64 labels}.
+std::pair<int64_t, int64_t> batch_bytes(int64_t batch, int64_t image_size);
 
 // The bytes of the model's gradients (one per trainable parameter, in its dtype): what gradient
 // accumulation holds beside the step from its second micro-batch on.

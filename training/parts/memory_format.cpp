@@ -32,9 +32,9 @@ double measure_training_rate(const Config& config, const torch::Device& device) 
   StepParts parts = build_step_parts(c, device);
   parts.model->train();
   const auto format = memory_format_for(c, device);
-  const auto images =
-      torch::randn({c.training.batch_size, 3, 32, 32}, torch::TensorOptions().device(device))
-          .contiguous(format);
+  const auto images = torch::randn({c.training.batch_size, 3, c.data.image_size, c.data.image_size},
+                                   torch::TensorOptions().device(device))
+                          .contiguous(format);
   const auto labels = torch::randint(0, c.model.num_classes(), {c.training.batch_size},
                                      torch::TensorOptions(torch::kInt64).device(device));
   std::vector<double> seconds(2);  // steps 1 and 2; the first step warms up

@@ -103,7 +103,7 @@ void write_setup(std::ostringstream& md, const Config& c, const std::string& lay
   const auto& d = c.data.dataset;
   md << "## Setup\n\n| | |\n|---|---|\n"
      << "| model | " << arch_name(c.model) << ", " << stem_name(c.model) << " stem, "
-     << c.model.num_classes() << " classes |\n"
+     << c.model.num_classes() << " classes" << resized_text(c.data.image_size) << " |\n"
      << "| device | " << last.device << " (configured: " << c.training.device << ") |\n"
      << "| precision / memory format | " << precision_name(c.training.precision) << " / " << layout
      << " |\n"

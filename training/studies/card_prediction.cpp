@@ -243,7 +243,8 @@ Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& opt
   return replay;
 }
 
-AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count, int64_t batch) {
+AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count, int64_t batch,
+                                         int64_t image_size) {
   if (count <= 0) return stream;
   size_t at = 0;
   for (const auto& mark : stream.marks) {
@@ -251,7 +252,7 @@ AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count,
   }
   int64_t next_id = 0;
   for (const auto& event : stream.events) next_id = std::max(next_id, event.id + 1);
-  const auto [images, labels] = batch_bytes(batch);
+  const auto [images, labels] = batch_bytes(batch, image_size);
   std::vector<TraceEvent> added;
   for (int64_t i = 0; i < count; ++i) {
     added.push_back({next_id++, images});
@@ -265,11 +266,11 @@ AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count,
   return stream;
 }
 
-int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched,
+int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched, int64_t image_size,
                               const AllocatorOptions& options, const BesideTensors& beside) {
   auto fits = [&](int64_t batch) {
-    return replay_stream(with_prefetched_batches(stream.at(batch), prefetched, batch), options,
-                         beside)
+    return replay_stream(with_prefetched_batches(stream.at(batch), prefetched, batch, image_size),
+                         options, beside)
         .fits;
   };
   const auto beyond = stream.first_batch_over(options.limit);
@@ -362,14 +363,16 @@ CardPrediction CardPredictor::predict(const SweepCell& cell, int64_t batch) {
   p.limited_by_memory_limit = limited_by_memory_limit_;
   p.prefetched_batches = prefetch_for(config_.data, /*cuda=*/true);
   p.batch_size = batch;
+  const int64_t image_size = config_.data.image_size;
   p.checked_batch = kTraceBatches[2];
   p.mismatched = r.mismatched;
   p.reducer_bucket_bytes = reducer_bucket_bytes_;
   const AllocationStream stream =
-      with_prefetched_batches(r.stream.at(batch), p.prefetched_batches, batch);
+      with_prefetched_batches(r.stream.at(batch), p.prefetched_batches, batch, image_size);
   p.replay = replay_stream(stream, p.allocator, p.beside);
   p.needed_limit = smallest_fitting_limit(stream, p.allocator, p.beside, &p.needed);
-  p.largest_batch = largest_fitting_batch(r.stream, p.prefetched_batches, p.allocator, p.beside);
+  p.largest_batch =
+      largest_fitting_batch(r.stream, p.prefetched_batches, image_size, p.allocator, p.beside);
   return p;
 }
 

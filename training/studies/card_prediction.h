@@ -86,15 +86,17 @@ Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& opt
 int64_t smallest_fitting_limit(const AllocationStream& stream, AllocatorOptions options,
                                const BesideTensors& beside, Replay* at_it);
 
-// `stream` with `count` batches of `batch` images (fp32, 3x32x32, and int64 labels) allocated where
-// its "held" mark is: the loader's prefetched batches, which a training run holds on the card.
-AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count, int64_t batch);
+// `stream` with `count` batches of `batch` images (fp32, 3 x image_size x image_size, and int64
+// labels) allocated where its "held" mark is: the loader's prefetched batches, which a training run
+// holds on the card.
+AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count, int64_t batch,
+                                         int64_t image_size);
 
 // The largest batch whose replay (with `prefetched` batches) fits under `options` (its limit set):
 // doubling, then bisection, below the first batch at which one allocation alone outgrows the
 // limit, and at most kMaxBatchSize (training.batch_size's largest); 0 when batch 1 does not fit.
 // Throws std::runtime_error when no allocation grows.
-int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched,
+int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched, int64_t image_size,
                               const AllocatorOptions& options, const BesideTensors& beside);
 
 struct CardPrediction {

@@ -22,11 +22,11 @@ bool in_block(const std::string& name) {
 
 }  // namespace
 
-ForwardCount count_forward(const models::ResNetOptions& options) {
+ForwardCount count_forward(const models::ResNetOptions& options, int64_t image_size) {
   torch::NoGradGuard no_grad;
   models::ResNet model(options);
   ForwardCount count;
-  int64_t size = 32, block_in = 32;
+  int64_t size = image_size, block_in = image_size;
   std::string block;
   for (const auto& item : model->named_modules("", /*include_self=*/false)) {
     const std::string& name = item.key();

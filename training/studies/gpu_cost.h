@@ -5,8 +5,9 @@
 //   step time = max(launch floor, training FLOPs / (card peak for the precision x efficiency))
 //
 // - training FLOPs: the forward's convolutions and the classifier counted layer by layer for a
-//   32x32 image (2 FLOPs a multiply-add), times 3 for forward, input and weight gradients, plus one
-//   more forward of the residual blocks with gradient checkpointing (their recomputation);
+//   data.image_size image (2 FLOPs a multiply-add), times 3 for forward, input and weight
+//   gradients, plus one more forward of the residual blocks with gradient checkpointing (their
+//   recomputation);
 // - card peak: the dense tensor-core peak for bf16/fp16, for fp32 the TF32 peak (half the bf16 one)
 //   when training.allow_tf32, else the fp32 peak (cards.h, from the vendors' data sheets);
 // - efficiency 12.0%: ResNet-50 (CIFAR stem) bf16 channels_last at batch 512 on an H200, 119.2
@@ -30,8 +31,8 @@ struct ForwardCount {
   int64_t convolutions = 0;
 };
 
-// Counted from the layers' shapes for a 32x32 input; no forward pass runs.
-ForwardCount count_forward(const models::ResNetOptions& model);
+// Counted from the layers' shapes for an image_size x image_size input; no forward pass runs.
+ForwardCount count_forward(const models::ResNetOptions& model, int64_t image_size);
 
 inline constexpr double kMeasuredEfficiency = 0.120;
 inline constexpr double kResNet50LaunchFloorSeconds = 0.0331;

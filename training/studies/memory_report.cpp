@@ -301,8 +301,9 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   std::unique_ptr<DirectoryLock> lock;
   const fs::path dir = study_directory(request, config, lock);
   write_file_atomically(dir / "config.yaml", to_yaml(config));
-  spdlog::info("memory: one step of {} ({} stem) at batch {} on {}, {} setting(s)",
-               arch_name(config.model), stem_name(config.model), accumulation_text(config),
+  spdlog::info("memory: one step of {} ({} stem){} at batch {} on {}, {} setting(s)",
+               arch_name(config.model), stem_name(config.model),
+               resized_text(config.data.image_size), accumulation_text(config),
                describe_device(device), settings.size());
 
   std::vector<StepBreakdown> breakdowns;
@@ -330,6 +331,7 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   }
   const ordered_json facts = {{"arch", arch_name(config.model)},
                               {"stem", stem_name(config.model)},
+                              {"image_size", config.data.image_size},
                               {"device", device.str()},
                               {"device_description", describe_device(device)},
                               {"batch_size", config.training.batch_size},
@@ -345,8 +347,9 @@ int memory_study(const MemoryRequest& request, const Config& config) {
                             prediction_markdown(predictions);
   write_file_atomically(
       dir / "memory_breakdown.md",
-      fmt::format("# Memory of one training step: {} ({} stem), batch {}, {}\n\n{}\n",
-                  arch_name(config.model), stem_name(config.model), accumulation_text(config),
+      fmt::format("# Memory of one training step: {} ({} stem){}, batch {}, {}\n\n{}\n",
+                  arch_name(config.model), stem_name(config.model),
+                  resized_text(config.data.image_size), accumulation_text(config),
                   describe_device(device), table));
   std::istringstream lines(table);
   for (std::string line; std::getline(lines, line);) spdlog::info("{}", line);

@@ -83,7 +83,7 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
                               : "estimated for " + speed_card.name +
                                     (card.peak_tflops_half > 0 ? "" : " (a card given by size)") +
                                     ": gpu_cost.h's model, not measured";
-  const ForwardCount count = count_forward(config.model);
+  const ForwardCount count = count_forward(config.model, config.data.image_size);
   std::vector<SweepCell> predicted;
   for (auto& c : plan.candidates) {
     if (c.cell.precision == Precision::BF16 && card.compute_major > 0 && card.compute_major < 8) {

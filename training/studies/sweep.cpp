@@ -281,7 +281,8 @@ class Sweep {
                            memory_sizes(),
                            config_.training.eval_batch_size,
                            train_images_at_most(config_.data),
-                           config_.sweep.data_parallel ? config_.distributed.bucket_mb : 0};
+                           config_.sweep.data_parallel ? config_.distributed.bucket_mb : 0,
+                           config_.data.image_size};
     write_sweep_tables(dir_, facts, summaries(), trials_, complete, why_incomplete);
   }
 

@@ -236,7 +236,8 @@ std::string markdown(const SweepFacts& facts, const std::vector<CellSummary>& ce
                      const std::vector<SweepTrial>& trials, bool complete,
                      const std::string& why_incomplete) {
   std::ostringstream md;
-  md << "# Batch-size sweep: " << facts.arch << " (" << facts.stem << " stem)\n\n";
+  md << "# Batch-size sweep: " << facts.arch << " (" << facts.stem << " stem)"
+     << resized_text(facts.image_size) << "\n\n";
   if (!complete) {
     md << "**Not complete** (`complete: false` in sweep.json): "
        << (why_incomplete.empty() ? "the sweep did not finish" : why_incomplete)
@@ -285,6 +286,7 @@ void write_sweep_tables(const fs::path& dir, const SweepFacts& facts,
   for (const auto& c : cells) summary.push_back(cell_summary_json(c));
   const ordered_json all = {{"arch", facts.arch},
                             {"stem", facts.stem},
+                            {"image_size", facts.image_size},
                             {"device", facts.device},
                             {"device_description", facts.device_description},
                             {"memory_limit_bytes", facts.memory_limit_bytes},

@@ -21,10 +21,11 @@ struct SweepFacts {
   int64_t memory_limit_bytes = 0;  // the device's memory, or memory.limit
   bool limit_is_emulated = false;
   int64_t warmup_steps = 0, measure_steps = 0;
-  std::vector<int64_t> memory_sizes;    // the limit, then --predict-for's sizes
-  int64_t eval_batch_size = 0;          // training.eval_batch_size of the swept config
-  int64_t train_images = 0;             // its training set's size at most (0: not known)
-  int64_t data_parallel_bucket_mb = 0;  // sweep.data_parallel: the reducer's bucket size; 0 = off
+  std::vector<int64_t> memory_sizes;      // the limit, then --predict-for's sizes
+  int64_t eval_batch_size = 0;            // training.eval_batch_size of the swept config
+  int64_t train_images = 0;               // its training set's size at most (0: not known)
+  int64_t data_parallel_bucket_mb = 0;    // sweep.data_parallel: the reducer's bucket size; 0 = off
+  int64_t image_size = kStoredImageSize;  // data.image_size
 };
 
 // Writes sweep.json, sweep.csv and sweep.md (each atomically); `complete` is false while the

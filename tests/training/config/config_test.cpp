@@ -203,6 +203,23 @@ INSTANTIATE_TEST_SUITE_P(
                   "training: {batch_size: 2.5}",
                   {},
                   "c.yaml: training.batch_size: expected an integer in [1, 1048576], got '2.5'"},
+        BadConfig{"ImageSizeZero",
+                  "data: {image_size: 0}",
+                  {},
+                  "c.yaml: data.image_size: expected an integer in [8, 1024], got 0"},
+        BadConfig{"ImageSizeNegative",
+                  "",
+                  {"data.image_size=-224"},
+                  "--set data.image_size: data.image_size: expected an integer in [8, 1024], got "
+                  "-224"},
+        BadConfig{"ImageSizeFraction",
+                  "data: {image_size: 224.5}",
+                  {},
+                  "c.yaml: data.image_size: expected an integer in [8, 1024], got '224.5'"},
+        BadConfig{"ImageSizeAbsurd",
+                  "data: {image_size: 100000}",
+                  {},
+                  "c.yaml: data.image_size: expected an integer in [8, 1024], got 100000"},
         BadConfig{"NegativeRate",
                   "optimizer: {lr: -1}",
                   {},
@@ -472,8 +489,8 @@ TEST(Config, OnlyARegularFileOfBoundedSizeIsRead) {
 }
 
 TEST(Config, ShippedConfigsAreValid) {
-  for (const char* name : {"resnet50_cifar10.yaml", "resnet50_cifar10_fast.yaml", "quick_cpu.yaml",
-                           "sweep_cpu.yaml"}) {
+  for (const char* name : {"resnet50_cifar10.yaml", "resnet50_cifar10_fast.yaml",
+                           "resnet50_cifar10_224.yaml", "quick_cpu.yaml", "sweep_cpu.yaml"}) {
     EXPECT_NO_THROW(training::load_config(std::string(PROJECT_SOURCE_DIR) + "/configs/" + name))
         << name;
   }

@@ -123,10 +123,13 @@ TEST(CardPrediction, TheLargestBatchIsTheEdgeOnTheLargestCard) {
     options.expandable_segments = expandable;
     options.device_memory = card;
     options.limit = card;
-    EXPECT_EQ(largest_fitting_batch(linear, 0, options, {}), kMaxBatchSize) << expandable;
+    EXPECT_EQ(largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}),
+              kMaxBatchSize)
+        << expandable;
     // Below the cap the replay decides: the edge of 1000 + 100 x batch under 50,001,000 bytes.
     options.limit = 1000 + 100 * 500000;
-    const int64_t largest = largest_fitting_batch(linear, 0, options, {});
+    const int64_t largest =
+        largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {});
     auto fits = [&](int64_t batch) { return replay_stream(linear.at(batch), options, {}).fits; };
     EXPECT_GT(largest, 1000) << expandable;
     EXPECT_TRUE(fits(largest)) << expandable;
@@ -306,7 +309,8 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
   const LinearStream linear =
       linear_stream(record_step_stream(config, cell, 2), 2, record_step_stream(config, cell, 4), 4);
   auto replay = [&](int64_t batch) {
-    return replay_stream(with_prefetched_batches(linear.at(batch), p.prefetched_batches, batch),
+    return replay_stream(with_prefetched_batches(linear.at(batch), p.prefetched_batches, batch,
+                                                 training::kStoredImageSize),
                          p.allocator, p.beside);
   };
   auto fits = [&](int64_t batch) { return replay(batch).fits; };
@@ -327,8 +331,9 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
   ASSERT_TRUE(over.needed.fits);
   EXPECT_GT(over.needed_limit, over.allocator.limit);
   EXPECT_LE(over.needed.peak_reserved, over.needed_limit);
-  const auto over_stream = with_prefetched_batches(linear.at(p.largest_batch + 1),
-                                                   p.prefetched_batches, p.largest_batch + 1);
+  const auto over_stream =
+      with_prefetched_batches(linear.at(p.largest_batch + 1), p.prefetched_batches,
+                              p.largest_batch + 1, training::kStoredImageSize);
   AllocatorOptions below = over.allocator;
   below.limit = over.needed_limit - kMiB;
   EXPECT_FALSE(replay_stream(over_stream, below, over.beside).fits);
