@@ -132,7 +132,7 @@ BlockMeasurement measure_blocks(const Config& base, const torch::Device& device)
   Config config = base;
   config.checkpointing.mode(CheckpointMode::On).granularity(CheckpointGranularity::Block);
   reset_peak_memory(device);  // on the CPU, installs the tracking allocator before the weights
-  StepParts parts = build_step_parts(config, device);
+  StepParts parts = build_measured_step_parts(config, device);
   const auto [images, labels] = synthetic_batch(config, device);
   parts.model->train();
   BlockProbe probe(device, models::block_names(config.model.depth()));

@@ -37,6 +37,15 @@ StepParts build_step_parts(const Config& config, const torch::Device& device, Pr
           GradScaler(config.training.precision == Precision::FP16, device), std::move(ema)};
 }
 
+StepParts build_measured_step_parts(const Config& config, const torch::Device& device,
+                                    ProcessGroup* group) {
+  StepParts parts = build_step_parts(config, device, group);
+  if (config.training.precision == Precision::FP16) {
+    parts.scaler = GradScaler(true, device, GradScalerOptions().init_scale(1.0));
+  }
+  return parts;
+}
+
 std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,
                                                         const torch::Device& device) {
   const int64_t batch = config.training.batch_size;

@@ -28,6 +28,14 @@ models::ResNet build_model(const Config& config, const torch::Device& device);
 StepParts build_step_parts(const Config& config, const torch::Device& device,
                            ProcessGroup* group = nullptr);
 
+// The same for a step that is measured (its memory, its time, its allocation stream) rather than
+// trained: a step the optimizer takes. fp16's GradScaler starts at 1 instead of 2^16, at which the
+// first steps' gradients overflow and the steps are skipped (on the CPU every step of a card
+// prediction's recording and of a sweep trial): the optimizer's momentum was never made, and fp16's
+// peaks fell short of the steady step's by it (ResNet-18: 44.7 MB).
+StepParts build_measured_step_parts(const Config& config, const torch::Device& device,
+                                    ProcessGroup* group = nullptr);
+
 // A random batch of training.batch_size images of data.image_size (in training.memory_format) and
 // labels, made on `device`: what trials, memory studies and the checkpointing choice step on.
 std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,

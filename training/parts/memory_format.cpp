@@ -29,7 +29,7 @@ double measure_training_rate(const Config& config, const torch::Device& device) 
   if (c.checkpointing.mode() == CheckpointMode::Auto && !c.checkpointing.blocks()) {
     c.checkpointing.mode(CheckpointMode::Off);
   }
-  StepParts parts = build_step_parts(c, device);
+  StepParts parts = build_measured_step_parts(c, device);
   parts.model->train();
   const auto format = memory_format_for(c, device);
   const auto images = torch::randn({c.training.batch_size, 3, c.data.image_size, c.data.image_size},

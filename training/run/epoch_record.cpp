@@ -57,8 +57,11 @@ class ColumnReader {
   void operator()(const char* key, T& out) const {
     if (!row_.contains(key) && added_later(key)) return;
     if constexpr (std::is_floating_point_v<T>) {
-      // JSON has no NaN or infinity: nlohmann writes them as null (a diverged run's losses).
-      if (row_.contains(key) && row_.at(key).is_null()) {
+      // JSON has no NaN or infinity: nlohmann writes them as null (a diverged run's losses, the
+      // only columns that can be; a null elsewhere is refused below, issue 57).
+      const std::string_view name(key);
+      if ((name == "train_loss" || name == "test_loss") && row_.contains(key) &&
+          row_.at(key).is_null()) {
         out = std::numeric_limits<T>::quiet_NaN();
         return;
       }

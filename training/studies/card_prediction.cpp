@@ -104,7 +104,7 @@ AllocationStream record_step_stream(const Config& base, const SweepCell& cell, i
   const torch::Device device(torch::kCPU);
   AllocationTrace trace;
   RecordingScope scope(&trace);
-  StepParts parts = build_step_parts(config, device);
+  StepParts parts = build_measured_step_parts(config, device);
   const auto [images, labels] = synthetic_batch(config, device);
   const std::vector<torch::Tensor> buckets = reducer_buckets(*parts.model, config);
   parts.model->train();

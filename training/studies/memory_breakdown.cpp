@@ -306,7 +306,7 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
     resolve_checkpointing(config, decisions, device, /*data_parallel=*/false);
     std::tie(b.recomputed_blocks, b.predicted_peak_bytes) = auto_blocks(config, decisions);
     config = decided(config, decisions);
-    StepParts parts = build_step_parts(config, device);
+    StepParts parts = build_measured_step_parts(config, device);
     auto& [model, optimizer, scaler, ema] = parts;
     const auto [images, labels] = synthetic_batch(config, device);
     model->train();

@@ -315,8 +315,12 @@ SweepCell cell_from_json(const nlohmann::json& j) {
   for (auto f : {c10::MemoryFormat::Contiguous, c10::MemoryFormat::ChannelsLast}) {
     if (format == memory_format_name(f)) cell.memory_format = f, known_format = true;
   }
-  if (!known_precision || !known_format) {
-    throw std::invalid_argument("unknown setting " + precision + " / " + format);
+  if (!known_precision) {
+    throw std::invalid_argument("precision: '" + precision + "' is not fp32, bf16 or fp16");
+  }
+  if (!known_format) {
+    throw std::invalid_argument("memory_format: '" + format +
+                                "' is not contiguous or channels_last");
   }
   const auto& checkpointing = j.at("checkpointing");
   if (checkpointing.is_string() && checkpointing.get<std::string>() == "auto") {

@@ -155,7 +155,7 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
     const std::unique_ptr<ProcessGroup> group = trial_group(config, device);
     const data::Split split = trial_split(config, device);
     config = with_auto_blocks(config, device, split, result);
-    StepParts parts = build_step_parts(config, device, group.get());
+    StepParts parts = build_measured_step_parts(config, device, group.get());
     const auto averager = group ? group->gradient_averager(*parts.model) : nullptr;
     const StepOptions options = step_options(config)
                                     .averager(averager.get())

@@ -51,6 +51,8 @@ TEST(EpochRecord, AValueTheTrainerCannotHaveWrittenIsRefusedNamingTheColumn) {
       {"data_wait_fraction", 1.5},
       {"peak_allocated_bytes", -1},
       {"batches", 2.5},
+      {"test_acc", nullptr},
+      {"lr", nullptr},
       {"steady_images_per_second", -1.0}};
   for (const auto& [key, value] : bad) {
     auto json = training::to_json(row(3, 0.5));

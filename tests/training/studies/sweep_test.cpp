@@ -615,6 +615,9 @@ TEST(Sweep, ASweepReadBackIsCheckedAsItWasWritten) {
             std::string::npos);
   EXPECT_NE(refusal("trial", 2).find("trials[0].trial: 2 is not within [1, 1]"),
             std::string::npos);  // numbered in order
+  EXPECT_NE(
+      refusal("precision", "fp7").find("trials[0].precision: 'fp7' is not fp32, bf16 or fp16"),
+      std::string::npos);  // it said "trials[0].unknown setting fp7 / contiguous"
   EXPECT_EQ(refusal("batch_size", 8), "accepted");
   // A sweep.json that is a folder is named as one (it said "holds no sweep (no sweep.json)").
   fs::create_directories(dir / "odd/sweep.json");
