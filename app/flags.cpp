@@ -187,7 +187,7 @@ CLI::App* add_plan_command(CLI::App& app, Arguments& a) {
   plan->add_option("--card", a.plan.card,
                    "Or the card by name (H100-80GB, A100-40GB, RTX4090, T4, ...) or size: peaks "
                    "by replaying this machine's allocation stream on it; a sweep of another device "
-                   "is ranked by the card's estimated images/s");
+                   "is ranked by a named card's estimated images/s (a size: by memory)");
   plan->add_option("--json", a.plan.json, "Also write the plan as JSON to this file");
   plan->add_option("--target-batch", a.plan.target_batch,
                    "Images per optimizer step to reach by gradient accumulation, e.g. 1024: per "

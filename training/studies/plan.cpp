@@ -78,11 +78,16 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
   plan.allocator_options = alloc_conf_text(options);
   CardPredictor predictor(config, card, options, std::max<int64_t>(1, for_allocator));
   const bool on_cuda = sweep.device.rfind("cuda", 0) == 0;
-  const Card speed_card = card.peak_tflops_half > 0 ? card : find_card("H100-80GB");
-  plan.speed_source = on_cuda ? "measured on " + sweep.device
-                              : "estimated for " + speed_card.name +
-                                    (card.peak_tflops_half > 0 ? "" : " (a card given by size)") +
-                                    ": gpu_cost.h's model, not measured";
+  // A card given by its size has no data sheet: no speed, never another card's (issue 53).
+  plan.speed = on_cuda                     ? Plan::Speed::Measured
+               : card.peak_tflops_half > 0 ? Plan::Speed::Estimated
+                                           : Plan::Speed::None;
+  plan.speed_source = plan.speed == Plan::Speed::Measured ? "measured on " + sweep.device
+                      : plan.speed == Plan::Speed::Estimated
+                          ? "estimated for " + card.name + ": gpu_cost.h's model, not measured"
+                          : "no data sheet for '" + card.name +
+                                "': speeds not estimated; ranked by memory "
+                                "only (the largest batch that fits first)";
   const ForwardCount count = count_forward(config.model, config.data.image_size);
   std::vector<SweepCell> predicted;
   for (auto& c : plan.candidates) {
@@ -105,13 +110,29 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
         plan.largest_on_card.emplace_back(c.cell, p.largest_batch);
       }
     }
-    if (!on_cuda) {
-      const double seconds = estimated_step_seconds(count, speed_card, c.cell.precision,
+    if (plan.speed == Plan::Speed::None) c.images_per_second = 0;
+    if (plan.speed == Plan::Speed::Estimated) {
+      const double seconds = estimated_step_seconds(count, card, c.cell.precision,
                                                     c.cell.checkpointing != CheckpointMode::Off,
                                                     config.training.allow_tf32, c.batch);
       c.images_per_second = seconds > 0 ? static_cast<double>(c.batch) / seconds : 0;
     }
   }
+}
+
+// Fastest first (measured or estimated images/s); without a speed, by memory: the most images a
+// step first, then the smaller peak.
+void rank_candidates(Plan& plan) {
+  std::stable_sort(plan.candidates.begin(), plan.candidates.end(),
+                   [&](const PlanCandidate& a, const PlanCandidate& b) {
+                     if (plan.speed != Plan::Speed::None) {
+                       return a.images_per_second > b.images_per_second;
+                     }
+                     const int64_t images_a = a.batch * a.cell.accumulate_steps,
+                                   images_b = b.batch * b.cell.accumulate_steps;
+                     if (images_a != images_b) return images_a > images_b;
+                     return a.predicted_peak < b.predicted_peak;
+                   });
 }
 
 // --target-batch: each measured trial whose batch divides `target` becomes micro-batch x
@@ -233,10 +254,7 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
                     ": no trial of this sweep was measured ok; nothing to "
                     "plan from");
   }
-  std::stable_sort(plan.candidates.begin(), plan.candidates.end(),
-                   [](const PlanCandidate& a, const PlanCandidate& b) {
-                     return a.images_per_second > b.images_per_second;
-                   });
+  rank_candidates(plan);
   for (size_t i = 0; i < plan.candidates.size() && !plan.chosen; ++i) {
     if (plan.candidates[i].fits) plan.chosen = i;
   }

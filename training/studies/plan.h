@@ -50,6 +50,10 @@ struct Plan {
   // With a card (--card): predicted_peak is the card's reserved peak by replay (card_prediction.h)
   // and, when the sweep ran on another device, images_per_second the estimate of gpu_cost.h.
   std::optional<Card> card;
+  // Where images/s comes from: measured by the sweep, estimated for a named card from its data
+  // sheet, or none (a card given by its size has no data sheet: the candidates are ranked by
+  // memory, the largest batch that fits first; no other card's figures stand in).
+  enum class Speed { Measured, Estimated, None } speed = Speed::Measured;
   std::string speed_source;  // "measured on cpu", "estimated for H100-80GB (gpu_cost.h)"
   std::vector<std::pair<SweepCell, int64_t>> largest_on_card;  // by replay; 0 = none fits
   std::string allocator_options;  // with a card: the options replayed under ("" = the defaults)

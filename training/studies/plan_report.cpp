@@ -10,6 +10,27 @@
 
 namespace training {
 
+namespace {
+
+// The table's last column for candidate `i`.
+std::string verdict_of(const Plan& plan, size_t i) {
+  const auto& c = plan.candidates[i];
+  if (i == *plan.chosen) return "**recommended**";
+  if (!c.unsupported.empty()) return "cannot run: " + c.unsupported;
+  if (!c.fits) {
+    return "does not fit: needs a card of at least " +
+           size_at_least_text(static_cast<int64_t>(std::ceil(
+               static_cast<double>(c.predicted_peak + plan.overhead_bytes) / (1 - plan.headroom))));
+  }
+  if (plan.speed == Plan::Speed::None) return "fits (speed not estimated: fewer images a step)";
+  const double fewer =
+      100 * (1 - c.images_per_second / plan.candidates.at(*plan.chosen).images_per_second);
+  if (fewer < 0.5) return "as fast (within 0.5%; the recommended one is listed first)";
+  return fmt::format("slower: {:.0f}% fewer images/s", fewer);
+}
+
+}  // namespace
+
 std::string plan_table(const Plan& plan) {
   std::ostringstream out;
   if (plan.card) {
@@ -39,31 +60,18 @@ std::string plan_table(const Plan& plan) {
                 "search ended on a trial that failed twice): batches larger than those it "
                 "measured may fit; this plan chooses among the measured ones only.\n\n")
       << "| setting | batch | images/s"
-      << (plan.speed_source.rfind("estimated", 0) == 0 ? " (estimated)" : "")
+      << (plan.speed == Plan::Speed::Estimated ? " (estimated)" : "")
       << " | predicted peak | verdict |\n"
       << "|---|---:|---:|---:|---|\n";
-  const auto& best = plan.candidates.at(*plan.chosen);
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
     const auto& c = plan.candidates[i];
-    std::string verdict;
-    if (i == *plan.chosen) {
-      verdict = "**recommended**";
-    } else if (!c.unsupported.empty()) {
-      verdict = "cannot run: " + c.unsupported;
-    } else if (!c.fits) {
-      verdict =
-          "does not fit: needs a card of at least " +
-          size_at_least_text(static_cast<int64_t>(std::ceil(
-              static_cast<double>(c.predicted_peak + plan.overhead_bytes) / (1 - plan.headroom))));
-    } else if (const double fewer = 100 * (1 - c.images_per_second / best.images_per_second);
-               fewer < 0.5) {
-      verdict = "as fast (within 0.5%; the recommended one is listed first)";
-    } else {
-      verdict = fmt::format("slower: {:.0f}% fewer images/s", fewer);
-    }
+    const std::string verdict = verdict_of(plan, i);
     out << "| " << c.cell.name() << " | " << c.batch
         << (c.cell.accumulate_steps > 1 ? " x " + std::to_string(c.cell.accumulate_steps) : "")
-        << " | " << (c.unsupported.empty() ? fmt::format("{:.0f}", c.images_per_second) : "-")
+        << " | "
+        << (c.unsupported.empty() && plan.speed != Plan::Speed::None
+                ? fmt::format("{:.0f}", c.images_per_second)
+                : "-")
         << " | " << format_bytes(c.predicted_peak) << " | " << verdict << " |\n";
   }
   if (plan.card) {
@@ -101,7 +109,9 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
         {"batch_size", c.batch},
         {"accumulate_steps", c.cell.accumulate_steps},
         {"effective_batch_size", c.batch * c.cell.accumulate_steps},
-        {"images_per_second", c.images_per_second},
+        {"images_per_second", plan.speed == Plan::Speed::None
+                                  ? nlohmann::ordered_json()
+                                  : nlohmann::ordered_json(c.images_per_second)},
         {"predicted_reserved_peak_bytes", c.predicted_peak},
         {"predicted_device_bytes", c.predicted_peak + plan.overhead_bytes},
         {"fits", c.fits},

@@ -375,6 +375,31 @@ TEST(Plan, ACardIsRankedByItsEstimateNotByTheCpusSpeed) {
   EXPECT_NE(table.find("Largest batch that fits on T4"), std::string::npos) << table;
 }
 
+// A card given by its size has no data sheet (issue 53): its plan borrowed the H100-80GB's speed
+// silently. It now says it has none, shows no images/s and ranks by memory: the most images a step
+// that fit first, the CPU's rates never used.
+TEST(Plan, ACardGivenBySizeHasNoSpeedAndIsRankedByMemory) {
+  test_support::TempDir dir;
+  const auto sweep = prepared_resnet18_sweep(dir);
+  const training::Card card = training::find_card("16GiB");
+  const auto plan = training::make_plan(sweep, card.memory_bytes, 0.10, std::nullopt, card);
+  EXPECT_EQ(plan.speed, training::Plan::Speed::None);
+  EXPECT_EQ(plan.speed_source,
+            "no data sheet for '16GiB': speeds not estimated; ranked by memory only (the largest "
+            "batch that fits first)");
+  ASSERT_TRUE(plan.chosen);
+  int64_t largest = 0;
+  for (const auto& c : plan.candidates) {
+    EXPECT_EQ(c.images_per_second, 0.0);  // no rate of the CPU's or of another card
+    if (c.fits) largest = std::max(largest, c.batch);
+  }
+  EXPECT_EQ(plan.candidates[*plan.chosen].batch, largest);
+  const std::string table = training::plan_table(plan);
+  EXPECT_EQ(table.find("images/s (estimated)"), std::string::npos) << table;
+  EXPECT_NE(table.find("fits (speed not estimated"), std::string::npos) << table;
+  EXPECT_TRUE(training::plan_json(plan).at("candidates")[0].at("images_per_second").is_null());
+}
+
 // An auto cell keeps the sweep's own peaks on a card (its blocks are chosen under the sweep's
 // budget, not replayed): plan.json gave it an allocated peak of 0.
 TEST(Plan, AnAutoCellOnACardKeepsItsMeasuredPeaks) {
