@@ -41,6 +41,12 @@ SEGMENTS = [
 ]
 
 
+def resized(study):
+    """ at 224x224" where data.image_size resized the images, "" at CIFAR's stored 32."""
+    size = study.get("image_size", 32)
+    return f" at {size}x{size}" if size != 32 else ""
+
+
 def breakdown_plot(study, path):
     settings = [s for s in study["settings"] if s["status"] == "ok"]
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.7 * len(settings)))
@@ -60,7 +66,7 @@ def breakdown_plot(study, path):
     ax.set_yticklabels([f'{s["setting"]} ({s["peak_phase"]})' for s in settings])
     ax.invert_yaxis()
     ax.set_xlabel("MiB at the step's peak")
-    ax.set_title(f'{study["arch"]} ({study["stem"]} stem), batch {study["batch_size"]}, '
+    ax.set_title(f'{study["arch"]} ({study["stem"]} stem){resized(study)}, batch {study["batch_size"]}, '
                  f'{study["device"]}: what the peak is made of')
     handles, labels = ax.get_legend_handles_labels()
     seen = {}
@@ -89,7 +95,7 @@ def timeline_plot(study, timelines, path):
         ax.set_ylabel("MiB held")
         ax.grid(True, alpha=0.3)
     axes[-1, 0].set_xlabel("allocation/free event")
-    fig.suptitle(f'{study["arch"]} ({study["stem"]} stem), batch {study["batch_size"]}, '
+    fig.suptitle(f'{study["arch"]} ({study["stem"]} stem){resized(study)}, batch {study["batch_size"]}, '
                  f'{study["device"]}: one training step')
     fig.tight_layout()
     save(fig, path, dpi=120)

@@ -57,7 +57,9 @@ def main(argv):
               "memory, failed or timed out: sweep.md says which), nothing to plot", file=sys.stderr)
         return 2
     limit_mib = sweep["memory_limit_bytes"] / MIB
-    title = f'{sweep["arch"]} ({sweep["stem"]} stem) on {sweep["device"]}'
+    size = sweep.get("image_size", 32)
+    resized = f" at {size}x{size}" if size != 32 else ""
+    title = f'{sweep["arch"]} ({sweep["stem"]} stem){resized} on {sweep["device"]}'
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for cell in sweep["cells"]:

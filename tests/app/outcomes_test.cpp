@@ -236,7 +236,8 @@ TEST(Outcomes, ASecondStopEndsAtOnceWithExit130AndALine) {
   slow.signal(SIGTERM);
   EXPECT_EQ(slow.wait(), 130);
   const std::string line =
-      "[stopped] by a second signal, at once (exit 130); nothing is half-written";
+      "[stopped] by a second signal, at once (exit 130); the files written atomically (checkpoint, "
+      "metrics, reports) are whole";
   EXPECT_NE(test_support::read_text(dir / "slow.log").find(line), std::string::npos)
       << test_support::read_text(dir / "slow.log");
   EXPECT_NE(test_support::read_text(run / "train.log").find(line), std::string::npos);

@@ -34,12 +34,12 @@ struct CheckpointingDecision {
 };
 
 // The step a decision is made for, as its chosen_for records it: everything that sets one
-// training step's memory and time -- the model, the micro-batch, the micro-batches per optimizer
-// step, the precision, the layout (when given: a layout decision's step has none yet), the
-// optimizer and the weight average. "resnet18 cifar stem, 10 classes, batch 32, fp32,
-// contiguous, sgd momentum 0.9 nesterov weight decay 0.0005 fused". A recorded decision holds only
-// for the step it names; what a run holds beside the step (the loader's batches, device-resident
-// data) is taken off the budget a recorded choice is checked against instead.
+// training step's memory and time -- the model, the micro-batch and its image size (where not 32),
+// the micro-batches per optimizer step, the precision, the layout (when given: a layout decision's
+// step has none yet), the optimizer and the weight average. "resnet18 cifar stem, 10 classes, batch
+// 32, fp32, contiguous, sgd momentum 0.9 nesterov weight decay 0.0005 fused". A recorded decision
+// holds only for the step it names; what a run holds beside the step (the loader's batches,
+// device-resident data) is taken off the budget a recorded choice is checked against instead.
 std::string step_signature(const Config& config, const std::optional<c10::MemoryFormat>& layout);
 
 struct Decisions {

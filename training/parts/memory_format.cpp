@@ -31,12 +31,7 @@ double measure_training_rate(const Config& config, const torch::Device& device) 
   }
   StepParts parts = build_measured_step_parts(c, device);
   parts.model->train();
-  const auto format = memory_format_for(c, device);
-  const auto images = torch::randn({c.training.batch_size, 3, c.data.image_size, c.data.image_size},
-                                   torch::TensorOptions().device(device))
-                          .contiguous(format);
-  const auto labels = torch::randint(0, c.model.num_classes(), {c.training.batch_size},
-                                     torch::TensorOptions(torch::kInt64).device(device));
+  const auto [images, labels] = synthetic_batch(c, device);
   std::vector<double> seconds(2);  // steps 1 and 2; the first step warms up
   for (int step = 0; step < 3; ++step) {
     const auto start = std::chrono::steady_clock::now();

@@ -42,9 +42,12 @@ T read_at_least(const nlohmann::json& json, const char* key, T low,
   }
   const T value = field.template get<T>();
   if (!(value >= low && value <= high)) {
+    const bool no_end =
+        high == std::numeric_limits<T>::max() ||
+        (std::numeric_limits<T>::has_infinity && high == std::numeric_limits<T>::infinity());
     std::ostringstream expected;
-    expected << (high == std::numeric_limits<T>::max() ? "at least " : "within [") << low;
-    if (high != std::numeric_limits<T>::max()) expected << ", " << high << "]";
+    expected << (no_end ? "at least " : "within [") << low;
+    if (!no_end) expected << ", " << high << "]";
     throw std::out_of_range(std::string(key) + ": " + json.at(key).dump() + " is not " +
                             expected.str());
   }

@@ -30,7 +30,9 @@ void say_stopped(const char (&line)[N]) {
 // A repeated stop: at once, with the exit code every stop has and one line (issue 57: it died of
 // the signal, 143, with none). The files written before it are whole: atomic writes finish first.
 [[noreturn]] void exit_at_once_on_repeated_stop() {
-  say_stopped("[stopped] by a second signal, at once (exit 130); nothing is half-written\n");
+  say_stopped(
+      "[stopped] by a second signal, at once (exit 130); the files written atomically (checkpoint, "
+      "metrics, reports) are whole\n");
   ::_exit(kExitStopped);
 }
 

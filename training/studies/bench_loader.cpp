@@ -54,6 +54,7 @@ LoaderBenchResult bench_loader(const LoaderBenchRequest& request, const Config& 
                                        {"workers", result.workers},
                                        {"prefetch", result.prefetch},
                                        {"batch_size", result.batch_size},
+                                       {"image_size", config.data.image_size},
                                        {"batches", result.batches},
                                        {"seconds", result.seconds},
                                        {"images_per_second", result.images_per_second},
@@ -61,8 +62,9 @@ LoaderBenchResult bench_loader(const LoaderBenchRequest& request, const Config& 
   std::printf("%s\n", json.dump().c_str());
   if (!request.output.empty()) write_file_atomically(request.output, json.dump(2) + "\n");
   spdlog::info(
-      "input pipeline alone: {} ({} workers, prefetch {}): {:.0f} images/s over {} batches",
-      result.loader, result.workers, result.prefetch, result.images_per_second, result.batches);
+      "input pipeline alone: {} ({} workers, prefetch {}){}: {:.0f} images/s over {} batches",
+      result.loader, result.workers, result.prefetch, resized_text(config.data.image_size),
+      result.images_per_second, result.batches);
   return result;
 }
 

@@ -87,7 +87,7 @@ int64_t ceil_div(int64_t numerator, int64_t denominator) {
 }  // namespace
 
 AllocationStream record_step_stream(const Config& base, const SweepCell& cell, int64_t batch,
-                                    int steps) {
+                                    int steps, bool fp16_through_bf16) {
   if (cell.checkpointing == CheckpointMode::Auto) {
     throw UserError(
         "--card: " + std::string("checkpointing auto chooses its blocks for a budget; ") +
@@ -112,7 +112,8 @@ AllocationStream record_step_stream(const Config& base, const SweepCell& cell, i
   const OperationWatch operations(trace);  // a CPU kernel's scratch is not the card's
   scope.start();
   const int64_t micro_batches = cell.accumulate_steps;
-  const StepOptions options = step_options(config).accumulate_steps(micro_batches).observer(&marks);
+  StepOptions options = step_options(config).accumulate_steps(micro_batches).observer(&marks);
+  if (cell.precision == Precision::FP16 && fp16_through_bf16) options.precision(Precision::BF16);
   for (int step = 1; step <= steps; ++step) {
     marks.step = step;
     for (int64_t micro = 0; micro < micro_batches; ++micro) {

@@ -52,8 +52,10 @@ std::string peak_reserved(const ComparedRun& run, const Totals& t) {
 }
 
 std::string model_of(const ComparedRun& run) {
+  const std::string size = value_of(run, "data.image_size");
   return value_of(run, "model.arch") + " (" + value_of(run, "model.stem") + " stem, " +
-         value_of(run, "model.num_classes") + " classes)";
+         value_of(run, "model.num_classes") + " classes" +
+         (size == std::to_string(kStoredImageSize) ? "" : ", " + size + "x" + size) + ")";
 }
 
 nlohmann::ordered_json to_json(const ComparedRun& run, const std::vector<std::string>& keys) {
@@ -94,15 +96,9 @@ ComparedRun read_compared_run(const fs::path& dir) {
   ComparedRun run;
   run.dir = dir.filename().empty() ? dir.parent_path() : dir;  // "runs/a/" is "runs/a"
   run.name = run.dir.filename().string();
-  try {
-    flatten(YAML::LoadFile((dir / "config.yaml").string()), "", run.config);
-  } catch (const YAML::Exception& e) {
-    throw UserError((dir / "config.yaml").string() + ": " + first_line(e.what()));
-  }
-  // Not a run's input (config.h's run_yaml); an older build's config.yaml still held it.
-  for (auto key = run.config.begin(); key != run.config.end();) {
-    key = key->first.rfind("sweep.", 0) == 0 ? run.config.erase(key) : std::next(key);
-  }
+  // The run's effective config, read and checked as train reads it: every key, a key a run's file
+  // leaves out at its default (a run from before data.image_size differed in it: "-" and 32).
+  flatten(YAML::Load(run_yaml(load_config((dir / "config.yaml").string()))), "", run.config);
   // What each run's autos decided (decisions.json), beside what was asked.
   const Decisions decisions = read_decisions(dir);
   if (decisions.layout) {

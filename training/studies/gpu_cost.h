@@ -11,7 +11,8 @@
 // - card peak: the dense tensor-core peak for bf16/fp16, for fp32 the TF32 peak (half the bf16 one)
 //   when training.allow_tf32, else the fp32 peak (cards.h, from the vendors' data sheets);
 // - efficiency 12.0%: ResNet-50 (CIFAR stem) bf16 channels_last at batch 512 on an H200, 119.2
-//   TFLOP/s (docs/gpu.md, run 2), used for every card and precision;
+//   TFLOP/s (docs/gpu.md, run 2), used for every card, precision and data.image_size (measured at
+//   32x32 only: at 224 with the ImageNet stem it is an assumption);
 // - launch floor: 33.1 ms for ResNet-50's 53 convolutions on the H200 (390 steps of batch 128 in
 //   12.9 s, docs/gpu.md run 1; batch 512 took 33.5 ms), scaled by the convolution count.
 // Every figure it gives is marked "estimated".

@@ -301,7 +301,7 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   std::unique_ptr<DirectoryLock> lock;
   const fs::path dir = study_directory(request, config, lock);
   write_file_atomically(dir / "config.yaml", to_yaml(config));
-  spdlog::info("memory: one step of {} ({} stem){} at batch {} on {}, {} setting(s)",
+  spdlog::info("memory: one step of {} ({} stem){}, batch {}, on {}, {} setting(s)",
                arch_name(config.model), stem_name(config.model),
                resized_text(config.data.image_size), accumulation_text(config),
                describe_device(device), settings.size());

@@ -7,12 +7,8 @@
 #include <torch/types.h>
 
 #include <cstdint>
-#include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
-#include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 

@@ -130,6 +130,14 @@ TEST(MemoryFormat, ARecordedLayoutHoldsOnlyForTheStepItWasTimedFor) {
                                    rates.measure());
     EXPECT_EQ(rates.asked.size(), before + 2) << changed << ": the recorded layout was kept";
   }
+  auto resized = config;  // data.image_size: another step
+  resized.data.image_size = 64;
+  EXPECT_NE(training::step_signature(resized, std::nullopt).find("batch 8 at 64x64"),
+            std::string::npos);
+  auto again = decisions;
+  const auto before = rates.asked.size();
+  training::decide_memory_format(resized, again, torch::kCPU, false, rates.measure());
+  EXPECT_EQ(rates.asked.size(), before + 2) << "the layout timed at 32x32 was kept at 64x64";
   // An older run's decision names no step: timed again.
   auto older = decisions;
   older.layout->chosen_for.clear();
