@@ -21,7 +21,11 @@ models::ResNet build_model(const Config& config, const torch::Device& device) {
   return model;
 }
 
-StepParts build_step_parts(const Config& config, const torch::Device& device, ProcessGroup* group) {
+namespace {
+
+// The step's parts with fp16's GradScaler set by `scaler`.
+StepParts step_parts(const Config& config, const torch::Device& device, ProcessGroup* group,
+                     const GradScalerOptions& scaler) {
   auto model = build_model(config, device);
   // Rank 0's initial weights everywhere, before anything else touches them.
   if (group) group->broadcast_from_main(*model);
@@ -34,16 +38,18 @@ StepParts build_step_parts(const Config& config, const torch::Device& device, Pr
                                           config.training.ema_decay);
   }
   return {model, std::move(optimizer),
-          GradScaler(config.training.precision == Precision::FP16, device), std::move(ema)};
+          GradScaler(config.training.precision == Precision::FP16, device, scaler), std::move(ema)};
+}
+
+}  // namespace
+
+StepParts build_step_parts(const Config& config, const torch::Device& device, ProcessGroup* group) {
+  return step_parts(config, device, group, GradScalerOptions());
 }
 
 StepParts build_measured_step_parts(const Config& config, const torch::Device& device,
                                     ProcessGroup* group) {
-  StepParts parts = build_step_parts(config, device, group);
-  if (config.training.precision == Precision::FP16) {
-    parts.scaler = GradScaler(true, device, GradScalerOptions().init_scale(1.0));
-  }
-  return parts;
+  return step_parts(config, device, group, GradScalerOptions().init_scale(1.0));
 }
 
 std::pair<torch::Tensor, torch::Tensor> synthetic_batch(const Config& config,

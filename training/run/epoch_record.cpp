@@ -29,6 +29,8 @@ bool added_later(const std::string& key);
 struct ColumnRange {
   const char* key;
   double low, high;
+  bool null_is_nan =
+      false;  // JSON has no NaN: nlohmann writes it as null (a diverged run's losses)
 };
 constexpr double kNoEnd = std::numeric_limits<double>::infinity();
 constexpr ColumnRange kRanges[] = {{"epoch", 1, kNoEnd},
@@ -37,8 +39,8 @@ constexpr ColumnRange kRanges[] = {{"epoch", 1, kNoEnd},
                                    {"data_wait_fraction", 0, 1},
                                    {"world_size", 1, kNoEnd},
                                    {"accumulate_steps", 1, kNoEnd},
-                                   {"train_loss", -kNoEnd, kNoEnd},
-                                   {"test_loss", -kNoEnd, kNoEnd}};
+                                   {"train_loss", -kNoEnd, kNoEnd, true},
+                                   {"test_loss", -kNoEnd, kNoEnd, true}};
 
 // Every other number is a count, a time, a rate, a size or a fraction: at least 0.
 ColumnRange range_of(const char* key) {
@@ -57,11 +59,8 @@ class ColumnReader {
   void operator()(const char* key, T& out) const {
     if (!row_.contains(key) && added_later(key)) return;
     if constexpr (std::is_floating_point_v<T>) {
-      // JSON has no NaN or infinity: nlohmann writes them as null (a diverged run's losses, the
-      // only columns that can be; a null elsewhere is refused below, issue 57).
-      const std::string_view name(key);
-      if ((name == "train_loss" || name == "test_loss") && row_.contains(key) &&
-          row_.at(key).is_null()) {
+      // Null only where the trainer writes NaN; elsewhere it is refused below (issue 57).
+      if (range_of(key).null_is_nan && row_.contains(key) && row_.at(key).is_null()) {
         out = std::numeric_limits<T>::quiet_NaN();
         return;
       }
