@@ -342,6 +342,24 @@ std::string memory_format_name(const std::optional<c10::MemoryFormat>& format) {
   return choice_text(kMemoryFormatModes, format);
 }
 
+namespace {
+template <typename E>
+std::optional<E> named(const Choices<E>& choices, const std::string& name) {
+  for (const auto& [text, value] : choices) {
+    if (text == name) return value;
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+std::optional<Precision> precision_named(const std::string& name) {
+  return named(kPrecisions, name);
+}
+
+std::optional<c10::MemoryFormat> memory_format_named(const std::string& name) {
+  return named(kMemoryFormats, name);
+}
+
 std::string source_name(data::Source source) {
   return choice_text(kSources, source);
 }

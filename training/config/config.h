@@ -239,6 +239,9 @@ std::string stem_name(const models::ResNetOptions& model);
 // "contiguous" / "channels_last".
 std::string memory_format_name(c10::MemoryFormat format);
 std::string memory_format_name(const std::optional<c10::MemoryFormat>& format);  // "auto" if empty
+// The config's spelling read back; nullopt for any other text.
+std::optional<Precision> precision_named(const std::string& name);
+std::optional<c10::MemoryFormat> memory_format_named(const std::string& name);
 
 // The config's spellings of the other choices: "binary", "block", "cosine", ...
 std::string source_name(data::Source source);

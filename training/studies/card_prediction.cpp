@@ -86,20 +86,15 @@ int64_t ceil_div(int64_t numerator, int64_t denominator) {
 
 }  // namespace
 
-AllocationStream record_step_stream(const Config& base, const SweepCell& cell, int64_t batch,
+AllocationStream record_step_stream(const Config& base, const Setting& setting, int64_t batch,
                                     int steps, bool fp16_through_bf16) {
-  if (cell.checkpointing == CheckpointMode::Auto) {
-    throw UserError(
-        "--card: " + std::string("checkpointing auto chooses its blocks for a budget; ") +
-        "predict checkpointing off or on (every block) instead");
+  if (const std::string why = setting.unpredictable(); !why.empty()) {
+    throw UserError("--card: " + setting.label() + ": " + why);
   }
   Config config = base;
+  setting.apply_to(config);
   config.training.device = "cpu";
   config.training.batch_size = batch;
-  config.training.precision = cell.precision;
-  config.training.memory_format = cell.memory_format;
-  config.checkpointing.mode(cell.checkpointing);
-  config.training.accumulate_steps = cell.accumulate_steps;
   config.memory.limit = 0;
   const torch::Device device(torch::kCPU);
   AllocationTrace trace;
@@ -111,9 +106,9 @@ AllocationStream record_step_stream(const Config& base, const SweepCell& cell, i
   PhaseMarks marks(trace);
   const OperationWatch operations(trace);  // a CPU kernel's scratch is not the card's
   scope.start();
-  const int64_t micro_batches = cell.accumulate_steps;
+  const int64_t micro_batches = setting.accumulate_steps;
   StepOptions options = step_options(config).accumulate_steps(micro_batches).observer(&marks);
-  if (cell.precision == Precision::FP16 && fp16_through_bf16) options.precision(Precision::BF16);
+  if (setting.precision == Precision::FP16 && fp16_through_bf16) options.precision(Precision::BF16);
   for (int step = 1; step <= steps; ++step) {
     marks.step = step;
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
@@ -337,26 +332,26 @@ CardPredictor::CardPredictor(Config config, Card card, AllocatorOptions options,
   }
 }
 
-const CardPredictor::Recorded& CardPredictor::recorded(const SweepCell& asked) {
+const CardPredictor::Recorded& CardPredictor::recorded(const Setting& asked) {
   // Every micro-batch after the second holds what the second holds: 2 stand for any number.
-  SweepCell cell = asked;
-  cell.accumulate_steps = std::min<int64_t>(asked.accumulate_steps, 2);
+  Setting setting = asked;
+  setting.accumulate_steps = std::min<int64_t>(asked.accumulate_steps, 2);
   for (const auto& known : recorded_) {
-    if (known.cell == cell) return known;
+    if (known.setting == setting) return known;
   }
   const int64_t a = kTraceBatches[0], b = kTraceBatches[1], c = kTraceBatches[2];
   spdlog::info("{}: recording the step's allocations at batches {}, {} and {} (CPU, 1 thread)",
-               cell.name(), a, b, c);
-  LinearStream stream = linear_stream(record_step_stream(config_, cell, a), a,
-                                      record_step_stream(config_, cell, b), b);
+               setting.name(), a, b, c);
+  LinearStream stream = linear_stream(record_step_stream(config_, setting, a), a,
+                                      record_step_stream(config_, setting, b), b);
   const int64_t mismatched =
-      mismatched_allocations(stream, record_step_stream(config_, cell, c), c);
-  recorded_.push_back({cell, std::move(stream), mismatched});
+      mismatched_allocations(stream, record_step_stream(config_, setting, c), c);
+  recorded_.push_back({setting, std::move(stream), mismatched});
   return recorded_.back();
 }
 
-CardPrediction CardPredictor::predict(const SweepCell& cell, int64_t batch) {
-  const Recorded& r = recorded(cell);
+CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch) {
+  const Recorded& r = recorded(setting);
   CardPrediction p;
   p.card = card_;
   p.beside = beside_;
@@ -377,9 +372,9 @@ CardPrediction CardPredictor::predict(const SweepCell& cell, int64_t batch) {
   return p;
 }
 
-CardPrediction predict_on_card(const Config& config, const SweepCell& cell, const Card& card,
+CardPrediction predict_on_card(const Config& config, const Setting& setting, const Card& card,
                                const AllocatorOptions& allocator) {
-  return CardPredictor(config, card, allocator).predict(cell, config.training.batch_size);
+  return CardPredictor(config, card, allocator).predict(setting, config.training.batch_size);
 }
 
 }  // namespace training

@@ -23,7 +23,7 @@
 #include "training/platform/device.h"
 #include "training/studies/caching_allocator.h"
 #include "training/studies/cards.h"
-#include "training/studies/sweep.h"
+#include "training/studies/setting.h"
 
 namespace training {
 
@@ -34,15 +34,15 @@ inline constexpr int kTraceSteps = 3;
 // One setting's step on the CPU at `batch`, `steps` times, with marks "held" (the allocations made
 // before: weights, buffers, the batch; with sweep.data_parallel, c10d's Reducer's gradient buckets
 // of distributed.bucket_mb, as a data-parallel trial holds them) and "stepN
-// forward|backward|optimizer|end". With cell.accumulate_steps N > 1 each step is N micro-batches,
-// marked "stepN microM ...": the first micro-batch's gradients are held through the others
-// (CardPredictor records N = 2, which every later micro-batch repeats). One CPU thread, so that the
-// stream is the same at every batch. Checkpointing auto is refused (UserError): its blocks depend
-// on the budget. fp16 with `fp16_through_bf16` (where the CPU has native bf16) runs bf16's kernels
-// under fp16's GradScaler: autocast's CPU casts are one list for both 2-byte types, so the tensors
-// are the same, and the CPU's own fp16 kernels are far slower (ResNet-18 at 32x32: 13.0 s against
-// 1.5 s here; ResNet-50 at 224 did not finish in 10 minutes).
-AllocationStream record_step_stream(const Config& config, const SweepCell& cell, int64_t batch,
+// forward|backward|optimizer|end". With setting.accumulate_steps N > 1 each step is N
+// micro-batches, marked "stepN microM ...": the first micro-batch's gradients are held through the
+// others (CardPredictor records N = 2, which every later micro-batch repeats). One CPU thread, so
+// that the stream is the same at every batch. Checkpointing auto is refused (UserError): its blocks
+// depend on the budget. fp16 with `fp16_through_bf16` (where the CPU has native bf16) runs bf16's
+// kernels under fp16's GradScaler: autocast's CPU casts are one list for both 2-byte types, so the
+// tensors are the same, and the CPU's own fp16 kernels are far slower (ResNet-18 at 32x32: 13.0 s
+// against 1.5 s here; ResNet-50 at 224 did not finish in 10 minutes).
+AllocationStream record_step_stream(const Config& config, const Setting& setting, int64_t batch,
                                     int steps = kTraceSteps,
                                     bool fp16_through_bf16 = cpu_has_native_bf16());
 
@@ -142,16 +142,16 @@ struct CardPrediction {
 class CardPredictor {
  public:
   CardPredictor(Config config, Card card, AllocatorOptions options, int64_t allocator_limit = 0);
-  CardPrediction predict(const SweepCell& cell, int64_t batch);
+  CardPrediction predict(const Setting& setting, int64_t batch);
   const Card& card() const { return card_; }
 
  private:
   struct Recorded {
-    SweepCell cell;
+    Setting setting;
     LinearStream stream;
     int64_t mismatched = 0;
   };
-  const Recorded& recorded(const SweepCell& cell);
+  const Recorded& recorded(const Setting& setting);
 
   Config config_;
   Card card_;
@@ -162,9 +162,9 @@ class CardPredictor {
   std::vector<Recorded> recorded_;
 };
 
-// Records `cell` on the CPU (three short recordings) and predicts it at config's batch on `card`.
-
-CardPrediction predict_on_card(const Config& config, const SweepCell& cell, const Card& card,
+// Records `setting` on the CPU (three short recordings) and predicts it at config's batch on
+// `card`.
+CardPrediction predict_on_card(const Config& config, const Setting& setting, const Card& card,
                                const AllocatorOptions& allocator);
 
 // The prediction as it is logged: one line a setting.

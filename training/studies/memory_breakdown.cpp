@@ -3,7 +3,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <set>
 #include <sstream>
 
 #include "training/out_of_memory.h"
@@ -16,40 +15,6 @@
 #include "training/step/step.h"
 
 namespace training {
-
-std::string setting_label(const SweepCell& cell) {
-  std::string label = precision_name(cell.precision);
-  if (cell.checkpointing == CheckpointMode::On) label += "+checkpointing";
-  if (cell.checkpointing == CheckpointMode::Auto) label += "+checkpointing=auto";
-  if (cell.memory_format == c10::MemoryFormat::ChannelsLast) label += "+channels_last";
-  return label;
-}
-
-std::optional<SweepCell> parse_setting(const std::string& text) {
-  if (text.empty() || text.back() == '+') return std::nullopt;
-  std::istringstream in(text);
-  std::string part;
-  std::getline(in, part, '+');
-  SweepCell cell;
-  bool known = false;
-  for (auto precision : {Precision::FP32, Precision::BF16, Precision::FP16}) {
-    if (part == precision_name(precision)) cell.precision = precision, known = true;
-  }
-  if (!known) return std::nullopt;
-  std::set<std::string> seen;
-  while (std::getline(in, part, '+')) {
-    if (!seen.insert(part).second) return std::nullopt;
-    if (part == "checkpointing" || part == "checkpointing=auto") {
-      if (seen.count("checkpointing") + seen.count("checkpointing=auto") > 1) return std::nullopt;
-      cell.checkpointing = part == "checkpointing" ? CheckpointMode::On : CheckpointMode::Auto;
-    } else if (part == "channels_last") {
-      cell.memory_format = c10::MemoryFormat::ChannelsLast;
-    } else {
-      return std::nullopt;
-    }
-  }
-  return cell;
-}
 
 int64_t StepBreakdown::sum(const std::string& group, const std::string& stage) const {
   int64_t total = 0;
@@ -291,15 +256,13 @@ models::SegmentRunner probed_runner(const models::ResNetImpl& model,
 
 }  // namespace
 
-StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
+StepBreakdown measure_breakdown(const Config& base, const Setting& setting,
                                 int64_t timeline_points) {
   Config config = base;
-  config.training.precision = cell.precision;
-  config.training.memory_format = cell.memory_format;
-  config.checkpointing.mode(cell.checkpointing);
+  setting.apply_to(config);
   const torch::Device device = set_up_device(config);
   StepBreakdown b;
-  b.cell = cell;
+  b.setting = setting;
   b.batch_size = config.training.batch_size;
   try {
     Decisions decisions;
@@ -311,10 +274,10 @@ StepBreakdown measure_breakdown(const Config& base, const SweepCell& cell,
     const auto [images, labels] = synthetic_batch(config, device);
     model->train();
     const auto stages = model->stage_sizes();
-    const std::vector<int64_t> sizes = cell.checkpointing == CheckpointMode::On
+    const std::vector<int64_t> sizes = setting.checkpointing == CheckpointMode::On
                                            ? checkpoint_segment_sizes(config.checkpointing, stages)
                                            : std::vector<int64_t>(model->blocks().size(), 1);
-    BreakdownProbe probe(device, probed_runner(*model, config.checkpointing, cell.checkpointing),
+    BreakdownProbe probe(device, probed_runner(*model, config.checkpointing, setting.checkpointing),
                          segment_layout(sizes, stages));
     model->set_segments(sizes, [&probe](const models::Segment& segment, const torch::Tensor& x) {
       return probe.run(segment, x);

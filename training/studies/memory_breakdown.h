@@ -22,17 +22,10 @@
 
 #include "training/config/config.h"
 #include "training/platform/memory_timeline.h"
-#include "training/studies/sweep.h"
+#include "training/studies/setting.h"
 #include "training/studies/trial.h"
 
 namespace training {
-
-// A setting as `train memory --settings` spells it: the precision, then "+checkpointing" (every
-// segment of checkpointing.granularity recomputed) or "+checkpointing=auto" (the blocks chosen for
-// the budget, checkpoint_choice.h), and "+channels_last" when on ("bf16+checkpointing").
-std::string setting_label(const SweepCell& cell);
-// nullopt when `text` is not in that grammar.
-std::optional<SweepCell> parse_setting(const std::string& text);
 
 struct MemoryRow {
   std::string name;            // "weights", "layer1.0", "transient: backward"
@@ -44,7 +37,7 @@ struct MemoryRow {
 };
 
 struct StepBreakdown {
-  SweepCell cell;
+  Setting setting;
   int64_t batch_size = 0;
   TrialStatus status = TrialStatus::Error;
   std::string message;  // why, for OutOfMemory and Error
@@ -67,10 +60,10 @@ struct StepBreakdown {
   int64_t sum(const std::string& group, const std::string& stage = "") const;
 };
 
-// Measures `cell` at config.training.batch_size on config.training.device (memory.limit applies)
+// Measures `setting` at config.training.batch_size on config.training.device (memory.limit applies)
 // in this process. Out of memory is a result, as in a sweep trial. The timeline keeps at most
 // `timeline_points` points (memory_timeline.h).
-StepBreakdown measure_breakdown(const Config& config, const SweepCell& cell,
+StepBreakdown measure_breakdown(const Config& config, const Setting& setting,
                                 int64_t timeline_points = 8192);
 
 }  // namespace training

@@ -26,13 +26,13 @@ namespace training {
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
-std::vector<SweepCell> memory_settings(const std::optional<std::string>& requested,
-                                       const Config& config, const torch::Device& device) {
-  std::vector<SweepCell> cells;
+std::vector<Setting> memory_settings(const std::optional<std::string>& requested,
+                                     const Config& config, const torch::Device& device) {
+  std::vector<Setting> cells;
   if (requested) {  // given, even as '': an empty list is refused, never the defaults
     if (requested->empty()) throw UserError("--settings: expected at least one setting, e.g. fp32");
     for (const auto& item : config_yaml::split_items(*requested, "--settings")) {
-      const auto cell = parse_setting(item);
+      const auto cell = Setting::parse(item);
       if (!cell) {
         throw UserError("--settings: '" + item +
                         "' is not a setting; expected a precision (fp32, bf16, fp16) with "
@@ -107,7 +107,7 @@ std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns) {
   }
   std::ostringstream md;
   md << "| MiB | output shape |";
-  for (const auto& b : breakdowns) md << " " << setting_label(b.cell) << " |";
+  for (const auto& b : breakdowns) md << " " << b.setting.label() << " |";
   md << "\n|---|---|";
   for (size_t i = 0; i < breakdowns.size(); ++i) md << "---:|";
   md << "\n";
@@ -140,12 +140,11 @@ std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns) {
     return fmt::format("{} ({:.1f}%)", mib_text(b.unexplained_bytes()), share);
   });
   for (const auto& b : breakdowns) {
-    if (b.status == TrialStatus::Ok && b.cell.checkpointing == CheckpointMode::Auto) {
-      md << "\n" << setting_label(b.cell) << ": " << auto_choice_text(b) << ".\n";
+    if (b.status == TrialStatus::Ok && b.setting.checkpointing == CheckpointMode::Auto) {
+      md << "\n" << b.setting.label() << ": " << auto_choice_text(b) << ".\n";
     }
     if (b.status != TrialStatus::Ok) {
-      md << "\n"
-         << setting_label(b.cell) << ": " << status_name(b.status) << ": " << b.message << "\n";
+      md << "\n" << b.setting.label() << ": " << status_name(b.status) << ": " << b.message << "\n";
     }
   }
   return md.str();
@@ -163,28 +162,27 @@ ordered_json breakdown_json(const StepBreakdown& b) {
                     {"bytes", row.bytes},
                     {"at_peak", row.at_peak}});
   }
-  return {{"setting", setting_label(b.cell)},
-          {"precision", precision_name(b.cell.precision)},
-          {"checkpointing", checkpointing_json(b.cell.checkpointing)},
-          {"recomputed_blocks", b.recomputed_blocks},
-          {"predicted_peak_bytes", b.predicted_peak_bytes},
-          {"memory_format", memory_format_name(b.cell.memory_format)},
-          {"batch_size", b.batch_size},
-          {"status", status_name(b.status)},
-          {"message", b.message},
-          {"peak_phase", b.peak_phase},
-          {"measured_peak_bytes", b.measured_peak_bytes},
-          {"itemized_peak_bytes", b.itemized_peak_bytes},
-          {"reserved_bytes", b.reserved_bytes},
-          {"unexplained_bytes", b.unexplained_bytes()},
-          {"rows", rows}};
+  ordered_json json = {{"setting", b.setting.label()}};
+  json.update(b.setting.json());
+  json.update(ordered_json{{"recomputed_blocks", b.recomputed_blocks},
+                           {"predicted_peak_bytes", b.predicted_peak_bytes},
+                           {"batch_size", b.batch_size},
+                           {"status", status_name(b.status)},
+                           {"message", b.message},
+                           {"peak_phase", b.peak_phase},
+                           {"measured_peak_bytes", b.measured_peak_bytes},
+                           {"itemized_peak_bytes", b.itemized_peak_bytes},
+                           {"reserved_bytes", b.reserved_bytes},
+                           {"unexplained_bytes", b.unexplained_bytes()},
+                           {"rows", rows}});
+  return json;
 }
 
 ordered_json timeline_json(const StepBreakdown& b) {
   ordered_json points = ordered_json::array(), marks = ordered_json::array();
   for (const auto& p : b.timeline) points.push_back({p.event, p.bytes});
   for (const auto& m : b.marks) marks.push_back({m.event, m.label});
-  return {{"setting", setting_label(b.cell)},
+  return {{"setting", b.setting.label()},
           {"events", b.timeline_events},
           {"points", points},
           {"marks", marks}};
@@ -213,58 +211,54 @@ std::string accumulation_text(const Config& config) {
 }
 
 std::optional<std::pair<Card, AllocatorOptions>> card_request(const MemoryRequest& request,
-                                                              const std::vector<SweepCell>& cells) {
+                                                              const std::vector<Setting>& cells) {
   if (request.card.empty()) return std::nullopt;
   const Card card = find_card(request.card);
   const AllocatorOptions options = alloc_conf_from_environment();
   for (const auto& cell : cells) {
-    if (cell.checkpointing == CheckpointMode::Auto) {
-      throw UserError("--card: " + setting_label(cell) +
-                      ": checkpointing auto chooses its blocks for a budget, so its stream is not "
-                      "known before the card's budget; predict +checkpointing (every block) "
-                      "or the plain setting");
+    if (const std::string why = cell.unpredictable(); !why.empty()) {
+      throw UserError("--card: " + cell.label() + ": " + why);
     }
   }
   return std::make_pair(card, options);
 }
 
 // One setting on the card: logged, its fields merged into the setting's JSON.
-void predict_setting(const Config& config, const SweepCell& cell,
+void predict_setting(const Config& config, const Setting& cell,
                      const std::pair<Card, AllocatorOptions>& card, ordered_json& setting,
                      std::vector<std::pair<std::string, CardPrediction>>& predictions) {
   try {
     Config one_process = config;  // what train memory measures: no Reducer's buckets
     one_process.sweep.data_parallel = false;
     const CardPrediction p = predict_on_card(one_process, cell, card.first, card.second);
-    spdlog::info("{}", prediction_line(setting_label(cell), p));
+    spdlog::info("{}", prediction_line(cell.label(), p));
     setting.update(prediction_json(p));
-    predictions.emplace_back(setting_label(cell), p);
+    predictions.emplace_back(cell.label(), p);
   } catch (const UserError&) {
     throw;
   } catch (const std::exception& e) {
-    spdlog::warn("{} on {}: no prediction: {}", setting_label(cell), card.first.name,
-                 error_line(e));
+    spdlog::warn("{} on {}: no prediction: {}", cell.label(), card.first.name, error_line(e));
     setting["card_prediction_error"] = error_line(e);
   }
 }
 
 // The study itself, from its config.
 // Says how one setting's measurement went and writes its allocator snapshot; returns its exit code.
-int report_breakdown(const StepBreakdown& b, const SweepCell& cell, const fs::path& dir) {
+int report_breakdown(const StepBreakdown& b, const Setting& cell, const fs::path& dir) {
   int exit_code = kExitOk;
   if (b.status == TrialStatus::Ok) {
-    spdlog::info("{}: peak {} MiB in {} ({} MiB itemized, {} MiB unexplained)", setting_label(cell),
+    spdlog::info("{}: peak {} MiB in {} ({} MiB itemized, {} MiB unexplained)", cell.label(),
                  mib_text(b.measured_peak_bytes), b.peak_phase, mib_text(b.itemized_peak_bytes),
                  mib_text(b.unexplained_bytes()));
     if (cell.checkpointing == CheckpointMode::Auto) {
-      spdlog::info("{}: {}", setting_label(cell), auto_choice_text(b));
+      spdlog::info("{}: {}", cell.label(), auto_choice_text(b));
     }
   } else {
-    spdlog::warn("{}: {}: {}", setting_label(cell), status_name(b.status), b.message);
+    spdlog::warn("{}: {}: {}", cell.label(), status_name(b.status), b.message);
     exit_code = b.status == TrialStatus::OutOfMemory ? kExitOutOfMemory : kExitInternalError;
   }
   if (!b.snapshot.empty()) {
-    const fs::path file = dir / ("memory_snapshot-" + setting_label(cell) + ".pickle");
+    const fs::path file = dir / ("memory_snapshot-" + cell.label() + ".pickle");
     write_file_atomically(file, b.snapshot);
     spdlog::info("allocator history: {} (open it at https://pytorch.org/memory_viz)",
                  file.string());
@@ -275,13 +269,12 @@ int report_breakdown(const StepBreakdown& b, const SweepCell& cell, const fs::pa
 // What the settings cannot do here: checkpointing auto without a budget (blocks given by hand need
 // none: nothing is chosen), --card-only without a card, a card prediction of accumulation.
 void refuse_settings(const MemoryRequest& request, const Config& config,
-                     const torch::Device& device, const std::vector<SweepCell>& settings,
-                     bool card) {
+                     const torch::Device& device, const std::vector<Setting>& settings, bool card) {
   const std::string missing =
       config.checkpointing.blocks() ? std::string() : missing_budget(config, device);
   for (const auto& setting : settings) {
     if (setting.checkpointing == CheckpointMode::Auto && !missing.empty()) {
-      throw UserError("--settings: " + setting_label(setting) + " " + missing);
+      throw UserError("--settings: " + setting.label() + " " + missing);
     }
   }
   if (request.card_only && !card) throw UserError("--card-only: give the card with --card");
@@ -312,11 +305,9 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   int exit_code = kExitOk;
   for (const auto& cell : settings) {
     if (request.card_only) {
-      settings_json.push_back({{"setting", setting_label(cell)},
-                               {"precision", precision_name(cell.precision)},
-                               {"checkpointing", checkpointing_json(cell.checkpointing)},
-                               {"memory_format", memory_format_name(cell.memory_format)},
-                               {"batch_size", config.training.batch_size}});
+      settings_json.push_back({{"setting", cell.label()}});
+      settings_json.back().update(cell.json());
+      settings_json.back()["batch_size"] = config.training.batch_size;
       predict_setting(config, cell, *card, settings_json.back(), predictions);
       continue;
     }

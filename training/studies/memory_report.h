@@ -38,8 +38,8 @@ struct MemoryRequest {
 // The settings to measure: `requested` ("fp32,bf16+checkpointing"; UserError naming --settings),
 // or by default fp32, bf16, fp32+checkpointing, bf16+checkpointing in the configured memory
 // format, leaving bf16 out where it is not native (said in the log).
-std::vector<SweepCell> memory_settings(const std::optional<std::string>& requested,
-                                       const Config& config, const torch::Device& device);
+std::vector<Setting> memory_settings(const std::optional<std::string>& requested,
+                                     const Config& config, const torch::Device& device);
 
 // The side-by-side table in MiB; a value outside its setting's peak is in parentheses.
 std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns);

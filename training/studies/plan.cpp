@@ -89,31 +89,32 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
                                 "': speeds not estimated; ranked by memory "
                                 "only (the largest batch that fits first)";
   const ForwardCount count = count_forward(config.model, config.data.image_size);
-  std::vector<SweepCell> predicted;
+  std::vector<Setting> predicted;
   for (auto& c : plan.candidates) {
-    if (c.cell.precision == Precision::BF16 && card.compute_major > 0 && card.compute_major < 8) {
+    if (c.setting.precision == Precision::BF16 && card.compute_major > 0 &&
+        card.compute_major < 8) {
       c.unsupported =
           "bf16 needs compute capability 8.0 or later; " + card.name + " is " + card.architecture;
       c.fits = false;
       c.images_per_second = 0;  // ranked last
       continue;                 // nothing to predict or estimate
     }
-    if (c.cell.checkpointing != CheckpointMode::Auto) {  // auto: the sweep's own peak stands
+    if (c.setting.unpredictable().empty()) {  // auto: the sweep's own peak stands
       // Accumulating: the step replayed micro-batch by micro-batch, the gradients held from the
       // second on (card_prediction.h).
-      const CardPrediction p = predictor.predict(c.cell, c.batch);
+      const CardPrediction p = predictor.predict(c.setting, c.batch);
       c.predicted_peak = p.figures().peak_reserved;
       c.predicted_allocated = p.figures().peak_allocated;
       c.fits = p.replay.fits && c.predicted_peak <= for_allocator;
-      if (std::find(predicted.begin(), predicted.end(), c.cell) == predicted.end()) {
-        predicted.push_back(c.cell);
-        plan.largest_on_card.emplace_back(c.cell, p.largest_batch);
+      if (std::find(predicted.begin(), predicted.end(), c.setting) == predicted.end()) {
+        predicted.push_back(c.setting);
+        plan.largest_on_card.emplace_back(c.setting, p.largest_batch);
       }
     }
     if (plan.speed == Plan::Speed::None) c.images_per_second = 0;
     if (plan.speed == Plan::Speed::Estimated) {
-      const double seconds = estimated_step_seconds(count, card, c.cell.precision,
-                                                    c.cell.checkpointing != CheckpointMode::Off,
+      const double seconds = estimated_step_seconds(count, card, c.setting.precision,
+                                                    c.setting.checkpointing != CheckpointMode::Off,
                                                     config.training.allow_tf32, c.batch);
       c.images_per_second = seconds > 0 ? static_cast<double>(c.batch) / seconds : 0;
     }
@@ -128,8 +129,8 @@ void rank_candidates(Plan& plan) {
                      if (plan.speed != Plan::Speed::None) {
                        return a.images_per_second > b.images_per_second;
                      }
-                     const int64_t images_a = a.batch * a.cell.accumulate_steps,
-                                   images_b = b.batch * b.cell.accumulate_steps;
+                     const int64_t images_a = a.batch * a.setting.accumulate_steps,
+                                   images_b = b.batch * b.setting.accumulate_steps;
                      if (images_a != images_b) return images_a > images_b;
                      return a.predicted_peak < b.predicted_peak;
                    });
@@ -142,9 +143,9 @@ void rank_candidates(Plan& plan) {
 void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t for_allocator) {
   const auto measured_accumulating = [&](const PlanCandidate& c) {
     return std::any_of(plan.candidates.begin(), plan.candidates.end(), [&](const auto& other) {
-      SweepCell same = other.cell;
+      Setting same = other.setting;
       same.accumulate_steps = 1;
-      return other.cell.accumulate_steps > 1 && other.batch == c.batch && same == c.cell;
+      return other.setting.accumulate_steps > 1 && other.batch == c.batch && same == c.setting;
     });
   };
   std::vector<PlanCandidate> aimed;
@@ -160,11 +161,11 @@ void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t 
       too_many = std::max(too_many, c.batch);
       continue;  // training.accumulate_steps takes at most kMaxAccumulateSteps
     }
-    const bool accumulating = c.cell.accumulate_steps > 1;
+    const bool accumulating = c.setting.accumulate_steps > 1;
     if (accumulating && steps == 1) continue;  // its peak holds gradients one step does not
     if (!accumulating && steps > 1 && measured_accumulating(c)) continue;
     PlanCandidate a = c;
-    a.cell.accumulate_steps = steps;
+    a.setting.accumulate_steps = steps;
     if (steps > 1 && !accumulating) {
       a.predicted_peak += gradients;
       if (plan.card) a.predicted_allocated += gradients;
@@ -231,10 +232,10 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     // Measured peaks; a card's replay replaces them (not auto's, held under the sweep's budget).
     const auto& r = t.result;
     PlanCandidate c{
-        t.cell, t.batch, r.images_per_second, r.peak_reserved_bytes, r.peak_allocated_bytes,
-        false,  ""};
+        t.setting, t.batch, r.images_per_second, r.peak_reserved_bytes, r.peak_allocated_bytes,
+        false,     ""};
     for (const auto& summary : plan.cells) {
-      if (summary.cell == t.cell && summary.fit) {
+      if (summary.setting == t.setting && summary.fit) {
         c.predicted_peak = std::max(c.predicted_peak,
                                     static_cast<int64_t>(std::ceil(summary.fit->predict(t.batch))));
       }
@@ -267,8 +268,8 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     throw UserError(std::string(card ? "--card" : "--memory") + ": no measured setting fits in " +
                     byte_size_text(card_bytes) + " (" + format_bytes(card_bytes) + ") with " +
                     percent_text(headroom) + " headroom and " + format_bytes(plan.overhead_bytes) +
-                    " outside the allocator; the smallest, " + smallest.cell.name() + " at batch " +
-                    std::to_string(smallest.batch) + ", needs a card of at least " +
+                    " outside the allocator; the smallest, " + smallest.setting.name() +
+                    " at batch " + std::to_string(smallest.batch) + ", needs a card of at least " +
                     size_at_least_text(needed));
   }
   return plan;

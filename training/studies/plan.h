@@ -24,7 +24,7 @@ namespace training {
 inline constexpr int64_t kAssumedCudaOverhead = int64_t{1} << 30;
 
 struct PlanCandidate {
-  SweepCell cell;
+  Setting setting;
   int64_t batch = 0;
   double images_per_second = 0;  // measured, or with a card the sweep did not run on, estimated
   int64_t predicted_peak = 0;  // bytes the allocator will hold at the peak (with a card: reserved)
@@ -42,7 +42,7 @@ struct Plan {
   std::string overhead_source;
   std::vector<PlanCandidate> candidates;  // fastest first
   std::optional<size_t> chosen;           // the fastest that fits
-  std::vector<CellSummary> cells;         // per setting: the largest batch predicted to fit
+  std::vector<SettingSummary> cells;      // per setting: the largest batch predicted to fit
   bool sweep_complete = true;  // false: stopped, out of time, or a search ended on a failed trial
   // The sweep's checkpointing.granularity was block: its `on` cells recomputed every block alone,
   // which checkpointing.enabled: auto can match (see recommended_flags).
@@ -55,7 +55,7 @@ struct Plan {
   // memory, the largest batch that fits first; no other card's figures stand in).
   enum class Speed { Measured, Estimated, None } speed = Speed::Measured;
   std::string speed_source;  // "measured on cpu", "estimated for H100-80GB (gpu_cost.h)"
-  std::vector<std::pair<SweepCell, int64_t>> largest_on_card;  // by replay; 0 = none fits
+  std::vector<std::pair<Setting, int64_t>> largest_on_card;  // by replay; 0 = none fits
   std::string allocator_options;  // with a card: the options replayed under ("" = the defaults)
   // --target-batch: images per optimizer step; each candidate is then micro-batch (batch) x
   // cell.accumulate_steps = target_batch, its peak with the accumulated gradients

@@ -66,8 +66,9 @@ std::string plan_table(const Plan& plan) {
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
     const auto& c = plan.candidates[i];
     const std::string verdict = verdict_of(plan, i);
-    out << "| " << c.cell.name() << " | " << c.batch
-        << (c.cell.accumulate_steps > 1 ? " x " + std::to_string(c.cell.accumulate_steps) : "")
+    out << "| " << c.setting.name() << " | " << c.batch
+        << (c.setting.accumulate_steps > 1 ? " x " + std::to_string(c.setting.accumulate_steps)
+                                           : "")
         << " | "
         << (c.unsupported.empty() && plan.speed != Plan::Speed::None
                 ? fmt::format("{:.0f}", c.images_per_second)
@@ -86,8 +87,8 @@ std::string plan_table(const Plan& plan) {
       << "| setting | largest batch | fit R² |\n|---|---:|---:|\n";
   for (const auto& cell : plan.cells) {
     const auto& batch = cell.predictions.front().second;
-    out << "| " << cell.cell.name() << " | "
-        << (!cell.fit && cell.cell.checkpointing == CheckpointMode::Auto
+    out << "| " << cell.setting.name() << " | "
+        << (!cell.fit && cell.setting.checkpointing == CheckpointMode::Auto
                 ? "- (no fit for auto: its recomputed blocks change with the batch)"
             : !cell.fit ? "- (needs two measured batches)"
             : batch     ? std::to_string(*batch)
@@ -101,14 +102,11 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
   nlohmann::ordered_json candidates = nlohmann::ordered_json::array();
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
     const auto& c = plan.candidates[i];
-    nlohmann::ordered_json row = {
-        {"setting", c.cell.name()},
-        {"precision", precision_name(c.cell.precision)},
-        {"checkpointing", checkpointing_json(c.cell.checkpointing)},
-        {"memory_format", memory_format_name(c.cell.memory_format)},
+    nlohmann::ordered_json row = {{"setting", c.setting.name()}};
+    row.update(c.setting.json());
+    row.update(nlohmann::ordered_json{
         {"batch_size", c.batch},
-        {"accumulate_steps", c.cell.accumulate_steps},
-        {"effective_batch_size", c.batch * c.cell.accumulate_steps},
+        {"effective_batch_size", c.batch * c.setting.accumulate_steps},
         {"images_per_second", plan.speed == Plan::Speed::None
                                   ? nlohmann::ordered_json()
                                   : nlohmann::ordered_json(c.images_per_second)},
@@ -117,7 +115,7 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
         {"fits", c.fits},
         {"unsupported", c.unsupported.empty() ? nlohmann::ordered_json(nullptr)
                                               : nlohmann::ordered_json(c.unsupported)},
-        {"recommended", plan.chosen && *plan.chosen == i}};
+        {"recommended", plan.chosen && *plan.chosen == i}});
     if (plan.card) {
       row["card"] = {{"name", plan.card->name}, {"memory_bytes", plan.card->memory_bytes}};
       row["predicted_allocated_peak_bytes"] = c.predicted_allocated;
@@ -134,7 +132,7 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
   if (!plan.card) {
     for (const auto& cell : plan.cells) {
       const auto& batch = cell.predictions.front().second;
-      largest.push_back({{"setting", cell.cell.name()},
+      largest.push_back({{"setting", cell.setting.name()},
                          {"largest_batch", cell.fit && batch ? nlohmann::ordered_json(*batch)
                                                              : nlohmann::ordered_json(nullptr)},
                          {"source", "fit"},
@@ -158,22 +156,17 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
 }
 
 std::string recommended_flags(const Plan& plan, const PlanCandidate& c) {
-  const bool per_block =
-      c.cell.checkpointing == CheckpointMode::Auto ||
-      (c.cell.checkpointing == CheckpointMode::On && plan.per_block_checkpointing);
-  const std::string checkpointing =
-      c.cell.checkpointing == CheckpointMode::Off ? "false"
-      : per_block                                 ? "auto --set checkpointing.budget=" +
-                        byte_size_text(plan.usable_bytes - plan.overhead_bytes)
-                  : "true";
-  return fmt::format(
-      "--set training.batch_size={} --set training.precision={} --set checkpointing.enabled={} "
-      "--set training.memory_format={}{}",
-      c.batch, precision_name(c.cell.precision), checkpointing,
-      memory_format_name(c.cell.memory_format),
-      c.cell.accumulate_steps > 1 || plan.target_batch > 0
-          ? " --set training.accumulate_steps=" + std::to_string(c.cell.accumulate_steps)
-          : "");
+  // Every block recomputed alone (granularity block) is what auto's choice of them all matches;
+  // auto then needs the budget the plan allotted.
+  Setting setting = c.setting;
+  if (setting.checkpointing == CheckpointMode::On && plan.per_block_checkpointing) {
+    setting.checkpointing = CheckpointMode::Auto;
+  }
+  return setting.set_flags(c.batch, plan.target_batch > 0) +
+         (setting.checkpointing == CheckpointMode::Auto
+              ? " --set checkpointing.budget=" +
+                    byte_size_text(plan.usable_bytes - plan.overhead_bytes)
+              : "");
 }
 
 }  // namespace training

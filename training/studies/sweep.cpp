@@ -30,36 +30,20 @@ namespace training {
 
 namespace fs = std::filesystem;
 
-std::string SweepCell::name() const {
-  return std::string(precision_name(precision)) + " / checkpointing " +
-         checkpointing_setting_name(checkpointing) + " / " + memory_format_name(memory_format) +
-         (accumulate_steps > 1 ? " / " + std::to_string(accumulate_steps) + " micro-batches" : "");
-}
-
-nlohmann::ordered_json checkpointing_json(CheckpointMode mode) {
-  if (mode == CheckpointMode::Auto) return "auto";
-  return mode == CheckpointMode::On;
-}
-
 namespace {
 
-// Why a checkpointing auto trial has no card prediction (its card_prediction_error).
-constexpr const char* kAutoNotPredicted =
-    "checkpointing auto chooses its blocks for the budget it runs under, so its stream on the "
-    "card is not known from this machine's; predict off or on (every block)";
-
-std::vector<SweepCell> grid_cells(const SweepConfig& sweep) {
-  std::vector<SweepCell> cells;
+std::vector<Setting> grid_cells(const SweepConfig& sweep) {
+  std::vector<Setting> settings;
   for (auto precision : sweep.precisions) {
     for (auto checkpointing : sweep.checkpointing) {
       for (auto format : sweep.memory_formats) {
         for (int64_t n : sweep.accumulate_steps) {
-          cells.push_back({precision, checkpointing, format, n});
+          settings.push_back({precision, checkpointing, format, n});
         }
       }
     }
   }
-  return cells;
+  return settings;
 }
 
 // Unwinds the sweep when a stop signal arrived (the running trial was stopped with it).
@@ -86,7 +70,7 @@ class Sweep {
   // then hold the trials completed so far).
   bool run() {
     spdlog::info(
-        "sweep: {} cell(s) x {} batch size(s) on {}, memory {} ({}), {} warm-up + {} "
+        "sweep: {} setting(s) x {} batch size(s) on {}, memory {} ({}), {} warm-up + {} "
         "measured steps per trial, each trial in its own process",
         cells_.size(), config_.sweep.batch_sizes.size(), describe_device(device_),
         format_bytes(limit_), config_.memory.limit > 0 ? "memory.limit" : "device",
@@ -94,17 +78,17 @@ class Sweep {
     try {
       if (config_.sweep.time_budget > 0) {
         for (int64_t batch : config_.sweep.batch_sizes) {
-          for (const auto& cell : cells_) trial_in_child_process(cell, batch, "grid");
+          for (const auto& setting : cells_) trial_in_child_process(setting, batch, "grid");
         }
       } else {
-        for (const auto& cell : cells_) {
+        for (const auto& setting : cells_) {
           for (int64_t batch : config_.sweep.batch_sizes) {
-            trial_in_child_process(cell, batch, "grid");
+            trial_in_child_process(setting, batch, "grid");
           }
         }
       }
       if (config_.sweep.find_max) {
-        for (const auto& cell : cells_) find_max(cell);
+        for (const auto& setting : cells_) find_max(setting);
       }
     } catch (const BudgetSpent&) {
       spdlog::warn("sweep.time_budget: {} s spent after {} trial(s); no further trial was started",
@@ -135,24 +119,22 @@ class Sweep {
   }
 
  private:
-  // Measures one trial in a child process (parent side); a batch already measured for this cell
+  // Measures one trial in a child process (parent side); a batch already measured for this setting
   // is not measured twice.
-  const TrialResult& trial_in_child_process(const SweepCell& cell, int64_t batch,
+  const TrialResult& trial_in_child_process(const Setting& setting, int64_t batch,
                                             const std::string& source, bool again = false) {
     for (const auto& done : trials_) {
-      if (!again && done.cell == cell && done.batch == batch) return done.result;
+      if (!again && done.setting == setting && done.batch == batch) return done.result;
     }
     const auto budget = std::chrono::seconds(config_.sweep.time_budget);
     if (budget.count() > 0 && std::chrono::steady_clock::now() - start_ >= budget) {
       throw BudgetSpent{};
     }
-    SweepTrial trial{static_cast<int64_t>(trials_.size()) + 1, cell, batch, source, {}, 0, {}};
+    SweepTrial trial{
+        static_cast<int64_t>(trials_.size()) + 1, setting, batch, source, {}, 0, {}, {}};
     Config trial_config = config_;
     trial_config.training.batch_size = batch;
-    trial_config.training.precision = cell.precision;
-    trial_config.training.memory_format = cell.memory_format;
-    trial_config.checkpointing.mode(cell.checkpointing);
-    trial_config.training.accumulate_steps = cell.accumulate_steps;
+    setting.apply_to(trial_config);
     trial_config.checkpointing.blocks(std::nullopt);  // an auto trial chooses for its own batch
     const fs::path stem = dir_ / "trials" / fmt::format("{:03d}", trial.id);
     const fs::path yaml = stem.string() + ".yaml", result = stem.string() + ".json",
@@ -173,18 +155,18 @@ class Sweep {
     if (outcome.stopped || stop_requested() || outcome.ended_by_stop()) throw SweepStopped{};
     trial.wall_seconds = outcome.seconds;
     trial.result = read_result(result, outcome, log);
-    if (predictor_ && cell.checkpointing == CheckpointMode::Auto) {
-      trial.on_card = {{"card_prediction_error", kAutoNotPredicted}};
+    if (predictor_ && !setting.unpredictable().empty()) {
+      trial.on_card_error = setting.unpredictable();
     } else if (predictor_) {
       try {  // a stream that cannot be scaled is said in the row, the sweep goes on
-        trial.on_card = prediction_columns(predictor_->predict(cell, batch));
+        trial.on_card = predictor_->predict(setting, batch);
       } catch (const std::runtime_error& e) {
-        trial.on_card = {{"card_prediction_error", error_line(e)}};
+        trial.on_card_error = error_line(e);
       }
     }
     const auto& r = trial.result;
     spdlog::info(
-        "[{}] {} batch {}: {}{}", trial.id, cell.name(), batch, status_name(r.status),
+        "[{}] {} batch {}: {}{}", trial.id, setting.name(), batch, status_name(r.status),
         r.status == TrialStatus::Ok
             ? fmt::format(", peak {} MiB allocated / {} MiB reserved (after the "
                           "warm-up {} / {}), {:.4f} s/step, {:.0f} img/s",
@@ -219,10 +201,10 @@ class Sweep {
 
   // Doubling from the largest batch known to fit, then binary search between the largest that
   // fits and the smallest that does not.
-  void find_max(const SweepCell& cell) {
+  void find_max(const Setting& setting) {
     int64_t fits = 0, fails = 0;
     for (const auto& t : trials_) {
-      if (!(t.cell == cell)) continue;
+      if (!(t.setting == setting)) continue;
       if (t.result.status == TrialStatus::Ok) fits = std::max(fits, t.batch);
       if (t.result.status == TrialStatus::OutOfMemory) {
         fails = fails == 0 ? t.batch : std::min(fails, t.batch);
@@ -231,14 +213,14 @@ class Sweep {
     if (fails != 0 && fails < fits) fails = 0;  // inconsistent points: search afresh above
     const int64_t cap = config_.sweep.max_batch;
     // Measures `batch` and moves the bound it decides. A trial that failed for another reason
-    // than memory is tried once more; failing again, it ends this cell's search, and the sweep is
-    // not complete: its largest batch is not known (a smaller one is no answer).
+    // than memory is tried once more; failing again, it ends this setting's search, and the sweep
+    // is not complete: its largest batch is not known (a smaller one is no answer).
     auto probe = [&](int64_t batch) {
-      const TrialResult* r = &trial_in_child_process(cell, batch, "find-max");
+      const TrialResult* r = &trial_in_child_process(setting, batch, "find-max");
       if (r->status == TrialStatus::Error) {
-        spdlog::warn("{}: batch {} failed ({}); trying it once more", cell.name(), batch,
+        spdlog::warn("{}: batch {} failed ({}); trying it once more", setting.name(), batch,
                      r->message);
-        r = &trial_in_child_process(cell, batch, "find-max", /*again=*/true);
+        r = &trial_in_child_process(setting, batch, "find-max", /*again=*/true);
       }
       if (r->status == TrialStatus::Ok) fits = batch;
       if (r->status == TrialStatus::OutOfMemory) fails = batch;
@@ -246,7 +228,7 @@ class Sweep {
         spdlog::warn(
             "{}: find-max stopped: batch {} failed twice ({}); its largest batch that fits is not "
             "known, and sweep.json says complete: false",
-            cell.name(), batch, r->message);
+            setting.name(), batch, r->message);
         search_failed_ = true;
       }
       return r->status != TrialStatus::Error;
@@ -265,7 +247,7 @@ class Sweep {
     return sizes;
   }
 
-  std::vector<CellSummary> summaries() const {
+  std::vector<SettingSummary> summaries() const {
     return summarize(cells_, trials_, memory_sizes(), config_.sweep.find_max);
   }
 
@@ -286,21 +268,22 @@ class Sweep {
     write_sweep_tables(dir_, facts, summaries(), trials_, complete, why_incomplete);
   }
 
-  void log_summary(const CellSummary& summary) const {
-    spdlog::info("{}: largest batch that fits {}, fastest batch {}{}{}", summary.cell.name(),
-                 summary.largest_fitting ? std::to_string(*summary.largest_fitting) : "none",
-                 summary.fastest_batch ? fmt::format("{} ({:.0f} img/s)", *summary.fastest_batch,
-                                                     summary.fastest_images_per_second)
-                                       : std::string("none"),
-                 summary.fit ? fmt::format(", peak = {} MiB + {:.2f} MiB x batch (R² {:.4f})",
-                                           mib_text(static_cast<int64_t>(summary.fit->intercept)),
-                                           summary.fit->slope / (1 << 20), summary.fit->r_squared)
-                             : std::string(),
-                 !summary.largest_fitting ? std::string()
-                 : untrainable(*summary.largest_fitting).empty()
-                     ? "; train it as measured: " +
-                           run_flags(summary.cell, *summary.largest_fitting, config_.memory.limit)
-                     : "; " + untrainable(*summary.largest_fitting));
+  void log_summary(const SettingSummary& summary) const {
+    spdlog::info(
+        "{}: largest batch that fits {}, fastest batch {}{}{}", summary.setting.name(),
+        summary.largest_fitting ? std::to_string(*summary.largest_fitting) : "none",
+        summary.fastest_batch ? fmt::format("{} ({:.0f} img/s)", *summary.fastest_batch,
+                                            summary.fastest_images_per_second)
+                              : std::string("none"),
+        summary.fit ? fmt::format(", peak = {} MiB + {:.2f} MiB x batch (R² {:.4f})",
+                                  mib_text(static_cast<int64_t>(summary.fit->intercept)),
+                                  summary.fit->slope / (1 << 20), summary.fit->r_squared)
+                    : std::string(),
+        !summary.largest_fitting ? std::string()
+        : untrainable(*summary.largest_fitting).empty()
+            ? "; train it as measured: " +
+                  run_flags(summary.setting, *summary.largest_fitting, config_.memory.limit)
+            : "; " + untrainable(*summary.largest_fitting));
   }
   std::string untrainable(int64_t batch) const {
     return untrainable_batch(batch, train_images_at_most(config_.data));
@@ -312,7 +295,7 @@ class Sweep {
   fs::path executable_;
   torch::Device device_;
   int64_t limit_;
-  std::vector<SweepCell> cells_;
+  std::vector<Setting> cells_;
   std::vector<SweepTrial> trials_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   bool budget_spent_ = false;
@@ -321,17 +304,17 @@ class Sweep {
 
 }  // namespace
 
-std::vector<CellSummary> summarize(const std::vector<SweepCell>& cells,
-                                   const std::vector<SweepTrial>& trials,
-                                   const std::vector<int64_t>& memory_sizes, bool searched) {
-  std::vector<CellSummary> summaries;
-  for (const auto& cell : cells) {
-    CellSummary s;
-    s.cell = cell;
+std::vector<SettingSummary> summarize(const std::vector<Setting>& settings,
+                                      const std::vector<SweepTrial>& trials,
+                                      const std::vector<int64_t>& memory_sizes, bool searched) {
+  std::vector<SettingSummary> summaries;
+  for (const auto& setting : settings) {
+    SettingSummary s;
+    s.setting = setting;
     s.searched = searched;
     std::vector<int64_t> batches, peaks;
     for (const auto& t : trials) {
-      if (!(t.cell == cell)) continue;
+      if (!(t.setting == setting)) continue;
       if (t.result.status == TrialStatus::Ok) {
         s.largest_fitting = std::max(s.largest_fitting.value_or(0), t.batch);
         batches.push_back(t.batch);
@@ -344,9 +327,9 @@ std::vector<CellSummary> summarize(const std::vector<SweepCell>& cells,
         s.smallest_failing = std::min(s.smallest_failing.value_or(t.batch), t.batch);
       }
     }
-    // An auto cell's peak is held under its budget by recomputing more at larger batches: no line
-    // fits it, and no prediction is made from one.
-    if (cell.checkpointing != CheckpointMode::Auto) s.fit = fit_memory(batches, peaks);
+    // An auto setting's peak is held under its budget by recomputing more at larger batches: no
+    // line fits it, and no prediction is made from one.
+    if (setting.checkpointing != CheckpointMode::Auto) s.fit = fit_memory(batches, peaks);
     for (int64_t size : memory_sizes) {
       s.predictions.emplace_back(size, s.fit ? s.fit->max_batch(size) : std::nullopt);
     }

@@ -11,52 +11,37 @@
 #include <vector>
 
 #include "training/config/config.h"
+#include "training/studies/card_prediction.h"
 #include "training/studies/memory_model.h"
+#include "training/studies/setting.h"
 #include "training/studies/trial.h"
 
 namespace training {
-
-struct SweepCell {
-  Precision precision = Precision::FP32;
-  // auto: each trial chooses its blocks under the sweep's budget (checkpoint_choice.h)
-  CheckpointMode checkpointing = CheckpointMode::Off;
-  c10::MemoryFormat memory_format = c10::MemoryFormat::Contiguous;
-  int64_t accumulate_steps = 1;  // micro-batches per optimizer step (sweep.accumulate_steps)
-  // "fp32 / checkpointing off / contiguous" (off, on or auto), "... / 4 micro-batches" with
-  // accumulation
-  std::string name() const;
-  bool operator==(const SweepCell& other) const {
-    return precision == other.precision && checkpointing == other.checkpointing &&
-           memory_format == other.memory_format && accumulate_steps == other.accumulate_steps;
-  }
-};
 
 // The flags that make `train` take `cell` at `batch` as a trial measured it: the precision, the
 // layout, the checkpointing and the accumulation, each set (a run left to decide its layout by
 // itself, memory_format: auto, could take the other one and not fit where the trial did);
 // `memory_limit` (the sweep's emulated memory.limit; 0: none) as --memory-limit.
-std::string run_flags(const SweepCell& cell, int64_t batch, int64_t memory_limit);
+std::string run_flags(const Setting& cell, int64_t batch, int64_t memory_limit);
 
 // Why `train` would refuse `batch` with the sweep's config (more than the `train_images` it has at
 // most, config.h's train_images_at_most; 0: not known), so that no flags are advised; "" else.
 std::string untrainable_batch(int64_t batch, int64_t train_images);
 
-// A cell's checkpointing in sweep.json and memory.json: false and true as before auto existed
-// (what older readers expect), "auto" for auto.
-nlohmann::ordered_json checkpointing_json(CheckpointMode mode);
-
 struct SweepTrial {
   int64_t id = 0;
-  SweepCell cell;
+  Setting setting;
   int64_t batch = 0;
   std::string source;  // grid | find-max
   TrialResult result;
-  double wall_seconds = 0;         // the whole child process
-  nlohmann::ordered_json on_card;  // with --card: card_prediction.h's prediction_columns
+  double wall_seconds = 0;  // the whole child process
+  // With --card: the trial predicted on that card, or why it is not.
+  std::optional<CardPrediction> on_card;
+  std::string on_card_error;
 };
 
-struct CellSummary {
-  SweepCell cell;
+struct SettingSummary {
+  Setting setting;
   std::optional<int64_t> largest_fitting;   // largest batch measured ok
   std::optional<int64_t> smallest_failing;  // smallest batch measured oom
   bool searched = false;                    // find_max ran for this cell
@@ -67,9 +52,9 @@ struct CellSummary {
 };
 
 // Summaries for each cell from its trials; predictions for `memory_sizes`.
-std::vector<CellSummary> summarize(const std::vector<SweepCell>& cells,
-                                   const std::vector<SweepTrial>& trials,
-                                   const std::vector<int64_t>& memory_sizes, bool searched);
+std::vector<SettingSummary> summarize(const std::vector<Setting>& cells,
+                                      const std::vector<SweepTrial>& trials,
+                                      const std::vector<int64_t>& memory_sizes, bool searched);
 
 struct SweepRequest {
   std::string config_path;

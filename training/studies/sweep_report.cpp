@@ -15,16 +15,9 @@
 
 namespace training {
 
-std::string run_flags(const SweepCell& cell, int64_t batch, int64_t memory_limit) {
-  return fmt::format(
-      "--set training.batch_size={} --set training.precision={} --set training.memory_format={} "
-      "--set checkpointing.enabled={}{}{}",
-      batch, precision_name(cell.precision), memory_format_name(cell.memory_format),
-      checkpointing_setting_name(cell.checkpointing),
-      cell.accumulate_steps > 1
-          ? " --set training.accumulate_steps=" + std::to_string(cell.accumulate_steps)
-          : "",
-      memory_limit > 0 ? " --memory-limit " + byte_size_text(memory_limit) : "");
+std::string run_flags(const Setting& setting, int64_t batch, int64_t memory_limit) {
+  return setting.set_flags(batch) +
+         (memory_limit > 0 ? " --memory-limit " + byte_size_text(memory_limit) : "");
 }
 
 std::string untrainable_batch(int64_t batch, int64_t train_images) {
@@ -40,33 +33,27 @@ using nlohmann::ordered_json;
 
 namespace {
 
-ordered_json cell_json(const SweepCell& cell) {
-  return {{"precision", precision_name(cell.precision)},
-          {"checkpointing", checkpointing_json(cell.checkpointing)},
-          {"memory_format", memory_format_name(cell.memory_format)},
-          {"accumulate_steps", cell.accumulate_steps}};
-}
-
 std::vector<ordered_json> trial_rows(const std::vector<SweepTrial>& trials) {
   std::vector<ordered_json> rows;
   for (const auto& t : trials) {
     ordered_json row = {{"trial", t.id}};
-    row.update(cell_json(t.cell));
+    row.update(t.setting.json());
     row["batch_size"] = t.batch;
     row["source"] = t.source;
     row.update(to_json(t.result));
     // Blocks chosen by checkpointing auto; none were chosen by the other trials (null: sweep.csv's
     // cell is empty, round 5: it said []).
-    if (t.cell.checkpointing != CheckpointMode::Auto) row["recomputed_blocks"] = nullptr;
+    if (t.setting.checkpointing != CheckpointMode::Auto) row["recomputed_blocks"] = nullptr;
     row["wall_seconds"] = t.wall_seconds;
-    if (!t.on_card.is_null()) row.update(t.on_card);
+    if (t.on_card) row.update(prediction_columns(*t.on_card));
+    if (!t.on_card_error.empty()) row["card_prediction_error"] = t.on_card_error;
     rows.push_back(row);
   }
   return rows;
 }
 
-ordered_json cell_summary_json(const CellSummary& c) {
-  ordered_json entry = cell_json(c.cell);
+ordered_json cell_summary_json(const SettingSummary& c) {
+  ordered_json entry = c.setting.json();
   entry["largest_fitting_batch"] = optional_json(c.largest_fitting);
   entry["smallest_failing_batch"] = optional_json(c.smallest_failing);
   entry["max_batch_searched"] = c.searched;
@@ -92,51 +79,45 @@ ordered_json cell_summary_json(const CellSummary& c) {
 // not predicted (their card_prediction_error: checkpointing auto, a stream that cannot be scaled).
 void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
   const auto first = std::find_if(trials.begin(), trials.end(),
-                                  [](const SweepTrial& t) { return t.on_card.contains("card"); });
-  const auto unpredicted = std::count_if(trials.begin(), trials.end(), [](const SweepTrial& t) {
-    return t.on_card.contains("card_prediction_error");
-  });
+                                  [](const SweepTrial& t) { return t.on_card.has_value(); });
+  const auto unpredicted = std::count_if(
+      trials.begin(), trials.end(), [](const SweepTrial& t) { return !t.on_card_error.empty(); });
   if (first == trials.end() && unpredicted == 0) return;
   if (first == trials.end()) {
     md << "## Predicted on the card\n\n";
   } else {
-    md << "## Predicted on " << first->on_card.at("card").get<std::string>() << " ("
-       << format_bytes(first->on_card.at("card_memory_bytes").get<int64_t>())
+    const CardPrediction& card = *first->on_card;
+    md << "## Predicted on " << card.card.name << " (" << format_bytes(card.card.memory_bytes)
        << "; this machine's allocation stream replayed on the caching allocator's model, options "
-       << alloc_conf_label(first->on_card.value("allocator_options", ""))
+       << alloc_conf_label(alloc_conf_text(card.allocator))
        << "; docs/commands.md, `train memory --card`)\n\n"
        << "| # | setting | batch | predicted allocated (MiB) | predicted reserved (MiB) | "
           "on the device (MiB) | fits | largest batch on the card |\n"
        << "|---|---|---|---|---|---|---|---|\n";
     for (const auto& t : trials) {
-      if (!t.on_card.contains("card")) continue;
-      const auto& c = t.on_card;
-      md << "| " << t.id << " | " << t.cell.name() << " | " << t.batch << " | "
-         << mib_text(c.at("predicted_allocated_peak_bytes").get<int64_t>()) << " | "
-         << mib_text(c.at("predicted_reserved_peak_bytes").get<int64_t>()) << " | "
-         << mib_text(c.at("predicted_device_bytes").get<int64_t>()) << " | "
-         << (c.at("fits_on_card").get<bool>() ? "yes" : "no") << " | "
-         << c.at("largest_batch_on_card").get<int64_t>() << " |\n";
+      if (!t.on_card) continue;
+      const CardPrediction& p = *t.on_card;
+      md << "| " << t.id << " | " << t.setting.name() << " | " << t.batch << " | "
+         << mib_text(p.figures().peak_allocated) << " | " << mib_text(p.figures().peak_reserved)
+         << " | " << mib_text(p.device_bytes()) << " | " << (p.replay.fits ? "yes" : "no") << " | "
+         << p.largest_batch << " |\n";
     }
     md << "\n";
-    const auto& limit = first->on_card;
-    if (const int64_t buckets = limit.value("reducer_bucket_bytes", int64_t{0}); buckets > 0) {
-      md << "Each rank holds c10d's Reducer's gradient buckets, " << format_bytes(buckets)
+    if (card.reducer_bucket_bytes > 0) {
+      md << "Each rank holds c10d's Reducer's gradient buckets, "
+         << format_bytes(card.reducer_bucket_bytes)
          << " (sweep.data_parallel, distributed.bucket_mb): in the replay. NCCL's own buffers lie "
             "outside the allocator and are not counted.\n\n";
     }
-    if (limit.value("allocator_limit_source", "") == "memory.limit") {
-      md << "The allocator is capped at memory.limit, "
-         << format_bytes(limit.at("allocator_limit_bytes").get<int64_t>())
+    if (card.limited_by_memory_limit) {
+      md << "The allocator is capped at memory.limit, " << format_bytes(card.allocator.limit)
          << ", below what the card leaves it: \"fits\" and the largest batch are under that "
             "limit.\n\n";
     }
   }
   if (unpredicted > 0) {
     md << "Not predicted: " << unpredicted
-       << " trial(s), each with its reason in sweep.csv's card_prediction_error (checkpointing "
-          "auto chooses its blocks for the budget it runs under, so its stream on the card is "
-          "not known from this machine's).\n\n";
+       << " trial(s), each with its reason in sweep.csv's card_prediction_error.\n\n";
   }
 }
 
@@ -149,13 +130,13 @@ void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials)
   for (const auto& t : trials) {
     const auto& r = t.result;
     const bool ok = r.status == TrialStatus::Ok;
-    md << "| " << t.id << " | " << precision_name(t.cell.precision) << " | "
-       << checkpointing_setting_name(t.cell.checkpointing)
+    md << "| " << t.id << " | " << precision_name(t.setting.precision) << " | "
+       << checkpointing_setting_name(t.setting.checkpointing)
        << (t.result.recomputed_blocks.empty()
                ? ""
                : " (" + std::to_string(t.result.recomputed_blocks.size()) + " blocks recomputed)")
-       << " | " << memory_format_name(t.cell.memory_format) << " | " << t.batch
-       << (t.cell.accumulate_steps > 1 ? " x " + std::to_string(t.cell.accumulate_steps) : "")
+       << " | " << memory_format_name(t.setting.memory_format) << " | " << t.batch
+       << (t.setting.accumulate_steps > 1 ? " x " + std::to_string(t.setting.accumulate_steps) : "")
        << " | " << status_name(r.status) << (r.status == TrialStatus::Error ? ": " + r.message : "")
        << " | " << mib_text(r.peak_allocated_bytes) << " | " << mib_text(r.peak_reserved_bytes)
        << " | " << mib_text(r.steady_peak_reserved_bytes) << " | "
@@ -164,13 +145,13 @@ void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials)
   }
 }
 
-void settings_table(std::ostringstream& md, const std::vector<CellSummary>& cells) {
+void settings_table(std::ostringstream& md, const std::vector<SettingSummary>& cells) {
   md << "\n## Per setting\n\n"
      << "| setting | largest batch that fits | smallest batch that does not | fastest batch "
         "(images/s) | fit: peak = a + b x batch | R² |\n"
      << "|---|---|---|---|---|---|\n";
   for (const auto& c : cells) {
-    md << "| " << c.cell.name() << " | "
+    md << "| " << c.setting.name() << " | "
        << (c.largest_fitting ? std::to_string(*c.largest_fitting) : "none")
        << (c.searched ? "" : " (grid only)") << " | "
        << (c.smallest_failing ? std::to_string(*c.smallest_failing) : "-") << " | "
@@ -181,7 +162,7 @@ void settings_table(std::ostringstream& md, const std::vector<CellSummary>& cell
        << (c.fit ? fmt::format("{} MiB + {:.3f} MiB x batch",
                                mib_text(static_cast<int64_t>(c.fit->intercept)),
                                c.fit->slope / (1 << 20))
-           : c.cell.checkpointing == CheckpointMode::Auto
+           : c.setting.checkpointing == CheckpointMode::Auto
                ? "none for auto (its recomputed blocks change with the batch)"
                : "needs two batch sizes that fit")
        << " | " << (c.fit ? fmt::format("{:.4f}", c.fit->r_squared) : "-") << " |\n";
@@ -191,7 +172,7 @@ void settings_table(std::ostringstream& md, const std::vector<CellSummary>& cell
 // Each setting's largest batch as `train` must take it: the layout and the rest set, not left to
 // train's own auto.
 void run_flags_list(std::ostringstream& md, const SweepFacts& facts,
-                    const std::vector<CellSummary>& cells) {
+                    const std::vector<SettingSummary>& cells) {
   bool any = false;
   for (const auto& c : cells) {
     if (!c.largest_fitting) continue;
@@ -201,9 +182,9 @@ void run_flags_list(std::ostringstream& md, const SweepFacts& facts,
       any = true;
     }
     const std::string refused = untrainable_batch(*c.largest_fitting, facts.train_images);
-    md << "- " << c.cell.name() << ": "
+    md << "- " << c.setting.name() << ": "
        << (refused.empty() ? "`" +
-                                 run_flags(c.cell, *c.largest_fitting,
+                                 run_flags(c.setting, *c.largest_fitting,
                                            facts.limit_is_emulated ? facts.memory_limit_bytes : 0) +
                                  "`"
                            : refused)
@@ -212,7 +193,7 @@ void run_flags_list(std::ostringstream& md, const SweepFacts& facts,
 }
 
 void predictions_table(std::ostringstream& md, const SweepFacts& facts,
-                       const std::vector<CellSummary>& cells) {
+                       const std::vector<SettingSummary>& cells) {
   md << "\n## Predicted largest batch per memory size\n\n"
      << "From each setting's fit (peak reserved bytes; on the CPU reserved = allocated). The "
         "first column is this sweep's memory. Predictions leave out memory outside the "
@@ -224,7 +205,7 @@ void predictions_table(std::ostringstream& md, const SweepFacts& facts,
   for (size_t i = 0; i < facts.memory_sizes.size(); ++i) md << "---|";
   md << "\n";
   for (const auto& c : cells) {
-    md << "| " << c.cell.name() << " |";
+    md << "| " << c.setting.name() << " |";
     for (const auto& [bytes, batch] : c.predictions) {
       md << " " << (batch ? std::to_string(*batch) : "-") << " |";
     }
@@ -232,7 +213,7 @@ void predictions_table(std::ostringstream& md, const SweepFacts& facts,
   }
 }
 
-std::string markdown(const SweepFacts& facts, const std::vector<CellSummary>& cells,
+std::string markdown(const SweepFacts& facts, const std::vector<SettingSummary>& cells,
                      const std::vector<SweepTrial>& trials, bool complete,
                      const std::string& why_incomplete) {
   std::ostringstream md;
@@ -278,7 +259,7 @@ std::string markdown(const SweepFacts& facts, const std::vector<CellSummary>& ce
 }  // namespace
 
 void write_sweep_tables(const fs::path& dir, const SweepFacts& facts,
-                        const std::vector<CellSummary>& cells,
+                        const std::vector<SettingSummary>& cells,
                         const std::vector<SweepTrial>& trials, bool complete,
                         const std::string& why_incomplete) {
   const auto rows = trial_rows(trials);
@@ -302,39 +283,6 @@ void write_sweep_tables(const fs::path& dir, const SweepFacts& facts,
   write_file_atomically(dir / "sweep.md", markdown(facts, cells, trials, complete, why_incomplete));
 }
 
-namespace {
-
-SweepCell cell_from_json(const nlohmann::json& j) {
-  SweepCell cell;
-  const auto precision = j.at("precision").get<std::string>();
-  const auto format = j.at("memory_format").get<std::string>();
-  bool known_precision = false, known_format = false;
-  for (auto p : {Precision::FP32, Precision::BF16, Precision::FP16}) {
-    if (precision == precision_name(p)) cell.precision = p, known_precision = true;
-  }
-  for (auto f : {c10::MemoryFormat::Contiguous, c10::MemoryFormat::ChannelsLast}) {
-    if (format == memory_format_name(f)) cell.memory_format = f, known_format = true;
-  }
-  if (!known_precision) {
-    throw std::invalid_argument("precision: '" + precision + "' is not fp32, bf16 or fp16");
-  }
-  if (!known_format) {
-    throw std::invalid_argument("memory_format: '" + format +
-                                "' is not contiguous or channels_last");
-  }
-  const auto& checkpointing = j.at("checkpointing");
-  if (checkpointing.is_string() && checkpointing.get<std::string>() == "auto") {
-    cell.checkpointing = CheckpointMode::Auto;
-  } else {
-    cell.checkpointing = checkpointing.get<bool>() ? CheckpointMode::On : CheckpointMode::Off;
-  }
-  cell.accumulate_steps = j.value("accumulate_steps", int64_t{1});  // sweeps before the key
-  if (cell.accumulate_steps < 1) throw std::invalid_argument("accumulate_steps below 1");
-  return cell;
-}
-
-}  // namespace
-
 SweepRecord read_sweep(const fs::path& dir) {
   const fs::path file = dir / "sweep.json";
   std::error_code ec;
@@ -357,7 +305,7 @@ SweepRecord read_sweep(const fs::path& dir) {
     record.stem = json.at("stem").get<std::string>();
     record.device = json.at("device").get<std::string>();
     record.complete = json.at("complete").get<bool>();
-    for (const auto& cell : json.at("cells")) record.cells.push_back(cell_from_json(cell));
+    for (const auto& cell : json.at("cells")) record.cells.push_back(Setting::from_json(cell));
     const auto& rows = json.at("trials");
     for (size_t i = 0; i < rows.size(); ++i) {
       const auto& row = rows[i];
@@ -365,7 +313,7 @@ SweepRecord read_sweep(const fs::path& dir) {
         SweepTrial trial;
         trial.id = read_at_least<int64_t>(row, "trial", static_cast<int64_t>(i) + 1,
                                           static_cast<int64_t>(i) + 1);  // numbered in order
-        trial.cell = cell_from_json(row);
+        trial.setting = Setting::from_json(row);
         trial.batch = read_at_least<int64_t>(row, "batch_size", 1, kMaxBatchSize);
         trial.source = row.at("source").get<std::string>();
         trial.result = trial_from_json(row);

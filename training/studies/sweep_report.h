@@ -32,7 +32,7 @@ struct SweepFacts {
 // sweep runs, when it was stopped, or when sweep.time_budget ended it early; sweep.md then says
 // `why_incomplete` ("stopped by a signal after 2 trials").
 void write_sweep_tables(const std::filesystem::path& dir, const SweepFacts& facts,
-                        const std::vector<CellSummary>& cells,
+                        const std::vector<SettingSummary>& cells,
                         const std::vector<SweepTrial>& trials, bool complete,
                         const std::string& why_incomplete = "");
 
@@ -40,7 +40,7 @@ void write_sweep_tables(const std::filesystem::path& dir, const SweepFacts& fact
 struct SweepRecord {
   std::string arch, stem, device;
   bool complete = false;
-  std::vector<SweepCell> cells;
+  std::vector<Setting> cells;
   std::vector<SweepTrial> trials;
 };
 // UserError naming `dir` when it holds no sweep.json, or the file when it is not one.

@@ -226,8 +226,8 @@ std::pair<int64_t, int64_t> stream_peaks(const AllocationStream& stream) {
 // placed once, at the first backward.
 TEST(CardPrediction, AnAccumulatingStepReplaysToWhatItsStreamHolds) {
   const Config config = small_config();
-  const SweepCell plain{Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
-  SweepCell accumulating = plain;
+  const Setting plain{Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
+  Setting accumulating = plain;
   accumulating.accumulate_steps = 2;
   const torch::Device cpu(torch::kCPU);
   training::reset_peak_memory(cpu);
@@ -307,7 +307,7 @@ TEST(CardPrediction, AnFp16StreamHoldsTheMomentumOfAStepTheOptimizerTook) {
 TEST(CardPrediction, Fp16ThroughBf16KernelsIsFp16sOwnStream) {
   Config config = small_config();
   config.model.stem(models::Stem::ImageNet);
-  const SweepCell fp16{Precision::FP16, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
+  const Setting fp16{Precision::FP16, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
   const AllocationStream own = record_step_stream(config, fp16, 2, 2, /*fp16_through_bf16=*/false);
   const AllocationStream through = record_step_stream(config, fp16, 2, 2, true);
   ASSERT_EQ(through.events.size(), own.events.size());
@@ -326,7 +326,7 @@ TEST(CardPrediction, Fp16ThroughBf16KernelsIsFp16sOwnStream) {
 // 44.7 MB for ResNet-18).
 TEST(CardPrediction, ADataParallelSweepsStreamHoldsTheReducersBuckets) {
   Config config = small_config();
-  const SweepCell cell{Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
+  const Setting cell{Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
   auto held = [](const AllocationStream& s) {
     int64_t bytes = 0;
     size_t end = 0;
@@ -353,7 +353,7 @@ TEST(CardPrediction, ADataParallelSweepsStreamHoldsTheReducersBuckets) {
 
 TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
   const Config config = small_config();
-  const SweepCell cell{Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
+  const Setting cell{Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
   const CardPrediction p = predict_on_card(config, cell, find_card("1GiB"), {});
   EXPECT_EQ(p.mismatched, 0) << "an allocation of ResNet-18 is not linear in the batch";
   EXPECT_EQ(p.allocator.limit, (int64_t{1} << 30) - p.beside.outside_allocator);
@@ -458,13 +458,13 @@ TEST(CardPrediction, TheStreamIsTheSameWithOrWithoutOneDnnKernels) {
     ~MkldnnOff() { at::globalContext().setUserEnabledMkldnn(true); }
   };
   config.model = models::ResNetOptions(18).stem(models::Stem::ImageNet);
-  std::vector<SweepCell> cells = {
+  std::vector<Setting> cells = {
       {Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous},
       {Precision::FP32, CheckpointMode::On, c10::MemoryFormat::ChannelsLast}};
   if (cpu_has_native_bf16()) {
     cells.push_back({Precision::BF16, CheckpointMode::On, c10::MemoryFormat::Contiguous});
   }
-  for (const SweepCell& cell : cells) {
+  for (const Setting& cell : cells) {
     const AllocationStream with = record_step_stream(config, cell, 2);
     AllocationStream without;
     {

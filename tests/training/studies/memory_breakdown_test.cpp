@@ -11,8 +11,8 @@
 namespace {
 
 using training::Precision;
+using training::Setting;
 using training::StepBreakdown;
-using training::SweepCell;
 
 training::Config config(const std::string& arch, int64_t batch) {
   return training::parse_config(
@@ -21,7 +21,7 @@ training::Config config(const std::string& arch, int64_t batch) {
       "test");
 }
 
-StepBreakdown measure(const std::string& arch, int64_t batch, SweepCell cell,
+StepBreakdown measure(const std::string& arch, int64_t batch, Setting cell,
                       int64_t timeline_points = 8192) {
   auto b = training::measure_breakdown(config(arch, batch), cell, timeline_points);
   EXPECT_EQ(b.status, training::TrialStatus::Ok) << b.message;
@@ -29,10 +29,10 @@ StepBreakdown measure(const std::string& arch, int64_t batch, SweepCell cell,
 }
 
 using training::CheckpointMode;
-const SweepCell fp32{Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
-const SweepCell fp32_checkpointing{Precision::FP32, CheckpointMode::On,
-                                   c10::MemoryFormat::Contiguous};
-const SweepCell bf16{Precision::BF16, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
+const Setting fp32{Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
+const Setting fp32_checkpointing{Precision::FP32, CheckpointMode::On,
+                                 c10::MemoryFormat::Contiguous};
+const Setting bf16{Precision::BF16, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
 
 // The residual blocks' rows (activations other than stem, head and autocast's copies).
 std::vector<training::MemoryRow> block_rows(const StepBreakdown& b) {
@@ -53,7 +53,7 @@ void expect_reconciles(const StepBreakdown& b) {
   ASSERT_GT(b.measured_peak_bytes, 0);
   EXPECT_LE(std::abs(static_cast<double>(b.unexplained_bytes())),
             0.10 * static_cast<double>(b.measured_peak_bytes))
-      << training::setting_label(b.cell) << ": itemized " << b.itemized_peak_bytes << ", measured "
+      << b.setting.label() << ": itemized " << b.itemized_peak_bytes << ", measured "
       << b.measured_peak_bytes;
   int64_t at_peak = 0;
   for (const auto& row : b.rows) at_peak += row.at_peak ? row.bytes : 0;
@@ -75,9 +75,9 @@ TEST(MemoryBreakdown, ReconcilesWithTheMeasuredPeak) {
 // peak is above one step's by at most the gradients.
 TEST(MemoryBreakdown, AccumulationHoldsTheGradientsThroughTheStep) {
   const auto single = measure("resnet18", 8, fp32);
-  auto accumulating = config("resnet18", 8);
-  accumulating.training.accumulate_steps = 2;
-  const auto b = training::measure_breakdown(accumulating, fp32);
+  Setting accumulating = fp32;
+  accumulating.accumulate_steps = 2;
+  const auto b = training::measure_breakdown(config("resnet18", 8), accumulating);
   ASSERT_EQ(b.status, training::TrialStatus::Ok) << b.message;
   expect_reconciles(b);
   const int64_t gradients = 11173962LL * 4;
@@ -145,7 +145,7 @@ TEST(MemoryBreakdown, CheckpointingRemovesTheInnerActivations) {
 TEST(MemoryBreakdown, AutoCheckpointingRecomputesOnlyItsBlocks) {
   auto given = config("resnet18", 4);
   given.checkpointing.blocks(std::vector<std::string>{"layer1.1", "layer3.0"});
-  const SweepCell automatic{Precision::FP32, CheckpointMode::Auto, c10::MemoryFormat::Contiguous};
+  const Setting automatic{Precision::FP32, CheckpointMode::Auto, c10::MemoryFormat::Contiguous};
   const auto chosen = training::measure_breakdown(given, automatic);
   ASSERT_EQ(chosen.status, training::TrialStatus::Ok) << chosen.message;
   EXPECT_EQ(chosen.recomputed_blocks, (std::vector<std::string>{"layer1.1", "layer3.0"}));
@@ -188,23 +188,6 @@ TEST(MemoryBreakdown, TimelineHasThePhasesAndThePeak) {
   int64_t most = 0;
   for (const auto& p : b.timeline) most = std::max(most, p.bytes);
   EXPECT_EQ(most, b.measured_peak_bytes);
-}
-
-TEST(MemoryBreakdown, SettingsRoundTripTheirSpelling) {
-  for (const std::string text : {"fp32", "bf16+checkpointing", "fp16+channels_last",
-                                 "bf16+checkpointing+channels_last", "fp32+checkpointing=auto"}) {
-    const auto cell = training::parse_setting(text);
-    ASSERT_TRUE(cell) << text;
-    EXPECT_EQ(training::setting_label(*cell), text);
-  }
-  EXPECT_EQ(training::parse_setting("bf16+checkpointing")->precision, Precision::BF16);
-  EXPECT_EQ(training::parse_setting("fp32+checkpointing=auto")->checkpointing,
-            CheckpointMode::Auto);
-  for (const std::string bad :
-       {"", "fp64", "bf16+", "fp32+checkpointing+checkpointing", "fp32+nope", "checkpointing",
-        "+fp32", "fp32+checkpointing+checkpointing=auto", "fp32+checkpointing=on"}) {
-    EXPECT_FALSE(training::parse_setting(bad)) << bad;
-  }
 }
 
 }  // namespace

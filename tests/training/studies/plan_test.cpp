@@ -15,20 +15,19 @@ namespace {
 
 namespace fs = std::filesystem;
 using training::Precision;
-using training::SweepCell;
+using training::Setting;
 
 constexpr int64_t MiB = 1 << 20;
 
-const SweepCell plain{Precision::FP32, training::CheckpointMode::Off,
-                      c10::MemoryFormat::Contiguous};
-const SweepCell checkpointed{Precision::FP32, training::CheckpointMode::On,
-                             c10::MemoryFormat::Contiguous};
+const Setting plain{Precision::FP32, training::CheckpointMode::Off, c10::MemoryFormat::Contiguous};
+const Setting checkpointed{Precision::FP32, training::CheckpointMode::On,
+                           c10::MemoryFormat::Contiguous};
 
-training::SweepTrial trial(int64_t id, SweepCell cell, int64_t batch, int64_t peak,
+training::SweepTrial trial(int64_t id, Setting cell, int64_t batch, int64_t peak,
                            double images_per_second, training::TrialStatus status = {}) {
   training::SweepTrial t;
   t.id = id;
-  t.cell = cell;
+  t.setting = cell;
   t.batch = batch;
   t.source = "grid";
   t.result.status = status;
@@ -51,7 +50,7 @@ fs::path prepared_sweep(const test_support::TempDir& dir, const std::string& dev
       trial(5, checkpointed, 128, 1500 * MiB, 130, ok),
       trial(6, checkpointed, 256, 2700 * MiB, 140, ok),
       trial(7, plain, 512, 0, 0, training::TrialStatus::OutOfMemory)};
-  const std::vector<SweepCell> cells = {plain, checkpointed};
+  const std::vector<Setting> cells = {plain, checkpointed};
   training::SweepFacts facts{"resnet50", "cifar", device, device, 64LL << 30, false, 1, 2, {}};
   const fs::path sweep = dir / "sweep";
   fs::create_directories(sweep);
@@ -70,27 +69,27 @@ TEST(Plan, PicksTheFastestSettingThatFits) {
   EXPECT_EQ(plan.overhead_bytes, training::kAssumedCudaOverhead);
   ASSERT_TRUE(plan.chosen);
   const auto& best = plan.candidates.at(*plan.chosen);
-  EXPECT_EQ(best.cell, plain);
+  EXPECT_EQ(best.setting, plain);
   EXPECT_EQ(best.batch, 64);
   EXPECT_EQ(best.predicted_peak, 1800 * MiB);
   EXPECT_EQ(plan.candidates.size(), 6u);  // the out-of-memory trial is no candidate
   EXPECT_FALSE(plan.candidates[0].fits);  // 180 images/s, but 3400 MiB
   EXPECT_EQ(training::recommended_flags(plan, best),
             "--set training.batch_size=64 --set training.precision=fp32 --set "
-            "checkpointing.enabled=false --set training.memory_format=contiguous");
+            "training.memory_format=contiguous --set checkpointing.enabled=off");
   // A setting measured with checkpointing is recommended as auto with the plan's budget for the
   // allocator (3.6 GiB less 1 GiB): it recomputes only what that budget needs.
   training::PlanCandidate recomputing = best;
-  recomputing.cell = checkpointed;
+  recomputing.setting = checkpointed;
   EXPECT_TRUE(plan.per_block_checkpointing);  // the sweep's config: granularity block
   EXPECT_EQ(training::recommended_flags(plan, recomputing),
             "--set training.batch_size=64 --set training.precision=fp32 --set "
-            "checkpointing.enabled=auto --set checkpointing.budget=" +
-                training::byte_size_text(plan.usable_bytes - plan.overhead_bytes) +
-                " --set training.memory_format=contiguous");
+            "training.memory_format=contiguous --set checkpointing.enabled=auto --set "
+            "checkpointing.budget=" +
+                training::byte_size_text(plan.usable_bytes - plan.overhead_bytes));
   training::Plan by_stage = plan;  // a sweep that recomputed stages: recommended as measured
   by_stage.per_block_checkpointing = false;
-  EXPECT_NE(training::recommended_flags(by_stage, recomputing).find("checkpointing.enabled=true "),
+  EXPECT_NE(training::recommended_flags(by_stage, recomputing).find("checkpointing.enabled=on"),
             std::string::npos);
   const std::string table = training::plan_table(plan);
   EXPECT_NE(table.find("| fp32 / checkpointing off / contiguous | 64 | 150 | 1.76 GiB | "
@@ -124,7 +123,7 @@ TEST(Plan, ABiggerCardPicksAFasterSetting) {
   const auto sweep = prepared_sweep(dir);
   const auto plan = training::make_plan(sweep, 6LL << 30, 0.10, std::nullopt);
   EXPECT_EQ(plan.candidates.at(*plan.chosen).batch, 128);
-  EXPECT_EQ(plan.candidates.at(*plan.chosen).cell, plain);
+  EXPECT_EQ(plan.candidates.at(*plan.chosen).setting, plain);
   const auto tight = training::make_plan(sweep, 4LL << 30, 0.10, 256 * MiB);
   EXPECT_EQ(tight.candidates.at(*tight.chosen).batch, 128);  // 3400 MiB + 256 MiB <= 3.6 GiB
 }
@@ -235,10 +234,10 @@ TEST(Plan, ATargetBatchIsReachedByTheFastestMicroBatchThatFits) {
   EXPECT_EQ(plan.candidates.size(), 6u);
   const auto& best = plan.candidates.at(*plan.chosen);
   EXPECT_EQ(best.batch, 64);
-  EXPECT_EQ(best.cell.accumulate_steps, 16);
+  EXPECT_EQ(best.setting.accumulate_steps, 16);
   EXPECT_EQ(best.predicted_peak, 1800 * MiB + plan.gradient_bytes);
   for (const auto& c : plan.candidates) {
-    EXPECT_EQ(c.batch * c.cell.accumulate_steps, 1024);
+    EXPECT_EQ(c.batch * c.setting.accumulate_steps, 1024);
     if (c.batch == 256) {
       EXPECT_FALSE(c.fits);  // 2700 MiB and the gradients
     }
@@ -258,11 +257,11 @@ TEST(Plan, ATargetBatchIsReachedByTheFastestMicroBatchThatFits) {
   ASSERT_FALSE(largest.empty());
   for (size_t i = 0; i < largest.size(); ++i) {
     const auto& cell = plan.cells[i];
-    EXPECT_EQ(largest[i].at("setting"), cell.cell.name());
+    EXPECT_EQ(largest[i].at("setting"), cell.setting.name());
     EXPECT_EQ(largest[i].at("source"), "fit");
     ASSERT_TRUE(cell.fit && cell.predictions.front().second);
     EXPECT_EQ(largest[i].at("largest_batch").get<int64_t>(), *cell.predictions.front().second);
-    EXPECT_NE(table.find("| " + cell.cell.name() + " | " +
+    EXPECT_NE(table.find("| " + cell.setting.name() + " | " +
                          std::to_string(*cell.predictions.front().second) + " |"),
               std::string::npos)
         << table;
@@ -270,7 +269,7 @@ TEST(Plan, ATargetBatchIsReachedByTheFastestMicroBatchThatFits) {
   // A target one micro-batch reaches needs no accumulation and adds no gradients.
   const auto small = training::make_plan(sweep, 4LL << 30, 0.10, std::nullopt, std::nullopt, 128);
   for (const auto& c : small.candidates) {
-    if (c.cell == plain && c.batch == 128) {
+    if (c.setting == plain && c.batch == 128) {
       EXPECT_EQ(c.predicted_peak, 3400 * MiB);
     }
   }
@@ -301,7 +300,7 @@ TEST(Plan, ATargetBatchIsReachedByTheFastestMicroBatchThatFits) {
   EXPECT_EQ(large.candidates.size(), 5u);
   for (const auto& c : large.candidates) {
     EXPECT_NE(c.batch, 32);
-    EXPECT_LE(c.cell.accumulate_steps, 65536);
+    EXPECT_LE(c.setting.accumulate_steps, 65536);
   }
   training::PlanRequest request;
   request.from = sweep.string();
@@ -350,12 +349,12 @@ TEST(Plan, ACardIsRankedByItsEstimateNotByTheCpusSpeed) {
     EXPECT_NE(c.images_per_second, 100.0);  // none of the CPU's rates is left
     EXPECT_NE(c.images_per_second, 150.0);
     EXPECT_GE(c.predicted_peak, c.predicted_allocated);
-    EXPECT_TRUE(c.fits) << c.cell.name() << " " << c.batch;  // ResNet-18 at 256 fits a T4
+    EXPECT_TRUE(c.fits) << c.setting.name() << " " << c.batch;  // ResNet-18 at 256 fits a T4
   }
   // Checkpointing recomputes the blocks' forward: at the same batch it is estimated slower.
-  const auto rate = [&](const SweepCell& cell, int64_t batch) {
+  const auto rate = [&](const Setting& cell, int64_t batch) {
     for (const auto& c : plan.candidates) {
-      if (c.cell == cell && c.batch == batch) return c.images_per_second;
+      if (c.setting == cell && c.batch == batch) return c.images_per_second;
     }
     return -1.0;
   };
@@ -404,8 +403,8 @@ TEST(Plan, ACardGivenBySizeHasNoSpeedAndIsRankedByMemory) {
 // budget, not replayed): plan.json gave it an allocated peak of 0.
 TEST(Plan, AnAutoCellOnACardKeepsItsMeasuredPeaks) {
   test_support::TempDir dir;
-  const SweepCell automatic{training::Precision::FP32, training::CheckpointMode::Auto,
-                            c10::MemoryFormat::Contiguous};
+  const Setting automatic{training::Precision::FP32, training::CheckpointMode::Auto,
+                          c10::MemoryFormat::Contiguous};
   const auto ok = training::TrialStatus::Ok;
   std::vector<training::SweepTrial> trials = {trial(1, plain, 32, 1000 * MiB, 100, ok),
                                               trial(2, automatic, 64, 700 * MiB, 90, ok)};
@@ -445,13 +444,13 @@ TEST(Plan, ACardThatCannotRunBf16SaysSo) {
   const auto plan = training::make_plan(sweep, t4.memory_bytes, 0.10, std::nullopt, t4);
   int refused = 0;
   for (const auto& c : plan.candidates) {
-    if (c.cell.precision != Precision::BF16) continue;
+    if (c.setting.precision != Precision::BF16) continue;
     ++refused;
     EXPECT_FALSE(c.fits);
     EXPECT_EQ(c.unsupported, "bf16 needs compute capability 8.0 or later; T4 is sm_75");
   }
   EXPECT_EQ(refused, 3);
-  EXPECT_EQ(plan.candidates.at(*plan.chosen).cell.precision, Precision::FP32);
+  EXPECT_EQ(plan.candidates.at(*plan.chosen).setting.precision, Precision::FP32);
   EXPECT_NE(training::plan_table(plan).find("cannot run: bf16 needs compute capability 8.0"),
             std::string::npos);
 }

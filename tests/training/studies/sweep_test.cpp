@@ -82,7 +82,7 @@ int train_exit_code(const test_support::TempDir& dir, const fs::path& config, in
                                 "training.max_steps=3",
                                 "--set",
                                 "checkpoint.enabled=false"};
-  std::istringstream flags(training::run_flags(training::SweepCell{}, batch, 0));
+  std::istringstream flags(training::run_flags(training::Setting{}, batch, 0));
   for (std::string word; flags >> word;) args.push_back(word);
   return training::run_process(args, dir / "train.log", 600).exit_code;
 }
@@ -732,7 +732,7 @@ TEST(Sweep, FindMaxOnTheCpuNeedsALimit) {
 training::SweepTrial trial(int64_t batch, training::TrialStatus status, int64_t peak, double ips,
                            bool checkpointing = false) {
   training::SweepTrial t;
-  t.cell.checkpointing =
+  t.setting.checkpointing =
       checkpointing ? training::CheckpointMode::On : training::CheckpointMode::Off;
   t.batch = batch;
   t.result.status = status;
@@ -745,7 +745,7 @@ TEST(Summarize, FindsLargestFittingFastestAndFitsPerCell) {
   constexpr auto Ok = training::TrialStatus::Ok;
   constexpr auto OutOfMemory = training::TrialStatus::OutOfMemory;
   constexpr auto Error = training::TrialStatus::Error;
-  const std::vector<training::SweepCell> cells = {
+  const std::vector<training::Setting> cells = {
       {}, {training::Precision::FP32, training::CheckpointMode::On}};
   const std::vector<training::SweepTrial> trials = {
       trial(8, Ok, 180, 100), trial(16, Ok, 260, 150), trial(32, OutOfMemory, 300, 0),
@@ -808,7 +808,7 @@ namespace {
 training::SweepTrial card_trial(int64_t id, training::CheckpointMode checkpointing) {
   training::SweepTrial t;
   t.id = id;
-  t.cell.checkpointing = checkpointing;
+  t.setting.checkpointing = checkpointing;
   t.batch = 8;
   t.result.status = training::TrialStatus::Ok;
   t.result.peak_allocated_bytes = t.result.peak_reserved_bytes = 100 << 20;
@@ -824,21 +824,21 @@ training::SweepTrial card_trial(int64_t id, training::CheckpointMode checkpointi
 TEST(Sweep, TheCardTableSaysItsLimitAndTheAutoTrialsItLeavesOut) {
   test_support::TempDir dir;
   auto predicted = card_trial(1, training::CheckpointMode::Off);
-  predicted.on_card = {{"card", "T4"},
-                       {"card_memory_bytes", int64_t{15} << 30},
-                       {"predicted_allocated_peak_bytes", int64_t{90} << 20},
-                       {"predicted_reserved_peak_bytes", int64_t{100} << 20},
-                       {"predicted_device_bytes", int64_t{900} << 20},
-                       {"fits_on_card", true},
-                       {"largest_batch_on_card", 64},
-                       {"allocator_limit_bytes", int64_t{2} << 30},
-                       {"allocator_limit_source", "memory.limit"},
-                       {"allocator_options", "expandable_segments:True"},
-                       {"reducer_bucket_bytes", int64_t{45} << 20}};
+  training::CardPrediction on_t4;
+  on_t4.card = training::find_card("T4");
+  on_t4.replay.peak_allocated = int64_t{90} << 20;
+  on_t4.replay.peak_reserved = int64_t{100} << 20;
+  on_t4.beside.outside_allocator = int64_t{800} << 20;
+  on_t4.largest_batch = 64;
+  on_t4.allocator.limit = int64_t{2} << 30;
+  on_t4.allocator.expandable_segments = true;
+  on_t4.limited_by_memory_limit = true;
+  on_t4.reducer_bucket_bytes = int64_t{45} << 20;
+  predicted.on_card = on_t4;
   auto unpredicted = card_trial(2, training::CheckpointMode::Auto);
-  unpredicted.on_card = {{"card_prediction_error", "checkpointing auto chooses its blocks"}};
+  unpredicted.on_card_error = unpredicted.setting.unpredictable();
   const std::vector<training::SweepTrial> trials = {predicted, unpredicted, unpredicted};
-  const std::vector<training::SweepCell> cells = {trials[0].cell, trials[1].cell};
+  const std::vector<training::Setting> cells = {trials[0].setting, trials[1].setting};
   training::SweepFacts facts{"resnet18", "cifar", "cpu", "cpu", int64_t{2} << 30, true, 1, 1, {}};
   training::write_sweep_tables(dir.path(), facts, training::summarize(cells, trials, {}, false),
                                trials, true);
@@ -859,9 +859,9 @@ TEST(Sweep, TheCardTableSaysItsLimitAndTheAutoTrialsItLeavesOut) {
             std::string::npos)
       << md;
   training::SweepTrial uncapped = predicted;
-  uncapped.on_card["allocator_limit_source"] = "card";
-  uncapped.on_card["allocator_options"] = "";
-  uncapped.on_card["reducer_bucket_bytes"] = 0;
+  uncapped.on_card->limited_by_memory_limit = false;
+  uncapped.on_card->allocator.expandable_segments = false;
+  uncapped.on_card->reducer_bucket_bytes = 0;
   training::write_sweep_tables(dir.path(), facts, training::summarize(cells, trials, {}, false),
                                {uncapped}, true);
   const std::string plain = test_support::read_text(dir / "sweep.md");
