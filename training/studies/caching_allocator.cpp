@@ -1,6 +1,9 @@
 #include "training/studies/caching_allocator.h"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
+#include <set>
 #include <vector>
 
 namespace training {
@@ -31,6 +34,17 @@ int64_t allocation_size(int64_t size) {
   return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
 }
 
+// increase_stat / decrease_stat: a statistic with its peak.
+void increase_stat(int64_t& current, int64_t& peak, int64_t amount) {
+  current += amount;
+  peak = std::max(peak, current);
+}
+
+void decrease_stat(int64_t& current, int64_t amount) {
+  current -= amount;
+  TORCH_INTERNAL_ASSERT(current >= 0, "an allocator statistic below zero");
+}
+
 }  // namespace
 
 struct CachingAllocatorModel::Block {
@@ -40,6 +54,22 @@ struct CachingAllocatorModel::Block {
   Block* prev = nullptr;  // the neighbours in its segment
   Block* next = nullptr;
   bool is_split() const { return prev != nullptr || next != nullptr; }
+  // Block::splice: this block goes between [before, this, after]. A segment's blocks tile it:
+  // each ends where the next begins, so their sizes sum to the segment's.
+  void splice(Block* before, Block* after) {
+    TORCH_INTERNAL_ASSERT(!before ||
+                          (before->next == after && before->address + before->size == address));
+    TORCH_INTERNAL_ASSERT(!after || (after->prev == before && address + size == after->address));
+    if (before) before->next = this;
+    if (after) after->prev = this;
+    prev = before;
+    next = after;
+  }
+  // try_merge_blocks: the neighbours of a block merged away link to each other.
+  void unlink() {
+    if (prev) prev->next = next;
+    if (next) next->prev = prev;
+  }
 };
 
 struct CachingAllocatorModel::Pool {
@@ -52,6 +82,12 @@ struct CachingAllocatorModel::Pool {
     bool operator()(const Block* a, const Block* b) const { return a->address < b->address; }
   };
   explicit Pool(bool is_small) : small(is_small) {}
+  Block* add(int64_t address, int64_t size, bool mapped = true) {
+    auto block = std::make_unique<Block>(Block{address, size, /*allocated=*/false, mapped});
+    Block* added = block.get();
+    owned.emplace(added, std::move(block));
+    return added;
+  }
   bool small;
   std::set<Block*, BySizeThenAddress> free;  // the free blocks with memory
   std::unordered_map<Block*, std::unique_ptr<Block>> owned;
@@ -60,6 +96,13 @@ struct CachingAllocatorModel::Pool {
   int64_t base = -1;
   std::set<Block*, ByAddress> unmapped;
   int64_t page() const { return small ? kSmallBuffer : kLargeBuffer; }
+};
+
+// AllocParams: a request, its pool, and the block found for it.
+struct CachingAllocatorModel::AllocParams {
+  Pool& pool;
+  int64_t size;
+  Block* block = nullptr;
 };
 
 CachingAllocatorModel::CachingAllocatorModel(AllocatorOptions options)
@@ -88,51 +131,28 @@ CachingAllocatorModel::Pool& CachingAllocatorModel::pool_of(Block* block) {
   return small_->owned.count(block) ? *small_ : *large_;
 }
 
-void CachingAllocatorModel::insert_free(Pool& pool, Block* block) {
-  pool.free.insert(block);
-}
-
-void CachingAllocatorModel::erase_free(Pool& pool, Block* block) {
-  pool.free.erase(block);
-}
-
+// malloc: get_free_block || (trigger_free_memory_callbacks: none here) || alloc_block ||
+// (release_available_cached_blocks && alloc_block) || (release_cached_blocks && alloc_block).
 bool CachingAllocatorModel::allocate(int64_t id, int64_t bytes) {
   const int64_t size = round_size(bytes);
-  Pool& pool = size <= kSmallSize ? *small_ : *large_;
-  Block* block = take_free_block(pool, size);
-  if (!block && options_.expandable_segments) {
-    block = grow_expandable(pool, size);
-    if (!block) {
-      ++stats_.retries;
-      release_free_segments();
-      block = grow_expandable(pool, size);
-    }
-  } else if (!block) {
-    const int64_t segment = allocation_size(size);
-    block = new_segment(pool, size, segment);
-    if (!block && release_oversize(pool, size)) block = new_segment(pool, size, segment);
-    if (!block) {
-      ++stats_.retries;
-      release_free_segments();
-      block = new_segment(pool, size, segment);
-    }
-  }
-  if (!block) return false;
-  if (should_split(pool, block, size)) block = split(pool, block, size);
+  AllocParams p{size <= kSmallSize ? *small_ : *large_, size};
+  const bool found = get_free_block(p) || alloc_block(p, false) ||
+                     (release_available_cached_blocks(p) && alloc_block(p, false)) ||
+                     (release_cached_blocks() && alloc_block(p, true));
+  if (!found) return false;
+  Block* block = should_split(p.pool, p.block, size) ? split(p.pool, p.block, size) : p.block;
   block->allocated = true;
   active_[id] = block;
-  stats_.allocated += block->size;
-  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  increase_stat(stats_.allocated, stats_.peak_allocated, block->size);
+  TORCH_INTERNAL_ASSERT(stats_.allocated <= stats_.reserved, "more bytes allocated than reserved");
   return true;
 }
 
 // get_free_block: the best fit, with the oversize rules and expandable segments' tail rule.
-CachingAllocatorModel::Block* CachingAllocatorModel::take_free_block(Pool& pool, int64_t size) {
-  Block key;
-  key.size = size;
-  key.address = -1;
-  auto it = pool.free.lower_bound(&key);
-  if (it == pool.free.end()) return nullptr;
+bool CachingAllocatorModel::get_free_block(AllocParams& p) {
+  Block key{-1, p.size};
+  auto it = p.pool.free.lower_bound(&key);
+  if (it == p.pool.free.end()) return false;
   if (options_.expandable_segments) {
     // A block before address space without memory counts as the size it can grow to, so for
     // best fit a larger block elsewhere is taken before it.
@@ -140,16 +160,25 @@ CachingAllocatorModel::Block* CachingAllocatorModel::take_free_block(Pool& pool,
       return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
     };
     for (auto next = std::next(it);
-         next != pool.free.end() && expandable_size(*next) < expandable_size(*it); ++next) {
+         next != p.pool.free.end() && expandable_size(*next) < expandable_size(*it); ++next) {
       it = next;
     }
   }
   const int64_t max_split = options_.max_split_size;
-  if (size < max_split && (*it)->size >= max_split) return nullptr;
-  if (size >= max_split && (*it)->size >= size + kLargeBuffer) return nullptr;
-  Block* block = *it;
-  pool.free.erase(it);
-  return block;
+  if (p.size < max_split && (*it)->size >= max_split) return false;
+  if (p.size >= max_split && (*it)->size >= p.size + kLargeBuffer) return false;
+  p.block = *it;
+  p.pool.free.erase(it);
+  return true;
+}
+
+// alloc_block: a new segment, or with expandable segments the pool's segment grown; a retry is
+// counted (num_alloc_retries).
+bool CachingAllocatorModel::alloc_block(AllocParams& p, bool is_retry) {
+  if (is_retry) ++stats_.retries;
+  p.block = options_.expandable_segments ? try_allocate_expandable_block(p.pool, p.size)
+                                         : new_segment(p.pool, allocation_size(p.size));
+  return p.block != nullptr;
 }
 
 bool CachingAllocatorModel::should_split(const Pool& pool, const Block* block, int64_t size) const {
@@ -159,51 +188,37 @@ bool CachingAllocatorModel::should_split(const Pool& pool, const Block* block, i
 }
 
 CachingAllocatorModel::Block* CachingAllocatorModel::split(Pool& pool, Block* block, int64_t size) {
-  auto front = std::make_unique<Block>();
-  Block* taken = front.get();
-  taken->address = block->address;
-  taken->size = size;
-  taken->prev = block->prev;
-  if (taken->prev) taken->prev->next = taken;
-  taken->next = block;
-  block->prev = taken;
+  Block* taken = pool.add(block->address, size);
   block->address += size;
   block->size -= size;
-  pool.owned.emplace(taken, std::move(front));
-  insert_free(pool, block);
+  taken->splice(block->prev, block);
+  pool.free.insert(block);
   return taken;
 }
 
-CachingAllocatorModel::Block* CachingAllocatorModel::new_segment(Pool& pool, int64_t /*size*/,
-                                                                 int64_t segment_size) {
+CachingAllocatorModel::Block* CachingAllocatorModel::new_segment(Pool& pool, int64_t segment_size) {
   if (options_.limit > 0 && stats_.reserved + segment_size > options_.limit) return nullptr;
-  auto owned = std::make_unique<Block>();
-  Block* block = owned.get();
-  block->address = next_address_;
-  block->size = segment_size;
+  Block* block = pool.add(next_address_, segment_size);
   next_address_ += segment_size + kRoundLarge;  // segments are never neighbours
-  pool.owned.emplace(block, std::move(owned));
-  stats_.reserved += segment_size;
-  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  increase_stat(stats_.reserved, stats_.peak_reserved, segment_size);
   ++stats_.segments;
   return block;
 }
 
-// try_allocate_expandable_block. find_expandable_block: the first address space without memory
-// (by address), joined to the free block before it, with room for the request; map_block maps
-// whole pages of it, which merge with their free neighbours.
-CachingAllocatorModel::Block* CachingAllocatorModel::grow_expandable(Pool& pool, int64_t size) {
+// find_expandable_block: the first address space without memory (by address), joined to the free
+// block before it, with room for the request; map_block maps whole pages of it, which merge with
+// their free neighbours.
+CachingAllocatorModel::Block* CachingAllocatorModel::try_allocate_expandable_block(Pool& pool,
+                                                                                   int64_t size) {
   if (pool.base < 0) {
-    auto owned = std::make_unique<Block>();
-    owned->address = pool.base = next_address_;
     // ExpandableSegment: max_handles_ = numSegments(totalGlobalMem + totalGlobalMem / 8), in the
     // pool's pages (segment_size_).
     const int64_t memory = options_.device_memory, page = pool.page();
-    owned->size = memory > 0 ? page * ((memory + memory / 8 + page - 1) / page) : kAddressSpan;
-    owned->mapped = false;
-    next_address_ += owned->size + kRoundLarge;
-    pool.unmapped.insert(owned.get());
-    pool.owned.emplace(owned.get(), std::move(owned));
+    const int64_t span =
+        memory > 0 ? page * ((memory + memory / 8 + page - 1) / page) : kAddressSpan;
+    pool.base = next_address_;
+    pool.unmapped.insert(pool.add(next_address_, span, /*mapped=*/false));
+    next_address_ += span + kRoundLarge;
     ++stats_.segments;
   }
   Block* candidate = nullptr;
@@ -217,130 +232,114 @@ CachingAllocatorModel::Block* CachingAllocatorModel::grow_expandable(Pool& pool,
     }
   }
   if (!candidate) return nullptr;
-  if (!candidate->mapped && !map_pages(pool, candidate, std::min(candidate->size, size)))
+  if (!candidate->mapped && !map_block(pool, candidate, std::min(candidate->size, size)))
     return nullptr;
   while (candidate->size < size) {  // free, then address space without memory
     Block* space = candidate->next;
-    if (!map_pages(pool, space, std::min(size - candidate->size, space->size))) return nullptr;
+    if (!map_block(pool, space, std::min(size - candidate->size, space->size))) return nullptr;
     candidate = space;  // merged with the free block before it
   }
-  erase_free(pool, candidate);
+  pool.free.erase(candidate);
   return candidate;
 }
 
 // map_block: `bytes` of `space` (page-aligned, without memory) rounded up to whole pages get
 // memory; the rest stays without. False (nothing changed) when the limit would be passed.
-bool CachingAllocatorModel::map_pages(Pool& pool, Block* space, int64_t bytes) {
+bool CachingAllocatorModel::map_block(Pool& pool, Block* space, int64_t bytes) {
   const int64_t mapped =
       std::min(space->size, pool.page() * ((bytes + pool.page() - 1) / pool.page()));
   if (options_.limit > 0 && stats_.reserved + mapped > options_.limit) return false;
   pool.unmapped.erase(space);
   if (mapped < space->size) {
-    auto owned = std::make_unique<Block>();
-    Block* rest = owned.get();
-    rest->address = space->address + mapped;
-    rest->size = space->size - mapped;
-    rest->mapped = false;
-    rest->prev = space;
-    rest->next = space->next;
-    if (rest->next) rest->next->prev = rest;
-    space->next = rest;
+    Block* rest = pool.add(space->address + mapped, space->size - mapped, /*mapped=*/false);
     space->size = mapped;
-    pool.owned.emplace(rest, std::move(owned));
+    rest->splice(space, space->next);
     pool.unmapped.insert(rest);
   }
   space->mapped = true;
-  stats_.reserved += mapped;
-  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  increase_stat(stats_.reserved, stats_.peak_reserved, mapped);
   merge_free_neighbours(pool, space);
-  insert_free(pool, space);
+  pool.free.insert(space);
   return true;
 }
 
 // release_available_cached_blocks: with max_split_size_mb, free one oversize cached segment large
-// enough, or several from the largest down until enough is freed.
-bool CachingAllocatorModel::release_oversize(Pool& pool, int64_t size) {
+// enough, or several from the largest down until enough is freed; never an expandable segment.
+bool CachingAllocatorModel::release_available_cached_blocks(const AllocParams& p) {
   const int64_t max_split = options_.max_split_size;
-  if (max_split == AllocatorOptions{}.max_split_size) return false;
-  Block key;
-  key.size = std::max(size, max_split);
-  key.address = -1;
-  auto it = pool.free.lower_bound(&key);
-  if (it != pool.free.end()) {
+  if (max_split == AllocatorOptions{}.max_split_size || options_.expandable_segments) return false;
+  Block key{-1, std::max(p.size, max_split)};
+  auto it = p.pool.free.lower_bound(&key);
+  if (it != p.pool.free.end()) {
     if ((*it)->is_split()) return false;
-    release_segment(pool, *it);
+    release_block(p.pool, *it);
     return true;
   }
   int64_t released = 0;
   std::vector<Block*> oversize;
-  for (auto r = pool.free.rbegin(); r != pool.free.rend() && (*r)->size >= max_split; ++r) {
+  for (auto r = p.pool.free.rbegin(); r != p.pool.free.rend() && (*r)->size >= max_split; ++r) {
     if (!(*r)->is_split()) oversize.push_back(*r);
   }
   for (Block* block : oversize) {
     if (released >= key.size) break;
     released += block->size;
-    release_segment(pool, block);
+    release_block(p.pool, block);
   }
   return released >= key.size;
 }
 
-void CachingAllocatorModel::release_segment(Pool& pool, Block* block) {
-  erase_free(pool, block);
-  stats_.reserved -= block->size;
-  --stats_.segments;
+void CachingAllocatorModel::release_block(Pool& pool, Block* block) {
+  TORCH_INTERNAL_ASSERT(!block->is_split(), "a segment goes back whole");
+  pool.free.erase(block);
+  decrease_stat(stats_.reserved, block->size);
+  decrease_stat(stats_.segments, 1);
   pool.owned.erase(block);
 }
 
 // release_cached_blocks: every free segment that is not split goes back; in an expandable
 // segment, unmap_block takes the memory from the whole pages inside every free block.
-void CachingAllocatorModel::release_free_segments() {
+bool CachingAllocatorModel::release_cached_blocks() {
   for (Pool* pool : {small_.get(), large_.get()}) {
     const std::vector<Block*> free_blocks(pool->free.begin(), pool->free.end());
     for (Block* block : free_blocks) {
       if (options_.expandable_segments) {
-        unmap_pages(*pool, block);
+        unmap_block(*pool, block);
       } else if (!block->is_split()) {
-        release_segment(*pool, block);
+        release_block(*pool, block);
       }
     }
   }
+  return true;
 }
 
 // unmap_block: the whole pages inside free `block` lose their memory; what is left before and
 // after them stays a free block of its own.
-void CachingAllocatorModel::unmap_pages(Pool& pool, Block* block) {
+void CachingAllocatorModel::unmap_block(Pool& pool, Block* block) {
   const int64_t page = pool.page();
   const int64_t offset = block->address - pool.base;
   const int64_t begin = pool.base + page * ((offset + page - 1) / page);
   const int64_t end = pool.base + page * ((offset + block->size) / page);
   if (begin >= end) return;
-  erase_free(pool, block);
-  auto piece = [&](int64_t address, int64_t size, Block* prev, Block* next) {
-    auto owned = std::make_unique<Block>();
-    Block* made = owned.get();
-    made->address = address;
-    made->size = size;
-    made->prev = prev;
-    made->next = next;
-    if (prev) prev->next = made;
-    if (next) next->prev = made;
-    pool.owned.emplace(made, std::move(owned));
-    insert_free(pool, made);
-  };
-  if (begin > block->address) piece(block->address, begin - block->address, block->prev, block);
-  if (block->address + block->size > end)
-    piece(end, block->address + block->size - end, block, block->next);
+  pool.free.erase(block);
+  const int64_t old_begin = block->address, old_end = block->address + block->size;
   block->address = begin;
   block->size = end - begin;
   block->mapped = false;
-  stats_.reserved -= block->size;
+  auto piece = [&](int64_t address, int64_t size, Block* before, Block* after) {
+    Block* made = pool.add(address, size);
+    made->splice(before, after);
+    pool.free.insert(made);
+  };
+  if (old_begin < begin) piece(old_begin, begin - old_begin, block->prev, block);
+  if (end < old_end) piece(end, old_end - end, block, block->next);
+  decrease_stat(stats_.reserved, block->size);
   merge_free_neighbours(pool, block);
-  pool.unmapped.insert(block);
-  if (!block->prev && !block->next) {  // release_expandable_segment: the whole segment is empty
-    pool.unmapped.erase(block);
+  if (block->is_split()) {
+    pool.unmapped.insert(block);
+  } else {  // release_expandable_segment: the whole segment is empty
     pool.owned.erase(block);
     pool.base = -1;
-    --stats_.segments;
+    decrease_stat(stats_.segments, 1);
   }
 }
 
@@ -353,15 +352,9 @@ void CachingAllocatorModel::merge_free_neighbours(Pool& pool, Block* block) {
     } else {
       pool.unmapped.erase(neighbour);
     }
-    if (neighbour == block->prev) {
-      block->address = neighbour->address;
-      block->prev = neighbour->prev;
-      if (block->prev) block->prev->next = block;
-    } else {
-      block->next = neighbour->next;
-      if (block->next) block->next->prev = block;
-    }
+    if (neighbour == block->prev) block->address = neighbour->address;
     block->size += neighbour->size;
+    neighbour->unlink();
     pool.owned.erase(neighbour);
   }
 }
@@ -372,11 +365,11 @@ void CachingAllocatorModel::free(int64_t id) {
   if (found == active_.end()) return;
   Block* block = found->second;
   active_.erase(found);
-  stats_.allocated -= block->size;
+  decrease_stat(stats_.allocated, block->size);
   block->allocated = false;
   Pool& pool = pool_of(block);
   merge_free_neighbours(pool, block);
-  insert_free(pool, block);
+  pool.free.insert(block);
 }
 
 }  // namespace training

@@ -2,22 +2,21 @@
 // DeviceCachingAllocator), for predicting a card's allocated and reserved bytes from an allocation
 // stream recorded on the CPU (card_prediction.h). One device, one stream, no CUDA graphs. The
 // rules, each named after the function of the source it follows:
-//   round_size            a request is rounded up to a multiple of 512 B (kMinBlockSize), 512 at
-//   least get_pool              <= 1 MiB (kSmallSize): the small pool, else the large pool
+//   round_size            rounded up to a multiple of 512 B (kMinBlockSize), at least 512 B
+//   get_pool              <= 1 MiB (kSmallSize): the small pool, else the large pool
 //   get_allocation_size   a new segment: 2 MiB (kSmallBuffer) for a small request, 20 MiB
 //                         (kLargeBuffer) for one under 10 MiB (kMinLargeAlloc), else the request
 //                         rounded up to 2 MiB (kRoundLarge)
 //   get_free_block        best fit: the smallest free block of the pool at least as large, the
-//   lowest
-//                         address among equals; with max_split_size_mb, a request below it never
-//                         takes an oversize block, and one at or above it only a block less than 20
-//                         MiB larger
+//                         lowest address among equals; with max_split_size_mb, a request below it
+//                         never takes an oversize block, and one at or above it only a block less
+//                         than 20 MiB larger
 //   should_split          small pool: a remainder of 512 B or more is split off; large pool: a
 //                         remainder over 1 MiB, and only for requests below max_split_size
 //   free_block            a freed block merges with its free neighbours of the same segment
 //   alloc_block           a new segment, refused when it would take the reserved bytes over the
-//   limit
-//                         (the card's memory less what lies outside the allocator, or memory.limit)
+//                         limit (the card's memory less what lies outside the allocator, or
+//                         memory.limit)
 //   release_available_cached_blocks   (max_split_size_mb set) frees oversize cached segments
 //   release_cached_blocks the last retry: every free segment that is not split is returned
 // "allocated" counts the sizes of the blocks handed out (rounded, and whole when not split), as
@@ -35,10 +34,7 @@
 
 #include <cstdint>
 #include <limits>
-#include <map>
 #include <memory>
-#include <set>
-#include <string>
 #include <unordered_map>
 
 namespace training {
@@ -58,18 +54,6 @@ struct AllocatorOptions {
            device_memory == other.device_memory;
   }
 };
-
-// PYTORCH_CUDA_ALLOC_CONF as the card's process reads it: "max_split_size_mb:128,
-// expandable_segments:True". Options the model does not follow (roundup_power2_divisions,
-// garbage_collection_threshold, backend, ...) are refused: UserError naming `variable` and the
-// option.
-AllocatorOptions parse_alloc_conf(const std::string& text,
-                                  const std::string& variable = "PYTORCH_CUDA_ALLOC_CONF");
-// parse_alloc_conf of the variable LibTorch 2.11 reads: PYTORCH_CUDA_ALLOC_CONF when set (empty
-// too), else PYTORCH_ALLOC_CONF; the defaults when neither is.
-AllocatorOptions alloc_conf_from_environment();
-std::string alloc_conf_text(const AllocatorOptions& options);      // "" for the defaults
-std::string alloc_conf_label(const std::string& alloc_conf_text);  // "the defaults" for ""
 
 struct AllocatorStats {
   int64_t allocated = 0, peak_allocated = 0;
@@ -99,18 +83,18 @@ class CachingAllocatorModel {
  private:
   struct Block;
   struct Pool;
-  Block* take_free_block(Pool& pool, int64_t size);
-  Block* new_segment(Pool& pool, int64_t size, int64_t segment_size);
-  Block* grow_expandable(Pool& pool, int64_t size);
-  bool map_pages(Pool& pool, Block* space, int64_t bytes);
-  void unmap_pages(Pool& pool, Block* block);
+  struct AllocParams;
+  bool get_free_block(AllocParams& p);
+  bool alloc_block(AllocParams& p, bool is_retry);
+  bool release_available_cached_blocks(const AllocParams& p);
+  bool release_cached_blocks();
+  Block* new_segment(Pool& pool, int64_t segment_size);
+  Block* try_allocate_expandable_block(Pool& pool, int64_t size);
+  bool map_block(Pool& pool, Block* space, int64_t bytes);
+  void unmap_block(Pool& pool, Block* block);
   void merge_free_neighbours(Pool& pool, Block* block);
-  bool release_oversize(Pool& pool, int64_t size);
-  void release_free_segments();
-  void release_segment(Pool& pool, Block* block);
+  void release_block(Pool& pool, Block* block);
   Pool& pool_of(Block* block);
-  void insert_free(Pool& pool, Block* block);
-  void erase_free(Pool& pool, Block* block);
   Block* split(Pool& pool, Block* block, int64_t size);
   bool should_split(const Pool& pool, const Block* block, int64_t size) const;
 

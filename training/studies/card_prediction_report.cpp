@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "training/platform/memory.h"
+#include "training/studies/alloc_conf.h"
 #include "training/studies/card_prediction.h"
 
 namespace training {

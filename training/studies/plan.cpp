@@ -18,6 +18,7 @@
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/run/run_dir.h"
+#include "training/studies/alloc_conf.h"
 #include "training/studies/card_prediction.h"
 #include "training/studies/gpu_cost.h"
 #include "training/studies/sweep_report.h"

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "training/platform/memory.h"
-#include "training/studies/caching_allocator.h"
+#include "training/studies/alloc_conf.h"
 #include "training/studies/plan.h"
 
 namespace training {

@@ -23,6 +23,7 @@
 #include "training/run/output_dir.h"
 #include "training/run/run_dir.h"
 #include "training/step/graphed_step.h"
+#include "training/studies/alloc_conf.h"
 #include "training/studies/card_prediction.h"
 #include "training/studies/sweep_report.h"
 

@@ -11,7 +11,7 @@
 #include "training/platform/json_rows.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
-#include "training/studies/caching_allocator.h"
+#include "training/studies/alloc_conf.h"
 
 namespace training {
 

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "training/platform/errors.h"
+#include "training/studies/alloc_conf.h"
 
 namespace training {
 namespace {

@@ -1,5 +1,7 @@
-// PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) as the card's process reads it
-// (caching_allocator.h): the options the model follows, and a refusal naming any other.
+// PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) as the card's process reads it (alloc_conf.h):
+// the options the model follows, and a refusal naming any other.
+#include "training/studies/alloc_conf.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
@@ -8,7 +10,6 @@
 #include <stdexcept>
 
 #include "training/platform/errors.h"
-#include "training/studies/caching_allocator.h"
 
 namespace training {
 
