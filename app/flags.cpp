@@ -1,7 +1,5 @@
 #include "app/flags.h"
 
-#include <charconv>
-#include <limits>
 #include <system_error>
 
 #include "training/config/config_yaml.h"
@@ -92,26 +90,9 @@ std::string flag_error(const CLI::App& app, const CLI::Error& error) {
 void refuse_bad_values(const CLI::App& command) {
   for (const CLI::Option* option : command.get_options()) {
     if (option->get_type_size_max() == 0) continue;  // a flag
-    const std::string type = option->get_type_name();
     for (const auto& value : option->results()) {
       if (value.empty()) {
         throw training::UserError(option->get_name() + ": expected a value, got an empty string");
-      }
-      if (type != "INT" && type != "UINT") continue;
-      int64_t number = 0;
-      const char* end = value.data() + value.size();
-      const auto [stop, error] = std::from_chars(value.data(), end, number);
-      // "010": decimal digits, which CLI11 reads as octal (8).
-      const bool leading_zero = value.size() > 1 && value[value[0] == '-' ? 1 : 0] == '0';
-      if (stop != end || error == std::errc::invalid_argument || leading_zero) {
-        throw training::UserError(option->get_name() +
-                                  ": expected a whole number in decimal digits, got '" + value +
-                                  "'" + (leading_zero ? " (without a leading 0)" : ""));
-      }
-      if (error == std::errc::result_out_of_range) {
-        throw training::UserError(option->get_name() + ": expected a whole number up to " +
-                                  std::to_string(std::numeric_limits<int64_t>::max()) + ", got '" +
-                                  value + "'");
       }
     }
   }

@@ -108,11 +108,8 @@ struct Commands {
 };
 Commands add_commands(CLI::App& app, Arguments& a);
 
-// Values CLI11 reads other than as written, refused (UserError naming the flag):
-//  - an empty value (--output-dir '', --config ''): read as "not given", it would silently fall
-//    back to the default (a new run folder, the default settings);
-//  - a whole number not in decimal digits, with a leading 0 or past int64: CLI11 2.1 reads
-//    --repeats=0x10 as 16, 010 as 8 (octal) and a number past int64 as int64's largest.
+// An empty value (--output-dir '', --config ''), which CLI11 reads as "not given" (the default),
+// refused naming the flag (UserError).
 void refuse_bad_values(const CLI::App& command);
 
 // `train plan --from` plans from a sweep already run: a flag that sets up the small sweep it

@@ -16,6 +16,7 @@
 #include "training/platform/memory.h"
 #include "training/platform/stop_signal.h"
 #include "training/run/run_dir.h"
+#include "training/studies/alloc_conf.h"
 
 namespace app {
 
@@ -98,60 +99,6 @@ void set_up_process() {
 
 namespace {
 
-// PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF, which LibTorch 2.11 reads when the first is
-// unset) as `key:value` items separated by single commas (one trailing comma allowed), a value a
-// word or a bracketed list of words or word:word pairs ([1,2], [256:1,>:8]), blanks anywhere
-// (LibTorch's tokenizer drops them, inside a word too): the form LibTorch documents. LibTorch
-// reads the variable while it loads (c10_cuda's initialisers, on a machine without a GPU too)
-// and aborts with an internal assertion on many other forms ("garbage", "key:", "a:b c:d", two
-// trailing commas). Plain C: this runs before any library is initialised.
-bool alloc_conf_is_well_formed(const char* text) {
-  const char* p = text;
-  auto blanks = [&] {
-    while (*p && std::strchr(" \t\n\v\f\r", *p)) ++p;
-  };
-  auto word = [&] {  // characters other than :,[] of which at least one is not blank
-    bool seen = false;
-    for (; *p && !std::strchr(":,[]", *p); ++p) seen = seen || !std::strchr(" \t\n\v\f\r", *p);
-    return seen;
-  };
-  blanks();
-  if (!*p) return true;
-  while (true) {
-    blanks();
-    if (!*p) return true;  // after a trailing comma, which LibTorch takes
-    if (!word()) return false;
-    blanks();
-    if (*p++ != ':') return false;
-    blanks();
-    if (*p == '[') {
-      ++p;
-      blanks();
-      if (*p != ']') {
-        while (true) {  // words, or word:word pairs ([256:1,>:8])
-          blanks();
-          if (!word()) return false;
-          blanks();
-          if (*p == ':') {
-            ++p;
-            blanks();
-            if (!word()) return false;
-            blanks();
-          }
-          if (*p != ',') break;
-          ++p;
-        }
-      }
-      if (*p++ != ']') return false;
-    } else if (!word()) {
-      return false;
-    }
-    blanks();
-    if (!*p) return true;
-    if (*p++ != ',') return false;
-  }
-}
-
 // NAME's value in the loader's copy of the environment; nullptr when it is not set.
 const char* environment_value(char** environment, const char* name) {
   const size_t length = std::strlen(name);
@@ -176,7 +123,8 @@ extern "C" void train_preinit(int, char**, char** environment) {
   for (const char* name : {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}) {
     const char* value = environment_value(environment, name);
     if (!value) continue;
-    if (alloc_conf_is_well_formed(value)) return;
+    if (training::for_each_alloc_conf_item(value, [](std::string_view, std::string_view) {}))
+      return;
     auto put = [](const char* text, size_t length) { return ::write(STDERR_FILENO, text, length); };
     auto say = [&](const char* text) { return put(text, std::strlen(text)); };
     const size_t length = std::strlen(value);

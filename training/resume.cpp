@@ -100,22 +100,7 @@ std::vector<Override> with_hand_edits(const fs::path& config_yaml, const std::st
 
 namespace {
 
-// A config file an older build wrote holds checkpointing auto's choice (checkpointing.chosen_for
-// and the rest, retired keys): taken as --config, its blocks are given by hand. Said once.
-// Called once load_config has read the file (it refuses a folder, a FIFO, ...).
-void note_an_older_choice(const std::string& config_path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(config_path, ec)) return;
-  if (!recorded_in_config(read_whole_file(config_path))) return;
-  spdlog::warn(
-      "{}: written by an older build, with checkpointing auto's choice in it (checkpointing."
-      "chosen_for, retired): its checkpointing.blocks are taken as given by hand; set them to "
-      "null for auto to choose for this run",
-      config_path);
-}
-
-// The checkpoint's decisions (an older build's: the choice its config recorded, whose blocks
-// then leave `config` unless edited since). A run directory's decisions.json is only their
+// The checkpoint's decisions. A run directory's decisions.json is only their
 // record: an edit of it is said and not taken.
 Decisions stored_decisions(const ResumeTarget& resume, const RunInputs& stored, Config& config) {
   Decisions recorded;
@@ -133,11 +118,6 @@ Decisions stored_decisions(const ResumeTarget& resume, const RunInputs& stored, 
       }
       spdlog::warn("{}; not used: this resume sets what they decide", e.what());
       recorded = {};
-    }
-  } else if (auto older = recorded_in_config(stored.config_yaml)) {
-    if (config.checkpointing.blocks() == older->blocks) {
-      config.checkpointing.blocks(std::nullopt);
-      recorded.checkpointing = std::move(older);
     }
   }
   std::error_code ec;
@@ -173,15 +153,12 @@ Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
     const std::string path = !request.config_path.empty()
                                  ? request.config_path
                                  : (resume.run_dir / "config.yaml").string();
-    Config config = load_config(path, overrides);
-    note_an_older_choice(path);
-    return config;
+    return load_config(path, overrides);
   }
   const RunInputs stored = checkpoint_inputs(resume.checkpoint);
   Config config;
   if (!request.config_path.empty()) {  // --resume with --config: that file instead
     config = load_config(request.config_path, overrides);
-    note_an_older_choice(request.config_path);
   } else {
     const std::string origin = resume.checkpoint.string() + " (stored config)";
     config = parse_config(

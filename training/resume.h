@@ -25,8 +25,7 @@ ResumeTarget resume_target(const std::string& resume);
 // The config this run trains with, as asked: --config and the overrides; a resumed run's
 // checkpoint's stored config with config.yaml's hand edits (taken as --set would take them) and
 // the flags; or a run without checkpoint's config.yaml. A resumed checkpoint's decisions go to
-// `recorded` (from its 'decisions' entry, or, written by an older build, from the choice its
-// config recorded, whose blocks then leave the config unless edited since).
+// `recorded` (its 'decisions' entry).
 Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
                         Decisions& recorded);
 

@@ -27,33 +27,6 @@ fs::path checkpoint_storing(const fs::path& dir, const training::RunInputs& inpu
 
 const std::string kModel = "model: {arch: resnet18}\ntraining: {device: cpu, batch_size: 4}\n";
 
-// Checkpoints written before decisions.json hold checkpointing auto's choice in their config
-// (checkpointing.chosen_for and the rest beside blocks): a resume takes it as the run's
-// decision, so the config is as asked again (blocks null), unless config.yaml's blocks were
-// edited since, which are then given by hand.
-TEST(Resume, AnOlderCheckpointsChoiceInItsConfigBecomesTheRunsDecision) {
-  test_support::TempDir dir;
-  const std::string older = kModel +
-                            "checkpointing:\n  enabled: auto\n  blocks: [layer1.0]\n"
-                            "  chosen_for: \"resnet18 cifar stem, 10 classes, batch 4, fp32, "
-                            "contiguous\"\n  chosen_budget: 1MiB\n  predicted_peak: 900B\n"
-                            "  predicted_extra_ms: 2.5\n";
-  const auto file = checkpoint_storing(dir.path(), {older, ""});
-  training::Decisions recorded;
-  auto config = training::effective_config({}, {dir.path(), file}, recorded);
-  EXPECT_FALSE(config.checkpointing.blocks());
-  ASSERT_TRUE(recorded.checkpointing);
-  EXPECT_EQ(recorded.checkpointing->blocks, (std::vector<std::string>{"layer1.0"}));
-  EXPECT_EQ(recorded.checkpointing->predicted_peak, 900);
-
-  std::string edited = older;
-  edited.replace(edited.find("[layer1.0]"), 10, "[layer2.0]");
-  std::ofstream(dir / "config.yaml") << edited;
-  config = training::effective_config({}, {dir.path(), file}, recorded);
-  EXPECT_EQ(config.checkpointing.blocks(), (std::vector<std::string>{"layer2.0"}));
-  EXPECT_FALSE(recorded.checkpointing);
-}
-
 TEST(Resume, TheCheckpointsDecisionsAreReadBackAndADamagedEntryIsNamed) {
   test_support::TempDir dir;
   training::Decisions made;

@@ -137,12 +137,6 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.bytes("budget", c.checkpointing.budget());
     v.real("headroom", c.checkpointing.headroom(), 0.0, 0.9);
     v.optional_texts("blocks", c.checkpointing.blocks());
-    // Where older builds recorded auto's choice (decisions.json holds it now): read from their
-    // files and ignored (a resume takes the choice over: decisions.h's recorded_in_config).
-    for (const char* key :
-         {"chosen_for", "chosen_budget", "predicted_peak", "predicted_extra_ms"}) {
-      v.retired(key, "a run's decisions.json records what checkpointing auto chose");
-    }
   });
   v.section("memory", [&] {
     v.bytes("limit", c.memory.limit);

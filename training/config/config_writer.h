@@ -62,7 +62,6 @@ class Writer {
     out_ << YAML::EndSeq;
   }
 
-  void retired(const std::string&, const std::string&) {}  // never written
   void hint(const std::string&, bool) {}
   void text(const std::string& name, const std::string& value) {
     out_ << YAML::Key << name << YAML::Value << YAML::DoubleQuoted << value;

@@ -92,7 +92,6 @@ class Reader {
     const YAML::Node found = root_[name];
     node_.reset(found.IsDefined() ? found : YAML::Node());
     fields_.clear();
-    retired_.clear();
     hint_.clear();
     if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap()) {
       fail(name, "expected a mapping of keys, got " + describe(node_));
@@ -101,8 +100,7 @@ class Reader {
     if (!is_map(node_)) return;
     for (const auto& entry : node_) {
       const auto key = entry.first.Scalar();
-      if (std::find(fields_.begin(), fields_.end(), key) == fields_.end() &&
-          std::find(retired_.begin(), retired_.end(), key) == retired_.end()) {
+      if (std::find(fields_.begin(), fields_.end(), key) == fields_.end()) {
         throw ConfigError(origin_for(name + "." + key) + ": unknown key '" + name + "." + key +
                           "' " + suggestion(key, fields_, name + ".") +
                           (hint_.empty() ? "" : "; " + hint_));
@@ -197,16 +195,6 @@ class Reader {
   void hint(const std::string& text, bool for_values) {
     hint_ = text;
     hint_values_ = for_values;
-  }
-
-  // A key this schema no longer has, which files older builds wrote still hold: read and
-  // ignored in a file; refused when a flag sets it (`now` says where its meaning went).
-  void retired(const std::string& name, const std::string& now) {
-    retired_.push_back(name);
-    const std::string path = section_ + "." + name;
-    if (overridden_.count(path)) {
-      throw ConfigError(origin_for(path) + ": " + path + ": retired (" + now + "); drop it");
-    }
   }
 
   void text(const std::string& name, std::string& out) {
@@ -376,8 +364,7 @@ class Reader {
   std::string section_;
   YAML::Node node_;
   std::vector<std::string> fields_;
-  std::vector<std::string> retired_;  // read and ignored (retired())
-  std::string hint_;                  // hint()
+  std::string hint_;  // hint()
   bool hint_values_ = false;
   std::vector<std::string> keys_;
 };

@@ -116,9 +116,7 @@ LayoutDecision parse_layout(const Json& j, const std::string& origin) {
   }
   layout.device_type = entry(j, "memory_format", "device_type", is_string, "a string", origin);
   layout.reason = entry(j, "memory_format", "reason", is_string, "a string", origin);
-  // Absent in older runs' decisions: no step named, so the layout is decided again.
-  if (j.contains("chosen_for"))
-    layout.chosen_for = entry(j, "memory_format", "chosen_for", is_string, "a string", origin);
+  layout.chosen_for = entry(j, "memory_format", "chosen_for", is_string, "a string", origin);
   return layout;
 }
 
@@ -145,9 +143,7 @@ CheckpointingDecision parse_checkpointing(const Json& j, const std::string& orig
   c.predicted_extra_ms = entry(
       j, s, "predicted_extra_ms", [](const Json& v) { return v.is_number() && v >= 0; },
       "a number of milliseconds", origin);
-  // Absent in older runs' decisions: nothing was counted beside the step then.
-  if (j.contains("beside_step_bytes"))
-    c.beside_bytes = entry(j, s, "beside_step_bytes", is_bytes, "a byte count", origin);
+  c.beside_bytes = entry(j, s, "beside_step_bytes", is_bytes, "a byte count", origin);
   return c;
 }
 
@@ -182,36 +178,6 @@ void check_decisions(const Decisions& decisions, const Config& config, const std
   if (!decisions.checkpointing) return;
   const std::string problem = blocks_problem(decisions.checkpointing->blocks, config.model);
   if (!problem.empty()) throw UserError(origin + ": checkpointing.blocks: " + problem);
-}
-
-std::optional<CheckpointingDecision> recorded_in_config(const std::string& yaml) {
-  YAML::Node c;
-  try {
-    c = YAML::Load(yaml)["checkpointing"];
-  } catch (const YAML::Exception&) {
-    return std::nullopt;  // the config's own parser says what is wrong with it
-  }
-  if (!c.IsMap() || !c["chosen_for"].IsScalar() || c["chosen_for"].Scalar().empty() ||
-      !c["blocks"].IsSequence()) {
-    return std::nullopt;
-  }
-  CheckpointingDecision d;
-  try {
-    d.blocks = c["blocks"].as<std::vector<std::string>>();
-    d.chosen_for = c["chosen_for"].Scalar();
-    auto bytes = [&](const char* key) -> int64_t {
-      const auto node = c[key];
-      return node.IsScalar() && node.Scalar() != "none" ? parse_byte_size(node.Scalar()) : 0;
-    };
-    d.budget = bytes("chosen_budget");
-    d.predicted_peak = bytes("predicted_peak");
-    if (c["predicted_extra_ms"].IsScalar()) {
-      d.predicted_extra_ms = c["predicted_extra_ms"].as<double>();
-    }
-  } catch (const std::exception&) {
-    return std::nullopt;  // not a record this build can read: chosen again
-  }
-  return d;
 }
 
 }  // namespace training

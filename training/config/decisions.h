@@ -66,9 +66,4 @@ Decisions parse_decisions(const std::string& json, const std::string& origin);
 // naming `origin` otherwise (a run would fail on them after it started).
 void check_decisions(const Decisions& decisions, const Config& config, const std::string& origin);
 
-// The choice an older build recorded inside the config (checkpointing.chosen_for, chosen_budget,
-// predicted_peak, predicted_extra_ms beside blocks; retired keys, read and ignored by the
-// schema): nullopt when `yaml` records none (chosen_for empty or absent, or blocks null).
-std::optional<CheckpointingDecision> recorded_in_config(const std::string& yaml);
-
 }  // namespace training

@@ -41,8 +41,7 @@ void check_same_samples(const std::filesystem::path& checkpoint, const TrainStat
 // grouping would cut the rest of the epoch into other optimizer steps.
 void check_same_grouping(const std::filesystem::path& checkpoint, const TrainState& state,
                          int64_t accumulate_steps) {
-  // Checkpoints written before the key trained one batch per step.
-  const int64_t was = YAML::Load(state.config_yaml)["training"]["accumulate_steps"].as<int64_t>(1);
+  const int64_t was = YAML::Load(state.config_yaml)["training"]["accumulate_steps"].as<int64_t>();
   if (was == accumulate_steps) return;
   throw KeyError("training.accumulate_steps",
                  checkpoint.string() + " stopped " + std::to_string(state.batch_in_epoch) +

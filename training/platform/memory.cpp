@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <regex>
 #include <stdexcept>
 #include <vector>
@@ -165,17 +166,19 @@ int64_t parse_byte_size(const std::string& text) {
   if (std::stoll(whole) > static_cast<int64_t>(9.0e18) / known->second) {
     throw std::invalid_argument(too_large);  // before the arithmetic below could overflow
   }
-  __int128 scale = 1;
+  // fraction / scale of the unit is a whole number of bytes where scale / gcd divides it; then
+  // it is below one unit, and the sum stays within int64.
+  int64_t scale = 1;
   for (size_t i = 0; i < fraction.size(); ++i) scale *= 10;
-  const __int128 written = static_cast<__int128>(std::stoll(whole)) * scale +
-                           (fraction.empty() ? 0 : std::stoll(fraction));
-  const __int128 scaled = written * known->second;
-  if (scaled % scale != 0) {
+  const int64_t bytes_per_unit = known->second, common = std::gcd(bytes_per_unit, scale);
+  const int64_t parts = fraction.empty() ? 0 : std::stoll(fraction);
+  if (parts % (scale / common) != 0) {
     throw std::invalid_argument("'" + text + "' is not a whole number of bytes");
   }
-  const __int128 bytes = scaled / scale;
-  if (bytes > static_cast<__int128>(9.0e18)) throw std::invalid_argument(too_large);
-  return static_cast<int64_t>(bytes);
+  const int64_t bytes =
+      std::stoll(whole) * bytes_per_unit + parts / (scale / common) * (bytes_per_unit / common);
+  if (bytes > static_cast<int64_t>(9.0e18)) throw std::invalid_argument(too_large);
+  return bytes;
 }
 
 std::string mib_text(int64_t bytes) {

@@ -203,11 +203,6 @@ std::string frame_checkpoint(std::string_view payload) {
 
 std::string_view verified_payload(std::string_view bytes, const std::string& name) {
   const std::string damaged = name + ": damaged checkpoint: ";
-  if (bytes.size() >= 4 && bytes.substr(0, 4) == std::string_view("PK\x03\x04", 4)) {
-    throw UserError(name +
-                    ": a checkpoint without a checksum (written by an earlier version of train); "
-                    "it cannot be verified, so it is not loaded");
-  }
   if (bytes.size() < kCheckpointHeaderBytes ||
       bytes.substr(0, sizeof kMagic) != std::string_view(kMagic, sizeof kMagic)) {
     throw UserError(name + ": not a readable checkpoint (no TRNCKPT header: not written by train)");
@@ -247,13 +242,6 @@ std::string what_stands_at(const fs::path& path) {
       return "a file";
     case fs::file_type::directory:
       return "a folder";
-    case fs::file_type::fifo:
-      return "a FIFO";
-    case fs::file_type::socket:
-      return "a socket";
-    case fs::file_type::block:
-    case fs::file_type::character:
-      return "a device";
     default:
       return "not a regular file";
   }

@@ -22,8 +22,6 @@ nlohmann::ordered_json column_json(const std::optional<T>& value) {
   return optional_json(value);
 }
 
-bool added_later(const std::string& key);
-
 // What the trainer writes in each numeric column (issue 57: a run's metrics read back are checked
 // as written; 8.5 steps were read as 8, a negative epoch time or an accuracy of 7 were reported).
 struct ColumnRange {
@@ -57,7 +55,6 @@ class ColumnReader {
 
   template <class T>
   void operator()(const char* key, T& out) const {
-    if (!row_.contains(key) && added_later(key)) return;
     if constexpr (std::is_floating_point_v<T>) {
       // Null only where the trainer writes NaN; elsewhere it is refused below (issue 57).
       if (range_of(key).null_is_nan && row_.contains(key) && row_.at(key).is_null()) {
@@ -73,7 +70,6 @@ class ColumnReader {
   }
   template <class T>
   void operator()(const char* key, std::optional<T>& out) const {
-    if (!row_.contains(key) && added_later(key)) return;
     if (!row_.contains(key)) fail(key);
     try {
       out = row_.at(key).is_null() ? std::nullopt : std::optional<T>(read(key, T{}));
@@ -151,16 +147,6 @@ void columns(Record& r, Visit&& visit) {
   visit("epoch_batches", r.epoch_batches);
   visit("accumulate_steps", r.accumulate_steps);
   visit("effective_batch_size", r.effective_batch_size);
-}
-
-// Columns added after the first release of metrics.jsonl: a row without them reads back with
-// their defaults (a run written by an older train can still be resumed, reported and compared).
-bool added_later(const std::string& key) {
-  for (const char* added : {"warmup_steps", "warmup_seconds", "steady_images_per_second", "batches",
-                            "epoch_batches", "accumulate_steps", "effective_batch_size"}) {
-    if (key == added) return true;
-  }
-  return false;
 }
 
 }  // namespace

@@ -40,8 +40,7 @@ struct EpochRecord {
   int64_t world_size = 1;
   // Steady-state speed. The first steps a process trains (Trainer::kWarmupSteps: cuDNN's
   // autotuning, first allocations, a graph's warm-up and capture) are timed apart and never
-  // averaged into the steady rate. Columns added later: rows written before them read back with
-  // these defaults.
+  // averaged into the steady rate.
   int64_t warmup_steps = 0;                        // steps of this epoch that were warm-up
   double warmup_seconds = 0;                       // their wall time (part of epoch_seconds)
   std::optional<double> steady_images_per_second;  // after the warm-up; null without such steps

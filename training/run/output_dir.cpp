@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <cstdlib>
 #include <fstream>
 #include <vector>
 
@@ -19,15 +20,14 @@ constexpr const char* kMarker = ".train-output";
 
 struct KindInfo {
   OutputKind kind;
-  const char* word;       // in the marker
-  const char* text;       // in messages
-  const char* signature;  // the file that says the kind in folders older than the marker
+  const char* word;  // in the marker
+  const char* text;  // in messages
 };
 constexpr std::array<KindInfo, 4> kKinds = {{
-    {OutputKind::Sweep, "sweep", "a sweep", "sweep.json"},
-    {OutputKind::MemoryStudy, "memory-study", "a memory study", "memory_breakdown.json"},
-    {OutputKind::Comparison, "comparison", "a comparison", "compare.md"},
-    {OutputKind::Run, "run", "a run", "config.yaml"},
+    {OutputKind::Sweep, "sweep", "a sweep"},
+    {OutputKind::MemoryStudy, "memory-study", "a memory study"},
+    {OutputKind::Comparison, "comparison", "a comparison"},
+    {OutputKind::Run, "run", "a run"},
 }};
 
 const KindInfo& info(OutputKind kind) {
@@ -35,6 +35,12 @@ const KindInfo& info(OutputKind kind) {
     if (k.kind == kind) return k;
   }
   return kKinds.back();  // unreachable: every kind has its entry
+}
+
+// The marker's text: "run 2", "sweep 2 finished".
+std::string marker_text(OutputKind kind, bool finished) {
+  return std::string(info(kind).word) + " " + std::to_string(kOutputFormat) +
+         (finished ? " finished" : "") + "\n";
 }
 
 bool is_file(const fs::path& path) {
@@ -86,25 +92,14 @@ HeldOutputs held_outputs(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return held;
   if (std::ifstream marker{dir / kMarker}) {
-    std::string word, state;
-    marker >> word >> state;
+    std::string word, format, state;
+    marker >> word >> format >> state;
     for (const auto& k : kKinds) {
       if (word == k.word) held.kind = k.kind;
     }
+    if (format == "finished") state = format;  // format 1 wrote none
+    held.format = format.empty() || format == "finished" ? 1 : std::atoi(format.c_str());
     held.finished = state == "finished";
-  } else {
-    // A sweep stopped before its first trial has config.yaml and trials/ but no sweep.json yet.
-    if (fs::is_directory(dir / "trials", ec)) held.kind = OutputKind::Sweep;
-    for (const auto& k : kKinds) {
-      if (!held.kind && is_file(dir / k.signature)) {
-        held.kind = k.kind;
-        break;
-      }
-    }
-    for (const char* name : {"metrics.jsonl", "checkpoint.pt", "train.log"}) {
-      if (!held.kind && is_file(dir / name)) held.kind = OutputKind::Run;
-    }
-    held.finished = held.kind.has_value();
   }
   if (held.kind == OutputKind::Run) {
     held.never_started = !is_file(dir / "config.yaml") && !is_file(dir / "checkpoint.pt") &&
@@ -153,12 +148,12 @@ std::unique_ptr<DirectoryLock> claim_output_dir(const fs::path& dir, OutputKind 
   // A sweep, study or comparison started again starts afresh: nothing of the attempt that
   // stopped (its trials, tables, temporaries) is read back or left beside this one's files.
   if (held.kind && kind != OutputKind::Run) remove_earlier_attempt(dir);
-  write_file_atomically(dir / kMarker, std::string(info(kind).word) + "\n");
+  write_file_atomically(dir / kMarker, marker_text(kind, false));
   return lock;
 }
 
 void mark_finished(const fs::path& dir, OutputKind kind) {
-  write_file_atomically(dir / kMarker, std::string(info(kind).word) + " finished\n");
+  write_file_atomically(dir / kMarker, marker_text(kind, true));
 }
 
 void check_file_outside_outputs(const fs::path& file, const std::string& flag) {
@@ -187,6 +182,16 @@ void check_is_run(const fs::path& dir) {
   if (held.kind && *held.kind != OutputKind::Run) {
     throw UserError(dir.string() + ": holds " + kind_text(*held.kind) +
                     ", not a run; train --resume continues training runs only");
+  }
+  check_output_format(dir);
+}
+
+void check_output_format(const fs::path& dir) {
+  const HeldOutputs held = held_outputs(dir);
+  if (held.kind && held.format != kOutputFormat) {
+    throw UserError(dir.string() + ": written by another version of train (output format " +
+                    std::to_string(held.format) + ", this build reads " +
+                    std::to_string(kOutputFormat) + ")");
   }
 }
 

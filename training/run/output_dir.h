@@ -5,7 +5,8 @@
 //     (a sweep, study or comparison stopped part-way is started again; a run is continued with
 //     --resume instead);
 //   - `train --resume` continues runs only.
-// Folders written before the marker existed are recognised by their files (sweep.json, ...).
+// The marker also carries the format of the files the folder holds (kOutputFormat): a folder of
+// another format is refused in one line where it is read back.
 #pragma once
 
 #include <filesystem>
@@ -20,12 +21,18 @@ namespace training {
 
 enum class OutputKind { Run, Sweep, MemoryStudy, Comparison };
 
+// The format of what an output folder holds (config.yaml, decisions.json, metrics.jsonl,
+// sweep.json, ...); raised when a file changes in a way this build cannot read back.
+// 1: the markers that carried no format.
+inline constexpr int kOutputFormat = 2;
+
 // "a run", "a sweep", "a memory study", "a comparison".
 std::string kind_text(OutputKind kind);
 
 struct HeldOutputs {
-  std::optional<OutputKind> kind;  // none: absent, empty, or not one of ours
-  bool finished = false;           // its command completed (older folders without a marker: true)
+  std::optional<OutputKind> kind;        // none: absent, empty, or not one of ours (no marker)
+  int format = 0;                        // with a kind: the marker's format
+  bool finished = false;                 // its command completed
   std::vector<std::string> other_files;  // up to three names of files that are none of ours
   // A run folder whose start-up failed before config.yaml (a full disk, a signal): nothing to
   // resume, nothing lost by starting again.
@@ -57,5 +64,8 @@ void check_not_an_input(const std::filesystem::path& output, const std::string& 
 
 // Refuses (UserError) a `--resume` of a folder that is not a run.
 void check_is_run(const std::filesystem::path& dir);
+
+// Refuses (UserError, one line) a folder whose marker gives another format than kOutputFormat.
+void check_output_format(const std::filesystem::path& dir);
 
 }  // namespace training

@@ -51,11 +51,7 @@ Decisions read_decisions(const fs::path& run_dir) {
     if (!stored.empty())
       return parse_decisions(stored, checkpoint.string() + " (stored decisions)");
   }
-  Decisions older;
-  const fs::path config = run_dir / "config.yaml";
-  if (fs::is_regular_file(config, ec))
-    older.checkpointing = recorded_in_config(read_whole_file(config));
-  return older;
+  return {};
 }
 
 RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {

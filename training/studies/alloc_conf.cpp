@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 
 #include "training/platform/errors.h"
@@ -32,8 +31,6 @@ std::string quoted(const std::string& value) {
 // only here: its stoull also takes "-5" as 2^64 - 5 and "21abc" as 21.
 std::optional<int64_t> max_split_size_bytes(const std::string& value) {
   if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos) return {};
-  const auto digits = value.find_first_not_of('0');
-  if (digits != std::string::npos && value.size() - digits > 20) return {};  // over 2^64
   try {
     const unsigned long long mib = std::stoull(value);
     if (mib < 20) return {};
@@ -50,14 +47,14 @@ std::optional<int64_t> max_split_size_bytes(const std::string& value) {
 
 AllocatorOptions parse_alloc_conf(const std::string& text, const std::string& variable) {
   AllocatorOptions options;
-  std::istringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    item.erase(std::remove_if(item.begin(), item.end(), ::isspace), item.end());
-    if (item.empty()) continue;
-    const auto colon = item.find(':');
-    const std::string key = item.substr(0, colon);
-    const std::string value = colon == std::string::npos ? "" : item.substr(colon + 1);
+  const auto without_blanks = [](std::string_view view) {
+    std::string kept(view);
+    kept.erase(std::remove_if(kept.begin(), kept.end(), ::isspace), kept.end());
+    return kept;
+  };
+  const bool well_formed = for_each_alloc_conf_item(text.c_str(), [&](std::string_view k,
+                                                                      std::string_view v) {
+    const std::string key = without_blanks(k), value = without_blanks(v);
     auto refuse = [&](const std::string& expected) {
       throw UserError(variable + ": " + key + ": expected " + expected + ", got " + quoted(value));
     };
@@ -74,6 +71,12 @@ AllocatorOptions parse_alloc_conf(const std::string& text, const std::string& va
                       ": not modelled (the card prediction follows max_split_size_mb and "
                       "expandable_segments only)");
     }
+  });
+  if (!well_formed) {
+    throw UserError(variable +
+                    ": expected key:value items separated by single commas (e.g. "
+                    "expandable_segments:True,max_split_size_mb:128), got " +
+                    quoted(text));
   }
   return options;
 }

@@ -85,7 +85,7 @@ struct CachingAllocatorModel::Pool {
   Block* add(int64_t address, int64_t size, bool mapped = true) {
     auto block = std::make_unique<Block>(Block{address, size, /*allocated=*/false, mapped});
     Block* added = block.get();
-    owned.emplace(added, std::move(block));
+    owned[added] = std::move(block);
     return added;
   }
   bool small;

@@ -87,6 +87,7 @@ nlohmann::ordered_json to_json(const ComparedRun& run, const std::vector<std::st
 }  // namespace
 
 ComparedRun read_compared_run(const fs::path& dir) {
+  check_output_format(dir);
   if (!fs::is_directory(dir)) throw UserError(dir.string() + ": not a directory");
   if (!fs::exists(dir / "config.yaml") || !fs::exists(dir / "metrics.jsonl")) {
     throw UserError(dir.string() +
@@ -190,10 +191,8 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
   row("epochs",
       [](const ComparedRun& r, const Totals&) { return std::to_string(r.epochs.size()); });
   row("effective batch (micro-batches)", [](const ComparedRun& r, const Totals&) {
-    const auto& e = r.epochs.back();  // rows written before the columns read back 0
-    return e.effective_batch_size > 0
-               ? fmt::format("{} ({})", e.effective_batch_size, e.accumulate_steps)
-               : std::string("-");
+    const auto& e = r.epochs.back();
+    return fmt::format("{} ({})", e.effective_batch_size, e.accumulate_steps);
   });
   row("final test accuracy", [](const ComparedRun& r, const Totals&) {
     return fmt::format("{:.2f}%", 100 * r.epochs.back().test_acc);

@@ -11,6 +11,7 @@
 #include "training/platform/json_rows.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
+#include "training/run/output_dir.h"
 #include "training/studies/alloc_conf.h"
 
 namespace training {
@@ -290,13 +291,10 @@ SweepRecord read_sweep(const fs::path& dir) {
     throw UserError(dir.string() + ": is a file; a sweep is read from its folder (the one " +
                     "holding sweep.json)");
   }
-  if (fs::exists(file, ec) && !fs::is_regular_file(file, ec)) {
-    throw UserError(file.string() + ": is not a file (a folder or a device where the sweep's " +
-                    "sweep.json belongs)");
-  }
   if (!fs::is_regular_file(file, ec)) {
     throw UserError(dir.string() + ": holds no sweep (no sweep.json); run `train sweep` first");
   }
+  check_output_format(dir);
   SweepRecord record;
   try {
     std::ifstream in(file);

@@ -76,12 +76,12 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   r.median_step_seconds = read_at_least<double>(j, "median_step_seconds", 0);
   r.images_per_second = read_at_least<double>(j, "images_per_second", 0);
   r.steps = read_at_least<int64_t>(j, "steps", 0);
-  r.replayed_steps = j.value("replayed_steps", int64_t{0});                    // older sweeps
-  r.outside_allocator_bytes = j.value("outside_allocator_bytes", int64_t{0});  // older sweeps
-  // A list for checkpointing auto; null (a sweep's other trials) or absent (older sweeps) else.
-  if (j.contains("recomputed_blocks") && !j.at("recomputed_blocks").is_null())
+  r.replayed_steps = j.at("replayed_steps").get<int64_t>();
+  r.outside_allocator_bytes = j.at("outside_allocator_bytes").get<int64_t>();
+  // A list for checkpointing auto; null for the sweep's other trials.
+  if (!j.at("recomputed_blocks").is_null())
     r.recomputed_blocks = j.at("recomputed_blocks").get<std::vector<std::string>>();
-  r.predicted_peak_bytes = j.value("predicted_peak_bytes", int64_t{0});
+  r.predicted_peak_bytes = j.at("predicted_peak_bytes").get<int64_t>();
   return r;
 }
 

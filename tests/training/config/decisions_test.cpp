@@ -126,36 +126,4 @@ TEST(Decisions, TakeThePlaceOfAutoOnly) {
   EXPECT_EQ(given.checkpointing.blocks(), (std::vector<std::string>{"layer2.0"}));
 }
 
-// Files older builds wrote record checkpointing auto's choice in the config: the schema reads
-// and ignores those keys there, refuses them from a flag, and a resume takes the choice over.
-TEST(Decisions, AnOlderBuildsChoiceInTheConfigIsReadAndItsKeysRetired) {
-  const std::string older =
-      "checkpointing:\n  enabled: auto\n  blocks: [layer1.0]\n"
-      "  chosen_for: \"resnet18 cifar stem, 10 classes, batch 4, fp32, contiguous\"\n"
-      "  chosen_budget: 1MiB\n  predicted_peak: 900B\n  predicted_extra_ms: 2.5\n";
-  const auto config = training::parse_config(older, "run/config.yaml");
-  EXPECT_EQ(config.checkpointing.blocks(), (std::vector<std::string>{"layer1.0"}));
-  EXPECT_EQ(training::to_yaml(config).find("chosen_for"), std::string::npos);
-  const auto recorded = training::recorded_in_config(older);
-  ASSERT_TRUE(recorded);
-  EXPECT_EQ(recorded->blocks, (std::vector<std::string>{"layer1.0"}));
-  EXPECT_EQ(recorded->chosen_for, "resnet18 cifar stem, 10 classes, batch 4, fp32, contiguous");
-  EXPECT_EQ(recorded->budget, 1 << 20);
-  EXPECT_EQ(recorded->predicted_peak, 900);
-  EXPECT_DOUBLE_EQ(recorded->predicted_extra_ms, 2.5);
-  // Blocks given by hand (chosen_for empty) and configs without the keys record nothing.
-  EXPECT_FALSE(training::recorded_in_config(
-      "checkpointing: {enabled: auto, blocks: [layer1.0], chosen_for: \"\"}\n"));
-  EXPECT_FALSE(training::recorded_in_config("checkpointing: {enabled: auto}\n"));
-  EXPECT_FALSE(training::recorded_in_config("checkpointing: [\n"));
-  try {
-    training::parse_config("", "c.yaml", {"checkpointing.chosen_for=x"});
-    ADD_FAILURE() << "a retired key set by a flag was taken";
-  } catch (const training::ConfigError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "--set checkpointing.chosen_for: checkpointing.chosen_for: retired (a run's "
-              "decisions.json records what checkpointing auto chose); drop it");
-  }
-}
-
 }  // namespace

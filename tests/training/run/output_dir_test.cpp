@@ -23,16 +23,40 @@ std::string refusal(const fs::path& dir, OutputKind kind) {
   return "claimed";
 }
 
-// Folders written before the marker are recognised by their files.
-TEST(OutputDir, SaysWhatAFolderHolds) {
+// Only the marker says a folder's kind and format: files alone are no output of ours, and a marker
+// of another format is refused in one line where the folder is read back.
+TEST(OutputDir, TheMarkerSaysTheKindAndTheFormat) {
   test_support::TempDir dir;
   EXPECT_FALSE(training::held_outputs(dir / "absent").kind);
   EXPECT_FALSE(training::held_outputs(dir.path()).kind);
   std::ofstream(dir / "metrics.jsonl") << "";
-  EXPECT_EQ(training::held_outputs(dir.path()).kind, OutputKind::Run);
-  std::ofstream(dir / "sweep.json") << "{}";
-  EXPECT_EQ(training::held_outputs(dir.path()).kind, OutputKind::Sweep);
-  EXPECT_TRUE(training::held_outputs(dir.path()).finished);
+  EXPECT_FALSE(training::held_outputs(dir.path()).kind);
+  EXPECT_EQ(training::held_outputs(dir.path()).other_files,
+            (std::vector<std::string>{"metrics.jsonl"}));
+  EXPECT_NO_THROW(training::check_output_format(dir.path()));
+  std::ofstream(dir / ".train-output") << "run finished\n";  // format 1 wrote no number
+  const auto older = training::held_outputs(dir.path());
+  EXPECT_EQ(older.kind, OutputKind::Run);
+  EXPECT_EQ(older.format, 1);
+  EXPECT_TRUE(older.finished);
+  try {
+    training::check_output_format(dir.path());
+    ADD_FAILURE() << "format 1 was read";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()), dir.path().string() +
+                                         ": written by another version of train (output format "
+                                         "1, this build reads " +
+                                         std::to_string(training::kOutputFormat) + ")");
+  }
+  EXPECT_THROW(training::check_is_run(dir.path()), training::UserError);
+  const test_support::TempDir fresh;
+  { auto lock = training::claim_output_dir(fresh.path(), OutputKind::Sweep, "--output-dir"); }
+  EXPECT_EQ(test_support::read_text(fresh / ".train-output"),
+            "sweep " + std::to_string(training::kOutputFormat) + "\n");
+  training::mark_finished(fresh.path(), OutputKind::Sweep);
+  EXPECT_TRUE(training::held_outputs(fresh.path()).finished);
+  EXPECT_EQ(training::held_outputs(fresh.path()).format, training::kOutputFormat);
+  EXPECT_NO_THROW(training::check_output_format(fresh.path()));
 }
 
 // Only a folder's own command writes into it; an unfinished study is started again, a finished one
