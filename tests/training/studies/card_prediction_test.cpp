@@ -15,7 +15,10 @@
 #include "training/parts/components.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
+#include "training/studies/linear_stream.h"
 #include "training/studies/memory_report.h"
+#include "training/studies/step_recording.h"
+#include "training/studies/stream_replay.h"
 
 namespace training {
 namespace {

@@ -1,0 +1,136 @@
+#include "training/studies/stream_replay.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "training/config/config.h"
+#include "training/parts/components.h"
+
+namespace training {
+
+Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& options,
+                     const BesideTensors& beside) {
+  CachingAllocatorModel allocator(options);
+  Replay replay;
+  std::string phase = "start";
+  size_t next_mark = 0;
+  PhasePeak current{phase, 0, 0};
+  auto close_phase = [&] {
+    if (current.phase != "held" && current.phase != "start") replay.phases.push_back(current);
+  };
+  bool workspaces_placed = false;
+  auto open_phase = [&](const std::string& label) {
+    close_phase();
+    phase = label;
+    current = {label, allocator.stats().allocated, allocator.stats().reserved};
+    const std::string backward = " backward";
+    if (!workspaces_placed && label.size() > backward.size() &&
+        label.compare(label.size() - backward.size(), backward.size(), backward) == 0) {
+      workspaces_placed = true;
+      for (int64_t w = 0; w < beside.workspaces; ++w) {
+        if (!allocator.allocate(-1 - w, beside.cublas_workspace)) {
+          replay.fits = false;
+          replay.failed_at = label;
+        }
+      }
+    }
+  };
+  for (size_t i = 0; i <= stream.events.size() && replay.fits; ++i) {
+    while (next_mark < stream.marks.size() && stream.marks[next_mark].event == i) {
+      open_phase(stream.marks[next_mark++].label);
+    }
+    if (i == stream.events.size()) break;
+    const auto& event = stream.events[i];
+    if (event.is_free()) {
+      allocator.free(event.id);
+    } else if (!allocator.allocate(event.id, event.bytes)) {
+      replay.fits = false;
+      replay.failed_at = phase;
+      break;
+    }
+    const auto& stats = allocator.stats();
+    current.allocated = std::max(current.allocated, stats.allocated);
+    current.reserved = std::max(current.reserved, stats.reserved);
+    if (stats.allocated > replay.peak_allocated) {
+      replay.peak_allocated = stats.allocated;
+      replay.peak_phase = phase;
+    }
+  }
+  close_phase();
+  replay.peak_reserved = allocator.stats().peak_reserved;
+  replay.retries = allocator.stats().retries;
+  return replay;
+}
+
+AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count, int64_t batch,
+                                         int64_t image_size) {
+  if (count <= 0) return stream;
+  size_t at = 0;
+  for (const auto& mark : stream.marks) {
+    if (mark.label == "held") at = mark.event;
+  }
+  int64_t next_id = 0;
+  for (const auto& event : stream.events) next_id = std::max(next_id, event.id + 1);
+  const auto [images, labels] = batch_bytes(batch, image_size);
+  std::vector<TraceEvent> added;
+  for (int64_t i = 0; i < count; ++i) {
+    added.push_back({next_id++, images});
+    added.push_back({next_id++, labels});
+  }
+  stream.events.insert(stream.events.begin() + static_cast<std::ptrdiff_t>(at), added.begin(),
+                       added.end());
+  for (auto& mark : stream.marks) {
+    if (mark.event >= at) mark.event += added.size();
+  }
+  return stream;
+}
+
+int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched, int64_t image_size,
+                              const AllocatorOptions& options, const BesideTensors& beside) {
+  auto fits = [&](int64_t batch) {
+    return replay_stream(with_prefetched_batches(stream.at(batch), prefetched, batch, image_size),
+                         options, beside)
+        .fits;
+  };
+  const auto beyond = stream.first_batch_over(options.limit);
+  if (!beyond) throw std::runtime_error("no allocation of the step grows with the batch");
+  // No larger than training.batch_size takes (a 1024TiB card reported 2,328,970,624).
+  const int64_t ceiling = std::min(*beyond, kMaxBatchSize + 1);
+  if (ceiling <= 1 || !fits(1)) return 0;
+  int64_t good = 1, bad = std::min<int64_t>(2, ceiling);
+  while (bad < ceiling && fits(bad)) good = bad, bad = std::min(bad * 2, ceiling);
+  while (bad - good > 1) {
+    const int64_t middle = good + (bad - good) / 2;
+    (fits(middle) ? good : bad) = middle;
+  }
+  return good;
+}
+
+int64_t smallest_fitting_limit(const AllocationStream& stream, AllocatorOptions options,
+                               const BesideTensors& beside, Replay* at_it) {
+  auto replay_at = [&](int64_t mib) {
+    options.limit = mib * kMiB;
+    return replay_stream(stream, options, beside);
+  };
+  options.limit = 0;  // without a limit nothing cached is freed: a limit that surely fits
+  int64_t good = std::max<int64_t>(
+      1, (replay_stream(stream, options, beside).peak_reserved + kMiB - 1) / kMiB);
+  Replay best = replay_at(good);
+  while (!best.fits && good < (int64_t{1} << 30)) best = replay_at(good *= 2);  // to 1 PiB
+  // Below the allocated peak nothing fits (reserved holds it): the search starts there.
+  for (int64_t bad = std::min(good - 1, (best.peak_allocated + kMiB - 1) / kMiB - 1);
+       good - bad > 1;) {
+    const int64_t middle = bad + (good - bad) / 2;
+    Replay r = replay_at(middle);
+    if (r.fits) {
+      good = middle;
+      best = std::move(r);
+    } else {
+      bad = middle;
+    }
+  }
+  if (at_it) *at_it = std::move(best);
+  return good * kMiB;
+}
+
+}  // namespace training

@@ -1,0 +1,54 @@
+// An allocation stream replayed through the model of the CUDA caching allocator
+// (caching_allocator.h) with a card's workspaces: the peaks per phase, whether it fits, and the
+// smallest limit and largest batch that fit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "training/platform/allocation_trace.h"
+#include "training/studies/caching_allocator.h"
+#include "training/studies/cards.h"
+#include "training/studies/linear_stream.h"
+
+namespace training {
+
+struct PhasePeak {
+  std::string phase;  // "step2 backward"
+  int64_t allocated = 0, reserved = 0;
+};
+
+struct Replay {
+  bool fits = true;       // no allocation failed
+  std::string failed_at;  // the phase of the failed allocation
+  int64_t peak_allocated = 0, peak_reserved = 0;
+  std::string peak_phase;  // where the allocated peak falls
+  std::vector<PhasePeak> phases;
+  int64_t retries = 0;
+};
+
+// Replays `stream` through the model; the card's workspaces are allocated where the first
+// backward begins (cuBLAS creates them at the first matrix multiply of each thread) and kept.
+Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& options,
+                     const BesideTensors& beside);
+
+// The smallest allocator limit, in whole MiB, on which `stream` replays without running out
+// (options.limit aside), and that replay in `at_it`.
+int64_t smallest_fitting_limit(const AllocationStream& stream, AllocatorOptions options,
+                               const BesideTensors& beside, Replay* at_it);
+
+// `stream` with `count` batches of `batch` images (fp32, 3 x image_size x image_size, and int64
+// labels) allocated where its "held" mark is: the loader's prefetched batches, which a training run
+// holds on the card.
+AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count, int64_t batch,
+                                         int64_t image_size);
+
+// The largest batch whose replay (with `prefetched` batches) fits under `options` (its limit set):
+// doubling, then bisection, below the first batch at which one allocation alone outgrows the
+// limit, and at most kMaxBatchSize (training.batch_size's largest); 0 when batch 1 does not fit.
+// Throws std::runtime_error when no allocation grows.
+int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched, int64_t image_size,
+                              const AllocatorOptions& options, const BesideTensors& beside);
+
+}  // namespace training
