@@ -1,13 +1,9 @@
-// Does a step fit on a card this machine does not have? The step's allocation stream is recorded
-// on the CPU (step_recording.h; platform/allocation_trace.h: every tensor allocation and free, in
-// order, with the phases of three training steps), at two small batches; each allocation's size is
-// taken as linear in the batch (linear_stream.h: checked, allocation by allocation, on a third
-// batch), so the stream of any batch follows without running it. That stream, with what a card adds
-// inside the allocator (cards.h: the cuBLAS workspaces), is replayed through the model of the CUDA
-// caching allocator (stream_replay.h, caching_allocator.h) under the card's memory less what lies
-// outside the allocator. Out: the predicted allocated and reserved peaks per phase, whether it
-// fits, and the largest batch that fits (found by replaying, batch by batch). This file: the
-// prediction that drives the three (CardPredictor) and its figures.
+// Does a step fit on a card this machine does not have? The step's allocation stream, recorded on
+// the CPU at two small batches (step_recording.h), scaled to any batch (linear_stream.h) and
+// replayed with the card's cuBLAS workspaces (cards.h) through the model of the CUDA caching
+// allocator under the card's memory less what lies outside the allocator (stream_replay.h), gives
+// the peaks per phase, whether it fits, and the largest batch that fits. Here: CardPredictor,
+// which drives the three, and its figures.
 //
 // What it does not model, said wherever its figures are shown: cuDNN's workspaces (transient, come
 // from the caching allocator, larger under training.cudnn_benchmark), allocations made on other
@@ -43,9 +39,8 @@ struct CardPrediction {
   int64_t reducer_bucket_bytes = 0;
   int64_t batch_size = 0;
   Replay replay;
-  // What the step needs: the same stream replayed under needed_limit, the smallest allocator
-  // limit (in whole MiB) on which it fits. (Replayed without a limit, a step near a card's edge
-  // "needed" tens of GiB more: nothing cached is ever freed there.)
+  // What the step needs: the replay under needed_limit, the smallest allocator limit (whole MiB)
+  // on which it fits; without a limit nothing cached is freed, so it would need far more.
   Replay needed;
   int64_t needed_limit = 0;
   int64_t largest_batch = 0;  // by replay; 0 = not even batch 1

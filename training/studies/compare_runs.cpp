@@ -97,8 +97,8 @@ ComparedRun read_compared_run(const fs::path& dir) {
   ComparedRun run;
   run.dir = dir.filename().empty() ? dir.parent_path() : dir;  // "runs/a/" is "runs/a"
   run.name = run.dir.filename().string();
-  // The run's effective config, read and checked as train reads it: every key, a key a run's file
-  // leaves out at its default (a run from before data.image_size differed in it: "-" and 32).
+  // The run's effective config, read and checked as train reads it: every key, one a run's file
+  // leaves out at its default (an older run without data.image_size reads 32, not "-").
   flatten(YAML::Load(run_yaml(load_config((dir / "config.yaml").string()))), "", run.config);
   // What each run's autos decided (decisions.json), beside what was asked.
   const Decisions decisions = read_decisions(dir);

@@ -1,10 +1,9 @@
-// `train compare RUN_DIR... [--output DIR]`: finished runs side by side (one run alone is a table
-// of one column). One column per run: the
-// config keys whose values differ between the runs, the model, device, accuracy (final and
-// best), time per epoch, images/s and its ratio to the first run, memory peaks and the wait for
-// data; written as compare.md and compare.json, with overlaid curves drawn by
-// scripts/plot_compare.py (accuracy.png: test accuracy per epoch and against wall time;
-// loss.png: test loss likewise; memory.png: peak allocated and reserved per epoch). Runs of
+// `train compare RUN_DIR... [--output DIR]`: finished runs side by side, one column per run (one
+// run alone is a table of one column): the config keys whose values differ between the runs, the
+// model, device, accuracy (final and best), time per epoch, images/s and its ratio to the first
+// run, memory peaks and the wait for data; written as compare.md and compare.json, with overlaid
+// curves drawn by scripts/plot_compare.py (accuracy.png: test accuracy per epoch and against wall
+// time; loss.png: test loss likewise; memory.png: peak allocated and reserved per epoch). Runs of
 // different models are compared all the same and flagged.
 #pragma once
 
@@ -33,7 +32,6 @@ ComparedRun read_compared_run(const std::filesystem::path& dir);
 // The keys whose values differ between the runs (output.* left out: it names the run only).
 std::vector<std::string> differing_keys(const std::vector<ComparedRun>& runs);
 
-// The table (markdown).
 std::string compare_markdown(const std::vector<ComparedRun>& runs);
 
 struct CompareRequest {

@@ -11,8 +11,7 @@ std::optional<int64_t> MemoryFit::max_batch(int64_t bytes) const {
   if (slope <= 0) return std::nullopt;
   const double batches = (static_cast<double>(bytes) - intercept) / slope;
   // The epsilon keeps an exact fit (2000 / 50 = 39.999...) from losing a whole batch; no batch
-  // above what training.batch_size takes (a 1024TiB memory gave 2,718,219,420; and the cast of a
-  // double beyond int64 is undefined).
+  // above what training.batch_size takes (and a double beyond int64 casts undefined).
   if (batches < 1) return 0;
   return static_cast<int64_t>(std::min(std::floor(batches + 1e-9), double(kMaxBatchSize)));
 }

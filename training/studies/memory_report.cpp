@@ -43,7 +43,7 @@ std::vector<Setting> memory_settings(const std::optional<std::string>& requested
       if (cell->precision == Precision::BF16) check_bf16_supported(device, "--settings");
       cells.push_back(*cell);
     }
-    // fp32,fp32 was merged into one setting in silence (round 5).
+    // A repeated setting is refused, never merged.
     if (const std::string repeat = config_yaml::first_repeat(cells); !repeat.empty())
       throw UserError("--settings: '" + *requested + "': " + repeat);
     if (cells.empty()) throw UserError("--settings: expected at least one setting, e.g. fp32");
@@ -199,7 +199,6 @@ fs::path study_directory(const MemoryRequest& request, const Config& config,
   return dir;
 }
 
-// The card to predict on and the allocator's options, checked before anything runs.
 // "32", or with accumulation "32 (the last of 4 micro-batches of an optimizer step, the
 // gradients of the 3 before held)".
 std::string accumulation_text(const Config& config) {
@@ -211,6 +210,7 @@ std::string accumulation_text(const Config& config) {
                 : "");
 }
 
+// The card to predict on and the allocator's options, checked before anything runs.
 std::optional<std::pair<Card, AllocatorOptions>> card_request(const MemoryRequest& request,
                                                               const std::vector<Setting>& cells) {
   if (request.card.empty()) return std::nullopt;
@@ -243,7 +243,6 @@ void predict_setting(const Config& config, const Setting& cell,
   }
 }
 
-// The study itself, from its config.
 // Says how one setting's measurement went and writes its allocator snapshot; returns its exit code.
 int report_breakdown(const StepBreakdown& b, const Setting& cell, const fs::path& dir) {
   int exit_code = kExitOk;
@@ -281,6 +280,7 @@ void refuse_settings(const MemoryRequest& request, const Config& config,
   if (request.card_only && !card) throw UserError("--card-only: give the card with --card");
 }
 
+// The study itself, from its config.
 int memory_study(const MemoryRequest& request, const Config& config) {
   // Everything refused is refused before the study's folder exists.
   const torch::Device device = set_up_device(config, DeviceUse::Study);

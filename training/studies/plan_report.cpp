@@ -123,8 +123,7 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
     }
     candidates.push_back(row);
   }
-  // The table's "largest batch" per setting: by replay on a card (--card), else the sweep's fit
-  // (round 5: with --memory it was [] while the table listed them).
+  // The table's "largest batch" per setting: by replay on a card (--card), else the sweep's fit.
   nlohmann::ordered_json largest = nlohmann::ordered_json::array();
   for (const auto& [cell, batch] : plan.largest_on_card) {
     largest.push_back({{"setting", cell.name()}, {"largest_batch", batch}, {"source", "replay"}});

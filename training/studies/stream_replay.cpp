@@ -94,7 +94,7 @@ int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched, in
   };
   const auto beyond = stream.first_batch_over(options.limit);
   if (!beyond) throw std::runtime_error("no allocation of the step grows with the batch");
-  // No larger than training.batch_size takes (a 1024TiB card reported 2,328,970,624).
+  // No larger than training.batch_size takes (a 1024TiB card would give billions).
   const int64_t ceiling = std::min(*beyond, kMaxBatchSize + 1);
   if (ceiling <= 1 || !fits(1)) return 0;
   int64_t good = 1, bad = std::min<int64_t>(2, ceiling);

@@ -52,9 +52,8 @@ struct SweepStopped {};
 // Unwinds the sweep when sweep.time_budget is spent (no new trial starts).
 struct BudgetSpent {};
 
-// The parent side of a sweep: every trial runs in a child process (`train sweep-trial`, see
-// trial.h's child_trial_main), so a trial that runs out of memory, crashes or hangs cannot affect
-// the next one.
+// The parent side of a sweep: each trial runs in a child process (`train sweep-trial`, trial.h),
+// so one that runs out of memory, crashes or hangs cannot affect the next.
 class Sweep {
  public:
   Sweep(Config config, fs::path dir, fs::path executable, torch::Device device,

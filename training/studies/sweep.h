@@ -18,9 +18,8 @@
 
 namespace training {
 
-// The flags that make `train` take `cell` at `batch` as a trial measured it: the precision, the
-// layout, the checkpointing and the accumulation, each set (a run left to decide its layout by
-// itself, memory_format: auto, could take the other one and not fit where the trial did);
+// The flags that make `train` take `cell` at `batch` as a trial measured it: precision, layout
+// (never auto, which could choose the other and not fit), checkpointing and accumulation, and
 // `memory_limit` (the sweep's emulated memory.limit; 0: none) as --memory-limit.
 std::string run_flags(const Setting& cell, int64_t batch, int64_t memory_limit);
 

@@ -42,8 +42,7 @@ std::vector<ordered_json> trial_rows(const std::vector<SweepTrial>& trials) {
     row["batch_size"] = t.batch;
     row["source"] = t.source;
     row.update(to_json(t.result));
-    // Blocks chosen by checkpointing auto; none were chosen by the other trials (null: sweep.csv's
-    // cell is empty, round 5: it said []).
+    // Blocks chosen by checkpointing auto; null for the other trials (sweep.csv's cell is empty).
     if (t.setting.checkpointing != CheckpointMode::Auto) row["recomputed_blocks"] = nullptr;
     row["wall_seconds"] = t.wall_seconds;
     if (t.on_card) row.update(prediction_columns(*t.on_card));
