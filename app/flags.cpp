@@ -164,22 +164,23 @@ CLI::App* add_plan_command(CLI::App& app, Arguments& a) {
       "plan",
       "What to run on a card of a given size: the fastest measured setting whose predicted peak "
       "fits, the runners-up and why each lost, and the --set flags to use");
-  plan->add_option("--memory", a.plan.memory, "The card's memory, e.g. 12GiB");
-  plan->add_option("--card", a.plan.card,
+  plan->add_option("--memory", a.plan_values.memory, "The card's memory, e.g. 12GiB");
+  plan->add_option("--card", a.plan_values.card,
                    "Or the card by name (H100-80GB, A100-40GB, RTX4090, T4, ...) or size: peaks "
                    "by replaying this machine's allocation stream on it; a sweep of another device "
                    "is ranked by a named card's estimated images/s (a size: by memory)");
   plan->add_option("--json", a.plan.json, "Also write the plan as JSON to this file");
-  plan->add_option("--target-batch", a.plan.target_batch,
+  plan->add_option("--target-batch", a.plan_values.target_batch,
                    "Images per optimizer step to reach by gradient accumulation, e.g. 1024: per "
                    "setting, the micro-batch x training.accumulate_steps that fits")
-      ->type_name("INT");  // read as text (plan.h), checked as every whole-number flag is
+      ->type_name("INT");  // read as text: 0 is refused, not "none" (app/flag_values.h)
   plan->add_option("--from", a.plan.from, "A sweep directory to plan from (train sweep)");
   add_config_flags(*plan, a.plan.config_path, a.plan_flags,
                    "Without --from: the config of a small sweep to run first",
                    "Override one config key of that sweep (repeatable)");
-  plan->add_option("--headroom", a.plan.headroom, "Share of the card kept free (default 10%)");
-  plan->add_option("--overhead", a.plan.overhead,
+  plan->add_option("--headroom", a.plan_values.headroom,
+                   "Share of the card kept free (default 10%)");
+  plan->add_option("--overhead", a.plan_values.overhead,
                    "Memory outside the allocator, e.g. 800MiB (default: measured by a CUDA "
                    "sweep, else 1GiB)");
   plan->add_option("--budget", a.plan.budget_seconds,
@@ -228,7 +229,7 @@ CLI::App* add_matmul_command(CLI::App& bench, Arguments& a) {
   matmul->add_option("--peak", m.peaks, "A peak to compare with: device:dtype=GFLOPS (repeatable)")
       ->allow_extra_args(false);
   matmul->add_option("--threads", m.threads, "CPU threads (0 = LibTorch's default)");
-  matmul->add_option("--memory-limit", m.memory_limit,
+  matmul->add_option("--memory-limit", a.matmul_memory_limit,
                      "Emulate a device with this much memory, e.g. 2GiB");
   matmul->add_option("--output", m.output, "JSON results file");
   return matmul;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "app/flag_values.h"
 #include "training/config/config_input.h"
 #include "training/convert_command.h"
 #include "training/studies/bench_loader.h"
@@ -82,6 +83,7 @@ struct Arguments {
        {"--memory-limit", "memory.limit", "Emulate a card of this size, e.g. 12GiB"}}};
   bool find_max = false;
   training::PlanRequest plan;
+  PlanFlags plan_values;
   ConfigFlags plan_flags{
       {},
       {{"--device", "training.device", "auto, cpu, cuda or cuda:N (for the small sweep)"},
@@ -96,6 +98,7 @@ struct Arguments {
   std::string report_dir;
   training::CompareRequest compare;
   training::MatmulRequest matmul;
+  std::string matmul_memory_limit;
   training::LoaderBenchRequest loader_bench;
   ConfigFlags loader_flags;
   training::ConvertRequest convert;

@@ -26,7 +26,13 @@ int dispatch(app::Arguments& a, const app::Commands& c) {
       return training::convert_command(a.convert);
     });
   }
-  if (*c.matmul) return guarded([&] { return training::matmul_command(a.matmul); });
+  if (*c.matmul) {
+    return guarded([&] {
+      if (!a.matmul_memory_limit.empty())
+        a.matmul.memory_limit = app::size_flag("--memory-limit", a.matmul_memory_limit);
+      return training::matmul_command(a.matmul);
+    });
+  }
   if (*c.loader) {
     return guarded([&] {
       a.loader_bench.overrides = a.loader_flags.overrides();
@@ -54,7 +60,7 @@ int dispatch(app::Arguments& a, const app::Commands& c) {
       app::refuse_small_sweep_flags_with_from(*c.plan);
       a.plan.overrides = a.plan_flags.overrides();
       a.plan.executable = training::current_executable();
-      return training::plan_command(a.plan);
+      return training::plan_command(app::plan_request(a.plan_values, a.plan));
     });
   }
   if (*c.memory) {

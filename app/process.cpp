@@ -12,11 +12,11 @@
 #include <filesystem>
 
 #include "data/split.h"
+#include "training/cards/alloc_conf.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/stop_signal.h"
 #include "training/run/run_dir.h"
-#include "training/studies/alloc_conf.h"
 
 namespace app {
 

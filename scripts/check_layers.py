@@ -17,6 +17,9 @@ The layers, lowest first (docs/architecture.md):
                         records, checkpoints, report, diagnosis
     training/loop       the loop and what watches it (observers, timing, evaluation, progress)
     training            the commands (training/*.cpp: train, convert)
+  training/cards      a card this machine does not have: the caching allocator's model and its
+                      options, the cards' data, the allocation stream scaled and replayed, the
+                      step's estimated time
   training/studies    measurements over runs: sweeps and trials, memory model, matmul bench
   app                 command-line parsing and dispatch
 
@@ -37,8 +40,9 @@ ALLOWED = {
     "data": {"data"},
     "models": {"models"},
     **{room: set(ROOMS[:i + 1]) | BELOW_TRAINING for i, room in enumerate(ROOMS)},
-    "training/studies": {"training/studies", *ROOMS, *BELOW_TRAINING},
-    "app": {"app", "training/studies", *ROOMS, *BELOW_TRAINING},
+    "training/cards": {"training/cards", *ROOMS, *BELOW_TRAINING},
+    "training/studies": {"training/studies", "training/cards", *ROOMS, *BELOW_TRAINING},
+    "app": {"app", "training/studies", "training/cards", *ROOMS, *BELOW_TRAINING},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

@@ -247,8 +247,7 @@ Config load_config(const std::string& path, const std::vector<Override>& overrid
   }
   // A config is a few KiB; a bound keeps a wrong path (a huge log, a disk image) from being read
   // until memory runs out.
-  if (std::filesystem::is_regular_file(status) &&
-      std::filesystem::file_size(path, ec) > (1 << 20)) {
+  if (std::filesystem::is_regular_file(status) && std::filesystem::file_size(path, ec) > kMiB) {
     throw ConfigError(path + ": is larger than 1 MiB, expected a YAML config file of a few KiB");
   }
   std::ifstream in(path);

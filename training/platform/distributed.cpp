@@ -21,6 +21,7 @@
 
 #include "training/platform/errors.h"
 #include "training/platform/join_deadline.h"
+#include "training/platform/memory.h"
 #include "training/platform/network.h"
 
 #ifdef TRAIN_WITH_NCCL
@@ -351,7 +352,7 @@ class ReducerAverager : public ProcessGroup::GradientAverager {
 
 std::unique_ptr<ProcessGroup::GradientAverager> ProcessGroup::gradient_averager(
     torch::nn::Module& module) const {
-  return std::make_unique<ReducerAverager>(module, impl_->group, options_.bucket_mb << 20);
+  return std::make_unique<ReducerAverager>(module, impl_->group, options_.bucket_mb * kMiB);
 }
 
 #else  // no Gloo headers at build time: refuse at the door, before anything else happens

@@ -213,7 +213,6 @@ std::string byte_size_text(int64_t bytes) {
 }
 
 std::string size_at_least_text(int64_t bytes) {
-  constexpr int64_t kMiB = int64_t{1} << 20;
   return byte_size_text((std::max<int64_t>(bytes, 1) + kMiB - 1) / kMiB * kMiB);
 }
 

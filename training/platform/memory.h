@@ -15,6 +15,8 @@
 
 namespace training {
 
+inline constexpr int64_t kMiB = int64_t{1} << 20;  // the one spelling of a MiB
+
 struct MemoryStats {
   int64_t allocated = 0;       // bytes held by tensors now
   int64_t peak_allocated = 0;  // most bytes held since the last reset
@@ -100,7 +102,7 @@ std::string size_at_least_text(int64_t bytes);
 std::string format_bytes(int64_t bytes);
 
 inline double to_mib(int64_t bytes) {
-  return static_cast<double>(bytes) / (1 << 20);
+  return static_cast<double>(bytes) / kMiB;
 }
 // "12.3": MiB with one decimal, for tables whose header says the unit.
 std::string mib_text(int64_t bytes);

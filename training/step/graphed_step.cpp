@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "training/platform/errors.h"
+#include "training/platform/memory.h"
 #include "training/step/optim.h"
 
 namespace training {
@@ -87,7 +88,7 @@ bool GraphedStep::capture(int64_t batch) {
   spdlog::info(
       "training step captured in a CUDA graph after {} warm-up steps (batch {}); its memory "
       "pool holds {:.1f} MiB, {:.1f} MiB reserved on {} in all",
-      kWarmupSteps, batch, static_cast<double>(graph_->pool_bytes()) / (1 << 20),
+      kWarmupSteps, batch, static_cast<double>(graph_->pool_bytes()) / kMiB,
       static_cast<double>(memory_stats(device_).reserved) / (1 << 20), device_.str());
   return true;
 }

@@ -67,7 +67,7 @@ void measure(const MatmulBenchOptions& options, const torch::Device& device,
 MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::string& devices,
                                         const std::string& dtypes, int64_t repeats,
                                         const std::vector<std::string>& peaks,
-                                        const std::string& memory_limit) {
+                                        int64_t memory_limit) {
   MatmulBenchOptions options;
   options.sizes.clear();
   for (const auto& item : config_yaml::split_items(sizes, "--size")) {
@@ -132,16 +132,7 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
     }
     options.peak_gflops[device + ":" + dtype] = gflops;
   }
-  if (!memory_limit.empty()) {
-    try {
-      options.memory_limit = parse_byte_size(memory_limit);
-      if (options.memory_limit == 0) {
-        throw std::invalid_argument("expected a size above 0, got '" + memory_limit + "'");
-      }
-    } catch (const std::invalid_argument& e) {
-      throw UserError(std::string("--memory-limit: ") + e.what());
-    }
-  }
+  options.memory_limit = memory_limit;
   return options;
 }
 

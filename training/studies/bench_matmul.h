@@ -43,7 +43,7 @@ struct MatmulResult {
 MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::string& devices,
                                         const std::string& dtypes, int64_t repeats,
                                         const std::vector<std::string>& peaks,
-                                        const std::string& memory_limit = "");
+                                        int64_t memory_limit = 0);
 
 // Devices without CUDA are reported as not available, not as errors; so is a size that runs out
 // of memory (out_of_memory set), and the remaining rows still run.
@@ -57,8 +57,8 @@ struct MatmulRequest {
   std::string sizes = "4096", devices = "cpu", dtypes = "fp32";
   int64_t repeats = 5;
   std::vector<std::string> peaks;
-  int64_t threads = 0;  // CPU threads (0 = LibTorch's default)
-  std::string memory_limit;
+  int64_t threads = 0;       // CPU threads (0 = LibTorch's default)
+  int64_t memory_limit = 0;  // --memory-limit in bytes (app/flag_values.h); 0 = none
   std::string output = "matmul.json";
 };
 

@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "training/cards/caching_allocator.h"
+#include "training/cards/cards.h"
+#include "training/cards/linear_stream.h"
+#include "training/cards/stream_replay.h"
 #include "training/config/config.h"
-#include "training/studies/caching_allocator.h"
-#include "training/studies/cards.h"
-#include "training/studies/linear_stream.h"
 #include "training/studies/setting.h"
 #include "training/studies/step_recording.h"
-#include "training/studies/stream_replay.h"
 
 namespace training {
 

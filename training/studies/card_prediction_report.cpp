@@ -2,8 +2,8 @@
 // sweep's columns and the Markdown table.
 #include <fmt/format.h>
 
+#include "training/cards/alloc_conf.h"
 #include "training/platform/memory.h"
-#include "training/studies/alloc_conf.h"
 #include "training/studies/card_prediction.h"
 
 namespace training {

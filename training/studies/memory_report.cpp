@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "training/cards/alloc_conf.h"
 #include "training/config/config_yaml.h"
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
@@ -19,7 +20,6 @@
 #include "training/run/output_dir.h"
 #include "training/run/run_dir.h"
 #include "training/step/graphed_step.h"
-#include "training/studies/alloc_conf.h"
 #include "training/studies/card_prediction.h"
 
 namespace training {

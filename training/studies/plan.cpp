@@ -9,6 +9,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "training/cards/alloc_conf.h"
+#include "training/cards/gpu_cost.h"
 #include "training/config/config_yaml.h"
 #include "training/parts/components.h"
 #include "training/parts/memory_format.h"
@@ -18,35 +20,12 @@
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/run/run_dir.h"
-#include "training/studies/alloc_conf.h"
 #include "training/studies/card_prediction.h"
-#include "training/studies/gpu_cost.h"
 #include "training/studies/sweep_report.h"
 
 namespace training {
 
 namespace fs = std::filesystem;
-
-double parse_headroom(const std::string& text) {
-  const std::string expected =
-      "--headroom: expected the share of the card to keep free, below 100%, e.g. 10% or 0.1; "
-      "got '" +
-      text + "'";
-  std::string number = text;
-  const bool percent = !number.empty() && number.back() == '%';
-  if (percent) number.pop_back();
-  double value = 0;
-  size_t end = 0;
-  try {
-    value = std::stod(number, &end);
-  } catch (const std::exception&) {
-    throw UserError(expected);
-  }
-  if (end != number.size() || !std::isfinite(value)) throw UserError(expected);
-  if (percent) value /= 100;
-  if (value < 0 || value >= 1) throw UserError(expected);
-  return value;
-}
 
 namespace {
 
@@ -60,13 +39,13 @@ std::pair<int64_t, std::string> plan_overhead(const SweepRecord& sweep,
       measured = std::max(measured, t.result.outside_allocator_bytes);
     }
   }
-  if (sweep.device.rfind("cuda", 0) == 0 && measured > 0) {
+  if (sweep.cuda && measured > 0) {
     return {measured, "measured on " + sweep.device + " by the sweep's trials"};
   }
-  return {kAssumedCudaOverhead, sweep.device.rfind("cuda", 0) == 0
-                                    ? "assumed: this sweep did not measure it; --overhead to change"
-                                    : "assumed for a CUDA card: the sweep ran on " + sweep.device +
-                                          "; --overhead to change"};
+  return {kOutsideAllocatorBytes,
+          std::string(kOutsideAllocatorSource) + ", assumed: " +
+              (sweep.cuda ? "this sweep did not measure it" : "the sweep ran on " + sweep.device) +
+              "; --overhead to change"};
 }
 
 // With a card: each candidate's peaks by replaying its setting's stream (recorded here once per
@@ -78,7 +57,7 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
   const AllocatorOptions options = alloc_conf_from_environment();
   plan.allocator_options = alloc_conf_text(options);
   CardPredictor predictor(config, card, options, std::max<int64_t>(1, for_allocator));
-  const bool on_cuda = sweep.device.rfind("cuda", 0) == 0;
+  const bool on_cuda = sweep.cuda;
   // A card given by its size has no data sheet: no speed, never another card's (issue 53).
   plan.speed = on_cuda                     ? Plan::Speed::Measured
                : card.peak_tflops_half > 0 ? Plan::Speed::Estimated
@@ -211,7 +190,7 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
   plan.headroom = headroom;
   plan.usable_bytes = static_cast<int64_t>(static_cast<double>(card_bytes) * (1 - headroom));
   std::tie(plan.overhead_bytes, plan.overhead_source) = plan_overhead(sweep, overhead);
-  if (card && !overhead && sweep.device.rfind("cuda", 0) != 0) {
+  if (card && !overhead && !sweep.cuda) {
     const BesideTensors beside = beside_tensors(*card);
     plan.overhead_bytes = beside.outside_allocator;
     plan.overhead_source = beside.outside_source;
@@ -278,16 +257,6 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
 
 namespace {
 
-int64_t parse_size_flag(const std::string& flag, const std::string& text) {
-  try {
-    const int64_t bytes = parse_byte_size(text);
-    if (bytes <= 0) throw std::invalid_argument("expected a size above 0, got '" + text + "'");
-    return bytes;
-  } catch (const std::invalid_argument& e) {
-    throw UserError(flag + ": " + e.what());
-  }
-}
-
 // The small sweep `train plan` runs without --from; returns its directory (empty when stopped).
 fs::path run_small_sweep(const PlanRequest& request) {
   const Config config = load_config(request.config_path, request.overrides);
@@ -320,70 +289,16 @@ fs::path run_small_sweep(const PlanRequest& request) {
   return run_sweep(sweep) == kExitOk ? fs::path(sweep.output_dir) : fs::path();
 }
 
-// --json replaces only an earlier plan: any other path that exists (a sweep's file, a config).
-void check_json_output(const std::string& path) {
-  std::error_code error;
-  if (!fs::exists(path, error)) return;
-  bool a_plan = false;
-  if (fs::is_regular_file(path, error)) {
-    std::ifstream in(path);
-    const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    a_plan = json.is_object() && json.contains("candidates") &&
-             json.contains("images_per_second_source");
-  }
-  if (!a_plan) {
-    throw UserError("--json: " + path + " exists and is not a plan written by `train plan`");
-  }
-}
-
 }  // namespace
 
 int plan_command(const PlanRequest& request) {
-  if (request.memory.empty() == request.card.empty()) {
-    throw UserError(
-        "plan: expected one of --memory SIZE (e.g. 12GiB) or --card NAME (e.g. "
-        "A100-40GB, or 24GiB)");
-  }
-  std::optional<Card> named;
-  if (!request.card.empty()) {
-    named = find_card(request.card);
-    alloc_conf_from_environment();  // refused before the small sweep runs
-  }
-  const int64_t card = named ? named->memory_bytes : parse_size_flag("--memory", request.memory);
-  if (!request.json.empty()) check_json_output(request.json);
-  const double headroom = parse_headroom(request.headroom);
-  std::optional<int64_t> overhead;
-  if (!request.overhead.empty()) overhead = parse_size_flag("--overhead", request.overhead);
-  int64_t target_batch = 0;
-  if (!request.target_batch.empty() &&
-      !config_yaml::decimal_integer(YAML::Node(request.target_batch), target_batch)) {
-    target_batch = -1;
-  }
-  if (!request.target_batch.empty() && target_batch < 1) {
-    throw UserError(
-        "--target-batch: expected images per optimizer step, a whole number >= 1, got '" +
-        request.target_batch + "'");
-  }
-  if (request.budget_seconds < 1 || request.budget_seconds > kMaxTimeBudget) {
-    throw UserError("--budget: expected seconds from 1 to " + std::to_string(kMaxTimeBudget) +
-                    " (7 days, as sweep.time_budget), got " +
-                    std::to_string(request.budget_seconds));
-  }
   fs::path sweep_dir = request.from;
-  if (!request.from.empty() && !request.config_path.empty()) {
-    throw UserError("--config: not used with --from (the sweep's config is " +
-                    (fs::path(request.from) / "config.yaml").string() + "); give one of them");
-  }
   if (request.from.empty()) {
-    if (request.config_path.empty()) {
-      throw UserError(
-          "plan: expected --from SWEEP_DIR (a sweep to reuse) or --config FILE (to run a small "
-          "sweep first)");
-    }
     sweep_dir = run_small_sweep(request);
     if (sweep_dir.empty()) return kExitStopped;
   }
-  const Plan plan = make_plan(sweep_dir, card, headroom, overhead, named, target_batch);
+  const Plan plan = make_plan(sweep_dir, request.memory, request.headroom, request.overhead,
+                              request.card, request.target_batch);
   if (!request.json.empty()) {
     write_file_atomically(request.json, plan_json(plan).dump(2) + "\n");
   }

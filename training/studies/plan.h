@@ -12,16 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "training/cards/cards.h"
 #include "training/config/config.h"
-#include "training/studies/cards.h"
 #include "training/studies/sweep.h"
 
 namespace training {
-
-// Memory outside the caching allocator assumed when the sweep ran on the CPU, where it cannot be
-// measured: the CUDA context with cuBLAS and cuDNN handles and workspaces, rounded up. A sweep on
-// CUDA measures it instead (the trials' outside_allocator_bytes); --overhead sets it.
-inline constexpr int64_t kAssumedCudaOverhead = int64_t{1} << 30;
 
 struct PlanCandidate {
   Setting setting;
@@ -67,12 +62,9 @@ struct Plan {
 // "10%" for 0.1.
 std::string percent_text(double share);
 
-// "10%" or "0.1": the share of the card to keep free, in [0, 1). Throws UserError naming
-// --headroom otherwise.
-double parse_headroom(const std::string& text);
-
 // The plan for a card of `card_bytes` from the sweep in `sweep_dir` (sweep_report.h's
-// read_sweep). `overhead`: nullopt = measured by a CUDA sweep, or kAssumedCudaOverhead.
+// read_sweep). `overhead`: nullopt = measured by a CUDA sweep, or cards.h's
+// kOutsideAllocatorBytes.
 // Throws UserError when no setting fits, naming the smallest card that would fit one.
 // With `card` (its memory is card_bytes): the peaks are the card's, by replay, and a sweep that did
 // not run on CUDA is ranked by the estimated images/s on that card, never by its own device's.
@@ -94,25 +86,26 @@ std::string plan_table(const Plan& plan);
 // least as fast as the candidate measured. Other granularities are recommended as measured.
 std::string recommended_flags(const Plan& plan, const PlanCandidate& candidate);
 
+// `train plan`'s request, its flags checked (app/flag_values.h).
 struct PlanRequest {
-  std::string memory;  // the card, "12GiB"
-  std::string headroom = "10%";
-  std::string overhead;  // "" = measured or assumed (see kAssumedCudaOverhead)
-  std::string from;      // a sweep directory; "" = run a small sweep first
+  int64_t memory = 0;        // the card's memory in bytes
+  std::optional<Card> card;  // a card by name or size (cards.h): peaks by replay, speed estimated
+  double headroom = 0.1;
+  std::optional<int64_t> overhead;  // nullopt: measured by a CUDA sweep, or assumed
+  std::string from;                 // a sweep directory; "" = run a small sweep first
   std::string config_path;
   std::vector<Override> overrides;
   std::string output_dir;  // of the small sweep; "" = <output.dir>/<date>-<time>-plan-<arch>
   std::filesystem::path executable;
   int64_t budget_seconds = 300;  // the small sweep's sweep.time_budget
-  std::string card;  // or a card by name or size (cards.h): peaks by replay, speed estimated
-  std::string json;  // where to write plan_json ("" = nowhere)
+  std::string json;              // where to write plan_json ("" = nowhere)
   // Images per optimizer step to reach by gradient accumulation (0 = none): the plan then
   // answers with micro-batch x training.accumulate_steps per setting.
-  std::string target_batch;
+  int64_t target_batch = 0;
 };
 
 // Prints the table and the recommended flags on stdout. kExitOk, or kExitStopped when the small
-// sweep was stopped; UserError for bad input and for a card too small for every setting.
+// sweep was stopped; UserError for a card too small for every setting.
 int plan_command(const PlanRequest& request);
 
 }  // namespace training

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "training/cards/alloc_conf.h"
 #include "training/platform/memory.h"
-#include "training/studies/alloc_conf.h"
 #include "training/studies/plan.h"
 
 namespace training {

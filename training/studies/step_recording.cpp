@@ -65,7 +65,7 @@ std::vector<torch::Tensor> reducer_buckets(torch::nn::Module& model, const Confi
     if (p.requires_grad()) params.push_back(p);
   }
   std::vector<torch::Tensor> buckets;
-  for (const auto& bucket : gradient_buckets(params, config.distributed.bucket_mb << 20)) {
+  for (const auto& bucket : gradient_buckets(params, config.distributed.bucket_mb * kMiB)) {
     int64_t numel = 0;
     for (const size_t i : bucket) numel += params[i].numel();
     buckets.push_back(torch::empty({numel}, params[bucket.front()].options()));

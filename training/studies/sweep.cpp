@@ -9,6 +9,7 @@
 #include <fstream>
 #include <optional>
 
+#include "training/cards/alloc_conf.h"
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/parts/setup.h"
@@ -23,7 +24,6 @@
 #include "training/run/output_dir.h"
 #include "training/run/run_dir.h"
 #include "training/step/graphed_step.h"
-#include "training/studies/alloc_conf.h"
 #include "training/studies/card_prediction.h"
 #include "training/studies/sweep_report.h"
 
@@ -277,7 +277,7 @@ class Sweep {
                               : std::string("none"),
         summary.fit ? fmt::format(", peak = {} MiB + {:.2f} MiB x batch (R² {:.4f})",
                                   mib_text(static_cast<int64_t>(summary.fit->intercept)),
-                                  summary.fit->slope / (1 << 20), summary.fit->r_squared)
+                                  summary.fit->slope / kMiB, summary.fit->r_squared)
                     : std::string(),
         !summary.largest_fitting ? std::string()
         : untrainable(*summary.largest_fitting).empty()

@@ -6,13 +6,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "training/cards/alloc_conf.h"
 #include "training/platform/atomic_file.h"
+#include "training/platform/device.h"
 #include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
 #include "training/run/output_dir.h"
-#include "training/studies/alloc_conf.h"
 
 namespace training {
 
@@ -159,9 +160,9 @@ void settings_table(std::ostringstream& md, const std::vector<SettingSummary>& c
                ? fmt::format("{} ({:.0f})", *c.fastest_batch, c.fastest_images_per_second)
                : "-")
        << " | "
-       << (c.fit ? fmt::format("{} MiB + {:.3f} MiB x batch",
-                               mib_text(static_cast<int64_t>(c.fit->intercept)),
-                               c.fit->slope / (1 << 20))
+       << (c.fit
+               ? fmt::format("{} MiB + {:.3f} MiB x batch",
+                             mib_text(static_cast<int64_t>(c.fit->intercept)), c.fit->slope / kMiB)
            : c.setting.checkpointing == CheckpointMode::Auto
                ? "none for auto (its recomputed blocks change with the batch)"
                : "needs two batch sizes that fit")
@@ -301,6 +302,11 @@ SweepRecord read_sweep(const fs::path& dir) {
     record.arch = json.at("arch").get<std::string>();
     record.stem = json.at("stem").get<std::string>();
     record.device = json.at("device").get<std::string>();
+    const auto spec = parse_device_spec(record.device);
+    if (!spec || spec->kind == DeviceSpec::Kind::Auto) {
+      throw std::invalid_argument("device: '" + record.device + "' is not cpu or cuda:N");
+    }
+    record.cuda = spec->kind == DeviceSpec::Kind::Cuda;
     record.complete = json.at("complete").get<bool>();
     for (const auto& cell : json.at("cells")) record.cells.push_back(Setting::from_json(cell));
     const auto& rows = json.at("trials");

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "data/dataset.h"
+#include "training/cards/cards.h"
 #include "training/out_of_memory.h"
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
@@ -24,7 +25,6 @@
 #include "training/step/graphed_step.h"
 #include "training/step/optim.h"
 #include "training/step/step.h"
-#include "training/studies/cards.h"
 
 namespace training {
 

@@ -11,14 +11,14 @@
 #include <map>
 
 #include "test_support.h"
+#include "training/cards/linear_stream.h"
+#include "training/cards/stream_replay.h"
 #include "training/config/config.h"
 #include "training/parts/components.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
-#include "training/studies/linear_stream.h"
 #include "training/studies/memory_report.h"
 #include "training/studies/step_recording.h"
-#include "training/studies/stream_replay.h"
 
 namespace training {
 namespace {

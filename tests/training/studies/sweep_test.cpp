@@ -434,7 +434,9 @@ fs::path fake_train(const test_support::TempDir& dir, const std::string& name,
                          "printf '{\"status\":\"ok\",\"message\":\"\",\"peak_allocated_bytes\":%d,"
                          "\"peak_reserved_bytes\":%d,\"steady_peak_allocated_bytes\":%d,"
                          "\"steady_peak_reserved_bytes\":%d,\"median_step_seconds\":0.1,"
-                         "\"images_per_second\":%d,\"steps\":1}\\n' $((b*1000)) $((b*1000)) "
+                         "\"images_per_second\":%d,\"steps\":1,\"replayed_steps\":0,"
+                         "\"outside_allocator_bytes\":0,\"recomputed_blocks\":null,"
+                         "\"predicted_peak_bytes\":0}\\n' $((b*1000)) $((b*1000)) "
                          "$((b*1000)) $((b*1000)) $((b*10)) > \"$5\"\n";
   fs::permissions(fake, fs::perms::owner_all);
   return fake;
@@ -643,7 +645,9 @@ sweep: {batch_sizes: [8], find_max: true, max_batch: 64}
            "printf '{\"status\":\"%s\",\"message\":\"\",\"peak_allocated_bytes\":%d,"
            "\"peak_reserved_bytes\":%d,\"steady_peak_allocated_bytes\":%d,"
            "\"steady_peak_reserved_bytes\":%d,\"median_step_seconds\":0.1,"
-           "\"images_per_second\":%d,\"steps\":1}\\n' $status $((b*1000)) $((b*1000)) "
+           "\"images_per_second\":%d,\"steps\":1,\"replayed_steps\":0,"
+           "\"outside_allocator_bytes\":0,\"recomputed_blocks\":null,"
+           "\"predicted_peak_bytes\":0}\\n' $status $((b*1000)) $((b*1000)) "
            "$((b*1000)) $((b*1000)) $((b*10)) > \"$5\"\n"
            "exit $code\n";
     fs::permissions(fake, fs::perms::owner_all);

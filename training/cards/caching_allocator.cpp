@@ -1,4 +1,4 @@
-#include "training/studies/caching_allocator.h"
+#include "training/cards/caching_allocator.h"
 
 #include <c10/util/Exception.h>
 

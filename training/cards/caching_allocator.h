@@ -37,9 +37,9 @@
 #include <memory>
 #include <unordered_map>
 
-namespace training {
+#include "training/platform/memory.h"
 
-inline constexpr int64_t kMiB = int64_t{1} << 20;
+namespace training {
 
 struct AllocatorOptions {
   int64_t max_split_size = std::numeric_limits<int64_t>::max();  // max_split_size_mb, in bytes

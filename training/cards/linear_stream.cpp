@@ -1,4 +1,4 @@
-#include "training/studies/linear_stream.h"
+#include "training/cards/linear_stream.h"
 
 #include <fmt/format.h>
 

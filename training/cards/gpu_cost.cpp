@@ -1,4 +1,4 @@
-#include "training/studies/gpu_cost.h"
+#include "training/cards/gpu_cost.h"
 
 #include <torch/torch.h>
 

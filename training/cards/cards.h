@@ -29,6 +29,12 @@ struct Card {
   double peak_tflops_half = 0;
 };
 
+// What a CUDA process holds outside the caching allocator (the context, the kernels loaded, the
+// libraries' handles): measured once, and assumed for every card and for a plan from a CPU sweep.
+inline constexpr int64_t kOutsideAllocatorBytes = int64_t{771} << 20;
+inline constexpr const char* kOutsideAllocatorSource =
+    "measured on an H200 with torch 2.11.0+cu130 (docs/gpu.md)";
+
 struct BesideTensors {
   int64_t cublas_workspace = 0;  // bytes of one workspace
   int64_t workspaces = 2;        // how many a training step creates

@@ -1,4 +1,4 @@
-#include "training/studies/stream_replay.h"
+#include "training/cards/stream_replay.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -8,8 +8,34 @@
 
 namespace training {
 
-Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& options,
+namespace {
+
+// `stream` with the card's cuBLAS workspaces allocated, and kept, where its first backward phase
+// begins: cuBLAS creates them at the first matrix multiply of each thread, autograd's included.
+AllocationStream with_workspaces(AllocationStream stream, const BesideTensors& beside) {
+  const std::string backward = " backward";
+  const auto first = std::find_if(stream.marks.begin(), stream.marks.end(), [&](const auto& m) {
+    return m.label.size() > backward.size() &&
+           m.label.compare(m.label.size() - backward.size(), backward.size(), backward) == 0;
+  });
+  if (first == stream.marks.end()) return stream;
+  const size_t at = first->event;
+  std::vector<TraceEvent> workspaces;
+  for (int64_t w = 0; w < beside.workspaces; ++w)
+    workspaces.push_back({-1 - w, beside.cublas_workspace});
+  for (auto later = first + 1; later != stream.marks.end(); ++later) {
+    if (later->event >= at) later->event += workspaces.size();
+  }
+  stream.events.insert(stream.events.begin() + static_cast<std::ptrdiff_t>(at), workspaces.begin(),
+                       workspaces.end());
+  return stream;
+}
+
+}  // namespace
+
+Replay replay_stream(const AllocationStream& recorded, const AllocatorOptions& options,
                      const BesideTensors& beside) {
+  const AllocationStream stream = with_workspaces(recorded, beside);
   CachingAllocatorModel allocator(options);
   Replay replay;
   std::string phase = "start";
@@ -18,22 +44,10 @@ Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& opt
   auto close_phase = [&] {
     if (current.phase != "held" && current.phase != "start") replay.phases.push_back(current);
   };
-  bool workspaces_placed = false;
   auto open_phase = [&](const std::string& label) {
     close_phase();
     phase = label;
     current = {label, allocator.stats().allocated, allocator.stats().reserved};
-    const std::string backward = " backward";
-    if (!workspaces_placed && label.size() > backward.size() &&
-        label.compare(label.size() - backward.size(), backward.size(), backward) == 0) {
-      workspaces_placed = true;
-      for (int64_t w = 0; w < beside.workspaces; ++w) {
-        if (!allocator.allocate(-1 - w, beside.cublas_workspace)) {
-          replay.fits = false;
-          replay.failed_at = label;
-        }
-      }
-    }
   };
   for (size_t i = 0; i <= stream.events.size() && replay.fits; ++i) {
     while (next_mark < stream.marks.size() && stream.marks[next_mark].event == i) {

@@ -1,4 +1,4 @@
-#include "training/studies/cards.h"
+#include "training/cards/cards.h"
 
 #include <algorithm>
 #include <cctype>
@@ -12,13 +12,12 @@ namespace training {
 
 namespace {
 
-constexpr int64_t kMiBytes = int64_t{1} << 20;
 const char* const kVendor =
     "nvidia-smi memory.total as commonly reported for this card (not measured here)";
 
 Card card(const char* name, int64_t mib, int major, const char* arch, double fp32, double half,
           const char* source = kVendor) {
-  return {name, mib * kMiBytes, source, major, arch, fp32, half};
+  return {name, mib * kMiB, source, major, arch, fp32, half};
 }
 
 std::string folded(const std::string& text) {
@@ -130,9 +129,9 @@ BesideTensors beside_tensors(const Card& card) {
   BesideTensors beside;
   const bool large = card.compute_major == 9 || card.compute_major == 10 ||
                      card.compute_major == 12 || card.compute_major == 0;
-  beside.cublas_workspace = large ? 32 * kMiBytes : 4096 * 1024 * 2 + 16 * 1024 * 8;
-  beside.outside_allocator = 771 * kMiBytes;
-  beside.outside_source = "measured on an H200 with torch 2.11.0+cu130 (docs/gpu.md)";
+  beside.cublas_workspace = large ? 32 * kMiB : 4096 * 1024 * 2 + 16 * 1024 * 8;
+  beside.outside_allocator = kOutsideAllocatorBytes;
+  beside.outside_source = kOutsideAllocatorSource;
   if (card.name != "H200") beside.outside_source += ", assumed for this card";
   return beside;
 }

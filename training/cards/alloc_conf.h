@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "training/studies/caching_allocator.h"
+#include "training/cards/caching_allocator.h"
 
 namespace training {
 

@@ -21,8 +21,8 @@
 #include <cstdint>
 
 #include "models/resnet.h"
+#include "training/cards/cards.h"
 #include "training/config/config.h"
-#include "training/studies/cards.h"
 
 namespace training {
 

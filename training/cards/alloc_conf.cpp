@@ -1,6 +1,6 @@
 // PYTORCH_CUDA_ALLOC_CONF (or PYTORCH_ALLOC_CONF) as the card's process reads it (alloc_conf.h):
 // the options the model follows, and a refusal naming any other.
-#include "training/studies/alloc_conf.h"
+#include "training/cards/alloc_conf.h"
 
 #include <algorithm>
 #include <cstdlib>

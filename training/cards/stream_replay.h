@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "training/cards/caching_allocator.h"
+#include "training/cards/cards.h"
+#include "training/cards/linear_stream.h"
 #include "training/platform/allocation_trace.h"
-#include "training/studies/caching_allocator.h"
-#include "training/studies/cards.h"
-#include "training/studies/linear_stream.h"
 
 namespace training {
 

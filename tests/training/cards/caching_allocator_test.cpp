@@ -1,14 +1,14 @@
 // The caching allocator model on hand-built streams whose outcome follows from
 // c10/cuda/CUDACachingAllocator.cpp's rules (the function each case follows is named).
-#include "training/studies/caching_allocator.h"
+#include "training/cards/caching_allocator.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 #include <random>
 
+#include "training/cards/alloc_conf.h"
 #include "training/platform/errors.h"
-#include "training/studies/alloc_conf.h"
 
 namespace training {
 namespace {

@@ -1,0 +1,111 @@
+#include "app/flag_values.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "training/cards/alloc_conf.h"
+#include "training/cards/cards.h"
+#include "training/config/config_yaml.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+
+namespace app {
+
+namespace fs = std::filesystem;
+using training::UserError;
+
+namespace {
+
+// "10%" or "0.1": the share of the card to keep free, in [0, 1).
+double headroom_flag(const std::string& text) {
+  const std::string expected =
+      "--headroom: expected the share of the card to keep free, below 100%, e.g. 10% or 0.1; "
+      "got '" +
+      text + "'";
+  std::string number = text;
+  const bool percent = !number.empty() && number.back() == '%';
+  if (percent) number.pop_back();
+  double value = 0;
+  size_t end = 0;
+  try {
+    value = std::stod(number, &end);
+  } catch (const std::exception&) {
+    throw UserError(expected);
+  }
+  if (end != number.size() || !std::isfinite(value)) throw UserError(expected);
+  if (percent) value /= 100;
+  if (value < 0 || value >= 1) throw UserError(expected);
+  return value;
+}
+
+// --json replaces only an earlier plan: any other path that exists (a sweep's file, a config).
+void check_json_output(const std::string& path) {
+  std::error_code error;
+  if (path.empty() || !fs::exists(path, error)) return;
+  bool a_plan = false;
+  if (fs::is_regular_file(path, error)) {
+    std::ifstream in(path);
+    const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    a_plan = json.is_object() && json.contains("candidates") &&
+             json.contains("images_per_second_source");
+  }
+  if (!a_plan) {
+    throw UserError("--json: " + path + " exists and is not a plan written by `train plan`");
+  }
+}
+
+}  // namespace
+
+int64_t size_flag(const std::string& flag, const std::string& text) {
+  try {
+    const int64_t bytes = training::parse_byte_size(text);
+    if (bytes > 0) return bytes;
+  } catch (const std::invalid_argument& e) {
+    throw UserError(flag + ": " + e.what());
+  }
+  throw UserError(flag + ": expected a size above 0, got '" + text + "'");
+}
+
+training::PlanRequest plan_request(const PlanFlags& flags, training::PlanRequest request) {
+  if (flags.memory.empty() == flags.card.empty()) {
+    throw UserError(
+        "plan: expected one of --memory SIZE (e.g. 12GiB) or --card NAME (e.g. "
+        "A100-40GB, or 24GiB)");
+  }
+  if (!flags.card.empty()) {
+    request.card = training::find_card(flags.card);
+    request.memory = request.card->memory_bytes;
+    training::alloc_conf_from_environment();  // refused before the small sweep runs
+  } else {
+    request.memory = size_flag("--memory", flags.memory);
+  }
+  check_json_output(request.json);
+  request.headroom = headroom_flag(flags.headroom);
+  if (!flags.overhead.empty()) request.overhead = size_flag("--overhead", flags.overhead);
+  if (!flags.target_batch.empty() && (!training::config_yaml::decimal_integer(
+                                          YAML::Node(flags.target_batch), request.target_batch) ||
+                                      request.target_batch < 1)) {
+    throw UserError(
+        "--target-batch: expected images per optimizer step, a whole number >= 1, got '" +
+        flags.target_batch + "'");
+  }
+  if (request.budget_seconds < 1 || request.budget_seconds > training::kMaxTimeBudget) {
+    throw UserError(
+        "--budget: expected seconds from 1 to " + std::to_string(training::kMaxTimeBudget) +
+        " (7 days, as sweep.time_budget), got " + std::to_string(request.budget_seconds));
+  }
+  if (!request.from.empty() && !request.config_path.empty()) {
+    throw UserError("--config: not used with --from (the sweep's config is " +
+                    (fs::path(request.from) / "config.yaml").string() + "); give one of them");
+  }
+  if (request.from.empty() && request.config_path.empty()) {
+    throw UserError(
+        "plan: expected --from SWEEP_DIR (a sweep to reuse) or --config FILE (to run a small "
+        "sweep first)");
+  }
+  return request;
+}
+
+}  // namespace app

@@ -1,0 +1,108 @@
+#include "app/flag_values.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "test_support.h"
+#include "training/platform/errors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+training::PlanRequest from_sweep() {
+  training::PlanRequest request;
+  request.from = "sweep";
+  return request;
+}
+
+// The line `plan_request` refuses `flags` with ("" when it takes them).
+std::string refusal(const app::PlanFlags& flags, training::PlanRequest request = {}) {
+  if (request.from.empty() && request.config_path.empty()) request.from = "sweep";
+  try {
+    app::plan_request(flags, request);
+  } catch (const training::UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(FlagValues, SizesAreAboveZeroAndNameTheirFlag) {
+  EXPECT_EQ(app::size_flag("--memory", "12GiB"), int64_t{12} << 30);
+  EXPECT_EQ(app::size_flag("--overhead", "1.5KiB"), 1536);
+  for (const std::string bad : {"12XB", "0", "-1GiB", "0.5B"}) {
+    try {
+      app::size_flag("--memory", bad);
+      ADD_FAILURE() << bad;
+    } catch (const training::UserError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("--memory: ", 0), 0u) << e.what();
+    }
+  }
+}
+
+TEST(FlagValues, APlanRequestIsCheckedBeforeTheCommandRuns) {
+  app::PlanFlags flags;
+  EXPECT_EQ(refusal(flags).rfind("plan: expected one of --memory SIZE", 0), 0u);
+  flags.memory = "4GiB";
+  const auto request = app::plan_request(flags, from_sweep());
+  EXPECT_EQ(request.memory, int64_t{4} << 30);
+  EXPECT_DOUBLE_EQ(request.headroom, 0.10);
+  EXPECT_EQ(request.target_batch, 0);
+  for (const auto& [headroom, share] :
+       {std::pair{"10%", 0.10}, std::pair{"0.25", 0.25}, std::pair{"0", 0.0}}) {
+    flags.headroom = headroom;
+    EXPECT_DOUBLE_EQ(app::plan_request(flags, from_sweep()).headroom, share);
+  }
+  for (const std::string bad : {"", "%", "100%", "1", "-5%", "ten", "10%%", "nan"}) {
+    flags.headroom = bad;
+    EXPECT_EQ(refusal(flags).rfind("--headroom: expected the share of the card", 0), 0u) << bad;
+  }
+  flags.headroom = "10%";
+  for (const std::string bad : {"0", "-512", "1k"}) {
+    flags.target_batch = bad;
+    EXPECT_EQ(refusal(flags),
+              "--target-batch: expected images per optimizer step, a whole number >= 1, got '" +
+                  bad + "'");
+  }
+  flags.target_batch = "1024";
+  EXPECT_EQ(app::plan_request(flags, from_sweep()).target_batch, 1024);
+  training::PlanRequest both;
+  both.from = "sweep";
+  both.config_path = "c.yaml";
+  EXPECT_EQ(refusal(flags, both).rfind("--config: not used with --from", 0), 0u);
+  training::PlanRequest slow;
+  slow.budget_seconds = 0;
+  EXPECT_EQ(refusal(flags, slow).rfind("--budget: expected seconds from 1 to", 0), 0u);
+}
+
+// --json replaces only an earlier plan: never a sweep's file, a config or a folder.
+TEST(FlagValues, APlansJsonReplacesOnlyAnEarlierPlan) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "config.yaml") << "model: {arch: resnet18}\n";
+  std::ofstream(dir / "plan.json") << R"({"candidates": [], "images_per_second_source": "x"})";
+  app::PlanFlags flags;
+  flags.memory = "4GiB";
+  training::PlanRequest request;
+  for (const fs::path& json : {dir / "config.yaml", dir.path()}) {
+    request.json = json.string();
+    EXPECT_EQ(refusal(flags, request).rfind("--json: " + json.string() + " exists", 0), 0u);
+  }
+  request.json = (dir / "plan.json").string();
+  EXPECT_EQ(refusal(flags, request), "");
+}
+
+// PYTORCH_CUDA_ALLOC_CONF with an option the model does not follow is refused with --card before
+// the small sweep runs.
+TEST(FlagValues, AnAllocatorConfigTheCardCannotModelIsRefusedFirst) {
+  app::PlanFlags flags;
+  flags.card = "T4";
+  ASSERT_EQ(setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:5", 1), 0);
+  const std::string said = refusal(flags);
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  EXPECT_EQ(said.rfind("PYTORCH_CUDA_ALLOC_CONF: max_split_size_mb", 0), 0u) << said;
+  EXPECT_EQ(app::plan_request(flags, from_sweep()).card->name, "T4");
+}
