@@ -58,16 +58,6 @@ void check_json_output(const std::string& path) {
 
 }  // namespace
 
-int64_t size_flag(const std::string& flag, const std::string& text) {
-  try {
-    const int64_t bytes = training::parse_byte_size(text);
-    if (bytes > 0) return bytes;
-  } catch (const std::invalid_argument& e) {
-    throw UserError(flag + ": " + e.what());
-  }
-  throw UserError(flag + ": expected a size above 0, got '" + text + "'");
-}
-
 training::PlanRequest plan_request(const PlanFlags& flags, training::PlanRequest request) {
   if (flags.memory.empty() == flags.card.empty()) {
     throw UserError(
@@ -79,11 +69,11 @@ training::PlanRequest plan_request(const PlanFlags& flags, training::PlanRequest
     request.memory = request.card->memory_bytes;
     training::alloc_conf_from_environment();  // refused before the small sweep runs
   } else {
-    request.memory = size_flag("--memory", flags.memory);
+    request.memory = training::size_flag("--memory", flags.memory);
   }
   check_json_output(request.json);
   request.headroom = headroom_flag(flags.headroom);
-  if (!flags.overhead.empty()) request.overhead = size_flag("--overhead", flags.overhead);
+  if (!flags.overhead.empty()) request.overhead = training::size_flag("--overhead", flags.overhead);
   if (!flags.target_batch.empty() && (!training::config_yaml::decimal_integer(
                                           YAML::Node(flags.target_batch), request.target_batch) ||
                                       request.target_batch < 1)) {

@@ -8,9 +8,6 @@
 
 namespace app {
 
-// A size flag (platform/memory.h's parse_byte_size forms), above 0.
-int64_t size_flag(const std::string& flag, const std::string& text);
-
 // `train plan`'s flags as given.
 struct PlanFlags {
   std::string memory, card, headroom = "10%", overhead, target_batch;

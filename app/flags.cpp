@@ -182,7 +182,7 @@ CLI::App* add_plan_command(CLI::App& app, Arguments& a) {
                    "Share of the card kept free (default 10%)");
   plan->add_option("--overhead", a.plan_values.overhead,
                    "Memory outside the allocator, e.g. 800MiB (default: measured by a CUDA "
-                   "sweep, else 1GiB)");
+                   "sweep, else the 771MiB measured on an H200)");
   plan->add_option("--budget", a.plan.budget_seconds,
                    "Seconds after which the small sweep starts no new trial (default 300)");
   plan->add_option("--output-dir", a.plan.output_dir, "The small sweep's directory");

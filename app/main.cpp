@@ -8,6 +8,7 @@
 #include "app/flags.h"
 #include "app/process.h"
 #include "training/platform/errors.h"
+#include "training/platform/memory.h"
 #include "training/platform/process.h"
 #include "training/run/run_report.h"
 
@@ -29,7 +30,7 @@ int dispatch(app::Arguments& a, const app::Commands& c) {
   if (*c.matmul) {
     return guarded([&] {
       if (!a.matmul_memory_limit.empty())
-        a.matmul.memory_limit = app::size_flag("--memory-limit", a.matmul_memory_limit);
+        a.matmul.memory_limit = training::size_flag("--memory-limit", a.matmul_memory_limit);
       return training::matmul_command(a.matmul);
     });
   }

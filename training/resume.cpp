@@ -37,6 +37,11 @@ ResumeTarget resume_target(const std::string& resume) {
   std::error_code ec;
   const fs::path path(resume);
   const bool run_dir = fs::is_directory(path, ec) && path.extension() != ".pt";
+  if (run_dir && !held_outputs(path).kind) {
+    throw UserError(path.string() +
+                    ": not a run written by train (no .train-output marker in it); --resume takes "
+                    "a run's folder, or a checkpoint file");
+  }
   if (run_dir) check_is_run(path);
   const fs::path checkpoint = path / "checkpoint.pt";
   if (run_dir && fs::symlink_status(checkpoint, ec).type() == fs::file_type::not_found &&
@@ -60,11 +65,6 @@ ResumeTarget resume_target(const std::string& resume) {
                     "nothing to resume; start it again with --config FILE --output-dir " +
                     shell_word(path.string()));
   }
-  if (run_dir && !held.kind) {
-    throw UserError(path.string() +
-                    ": not a run of train (no checkpoint.pt, config.yaml or metrics.jsonl in it); "
-                    "--resume takes a run's folder or its checkpoint.pt");
-  }
   const fs::path found = find_checkpoint(path);
   // A checkpoint named from inside its run ("checkpoint.pt") is in this folder.
   const fs::path run = found.has_parent_path() ? found.parent_path() : ".";
@@ -82,7 +82,7 @@ std::vector<Override> with_hand_edits(const fs::path& config_yaml, const std::st
                                       const std::vector<Override>& overrides) {
   std::error_code ec;
   if (!fs::is_regular_file(config_yaml, ec)) return overrides;
-  // A run's keys only: an older build's copies held the sweep section, which a run ignores.
+  // A run's keys only: the sweep section is no input of a run.
   const std::string edited = run_yaml(load_config(config_yaml.string()));
   const auto edits =
       config_yaml::differing_assignments(run_yaml(parse_config(stored, origin)), edited);

@@ -7,7 +7,7 @@
 
 #include "training/config/config.h"
 #include "training/config/decisions.h"
-#include "training/train_command.h"
+#include "training/train_request.h"
 
 namespace training {
 

@@ -12,6 +12,7 @@
 #include "app/cli_support.h"
 #include "training/platform/tensorboard.h"
 #include "training/run/epoch_record.h"
+#include "training/run/output_dir.h"
 
 namespace {
 
@@ -591,12 +592,15 @@ TEST(Cli, ReportRewritesTheReportOfARun) {
   EXPECT_NE(test_support::read_text(run / "report.md").find("## Results"), std::string::npos);
   const auto bad = run_train("report " + (dir / "nothing").string());
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.output.find("no metrics.jsonl with epochs"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("nothing: not a run written by train (no .train-output marker"),
+            std::string::npos)
+      << bad.output;
 }
 
 TEST(Cli, ReportOfABrokenMetricsFileNamesTheLine) {
   test_support::TempDir dir;
   fs::create_directories(dir / "run");
+  std::ofstream(dir / "run/.train-output") << "run " << training::kOutputFormat << "\n";
   std::ofstream(dir / "run/metrics.jsonl") << "{\"epoch\": 1}\n{broken\n";
   const auto r = run_train("report " + (dir / "run").string());
   EXPECT_EQ(r.code, 2);
@@ -792,7 +796,8 @@ TEST(Cli, CompareRefusesBadInputInOneLine) {
   };
   fs::create_directories(dir / "empty");
   for (const auto& c : std::vector<Case>{
-           {"compare " + run + " " + (dir / "empty").string(), "not a run directory"},
+           {"compare " + run + " " + (dir / "empty").string(),
+            "empty: not a run written by train (no .train-output marker in it)"},
            {"compare " + run + " " + (dir / "nowhere").string(), "not a directory"}}) {
     const auto r = run_train(c.arguments + " --output " + (dir / "out").string());
     EXPECT_EQ(r.code, 2) << c.arguments << "\n" << r.output;

@@ -31,19 +31,6 @@ std::string refusal(const app::PlanFlags& flags, training::PlanRequest request =
 
 }  // namespace
 
-TEST(FlagValues, SizesAreAboveZeroAndNameTheirFlag) {
-  EXPECT_EQ(app::size_flag("--memory", "12GiB"), int64_t{12} << 30);
-  EXPECT_EQ(app::size_flag("--overhead", "1.5KiB"), 1536);
-  for (const std::string bad : {"12XB", "0", "-1GiB", "0.5B"}) {
-    try {
-      app::size_flag("--memory", bad);
-      ADD_FAILURE() << bad;
-    } catch (const training::UserError& e) {
-      EXPECT_EQ(std::string(e.what()).rfind("--memory: ", 0), 0u) << e.what();
-    }
-  }
-}
-
 TEST(FlagValues, APlanRequestIsCheckedBeforeTheCommandRuns) {
   app::PlanFlags flags;
   EXPECT_EQ(refusal(flags).rfind("plan: expected one of --memory SIZE", 0), 0u);

@@ -116,9 +116,8 @@ TEST(Resume, AFolderThatIsNoRunIsSaidToBeNoneAndAdviceQuotesItsPath) {
   std::ofstream(other / "notes.txt") << "mine\n";
   for (const auto& folder : {empty, other}) {
     EXPECT_EQ(refusal(folder), folder.string() +
-                                   ": not a run of train (no checkpoint.pt, config.yaml or "
-                                   "metrics.jsonl in it); --resume takes a run's folder or its "
-                                   "checkpoint.pt")
+                                   ": not a run written by train (no .train-output marker in "
+                                   "it); --resume takes a run's folder, or a checkpoint file")
         << folder;
   }
   const fs::path claimed = dir / "my run";

@@ -17,16 +17,26 @@
 
 namespace training {
 
+// What the vendor publishes for a card (0 = not known): dense peaks (a sheet's "with sparsity"
+// figures halved), with their source. gpu_cost.h estimates a step's time from them.
+struct DataSheet {
+  double bandwidth_gbps = 0;  // memory bandwidth, GB/s
+  int sms = 0;                // streaming multiprocessors
+  int boost_mhz = 0;
+  double fp32_tflops = 0;  // without tensor cores
+  double tf32_tflops = 0;  // tensor cores, from sm_80 (GeForce: half rate with FP32 accumulate)
+  double half_tflops = 0;  // fp16 tensor cores with FP32 accumulate, bf16 too from sm_80
+  std::string source;
+  bool known() const { return half_tflops > 0; }
+};
+
 struct Card {
   std::string name;           // "H100-80GB", or the size as given ("24GiB")
   int64_t memory_bytes = 0;   // the card's memory as the driver reports it
   std::string memory_source;  // where that figure comes from
   int compute_major = 0;      // compute capability's major version; 0 = not known
   std::string architecture;   // "sm_90"; "" = not known
-  // Dense peaks from the vendor's data sheet (0 = not known): fp32 without tensor cores, and the
-  // bf16/fp16 tensor-core peak (fp16 only before sm_80). gpu_cost.h ranks settings with them.
-  double peak_tflops_fp32 = 0;
-  double peak_tflops_half = 0;
+  DataSheet sheet;            // none for a card given by its size
 };
 
 // What a CUDA process holds outside the caching allocator (the context, the kernels loaded, the

@@ -58,14 +58,14 @@ ForwardCount count_forward(const models::ResNetOptions& options, int64_t image_s
 
 double card_peak_flops(const Card& card, Precision precision, bool allow_tf32) {
   const double tera = 1e12;
+  const DataSheet& sheet = card.sheet;
   switch (precision) {
     case Precision::BF16:
-      return card.compute_major >= 8 ? card.peak_tflops_half * tera : 0;
+      return card.compute_major >= 8 ? sheet.half_tflops * tera : 0;
     case Precision::FP16:
-      return card.peak_tflops_half * tera;
+      return sheet.half_tflops * tera;
     case Precision::FP32:
-      if (allow_tf32 && card.compute_major >= 8) return card.peak_tflops_half / 2 * tera;
-      return card.peak_tflops_fp32 * tera;
+      return (allow_tf32 && sheet.tf32_tflops > 0 ? sheet.tf32_tflops : sheet.fp32_tflops) * tera;
   }
   return 0;
 }

@@ -8,8 +8,8 @@
 //   data.image_size image (2 FLOPs a multiply-add), times 3 for forward, input and weight
 //   gradients, plus one more forward of the residual blocks with gradient checkpointing (their
 //   recomputation);
-// - card peak: the dense tensor-core peak for bf16/fp16, for fp32 the TF32 peak (half the bf16 one)
-//   when training.allow_tf32, else the fp32 peak (cards.h, from the vendors' data sheets);
+// - card peak: the dense tensor-core peak for bf16/fp16, for fp32 the TF32 peak when
+//   training.allow_tf32 and the card has one, else the fp32 peak (cards.h's DataSheet);
 // - efficiency 12.0%: ResNet-50 (CIFAR stem) bf16 channels_last at batch 512 on an H200, 119.2
 //   TFLOP/s (docs/gpu.md, run 2), used for every card, precision and data.image_size (measured at
 //   32x32 only: at 224 with the ImageNet stem it is an assumption);

@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "training/platform/errors.h"
+
 namespace training {
 
 namespace {
@@ -179,6 +181,16 @@ int64_t parse_byte_size(const std::string& text) {
       std::stoll(whole) * bytes_per_unit + parts / (scale / common) * (bytes_per_unit / common);
   if (bytes > static_cast<int64_t>(9.0e18)) throw std::invalid_argument(too_large);
   return bytes;
+}
+
+int64_t size_flag(const std::string& flag, const std::string& text) {
+  try {
+    const int64_t bytes = parse_byte_size(text);
+    if (bytes > 0) return bytes;
+  } catch (const std::invalid_argument& e) {
+    throw UserError(flag + ": " + e.what());
+  }
+  throw UserError(flag + ": expected a size above 0, got '" + text + "'");
 }
 
 std::string mib_text(int64_t bytes) {

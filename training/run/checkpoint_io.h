@@ -33,7 +33,7 @@ struct TrainState {
   int64_t seen = 0;        // training samples seen this epoch
   // Data-parallel, part-way through an epoch: each rank's own sums (index: the rank), which each
   // rank takes back on resume (its progress line and TensorBoard read its own); the scalars above
-  // then hold their totals. Undefined otherwise (and in checkpoints written before them).
+  // then hold their totals. Undefined otherwise.
   torch::Tensor rank_loss_sums;  // float64 [world_size]
   torch::Tensor rank_correct;    // int64 [world_size]
   torch::Tensor rank_seen;       // int64 [world_size]

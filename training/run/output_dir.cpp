@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
-#include <cstdlib>
+#include <charconv>
 #include <fstream>
 #include <vector>
 
@@ -98,7 +98,12 @@ HeldOutputs held_outputs(const fs::path& dir) {
       if (word == k.word) held.kind = k.kind;
     }
     if (format == "finished") state = format;  // format 1 wrote none
-    held.format = format.empty() || format == "finished" ? 1 : std::atoi(format.c_str());
+    int number = 0;
+    const char* end = format.data() + format.size();
+    const auto [stop, error] = std::from_chars(format.data(), end, number);
+    held.format = format.empty() || format == "finished"              ? 1
+                  : stop == end && error == std::errc() && number > 0 ? number
+                                                                      : 0;
     held.finished = state == "finished";
   }
   if (held.kind == OutputKind::Run) {
@@ -183,15 +188,28 @@ void check_is_run(const fs::path& dir) {
     throw UserError(dir.string() + ": holds " + kind_text(*held.kind) +
                     ", not a run; train --resume continues training runs only");
   }
-  check_output_format(dir);
+  if (held.kind) check_output_format(dir, OutputKind::Run);
 }
 
-void check_output_format(const fs::path& dir) {
+void check_output_format(const fs::path& dir, OutputKind kind) {
   const HeldOutputs held = held_outputs(dir);
-  if (held.kind && held.format != kOutputFormat) {
+  if (!held.kind) {
+    throw UserError(dir.string() + ": not " + kind_text(kind) +
+                    " written by train (no .train-output marker in it)");
+  }
+  if (*held.kind != kind) {
+    throw UserError(dir.string() + ": holds " + kind_text(*held.kind) + ", not " + kind_text(kind));
+  }
+  if (held.format != kOutputFormat) {
     throw UserError(dir.string() + ": written by another version of train (output format " +
-                    std::to_string(held.format) + ", this build reads " +
-                    std::to_string(kOutputFormat) + ")");
+                    (held.format > 0 ? std::to_string(held.format) : std::string("unreadable")) +
+                    ", this build reads " + std::to_string(kOutputFormat) + ")");
+  }
+}
+
+void adopt_as_run(const fs::path& dir) {
+  if (!held_outputs(dir).kind) {
+    write_file_atomically(dir / kMarker, marker_text(OutputKind::Run, false));
   }
 }
 

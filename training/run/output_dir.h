@@ -30,8 +30,8 @@ inline constexpr int kOutputFormat = 2;
 std::string kind_text(OutputKind kind);
 
 struct HeldOutputs {
-  std::optional<OutputKind> kind;        // none: absent, empty, or not one of ours (no marker)
-  int format = 0;                        // with a kind: the marker's format
+  std::optional<OutputKind> kind;  // none: absent, empty, or not one of ours (no marker)
+  int format = 0;  // with a kind: the marker's format; 0 where it is not a number train writes
   bool finished = false;                 // its command completed
   std::vector<std::string> other_files;  // up to three names of files that are none of ours
   // A run folder whose start-up failed before config.yaml (a full disk, a signal): nothing to
@@ -62,10 +62,15 @@ void check_file_outside_outputs(const std::filesystem::path& file, const std::st
 void check_not_an_input(const std::filesystem::path& output, const std::string& flag,
                         const std::filesystem::path& input, const std::string& input_flag);
 
-// Refuses (UserError) a `--resume` of a folder that is not a run.
+// Refuses (UserError) a `--resume` of a folder that holds another kind of output or another format
+// (a folder without a marker: refused by resume_target, unless a checkpoint file is named).
 void check_is_run(const std::filesystem::path& dir);
 
-// Refuses (UserError, one line) a folder whose marker gives another format than kOutputFormat.
-void check_output_format(const std::filesystem::path& dir);
+// Refuses (UserError, one line) a folder read back as `kind` whose marker is missing, names another
+// kind, or gives another format than kOutputFormat.
+void check_output_format(const std::filesystem::path& dir, OutputKind kind);
+
+// A run resumed from a checkpoint file in a folder without a marker: the folder becomes the run's.
+void adopt_as_run(const std::filesystem::path& dir);
 
 }  // namespace training

@@ -59,6 +59,7 @@ RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
   if (resuming) {
     if (!fs::is_directory(dir_, ec)) throw UserError(dir_.string() + ": run directory not found");
     lock_ = std::make_unique<DirectoryLock>(dir_);
+    adopt_as_run(dir_);  // a checkpoint file resumed in a folder without a marker
   } else {
     lock_ = claim_output_dir(dir_, OutputKind::Run, "--output-dir");
   }

@@ -29,16 +29,14 @@ namespace training {
 int remove_stale_temporaries(const std::filesystem::path& dir);
 
 // What a run was started from, as config.yaml, decisions.json and the checkpoint store it: the
-// config asked for (YAML) and the run's decisions (config/decisions.h's JSON; empty in
-// checkpoints written before them).
+// config asked for (YAML) and the run's decisions (config/decisions.h's JSON).
 struct RunInputs {
   std::string config_yaml;
   std::string decisions_json;
 };
 
 // A run directory's decisions: its decisions.json (UserError naming it when it cannot be read);
-// without it, its checkpoint's; in a run written before them, the choice its config.yaml
-// recorded (none otherwise).
+// without it, its checkpoint's (none otherwise).
 Decisions read_decisions(const std::filesystem::path& run_dir);
 
 class RunDirectory {

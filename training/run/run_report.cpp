@@ -281,7 +281,7 @@ fs::path write_report(const fs::path& run_dir) {
 }
 
 fs::path report_command(const fs::path& run_dir) {
-  check_output_format(run_dir);
+  check_output_format(run_dir, OutputKind::Run);
   // Held for the whole report when it can be taken, so that no other command's temporaries are
   // taken for stale; a run being trained keeps its lock, and its report is written without it.
   std::optional<DirectoryLock> lock;

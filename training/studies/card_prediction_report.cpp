@@ -44,11 +44,22 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
                       {"allocated_peak_bytes", phase.allocated},
                       {"reserved_peak_bytes", phase.reserved}});
   }
+  const DataSheet& sheet = p.card.sheet;
+  const nlohmann::ordered_json data_sheet =
+      sheet.known() ? nlohmann::ordered_json{{"bandwidth_gbps", sheet.bandwidth_gbps},
+                                             {"sms", sheet.sms},
+                                             {"boost_mhz", sheet.boost_mhz},
+                                             {"fp32_tflops", sheet.fp32_tflops},
+                                             {"tf32_tflops", sheet.tf32_tflops},
+                                             {"fp16_bf16_tflops", sheet.half_tflops},
+                                             {"source", sheet.source}}
+                    : nlohmann::ordered_json(nullptr);  // a card given by its size
   return {{"card",
            {{"name", p.card.name},
             {"memory_bytes", p.card.memory_bytes},
             {"memory_source", p.card.memory_source},
-            {"architecture", p.card.architecture}}},
+            {"architecture", p.card.architecture},
+            {"data_sheet", data_sheet}}},
           {"batch_size", p.batch_size},
           {"fits", p.replay.fits},
           {"failed_in", p.replay.failed_at},

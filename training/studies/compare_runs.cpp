@@ -87,8 +87,8 @@ nlohmann::ordered_json to_json(const ComparedRun& run, const std::vector<std::st
 }  // namespace
 
 ComparedRun read_compared_run(const fs::path& dir) {
-  check_output_format(dir);
   if (!fs::is_directory(dir)) throw UserError(dir.string() + ": not a directory");
+  check_output_format(dir, OutputKind::Run);
   if (!fs::exists(dir / "config.yaml") || !fs::exists(dir / "metrics.jsonl")) {
     throw UserError(dir.string() +
                     ": not a run directory (expected config.yaml and metrics.jsonl, as `train` "
@@ -98,7 +98,7 @@ ComparedRun read_compared_run(const fs::path& dir) {
   run.dir = dir.filename().empty() ? dir.parent_path() : dir;  // "runs/a/" is "runs/a"
   run.name = run.dir.filename().string();
   // The run's effective config, read and checked as train reads it: every key, one a run's file
-  // leaves out at its default (an older run without data.image_size reads 32, not "-").
+  // leaves out at its default.
   flatten(YAML::Load(run_yaml(load_config((dir / "config.yaml").string()))), "", run.config);
   // What each run's autos decided (decisions.json), beside what was asked.
   const Decisions decisions = read_decisions(dir);

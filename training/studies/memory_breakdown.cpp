@@ -16,7 +16,27 @@
 
 namespace training {
 
-int64_t StepBreakdown::sum(const std::string& group, const std::string& stage) const {
+const char* group_name(RowGroup group) {
+  switch (group) {
+    case RowGroup::Static:
+      return "static";
+    case RowGroup::Gradients:
+      return "gradients";
+    case RowGroup::Activations:
+      return "activations";
+    case RowGroup::Transient:
+      return "transient";
+  }
+  return "";
+}
+
+const char* phase_name(StepPhase phase) {
+  return phase == StepPhase::Forward    ? "forward"
+         : phase == StepPhase::Backward ? "backward"
+                                        : "optimizer";
+}
+
+int64_t StepBreakdown::sum(RowGroup group, const std::string& stage) const {
   int64_t total = 0;
   for (const auto& row : rows) {
     if (row.group == group && (stage.empty() || row.stage == stage)) total += row.bytes;
@@ -192,56 +212,55 @@ void fill_rows(StepBreakdown& b, const BreakdownProbe& probe, const StaticBytes&
                int64_t scaler_bytes, int64_t batch_bytes, int64_t stem_copies, int64_t head_copies,
                const std::vector<int64_t>& segment_copies, bool accumulating) {
   const auto& segments = probe.segments();
-  const std::vector<std::pair<std::string, int64_t>> phase_peaks = {
-      {"forward", probe.forward_peak},
-      {"backward", probe.backward_peak},
-      {"optimizer", probe.optimizer_peak}};
+  const std::vector<std::pair<StepPhase, int64_t>> phase_peaks = {
+      {StepPhase::Forward, probe.forward_peak},
+      {StepPhase::Backward, probe.backward_peak},
+      {StepPhase::Optimizer, probe.optimizer_peak}};
   const auto top =
       std::max_element(phase_peaks.begin(), phase_peaks.end(),
                        [](const auto& a, const auto& c) { return a.second < c.second; });
   b.peak_phase = top->first;
   b.measured_peak_bytes = top->second;
-  const bool optimizer_peak = b.peak_phase == "optimizer";
+  const bool optimizer_peak = b.peak_phase == StepPhase::Optimizer;
 
-  auto add = [&](std::string name, std::string group, std::string stage, int64_t bytes,
-                 bool at_peak, std::vector<int64_t> shape = {}) {
-    b.rows.push_back(
-        {std::move(name), std::move(group), std::move(stage), std::move(shape), bytes, at_peak});
+  auto add = [&](std::string name, RowGroup group, std::string stage, int64_t bytes, bool at_peak,
+                 std::vector<int64_t> shape = {}) {
+    b.rows.push_back({std::move(name), group, std::move(stage), std::move(shape), bytes, at_peak});
   };
-  add("weights and buffers", "static", "", fixed.weights, true);
-  add("optimizer state (momentum)", "static", "", fixed.optimizer_state, true);
-  if (fixed.average > 0) add("weight average (EMA)", "static", "", fixed.average, true);
-  add("GradScaler state", "static", "", scaler_bytes, true);
-  add("batch (images, labels)", "static", "", batch_bytes, true);
+  add("weights and buffers", RowGroup::Static, "", fixed.weights, true);
+  add("optimizer state (momentum)", RowGroup::Static, "", fixed.optimizer_state, true);
+  if (fixed.average > 0) add("weight average (EMA)", RowGroup::Static, "", fixed.average, true);
+  add("GradScaler state", RowGroup::Static, "", scaler_bytes, true);
+  add("batch (images, labels)", RowGroup::Static, "", batch_bytes, true);
   // Held between steps by none of the tensors above: the libraries' workspaces the allocator keeps
   // (cuBLAS and cuBLASLt take theirs from the caching allocator: about 65 MiB on an H200; 0 on the
   // CPU). Measured where the probed step's forward pass starts.
-  add("library workspaces", "static", "",
+  add("library workspaces", RowGroup::Static, "",
       probe.forward_start - fixed.weights - fixed.optimizer_state - fixed.average - scaler_bytes -
           batch_bytes - (accumulating ? fixed.gradients : 0),
       true);
   // Accumulating, the gradients of the micro-batches before are held through the whole step.
-  add(accumulating ? "gradients (accumulated)" : "gradients", "gradients", "", fixed.gradients,
-      optimizer_peak || accumulating);
+  add(accumulating ? "gradients (accumulated)" : "gradients", RowGroup::Gradients, "",
+      fixed.gradients, optimizer_peak || accumulating);
   const int64_t first_before = segments.front().before, last_after = segments.back().after;
-  add("stem", "activations", "stem", first_before - probe.forward_start - stem_copies,
+  add("stem", RowGroup::Activations, "stem", first_before - probe.forward_start - stem_copies,
       !optimizer_peak);
   int64_t copies = stem_copies + head_copies;
   for (size_t i = 0; i < segments.size(); ++i) {
     const auto& s = segments[i];
-    add(s.name, "activations", s.stage, s.after - s.before - segment_copies[i], !optimizer_peak,
-        s.shape);
+    add(s.name, RowGroup::Activations, s.stage, s.after - s.before - segment_copies[i],
+        !optimizer_peak, s.shape);
     copies += segment_copies[i];
   }
-  add("head (pool, fc, loss)", "activations", "head", probe.forward_end - last_after - head_copies,
-      !optimizer_peak);
-  add("autocast weight copies", "activations", "autocast", copies, !optimizer_peak);
-  add("transient: forward", "transient", "", probe.forward_peak - probe.forward_end,
-      b.peak_phase == "forward");
-  add("transient: backward", "transient", "", probe.backward_peak - probe.forward_end,
-      b.peak_phase == "backward");
-  add("transient: optimizer step", "transient", "", probe.optimizer_peak - probe.backward_end,
-      optimizer_peak);
+  add("head (pool, fc, loss)", RowGroup::Activations, "head",
+      probe.forward_end - last_after - head_copies, !optimizer_peak);
+  add("autocast weight copies", RowGroup::Activations, "autocast", copies, !optimizer_peak);
+  add("transient: forward", RowGroup::Transient, "", probe.forward_peak - probe.forward_end,
+      b.peak_phase == StepPhase::Forward);
+  add("transient: backward", RowGroup::Transient, "", probe.backward_peak - probe.forward_end,
+      b.peak_phase == StepPhase::Backward);
+  add("transient: optimizer step", RowGroup::Transient, "",
+      probe.optimizer_peak - probe.backward_end, optimizer_peak);
   for (const auto& row : b.rows) b.itemized_peak_bytes += row.at_peak ? row.bytes : 0;
 }
 

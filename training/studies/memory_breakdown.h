@@ -27,9 +27,14 @@
 
 namespace training {
 
+enum class RowGroup { Static, Gradients, Activations, Transient };
+const char* group_name(RowGroup group);  // "static", "gradients", ... (memory_breakdown.json)
+enum class StepPhase { Forward, Backward, Optimizer };
+const char* phase_name(StepPhase phase);  // "forward", "backward", "optimizer"
+
 struct MemoryRow {
-  std::string name;            // "weights", "layer1.0", "transient: backward"
-  std::string group;           // static | gradients | activations | transient
+  std::string name;  // "weights", "layer1.0", "transient: backward"
+  RowGroup group = RowGroup::Static;
   std::string stage;           // activations: stem, layer1..layer4, head or autocast
   std::vector<int64_t> shape;  // a block's (segment's) output shape
   int64_t bytes = 0;
@@ -42,7 +47,7 @@ struct StepBreakdown {
   TrialStatus status = TrialStatus::Error;
   std::string message;  // why, for OutOfMemory and Error
   std::vector<MemoryRow> rows;
-  std::string peak_phase;  // forward | backward | optimizer
+  StepPhase peak_phase = StepPhase::Forward;
   int64_t measured_peak_bytes = 0;
   int64_t itemized_peak_bytes = 0;  // the at_peak rows' sum
   int64_t reserved_bytes = 0;  // held by the allocator after the measured step (CPU: allocated)
@@ -57,7 +62,7 @@ struct StepBreakdown {
 
   int64_t unexplained_bytes() const { return measured_peak_bytes - itemized_peak_bytes; }
   // The rows of one group (activations: one stage when `stage` is given), summed.
-  int64_t sum(const std::string& group, const std::string& stage = "") const;
+  int64_t sum(RowGroup group, const std::string& stage = "") const;
 };
 
 // Measures `setting` at config.training.batch_size on config.training.device (memory.limit applies)

@@ -129,7 +129,7 @@ std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns) {
     md << "\n";
   };
   line("**itemized peak**", [](const StepBreakdown& b) {
-    return "**" + mib_text(b.itemized_peak_bytes) + "** (" + b.peak_phase + ")";
+    return "**" + mib_text(b.itemized_peak_bytes) + "** (" + phase_name(b.peak_phase) + ")";
   });
   line("**measured peak**",
        [](const StepBreakdown& b) { return "**" + mib_text(b.measured_peak_bytes) + "**"; });
@@ -157,7 +157,7 @@ ordered_json breakdown_json(const StepBreakdown& b) {
   ordered_json rows = ordered_json::array();
   for (const auto& row : b.rows) {
     rows.push_back({{"name", row.name},
-                    {"group", row.group},
+                    {"group", group_name(row.group)},
                     {"stage", row.stage},
                     {"shape", row.shape},
                     {"bytes", row.bytes},
@@ -170,7 +170,7 @@ ordered_json breakdown_json(const StepBreakdown& b) {
                            {"batch_size", b.batch_size},
                            {"status", status_name(b.status)},
                            {"message", b.message},
-                           {"peak_phase", b.peak_phase},
+                           {"peak_phase", phase_name(b.peak_phase)},
                            {"measured_peak_bytes", b.measured_peak_bytes},
                            {"itemized_peak_bytes", b.itemized_peak_bytes},
                            {"reserved_bytes", b.reserved_bytes},
@@ -248,8 +248,8 @@ int report_breakdown(const StepBreakdown& b, const Setting& cell, const fs::path
   int exit_code = kExitOk;
   if (b.status == TrialStatus::Ok) {
     spdlog::info("{}: peak {} MiB in {} ({} MiB itemized, {} MiB unexplained)", cell.label(),
-                 mib_text(b.measured_peak_bytes), b.peak_phase, mib_text(b.itemized_peak_bytes),
-                 mib_text(b.unexplained_bytes()));
+                 mib_text(b.measured_peak_bytes), phase_name(b.peak_phase),
+                 mib_text(b.itemized_peak_bytes), mib_text(b.unexplained_bytes()));
     if (cell.checkpointing == CheckpointMode::Auto) {
       spdlog::info("{}: {}", cell.label(), auto_choice_text(b));
     }

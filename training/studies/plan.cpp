@@ -59,9 +59,9 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
   CardPredictor predictor(config, card, options, std::max<int64_t>(1, for_allocator));
   const bool on_cuda = sweep.cuda;
   // A card given by its size has no data sheet: no speed, never another card's (issue 53).
-  plan.speed = on_cuda                     ? Plan::Speed::Measured
-               : card.peak_tflops_half > 0 ? Plan::Speed::Estimated
-                                           : Plan::Speed::None;
+  plan.speed = on_cuda              ? Plan::Speed::Measured
+               : card.sheet.known() ? Plan::Speed::Estimated
+                                    : Plan::Speed::None;
   plan.speed_source = plan.speed == Plan::Speed::Measured ? "measured on " + sweep.device
                       : plan.speed == Plan::Speed::Estimated
                           ? "estimated for " + card.name + ": gpu_cost.h's model, not measured"

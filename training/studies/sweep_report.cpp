@@ -294,7 +294,7 @@ SweepRecord read_sweep(const fs::path& dir) {
   if (!fs::is_regular_file(file, ec)) {
     throw UserError(dir.string() + ": holds no sweep (no sweep.json); run `train sweep` first");
   }
-  check_output_format(dir);
+  check_output_format(dir, OutputKind::Sweep);
   SweepRecord record;
   try {
     std::ifstream in(file);

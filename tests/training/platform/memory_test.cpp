@@ -136,6 +136,20 @@ TEST(ByteSize, ItsLimitsAreSaidAsLimits) {
             "'111111111111111111111111...' is 30000 characters long, more than a size takes (64)");
 }
 
+// A size flag is read once, above 0, its refusals naming the flag.
+TEST(ByteSize, ASizeFlagIsAboveZeroAndNamesItsFlag) {
+  EXPECT_EQ(training::size_flag("--memory", "12GiB"), int64_t{12} << 30);
+  EXPECT_EQ(training::size_flag("--overhead", "1.5KiB"), 1536);
+  for (const std::string bad : {"12XB", "0", "-1GiB", "0.5B"}) {
+    try {
+      training::size_flag("--memory", bad);
+      ADD_FAILURE() << bad;
+    } catch (const training::UserError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("--memory: ", 0), 0u) << e.what();
+    }
+  }
+}
+
 TEST(ByteSize, FormatsWithTheLargestFittingUnit) {
   EXPECT_EQ(training::format_bytes(12), "12 B");
   EXPECT_EQ(training::format_bytes(1536), "1.50 KiB");

@@ -33,14 +33,14 @@ TEST(OutputDir, TheMarkerSaysTheKindAndTheFormat) {
   EXPECT_FALSE(training::held_outputs(dir.path()).kind);
   EXPECT_EQ(training::held_outputs(dir.path()).other_files,
             (std::vector<std::string>{"metrics.jsonl"}));
-  EXPECT_NO_THROW(training::check_output_format(dir.path()));
+  EXPECT_THROW(training::check_output_format(dir.path(), OutputKind::Run), training::UserError);
   std::ofstream(dir / ".train-output") << "run finished\n";  // format 1 wrote no number
   const auto older = training::held_outputs(dir.path());
   EXPECT_EQ(older.kind, OutputKind::Run);
   EXPECT_EQ(older.format, 1);
   EXPECT_TRUE(older.finished);
   try {
-    training::check_output_format(dir.path());
+    training::check_output_format(dir.path(), OutputKind::Run);
     ADD_FAILURE() << "format 1 was read";
   } catch (const training::UserError& e) {
     EXPECT_EQ(std::string(e.what()), dir.path().string() +
@@ -49,6 +49,11 @@ TEST(OutputDir, TheMarkerSaysTheKindAndTheFormat) {
                                          std::to_string(training::kOutputFormat) + ")");
   }
   EXPECT_THROW(training::check_is_run(dir.path()), training::UserError);
+  for (const std::string marker : {"run 2x\n", "run 99999999999999999999\n", "run -2\n"}) {
+    std::ofstream(dir / ".train-output") << marker;
+    EXPECT_EQ(training::held_outputs(dir.path()).format, 0) << marker;
+    EXPECT_THROW(training::check_output_format(dir.path(), OutputKind::Run), training::UserError);
+  }
   const test_support::TempDir fresh;
   { auto lock = training::claim_output_dir(fresh.path(), OutputKind::Sweep, "--output-dir"); }
   EXPECT_EQ(test_support::read_text(fresh / ".train-output"),
@@ -56,7 +61,8 @@ TEST(OutputDir, TheMarkerSaysTheKindAndTheFormat) {
   training::mark_finished(fresh.path(), OutputKind::Sweep);
   EXPECT_TRUE(training::held_outputs(fresh.path()).finished);
   EXPECT_EQ(training::held_outputs(fresh.path()).format, training::kOutputFormat);
-  EXPECT_NO_THROW(training::check_output_format(fresh.path()));
+  EXPECT_NO_THROW(training::check_output_format(fresh.path(), OutputKind::Sweep));
+  EXPECT_THROW(training::check_output_format(fresh.path(), OutputKind::Run), training::UserError);
 }
 
 // Only a folder's own command writes into it; an unfinished study is started again, a finished one

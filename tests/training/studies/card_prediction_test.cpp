@@ -25,73 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string refusal(const std::string& text) {
-  try {
-    find_card(text);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
-  const Card h100 = find_card("h100_80gb");
-  EXPECT_EQ(h100.name, "H100-80GB");
-  EXPECT_EQ(h100.memory_bytes, int64_t{81559} << 20);
-  EXPECT_EQ(h100.architecture, "sm_90");
-  EXPECT_EQ(find_card("H200").memory_bytes, int64_t{143771} << 20);
-  const Card sized = find_card("24GiB");
-  EXPECT_EQ(sized.memory_bytes, int64_t{24} << 30);
-  EXPECT_EQ(sized.architecture, "");
-  EXPECT_NE(refusal("RTX4909").find("unknown card 'RTX4909' (did you mean 'RTX4090'?)"),
-            std::string::npos)
-      << refusal("RTX4909");
-  EXPECT_NE(refusal("Voodoo").find("(valid: H200, H100-80GB"), std::string::npos);
-  // A card must hold more than what a CUDA process keeps outside the allocator.
-  for (const auto& text : {"1KiB", "771MiB"}) {
-    EXPECT_NE(refusal(text).find("is no larger than the 771.00 MiB"), std::string::npos)
-        << refusal(text);
-  }
-  EXPECT_EQ(find_card("772MiB").memory_bytes, int64_t{772} << 20);
-  EXPECT_NE(refusal("12 parsecs").find("--card: expected a size"), std::string::npos)
-      << refusal("12 parsecs");
-  EXPECT_FALSE(refusal("").empty());
-  // A size that starts like a number is a bad size, not an unknown name.
-  for (const auto& text : {"0B", "-1GiB", "+0MiB"}) {
-    EXPECT_EQ(refusal(text).rfind("--card: expected a size", 0), 0u) << refusal(text);
-  }
-  // Round 5: a bare number has no unit (4090 was read as 4090 bytes), and where it is part of a
-  // card's name that card is offered; spaces around the value are no part of it.
-  EXPECT_EQ(refusal("4090"),
-            "--card: '4090' has no unit; a card's memory takes one (e.g. 24GiB); did you mean "
-            "4090GiB or 4090MiB or the card RTX4090?");
-  EXPECT_NE(refusal("3090").find("or the card RTX3090?"), std::string::npos) << refusal("3090");
-  // Only what would be taken is offered: 500MiB is below what lies outside the allocator,
-  // 1073741824GiB beyond the largest card, 0 nothing.
-  EXPECT_EQ(refusal("500"),
-            "--card: '500' has no unit; a card's memory takes one (e.g. 24GiB); did you mean "
-            "500GiB?");
-  EXPECT_EQ(refusal("1073741824"),
-            "--card: '1073741824' has no unit; a card's memory takes one (e.g. 24GiB); did you "
-            "mean 1073741824MiB?");
-  EXPECT_EQ(refusal("0"), "--card: '0' has no unit; a card's memory takes one (e.g. 24GiB)");
-  EXPECT_EQ(find_card(" 24GiB ").memory_bytes, int64_t{24} << 30);
-  EXPECT_EQ(find_card("24 GiB").memory_bytes, int64_t{24} << 30);
-  EXPECT_EQ(find_card(" T4").name, "T4");
-
-  // A family's name offers each of its cards.
-  EXPECT_NE(refusal("H100").find("(did you mean 'H100-80GB' or 'H100-NVL'?)"), std::string::npos)
-      << refusal("H100");
-  // The workspaces follow the architecture: 32 MiB on Hopper, LibTorch's smaller default before.
-  EXPECT_EQ(beside_tensors(h100).cublas_workspace, 32 << 20);
-  EXPECT_EQ(beside_tensors(find_card("T4")).cublas_workspace, 4096 * 1024 * 2 + 16 * 1024 * 8);
-  EXPECT_NE(beside_tensors(h100).outside_source.find("assumed"), std::string::npos);
-}
-
-AllocationStream stream(std::vector<TraceEvent> events, std::vector<TraceMark> marks = {}) {
-  return {std::move(events), std::move(marks)};
-}
-
 TEST(CardPrediction, ScalesEachAllocationLinearlyInTheBatch) {
   // An allocation of 100 + 10 x batch bytes, one of 7 bytes whatever the batch, and a free.
   const auto at2 = stream({{0, 120}, {1, 7}, {0, 0}});
@@ -120,7 +53,6 @@ TEST(CardPrediction, TheLargestBatchIsTheEdgeOnTheLargestCard) {
   EXPECT_EQ(linear.first_batch_over(1200), 3);
   EXPECT_FALSE(linear_stream(stream({{0, 7}}), 2, stream({{0, 7}}), 4).first_batch_over(100));
   const int64_t card = find_card("1024TiB").memory_bytes;
-  EXPECT_EQ(refusal("1025TiB"), "--card: expected a card of at most 1024TiB, got '1025TiB'");
   for (const bool expandable : {false, true}) {
     AllocatorOptions options;
     options.expandable_segments = expandable;
@@ -151,7 +83,9 @@ TEST(CardPrediction, ReplaysPhasesWithTheCardsWorkspaces) {
   beside.workspaces = 2;
   const Replay replay = replay_stream(s, {}, beside);
   ASSERT_TRUE(replay.fits);
-  EXPECT_EQ(replay.peak_allocated, 4 * MiB + 64 * MiB + 12 * MiB);
+  // The workspaces are events at the backward's start, before its first free: the peak is while
+  // the forward's 30 MiB are still held (the replay counted it only from the next event on).
+  EXPECT_EQ(replay.peak_allocated, 4 * MiB + 30 * MiB + 64 * MiB);
   EXPECT_EQ(replay.peak_phase, "step1 backward");
   ASSERT_EQ(replay.phases.size(), 3u);
   EXPECT_EQ(replay.phases[0].phase, "step1 forward");
@@ -170,7 +104,7 @@ TEST(CardPrediction, ReplaysPhasesWithTheCardsWorkspaces) {
 TEST(CardPrediction, TheSectionSaysWhetherTheCardOrMemoryLimitCapsTheAllocator) {
   constexpr int64_t MiB = int64_t{1} << 20;
   training::CardPrediction p;
-  p.card = {"T4", 15360 * MiB, "the driver", 7, "sm_75"};
+  p.card = {"T4", 15360 * MiB, "the driver", 7, "sm_75", {}};
   p.beside.outside_allocator = 512 * MiB;
   p.beside.outside_source = "a measured figure";
   p.allocator.limit = 14848 * MiB;

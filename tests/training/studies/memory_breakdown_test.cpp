@@ -38,7 +38,8 @@ const Setting bf16{Precision::BF16, CheckpointMode::Off, c10::MemoryFormat::Cont
 std::vector<training::MemoryRow> block_rows(const StepBreakdown& b) {
   std::vector<training::MemoryRow> rows;
   for (const auto& row : b.rows) {
-    if (row.group == "activations" && row.stage.rfind("layer", 0) == 0) rows.push_back(row);
+    if (row.group == training::RowGroup::Activations && row.stage.rfind("layer", 0) == 0)
+      rows.push_back(row);
   }
   return rows;
 }
@@ -171,8 +172,8 @@ TEST(MemoryBreakdown, Bf16HalvesTheActivations) {
   EXPECT_NEAR(ratio, 0.5, 0.1);
   // The low-precision weight copies autocast caches are their own row: 2 bytes per weight of
   // the convolutions and the linear layer.
-  EXPECT_GT(half.sum("activations", "autocast"), 11000000 * 2);
-  EXPECT_EQ(full.sum("activations", "autocast"), 0);
+  EXPECT_GT(half.sum(training::RowGroup::Activations, "autocast"), 11000000 * 2);
+  EXPECT_EQ(full.sum(training::RowGroup::Activations, "autocast"), 0);
   expect_reconciles(half);
 }
 

@@ -9,6 +9,7 @@
 #include "test_support.h"
 #include "training/cards/gpu_cost.h"
 #include "training/platform/errors.h"
+#include "training/run/output_dir.h"
 #include "training/studies/sweep_report.h"
 
 namespace {
@@ -39,6 +40,15 @@ training::SweepTrial trial(int64_t id, Setting cell, int64_t batch, int64_t peak
   return t;
 }
 
+// A sweep's folder as `train sweep` leaves it: its marker says so.
+fs::path sweep_folder(const fs::path& sweep) {
+  if (!training::held_outputs(sweep).kind) {
+    { auto lock = training::claim_output_dir(sweep, training::OutputKind::Sweep, "--output-dir"); }
+    training::mark_finished(sweep, training::OutputKind::Sweep);
+  }
+  return sweep;
+}
+
 // Without checkpointing: 200 MiB + 25 MiB per sample, 100/150/180 images/s at 32/64/128.
 // With: 300 MiB + 9.375 MiB per sample, 110/130/140 images/s at 64/128/256.
 fs::path prepared_sweep(const test_support::TempDir& dir, const std::string& device = "cpu") {
@@ -53,8 +63,7 @@ fs::path prepared_sweep(const test_support::TempDir& dir, const std::string& dev
       trial(7, plain, 512, 0, 0, training::TrialStatus::OutOfMemory)};
   const std::vector<Setting> cells = {plain, checkpointed};
   training::SweepFacts facts{"resnet50", "cifar", device, device, 64LL << 30, false, 1, 2, {}};
-  const fs::path sweep = dir / "sweep";
-  fs::create_directories(sweep);
+  const fs::path sweep = sweep_folder(dir / "sweep");
   training::write_sweep_tables(sweep, facts, training::summarize(cells, trials, {}, false), trials,
                                true);
   // The sweep's config, as `train sweep` writes it (checkpointing.granularity: block).
@@ -184,8 +193,18 @@ TEST(Plan, RefusesBadInput) {
     EXPECT_NE(std::string(e.what()).find("holds no sweep (no sweep.json)"), std::string::npos);
   }
   std::ofstream(dir / "empty/sweep.json") << "{\"arch\": 1}";
-  try {
+  try {  // a sweep.json alone is no sweep: only the marker says what a folder holds
     training::make_plan(dir / "empty", 4LL << 30, 0.1, std::nullopt);
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "empty").string() +
+                                         ": not a sweep written by train (no .train-output "
+                                         "marker in it)");
+  }
+  { auto lock = training::claim_output_dir(dir / "sweep", training::OutputKind::Sweep, "-o"); }
+  std::ofstream(dir / "sweep/sweep.json") << "{\"arch\": 1}";
+  try {
+    training::make_plan(dir / "sweep", 4LL << 30, 0.1, std::nullopt);
     FAIL();
   } catch (const training::UserError& e) {
     EXPECT_NE(std::string(e.what()).find("not a sweep written by `train sweep`"),
@@ -367,8 +386,7 @@ TEST(Plan, AnAutoCellOnACardKeepsItsMeasuredPeaks) {
                                               trial(2, automatic, 64, 700 * MiB, 90, ok)};
   trials[1].result.peak_allocated_bytes = 650 * MiB;
   training::SweepFacts facts{"resnet18", "cifar", "cpu", "cpu", 64LL << 30, false, 1, 2, {}};
-  const fs::path sweep = dir / "sweep";
-  fs::create_directories(sweep);
+  const fs::path sweep = sweep_folder(dir / "sweep");
   training::write_sweep_tables(
       sweep, facts, training::summarize({plain, automatic}, trials, {}, false), trials, true);
   training::Config config = training::parse_config("", "test");

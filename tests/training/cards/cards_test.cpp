@@ -1,0 +1,109 @@
+#include "training/cards/cards.h"
+
+#include <gtest/gtest.h>
+
+#include "training/platform/errors.h"
+
+namespace training {
+namespace {
+
+std::string refusal(const std::string& text) {
+  try {
+    find_card(text);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
+  const Card h100 = find_card("h100_80gb");
+  EXPECT_EQ(h100.name, "H100-80GB");
+  EXPECT_EQ(h100.memory_bytes, int64_t{81559} << 20);
+  EXPECT_EQ(h100.architecture, "sm_90");
+  EXPECT_EQ(find_card("H200").memory_bytes, int64_t{143771} << 20);
+  const Card sized = find_card("24GiB");
+  EXPECT_EQ(sized.memory_bytes, int64_t{24} << 30);
+  EXPECT_EQ(sized.architecture, "");
+  EXPECT_NE(refusal("RTX4909").find("unknown card 'RTX4909' (did you mean 'RTX4090'?)"),
+            std::string::npos)
+      << refusal("RTX4909");
+  EXPECT_NE(refusal("Voodoo").find("(valid: H200, H100-80GB"), std::string::npos);
+  // A card must hold more than what a CUDA process keeps outside the allocator.
+  for (const auto& text : {"1KiB", "771MiB"}) {
+    EXPECT_NE(refusal(text).find("is no larger than the 771.00 MiB"), std::string::npos)
+        << refusal(text);
+  }
+  EXPECT_EQ(find_card("772MiB").memory_bytes, int64_t{772} << 20);
+  EXPECT_NE(refusal("12 parsecs").find("--card: expected a size"), std::string::npos)
+      << refusal("12 parsecs");
+  EXPECT_FALSE(refusal("").empty());
+  // A size that starts like a number is a bad size, not an unknown name.
+  for (const auto& text : {"0B", "-1GiB", "+0MiB"}) {
+    EXPECT_EQ(refusal(text).rfind("--card: expected a size", 0), 0u) << refusal(text);
+  }
+  // Round 5: a bare number has no unit (4090 was read as 4090 bytes), and where it is part of a
+  // card's name that card is offered; spaces around the value are no part of it.
+  EXPECT_EQ(refusal("4090"),
+            "--card: '4090' has no unit; a card's memory takes one (e.g. 24GiB); did you mean "
+            "4090GiB or 4090MiB or the card RTX4090?");
+  EXPECT_NE(refusal("3090").find("or the card RTX3090?"), std::string::npos) << refusal("3090");
+  // Only what would be taken is offered: 500MiB is below what lies outside the allocator,
+  // 1073741824GiB beyond the largest card, 0 nothing.
+  EXPECT_EQ(refusal("500"),
+            "--card: '500' has no unit; a card's memory takes one (e.g. 24GiB); did you mean "
+            "500GiB?");
+  EXPECT_EQ(refusal("1073741824"),
+            "--card: '1073741824' has no unit; a card's memory takes one (e.g. 24GiB); did you "
+            "mean 1073741824MiB?");
+  EXPECT_EQ(refusal("0"), "--card: '0' has no unit; a card's memory takes one (e.g. 24GiB)");
+  EXPECT_EQ(find_card(" 24GiB ").memory_bytes, int64_t{24} << 30);
+  EXPECT_EQ(find_card("24 GiB").memory_bytes, int64_t{24} << 30);
+  EXPECT_EQ(find_card(" T4").name, "T4");
+
+  // A family's name offers each of its cards.
+  EXPECT_NE(refusal("H100").find("(did you mean 'H100-80GB' or 'H100-SXM' or 'H100-PCIe' or "
+                                 "'H100-NVL'?)"),
+            std::string::npos)
+      << refusal("H100");
+  EXPECT_EQ(refusal("1025TiB"), "--card: expected a card of at most 1024TiB, got '1025TiB'");
+  // The workspaces follow the architecture: 32 MiB on Hopper, LibTorch's smaller default before.
+  EXPECT_EQ(beside_tensors(h100).cublas_workspace, 32 << 20);
+  EXPECT_EQ(beside_tensors(find_card("T4")).cublas_workspace, 4096 * 1024 * 2 + 16 * 1024 * 8);
+  EXPECT_NE(beside_tensors(h100).outside_source.find("assumed"), std::string::npos);
+}
+
+AllocationStream stream(std::vector<TraceEvent> events, std::vector<TraceMark> marks = {}) {
+  return {std::move(events), std::move(marks)};
+}
+
+// Every named card has a data sheet: bandwidth, dense peaks for fp32 and fp16/bf16, TF32 from
+// sm_80 (where it is published), and its source; SMs and clock where the vendor gives them. A card
+// given by its size has none, and no other card's figures stand in.
+TEST(Cards, EachNamedCardHasADataSheetAndACardBySizeNone) {
+  for (const Card& card : known_cards()) {
+    const DataSheet& s = card.sheet;
+    EXPECT_TRUE(s.known()) << card.name;
+    EXPECT_GT(s.bandwidth_gbps, 0) << card.name;
+    EXPECT_GT(s.fp32_tflops, 0) << card.name;
+    EXPECT_GT(s.half_tflops, s.fp32_tflops) << card.name;
+    EXPECT_FALSE(s.source.empty()) << card.name;
+    if (card.compute_major < 8) {
+      EXPECT_EQ(s.tf32_tflops, 0) << card.name;
+    }
+    EXPECT_LE(s.tf32_tflops, s.half_tflops) << card.name;
+  }
+  EXPECT_EQ(find_card("H100-PCIe").sheet.sms, 114);
+  EXPECT_EQ(find_card("A100-80GB-PCIe").sheet.bandwidth_gbps, 1935);
+  EXPECT_EQ(find_card("A100-80GB-SXM").sheet.bandwidth_gbps, 2039);
+  EXPECT_EQ(find_card("a10").sheet.half_tflops, 125.0);
+  EXPECT_EQ(find_card("RTX-A6000").memory_bytes, int64_t{49140} << 20);
+  EXPECT_EQ(find_card("rtx6000 ada").architecture, "sm_89");
+  const Card sized = find_card("24GiB");
+  EXPECT_FALSE(sized.sheet.known());
+  EXPECT_EQ(sized.sheet.bandwidth_gbps, 0);
+  EXPECT_TRUE(sized.sheet.source.empty());
+}
+
+}  // namespace
+}  // namespace training
