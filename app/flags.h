@@ -22,9 +22,8 @@ namespace app {
 // The examples, the exit codes and the first commands: `train --help`'s footer.
 extern const char* kExamples;
 
-// A flag that is shorthand for one config key (--device sets training.device): the one place
-// where flags become overrides, for `train` and `train sweep` alike. A list flag's "a,b,c" becomes
-// the YAML list [a,b,c].
+// A flag that is shorthand for one config key (--device sets training.device), for `train` and
+// `train sweep` alike. A list flag's "a,b,c" becomes the YAML list [a,b,c].
 struct ShorthandFlag {
   ShorthandFlag(std::string name, std::string key, std::string help, bool list = false)
       : name(std::move(name)), key(std::move(key)), help(std::move(help)), list(list) {}

@@ -47,7 +47,6 @@ std::string one_line(const std::string& message) {
 
 }  // namespace
 
-// Runs `action`, mapping every error to its one-line message and exit code.
 int guarded(const std::function<int()>& action) {
   try {
     return action();

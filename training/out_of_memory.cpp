@@ -7,8 +7,6 @@
 
 namespace training {
 
-// One line for an out-of-memory error: where it happened, the peak reached, the limit, and the
-// remedies for that phase.
 std::string out_of_memory_message(const Config& config, const torch::Device& device,
                                   const OutOfMemoryWhere& where,
                                   const std::string& allocator_message) {

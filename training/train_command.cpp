@@ -298,7 +298,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   LoadedData data = load_data(asked);
   const bool data_parallel = launch && launch->world_size > 1;
   auto building = [&] {
-    // A fresh run has no checkpoint yet (round 5: "The last checkpoint is intact" was said).
+    // A fresh run has no checkpoint yet to call intact.
     return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while building the model and its data",
                             !resume.checkpoint.empty()};
   };

@@ -49,9 +49,8 @@ struct DataConfig {
   bool augment = true;           // random crop (4-pixel padding) + horizontal flip when training
   bool device_resident = false;  // keep the uint8 training set on the training device
   // Batches prepared ahead by a background thread (0 = inline). kAutoPrefetch: 2 on CUDA, 0 on
-  // the CPU, where the extra thread's OpenMP team makes libgomp throttle its spin-waiting
-  // (measured: a quarter of the step rate lost on 2 cores) and the cores are busy with the step
-  // anyway.
+  // the CPU, whose cores the step keeps busy and where the thread's OpenMP team makes libgomp
+  // throttle its spin-waiting (measured: a quarter of the step rate lost on 2 cores).
   int64_t prefetch = kAutoPrefetch;
   double simulated_delay_ms = 0;  // extra time to prepare each training batch (pipeline studies)
   LoaderKind loader = LoaderKind::Batched;

@@ -68,7 +68,6 @@ std::string describe(const YAML::Node& node) {
   return "'" + node.Scalar() + "'";
 }
 
-// yaml-cpp throws when asking the type of a missing ("zombie") node, so ask IsDefined first.
 bool is_map(const YAML::Node& node) {
   return node.IsDefined() && node.IsMap();
 }

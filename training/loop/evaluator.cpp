@@ -108,8 +108,8 @@ void Evaluator::check_fits(models::ResNet& model, data::Loader& loader) {
     add_batch(model, batch->images, batch->labels, loss_sum, correct);
   }
   evaluating_ = false;
-  // Nothing left half-taken or held: a restarted loader would prefetch test batches and hold them
-  // through the training epoch (round 5: one batch more than the checkpointing choice counted).
+  // Nothing left held: a restarted loader would hold prefetched test batches through the training
+  // epoch, one batch more than the checkpointing choice counted.
   loader.stop();
 }
 

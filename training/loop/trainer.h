@@ -130,8 +130,8 @@ class Trainer {
   void take_own_sums();
   // Data-parallel: returns once every rank got here (rank 0 after its checkpoint write).
   void wait_for_rank_0();
-  // Refuses a profiler.steps window (profiling, memory.snapshot) that starts after the last step.
-  // A profiler or snapshot window that starts after the last of `total` steps, `done` of them done.
+  // Refuses a profiler.steps window (profiling, memory.snapshot) that starts after the last of
+  // `total` steps, `done` of them done.
   static void check_profiler_window(const Config& config, int64_t done, int64_t total);
   // A stop signal on any rank stops every rank at the same step (checked at log intervals when
   // data-parallel, so steps stay free of extra synchronisation).

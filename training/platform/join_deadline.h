@@ -13,9 +13,8 @@ namespace training {
 // Seconds past distributed.timeout_seconds after which a rank still joining its group ends itself.
 inline constexpr auto kJoinGrace = std::chrono::seconds(5);
 
-// Ends the process with exit code 4 and the message of the stage it is in when the join has not
-// finished by its deadline: a library call that outlives its own timeout (a connect to a peer
-// behind a dead link) cannot keep a rank waiting.
+// Ends the process with exit code 4 and the message of its current stage when the join has not
+// finished by its deadline.
 class JoinDeadline {
  public:
   using Clock = std::chrono::steady_clock;

@@ -27,8 +27,7 @@ void say_stopped(const char (&line)[N]) {
   if (const int fd = stop_line_fd.load(); fd >= 0) written = ::write(fd, line, N - 1);
 }
 
-// A repeated stop: at once, with the exit code every stop has and one line (issue 57: it died of
-// the signal, 143, with none). The files written before it are whole: atomic writes finish first.
+// A repeated stop: exit 130 at once with one line (issue 57); atomic writes have finished first.
 [[noreturn]] void exit_at_once_on_repeated_stop() {
   say_stopped(
       "[stopped] by a second signal, at once (exit 130); the files written atomically (checkpoint, "

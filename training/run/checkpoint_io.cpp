@@ -72,8 +72,7 @@ c10::IValue read_value(torch::serialize::InputArchive& archive, const fs::path& 
   return value;
 }
 
-// A count or time the trainer wrote (issue 57: what is read back is checked as written): a number
-// of the entry's kind, at least `low`.
+// A count or time as the trainer wrote it (issue 57): a number of the entry's kind, >= `low`.
 template <typename T>
 T read_number(torch::serialize::InputArchive& archive, const fs::path& file, const std::string& key,
               T low) {
@@ -145,10 +144,9 @@ void read_state(torch::serialize::InputArchive& archive, const fs::path& file,
   for (auto& [name, tensor] : targets) tensor.copy_(by_name.at(name));
 }
 
-// The stored optimizer state into `optimizer`, whose options (the config's) hold over the stored
-// ones: LibTorch's load restores the options it saved, and a resume with another momentum or
-// weight decay ran with the old ones while its step was predicted with the new (round 5). Where
-// the config's momentum is 0 no momentum buffer is kept (it would be held and never read).
+// The stored optimizer state into `optimizer`, keeping the config's options: LibTorch's load
+// restores the saved ones, so a resume with another momentum or weight decay would run the old
+// ones. With momentum 0 no momentum buffer is kept (it would be held and never read).
 void read_optimizer(torch::serialize::InputArchive& archive, const fs::path& file,
                     torch::optim::Optimizer& optimizer) {
   std::vector<std::unique_ptr<torch::optim::OptimizerOptions>> configured;

@@ -22,8 +22,7 @@ nlohmann::ordered_json column_json(const std::optional<T>& value) {
   return optional_json(value);
 }
 
-// What the trainer writes in each numeric column (issue 57: a run's metrics read back are checked
-// as written; 8.5 steps were read as 8, a negative epoch time or an accuracy of 7 were reported).
+// Each numeric column's range as the trainer writes it, which a read-back checks (issue 57).
 struct ColumnRange {
   const char* key;
   double low, high;

@@ -38,9 +38,8 @@ struct EpochRecord {
   std::optional<double> utilization_mean, utilization_max;  // the sampler's (GPU or CPU)
   std::optional<int64_t> memory_used_max_bytes;             // NVML used memory, or RSS
   int64_t world_size = 1;
-  // Steady-state speed. The first steps a process trains (Trainer::kWarmupSteps: cuDNN's
-  // autotuning, first allocations, a graph's warm-up and capture) are timed apart and never
-  // averaged into the steady rate.
+  // Steady-state speed: the first Trainer::kWarmupSteps steps a process trains are timed apart
+  // and never averaged into the steady rate (loop/step_timing.h).
   int64_t warmup_steps = 0;                        // steps of this epoch that were warm-up
   double warmup_seconds = 0;                       // their wall time (part of epoch_seconds)
   std::optional<double> steady_images_per_second;  // after the warm-up; null without such steps
