@@ -10,6 +10,7 @@
 #include "training/config/config_yaml.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
+#include "training/run/output_dir.h"
 
 namespace app {
 
@@ -40,10 +41,25 @@ double headroom_flag(const std::string& text) {
   return value;
 }
 
-// --json replaces only an earlier plan: any other path that exists (a sweep's file, a config).
+// A size with its unit: a card's memory is no bare number of bytes ("24" was 24 bytes).
+int64_t size_with_unit(const std::string& flag, const std::string& text) {
+  if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+    throw UserError(flag + ": '" + text + "' has no unit; give one, e.g. " + text + "GiB");
+  }
+  return training::size_flag(flag, text);
+}
+
+// --json replaces only an earlier plan: any other path that exists (a sweep's file, a config), in a
+// folder that exists and is none of another command's outputs.
 void check_json_output(const std::string& path) {
   std::error_code error;
-  if (path.empty() || !fs::exists(path, error)) return;
+  if (path.empty()) return;
+  const fs::path folder = fs::path(path).parent_path();
+  if (!folder.empty() && !fs::is_directory(folder, error)) {
+    throw UserError("--json: " + folder.string() + " is not a folder; give a path in one");
+  }
+  training::check_file_outside_outputs(path, "--json");
+  if (!fs::exists(path, error)) return;
   bool a_plan = false;
   if (fs::is_regular_file(path, error)) {
     std::ifstream in(path);
@@ -69,11 +85,11 @@ training::PlanRequest plan_request(const PlanFlags& flags, training::PlanRequest
     request.memory = request.card->memory_bytes;
     training::alloc_conf_from_environment();  // refused before the small sweep runs
   } else {
-    request.memory = training::size_flag("--memory", flags.memory);
+    request.memory = size_with_unit("--memory", flags.memory);
   }
   check_json_output(request.json);
   request.headroom = headroom_flag(flags.headroom);
-  if (!flags.overhead.empty()) request.overhead = training::size_flag("--overhead", flags.overhead);
+  if (!flags.overhead.empty()) request.overhead = size_with_unit("--overhead", flags.overhead);
   if (!flags.target_batch.empty() && (!training::config_yaml::decimal_integer(
                                           YAML::Node(flags.target_batch), request.target_batch) ||
                                       request.target_batch < 1)) {

@@ -7,6 +7,7 @@
 
 #include "test_support.h"
 #include "training/platform/errors.h"
+#include "training/run/output_dir.h"
 
 namespace {
 
@@ -80,6 +81,24 @@ TEST(FlagValues, APlansJsonReplacesOnlyAnEarlierPlan) {
   }
   request.json = (dir / "plan.json").string();
   EXPECT_EQ(refusal(flags, request), "");
+  request.json = (dir / "nowhere/plan.json").string();  // refused before the replay, not after
+  EXPECT_EQ(refusal(flags, request).rfind("--json: " + (dir / "nowhere").string() + " is not a", 0),
+            0u);
+  { auto lock = training::claim_output_dir(dir / "run", training::OutputKind::Run, "-o"); }
+  request.json = (dir / "run/plan.json").string();  // only a folder's own command writes there
+  EXPECT_NE(refusal(flags, request).find("which holds a run"), std::string::npos);
+}
+
+// A size without its unit is refused, as --card refuses one: "--memory 24" was 24 bytes.
+TEST(FlagValues, APlansSizesTakeAUnit) {
+  app::PlanFlags flags;
+  flags.memory = "24";
+  EXPECT_EQ(refusal(flags), "--memory: '24' has no unit; give one, e.g. 24GiB");
+  flags.memory = "24GiB";
+  flags.overhead = "800";
+  EXPECT_EQ(refusal(flags), "--overhead: '800' has no unit; give one, e.g. 800GiB");
+  flags.overhead = "800MiB";
+  EXPECT_EQ(app::plan_request(flags, from_sweep()).overhead, int64_t{800} << 20);
 }
 
 // PYTORCH_CUDA_ALLOC_CONF with an option the model does not follow is refused with --card before

@@ -91,7 +91,9 @@ HeldOutputs held_outputs(const fs::path& dir) {
   HeldOutputs held;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return held;
-  if (std::ifstream marker{dir / kMarker}) {
+  held.marker = fs::symlink_status(dir / kMarker, ec).type() != fs::file_type::not_found;
+  // A regular file only: a FIFO in its place would block the read.
+  if (std::ifstream marker{is_file(dir / kMarker) ? dir / kMarker : fs::path()}) {
     std::string word, format, state;
     marker >> word >> format >> state;
     for (const auto& k : kKinds) {
@@ -188,14 +190,18 @@ void check_is_run(const fs::path& dir) {
     throw UserError(dir.string() + ": holds " + kind_text(*held.kind) +
                     ", not a run; train --resume continues training runs only");
   }
-  if (held.kind) check_output_format(dir, OutputKind::Run);
+  if (held.kind || held.marker) check_output_format(dir, OutputKind::Run);
 }
 
 void check_output_format(const fs::path& dir, OutputKind kind) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw UserError(dir.string() + ": not a folder");
   const HeldOutputs held = held_outputs(dir);
   if (!held.kind) {
-    throw UserError(dir.string() + ": not " + kind_text(kind) +
-                    " written by train (no .train-output marker in it)");
+    throw UserError(dir.string() + ": not " + kind_text(kind) + " written by train (" +
+                    (held.marker ? "its .train-output marker is not one train writes"
+                                 : "no .train-output marker in it") +
+                    ")");
   }
   if (*held.kind != kind) {
     throw UserError(dir.string() + ": holds " + kind_text(*held.kind) + ", not " + kind_text(kind));
@@ -208,7 +214,7 @@ void check_output_format(const fs::path& dir, OutputKind kind) {
 }
 
 void adopt_as_run(const fs::path& dir) {
-  if (!held_outputs(dir).kind) {
+  if (!held_outputs(dir).marker) {
     write_file_atomically(dir / kMarker, marker_text(OutputKind::Run, false));
   }
 }

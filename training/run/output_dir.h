@@ -1,6 +1,6 @@
 // Which command's folder a directory is. Every output directory (a run, a sweep, a memory study,
-// a comparison) carries a marker, `.train-output`, naming its kind, and "finished" once its
-// command completed; only its own command writes into it:
+// a comparison) carries a marker, `.train-output`, naming its kind, and "finished" once a sweep,
+// study or comparison completed; only its own command writes into it:
 //   - a new output goes into an absent or empty folder, or into an unfinished one of its own kind
 //     (a sweep, study or comparison stopped part-way is started again; a run is continued with
 //     --resume instead);
@@ -31,6 +31,7 @@ std::string kind_text(OutputKind kind);
 
 struct HeldOutputs {
   std::optional<OutputKind> kind;  // none: absent, empty, or not one of ours (no marker)
+  bool marker = false;             // a .train-output stands there, readable or not
   int format = 0;  // with a kind: the marker's format; 0 where it is not a number train writes
   bool finished = false;                 // its command completed
   std::vector<std::string> other_files;  // up to three names of files that are none of ours

@@ -45,13 +45,16 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
                       {"reserved_peak_bytes", phase.reserved}});
   }
   const DataSheet& sheet = p.card.sheet;
+  const auto known = [](auto value) {  // 0: the vendor gives none
+    return value > 0 ? nlohmann::ordered_json(value) : nlohmann::ordered_json(nullptr);
+  };
   const nlohmann::ordered_json data_sheet =
-      sheet.known() ? nlohmann::ordered_json{{"bandwidth_gbps", sheet.bandwidth_gbps},
-                                             {"sms", sheet.sms},
-                                             {"boost_mhz", sheet.boost_mhz},
-                                             {"fp32_tflops", sheet.fp32_tflops},
-                                             {"tf32_tflops", sheet.tf32_tflops},
-                                             {"fp16_bf16_tflops", sheet.half_tflops},
+      sheet.known() ? nlohmann::ordered_json{{"bandwidth_gbps", known(sheet.bandwidth_gbps)},
+                                             {"sms", known(sheet.sms)},
+                                             {"boost_mhz", known(sheet.boost_mhz)},
+                                             {"fp32_tflops", known(sheet.fp32_tflops)},
+                                             {"tf32_tflops", known(sheet.tf32_tflops)},
+                                             {"fp16_bf16_tflops", known(sheet.half_tflops)},
                                              {"source", sheet.source}}
                     : nlohmann::ordered_json(nullptr);  // a card given by its size
   return {{"card",

@@ -291,10 +291,10 @@ SweepRecord read_sweep(const fs::path& dir) {
     throw UserError(dir.string() + ": is a file; a sweep is read from its folder (the one " +
                     "holding sweep.json)");
   }
+  check_output_format(dir, OutputKind::Sweep);
   if (!fs::is_regular_file(file, ec)) {
     throw UserError(dir.string() + ": holds no sweep (no sweep.json); run `train sweep` first");
   }
-  check_output_format(dir, OutputKind::Sweep);
   SweepRecord record;
   try {
     std::ifstream in(file);

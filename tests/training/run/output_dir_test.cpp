@@ -1,6 +1,7 @@
 #include "training/run/output_dir.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
@@ -54,6 +55,24 @@ TEST(OutputDir, TheMarkerSaysTheKindAndTheFormat) {
     EXPECT_EQ(training::held_outputs(dir.path()).format, 0) << marker;
     EXPECT_THROW(training::check_output_format(dir.path(), OutputKind::Run), training::UserError);
   }
+  // A marker that is there but is none of train's is said so; a FIFO in its place is not read
+  // (the read would block).
+  for (const std::string junk : {"RUN 2\n", "\x01\x02\n"}) {
+    std::ofstream(dir / ".train-output") << junk;
+    try {
+      training::check_output_format(dir.path(), OutputKind::Run);
+      ADD_FAILURE() << junk;
+    } catch (const training::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("its .train-output marker is not one train writes"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(training::check_is_run(dir.path()), training::UserError);
+  }
+  fs::remove(dir / ".train-output");
+  ASSERT_EQ(::mkfifo((dir / ".train-output").c_str(), 0644), 0);
+  EXPECT_TRUE(training::held_outputs(dir.path()).marker);
+  EXPECT_FALSE(training::held_outputs(dir.path()).kind);
   const test_support::TempDir fresh;
   { auto lock = training::claim_output_dir(fresh.path(), OutputKind::Sweep, "--output-dir"); }
   EXPECT_EQ(test_support::read_text(fresh / ".train-output"),

@@ -10,6 +10,7 @@
 #include "test_support.h"
 #include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
+#include "training/run/output_dir.h"
 
 namespace {
 
@@ -68,6 +69,25 @@ TEST(RunDirectory, SameEpochReplacesItsRowAndResumeTrimsLaterOnes) {
   const auto csv = test_support::read_text(dir / "run/metrics.csv");
   EXPECT_EQ(csv_column(csv, 0), (std::vector<std::string>{"1", "2"}));
   EXPECT_EQ(csv_column(csv, 3), (std::vector<std::string>{"2.0", "0.5"}));
+}
+
+// A checkpoint file resumed in a folder without a marker (a run's files copied by hand) makes the
+// folder the run's: the marker is written, so the next --resume of the folder finds a run (it was
+// refused as "not a run"). A folder that holds another output keeps its marker.
+TEST(RunDirectory, AResumeInAFolderWithoutAMarkerMakesItTheRuns) {
+  test_support::TempDir dir;
+  fs::create_directories(dir / "copied");
+  EXPECT_FALSE(training::held_outputs(dir / "copied").kind);
+  { training::RunDirectory resumed(dir / "copied", true); }
+  const auto held = training::held_outputs(dir / "copied");
+  EXPECT_EQ(held.kind, training::OutputKind::Run);
+  EXPECT_EQ(held.format, training::kOutputFormat);
+  EXPECT_NO_THROW(training::check_is_run(dir / "copied"));
+  {
+    auto lock = training::claim_output_dir(dir / "study", training::OutputKind::MemoryStudy, "-o");
+  }
+  training::adopt_as_run(dir / "study");
+  EXPECT_EQ(training::held_outputs(dir / "study").kind, training::OutputKind::MemoryStudy);
 }
 
 TEST(RunDirectory, RefusesToReuseADirectoryHoldingARun) {

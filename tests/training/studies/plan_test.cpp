@@ -186,12 +186,6 @@ TEST(Plan, UsesTheOverheadACudaSweepMeasured) {
 TEST(Plan, RefusesBadInput) {
   test_support::TempDir dir;
   fs::create_directories(dir / "empty");
-  try {
-    training::make_plan(dir / "empty", 4LL << 30, 0.1, std::nullopt);
-    FAIL();
-  } catch (const training::UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("holds no sweep (no sweep.json)"), std::string::npos);
-  }
   std::ofstream(dir / "empty/sweep.json") << "{\"arch\": 1}";
   try {  // a sweep.json alone is no sweep: only the marker says what a folder holds
     training::make_plan(dir / "empty", 4LL << 30, 0.1, std::nullopt);
@@ -201,7 +195,20 @@ TEST(Plan, RefusesBadInput) {
                                          ": not a sweep written by train (no .train-output "
                                          "marker in it)");
   }
+  { auto lock = training::claim_output_dir(dir / "run", training::OutputKind::Run, "-o"); }
+  try {  // the marker is read before the files: a run is no sweep
+    training::make_plan(dir / "run", 4LL << 30, 0.1, std::nullopt);
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "run").string() + ": holds a run, not a sweep");
+  }
   { auto lock = training::claim_output_dir(dir / "sweep", training::OutputKind::Sweep, "-o"); }
+  try {
+    training::make_plan(dir / "sweep", 4LL << 30, 0.1, std::nullopt);
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds no sweep (no sweep.json)"), std::string::npos);
+  }
   std::ofstream(dir / "sweep/sweep.json") << "{\"arch\": 1}";
   try {
     training::make_plan(dir / "sweep", 4LL << 30, 0.1, std::nullopt);
