@@ -37,11 +37,9 @@ ResumeTarget resume_target(const std::string& resume) {
   std::error_code ec;
   const fs::path path(resume);
   const bool run_dir = fs::is_directory(path, ec) && path.extension() != ".pt";
-  if (const HeldOutputs marked = held_outputs(path); run_dir && !marked.kind) {
-    throw UserError(path.string() + ": not a run written by train (" +
-                    (marked.marker ? "its .train-output marker is not one train writes"
-                                   : "no .train-output marker in it") +
-                    "); --resume takes a run's folder, or a checkpoint file");
+  if (run_dir && !held_outputs(path).kind) {
+    check_output_format(path, OutputKind::Run,
+                        "; --resume takes a run's folder, or a checkpoint file");
   }
   if (run_dir) check_is_run(path);
   const fs::path checkpoint = path / "checkpoint.pt";

@@ -193,7 +193,7 @@ void check_is_run(const fs::path& dir) {
   if (held.kind || held.marker) check_output_format(dir, OutputKind::Run);
 }
 
-void check_output_format(const fs::path& dir, OutputKind kind) {
+void check_output_format(const fs::path& dir, OutputKind kind, const std::string& advice) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw UserError(dir.string() + ": not a folder");
   const HeldOutputs held = held_outputs(dir);
@@ -201,7 +201,7 @@ void check_output_format(const fs::path& dir, OutputKind kind) {
     throw UserError(dir.string() + ": not " + kind_text(kind) + " written by train (" +
                     (held.marker ? "its .train-output marker is not one train writes"
                                  : "no .train-output marker in it") +
-                    ")");
+                    ")" + advice);
   }
   if (*held.kind != kind) {
     throw UserError(dir.string() + ": holds " + kind_text(*held.kind) + ", not " + kind_text(kind));

@@ -68,8 +68,10 @@ void check_not_an_input(const std::filesystem::path& output, const std::string& 
 void check_is_run(const std::filesystem::path& dir);
 
 // Refuses (UserError, one line) a folder read back as `kind` whose marker is missing, names another
-// kind, or gives another format than kOutputFormat.
-void check_output_format(const std::filesystem::path& dir, OutputKind kind);
+// kind, or gives another format than kOutputFormat; `advice` ends the line of a folder that holds
+// no output of train's.
+void check_output_format(const std::filesystem::path& dir, OutputKind kind,
+                         const std::string& advice = "");
 
 // A run resumed from a checkpoint file in a folder without a marker: the folder becomes the run's.
 void adopt_as_run(const std::filesystem::path& dir);
