@@ -263,6 +263,8 @@ Commands add_commands(CLI::App& app, Arguments& a) {
   c.report = add_report_command(app, a);
   c.compare = add_compare_command(app, a);
   c.convert = add_convert_command(app, a);
+  c.cards = app.add_subcommand(
+      "cards", "The cards --card knows (data sheets) and the speed model's fit, as markdown");
   auto* bench = app.add_subcommand("bench", "Micro-benchmarks");
   bench->require_subcommand(1);
   c.matmul = add_matmul_command(*bench, a);

@@ -106,7 +106,7 @@ struct Arguments {
 
 // The subcommands, as added to the app.
 struct Commands {
-  CLI::App *sweep, *memory, *plan, *report, *compare, *convert, *matmul, *loader, *trial;
+  CLI::App *sweep, *memory, *plan, *report, *compare, *convert, *cards, *matmul, *loader, *trial;
 };
 Commands add_commands(CLI::App& app, Arguments& a);
 

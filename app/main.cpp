@@ -4,9 +4,11 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <iostream>
 
 #include "app/flags.h"
 #include "app/process.h"
+#include "training/cards/cards_report.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
@@ -44,6 +46,12 @@ int dispatch(app::Arguments& a, const app::Commands& c) {
   if (*c.compare) {
     return guarded([&] {
       training::compare_command(a.compare);
+      return kExitOk;
+    });
+  }
+  if (*c.cards) {
+    return guarded([&] {
+      std::cout << training::cards_report();
       return kExitOk;
     });
   }
@@ -90,7 +98,7 @@ int main(int argc, char** argv) {
   CLI::App cli{
       "Train ResNet on CIFAR-10 with LibTorch and measure memory and speed.\n"
       "Without a subcommand: train. Subcommands: sweep, memory, plan, compare, report, convert, "
-      "bench."};
+      "cards, bench."};
   cli.footer(app::kExamples);
   cli.require_subcommand(0, 1);
   // One line, as every bad input gets (CLI11's own adds "Run with --help for more information.").

@@ -4,7 +4,7 @@
   scripts/compare_devices.py [--config configs/resnet50_cifar10.yaml] [--tables seed,study,fastest]
       [--cpu-steps 30] [--gpu-steps N | --gpu-epochs 1] [--devices cpu,cuda] [--threads N]
       [--fastest-precisions fp32,bf16] [--trial-timeout 300] [--batch-size N]
-      [--out DIR] [--set key=value ...]
+      [--card NAME ...] [--out DIR] [--set key=value ...]
 
 Three tables, each a `train compare` of one run per device:
 
@@ -15,6 +15,14 @@ Three tables, each a `train compare` of one run per device:
            `train sweep` over fp32/bf16 (--fastest-precisions) x contiguous/channels_last at the
            config's batch size (trials that fail or time out, --trial-timeout, are left out); the
            table's "fastest setting" row says which won
+
+--card NAME (repeatable) adds a predicted column per card beside the measured ones: the table's
+setting (the fastest table: the card's own fastest of --fastest-precisions x both layouts) at
+its batch, predicted by `train memory --card NAME --card-only` (no GPU needed): images/s and the
+step by the speed model (estimated, training/cards/speed_model.h), the epoch's time at the CPU
+run's steps per epoch, the reserved and allocated peaks by the allocator's replay. Rows it does
+not predict (accuracy, utilisation) are "-". A card given by its size has no speed: its cells
+say so.
 
 Each device trains with `train`: the GPU one whole epoch (--gpu-epochs, or --gpu-steps steps),
 the CPU --cpu-steps steps, its epoch time projected from its steady steps and marked so. Steps
@@ -32,7 +40,8 @@ Writes into DIR (default runs/compare-<date>-<time>):
                  epochs trained, and the run's totals from `train compare` (steady images/s,
                  warm-up, epoch time and whether it is projected, peaks, utilisation) with the
                  speed-up over the CPU
-  <table>/<device>/   each run; <table>/compare/ `train compare`'s files; fastest/sweep-<device>/
+  <table>/<device>/   each run; <table>/compare/ `train compare`'s files; fastest/sweep-<device>/;
+                 <table>/card-<NAME>/ the card's `train memory` prediction
 
 Exit codes: 0 when at least one device ran in every table; 2 for bad arguments (a config that is
 missing, empty or a folder, steps that leave no steady step, an --out that is not empty) or when
@@ -156,6 +165,78 @@ def fastest_settings(args, device, sweep_dir):
     return [f"training.precision={best['precision']}", f"training.memory_format={best['memory_format']}"], None
 
 
+def effective_setting(args, overrides):
+    """(precision, memory format, batch) of the config with `overrides` (a card's auto layout is channels_last)."""
+    values = dict(o.split("=", 1) for o in [*args.set, *overrides])
+    precision = values.get("training.precision") or config_value(args, "training", "precision")
+    layout = values.get("training.memory_format") or config_value(args, "training", "memory_format")
+    batch = values.get("training.batch_size") or config_value(args, "training", "batch_size")
+    return precision, "channels_last" if layout in ("", "auto", "null", "~") else layout, int(batch)
+
+
+def predict_card(args, card, table_dir, overrides, fastest):
+    """The table's setting predicted on `card` (`train memory --card-only`): the best predicted setting."""
+    precision, layout, batch = effective_setting(args, overrides)
+    if fastest:
+        batch = args.batch_size or batch
+        labels = [p if f == "contiguous" else f"{p}+channels_last"
+                  for p in args.fastest_precisions.split(",") for f in ("contiguous", "channels_last")]
+    else:
+        labels = [precision if layout == "contiguous" else f"{precision}+channels_last"]
+    out = table_dir / f"card-{card}"
+    command = [args.train, "memory", "--config", args.config, "--card", card, "--card-only", "--settings",
+               ",".join(labels), "--batch-size", str(batch), "--output-dir", str(out)]
+    for override in [*overrides, *args.set]:
+        if not override.startswith(("training.precision=", "training.memory_format=", "training.batch_size=")):
+            command += ["--set", override]
+    print("$", " ".join(command), flush=True)
+    proc = subprocess.run(command, capture_output=True, text=True)
+    breakdown = out / "memory_breakdown.json"
+    if proc.returncode != 0 or not breakdown.exists():
+        return {"card": card, "note": f"failed: {last_error(proc)}"}
+    settings = json.loads(breakdown.read_text())["settings"]
+    rated = [s for s in settings if s.get("predicted_images_per_second")]
+    if not rated:
+        return {"card": card, "setting": settings[0], "batch": batch,
+                "note": settings[0].get("speed_not_estimated") or settings[0].get("card_prediction_error", "no speed")}
+    return {"card": card, "setting": max(rated, key=lambda s: s["predicted_images_per_second"]), "batch": batch}
+
+
+def card_cells(prediction, cpu):
+    """The card's cell for each row label of `train compare`'s table."""
+    s = prediction.get("setting") or {}
+    rate = s.get("predicted_images_per_second")
+    per_epoch = cpu and cpu.get("trained") and cpu["trained"].get("steps_per_epoch")
+    cpu_rate = cpu and cpu.get("totals", {}).get("steady_images_per_second")
+    mib = lambda key: f"{s[key] / 2**20:.1f}" if s.get(key) is not None else "-"
+    return {
+        "device": f"{prediction['card']} (estimated)",
+        "images/s, steady": f"{rate:.1f} (estimated)" if rate else prediction.get("note", "-"),
+        "time per epoch": (f"{per_epoch * s['predicted_step_seconds']:.1f} s (estimated)"
+                           if rate and per_epoch else "-"),
+        "peak allocated (MiB)": mib("predicted_allocated_peak_bytes"),
+        "peak reserved (MiB)": mib("predicted_reserved_peak_bytes"),
+        "steady images/s vs the CPU": f"{rate / cpu_rate:.2f}x (estimated)" if rate and cpu_rate else "-",
+        "fastest setting (train sweep)": (f"{s.get('precision', '-')}, {s.get('memory_format', '-')} "
+                                          "(by the speed model)") if rate else "-",
+    }
+
+
+def with_card_columns(rows, predictions, cpu):
+    """`rows` (a markdown table) with one more column per card prediction."""
+    out = []
+    for i, row in enumerate(rows):
+        label = row.strip("|").split("|")[0].strip()
+        if i == 0:
+            cells = [f"{p['card']} (predicted)" for p in predictions]
+        elif i == 1:
+            cells = ["---:" for _ in predictions]
+        else:
+            cells = [card_cells(p, cpu).get(label, "-") for p in predictions]
+        out.append(row + "".join(f" {c} |" for c in cells))
+    return out
+
+
 def compare_table(args, table_dir, entries):
     """`train compare` over the runs that finished; its table, and its totals into the entries."""
     ran = [e for e in entries if e["available"]]
@@ -199,6 +280,8 @@ def parse_args(argv):
     parser.add_argument("--threads", type=int, help="CPU intra-op threads (training.threads)")
     parser.add_argument("--devices", default="cpu,cuda")
     parser.add_argument("--set", action="append", default=[], help="more config overrides, for every run")
+    parser.add_argument("--card", action="append", default=[],
+                        help="also a predicted column for this card (a name: `train cards`), no GPU needed")
     parser.add_argument("--out", default=f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
     args = parser.parse_args(argv)
     script_support.path_argument("--config", args.config, "a config file (YAML)")
@@ -256,14 +339,24 @@ def main(argv=None):
                 entry["trained"] = trained(entry["run_dir"])
             entries.append(entry)
         lines += [f"## {TABLE_TITLES[name]}", ""]
+        predictions = [predict_card(args, card, table_dir, SEED_SETTINGS if name == "seed" else [],
+                                    name == "fastest") for card in args.card]
         if any(e["available"] for e in entries):
-            lines += compare_table(args, table_dir, entries)
+            rows = compare_table(args, table_dir, entries)
+            cpu = next((e for e in entries if e["device"] == "cpu" and e["available"]), None)
+            lines += with_card_columns(rows, predictions, cpu) if predictions else rows
+            lines += [""] + [f"- {p['card']}: estimated by the speed model (`train memory --card {p['card']} "
+                             f"--card-only`, {table_dir.name}/card-{p['card']}/memory_breakdown.md), not measured"
+                             + (f": {p['setting'].get('speed_bound')}" if p.get("setting", {}).get("speed_bound") else "")
+                             for p in predictions]
         else:
             any_table_ran = False
             lines.append("No device ran.")
         lines += [""] + [f"- {e['device']}: {e['note']}" for e in entries if not e["available"]]
         lines.append("")
         result["tables"][name] = entries
+        if predictions:
+            result.setdefault("cards", {})[name] = predictions
     gpu_work = f"{args.gpu_steps} steps" if args.gpu_steps else f"{args.gpu_epochs} whole epoch(s)"
     work = "; ".join(f"{name}: " + ", ".join(trained_text(e) for e in entries if e["available"])
                      for name, entries in result["tables"].items() if any(e["available"] for e in entries))

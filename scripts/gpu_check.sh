@@ -33,12 +33,20 @@
 #    (predicted against measured allocated peak and reserved bytes). Skipped (failed) without the
 #    carried predictions.
 #
-# 7. only when named in --only (each its own run of a few minutes): fast trains
+# 7. speed-model: the speed model (training/cards/speed_model.h) against this card, on cases
+#    written down here before any run: ResNet-50 at 32x32 (CIFAR stem) and at 224x224 (ImageNet
+#    stem, data.image_size 224), batches 64, 128 and 256, contiguous and channels_last, fp32 and
+#    bf16: two `train sweep --card CARD` (24 trials, each measured and predicted), then
+#    scripts/speed_check.py's table of predicted against measured images/s. CARD: GPU_CHECK_CARD,
+#    else the card `nvidia-smi` names when it is one of `train cards` (H200, H100 80GB, A100
+#    80GB); skipped (failed) otherwise.
+#
+# 8. only when named in --only (each its own run of a few minutes): fast trains
 #    configs/resnet50_cifar10_fast.yaml end to end on the real data, as written (eager);
 #    fast-graphed trains it with training.cuda_graph=on. The report gives the wall time (training +
 #    evaluation) to each of the config's accuracy thresholds, 94% among them.
 #
-# --only suite,find-max,plan,memory,card,nccl,compare,data,speed,fast,fast-graphed runs those groups
+# --only suite,find-max,plan,memory,card,nccl,compare,data,speed,speed-model,fast,fast-graphed runs those groups
 # alone (after the GPU and build checks). CUDA_TEST_JOBS runs the suite's tests that many at a time (default 1; the
 # NVML test runs alone after them). GPU_CHECK_PREBUILT=1 uses a build folder carried from another
 # machine (built against the same torch 2.11.0 wheel) when its `train` runs here, finding LibTorch
@@ -67,7 +75,7 @@ while [[ $# -gt 0 ]]; do
       only=",$2,"
       for group in ${2//,/ }; do
         case $group in
-          suite | find-max | plan | memory | card | nccl | compare | data | speed | fast | fast-graphed) ;;
+          suite | find-max | plan | memory | card | nccl | compare | data | speed | speed-model | fast | fast-graphed) ;;
           *) echo "gpu_check: --only: unknown group '$group'" >&2; exit 2 ;;
         esac
       done
@@ -250,6 +258,34 @@ real_data() {
       --set training.epochs=1 --set training.precision=bf16 --set checkpoint.enabled=false
 }
 
+card_name() {  # the card `train cards` knows this GPU as: GPU_CHECK_CARD, else by nvidia-smi's name
+  if [[ -n ${GPU_CHECK_CARD:-} ]]; then echo "$GPU_CHECK_CARD"; return; fi
+  case $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) in
+    *H200*) echo H200 ;;
+    *H100*80GB*HBM3*) echo H100-SXM ;;
+    *H100*PCIe*) echo H100-PCIe ;;
+    *A100*SXM*80GB*) echo A100-80GB-SXM ;;
+    *A100*PCIe*80GB*) echo A100-80GB-PCIe ;;
+    *) return 1 ;;
+  esac
+}
+
+speed_model() {  # the cases of the speed model's check, measured and predicted on this card
+  local card
+  card=$(card_name) || { echo "gpu_check: speed-model: set GPU_CHECK_CARD to this GPU's name in train cards"; return 1; }
+  local status=0 size stem
+  for size in 32 224; do
+    stem=$([[ $size == 32 ]] && echo cifar || echo imagenet)
+    rm -rf "${out:?}/speed_model_$size"
+    "$train" sweep --config configs/resnet50_cifar10.yaml --device cuda --card "$card" \
+      --output-dir "$out/speed_model_$size" --batch-sizes 64,128,256 --precisions fp32,bf16 \
+      --memory-formats contiguous,channels_last --warmup-steps 3 --measure-steps 10 \
+      --set model.stem=$stem --set data.image_size=$size --set data.source=synthetic || status=1
+  done
+  "$TRAIN_PYTHON" scripts/speed_check.py "$out/speed_model_32" "$out/speed_model_224" || status=1
+  return $status
+}
+
 fast_config() {  # fast_config DIR [train args]: the time-to-accuracy config on the real data
   local dir=$1
   shift
@@ -296,6 +332,9 @@ if [[ -x "$train" ]]; then
       check "C++ vs the seed's Python loop, seed settings" bench_python.log python_baseline || failed=1
       check "Python torch.compile, seed settings" python_compile.log python_compile || failed=1
     fi
+  fi
+  if named speed-model; then
+    check "speed model against this card, 24 cases" speed_model.log speed_model || failed=1
   fi
   if named fast || named fast-graphed; then
     if ((data)); then

@@ -18,7 +18,7 @@
 namespace training {
 
 // What the vendor publishes for a card (0 = not known): dense peaks (a sheet's "with sparsity"
-// figures halved), with their source. gpu_cost.h estimates a step's time from them.
+// figures halved), with their source. speed_model.h estimates a step's time from them.
 struct DataSheet {
   double bandwidth_gbps = 0;  // memory bandwidth, GB/s
   int sms = 0;                // streaming multiprocessors

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "training/cards/speed_calibration.h"
+
 namespace training {
 
 CardPredictor::CardPredictor(Config config, Card card, AllocatorOptions options,
@@ -60,6 +62,15 @@ CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch) {
   p.needed_limit = smallest_fitting_limit(stream, p.allocator, p.beside, &p.needed);
   p.largest_batch =
       largest_fitting_batch(r.stream, p.prefetched_batches, image_size, p.allocator, p.beside);
+  Config config = config_;
+  setting.apply_to(config);
+  try {
+    p.speed = predict_step(config, batch, card_);
+  } catch (const std::invalid_argument& e) {  // the card has no speed, said as such
+    p.no_speed = e.what();
+  } catch (const std::exception& e) {  // the memory prediction stands without it
+    p.no_speed = std::string("speed not estimated: ") + e.what();
+  }
   return p;
 }
 

@@ -11,12 +11,14 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "training/cards/caching_allocator.h"
 #include "training/cards/cards.h"
 #include "training/cards/linear_stream.h"
+#include "training/cards/speed_model.h"
 #include "training/cards/stream_replay.h"
 #include "training/config/config.h"
 #include "training/studies/setting.h"
@@ -46,6 +48,10 @@ struct CardPrediction {
   int64_t largest_batch = 0;  // by replay; 0 = not even batch 1
   int64_t checked_batch = 0;  // the batch the scaling was checked on
   int64_t mismatched = 0;     // allocations of that batch the scaling got wrong
+  // The step's time on the card, estimated (speed_calibration.h); none where the card has no
+  // speed, and why in no_speed.
+  std::optional<StepEstimate> speed;
+  std::string no_speed;
   // The peaks to report: the card's replay where it fits; where it does not (the replay stops at
   // the allocation that fails), what the step needs, so that the margin says how much is missing.
   const Replay& figures() const { return replay.fits ? replay : needed; }

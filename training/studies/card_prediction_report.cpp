@@ -8,34 +8,84 @@
 
 namespace training {
 
+namespace {
+
+// "; estimated 2,470 img/s (101.2 ms a step; memory-bound: ...)", or why there is no speed.
+std::string speed_text(const CardPrediction& p) {
+  if (!p.speed) return "; " + p.no_speed;
+  return fmt::format("; estimated {:.0f} img/s ({:.1f} ms a step; {})",
+                     p.speed->images_per_second(), 1e3 * p.speed->seconds, p.speed->why());
+}
+
+}  // namespace
+
 std::string prediction_line(const std::string& setting, const CardPrediction& p) {
   const auto& r = p.replay;
   if (!r.fits) {
     return fmt::format(
-        "{} on {} ({}): batch {} does not fit: out of memory in {}; it needs {} on the device, "
-        "on the smallest card it fits ({} reserved, {} allocated), {}; the largest batch that "
-        "fits is {}",
-        setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size, r.failed_at,
-        size_at_least_text(p.needed_limit + p.beside.outside_allocator),
-        format_bytes(p.needed.peak_reserved), format_bytes(p.needed.peak_allocated),
-        p.margin() < 0 && !p.limited_by_memory_limit
-            ? size_at_least_text(p.needed_limit - p.allocator.limit) + " more than the card has"
-            : "more than the allocator's limit of " + format_bytes(p.allocator.limit) +
-                  (p.limited_by_memory_limit ? " (memory.limit)" : ""),
-        p.largest_batch);
+               "{} on {} ({}): batch {} does not fit: out of memory in {}; it needs {} on the "
+               "device, "
+               "on the smallest card it fits ({} reserved, {} allocated), {}; the largest batch "
+               "that "
+               "fits is {}",
+               setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size, r.failed_at,
+               size_at_least_text(p.needed_limit + p.beside.outside_allocator),
+               format_bytes(p.needed.peak_reserved), format_bytes(p.needed.peak_allocated),
+               p.margin() < 0 && !p.limited_by_memory_limit
+                   ? size_at_least_text(p.needed_limit - p.allocator.limit) +
+                         " more than the card has"
+                   : "more than the allocator's limit of " + format_bytes(p.allocator.limit) +
+                         (p.limited_by_memory_limit ? " (memory.limit)" : ""),
+               p.largest_batch) +
+           speed_text(p);
   }
   return fmt::format(
-      "{} on {} ({}): batch {} predicted {} allocated ({}), {} reserved, {} on the device with {} "
-      "outside the allocator; fits with {} to spare{}; the largest batch that fits is {}",
-      setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size,
-      format_bytes(r.peak_allocated), r.peak_phase, format_bytes(r.peak_reserved),
-      format_bytes(p.device_bytes()), format_bytes(p.beside.outside_allocator),
-      format_bytes(p.margin()),
-      p.limited_by_memory_limit
-          ? " (allocator capped at memory.limit " + format_bytes(p.allocator.limit) + ")"
-          : "",
-      p.largest_batch);
+             "{} on {} ({}): batch {} predicted {} allocated ({}), {} reserved, {} on the device "
+             "with {} "
+             "outside the allocator; fits with {} to spare{}; the largest batch that fits is {}",
+             setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size,
+             format_bytes(r.peak_allocated), r.peak_phase, format_bytes(r.peak_reserved),
+             format_bytes(p.device_bytes()), format_bytes(p.beside.outside_allocator),
+             format_bytes(p.margin()),
+             p.limited_by_memory_limit
+                 ? " (allocator capped at memory.limit " + format_bytes(p.allocator.limit) + ")"
+                 : "",
+             p.largest_batch) +
+         speed_text(p);
 }
+
+namespace {
+
+// The speed fields of a prediction: estimated, with the model's name; null with the reason where
+// the card has no speed.
+nlohmann::ordered_json speed_json(const CardPrediction& p) {
+  if (!p.speed) {
+    return {{"predicted_step_seconds", nullptr},
+            {"predicted_images_per_second", nullptr},
+            {"speed_model", nullptr},
+            {"speed_not_estimated", p.no_speed}};
+  }
+  const StepEstimate& e = *p.speed;
+  nlohmann::ordered_json kinds = nlohmann::ordered_json::array();
+  for (int i = 0; i < kOpKinds; ++i) {
+    const KindTime& k = e.kinds[static_cast<size_t>(i)];
+    if (k.kernels == 0 && k.seconds <= 0) continue;
+    kinds.push_back({{"operation", op_kind_name(static_cast<OpKind>(i))},
+                     {"seconds", k.seconds},
+                     {"share_of_gpu_time", e.gpu_seconds > 0 ? k.seconds / e.gpu_seconds : 0},
+                     {"kernels", k.kernels},
+                     {"bound", k.compute_seconds >= k.seconds / 2 ? "compute" : "memory"}});
+  }
+  return {{"predicted_step_seconds", e.seconds},
+          {"predicted_images_per_second", e.images_per_second()},
+          {"speed_model", std::string(kSpeedModelName) + ", estimated"},
+          {"predicted_gpu_seconds", e.gpu_seconds},
+          {"predicted_host_seconds", e.host_seconds},
+          {"speed_bound", e.why()},
+          {"operations", kinds}};
+}
+
+}  // namespace
 
 nlohmann::ordered_json prediction_json(const CardPrediction& p) {
   nlohmann::ordered_json phases = nlohmann::ordered_json::array();
@@ -57,34 +107,37 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
                                              {"fp16_bf16_tflops", known(sheet.half_tflops)},
                                              {"source", sheet.source}}
                     : nlohmann::ordered_json(nullptr);  // a card given by its size
-  return {{"card",
-           {{"name", p.card.name},
-            {"memory_bytes", p.card.memory_bytes},
-            {"memory_source", p.card.memory_source},
-            {"architecture", p.card.architecture},
-            {"data_sheet", data_sheet}}},
-          {"batch_size", p.batch_size},
-          {"fits", p.replay.fits},
-          {"failed_in", p.replay.failed_at},
-          {"predicted_allocated_peak_bytes", p.figures().peak_allocated},
-          {"predicted_peak_phase", p.figures().peak_phase},
-          {"predicted_reserved_peak_bytes", p.figures().peak_reserved},
-          {"needed_allocator_limit_bytes", p.needed_limit},
-          {"predicted_device_bytes", p.device_bytes()},
-          {"margin_bytes", p.margin()},
-          {"largest_batch", p.largest_batch},
-          {"cublas_workspace_bytes", p.beside.cublas_workspace * p.beside.workspaces},
-          {"outside_allocator_bytes", p.beside.outside_allocator},
-          {"outside_allocator_source", p.beside.outside_source},
-          {"allocator_options", alloc_conf_text(p.allocator)},
-          {"allocator_limit_bytes", p.allocator.limit},
-          {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"},
-          {"prefetched_batches", p.prefetched_batches},
-          {"reducer_bucket_bytes", p.reducer_bucket_bytes},
-          {"allocator_retries", p.replay.retries},
-          {"scaling_checked_at_batch", p.checked_batch},
-          {"scaling_mismatched_allocations", p.mismatched},
-          {"phases", phases}};
+  nlohmann::ordered_json json = {
+      {"card",
+       {{"name", p.card.name},
+        {"memory_bytes", p.card.memory_bytes},
+        {"memory_source", p.card.memory_source},
+        {"architecture", p.card.architecture},
+        {"data_sheet", data_sheet}}},
+      {"batch_size", p.batch_size},
+      {"fits", p.replay.fits},
+      {"failed_in", p.replay.failed_at},
+      {"predicted_allocated_peak_bytes", p.figures().peak_allocated},
+      {"predicted_peak_phase", p.figures().peak_phase},
+      {"predicted_reserved_peak_bytes", p.figures().peak_reserved},
+      {"needed_allocator_limit_bytes", p.needed_limit},
+      {"predicted_device_bytes", p.device_bytes()},
+      {"margin_bytes", p.margin()},
+      {"largest_batch", p.largest_batch},
+      {"cublas_workspace_bytes", p.beside.cublas_workspace * p.beside.workspaces},
+      {"outside_allocator_bytes", p.beside.outside_allocator},
+      {"outside_allocator_source", p.beside.outside_source},
+      {"allocator_options", alloc_conf_text(p.allocator)},
+      {"allocator_limit_bytes", p.allocator.limit},
+      {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"},
+      {"prefetched_batches", p.prefetched_batches},
+      {"reducer_bucket_bytes", p.reducer_bucket_bytes},
+      {"allocator_retries", p.replay.retries},
+      {"scaling_checked_at_batch", p.checked_batch},
+      {"scaling_mismatched_allocations", p.mismatched},
+      {"phases", phases}};
+  json.update(speed_json(p));
+  return json;
 }
 
 nlohmann::ordered_json prediction_columns(const CardPrediction& p) {
@@ -98,7 +151,9 @@ nlohmann::ordered_json prediction_columns(const CardPrediction& p) {
           {"allocator_options", alloc_conf_text(p.allocator)},
           {"allocator_limit_bytes", p.allocator.limit},
           {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"},
-          {"reducer_bucket_bytes", p.reducer_bucket_bytes}};
+          {"reducer_bucket_bytes", p.reducer_bucket_bytes},
+          {"predicted_images_per_second",
+           p.speed ? nlohmann::ordered_json(p.speed->images_per_second()) : nullptr}};
 }
 
 namespace {
@@ -115,6 +170,45 @@ std::string allocator_limit_text(const CardPrediction& p) {
              : fmt::format("{} ({})", format_bytes(p.allocator.limit), card_less);
 }
 
+// The estimated step on the card per setting: its time, why, and a table of its operations by
+// kind (share of the GPU's time, compute- or memory-bound).
+std::string speed_markdown(const std::vector<std::pair<std::string, CardPrediction>>& rows) {
+  const auto& first = rows.front().second;
+  if (!first.speed) return "\nSpeed: " + first.no_speed + ".\n";
+  std::string md = fmt::format(
+      "\n### The step on {}, estimated\n\n{}: each operation the larger of its FLOPs at the "
+      "card's peak and its bytes at its bandwidth, each times an efficiency fitted on published "
+      "figures (`train cards` prints the fit), plus the host's kernel launches where they take "
+      "longer. Not measured.\n\n| setting | step ms | img/s | why |\n|---|---:|---:|---|\n",
+      first.card.name, kSpeedModelName);
+  for (const auto& [setting, p] : rows) {
+    md += p.speed ? fmt::format("| {} | {:.2f} | {:.0f} | {} |\n", setting, 1e3 * p.speed->seconds,
+                                p.speed->images_per_second(), p.speed->why())
+                  : fmt::format("| {} | - | - | {} |\n", setting, p.no_speed);
+  }
+  md += "\n| operation (share of the GPU's time) |";
+  std::string rule = "|---|";
+  for (const auto& row : rows) md += " " + row.first + " |", rule += "---:|";
+  md += "\n" + rule + "\n";
+  for (int i = 0; i < kOpKinds; ++i) {
+    std::string line = fmt::format("| {} |", op_kind_name(static_cast<OpKind>(i)));
+    bool any = false;
+    for (const auto& row : rows) {
+      const auto& speed = row.second.speed;
+      const KindTime* k = speed ? &speed->kinds[static_cast<size_t>(i)] : nullptr;
+      if (!k || k->seconds <= 0) {
+        line += " - |";
+        continue;
+      }
+      any = true;
+      line += fmt::format(" {:.1f}% {} |", 100 * k->seconds / speed->gpu_seconds,
+                          k->compute_seconds >= k->seconds / 2 ? "compute" : "memory");
+    }
+    if (any) md += line + "\n";
+  }
+  return md;
+}
+
 }  // namespace
 
 std::string prediction_markdown(const std::vector<std::pair<std::string, CardPrediction>>& rows) {
@@ -124,16 +218,18 @@ std::string prediction_markdown(const std::vector<std::pair<std::string, CardPre
       "## On {} ({}, {})\n\nPredicted from this machine's allocation stream, replayed through a "
       "model of the CUDA caching allocator{} under {}.\n\n| setting | batch | allocated peak MiB | "
       "reserved peak MiB | on the device MiB | "
-      "fits | margin MiB | largest batch that fits |\n|---|---:|---:|---:|---:|---|---:|---:|\n",
+      "fits | margin MiB | largest batch that fits | estimated img/s |\n"
+      "|---|---:|---:|---:|---:|---|---:|---:|---:|\n",
       first.card.name, format_bytes(first.card.memory_bytes), first.card.memory_source,
       alloc_conf_text(first.allocator).empty() ? "" : " (" + alloc_conf_text(first.allocator) + ")",
       allocator_limit_text(first));
   for (const auto& [setting, p] : rows) {
-    md += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {} | {:.1f} | {} |\n", setting,
+    md += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {} | {:.1f} | {} | {} |\n", setting,
                       p.batch_size, to_mib(p.figures().peak_allocated),
                       to_mib(p.figures().peak_reserved), to_mib(p.device_bytes()),
                       p.replay.fits ? "yes" : "no (out of memory in " + p.replay.failed_at + ")",
-                      to_mib(p.margin()), p.largest_batch);
+                      to_mib(p.margin()), p.largest_batch,
+                      p.speed ? fmt::format("{:.0f}", p.speed->images_per_second()) : "-");
   }
   md += fmt::format(
       "\nHeld beside the step: {} prefetched batch(es) (data.prefetch). Modelled: the allocator's "
@@ -152,7 +248,7 @@ std::string prediction_markdown(const std::vector<std::pair<std::string, CardPre
       first.prefetched_batches, first.beside.workspaces,
       format_bytes(first.beside.cublas_workspace), kTraceBatches[0], kTraceBatches[1],
       kTraceBatches[2]);
-  return md;
+  return md + speed_markdown(rows);
 }
 
 }  // namespace training

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "training/cards/alloc_conf.h"
-#include "training/cards/gpu_cost.h"
+#include "training/cards/speed_calibration.h"
 #include "training/config/config_yaml.h"
 #include "training/parts/components.h"
 #include "training/parts/memory_format.h"
@@ -48,6 +48,21 @@ std::pair<int64_t, std::string> plan_overhead(const SweepRecord& sweep,
               "; --overhead to change"};
 }
 
+// The candidate's images/s on the card by the speed model (speed_calibration.h), and why; 0 where
+// it cannot be estimated (checkpointing auto: its blocks are chosen as it runs).
+void estimate_speed(PlanCandidate& c, const Config& config, const Card& card) {
+  Config at = config;
+  c.setting.apply_to(at);
+  try {
+    const StepEstimate e = predict_step(at, c.batch, card);
+    c.images_per_second = e.images_per_second();
+    c.speed_why = e.why();
+  } catch (const std::invalid_argument& e) {
+    c.images_per_second = 0;
+    c.speed_why = e.what();
+  }
+}
+
 // With a card: each candidate's peaks by replaying its setting's stream (recorded here once per
 // setting) on the card, and, for a sweep not run on CUDA, its images/s estimated for the card.
 // `config` is the sweep's. After aim_at_target_batch: an accumulating candidate is replayed as
@@ -62,13 +77,13 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
   plan.speed = on_cuda              ? Plan::Speed::Measured
                : card.sheet.known() ? Plan::Speed::Estimated
                                     : Plan::Speed::None;
-  plan.speed_source = plan.speed == Plan::Speed::Measured ? "measured on " + sweep.device
-                      : plan.speed == Plan::Speed::Estimated
-                          ? "estimated for " + card.name + ": gpu_cost.h's model, not measured"
-                          : "no data sheet for '" + card.name +
-                                "': speeds not estimated; ranked by memory "
-                                "only (the largest batch that fits first)";
-  const ForwardCount count = count_forward(config.model, config.data.image_size);
+  plan.speed_source =
+      plan.speed == Plan::Speed::Measured ? "measured on " + sweep.device
+      : plan.speed == Plan::Speed::Estimated
+          ? "estimated for " + card.name + " by the " + kSpeedModelName + ", not measured"
+          : "no data sheet for '" + card.name +
+                "': speeds not estimated; ranked by memory "
+                "only (the largest batch that fits first)";
   std::vector<Setting> predicted;
   for (auto& c : plan.candidates) {
     if (c.setting.precision == Precision::BF16 && card.compute_major > 0 &&
@@ -92,12 +107,7 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
       }
     }
     if (plan.speed == Plan::Speed::None) c.images_per_second = 0;
-    if (plan.speed == Plan::Speed::Estimated) {
-      const double seconds = estimated_step_seconds(count, card, c.setting.precision,
-                                                    c.setting.checkpointing != CheckpointMode::Off,
-                                                    config.training.allow_tf32, c.batch);
-      c.images_per_second = seconds > 0 ? static_cast<double>(c.batch) / seconds : 0;
-    }
+    if (plan.speed == Plan::Speed::Estimated) estimate_speed(c, config, card);
   }
 }
 
@@ -211,9 +221,12 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     if (t.result.status != TrialStatus::Ok) continue;
     // Measured peaks; a card's replay replaces them (not auto's, held under the sweep's budget).
     const auto& r = t.result;
-    PlanCandidate c{
-        t.setting, t.batch, r.images_per_second, r.peak_reserved_bytes, r.peak_allocated_bytes,
-        false,     ""};
+    PlanCandidate c;
+    c.setting = t.setting;
+    c.batch = t.batch;
+    c.images_per_second = r.images_per_second;
+    c.predicted_peak = r.peak_reserved_bytes;
+    c.predicted_allocated = r.peak_allocated_bytes;
     for (const auto& summary : plan.cells) {
       if (summary.setting == t.setting && summary.fit) {
         c.predicted_peak = std::max(c.predicted_peak,

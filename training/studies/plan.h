@@ -27,6 +27,8 @@ struct PlanCandidate {
   bool fits = false;  // predicted_peak + overhead <= usable (with a card: the replay fits)
   // Why the card cannot run it at all (bf16 before compute capability 8.0); empty when it can.
   std::string unsupported;
+  // An estimated speed's bound ("memory-bound: BatchNorm and ReLU 58% of the step"), or why none.
+  std::string speed_why;
 };
 
 struct Plan {
@@ -43,13 +45,14 @@ struct Plan {
   // which checkpointing.enabled: auto can match (see recommended_flags).
   bool per_block_checkpointing = false;
   // With a card (--card): predicted_peak is the card's reserved peak by replay (card_prediction.h)
-  // and, when the sweep ran on another device, images_per_second the estimate of gpu_cost.h.
+  // and, when the sweep ran on another device, images_per_second the speed model's estimate
+  // (training/cards/speed_calibration.h).
   std::optional<Card> card;
   // Where images/s comes from: measured by the sweep, estimated for a named card from its data
   // sheet, or none (a card given by its size has no data sheet: the candidates are ranked by
   // memory, the largest batch that fits first; no other card's figures stand in).
   enum class Speed { Measured, Estimated, None } speed = Speed::Measured;
-  std::string speed_source;  // "measured on cpu", "estimated for H100-80GB (gpu_cost.h)"
+  std::string speed_source;  // "measured on cpu", "estimated for H100-80GB by the ..."
   std::vector<std::pair<Setting, int64_t>> largest_on_card;  // by replay; 0 = none fits
   std::string allocator_options;  // with a card: the options replayed under ("" = the defaults)
   // --target-batch: images per optimizer step; each candidate is then micro-batch (batch) x

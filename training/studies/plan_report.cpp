@@ -15,7 +15,11 @@ namespace {
 // The table's last column for candidate `i`.
 std::string verdict_of(const Plan& plan, size_t i) {
   const auto& c = plan.candidates[i];
-  if (i == *plan.chosen) return "**recommended**";
+  if (i == *plan.chosen) {
+    return plan.speed == Plan::Speed::Estimated && !c.speed_why.empty()
+               ? "**recommended** (" + c.speed_why + ")"
+               : "**recommended**";
+  }
   if (!c.unsupported.empty()) return "cannot run: " + c.unsupported;
   if (!c.fits) {
     return "does not fit: needs a card of at least " +
@@ -112,6 +116,8 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
                                   : nlohmann::ordered_json(c.images_per_second)},
         {"predicted_reserved_peak_bytes", c.predicted_peak},
         {"predicted_device_bytes", c.predicted_peak + plan.overhead_bytes},
+        {"speed_bound", plan.speed == Plan::Speed::Estimated ? nlohmann::ordered_json(c.speed_why)
+                                                             : nlohmann::ordered_json(nullptr)},
         {"fits", c.fits},
         {"unsupported", c.unsupported.empty() ? nlohmann::ordered_json(nullptr)
                                               : nlohmann::ordered_json(c.unsupported)},

@@ -13,7 +13,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The plots need a Python with matplotlib: the one the build found.
-const bool python_chosen = setenv("TRAIN_PYTHON", TEST_PYTHON, /*overwrite=*/0) == 0;
+const bool report_python_chosen = setenv("TRAIN_PYTHON", TEST_PYTHON, /*overwrite=*/0) == 0;
 
 training::MemoryRequest request(const test_support::TempDir& dir, const std::string& settings) {
   std::ofstream(dir / "memory.yaml") << "model: {arch: resnet18, stem: cifar}\n"

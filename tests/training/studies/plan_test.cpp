@@ -7,7 +7,6 @@
 #include <fstream>
 
 #include "test_support.h"
-#include "training/cards/gpu_cost.h"
 #include "training/platform/errors.h"
 #include "training/run/output_dir.h"
 #include "training/studies/sweep_report.h"
@@ -435,34 +434,6 @@ TEST(Plan, ACardThatCannotRunBf16SaysSo) {
   EXPECT_EQ(plan.candidates.at(*plan.chosen).setting.precision, Precision::FP32);
   EXPECT_NE(training::plan_table(plan).find("cannot run: bf16 needs compute capability 8.0"),
             std::string::npos);
-}
-
-// A plan for a card counts the layers' FLOPs: ResNet-50 with the CIFAR stem is 1.298 GMAC a
-// 32x32 image forward (gpu_check_report.py's figure), 53 convolutions; with the ImageNet stem at
-// data.image_size 224 it is torchvision's published 4.09 GMAC (ResNet50_Weights' "GFLOPS").
-TEST(Plan, TheCostModelCountsResNetLayers) {
-  const auto rn50 =
-      training::count_forward(models::ResNetOptions(50).stem(models::Stem::Cifar), 32);
-  EXPECT_NEAR(rn50.flops_per_image / 2, 1.298e9, 0.005e9);
-  EXPECT_EQ(rn50.convolutions, 53);
-  EXPECT_GT(rn50.block_flops_per_image, 0.9 * rn50.flops_per_image);
-  const auto imagenet =
-      training::count_forward(models::ResNetOptions(50).stem(models::Stem::ImageNet), 32);
-  EXPECT_LT(imagenet.flops_per_image, rn50.flops_per_image / 10);  // 32x32 becomes 8x8 first
-  const auto at_224 =
-      training::count_forward(models::ResNetOptions(50).stem(models::Stem::ImageNet), 224);
-  EXPECT_NEAR(at_224.flops_per_image / 2, 4.09e9, 0.03e9);
-  // On the H200 the model gives the measured step it was fitted to: 33.5 ms at batch 512 bf16.
-  const auto h200 = training::find_card("H200");
-  const double seconds =
-      training::estimated_step_seconds(rn50, h200, Precision::BF16, false, true, 512);
-  EXPECT_NEAR(seconds, 0.0335, 0.001);
-  // A launch-bound batch costs the floor; bf16 on a card before sm_80 has no estimate.
-  EXPECT_NEAR(training::estimated_step_seconds(rn50, h200, Precision::BF16, false, true, 8),
-              training::kResNet50LaunchFloorSeconds, 1e-12);
-  EXPECT_EQ(training::estimated_step_seconds(rn50, training::find_card("T4"), Precision::BF16,
-                                             false, true, 64),
-            0.0);
 }
 
 namespace {}  // namespace

@@ -1,0 +1,216 @@
+// The speed model of a card (training/cards/step_operations.h, speed_model.h,
+// speed_calibration.h): operations counted by hand for one block, the fit against its own
+// calibration set, a card without a data sheet, and what the ranking must show.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "training/cards/forward_layers.h"
+#include "training/cards/speed_calibration.h"
+#include "training/cards/step_operations.h"
+
+namespace {
+
+using training::Layer;
+using training::LayerKind;
+using training::OpKind;
+using training::OpPass;
+using training::Precision;
+
+models::ResNetOptions cifar(int64_t depth) {
+  return models::ResNetOptions(depth);
+}
+
+TEST(ForwardLayers, RecordsTheModelsOwnLayersWithTheirBlocks) {
+  const auto& f = training::forward_layers(cifar(18), 32);
+  int convolutions = 0, adds = 0, linear = 0;
+  for (const Layer& l : f.layers) {
+    convolutions += l.kind == LayerKind::Convolution;
+    adds += l.kind == LayerKind::ResidualAdd;
+    linear += l.kind == LayerKind::Linear;
+  }
+  EXPECT_EQ(convolutions, 20);  // the stem, 8 blocks x 2, 3 downsamples
+  EXPECT_EQ(adds, 8);
+  EXPECT_EQ(linear, 1);
+  EXPECT_EQ(f.block_inputs.size(), 8u);
+  EXPECT_EQ(f.block_inputs[0], 64 * 32 * 32);
+  EXPECT_TRUE(f.layers.front().first_matrix);
+  EXPECT_EQ(f.layers.front().block, -1);
+  // ResNet-18: 11,173,962 parameters with 10 classes (torchvision's count less the classifier's
+  // 1000 outputs), in 62 tensors.
+  EXPECT_EQ(f.parameters, 11173962);
+  EXPECT_EQ(f.parameter_tensors, 62);
+}
+
+// layer1.0 of the CIFAR ResNet-18 at batch 2, fp32: conv 3x3 64->64 at 32x32, BN, ReLU, conv,
+// BN, add, ReLU. Counted by hand.
+TEST(StepOperations, OneBlockCountedByHand) {
+  training::StepShape shape;
+  shape.model = cifar(18);
+  shape.batch = 2;
+  const auto ops = training::step_operations(shape);
+  const double act = 2.0 * 64 * 32 * 32, weight = 64.0 * 64 * 9;
+  const double conv_flops = 2 * act * 64 * 9;
+  // Forward ops of block 0: conv, BatchNorm's counter, BatchNorm (3 kernels), ReLU, conv,
+  // counter, BatchNorm, add, ReLU. The stem's conv, counter, BatchNorm and ReLU come first.
+  std::vector<training::StepOperation> forward;
+  for (const auto& op : ops) {
+    if (op.pass == OpPass::Forward && op.kind != OpKind::Input) forward.push_back(op);
+  }
+  const auto& conv = forward[4];
+  EXPECT_EQ(conv.kind, OpKind::Convolution);
+  EXPECT_TRUE(conv.matrix);
+  EXPECT_DOUBLE_EQ(conv.flops, conv_flops);
+  EXPECT_DOUBLE_EQ(conv.bytes, 4 * (act + act + weight));
+  EXPECT_EQ(conv.gemm_rows, 2 * 32 * 32);
+  EXPECT_EQ(conv.gemm_columns, 64);
+  EXPECT_EQ(forward[5].kernels, 1);  // num_batches_tracked += 1
+  const auto& bn = forward[6];
+  EXPECT_EQ(bn.kind, OpKind::BatchNorm);
+  EXPECT_DOUBLE_EQ(bn.bytes, 4 * 3 * act);
+  EXPECT_EQ(bn.kernels, 3);
+  EXPECT_EQ(forward[7].kind, OpKind::ReLU);
+  EXPECT_DOUBLE_EQ(forward[7].bytes, 4 * 2 * act);
+  EXPECT_EQ(forward[11].kind, OpKind::ResidualAdd);
+  EXPECT_DOUBLE_EQ(forward[11].bytes, 4 * 3 * act);
+  // Backward: every convolution but the stem's has two GEMMs of the forward's FLOPs; the stem's
+  // only its weight gradient.
+  double backward_conv = 0, forward_conv = 0;
+  for (const auto& op : ops) {
+    if (op.kind != OpKind::Convolution) continue;
+    (op.pass == OpPass::Backward ? backward_conv : forward_conv) += op.flops;
+  }
+  const double stem = 2.0 * 2 * 64 * 32 * 32 * 3 * 9;
+  EXPECT_NEAR(backward_conv, 2 * forward_conv - stem, 1);
+}
+
+TEST(StepOperations, HalfPrecisionHalvesActivationsAndCastsWeights) {
+  training::StepShape shape;
+  shape.model = cifar(18);
+  shape.batch = 4;
+  const auto fp32 = training::step_operations(shape);
+  shape.precision = Precision::BF16;
+  const auto bf16 = training::step_operations(shape);
+  shape.channels_last = false;
+  const auto contiguous = training::step_operations(shape);
+  auto sum = [](const std::vector<training::StepOperation>& ops, OpKind kind) {
+    double bytes = 0;
+    for (const auto& op : ops) bytes += op.kind == kind ? op.bytes : 0;
+    return bytes;
+  };
+  EXPECT_DOUBLE_EQ(sum(bf16, OpKind::ReLU), sum(fp32, OpKind::ReLU) / 2);
+  EXPECT_EQ(sum(fp32, OpKind::Cast), 0);
+  EXPECT_GT(sum(bf16, OpKind::Cast), 0);
+  EXPECT_EQ(sum(bf16, OpKind::Layout), 0);  // channels_last needs no transposes
+  EXPECT_GT(sum(contiguous, OpKind::Layout), 0);
+}
+
+TEST(StepOperations, CheckpointingRecomputesTheBlocksForward) {
+  training::StepShape shape;
+  shape.model = cifar(18);
+  const auto plain = training::step_operations(shape);
+  shape.recomputed.assign(8, true);
+  const auto ck = training::step_operations(shape);
+  double recomputed = 0, block_forward = 0;
+  for (const auto& op : ck) {
+    if (op.pass == OpPass::Recompute && op.kind == OpKind::Convolution) recomputed += op.flops;
+  }
+  for (const auto& op : plain) {
+    if (op.pass == OpPass::Forward && op.kind == OpKind::Convolution) block_forward += op.flops;
+  }
+  const double stem = 2.0 * 64 * 32 * 32 * 3 * 9;
+  EXPECT_NEAR(recomputed, block_forward - stem, 1);
+}
+
+TEST(SpeedModel, TheFitReproducesItsCalibrationWithinItsResiduals) {
+  const auto& fit = training::fitted_speed();
+  const auto& figures = training::calibration_figures();
+  ASSERT_EQ(fit.residuals.size(), figures.size());
+  for (size_t i = 0; i < figures.size(); ++i) {
+    const auto& f = figures[i];
+    const auto shape = training::figure_step(f);
+    const auto estimate =
+        training::estimate_step(training::step_operations(shape), training::find_card(f.card),
+                                shape, true, false, fit.parameters);
+    EXPECT_NEAR(estimate.images_per_second() / f.images_per_second - 1, fit.residuals[i], 1e-9)
+        << f.card << " " << f.setting();
+  }
+  const auto& p = fit.parameters;
+  for (double e : {p.half_efficiency, p.tf32_efficiency, p.fp32_efficiency, p.memory_efficiency}) {
+    EXPECT_GT(e, 0);
+    EXPECT_LT(e, 1);
+  }
+  EXPECT_GT(p.launch_seconds, 0);
+  std::cout << training::calibration_report();
+}
+
+TEST(SpeedModel, ACardGivenBySizeHasNoSpeed) {
+  const auto card = training::find_card("24GiB");
+  EXPECT_EQ(training::speed_unknown(card, Precision::BF16, true),
+            "no data sheet for '24GiB': speeds not estimated");
+  training::Config config;
+  EXPECT_THROW(training::predict_step(config, 8, card), std::invalid_argument);
+  EXPECT_NE(training::speed_unknown(training::find_card("V100-16GB"), Precision::BF16, true)
+                .find("bf16 needs compute capability 8.0"),
+            std::string::npos);
+}
+
+// The forward's FLOPs from the recorded layers: ResNet-50 with the CIFAR stem is 1.298 GMAC a 32x32
+// image (scripts/gpu_check_report.py's figure); with the ImageNet stem at 224 torchvision's
+// published 4.09 GMAC (ResNet50_Weights' "GFLOPS").
+TEST(StepOperations, ForwardFlopsAreTheModelsPublishedCount) {
+  auto forward_flops = [](models::ResNetOptions model, int64_t size) {
+    training::StepShape shape;
+    shape.model = model;
+    shape.image_size = size;
+    double flops = 0;
+    for (const auto& op : training::step_operations(shape)) {
+      if (op.pass == OpPass::Forward && op.matrix) flops += op.flops;
+    }
+    return flops;
+  };
+  EXPECT_NEAR(forward_flops(cifar(50), 32) / 2, 1.298e9, 0.005e9);
+  const auto imagenet = models::ResNetOptions(50).stem(models::Stem::ImageNet).num_classes(1000);
+  EXPECT_NEAR(forward_flops(imagenet, 224) / 2, 4.09e9, 0.03e9);
+}
+
+double images_per_second(training::StepShape shape, const char* card) {
+  return training::estimate_step(training::step_operations(shape), training::find_card(card), shape,
+                                 true, false, training::fitted_speed().parameters)
+      .images_per_second();
+}
+
+// Measured on the H200 (docs/gpu.md): ResNet-50 at 32x32 is launch-bound at batch 128, slower per
+// image than at 512; the model's ranking follows.
+TEST(SpeedModel, ALaunchBoundBatchIsSlowerPerImage) {
+  training::StepShape shape;
+  shape.model = cifar(50);
+  shape.precision = Precision::BF16;
+  shape.batch = 128;
+  const double small = images_per_second(shape, "H200");
+  shape.batch = 512;
+  EXPECT_GT(images_per_second(shape, "H200"), 2 * small);
+  shape.batch = 128;
+  const auto ops = training::step_operations(shape);
+  const auto estimate = training::estimate_step(ops, training::find_card("H200"), shape, true,
+                                                false, training::fitted_speed().parameters);
+  EXPECT_TRUE(estimate.launch_bound());
+  EXPECT_EQ(estimate.why().rfind("launch-bound: the host's", 0), 0u) << estimate.why();
+}
+
+// AMP on tensor cores: the contiguous layout pays cuDNN's transposes; channels_last is faster.
+TEST(SpeedModel, ChannelsLastIsFasterForAmpOnTensorCores) {
+  training::StepShape shape;
+  shape.model = models::ResNetOptions(50).stem(models::Stem::ImageNet).num_classes(1000);
+  shape.image_size = 224;
+  shape.batch = 256;
+  shape.precision = Precision::FP16;
+  for (const char* card : {"V100-16GB", "A100-80GB-SXM", "H100-SXM"}) {
+    shape.channels_last = true;
+    const double nhwc = images_per_second(shape, card);
+    shape.channels_last = false;
+    EXPECT_GT(nhwc, images_per_second(shape, card)) << card;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,128 @@
+#include "training/cards/speed_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace training {
+
+namespace {
+
+constexpr double kTera = 1e12;
+constexpr int64_t kTile = 128;
+
+// The share of the card's SMs the GEMM's output tiles keep busy over its waves.
+double wave_fill(const StepOperation& op, int sms) {
+  if (op.gemm_rows <= 0 || op.gemm_columns <= 0 || sms <= 0) return 1;
+  const int64_t tiles =
+      ((op.gemm_rows + kTile - 1) / kTile) * ((op.gemm_columns + kTile - 1) / kTile);
+  const int64_t waves = (tiles + sms - 1) / sms;
+  return static_cast<double>(tiles) / static_cast<double>(waves * sms);
+}
+
+struct MatrixUnit {
+  double peak = 0;  // FLOP/s
+  double efficiency = 0;
+};
+
+MatrixUnit matrix_unit(const DataSheet& sheet, Precision precision, bool allow_tf32,
+                       const SpeedParameters& p) {
+  if (precision != Precision::FP32) return {sheet.half_tflops * kTera, p.half_efficiency};
+  const MatrixUnit fp32{sheet.fp32_tflops * kTera, p.fp32_efficiency};
+  if (!allow_tf32 || sheet.tf32_tflops <= 0) return fp32;
+  // TF32 allowed: the libraries may still run CUDA-core kernels (cuDNN's benchmark mode keeps the
+  // fastest), which on a card whose TF32 rate is its fp32 rate (GeForce) are the faster.
+  const MatrixUnit tf32{sheet.tf32_tflops * kTera, p.tf32_efficiency};
+  return tf32.peak * tf32.efficiency >= fp32.peak * fp32.efficiency ? tf32 : fp32;
+}
+
+}  // namespace
+
+std::string speed_unknown(const Card& card, Precision precision, bool allow_tf32) {
+  const DataSheet& sheet = card.sheet;
+  if (!sheet.known() && sheet.bandwidth_gbps <= 0) {
+    return "no data sheet for '" + card.name + "': speeds not estimated";
+  }
+  if (precision == Precision::BF16 && card.compute_major > 0 && card.compute_major < 8) {
+    return "bf16 needs compute capability 8.0 or later; " + card.name + " is " + card.architecture;
+  }
+  const bool tf32 = precision == Precision::FP32 && allow_tf32 && sheet.tf32_tflops > 0;
+  const double peak = precision != Precision::FP32 ? sheet.half_tflops
+                      : tf32                       ? sheet.tf32_tflops
+                                                   : sheet.fp32_tflops;
+  if (peak <= 0 || sheet.fp32_tflops <= 0 || sheet.bandwidth_gbps <= 0) {
+    return card.name + "'s data sheet lacks the peak or the bandwidth a step at " +
+           std::string(precision == Precision::FP32 ? "fp32" : "fp16/bf16") +
+           " needs: speeds not estimated";
+  }
+  return "";
+}
+
+StepEstimate estimate_step(const std::vector<StepOperation>& ops, const Card& card,
+                           const StepShape& shape, bool allow_tf32, bool graphed,
+                           const SpeedParameters& p) {
+  if (const std::string why = speed_unknown(card, shape.precision, allow_tf32); !why.empty()) {
+    throw std::invalid_argument(why);
+  }
+  const DataSheet& sheet = card.sheet;
+  const MatrixUnit unit = matrix_unit(sheet, shape.precision, allow_tf32, p);
+  const double bandwidth = sheet.bandwidth_gbps * 1e9 * p.memory_efficiency;
+  const double vector_peak = sheet.fp32_tflops * kTera;
+  StepEstimate estimate;
+  estimate.images = shape.images();
+  int64_t kernels = 0;
+  for (const StepOperation& op : ops) {
+    const double compute = op.matrix
+                               ? op.flops / (unit.peak * unit.efficiency) / wave_fill(op, sheet.sms)
+                               : op.flops / vector_peak;
+    const double memory = op.bytes / bandwidth;
+    KindTime& kind = estimate.kinds[static_cast<size_t>(op.kind)];
+    const double seconds = std::max(compute, memory);
+    kind.seconds += seconds;
+    if (compute >= memory) kind.compute_seconds += seconds;
+    kind.kernels += op.kernels;
+    estimate.gpu_seconds += seconds;
+    kernels += op.kernels;
+  }
+  estimate.host_seconds = graphed ? 0 : static_cast<double>(kernels) * p.launch_seconds;
+  estimate.seconds = std::max(estimate.gpu_seconds, estimate.host_seconds);
+  return estimate;
+}
+
+std::string StepEstimate::why() const {
+  int64_t kernels = 0;
+  for (const auto& k : kinds) kernels += k.kernels;
+  if (launch_bound()) {
+    return fmt::format(
+        "launch-bound: the host's {} kernel launches take {:.1f} ms, the GPU's work "
+        "{:.1f} ms",
+        kernels, host_seconds * 1e3, gpu_seconds * 1e3);
+  }
+  double compute = 0;
+  for (const auto& k : kinds) compute += k.compute_seconds;
+  const bool compute_bound = compute >= gpu_seconds / 2;
+  // The operations of the bound's kind, largest first, until half the step.
+  std::vector<std::pair<double, int>> shares;
+  for (int i = 0; i < kOpKinds; ++i) {
+    const auto& k = kinds[static_cast<size_t>(i)];
+    const double bound_seconds = compute_bound ? k.compute_seconds : k.seconds - k.compute_seconds;
+    if (bound_seconds > 0) shares.emplace_back(bound_seconds, i);
+  }
+  std::sort(shares.rbegin(), shares.rend());
+  std::vector<std::string> names;
+  double share = 0;
+  for (size_t i = 0; i < shares.size() && i < 3 && share < 0.5 * gpu_seconds; ++i) {
+    names.push_back(op_kind_name(static_cast<OpKind>(shares[i].second)));
+    share += shares[i].first;
+  }
+  std::string joined;
+  for (size_t i = 0; i < names.size(); ++i) {
+    joined += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  }
+  return fmt::format("{}-bound: {} {:.0f}% of the step", compute_bound ? "compute" : "memory",
+                     joined, 100 * share / seconds);
+}
+
+}  // namespace training

@@ -1,0 +1,304 @@
+#include "training/cards/step_operations.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "training/cards/forward_layers.h"
+
+namespace training {
+
+namespace {
+
+// ATen's multi-tensor kernels (MultiTensorApply.cuh): at most this many tensors and 320 blocks
+// of 65,536 elements a launch, for kernels over 1, 2 or 3 lists of tensors.
+constexpr int64_t kChunk = 65536, kBlocksPerLaunch = 320;
+int64_t multi_tensor_launches(int64_t tensors, int64_t parameters, int lists) {
+  const int64_t per_launch = lists == 1 ? 110 : lists == 2 ? 64 : 48;
+  const int64_t chunks = parameters / kChunk + tensors;
+  return std::max((tensors + per_launch - 1) / per_launch,
+                  (chunks + kBlocksPerLaunch - 1) / kBlocksPerLaunch);
+}
+
+class StepBuilder {
+ public:
+  StepBuilder(const StepShape& shape, const ForwardLayers& forward)
+      : shape_(shape),
+        forward_(forward),
+        n_(static_cast<double>(shape.batch)),
+        s_(static_cast<double>(activation_bytes(shape.precision))),
+        half_(shape.precision != Precision::FP32) {}
+
+  std::vector<StepOperation> build() {
+    for (int64_t micro = 0; micro < shape_.accumulate_steps; ++micro) {
+      input();
+      for (const Layer& layer : forward_.layers) forward_layer(layer, OpPass::Forward);
+      loss();
+      recompute();
+      for (auto it = forward_.layers.rbegin(); it != forward_.layers.rend(); ++it) backward(*it);
+      if (micro > 0) accumulate();
+    }
+    update();
+    return std::move(ops_);
+  }
+
+ private:
+  void add(OpKind kind, OpPass pass, double flops, double bytes, int64_t kernels) {
+    ops_.push_back({kind, pass, flops, bytes, kernels});
+  }
+  void add_matrix(OpKind kind, OpPass pass, double flops, double bytes, int64_t rows,
+                  int64_t columns) {
+    ops_.push_back({kind, pass, flops, bytes, 1, true, rows, columns});
+  }
+  double batch_elements(const std::vector<int64_t>& shape) const {
+    return n_ * static_cast<double>(elements(shape));
+  }
+
+  void input() {
+    const double stored = n_ * 3.0 * static_cast<double>(kStoredImageSize * kStoredImageSize);
+    const double sized = n_ * 3.0 * static_cast<double>(shape_.image_size * shape_.image_size);
+    add(OpKind::Input, OpPass::Forward, 0, stored * (1 + 4), 1);  // uint8 -> float, its layout
+    add(OpKind::Input, OpPass::Forward, 2 * stored, 2 * stored * 8, 2);  // normalised in place
+    if (shape_.image_size != kStoredImageSize) {
+      add(OpKind::Input, OpPass::Forward, 8 * sized, (stored + sized) * 4, 1);  // bilinear
+    }
+    if (half_) add(OpKind::Cast, OpPass::Forward, 0, sized * (4 + 2), 1);  // autocast's input
+  }
+
+  void forward_layer(const Layer& layer, OpPass pass) {
+    const double in = batch_elements(layer.input), out = batch_elements(layer.output);
+    switch (layer.kind) {
+      case LayerKind::Convolution: {
+        convolution(layer, pass, /*backward=*/false);
+        break;
+      }
+      case LayerKind::BatchNorm:
+        add(OpKind::BatchNorm, pass, 8 * out, s_ * 3 * out, 3);  // statistics, running, normalise
+        break;
+      case LayerKind::BatchNormCounter:
+        add(OpKind::BatchNorm, pass, 1, 16, 1);
+        break;
+      case LayerKind::ReLU:
+        add(OpKind::ReLU, pass, out, s_ * 2 * out, 1);
+        break;
+      case LayerKind::ResidualAdd:
+        add(OpKind::ResidualAdd, pass, out, s_ * 3 * out, 1);
+        break;
+      case LayerKind::MaxPool:
+        add(OpKind::Pooling, pass, 9 * out, s_ * in + (s_ + 8) * out, 1);  // with int64 indices
+        break;
+      case LayerKind::AveragePool:
+        add(OpKind::Pooling, pass, in, s_ * (in + out), 1);
+        break;
+      case LayerKind::Linear:
+        linear(layer, pass, /*backward=*/false);
+        break;
+      case LayerKind::View:
+        break;
+      case LayerKind::Other:
+        add(OpKind::Other, pass, in, s_ * (in + out), 1);
+        break;
+    }
+  }
+
+  void convolution(const Layer& layer, OpPass pass, bool backward) {
+    const double in = batch_elements(layer.input), out = batch_elements(layer.output);
+    const double weight = static_cast<double>(elements(layer.weight));
+    const int64_t out_channels = layer.weight[0];
+    const int64_t per_output = elements(layer.weight) / out_channels;  // (C_in / groups) k k
+    const double flops = 2 * out * static_cast<double>(per_output);
+    const int64_t pixels_out = shape_.batch * layer.output[2] * layer.output[3];
+    const int64_t pixels_in = shape_.batch * layer.input[2] * layer.input[3];
+    const bool transposed = half_ && !shape_.channels_last;
+    if (!backward) {
+      if (half_) add(OpKind::Cast, pass, 0, weight * (4 + 2), 1);
+      if (transposed) add(OpKind::Layout, pass, 0, 2 * s_ * (in + out), 2);
+      add_matrix(OpKind::Convolution, pass, flops, s_ * (in + out + weight), pixels_out,
+                 out_channels);
+      return;
+    }
+    if (!layer.first_matrix) {  // the input's gradient
+      add_matrix(OpKind::Convolution, pass, flops, s_ * (out + weight + in), pixels_in,
+                 layer.input[1]);
+    }
+    // The weight's gradient reduces over the batch's pixels: split over the SMs (split-K), its
+    // tiles are no measure of how it fills them.
+    add_matrix(OpKind::Convolution, pass, flops, s_ * (out + in + weight), 0, 0);
+    if (transposed) add(OpKind::Layout, pass, 0, 2 * s_ * (in + out), 2);
+    if (half_) add(OpKind::Cast, pass, 0, weight * (2 + 4), 1);
+  }
+
+  void linear(const Layer& layer, OpPass pass, bool backward) {
+    const double features = static_cast<double>(layer.weight[1]);
+    const double classes = static_cast<double>(layer.weight[0]);
+    const double weight = features * classes;
+    const double flops = 2 * n_ * features * classes;
+    const double bytes = s_ * (n_ * features + weight + n_ * classes);
+    if (!backward) {
+      if (half_) add(OpKind::Cast, pass, 0, (weight + classes) * (4 + 2), 2);
+      add_matrix(OpKind::Classifier, pass, flops, bytes, shape_.batch, layer.weight[0]);
+      return;
+    }
+    add_matrix(OpKind::Classifier, pass, flops, bytes, shape_.batch, layer.weight[1]);
+    add_matrix(OpKind::Classifier, pass, flops, bytes, 0, 0);           // the weight's, split-K
+    add(OpKind::Classifier, pass, n_ * classes, s_ * n_ * classes, 1);  // the bias's gradient
+    if (half_) add(OpKind::Cast, pass, 0, (weight + classes) * (2 + 4), 2);
+  }
+
+  // Cross-entropy in float32 (autocast's fp32 list): log-softmax and NLL, and their backward.
+  void loss() {
+    const double logits = n_ * static_cast<double>(shape_.model.num_classes());
+    if (half_) add(OpKind::Cast, OpPass::Forward, 0, logits * (2 + 4), 1);
+    int64_t scalars = 0;
+    if (shape_.accumulate_steps > 1) ++scalars;          // loss / micro-batches
+    if (shape_.precision == Precision::FP16) ++scalars;  // loss x the scale
+    add(OpKind::Loss, OpPass::Forward, 5 * logits, 4 * 3 * logits, 2 + scalars);
+    // The gradient's seed, NLL's backward (zeroed, scattered), log-softmax's backward.
+    add(OpKind::Loss, OpPass::Backward, 3 * logits, 4 * 4 * logits, 4 + scalars);
+    if (half_) add(OpKind::Cast, OpPass::Backward, 0, logits * (4 + 2), 1);
+  }
+
+  // The checkpointed blocks' forward once more in backward, their BatchNorm buffers (running
+  // mean, variance, counter) copied before and restored after.
+  void recompute() {
+    if (shape_.recomputed.empty()) return;
+    for (const Layer& layer : forward_.layers) {
+      if (layer.block < 0 || !shape_.recomputed.at(static_cast<size_t>(layer.block))) continue;
+      forward_layer(layer, OpPass::Recompute);
+      if (layer.kind == LayerKind::BatchNorm) {
+        add(OpKind::BatchNorm, OpPass::Recompute, 0, 4 * 4 * layer.output[1], 6);
+      }
+    }
+  }
+
+  void backward(const Layer& layer) {
+    const double in = batch_elements(layer.input), out = batch_elements(layer.output);
+    const OpPass pass = OpPass::Backward;
+    switch (layer.kind) {
+      case LayerKind::Convolution:
+        convolution(layer, pass, /*backward=*/true);
+        break;
+      case LayerKind::BatchNorm:
+        add(OpKind::BatchNorm, pass, 12 * out, s_ * 5 * out, 2);  // reduce, then elementwise
+        break;
+      case LayerKind::ReLU:
+        add(OpKind::ReLU, pass, out, s_ * 3 * out, 1);
+        break;
+      case LayerKind::ResidualAdd: {
+        // The block's input is read by both paths: autograd sums its two gradients.
+        const double block_in =
+            n_ * static_cast<double>(forward_.block_inputs.at(static_cast<size_t>(layer.block)));
+        add(OpKind::Gradients, pass, block_in, s_ * 3 * block_in, 1);
+        break;
+      }
+      case LayerKind::MaxPool:
+        add(OpKind::Pooling, pass, out, s_ * in + (2 * s_ + 8) * out, 2);  // zeroed, scattered
+        break;
+      case LayerKind::AveragePool:
+        add(OpKind::Pooling, pass, in, s_ * (in + out), 1);
+        break;
+      case LayerKind::Linear:
+        linear(layer, pass, /*backward=*/true);
+        break;
+      case LayerKind::Other:
+        add(OpKind::Other, pass, in, s_ * (in + out), 1);
+        break;
+      case LayerKind::BatchNormCounter:
+      case LayerKind::View:
+        break;
+    }
+  }
+
+  // A micro-batch after the first adds its gradients to those held (fp32), one kernel each.
+  void accumulate() {
+    const double p = static_cast<double>(forward_.parameters);
+    add(OpKind::Gradients, OpPass::Backward, p, 4 * 3 * p, forward_.parameter_tensors);
+  }
+
+  void update() {
+    const double p = static_cast<double>(forward_.parameters);
+    const int64_t tensors = forward_.parameter_tensors;
+    if (shape_.precision == Precision::FP16) {  // unscale and check, then the scale's update
+      add(OpKind::Scaler, OpPass::Update, p, 4 * 2 * p,
+          multi_tensor_launches(tensors, forward_.parameters, 1) + 2);
+    }
+    if (shape_.fused_optimizer) {  // two parameter groups (decayed or not), one call each
+      const int lists = shape_.momentum ? 3 : 2;
+      const int64_t launches = multi_tensor_launches(tensors, forward_.parameters, lists) + 1;
+      add(OpKind::Optimizer, OpPass::Update, 6 * p, 4 * p * (2 * lists - 1), launches);
+      return;
+    }
+    // torch::optim::SGD: per parameter, weight decay, momentum (mul, add), Nesterov, update.
+    const int64_t per_parameter = 1 + (shape_.weight_decay ? 1 : 0) + (shape_.momentum ? 3 : 0);
+    add(OpKind::Optimizer, OpPass::Update, 2 * p * static_cast<double>(per_parameter),
+        4 * 3 * p * static_cast<double>(per_parameter), per_parameter * tensors);
+  }
+
+  const StepShape& shape_;
+  const ForwardLayers& forward_;
+  const double n_, s_;
+  const bool half_;
+  std::vector<StepOperation> ops_;
+};
+
+}  // namespace
+
+const char* op_kind_name(OpKind kind) {
+  static const char* const names[kOpKinds] = {
+      "input",     "convolution", "BatchNorm",  "ReLU",  "residual add",
+      "pooling",   "classifier",  "loss",       "casts", "layout transposes",
+      "gradients", "optimizer",   "GradScaler", "other"};
+  return names[static_cast<int>(kind)];
+}
+
+const char* op_pass_name(OpPass pass) {
+  switch (pass) {
+    case OpPass::Forward:
+      return "forward";
+    case OpPass::Recompute:
+      return "recomputed forward";
+    case OpPass::Backward:
+      return "backward";
+    case OpPass::Update:
+      return "update";
+  }
+  return "";
+}
+
+int64_t activation_bytes(Precision precision) {
+  return precision == Precision::FP32 ? 4 : 2;
+}
+
+StepShape StepShape::of(const Config& config, int64_t batch) {
+  StepShape shape;
+  shape.model = config.model;
+  shape.image_size = config.data.image_size;
+  shape.batch = batch;
+  shape.accumulate_steps = config.training.accumulate_steps;
+  shape.precision = config.training.precision;
+  shape.channels_last = config.training.memory_format.value_or(c10::MemoryFormat::ChannelsLast) ==
+                        c10::MemoryFormat::ChannelsLast;
+  const auto names = models::block_names(config.model.depth());
+  const auto& ck = config.checkpointing;
+  if (ck.mode() == CheckpointMode::On) shape.recomputed.assign(names.size(), true);
+  if (ck.mode() == CheckpointMode::Auto) {
+    if (!ck.blocks()) {
+      throw std::invalid_argument(
+          "checkpointing auto: the blocks it recomputes are chosen when it runs");
+    }
+    shape.recomputed.assign(names.size(), false);
+    for (size_t i = 0; i < names.size(); ++i) {
+      const auto& chosen = *ck.blocks();
+      shape.recomputed[i] = std::find(chosen.begin(), chosen.end(), names[i]) != chosen.end();
+    }
+  }
+  shape.fused_optimizer = config.optimizer.fused();
+  shape.momentum = config.optimizer.momentum() > 0;
+  shape.weight_decay = config.optimizer.weight_decay() > 0;
+  return shape;
+}
+
+std::vector<StepOperation> step_operations(const StepShape& shape) {
+  return StepBuilder(shape, forward_layers(shape.model, shape.image_size)).build();
+}
+
+}  // namespace training
