@@ -79,7 +79,11 @@ struct Arguments {
        {"--warmup-steps", "sweep.warmup_steps", "Steps before measuring (sweep.warmup_steps)"},
        {"--measure-steps", "sweep.measure_steps", "Measured steps (sweep.measure_steps)"},
        {"--device", "training.device", "auto, cpu, cuda or cuda:N"},
-       {"--memory-limit", "memory.limit", "Emulate a card of this size, e.g. 12GiB"}}};
+       {"--memory-limit", "memory.limit", "Emulate a card of this size, e.g. 12GiB"},
+       {"--launcher", "sweep.launcher",
+        "local (child processes here) or slurm (one job array; sweep.slurm_options)"},
+       {"--gpus", "sweep.devices", "GPUs to run trials on, one trial per GPU, e.g. 0,1,2,3",
+        true}}};
   bool find_max = false;
   training::PlanRequest plan;
   PlanFlags plan_values;

@@ -48,6 +48,8 @@ const Choices<LoaderKind> kLoaders = {{"batched", LoaderKind::Batched},
                                       {"torch_data", LoaderKind::TorchData}};
 const Choices<CudaGraphMode> kCudaGraphModes = {
     {"off", CudaGraphMode::Off}, {"on", CudaGraphMode::On}, {"auto", CudaGraphMode::Auto}};
+const Choices<SweepLauncher> kLaunchers = {{"local", SweepLauncher::Local},
+                                           {"slurm", SweepLauncher::Slurm}};
 const Choices<CheckpointGranularity> kGranularities = {
     {"block", CheckpointGranularity::Block},
     {"stage", CheckpointGranularity::Stage},
@@ -182,6 +184,9 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.integer("trial_timeout", c.sweep.trial_timeout, 1, 7 * 86400);
     v.integer("time_budget", c.sweep.time_budget, 0, kMaxTimeBudget);
     v.boolean("data_parallel", c.sweep.data_parallel);
+    v.choice("launcher", c.sweep.launcher, kLaunchers);
+    v.texts("slurm_options", c.sweep.slurm_options);
+    v.integers("devices", c.sweep.devices, 0, 1023);
   });
   v.section("distributed", [&] {
     v.choice("backend", c.distributed.backend, kBackends);

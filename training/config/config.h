@@ -65,6 +65,10 @@ struct DataConfig {
 // (training/step/graphed_step.h). Auto: on for CUDA with fp32 or bf16 when training alone.
 enum class CudaGraphMode { Off, On, Auto };
 
+// sweep.launcher: where a sweep's trials run -- child processes of `train sweep` on this machine,
+// or the tasks of one Slurm job array (training/studies/sweep_slurm.h).
+enum class SweepLauncher { Local, Slurm };
+
 // The largest training.accumulate_steps (and sweep.accumulate_steps item) the config takes.
 inline constexpr int64_t kMaxAccumulateSteps = int64_t{1} << 16;
 // The largest batch a config takes (training.batch_size, eval_batch_size, sweep batches).
@@ -130,6 +134,12 @@ struct SweepConfig {
   // Each trial holds what one rank of a data-parallel run holds: a one-rank process group of
   // distributed.backend and c10d's reducer with its gradient buckets (distributed.bucket_mb).
   bool data_parallel = false;
+  SweepLauncher launcher = SweepLauncher::Local;
+  // sbatch's options for the job array, passed as given (e.g. --partition=gpu, --gres=gpu:1).
+  std::vector<std::string> slurm_options = {};
+  // Local launcher on CUDA: the GPUs (indices) to run trials on, one trial per GPU at a time
+  // (CUDA_VISIBLE_DEVICES); empty: one trial at a time on training.device.
+  std::vector<int64_t> devices = {};
 };
 
 struct MonitorConfig {

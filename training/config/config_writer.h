@@ -50,6 +50,11 @@ class Writer {
     for (const auto& value : values) texts.push_back(boolean_or_auto_text(value, off, on));
     out_ << YAML::Key << name << YAML::Value << YAML::Flow << texts;
   }
+  void texts(const std::string& name, const std::vector<std::string>& values) {
+    out_ << YAML::Key << name << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (const auto& value : values) out_ << YAML::DoubleQuoted << value;
+    out_ << YAML::EndSeq;
+  }
   void optional_texts(const std::string& name,
                       const std::optional<std::vector<std::string>>& values) {
     out_ << YAML::Key << name << YAML::Value;

@@ -153,6 +153,12 @@ class Reader {
   }
 
   // A list of strings, or null (nullopt): a value that is set or not yet.
+  void texts(const std::string& name, std::vector<std::string>& out) {
+    list(name, out, false, "expected a list of strings", [](const YAML::Node& item, auto& value) {
+      return !item.IsNull() && (value = item.Scalar(), true);
+    });
+  }
+
   void optional_texts(const std::string& name, std::optional<std::vector<std::string>>& out) {
     const auto node = field(name);
     if (!node) return;

@@ -22,6 +22,28 @@ void check_checkpointing(const CheckpointingOptions& c, const models::ResNetOpti
   if (!problem.empty()) fail("checkpointing.blocks: " + problem);
 }
 
+// sweep.launcher: slurm, and the keys it does not combine with.
+template <class Fail>
+void check_launcher(const SweepConfig& sweep, Fail&& fail) {
+  if (sweep.launcher == SweepLauncher::Slurm) {
+    if (!sweep.devices.empty()) {
+      fail(
+          "sweep.devices: not with sweep.launcher: slurm, where each array task gets its GPU "
+          "from Slurm (pass --gres=gpu:1 in sweep.slurm_options)");
+    }
+    if (sweep.find_max) {
+      fail(
+          "sweep.find_max: not with sweep.launcher: slurm (its search runs one trial after the "
+          "other); sweep the batches as a grid, or use the local launcher");
+    }
+    if (sweep.time_budget > 0) {
+      fail(
+          "sweep.time_budget: not with sweep.launcher: slurm (the array's tasks are bounded by "
+          "--time in sweep.slurm_options)");
+    }
+  }
+}
+
 }  // namespace
 
 std::string blocks_problem(const std::vector<std::string>& blocks,
@@ -104,6 +126,8 @@ void validate(const Config& c, const std::function<std::string(const std::string
   once_each("sweep.memory_formats", c.sweep.memory_formats);
   once_each("sweep.accumulate_steps", c.sweep.accumulate_steps);
   once_each("sweep.predict_for", c.sweep.predict_for);
+  once_each("sweep.devices", c.sweep.devices);
+  check_launcher(c.sweep, fail);
 }
 
 }  // namespace training

@@ -18,7 +18,10 @@ inline constexpr int kExitOutOfMemory = 3;
 inline constexpr int kExitDistributed = 4;
 inline constexpr int kExitCannotWrite = 5;  // an output could not be written (disk full, quota...)
 inline constexpr int kExitDiverged = 6;     // the loss stopped being a number; results written
-inline constexpr int kExitStopped = 130;    // stopped by SIGINT/SIGTERM, checkpoint written
+// train sweep, launcher slurm: trials whose task ended without a result (failed, timed out, lost
+// its node); the tables hold the rest, and the same sweep run again submits only those.
+inline constexpr int kExitTrialsFailed = 7;
+inline constexpr int kExitStopped = 130;  // stopped by SIGINT/SIGTERM, checkpoint written
 
 // The first line of a message: LibTorch's and Gloo's errors append backtraces and context lines.
 inline std::string first_line(const std::string& text) {

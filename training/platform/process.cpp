@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <thread>
 
 #include "build_config.h"
@@ -40,7 +42,7 @@ namespace {
 // fork + exec, where the child asks the kernel to kill it when this process dies (kill -9
 // included: PR_SET_PDEATHSIG), so no trial outlives its sweep. The child does only
 // async-signal-safe calls before exec; an exec failure's errno comes back through a pipe.
-pid_t start_child(std::vector<char*>& args, const fs::path& log_file) {
+pid_t start_child(std::vector<char*>& args, const fs::path& log_file, char** env = environ) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
     throw UserError(std::string(args[0]) + ": cannot start (" + std::strerror(errno) + ")");
@@ -56,7 +58,7 @@ pid_t start_child(std::vector<char*>& args, const fs::path& log_file) {
     } else if (::getppid() != parent) {
       ::_exit(127);  // the parent died before the request took effect
     } else {
-      ::execve(args[0], args.data(), environ);
+      ::execve(args[0], args.data(), env);
       error = errno;
     }
     ssize_t written = ::write(pipe_fds[1], &error, sizeof error);
@@ -76,15 +78,80 @@ pid_t start_child(std::vector<char*>& args, const fs::path& log_file) {
   return pid;
 }
 
+// This process's environment with `extra` set ("NAME=value" entries replace their names').
+std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
+  std::vector<std::string> entries;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('=') + 1);
+    bool replaced = false;
+    for (const auto& set : extra) replaced = replaced || set.rfind(name, 0) == 0;
+    if (!replaced) entries.push_back(entry);
+  }
+  entries.insert(entries.end(), extra.begin(), extra.end());
+  return entries;
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
 }  // namespace
 
-ProcessOutcome run_process(const std::vector<std::string>& argv, const fs::path& log_file,
-                           int64_t timeout_seconds) {
-  std::vector<char*> args;
+std::string find_on_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const fs::path candidate = fs::path(dir.empty() ? "." : dir) / name;
+    std::error_code ec;
+    if (fs::is_regular_file(candidate, ec) && ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate.string();
+    }
+  }
+  return "";
+}
+
+CommandOutput run_command(const std::vector<std::string>& argv, int64_t timeout_seconds) {
   std::vector<std::string> copies = argv;
-  for (auto& arg : copies) args.push_back(arg.data());
-  args.push_back(nullptr);
-  const pid_t pid = start_child(args, log_file);
+  const std::string found = find_on_path(argv.at(0));
+  if (found.empty()) throw UserError(argv[0] + ": not found on PATH or not executable");
+  copies[0] = found;
+  char temp[] = "/tmp/train-command-XXXXXX";
+  const int fd = ::mkstemp(temp);
+  if (fd < 0) throw UserError(std::string("cannot make a temporary file: ") + strerror(errno));
+  ::close(fd);
+  std::vector<char*> args = pointers(copies);
+  const pid_t pid = start_child(args, temp);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CommandOutput result;
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  std::ifstream in(temp);
+  result.output.assign(std::istreambuf_iterator<char>(in), {});
+  if (result.output.size() > (1 << 20)) result.output.resize(1 << 20);
+  ::unlink(temp);
+  return result;
+}
+
+ProcessOutcome run_process(const std::vector<std::string>& argv, const fs::path& log_file,
+                           int64_t timeout_seconds, const std::vector<std::string>& environment) {
+  std::vector<std::string> copies = argv;
+  std::vector<char*> args = pointers(copies);
+  std::vector<std::string> env_entries = environment_with(environment);
+  std::vector<char*> env = pointers(env_entries);
+  const pid_t pid = start_child(args, log_file, env.data());
 
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();

@@ -26,8 +26,24 @@ struct ProcessOutcome {
 // SIGTERM on to the child and waits for it (SIGKILL after 10 s), so no child is left running.
 // The child is killed when this process dies (PR_SET_PDEATHSIG), kill -9 included. Throws
 // UserError when it cannot be started.
+// `environment`: "NAME=value" entries set in the child's environment beside this process's
+// (CUDA_VISIBLE_DEVICES for a sweep's trial on one GPU of several).
 ProcessOutcome run_process(const std::vector<std::string>& argv,
-                           const std::filesystem::path& log_file, int64_t timeout_seconds);
+                           const std::filesystem::path& log_file, int64_t timeout_seconds,
+                           const std::vector<std::string>& environment = {});
+
+// A short command's exit and its output (stdout and stderr together, at most 1 MiB kept).
+struct CommandOutput {
+  int exit_code = -1;  // -1: killed by a signal or after the timeout
+  std::string output;
+};
+// Runs argv (argv[0] a name found on PATH, or a path) to its end or `timeout_seconds`, whatever
+// this process's stop state (scancel must run during a stop). Throws UserError when it cannot
+// be started (not found, not executable).
+CommandOutput run_command(const std::vector<std::string>& argv, int64_t timeout_seconds);
+
+// The path of `name` found on PATH, executable; "" when there is none.
+std::string find_on_path(const std::string& name);
 
 // The last non-empty line of a text file ("" when there is none): a crashed child's last words.
 std::string last_line(const std::filesystem::path& file);
