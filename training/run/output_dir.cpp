@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <fstream>
@@ -71,12 +72,13 @@ void remove_tree(const fs::path& path) {
 }
 
 // Everything in `dir` but its lock and marker.
-void remove_earlier_attempt(const fs::path& dir) {
+void remove_earlier_attempt(const fs::path& dir, const std::vector<std::string>& keep) {
   std::error_code ec;
   std::vector<fs::path> earlier;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name != ".lock" && name != kMarker) earlier.push_back(entry.path());
+    const bool kept = std::find(keep.begin(), keep.end(), name) != keep.end();
+    if (name != ".lock" && name != kMarker && !kept) earlier.push_back(entry.path());
   }
   for (const auto& path : earlier) remove_tree(path);
 }
@@ -122,7 +124,8 @@ HeldOutputs held_outputs(const fs::path& dir) {
 }
 
 std::unique_ptr<DirectoryLock> claim_output_dir(const fs::path& dir, OutputKind kind,
-                                                const std::string& flag) {
+                                                const std::string& flag,
+                                                const std::vector<std::string>& keep) {
   std::error_code ec;
   std::unique_ptr<DirectoryLock> lock;
   // A folder with a lock may be being written: its holder is named before its contents are read.
@@ -154,7 +157,7 @@ std::unique_ptr<DirectoryLock> claim_output_dir(const fs::path& dir, OutputKind 
   if (!lock) lock = std::make_unique<DirectoryLock>(dir);
   // A sweep, study or comparison started again starts afresh: nothing of the attempt that
   // stopped (its trials, tables, temporaries) is read back or left beside this one's files.
-  if (held.kind && kind != OutputKind::Run) remove_earlier_attempt(dir);
+  if (held.kind && kind != OutputKind::Run) remove_earlier_attempt(dir, keep);
   write_file_atomically(dir / kMarker, marker_text(kind, false));
   return lock;
 }

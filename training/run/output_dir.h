@@ -46,9 +46,11 @@ HeldOutputs held_outputs(const std::filesystem::path& dir);
 // (UserError, one line naming `flag` and what the folder holds). The lock is taken before the
 // folder's contents are judged: a folder another process is writing is refused naming that
 // process, not what it holds so far. The marker is written before anything else.
-[[nodiscard]] std::unique_ptr<DirectoryLock> claim_output_dir(const std::filesystem::path& dir,
-                                                              OutputKind kind,
-                                                              const std::string& flag);
+// An unfinished folder of the same kind is started again, emptied first but for the names in
+// `keep` (a Slurm sweep's trials/, whose results are not measured again).
+[[nodiscard]] std::unique_ptr<DirectoryLock> claim_output_dir(
+    const std::filesystem::path& dir, OutputKind kind, const std::string& flag,
+    const std::vector<std::string>& keep = {});
 
 // The marker says the command finished (a finished sweep, study or comparison is not redone).
 void mark_finished(const std::filesystem::path& dir, OutputKind kind);

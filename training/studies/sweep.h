@@ -1,6 +1,8 @@
 // `train sweep`: batch sizes x precision x checkpointing x memory format, each trial in its own
-// child process (trial.h); optionally the largest batch that fits per cell (doubling, then binary
-// search); a linear memory model per cell with predictions for other card sizes. The sweep folder
+// child process (trial.h), one per GPU of sweep.devices, or as the tasks of one Slurm job array
+// (sweep.launcher: slurm, sweep_slurm.h); optionally the largest batch that fits per cell
+// (doubling, then binary search); a linear memory model per cell with predictions for other card
+// sizes. The sweep folder
 // holds config.yaml, trials/NNN.{yaml,json,log} (each trial's config, result and output) and the
 // tables and plots of sweep_report.h.
 #pragma once
@@ -71,7 +73,9 @@ struct SweepRequest {
 void check_sweep(const Config& config, const torch::Device& device);
 
 // Runs the whole sweep; returns kExitOk, or kExitStopped when Ctrl-C/SIGTERM stopped it (the
-// running trial is stopped too, and the outputs hold the trials completed so far). Throws
+// running trial is stopped too -- with sweep.launcher: slurm, the job array is cancelled -- and
+// the outputs hold the trials completed so far), or with slurm kExitTrialsFailed when tasks ended
+// without a result (the same sweep run again on its folder submits only those). Throws
 // UserError/ConfigError for a bad grid, or a directory that already holds a run or a sweep,
 // before any trial runs. The sweep directory is locked while the sweep runs (dir_lock.h).
 int run_sweep(const SweepRequest& request);

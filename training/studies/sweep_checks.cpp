@@ -1,5 +1,7 @@
 // What train sweep refuses before its folder exists: the grid's cells this device cannot run, and
 // the keys a sweep does not combine (sweep.h's check_sweep).
+#include <torch/cuda.h>
+
 #include <algorithm>
 
 #include "training/parts/checkpoint_choice.h"
@@ -12,6 +14,27 @@
 #include "training/studies/sweep.h"
 
 namespace training {
+
+namespace {
+
+// sweep.devices: GPUs of this machine, and only for a sweep on CUDA.
+void check_sweep_devices(const std::vector<int64_t>& devices, const torch::Device& device) {
+  if (!device.is_cuda()) {
+    throw KeyError("sweep.devices",
+                   "one trial per GPU is for a sweep on CUDA; on the CPU trials run one at a "
+                   "time (their timings would disturb each other): drop sweep.devices (--gpus)");
+  }
+  const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
+  for (int64_t index : devices) {
+    if (index >= count) {
+      throw KeyError("sweep.devices", "GPU " + std::to_string(index) + " is not on this machine (" +
+                                          std::to_string(count) + " GPU(s): 0 to " +
+                                          std::to_string(count - 1) + ")");
+    }
+  }
+}
+
+}  // namespace
 
 void check_sweep(const Config& config, const torch::Device& device) {
   for (auto precision : config.sweep.precisions) {
@@ -66,6 +89,7 @@ void check_sweep(const Config& config, const torch::Device& device) {
       throw KeyError("sweep.checkpointing", "auto " + missing);
     }
   }
+  if (!config.sweep.devices.empty()) check_sweep_devices(config.sweep.devices, device);
   if (config.sweep.find_max && device.is_cpu() && config.memory.limit == 0) {
     throw UserError(
         "sweep.find_max: on the CPU there is no device memory to fill; set "

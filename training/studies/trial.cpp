@@ -2,9 +2,11 @@
 
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "data/dataset.h"
 #include "training/cards/cards.h"
@@ -53,7 +55,10 @@ nlohmann::ordered_json to_json(const TrialResult& r) {
           {"replayed_steps", r.replayed_steps},
           {"outside_allocator_bytes", r.outside_allocator_bytes},
           {"recomputed_blocks", r.recomputed_blocks},
-          {"predicted_peak_bytes", r.predicted_peak_bytes}};
+          {"predicted_peak_bytes", r.predicted_peak_bytes},
+          {"host", r.host},
+          {"job_id", r.job_id},
+          {"array_index", r.array_index}};
 }
 
 TrialResult trial_from_json(const nlohmann::json& j) {
@@ -82,6 +87,10 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   if (!j.at("recomputed_blocks").is_null())
     r.recomputed_blocks = j.at("recomputed_blocks").get<std::vector<std::string>>();
   r.predicted_peak_bytes = j.at("predicted_peak_bytes").get<int64_t>();
+  // Where it ran (absent from the sweeps written before issue 54).
+  r.host = j.value("host", std::string());
+  r.job_id = j.value("job_id", std::string());
+  r.array_index = j.value("array_index", int64_t{-1});
   return r;
 }
 
@@ -140,6 +149,22 @@ Config with_auto_blocks(const Config& config, const torch::Device& device, const
                             : 0);
   std::tie(result.recomputed_blocks, result.predicted_peak_bytes) = auto_blocks(config, decisions);
   return decided(config, decisions);
+}
+
+// The host, and a Slurm array task's job and index, from the environment Slurm gives the task
+// (both test nodes of one machine share its host name: Slurm's node name tells them apart).
+void where_it_ran(TrialResult& result) {
+  auto variable = [](const char* name) {
+    const char* value = std::getenv(name);
+    return std::string(value ? value : "");
+  };
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  result.host = variable("SLURMD_NODENAME").empty() ? name : variable("SLURMD_NODENAME");
+  result.job_id = variable("SLURM_ARRAY_JOB_ID");
+  if (const std::string index = variable("SLURM_ARRAY_TASK_ID"); !index.empty()) {
+    result.array_index = std::stoll(index);
+  }
 }
 
 }  // namespace
@@ -221,8 +246,8 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
 int child_trial_main(const std::string& config_path, const std::string& result_path) {
   check_not_an_input(result_path, "--result", config_path, "--config");
   const Config config = load_config(config_path);
-  const TrialResult result =
-      measure_trial(config, config.sweep.warmup_steps, config.sweep.measure_steps);
+  TrialResult result = measure_trial(config, config.sweep.warmup_steps, config.sweep.measure_steps);
+  where_it_ran(result);
   write_file_atomically(result_path, to_json(result).dump(2) + "\n");
   if (result.status == TrialStatus::Ok) return kExitOk;
   spdlog::error("{}", result.message);

@@ -45,6 +45,11 @@ struct TrialResult {
   // checkpointing auto: the blocks the trial chose to recompute and the peak it predicted.
   std::vector<std::string> recomputed_blocks;
   int64_t predicted_peak_bytes = 0;
+  // Where it ran: the host (Slurm's node name in a job), and the Slurm job and array index when
+  // it ran as a task of the sweep's job array ("" and -1 otherwise).
+  std::string host;
+  std::string job_id;
+  int64_t array_index = -1;
 };
 
 nlohmann::ordered_json to_json(const TrialResult& result);

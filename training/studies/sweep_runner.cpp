@@ -1,0 +1,242 @@
+#include "training/studies/sweep_runner.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+
+#include "training/platform/atomic_file.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+#include "training/platform/stop_signal.h"
+#include "training/studies/sweep_report.h"
+#include "training/studies/sweep_slurm.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+
+// sweep.launcher: slurm -- the grid as one job array (sweep_slurm.h). A trial whose result is
+// in the folder already (ok or oom, of the same trial config) is not submitted again. False
+// when a stop signal cancelled the array; failed_tasks() counts the trials without a result.
+bool SweepRunner::run_on_slurm() {
+  const auto grid = grid_trials();
+  std::vector<SweepTrial> trials;
+  std::vector<int64_t> submit;
+  for (const auto& [setting, batch] : grid) {
+    trials.push_back({next_id_++, setting, batch, "grid", {}, 0, {}, {}});
+    if (!prepare_trial(trials.back(), /*keep_result=*/true)) submit.push_back(trials.back().id);
+  }
+  spdlog::info("sweep: {} trial(s) as one Slurm job array, {} already measured in {}", grid.size(),
+               grid.size() - submit.size(), dir_.string());
+  SlurmOutcome outcome;
+  if (!submit.empty()) {
+    outcome = run_slurm_array(dir_, executable_, submit, config_.sweep.slurm_options);
+  }
+  for (auto& trial : trials) {
+    const fs::path stem = dir_ / "trials" / fmt::format("{:03d}", trial.id);
+    const auto measured = read_result_file(stem.string() + ".json");
+    if (measured) {
+      trial.result = *measured;
+    } else {  // its row says so (CANCELLED where a stop cancelled it)
+      const auto task = outcome.tasks.find(trial.id);
+      trial.result = failed_task_result(task == outcome.tasks.end() ? SlurmTask{} : task->second,
+                                        outcome.job_id, trial.id, stem.string() + ".log");
+      if (!outcome.stopped) ++failed_tasks_;
+    }
+    predict_on_card(trial);
+    log_trial(trial);
+    trials_.push_back(trial);
+  }
+  if (outcome.stopped) {
+    write_tables(false, fmt::format("stopped by a signal: slurm job {} cancelled; the same "
+                                    "sweep run again on this folder submits only the trials "
+                                    "without a result",
+                                    outcome.job_id));
+    plot_sweep(dir_, /*complete=*/false);
+    spdlog::warn("sweep stopped by signal; slurm job {} cancelled; what was measured is in {}",
+                 outcome.job_id, dir_.string());
+    return false;
+  }
+  if (failed_tasks_ > 0) {
+    spdlog::warn(
+        "slurm job {}: {} trial(s) ended without a result (their rows say how); the "
+        "same sweep run again on this folder submits only them",
+        outcome.job_id, failed_tasks_);
+  }
+  write_tables(failed_tasks_ == 0, fmt::format("{} task(s) of slurm job {} ended without a result",
+                                               failed_tasks_, outcome.job_id));
+  finish(failed_tasks_ == 0);
+  return true;
+}
+
+void SweepRunner::finish(bool complete) {
+  test_stop_point("sweep plots");
+  plot_sweep(dir_, complete);
+  for (const auto& summary : summaries()) log_summary(summary);
+  spdlog::info("sweep written to {}", dir_.string());
+  if (stop_requested()) {  // after the last trial: its caller exits as a stop
+    spdlog::warn("sweep stopped by signal after its last trial; its tables are complete in {}",
+                 dir_.string());
+  }
+}
+
+// The grid's trials in the order they start: setting by setting, or with sweep.time_budget
+// batch by batch across the settings (every setting gets its small batches first).
+std::vector<std::pair<Setting, int64_t>> SweepRunner::grid_trials() const {
+  std::vector<std::pair<Setting, int64_t>> grid;
+  if (config_.sweep.time_budget > 0) {
+    for (int64_t batch : config_.sweep.batch_sizes) {
+      for (const auto& setting : cells_) grid.emplace_back(setting, batch);
+    }
+  } else {
+    for (const auto& setting : cells_) {
+      for (int64_t batch : config_.sweep.batch_sizes) grid.emplace_back(setting, batch);
+    }
+  }
+  return grid;
+}
+
+// Writes trials/NNN.yaml and removes an earlier attempt's result and log, so that what is read
+// back is what this trial writes. With `keep_result`, a result (ok or oom) of the same trial
+// config is kept instead, and true returned.
+bool SweepRunner::prepare_trial(const SweepTrial& trial, bool keep_result) const {
+  Config trial_config = config_;
+  trial_config.training.batch_size = trial.batch;
+  trial.setting.apply_to(trial_config);
+  trial_config.checkpointing.blocks(std::nullopt);  // an auto trial chooses for its own batch
+  const fs::path stem = dir_ / "trials" / fmt::format("{:03d}", trial.id);
+  const fs::path yaml = stem.string() + ".yaml", result = stem.string() + ".json",
+                 log = stem.string() + ".log";
+  const std::string text = to_yaml(trial_config);
+  if (keep_result && fs::exists(result)) {
+    std::ifstream old_yaml(yaml), old_result(result);
+    const std::string before(std::istreambuf_iterator<char>(old_yaml), {});
+    try {
+      const auto status = trial_from_json(nlohmann::json::parse(old_result)).status;
+      if (before == text && status != TrialStatus::Error) return true;
+    } catch (const std::exception&) {
+      // unreadable: measured again
+    }
+  }
+  write_file_atomically(yaml, text);
+  std::error_code ec;
+  fs::remove(result, ec);
+  fs::remove(log, ec);
+  return false;
+}
+
+void SweepRunner::predict_on_card(SweepTrial& trial) const {
+  if (predictor_ && !trial.setting.unpredictable().empty()) {
+    trial.on_card_error = trial.setting.unpredictable();
+  } else if (predictor_) {
+    try {  // a stream that cannot be scaled is said in the row, the sweep goes on
+      trial.on_card = predictor_->predict(trial.setting, trial.batch);
+    } catch (const std::runtime_error& e) {
+      trial.on_card_error = error_line(e);
+    }
+  }
+}
+
+void SweepRunner::log_trial(const SweepTrial& trial) {
+  const auto& setting = trial.setting;
+  const int64_t batch = trial.batch;
+  const auto& r = trial.result;
+  spdlog::info("[{}] {} batch {}: {}{}", trial.id, setting.name(), batch, status_name(r.status),
+               r.status == TrialStatus::Ok
+                   ? fmt::format(", peak {} MiB allocated / {} MiB reserved (after the "
+                                 "warm-up {} / {}), {:.4f} s/step, {:.0f} img/s",
+                                 mib_text(r.peak_allocated_bytes), mib_text(r.peak_reserved_bytes),
+                                 mib_text(r.steady_peak_allocated_bytes),
+                                 mib_text(r.steady_peak_reserved_bytes), r.median_step_seconds,
+                                 r.images_per_second)
+                   : ": " + r.message);
+}
+
+std::vector<int64_t> SweepRunner::memory_sizes() const {
+  std::vector<int64_t> sizes = {limit_};
+  for (int64_t size : config_.sweep.predict_for) sizes.push_back(size);
+  return sizes;
+}
+
+std::vector<SettingSummary> SweepRunner::summaries() const {
+  return summarize(cells_, trials_, memory_sizes(), config_.sweep.find_max);
+}
+
+void SweepRunner::write_tables(bool complete, const std::string& why_incomplete) const {
+  const SweepFacts facts{arch_name(config_.model),
+                         stem_name(config_.model),
+                         device_.str(),
+                         describe_device(device_),
+                         limit_,
+                         config_.memory.limit > 0,
+                         config_.sweep.warmup_steps,
+                         config_.sweep.measure_steps,
+                         memory_sizes(),
+                         config_.training.eval_batch_size,
+                         train_images_at_most(config_.data),
+                         config_.sweep.data_parallel ? config_.distributed.bucket_mb : 0,
+                         config_.data.image_size};
+  std::vector<SweepTrial> in_order = trials_;  // with sweep.devices they end out of order
+  std::sort(in_order.begin(), in_order.end(),
+            [](const SweepTrial& a, const SweepTrial& b) { return a.id < b.id; });
+  write_sweep_tables(dir_, facts, summaries(), in_order, complete, why_incomplete);
+}
+
+void SweepRunner::log_summary(const SettingSummary& summary) const {
+  spdlog::info("{}: largest batch that fits {}, fastest batch {}{}{}", summary.setting.name(),
+               summary.largest_fitting ? std::to_string(*summary.largest_fitting) : "none",
+               summary.fastest_batch ? fmt::format("{} ({:.0f} img/s)", *summary.fastest_batch,
+                                                   summary.fastest_images_per_second)
+                                     : std::string("none"),
+               summary.fit ? fmt::format(", peak = {} MiB + {:.2f} MiB x batch (R² {:.4f})",
+                                         mib_text(static_cast<int64_t>(summary.fit->intercept)),
+                                         summary.fit->slope / kMiB, summary.fit->r_squared)
+                           : std::string(),
+               !summary.largest_fitting ? std::string()
+               : untrainable(*summary.largest_fitting).empty()
+                   ? "; train it as measured: " +
+                         run_flags(summary.setting, *summary.largest_fitting, config_.memory.limit)
+                   : "; " + untrainable(*summary.largest_fitting));
+}
+
+std::string SweepRunner::untrainable(int64_t batch) const {
+  return untrainable_batch(batch, train_images_at_most(config_.data));
+}
+
+std::vector<SettingSummary> summarize(const std::vector<Setting>& settings,
+                                      const std::vector<SweepTrial>& trials,
+                                      const std::vector<int64_t>& memory_sizes, bool searched) {
+  std::vector<SettingSummary> summaries;
+  for (const auto& setting : settings) {
+    SettingSummary s;
+    s.setting = setting;
+    s.searched = searched;
+    std::vector<int64_t> batches, peaks;
+    for (const auto& t : trials) {
+      if (!(t.setting == setting)) continue;
+      if (t.result.status == TrialStatus::Ok) {
+        s.largest_fitting = std::max(s.largest_fitting.value_or(0), t.batch);
+        batches.push_back(t.batch);
+        peaks.push_back(t.result.peak_reserved_bytes);
+        if (t.result.images_per_second > s.fastest_images_per_second) {
+          s.fastest_images_per_second = t.result.images_per_second;
+          s.fastest_batch = t.batch;
+        }
+      } else if (t.result.status == TrialStatus::OutOfMemory) {
+        s.smallest_failing = std::min(s.smallest_failing.value_or(t.batch), t.batch);
+      }
+    }
+    // An auto setting's peak is held under its budget by recomputing more at larger batches: no
+    // line fits it, and no prediction is made from one.
+    if (setting.checkpointing != CheckpointMode::Auto) s.fit = fit_memory(batches, peaks);
+    for (int64_t size : memory_sizes) {
+      s.predictions.emplace_back(size, s.fit ? s.fit->max_batch(size) : std::nullopt);
+    }
+    summaries.push_back(s);
+  }
+  return summaries;
+}
+
+}  // namespace training

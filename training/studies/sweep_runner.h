@@ -1,0 +1,87 @@
+// The parent side of `train sweep` (sweep.h's run_sweep): the grid's trials run in child
+// processes (`train sweep-trial`, trial.h), one at a time, one per GPU of sweep.devices
+// (trial_pool.h), or as the tasks of one Slurm job array (sweep_slurm.h); then the tables.
+// Internal to training/studies: sweep.cpp (the local launcher) and sweep_runner.cpp (the Slurm
+// launcher, the trials' files and the tables).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "training/config/config.h"
+#include "training/platform/process.h"
+#include "training/studies/card_prediction.h"
+#include "training/studies/sweep.h"
+
+namespace training {
+
+// The sweep's cells: precisions x checkpointing x memory formats x accumulation.
+std::vector<Setting> grid_cells(const SweepConfig& sweep);
+
+class SweepRunner {
+ public:
+  SweepRunner(Config config, std::filesystem::path dir, std::filesystem::path executable,
+              torch::Device device, CardPredictor* predictor);
+
+  // Runs the grid and the searches; false when a stop signal ended the sweep early (the outputs
+  // then hold the trials completed so far).
+  bool run();
+  // sweep.launcher: slurm -- the grid as one job array (sweep_slurm.h). A trial whose result is
+  // in the folder already (ok or oom, of the same trial config) is not submitted again. False
+  // when a stop signal cancelled the array; failed_tasks() counts the trials without a result.
+  bool run_on_slurm();
+  int64_t failed_tasks() const { return failed_tasks_; }
+
+ private:
+  void finish(bool complete);
+  // The grid's trials in the order they start: setting by setting, or with sweep.time_budget
+  // batch by batch across the settings (every setting gets its small batches first).
+  std::vector<std::pair<Setting, int64_t>> grid_trials() const;
+  // Writes trials/NNN.yaml and removes an earlier attempt's result and log, so that what is read
+  // back is what this trial writes. With `keep_result`, a result (ok or oom) of the same trial
+  // config is kept instead, and true returned.
+  bool prepare_trial(const SweepTrial& trial, bool keep_result = false) const;
+  // Measures one trial in a child process (parent side), on GPU `gpu` alone when it is not -1; a
+  // batch already measured for this setting is not measured twice. Several run at once with
+  // sweep.devices, one per GPU: the trials and the tables are shared under mutex_.
+  TrialResult trial_in_child_process(const Setting& setting, int64_t batch,
+                                     const std::string& source, int64_t gpu, bool again = false);
+  void predict_on_card(SweepTrial& trial) const;
+  static void log_trial(const SweepTrial& trial);
+  // The child's result file; nullopt when it is missing or unreadable.
+  static std::optional<TrialResult> read_result_file(const std::filesystem::path& file);
+  // The trial's result; a crash, a timeout or an unreadable file is an error result.
+  static TrialResult read_result(const std::filesystem::path& file, const ProcessOutcome& outcome,
+                                 const std::filesystem::path& log);
+  // Doubling from the largest batch known to fit, then binary search between the largest that
+  // fits and the smallest that does not.
+  void find_max(const Setting& setting, int64_t gpu);
+  std::vector<int64_t> memory_sizes() const;
+  std::vector<SettingSummary> summaries() const;
+  void write_tables(bool complete, const std::string& why_incomplete) const;
+  void log_summary(const SettingSummary& summary) const;
+  std::string untrainable(int64_t batch) const;
+
+  CardPredictor* predictor_;  // null without --card
+  Config config_;
+  std::filesystem::path dir_;
+  std::filesystem::path executable_;
+  torch::Device device_;
+  int64_t limit_;
+  std::vector<Setting> cells_;
+  std::vector<SweepTrial> trials_;
+  std::mutex mutex_;  // trials_, next_id_ and the tables, shared by the trials of sweep.devices
+  int64_t next_id_ = 1;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool budget_spent_ = false;
+  std::atomic<bool> search_failed_{false};  // a find-max search ended on a trial failing twice
+  int64_t failed_tasks_ = 0;                // slurm: trials whose task ended without a result
+};
+
+}  // namespace training
