@@ -3,7 +3,9 @@
 # torch 2.11.0 are detected and not fetched again.
 #   1. Debian packages (compiler, CMake, OpenCV, spdlog, CLI11, yaml-cpp, nlohmann-json, GoogleTest,
 #      Gloo's headers, OpenSSL for SHA-256, protobuf + Boost.CRC for TensorBoard event files;
-#      iproute2 and procps for the tests across hosts made from network namespaces)
+#      iproute2 and procps for the tests across hosts made from network namespaces; Slurm's
+#      slurmctld, slurmd, slurm-client and munge for the tests of train sweep --launcher slurm,
+#      which start a cluster of their own and stop it: no service is configured or started)
 #      -- or, with TRAIN_DEBS=DIR, the .deb files in DIR unpacked without apt (a machine without
 #      network or Debian's -dev packages, e.g. a GPU machine; DIR holds unpack-debs.sh)
 #   2. (while step 1 downloads) a virtualenv ($TRAIN_VENV) with torch 2.11.0 (its LibTorch is what we link), torchvision,
@@ -35,7 +37,7 @@ else
   debs=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv
         libopencv-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
         libgtest-dev libgmock-dev libgloo-dev libssl-dev libprotobuf-dev protobuf-compiler
-        libboost-dev iproute2 procps universal-ctags)
+        libboost-dev iproute2 procps universal-ctags slurmctld slurmd slurm-client munge)
   missing=()
   for p in "${debs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
