@@ -66,7 +66,10 @@ SweepRunner::SweepRunner(Config config, fs::path dir, fs::path executable, torch
       executable_(std::move(executable)),
       device_(device),
       limit_(config_.memory.limit > 0 ? config_.memory.limit : total_memory(device_)),
-      cells_(grid_cells(config_.sweep)) {}
+      cells_(grid_cells(config_.sweep)) {
+  // A trial on one GPU of sweep.devices sees that GPU alone, as its cuda:0.
+  if (!config_.sweep.devices.empty()) config_.training.device = "cuda";
+}
 
 // Runs the grid and the searches; false when a stop signal ended the sweep early (the outputs
 // then hold the trials completed so far).
