@@ -6,6 +6,8 @@
 #include <set>
 #include <vector>
 
+#include "training/cards/caching_allocator_blocks.h"
+
 namespace training {
 
 namespace {
@@ -47,56 +49,9 @@ void decrease_stat(int64_t& current, int64_t amount) {
 
 }  // namespace
 
-struct CachingAllocatorModel::Block {
-  int64_t address = 0, size = 0;
-  bool allocated = false;
-  bool mapped = true;     // expandable_segments: false for address space without memory
-  Block* prev = nullptr;  // the neighbours in its segment
-  Block* next = nullptr;
-  bool is_split() const { return prev != nullptr || next != nullptr; }
-  // Block::splice: this block goes between [before, this, after]. A segment's blocks tile it:
-  // each ends where the next begins, so their sizes sum to the segment's.
-  void splice(Block* before, Block* after) {
-    TORCH_INTERNAL_ASSERT(!before ||
-                          (before->next == after && before->address + before->size == address));
-    TORCH_INTERNAL_ASSERT(!after || (after->prev == before && address + size == after->address));
-    if (before) before->next = this;
-    if (after) after->prev = this;
-    prev = before;
-    next = after;
-  }
-  // try_merge_blocks: the neighbours of a block merged away link to each other.
-  void unlink() {
-    if (prev) prev->next = next;
-    if (next) next->prev = prev;
-  }
-};
-
-struct CachingAllocatorModel::Pool {
-  struct BySizeThenAddress {
-    bool operator()(const Block* a, const Block* b) const {
-      return a->size != b->size ? a->size < b->size : a->address < b->address;
-    }
-  };
-  struct ByAddress {
-    bool operator()(const Block* a, const Block* b) const { return a->address < b->address; }
-  };
-  explicit Pool(bool is_small) : small(is_small) {}
-  Block* add(int64_t address, int64_t size, bool mapped = true) {
-    auto block = std::make_unique<Block>(Block{address, size, /*allocated=*/false, mapped});
-    Block* added = block.get();
-    owned[added] = std::move(block);
-    return added;
-  }
-  bool small;
-  std::set<Block*, BySizeThenAddress> free;  // the free blocks with memory
-  std::unordered_map<Block*, std::unique_ptr<Block>> owned;
-  // expandable_segments: the pool's one segment starts at `base` (-1: none yet); its blocks
-  // without memory, by address.
-  int64_t base = -1;
-  std::set<Block*, ByAddress> unmapped;
-  int64_t page() const { return small ? kSmallBuffer : kLargeBuffer; }
-};
+int64_t CachingAllocatorModel::Pool::page() const {
+  return small ? kSmallBuffer : kLargeBuffer;
+}
 
 // AllocParams: a request, its pool, and the block found for it.
 struct CachingAllocatorModel::AllocParams {
@@ -142,9 +97,12 @@ bool CachingAllocatorModel::allocate(int64_t id, int64_t bytes) {
   if (!found) return false;
   Block* block = should_split(p.pool, p.block, size) ? split(p.pool, p.block, size) : p.block;
   block->allocated = true;
+  block->requested = bytes;
+  block->id = id;
   active_[id] = block;
   increase_stat(stats_.allocated, stats_.peak_allocated, block->size);
   TORCH_INTERNAL_ASSERT(stats_.allocated <= stats_.reserved, "more bytes allocated than reserved");
+  tell(AllocatorEvent::Action::Alloc, block->address, bytes, id);
   return true;
 }
 
@@ -202,6 +160,7 @@ CachingAllocatorModel::Block* CachingAllocatorModel::new_segment(Pool& pool, int
   next_address_ += segment_size + kRoundLarge;  // segments are never neighbours
   increase_stat(stats_.reserved, stats_.peak_reserved, segment_size);
   ++stats_.segments;
+  tell(AllocatorEvent::Action::SegmentAlloc, block->address, segment_size);
   return block;
 }
 
@@ -258,6 +217,7 @@ bool CachingAllocatorModel::map_block(Pool& pool, Block* space, int64_t bytes) {
   }
   space->mapped = true;
   increase_stat(stats_.reserved, stats_.peak_reserved, mapped);
+  tell(AllocatorEvent::Action::SegmentMap, space->address, mapped);
   merge_free_neighbours(pool, space);
   pool.free.insert(space);
   return true;
@@ -290,6 +250,7 @@ bool CachingAllocatorModel::release_available_cached_blocks(const AllocParams& p
 
 void CachingAllocatorModel::release_block(Pool& pool, Block* block) {
   TORCH_INTERNAL_ASSERT(!block->is_split(), "a segment goes back whole");
+  tell(AllocatorEvent::Action::SegmentFree, block->address, block->size);
   pool.free.erase(block);
   decrease_stat(stats_.reserved, block->size);
   decrease_stat(stats_.segments, 1);
@@ -320,6 +281,7 @@ void CachingAllocatorModel::unmap_block(Pool& pool, Block* block) {
   const int64_t begin = pool.base + page * ((offset + page - 1) / page);
   const int64_t end = pool.base + page * ((offset + block->size) / page);
   if (begin >= end) return;
+  tell(AllocatorEvent::Action::SegmentUnmap, begin, end - begin);
   pool.free.erase(block);
   const int64_t old_begin = block->address, old_end = block->address + block->size;
   block->address = begin;
@@ -367,9 +329,40 @@ void CachingAllocatorModel::free(int64_t id) {
   active_.erase(found);
   decrease_stat(stats_.allocated, block->size);
   block->allocated = false;
+  tell(AllocatorEvent::Action::Free, block->address, block->requested, id);
   Pool& pool = pool_of(block);
   merge_free_neighbours(pool, block);
   pool.free.insert(block);
+}
+
+void CachingAllocatorModel::set_listener(std::function<void(const AllocatorEvent&)> listener) {
+  listener_ = std::move(listener);
+}
+
+void CachingAllocatorModel::tell(AllocatorEvent::Action action, int64_t address, int64_t size,
+                                 int64_t id) const {
+  if (listener_) listener_({action, address, size, id});
+}
+
+// snapshot(): a segment starts at each block with memory whose previous block has none (or that
+// has no previous block) and runs over the blocks with memory after it.
+std::vector<SegmentState> CachingAllocatorModel::segments() const {
+  std::vector<SegmentState> held;
+  for (const Pool* pool : {small_.get(), large_.get()}) {
+    for (const auto& [head, owned] : pool->owned) {
+      if (!head->mapped || (head->prev && head->prev->mapped)) continue;
+      SegmentState segment{head->address, 0, pool->small, options_.expandable_segments, {}};
+      for (const Block* b = head; b && b->mapped; b = b->next) {
+        segment.blocks.push_back({b->address, b->size, b->allocated,
+                                  b->allocated ? b->requested : 0, b->allocated ? b->id : -1});
+        segment.size += b->size;
+      }
+      held.push_back(std::move(segment));
+    }
+  }
+  std::sort(held.begin(), held.end(),
+            [](const SegmentState& a, const SegmentState& b) { return a.address < b.address; });
+  return held;
 }
 
 }  // namespace training

@@ -33,9 +33,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "training/platform/memory.h"
 
@@ -62,6 +64,34 @@ struct AllocatorStats {
   int64_t retries = 0;  // allocations that freed cached segments first
 };
 
+// What the allocator does, in the actions of LibTorch's allocator history (TraceEntry): a segment
+// reserved (cudaMalloc) or returned (cudaFree), a page range of an expandable segment given memory
+// or its memory taken, a block handed out for an allocation or given back.
+struct AllocatorEvent {
+  enum class Action { SegmentAlloc, SegmentFree, SegmentMap, SegmentUnmap, Alloc, Free };
+  Action action = Action::Alloc;
+  int64_t address = 0;
+  int64_t size = 0;  // a segment's or page range's bytes; an allocation's bytes as requested
+  int64_t id = -1;   // Alloc, Free: the allocation
+};
+
+// A block of a segment (the allocator's BlockInfo): allocated, or free.
+struct BlockState {
+  int64_t address = 0, size = 0;
+  bool allocated = false;
+  int64_t requested = 0;  // allocated: the bytes asked for, and the allocation
+  int64_t id = -1;
+};
+
+// A segment as the allocator's snapshot() lists it (SegmentInfo); of an expandable segment, each
+// range of address space with memory.
+struct SegmentState {
+  int64_t address = 0, size = 0;
+  bool small = false;  // of the small pool (<= 1 MiB requests)
+  bool expandable = false;
+  std::vector<BlockState> blocks;  // by address; their sizes sum to the segment's
+};
+
 class CachingAllocatorModel {
  public:
   explicit CachingAllocatorModel(AllocatorOptions options = {});
@@ -75,6 +105,11 @@ class CachingAllocatorModel {
   void free(int64_t id);  // an id not allocated is ignored
 
   const AllocatorStats& stats() const { return stats_; }
+  // The segments held now, by address, with their blocks.
+  std::vector<SegmentState> segments() const;
+  // Each event from now on, as it happens (nullptr: none): a segment's or page range's release
+  // before it, while segments() still lists it, the others after.
+  void set_listener(std::function<void(const AllocatorEvent&)> listener);
   void reset_peaks();
   // The block handed out for `id`: its size (0 when none) and address, for tests.
   int64_t block_size(int64_t id) const;
@@ -95,6 +130,7 @@ class CachingAllocatorModel {
   void merge_free_neighbours(Pool& pool, Block* block);
   void release_block(Pool& pool, Block* block);
   Pool& pool_of(Block* block);
+  void tell(AllocatorEvent::Action action, int64_t address, int64_t size, int64_t id = -1) const;
   Block* split(Pool& pool, Block* block, int64_t size);
   bool should_split(const Pool& pool, const Block* block, int64_t size) const;
 
@@ -103,6 +139,7 @@ class CachingAllocatorModel {
   std::unordered_map<int64_t, Block*> active_;
   int64_t next_address_ = 0;
   AllocatorStats stats_;
+  std::function<void(const AllocatorEvent&)> listener_;
 };
 
 }  // namespace training

@@ -31,12 +31,21 @@ AllocationStream with_workspaces(AllocationStream stream, const BesideTensors& b
   return stream;
 }
 
+// An event's phase as a snapshot names it.
+std::string snapshot_phase(const std::string& phase, const TraceEvent& event) {
+  if (event.id < 0) return phase + ": cuBLAS workspace";
+  if (phase == "start" || phase == "held") return "held before the first step (weights, batches)";
+  return phase;
+}
+
 }  // namespace
 
 Replay replay_stream(const AllocationStream& recorded, const AllocatorOptions& options,
-                     const BesideTensors& beside) {
+                     const BesideTensors& beside, AllocatorSnapshot* snapshot) {
   const AllocationStream stream = with_workspaces(recorded, beside);
   CachingAllocatorModel allocator(options);
+  SnapshotRecorder recorder;
+  if (snapshot) recorder.attach(allocator);
   Replay replay;
   std::string phase = "start";
   size_t next_mark = 0;
@@ -55,6 +64,7 @@ Replay replay_stream(const AllocationStream& recorded, const AllocatorOptions& o
     }
     if (i == stream.events.size()) break;
     const auto& event = stream.events[i];
+    if (snapshot) recorder.phase(snapshot_phase(phase, event));
     if (event.is_free()) {
       allocator.free(event.id);
     } else if (!allocator.allocate(event.id, event.bytes)) {
@@ -73,6 +83,7 @@ Replay replay_stream(const AllocationStream& recorded, const AllocatorOptions& o
   close_phase();
   replay.peak_reserved = allocator.stats().peak_reserved;
   replay.retries = allocator.stats().retries;
+  if (snapshot) *snapshot = recorder.take();
   return replay;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "training/cards/allocator_snapshot.h"
 #include "training/cards/caching_allocator.h"
 #include "training/cards/cards.h"
 #include "training/cards/linear_stream.h"
@@ -30,8 +31,11 @@ struct Replay {
 
 // Replays `stream` through the model; the card's workspaces are allocated where the first
 // backward begins (cuBLAS creates them at the first matrix multiply of each thread) and kept.
+// With `snapshot`, also the allocator at its reserved peak and its events (allocator_snapshot.h),
+// each event in its phase of the stream ("step2 backward"; what is held before the first step,
+// "held before the first step (weights, batches)"; the workspaces, "<phase>: cuBLAS workspace").
 Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& options,
-                     const BesideTensors& beside);
+                     const BesideTensors& beside, AllocatorSnapshot* snapshot = nullptr);
 
 // The smallest allocator limit, in whole MiB, on which `stream` replays without running out
 // (options.limit aside), and that replay in `at_it`.

@@ -1,7 +1,8 @@
 // memory.snapshot: the CUDA caching allocator's history over a window of training steps (the
 // profiler's window, profiler.steps), written as a pickled snapshot that PyTorch's memory viewer
 // opens: drag <run>/memory_snapshot.pickle onto https://pytorch.org/memory_viz. CUDA only
-// (device.h's check_memory_history_supported refuses the CPU).
+// (device.h's check_memory_history_supported refuses the CPU). A card's predicted allocator, in
+// the same format on any machine: training/cards/allocator_snapshot.h.
 #pragma once
 
 #include <torch/types.h>

@@ -46,9 +46,17 @@ extern "C" void on_stop_signal(int signal) {
   exit_at_once_on_repeated_stop();
 }
 
-extern "C" void exit_on_stop_signal(int) {
+[[noreturn]] void exit_stopped() {
   say_stopped("[stopped] by a signal (exit 130); nothing is half-written\n");
   ::_exit(kExitStopped);
+}
+
+extern "C" void exit_on_stop_signal(int signal) {
+  if (deferring.load() > 0) {  // an atomic write under way finishes first: no temporary is left
+    deferred_signal.store(signal);
+    return;
+  }
+  exit_stopped();
 }
 
 }  // namespace
@@ -87,7 +95,9 @@ DeferRepeatedStops::DeferRepeatedStops() {
 
 DeferRepeatedStops::~DeferRepeatedStops() {
   if (deferring.fetch_sub(1) != 1) return;
-  if (deferred_signal.exchange(0) != 0) exit_at_once_on_repeated_stop();
+  if (deferred_signal.exchange(0) == 0) return;
+  if (exit_at_once.load()) exit_stopped();
+  exit_at_once_on_repeated_stop();
 }
 
 void test_kill_point(const char* point) {

@@ -9,7 +9,8 @@ namespace training {
 
 // Before a command can stop gracefully: SIGINT/SIGTERM exit at once with kExitStopped (130), the
 // code a stop has everywhere, after one line on stderr ("[stopped] by a signal (exit 130); nothing
-// is half-written"). Nothing is lost: atomic writes leave whole files or temporaries.
+// is half-written"). Nothing is lost: an atomic write under way (DeferRepeatedStops) finishes
+// first, so no temporary is left.
 void install_exit_on_stop();
 // While `fd` is set (a file descriptor open for appending; -1: none), that line also goes there: a
 // run's train.log (run_dir.h).
@@ -20,8 +21,9 @@ bool stop_requested();
 void request_stop();  // what the handler does; also lets tests trigger a stop
 void clear_stop_request();
 
-// While one lives (a checkpoint or another atomic write), a repeated stop signal, which ends the
-// process, waits: the write finishes, then the signal takes effect. Nests.
+// While one lives (a checkpoint or another atomic write), a stop signal that ends the process (a
+// repeated one, or any under install_exit_on_stop) waits: the write finishes, then the signal
+// takes effect. Nests.
 class DeferRepeatedStops {
  public:
   DeferRepeatedStops();

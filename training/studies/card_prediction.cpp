@@ -1,5 +1,6 @@
 #include "training/studies/card_prediction.h"
 
+#include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -43,7 +44,8 @@ const CardPredictor::Recorded& CardPredictor::recorded(const Setting& asked) {
   return recorded_.back();
 }
 
-CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch) {
+CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch,
+                                      AllocatorSnapshot* snapshot) {
   const Recorded& r = recorded(setting);
   CardPrediction p;
   p.card = card_;
@@ -58,8 +60,15 @@ CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch) {
   p.reducer_bucket_bytes = reducer_bucket_bytes_;
   const AllocationStream stream =
       with_prefetched_batches(r.stream.at(batch), p.prefetched_batches, batch, image_size);
-  p.replay = replay_stream(stream, p.allocator, p.beside);
+  p.replay = replay_stream(stream, p.allocator, p.beside, snapshot);
   p.needed_limit = smallest_fitting_limit(stream, p.allocator, p.beside, &p.needed);
+  if (snapshot && !p.replay.fits) {  // the figures are what the step needs: drawn so
+    AllocatorOptions needed = p.allocator;
+    needed.limit = p.needed_limit;
+    replay_stream(stream, needed, p.beside, snapshot);
+  }
+  TORCH_INTERNAL_ASSERT(!snapshot || snapshot->reserved == p.figures().peak_reserved,
+                        "the snapshot is not the prediction's reserved peak");
   p.largest_batch =
       largest_fitting_batch(r.stream, p.prefetched_batches, image_size, p.allocator, p.beside);
   Config config = config_;
@@ -75,8 +84,9 @@ CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch) {
 }
 
 CardPrediction predict_on_card(const Config& config, const Setting& setting, const Card& card,
-                               const AllocatorOptions& allocator) {
-  return CardPredictor(config, card, allocator).predict(setting, config.training.batch_size);
+                               const AllocatorOptions& allocator, AllocatorSnapshot* snapshot) {
+  return CardPredictor(config, card, allocator)
+      .predict(setting, config.training.batch_size, snapshot);
 }
 
 }  // namespace training

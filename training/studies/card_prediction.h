@@ -70,7 +70,11 @@ struct CardPrediction {
 class CardPredictor {
  public:
   CardPredictor(Config config, Card card, AllocatorOptions options, int64_t allocator_limit = 0);
-  CardPrediction predict(const Setting& setting, int64_t batch);
+  // With `snapshot`, also the card's allocator as its figures() have it (allocator_snapshot.h):
+  // at the reserved peak of the card's replay, or where the step does not fit, of the replay
+  // under the smallest limit on which it fits.
+  CardPrediction predict(const Setting& setting, int64_t batch,
+                         AllocatorSnapshot* snapshot = nullptr);
   const Card& card() const { return card_; }
 
  private:
@@ -91,9 +95,10 @@ class CardPredictor {
 };
 
 // Records `setting` on the CPU (three short recordings) and predicts it at config's batch on
-// `card`.
+// `card` (with `snapshot`, as CardPredictor::predict).
 CardPrediction predict_on_card(const Config& config, const Setting& setting, const Card& card,
-                               const AllocatorOptions& allocator);
+                               const AllocatorOptions& allocator,
+                               AllocatorSnapshot* snapshot = nullptr);
 
 // The prediction as it is logged: one line a setting.
 std::string prediction_line(const std::string& setting, const CardPrediction& p);

@@ -21,6 +21,7 @@
 #include "training/run/run_dir.h"
 #include "training/step/graphed_step.h"
 #include "training/studies/card_prediction.h"
+#include "training/studies/card_snapshot.h"
 
 namespace training {
 
@@ -224,14 +225,19 @@ std::optional<std::pair<Card, AllocatorOptions>> card_request(const MemoryReques
   return std::make_pair(card, options);
 }
 
-// One setting on the card: logged, its fields merged into the setting's JSON.
+// One setting on the card: logged, its fields merged into the setting's JSON, and with a
+// `snapshot` file (not empty) its allocator written there.
 void predict_setting(const Config& config, const Setting& cell,
                      const std::pair<Card, AllocatorOptions>& card, ordered_json& setting,
-                     std::vector<std::pair<std::string, CardPrediction>>& predictions) {
+                     std::vector<std::pair<std::string, CardPrediction>>& predictions,
+                     const fs::path& snapshot) {
+  AllocatorSnapshot drawn;
+  CardPrediction p;
   try {
     Config one_process = config;  // what train memory measures: no Reducer's buckets
     one_process.sweep.data_parallel = false;
-    const CardPrediction p = predict_on_card(one_process, cell, card.first, card.second);
+    p = predict_on_card(one_process, cell, card.first, card.second,
+                        snapshot.empty() ? nullptr : &drawn);
     spdlog::info("{}", prediction_line(cell.label(), p));
     setting.update(prediction_json(p));
     predictions.emplace_back(cell.label(), p);
@@ -240,7 +246,9 @@ void predict_setting(const Config& config, const Setting& cell,
   } catch (const std::exception& e) {
     spdlog::warn("{} on {}: no prediction: {}", cell.label(), card.first.name, error_line(e));
     setting["card_prediction_error"] = error_line(e);
+    return;
   }
+  if (!snapshot.empty()) write_card_snapshot(snapshot, drawn, p, cell.label());
 }
 
 // Says how one setting's measurement went and writes its allocator snapshot; returns its exit code.
@@ -278,6 +286,7 @@ void refuse_settings(const MemoryRequest& request, const Config& config,
     }
   }
   if (request.card_only && !card) throw UserError("--card-only: give the card with --card");
+  if (request.snapshot) check_snapshot_files(*request.snapshot, card, settings);
 }
 
 // The study itself, from its config.
@@ -304,12 +313,15 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   std::vector<std::pair<std::string, CardPrediction>> predictions;
   ordered_json settings_json = ordered_json::array(), timelines = ordered_json::array();
   int exit_code = kExitOk;
+  auto snapshot_of = [&](const Setting& cell) {
+    return request.snapshot ? snapshot_file(*request.snapshot, cell, settings.size()) : fs::path();
+  };
   for (const auto& cell : settings) {
     if (request.card_only) {
       settings_json.push_back({{"setting", cell.label()}});
       settings_json.back().update(cell.json());
       settings_json.back()["batch_size"] = config.training.batch_size;
-      predict_setting(config, cell, *card, settings_json.back(), predictions);
+      predict_setting(config, cell, *card, settings_json.back(), predictions, snapshot_of(cell));
       continue;
     }
     breakdowns.push_back(measure_breakdown(config, cell));
@@ -317,7 +329,7 @@ int memory_study(const MemoryRequest& request, const Config& config) {
     exit_code = std::max(exit_code, report_breakdown(b, cell, dir));
     settings_json.push_back(breakdown_json(b));
     if (card && b.status == TrialStatus::Ok) {
-      predict_setting(config, cell, *card, settings_json.back(), predictions);
+      predict_setting(config, cell, *card, settings_json.back(), predictions, snapshot_of(cell));
     }
     timelines.push_back(timeline_json(b));
   }

@@ -8,6 +8,7 @@
 //                                  and the phase marks
 //   <dir>/memory_breakdown.png, memory_timeline.png    (scripts/plot_memory.py)
 //   <dir>/memory_snapshot-<setting>.pickle    with memory.snapshot (CUDA)
+// and, with --card and --snapshot FILE, FILE (outside the folder): the card's predicted allocator.
 // With --card, each setting is also predicted on that card (card_prediction.h): the table in
 // memory_breakdown.md and the log, the fields in memory_breakdown.json.
 #pragma once
@@ -33,6 +34,9 @@ struct MemoryRequest {
   // With card: predict only; the step is not measured at the batch on this machine (a ResNet-50
   // step at batch 512 takes minutes on a CPU; the prediction records batches of 2 to 4).
   bool card_only = false;
+  // With card: each setting's predicted allocator written here as PyTorch's memory snapshot
+  // (card_snapshot.h; with several settings, one file each); "" = none.
+  std::optional<std::string> snapshot;
 };
 
 // The settings to measure: `requested` ("fp32,bf16+checkpointing"; UserError naming --settings),

@@ -1,0 +1,155 @@
+// `train memory --card NAME --snapshot FILE`: the card's predicted allocator in PyTorch's
+// memory-snapshot format, read by PyTorch's own viewer (torch.cuda._memory_viz, where the build's
+// Python has torch); its refusals; a stop while it is written.
+#include "training/studies/card_snapshot.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app/cli_support.h"
+#include "test_support.h"
+#include "training/platform/errors.h"
+#include "training/studies/memory_report.h"
+
+namespace training {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path snapshot_config(const test_support::TempDir& dir, int batch) {
+  std::ofstream(dir / "memory.yaml") << "model: {arch: resnet18, stem: cifar}\n"
+                                        "training: {device: cpu, batch_size: "
+                                     << batch << ", memory_format: contiguous}\n";
+  return dir / "memory.yaml";
+}
+
+// The build's Python, when it has torch: PyTorch's viewer is torch.cuda._memory_viz.
+bool viewer_here() {
+  return cli::run_shell(std::string(TEST_PYTHON) + " -c 'import torch.cuda._memory_viz'").code == 0;
+}
+
+// What PyTorch's viewer makes of `file`: its trace_plot and segment_plot pages are written, its
+// `stats` accounting (segsum: every segment's blocks add up) and `trace` pass, and the segments'
+// total bytes.
+int64_t segments_total_as_pytorch_reads(const fs::path& file) {
+  const std::string python = std::string(TEST_PYTHON) + " -W ignore ";
+  for (const std::string plot : {"trace_plot", "segment_plot"}) {
+    const fs::path page = file.string() + "." + plot + ".html";
+    const auto r = cli::run_shell(python + "-m torch.cuda._memory_viz " + plot + " " +
+                                  file.string() + " -o " + page.string());
+    EXPECT_EQ(r.code, 0) << plot << ": " << r.output;
+    EXPECT_GT(fs::exists(page) ? fs::file_size(page) : 0, 1000u) << plot;
+  }
+  const auto r =
+      cli::run_shell(python +
+                     "-c \"import pickle, sys; from torch.cuda import _memory_viz as v; "
+                     "d = pickle.load(open(sys.argv[1], 'rb')); v.segsum(d); v.trace(d); "
+                     "names = {e['frames'][0]['name'] for e in d['device_traces'][0]}; "
+                     "assert 'step2 backward' in names, names; "
+                     "print(sum(s['total_size'] for s in d['segments']))\" " +
+                     file.string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  return r.code == 0 ? std::stoll(r.output) : -1;
+}
+
+// On a T4 the step fits: the snapshot's segments are the predicted reserved peak. On a card of
+// 1 GiB (253 MiB for the allocator) batch 128 does not fit: the prediction's figures are what the
+// step needs, and the snapshot is drawn under that limit; two settings, a file each.
+TEST(CardSnapshot, PyTorchsViewerReadsItAndItsSegmentsAreThePredictedReservedPeak) {
+  if (!viewer_here()) {
+    GTEST_SKIP() << TEST_PYTHON << " has no torch: PyTorch's viewer (torch.cuda._memory_viz) "
+                 << "cannot be run here to read the snapshot";
+  }
+  test_support::TempDir dir;
+  struct Case {
+    std::string card, settings;
+    int batch;
+    std::vector<std::string> files;
+  };
+  for (const Case& c : {Case{"T4", "fp32", 8, {"card.pickle"}},
+                        Case{"1GiB",
+                             "fp32,fp32+checkpointing",
+                             128,
+                             {"card-fp32.pickle", "card-fp32+checkpointing.pickle"}}}) {
+    MemoryRequest request;
+    request.config_path = snapshot_config(dir, c.batch).string();
+    request.settings = c.settings;
+    request.card = c.card;
+    request.card_only = true;
+    request.output_dir = (dir / ("study-" + c.card)).string();
+    request.snapshot = (dir / "card.pickle").string();
+    ASSERT_EQ(memory_command(request), kExitOk);
+    std::ifstream in(dir / ("study-" + c.card) / "memory_breakdown.json");
+    const auto settings = nlohmann::json::parse(in).at("settings");
+    ASSERT_EQ(settings.size(), c.files.size());
+    for (size_t i = 0; i < c.files.size(); ++i) {
+      EXPECT_EQ(settings[i].at("fits").get<bool>(), c.card == "T4");
+      EXPECT_EQ(segments_total_as_pytorch_reads(dir / c.files[i]),
+                settings[i].at("predicted_reserved_peak_bytes").get<int64_t>())
+          << c.card << " " << c.files[i];
+    }
+  }
+}
+
+// Refused in one line, exit 2, before anything is written: without --card, in a folder that does
+// not exist, a folder in its place, a file that is no snapshot (a config).
+TEST(CardSnapshot, BadPathsAndAMissingCardAreOneLineAndNothingIsWritten) {
+  test_support::TempDir dir;
+  const std::string memory = "memory --config " + snapshot_config(dir, 8).string() +
+                             " --settings fp32 --output-dir " + (dir / "study").string() + " ";
+  fs::create_directory(dir / "folder.pickle");
+  const struct {
+    std::string arguments, says;
+  } cases[] = {
+      {"--snapshot " + (dir / "s.pickle").string(),
+       "--snapshot: draws the step predicted on a "
+       "card; give the card with --card"},
+      {"--card T4 --snapshot " + (dir / "missing" / "s.pickle").string(),
+       "--snapshot: " + (dir / "missing").string() + " is not a folder"},
+      {"--card T4 --snapshot " + (dir / "folder.pickle").string(),
+       "--snapshot: " + (dir / "folder.pickle").string() + " is a folder"},
+      {"--card T4 --snapshot " + (dir / "memory.yaml").string(),
+       "--snapshot: " + (dir / "memory.yaml").string() + " exists and is not a pickle"},
+  };
+  const std::string config_before = test_support::read_text(dir / "memory.yaml");
+  for (const auto& c : cases) {
+    const auto r = cli::run_train(memory + c.arguments);
+    EXPECT_EQ(r.code, kExitBadInput) << r.output;
+    EXPECT_EQ(cli::count_lines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir / "study")) << c.arguments;
+    EXPECT_FALSE(fs::exists(dir / "s.pickle"));
+  }
+  EXPECT_EQ(test_support::read_text(dir / "memory.yaml"), config_before);
+}
+
+// A stop (SIGINT) while the snapshot is written: the write finishes, then train exits 130 in one
+// line; the file is whole and no temporary is left beside it.
+TEST(CardSnapshot, AStopWhileItIsWrittenLeavesItWholeAndNoTemporary) {
+  test_support::TempDir dir;
+  const fs::path file = dir / "t4.pickle";
+  const auto r = cli::run_shell("TRAIN_TEST_STOP_AT='card snapshot' " + std::string(TRAIN_BINARY) +
+                                " memory --config " + snapshot_config(dir, 8).string() +
+                                " --settings fp32 --card T4 --card-only --output-dir " +
+                                (dir / "study").string() + " --snapshot " + file.string());
+  EXPECT_EQ(r.code, kExitStopped) << r.output;
+  EXPECT_NE(r.output.find("[stopped] by a signal (exit 130); nothing is half-written\n"),
+            std::string::npos)
+      << r.output;
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().filename().string().find(".t4.pickle.tmp"), std::string::npos)
+        << "a temporary was left: " << entry.path();
+  }
+  ASSERT_TRUE(fs::exists(file));
+  const std::string pickled = test_support::read_text(file);
+  ASSERT_GE(pickled.size(), 2u);
+  EXPECT_EQ(static_cast<unsigned char>(pickled[0]), 0x80);
+  EXPECT_EQ(pickled.back(), '.');  // pickle's STOP: the last byte written
+  if (viewer_here()) EXPECT_GT(segments_total_as_pytorch_reads(file), 0);
+}
+
+}  // namespace
+}  // namespace training

@@ -1,0 +1,84 @@
+#include "training/studies/card_snapshot.h"
+
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+
+#include "training/platform/atomic_file.h"
+#include "training/platform/errors.h"
+#include "training/platform/memory.h"
+#include "training/platform/stop_signal.h"
+#include "training/run/output_dir.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+
+fs::path snapshot_file(const std::string& file, const Setting& setting, size_t settings) {
+  const fs::path path(file);
+  if (settings <= 1) return path;
+  return path.parent_path() /
+         (path.stem().string() + "-" + setting.label() + path.extension().string());
+}
+
+namespace {
+
+// A pickle starts with the PROTO opcode (0x80) from protocol 2 on.
+bool is_pickle(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  char first = 0;
+  return in.get(first) && static_cast<unsigned char>(first) == 0x80;
+}
+
+}  // namespace
+
+void check_snapshot_files(const std::string& file, bool card,
+                          const std::vector<Setting>& settings) {
+  if (!card) {
+    throw UserError(
+        "--snapshot: draws the step predicted on a card; give the card with --card (e.g. --card "
+        "H200)");
+  }
+  if (file.empty()) throw UserError("--snapshot: expected a file to write, e.g. h200.pickle");
+  std::error_code error;
+  const fs::path folder = fs::path(file).parent_path();
+  if (!folder.empty() && !fs::is_directory(folder, error)) {
+    throw UserError("--snapshot: " + folder.string() + " is not a folder; give a path in one");
+  }
+  for (const Setting& setting : settings) {
+    const fs::path path = snapshot_file(file, setting, settings.size());
+    if (fs::is_directory(path, error)) {
+      throw UserError("--snapshot: " + path.string() + " is a folder; give a file name");
+    }
+    if (fs::exists(path, error) && (!fs::is_regular_file(path, error) || !is_pickle(path))) {
+      throw UserError("--snapshot: " + path.string() +
+                      " exists and is not a pickle (a snapshot is replaced, nothing else)");
+    }
+    check_file_outside_outputs(path, "--snapshot");
+  }
+}
+
+void write_card_snapshot(const fs::path& file, const AllocatorSnapshot& snapshot,
+                         const CardPrediction& p, const std::string& setting) {
+  const std::string pickled = snapshot_pickle(snapshot, "predicted for " + p.card.name);
+  replace_file_atomically(file, [&](const fs::path& temporary) {
+    write_whole_file(temporary, pickled, file);
+    test_stop_point("card snapshot");  // tests: a stop while it is written
+  });
+  fs::path page = file;
+  page.replace_extension(".html");
+  spdlog::info(
+      "{} on {}: the allocator's predicted segments ({} reserved: the reserved peak, in {}) and "
+      "its {} events in {}; view it with `python -m torch.cuda._memory_viz trace_plot {} -o "
+      "{}` or at https://pytorch.org/memory_viz",
+      setting, p.card.name, format_bytes(snapshot.reserved), snapshot.peak_phase,
+      snapshot.trace.size(), file.string(), file.string(), page.string());
+  if (snapshot.left_out > 0) {
+    spdlog::info(
+        "{} on {}: the snapshot ends at the reserved peak; the {} events after it (where the "
+        "allocator returned cached segments) are left out",
+        setting, p.card.name, snapshot.left_out);
+  }
+}
+
+}  // namespace training
