@@ -222,6 +222,16 @@ def card_cells(prediction, cpu):
     }
 
 
+def card_note(prediction, table_dir):
+    """The line under a table that says where a card's column comes from."""
+    card, setting = prediction["card"], prediction.get("setting") or {}
+    where = f"`train memory --card {card} --card-only`, {table_dir.name}/card-{card}/memory_breakdown.md"
+    if setting.get("predicted_images_per_second"):
+        return (f"- {card}: predicted ({where}), not measured: speed estimated by the speed model, "
+                f"{setting.get('speed_bound')}; peaks by the caching allocator's replay")
+    return f"- {card}: predicted ({where}), not measured: peaks by the caching allocator's replay; {prediction.get('note')}"
+
+
 def with_card_columns(rows, predictions, cpu):
     """`rows` (a markdown table) with one more column per card prediction."""
     out = []
@@ -345,10 +355,7 @@ def main(argv=None):
             rows = compare_table(args, table_dir, entries)
             cpu = next((e for e in entries if e["device"] == "cpu" and e["available"]), None)
             lines += with_card_columns(rows, predictions, cpu) if predictions else rows
-            lines += [""] + [f"- {p['card']}: estimated by the speed model (`train memory --card {p['card']} "
-                             f"--card-only`, {table_dir.name}/card-{p['card']}/memory_breakdown.md), not measured"
-                             + (f": {p['setting'].get('speed_bound')}" if p.get("setting", {}).get("speed_bound") else "")
-                             for p in predictions]
+            lines += [""] + [card_note(p, table_dir) for p in predictions]
         else:
             any_table_ran = False
             lines.append("No device ran.")

@@ -74,6 +74,28 @@ class CompareDevicesTest(unittest.TestCase):
             sweep = json.loads((out / "fastest/sweep-cpu/sweep.json").read_text())
             self.assertEqual(len(sweep["cells"]), 2)
 
+    def test_a_card_gets_a_predicted_column_beside_the_measured_cpu(self):
+        """--card NAME: the table's setting predicted on the card (issue 53): images/s estimated by
+        the speed model, the peaks by replay; a card given by its size says it has no speed."""
+        with tempfile.TemporaryDirectory() as tmp:
+            config = tiny_config(tmp)
+            out = Path(tmp) / "compare"
+            proc = compare("--config", str(config), "--tables", "study", "--devices", "cpu", "--cpu-steps", "15",
+                           "--threads", "1", "--card", "H100-SXM", "--card", "24GiB", "--out", str(out))
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            table = (out / "compare.md").read_text()
+            self.assertIn("| | cpu | H100-SXM (predicted) | 24GiB (predicted) |", table)
+            steady = next(line for line in table.splitlines() if line.startswith("| images/s, steady |"))
+            cells = [c.strip() for c in steady.strip("|").split("|")]
+            self.assertRegex(cells[2], r"^[0-9.]+ \(estimated\)$")
+            self.assertEqual(cells[3], "no data sheet for '24GiB': speeds not estimated")
+            reserved = next(line for line in table.splitlines() if line.startswith("| peak reserved (MiB) |"))
+            self.assertRegex(reserved, r"\| [0-9.]+ \| [0-9.]+ \|$")
+            cards = json.loads((out / "compare.json").read_text())["cards"]["study"]
+            self.assertEqual([c["card"] for c in cards], ["H100-SXM", "24GiB"])
+            self.assertGreater(cards[0]["setting"]["predicted_images_per_second"], 0)
+            self.assertIn("per-operation roofline", cards[0]["setting"]["speed_model"])
+
     def test_steps_beyond_an_epoch_are_trained_over_more_epochs_and_the_header_says_so(self):
         """--cpu-steps 15 on 256 images at batch 32 (8 steps an epoch) trained 8 steps under a header
         that said 15 (reliability round 3)."""

@@ -93,17 +93,34 @@ void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
        << alloc_conf_label(alloc_conf_text(card.allocator))
        << "; docs/commands.md, `train memory --card`)\n\n"
        << "| # | setting | batch | predicted allocated (MiB) | predicted reserved (MiB) | "
-          "on the device (MiB) | fits | largest batch on the card |\n"
-       << "|---|---|---|---|---|---|---|---|\n";
+          "on the device (MiB) | fits | largest batch on the card | estimated img/s |\n"
+       << "|---|---|---|---|---|---|---|---|---|\n";
+    const SweepTrial* fastest = nullptr;  // of those that fit, by the speed model
     for (const auto& t : trials) {
       if (!t.on_card) continue;
       const CardPrediction& p = *t.on_card;
       md << "| " << t.id << " | " << t.setting.name() << " | " << t.batch << " | "
          << mib_text(p.figures().peak_allocated) << " | " << mib_text(p.figures().peak_reserved)
          << " | " << mib_text(p.device_bytes()) << " | " << (p.replay.fits ? "yes" : "no") << " | "
-         << p.largest_batch << " |\n";
+         << p.largest_batch << " | "
+         << (p.speed ? fmt::format("{:.0f}", p.speed->images_per_second()) : "-") << " |\n";
+      if (p.replay.fits && p.speed &&
+          (!fastest ||
+           p.speed->images_per_second() > fastest->on_card->speed->images_per_second())) {
+        fastest = &t;
+      }
     }
     md << "\n";
+    if (fastest) {
+      const StepEstimate& e = *fastest->on_card->speed;
+      md << fmt::format(
+          "Fastest on {} of the trials that fit, estimated ({}): #{} {} at batch {}, "
+          "{:.0f} img/s; {}.\n\n",
+          card.card.name, kSpeedModelName, fastest->id, fastest->setting.name(), fastest->batch,
+          e.images_per_second(), e.why());
+    } else if (!card.no_speed.empty()) {
+      md << "Speed on the card: " << card.no_speed << ".\n\n";
+    }
     if (card.reducer_bucket_bytes > 0) {
       md << "Each rank holds c10d's Reducer's gradient buckets, "
          << format_bytes(card.reducer_bucket_bytes)
