@@ -174,6 +174,28 @@ def effective_setting(args, overrides):
     return precision, "channels_last" if layout in ("", "auto", "null", "~") else layout, int(batch)
 
 
+def fold(name):
+    """A card's name as `train` compares them: case, '-', '_' and spaces ignored."""
+    return "".join(c for c in name.lower() if c not in "-_ ")
+
+
+def check_cards(args):
+    """Each --card a card `train cards` lists, or a size (train checks it); once each. Before any run."""
+    if not args.card:
+        return
+    folded = [fold(c) for c in args.card]
+    if len(set(folded)) != len(folded):
+        fail(f"--card: {', '.join(args.card)} names one card twice; name each once")
+    proc = subprocess.run([args.train, "cards"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        fail(f"--card: `{args.train} cards` failed: {last_error(proc)}")
+    names = {fold(line.split("|")[1]) for line in proc.stdout.splitlines()
+             if line.startswith("| ") and not line.startswith("| card |")}
+    for card in args.card:
+        if not card[:1].isdigit() and fold(card) not in names:
+            fail(f"--card: unknown card '{card}'; expected a name `train cards` lists or a size (24GiB)")
+
+
 def predict_card(args, card, table_dir, overrides, fastest):
     """The table's setting predicted on `card` (`train memory --card-only`): the best predicted setting."""
     precision, layout, batch = effective_setting(args, overrides)
@@ -327,6 +349,7 @@ def main(argv=None):
         # compare.json is written last: without it, runs of a comparison that was stopped, which
         # `train` would refuse to train into again.
         fail(f"--out: {out}: not empty (a comparison stopped before its end?); give another folder")
+    check_cards(args)
     out.mkdir(parents=True, exist_ok=True)
 
     lines = []

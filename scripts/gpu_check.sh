@@ -264,8 +264,10 @@ card_name() {  # the card `train cards` knows this GPU as: GPU_CHECK_CARD, else 
     *H200*) echo H200 ;;
     *H100*80GB*HBM3*) echo H100-SXM ;;
     *H100*PCIe*) echo H100-PCIe ;;
-    *A100*SXM*80GB*) echo A100-80GB-SXM ;;
-    *A100*PCIe*80GB*) echo A100-80GB-PCIe ;;
+    *A100*80GB*PCIe* | *A100*PCIe*80GB*) echo A100-80GB-PCIe ;;
+    *A100*80GB* | *A100*SXM*80GB*) echo A100-80GB-SXM ;;
+    *A100*) echo A100-40GB ;;
+    *H100*NVL*) echo H100-NVL ;;
     *) return 1 ;;
   esac
 }

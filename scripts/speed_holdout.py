@@ -380,15 +380,31 @@ def main(argv=None):
             print("speed_holdout: figure %d: precision %r is not fp32 or fp16" % (i, fig["precision"]),
                   file=sys.stderr)
             return 2
+        if not isinstance(fig["batch"], int) or isinstance(fig["batch"], bool) or fig["batch"] < 1:
+            print("speed_holdout: figure %d: batch %r is not a positive whole number" % (i, fig["batch"]),
+                  file=sys.stderr)
+            return 2
+        rate = fig["images_per_second"]
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate <= 0:
+            print("speed_holdout: figure %d: images_per_second %r is not a positive number" % (i, rate),
+                  file=sys.stderr)
+            return 2
     indexed = list(enumerate(figs))
     if args.only:
-        keep = {c.strip().lower() for c in args.only.split(",") if c.strip()}
-        indexed = [(i, f) for i, f in indexed if f["card"].lower() in keep]
+        fold = lambda name: "".join(c for c in name.lower() if c not in "-_ ")  # as train folds names
+        keep = {fold(c) for c in args.only.split(",") if c.strip()}
+        indexed = [(i, f) for i, f in indexed if fold(f["card"]) in keep]
         if not indexed:
             print("speed_holdout: --only %s matches no figure" % args.only, file=sys.stderr)
             return 2
     if args.jobs < 1:
         print("speed_holdout: --jobs must be at least 1", file=sys.stderr)
+        return 2
+    if not args.timeout > 0:
+        print("speed_holdout: --timeout must be a positive number of seconds", file=sys.stderr)
+        return 2
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        print("speed_holdout: --out %s is a file; expected a folder" % args.out, file=sys.stderr)
         return 2
     train = args.train
     if not args.reuse and not (os.path.isfile(train) and os.access(train, os.X_OK)):

@@ -108,6 +108,10 @@ ForwardLayers record(const models::ResNetOptions& options, int64_t image_size) {
     if (!p.requires_grad()) continue;
     state.result.parameters += p.numel();
     ++state.result.parameter_tensors;
+    if (p.dim() == 1) {
+      state.result.vector_parameters += p.numel();
+      ++state.result.vector_parameter_tensors;
+    }
   }
   model->set_segments(std::vector<int64_t>(model->blocks().size(), 1),
                       [&state](const models::Segment& segment, const torch::Tensor& x) {

@@ -40,6 +40,9 @@ struct ForwardLayers {
   std::vector<int64_t> block_inputs;  // elements of each residual block's input, one image
   int64_t parameters = 0;             // elements of all trainable parameters
   int64_t parameter_tensors = 0;
+  // Of them, the 1-d ones (BatchNorm's weights and biases, the classifier's bias): the SGD's
+  // group without weight decay unless optimizer.decay_norm_and_bias.
+  int64_t vector_parameters = 0, vector_parameter_tensors = 0;
 };
 
 // Recorded once per (model, image_size) and kept (thread-safe). Throws std::runtime_error when

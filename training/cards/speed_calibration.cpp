@@ -45,7 +45,7 @@ std::vector<double> predictions(const FigureSteps& steps, const SpeedParameters&
   std::vector<double> out;
   for (size_t i = 0; i < steps.figures.size(); ++i) {
     out.push_back(estimate_step(steps.ops[i], steps.cards[i], steps.shapes[i],
-                                /*allow_tf32=*/true, /*graphed=*/false, p)
+                                /*allow_tf32=*/true, p)
                       .images_per_second());
   }
   return out;
@@ -179,13 +179,17 @@ const SpeedFit& fitted_speed() {
 
 StepEstimate predict_step(const Config& config, int64_t batch, const Card& card) {
   const StepShape shape = StepShape::of(config, batch);
-  const bool graphed =
-      config.training.cuda_graph != CudaGraphMode::Off && cuda_graph_obstacle(config).empty();
   if (const std::string why = speed_unknown(card, shape.precision, config.training.allow_tf32);
       !why.empty()) {
     throw std::invalid_argument(why);
   }
-  return estimate_step(step_operations(shape), card, shape, config.training.allow_tf32, graphed,
+  if (config.training.cuda_graph != CudaGraphMode::Off && cuda_graph_obstacle(config).empty()) {
+    throw std::invalid_argument(
+        "training.cuda_graph: a graph-captured step's speed is not estimated (no captured step "
+        "has been measured to calibrate it); speeds are for the eager step, training.cuda_graph: "
+        "off");
+  }
+  return estimate_step(step_operations(shape), card, shape, config.training.allow_tf32,
                        fitted_speed().parameters);
 }
 

@@ -61,8 +61,7 @@ std::string speed_unknown(const Card& card, Precision precision, bool allow_tf32
 }
 
 StepEstimate estimate_step(const std::vector<StepOperation>& ops, const Card& card,
-                           const StepShape& shape, bool allow_tf32, bool graphed,
-                           const SpeedParameters& p) {
+                           const StepShape& shape, bool allow_tf32, const SpeedParameters& p) {
   if (const std::string why = speed_unknown(card, shape.precision, allow_tf32); !why.empty()) {
     throw std::invalid_argument(why);
   }
@@ -79,14 +78,14 @@ StepEstimate estimate_step(const std::vector<StepOperation>& ops, const Card& ca
                                : op.flops / vector_peak;
     const double memory = op.bytes / bandwidth;
     KindTime& kind = estimate.kinds[static_cast<size_t>(op.kind)];
-    const double seconds = std::max(compute, memory);
+    const double seconds = std::max(compute, memory) * static_cast<double>(op.count);
     kind.seconds += seconds;
     if (compute >= memory) kind.compute_seconds += seconds;
-    kind.kernels += op.kernels;
+    kind.kernels += op.kernels * op.count;
     estimate.gpu_seconds += seconds;
-    kernels += op.kernels;
+    kernels += op.kernels * op.count;
   }
-  estimate.host_seconds = graphed ? 0 : static_cast<double>(kernels) * p.launch_seconds;
+  estimate.host_seconds = static_cast<double>(kernels) * p.launch_seconds;
   estimate.seconds = std::max(estimate.gpu_seconds, estimate.host_seconds);
   return estimate;
 }

@@ -10,8 +10,8 @@
 // kernel, asynchronously: a step takes the larger of the GPU's time and the host's (kernels x the
 // fitted cost of a launch), the measured behaviour (docs/gpu.md: ResNet-50 at 32x32 on an H200
 // took 33.0 ms a step at batch 128 and 33.5 ms at 512, four times the work). A graph-captured
-// step (training.cuda_graph) launches once: its host time is not counted (not calibrated: no
-// captured step has been measured).
+// step (training.cuda_graph) is not estimated: no captured step has been measured to calibrate
+// what its kernels cost without the host (speed_calibration.h's predict_step refuses it).
 // The efficiencies and the launch cost are fitted on published figures (speed_calibration.h).
 #pragma once
 
@@ -60,7 +60,7 @@ std::string speed_unknown(const Card& card, Precision precision, bool allow_tf32
 
 // Throws std::invalid_argument with speed_unknown's reason.
 StepEstimate estimate_step(const std::vector<StepOperation>& ops, const Card& card,
-                           const StepShape& shape, bool allow_tf32, bool graphed,
+                           const StepShape& shape, bool allow_tf32,
                            const SpeedParameters& parameters);
 
 }  // namespace training

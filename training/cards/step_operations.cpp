@@ -28,26 +28,27 @@ class StepBuilder {
         s_(static_cast<double>(activation_bytes(shape.precision))),
         half_(shape.precision != Precision::FP32) {}
 
+  // One micro-batch's operations, each counted accumulate_steps times, then the accumulation of
+  // the micro-batches after the first and the update.
   std::vector<StepOperation> build() {
-    for (int64_t micro = 0; micro < shape_.accumulate_steps; ++micro) {
-      input();
-      for (const Layer& layer : forward_.layers) forward_layer(layer, OpPass::Forward);
-      loss();
-      recompute();
-      for (auto it = forward_.layers.rbegin(); it != forward_.layers.rend(); ++it) backward(*it);
-      if (micro > 0) accumulate();
-    }
+    input();
+    for (const Layer& layer : forward_.layers) forward_layer(layer, OpPass::Forward);
+    loss();
+    recompute();
+    for (auto it = forward_.layers.rbegin(); it != forward_.layers.rend(); ++it) backward(*it);
+    for (auto& op : ops_) op.count = shape_.accumulate_steps;
+    if (shape_.accumulate_steps > 1) accumulate();
     update();
     return std::move(ops_);
   }
 
  private:
   void add(OpKind kind, OpPass pass, double flops, double bytes, int64_t kernels) {
-    ops_.push_back({kind, pass, flops, bytes, kernels});
+    ops_.push_back({kind, pass, flops, bytes, kernels, false, 0, 0, 1});
   }
   void add_matrix(OpKind kind, OpPass pass, double flops, double bytes, int64_t rows,
                   int64_t columns) {
-    ops_.push_back({kind, pass, flops, bytes, 1, true, rows, columns});
+    ops_.push_back({kind, pass, flops, bytes, 1, true, rows, columns, 1});
   }
   double batch_elements(const std::vector<int64_t>& shape) const {
     return n_ * static_cast<double>(elements(shape));
@@ -208,18 +209,21 @@ class StepBuilder {
     }
   }
 
-  // A micro-batch after the first adds its gradients to those held (fp32), one kernel each.
+  // Each micro-batch after the first adds its gradients to those held (fp32), one kernel each.
   void accumulate() {
     const double p = static_cast<double>(forward_.parameters);
     add(OpKind::Gradients, OpPass::Backward, p, 4 * 3 * p, forward_.parameter_tensors);
+    ops_.back().count = shape_.accumulate_steps - 1;
   }
 
   void update() {
     const double p = static_cast<double>(forward_.parameters);
     const int64_t tensors = forward_.parameter_tensors;
-    if (shape_.precision == Precision::FP16) {  // unscale and check, then the scale's update
+    if (shape_.precision == Precision::FP16) {
+      // Unscale and check (multi-tensor), the inverse scale (3 kernels), the scale's update, the
+      // flag zeroed; the flag's read-back is a synchronisation this model does not count.
       add(OpKind::Scaler, OpPass::Update, p, 4 * 2 * p,
-          multi_tensor_launches(tensors, forward_.parameters, 1) + 2);
+          multi_tensor_launches(tensors, forward_.parameters, 1) + 5);
     }
     if (shape_.fused_optimizer) {  // two parameter groups (decayed or not), one call each
       const int lists = shape_.momentum ? 3 : 2;
@@ -227,10 +231,19 @@ class StepBuilder {
       add(OpKind::Optimizer, OpPass::Update, 6 * p, 4 * p * (2 * lists - 1), launches);
       return;
     }
-    // torch::optim::SGD: per parameter, weight decay, momentum (mul, add), Nesterov, update.
-    const int64_t per_parameter = 1 + (shape_.weight_decay ? 1 : 0) + (shape_.momentum ? 3 : 0);
-    add(OpKind::Optimizer, OpPass::Update, 2 * p * static_cast<double>(per_parameter),
-        4 * 3 * p * static_cast<double>(per_parameter), per_parameter * tensors);
+    // torch::optim::SGD, per parameter: weight decay (not on the 1-d group unless
+    // decay_norm_and_bias), momentum (mul, add), Nesterov's add, the update; 12 bytes a kernel.
+    const int64_t common = 1 + (shape_.momentum ? 2 + (shape_.nesterov ? 1 : 0) : 0);
+    const int64_t vectors = forward_.vector_parameter_tensors;
+    const int64_t decayed =
+        shape_.weight_decay ? tensors - (shape_.decay_norm_and_bias ? 0 : vectors) : 0;
+    const double decayed_elements =
+        shape_.weight_decay
+            ? p - (shape_.decay_norm_and_bias ? 0 : static_cast<double>(forward_.vector_parameters))
+            : 0;
+    const double kernel_elements = p * static_cast<double>(common) + decayed_elements;
+    add(OpKind::Optimizer, OpPass::Update, 2 * kernel_elements, 4 * 3 * kernel_elements,
+        common * tensors + decayed);
   }
 
   const StepShape& shape_;
@@ -293,7 +306,9 @@ StepShape StepShape::of(const Config& config, int64_t batch) {
   }
   shape.fused_optimizer = config.optimizer.fused();
   shape.momentum = config.optimizer.momentum() > 0;
+  shape.nesterov = config.optimizer.nesterov();
   shape.weight_decay = config.optimizer.weight_decay() > 0;
+  shape.decay_norm_and_bias = config.optimizer.decay_norm_and_bias();
   return shape;
 }
 

@@ -59,6 +59,7 @@ struct StepOperation {
   bool matrix = false;  // a GEMM (convolution, classifier): on the card's matrix units
   // Its output as a GEMM (rows x columns), for the tiles against the card's SMs; 0 = not known.
   int64_t gemm_rows = 0, gemm_columns = 0;
+  int64_t count = 1;  // times a step runs it (once per micro-batch: accumulate_steps)
 };
 
 // What of a setting decides the step's operations.
@@ -72,7 +73,9 @@ struct StepShape {
   std::vector<bool> recomputed;  // per residual block in forward order; empty = none
   bool fused_optimizer = true;
   bool momentum = true;
+  bool nesterov = true;
   bool weight_decay = true;
+  bool decay_norm_and_bias = false;
 
   // From a config (a card is CUDA: an automatic layout is channels_last). Throws
   // std::invalid_argument for checkpointing auto whose blocks are not chosen yet.

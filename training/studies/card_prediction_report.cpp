@@ -2,6 +2,8 @@
 // sweep's columns and the Markdown table.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "training/cards/alloc_conf.h"
 #include "training/platform/memory.h"
 #include "training/studies/card_prediction.h"
@@ -63,6 +65,10 @@ nlohmann::ordered_json speed_json(const CardPrediction& p) {
     return {{"predicted_step_seconds", nullptr},
             {"predicted_images_per_second", nullptr},
             {"speed_model", nullptr},
+            {"predicted_gpu_seconds", nullptr},
+            {"predicted_host_seconds", nullptr},
+            {"speed_bound", nullptr},
+            {"operations", nullptr},
             {"speed_not_estimated", p.no_speed}};
   }
   const StepEstimate& e = *p.speed;
@@ -82,7 +88,8 @@ nlohmann::ordered_json speed_json(const CardPrediction& p) {
           {"predicted_gpu_seconds", e.gpu_seconds},
           {"predicted_host_seconds", e.host_seconds},
           {"speed_bound", e.why()},
-          {"operations", kinds}};
+          {"operations", kinds},
+          {"speed_not_estimated", nullptr}};
 }
 
 }  // namespace
@@ -153,7 +160,9 @@ nlohmann::ordered_json prediction_columns(const CardPrediction& p) {
           {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"},
           {"reducer_bucket_bytes", p.reducer_bucket_bytes},
           {"predicted_images_per_second",
-           p.speed ? nlohmann::ordered_json(p.speed->images_per_second()) : nullptr}};
+           p.speed ? nlohmann::ordered_json(p.speed->images_per_second()) : nullptr},
+          {"speed_not_estimated",
+           p.speed ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(p.no_speed)}};
 }
 
 namespace {
@@ -174,7 +183,9 @@ std::string allocator_limit_text(const CardPrediction& p) {
 // kind (share of the GPU's time, compute- or memory-bound).
 std::string speed_markdown(const std::vector<std::pair<std::string, CardPrediction>>& rows) {
   const auto& first = rows.front().second;
-  if (!first.speed) return "\nSpeed: " + first.no_speed + ".\n";
+  const bool any = std::any_of(rows.begin(), rows.end(),
+                               [](const auto& row) { return row.second.speed.has_value(); });
+  if (!any) return "\nSpeed: " + first.no_speed + ".\n";
   std::string md = fmt::format(
       "\n### The step on {}, estimated\n\n{}: each operation the larger of its FLOPs at the "
       "card's peak and its bytes at its bandwidth, each times an efficiency fitted on published "

@@ -57,7 +57,7 @@ void estimate_speed(PlanCandidate& c, const Config& config, const Card& card) {
     const StepEstimate e = predict_step(at, c.batch, card);
     c.images_per_second = e.images_per_second();
     c.speed_why = e.why();
-  } catch (const std::invalid_argument& e) {
+  } catch (const std::exception& e) {  // no speed on this card for it, said
     c.images_per_second = 0;
     c.speed_why = e.what();
   }

@@ -131,7 +131,7 @@ TEST(SpeedModel, TheFitReproducesItsCalibrationWithinItsResiduals) {
     const auto shape = training::figure_step(f);
     const auto estimate =
         training::estimate_step(training::step_operations(shape), training::find_card(f.card),
-                                shape, true, false, fit.parameters);
+                                shape, true, fit.parameters);
     EXPECT_NEAR(estimate.images_per_second() / f.images_per_second - 1, fit.residuals[i], 1e-9)
         << f.card << " " << f.setting();
   }
@@ -176,7 +176,7 @@ TEST(StepOperations, ForwardFlopsAreTheModelsPublishedCount) {
 
 double images_per_second(training::StepShape shape, const char* card) {
   return training::estimate_step(training::step_operations(shape), training::find_card(card), shape,
-                                 true, false, training::fitted_speed().parameters)
+                                 true, training::fitted_speed().parameters)
       .images_per_second();
 }
 
@@ -193,7 +193,7 @@ TEST(SpeedModel, ALaunchBoundBatchIsSlowerPerImage) {
   shape.batch = 128;
   const auto ops = training::step_operations(shape);
   const auto estimate = training::estimate_step(ops, training::find_card("H200"), shape, true,
-                                                false, training::fitted_speed().parameters);
+                                                training::fitted_speed().parameters);
   EXPECT_TRUE(estimate.launch_bound());
   EXPECT_EQ(estimate.why().rfind("launch-bound: the host's", 0), 0u) << estimate.why();
 }
@@ -211,6 +211,43 @@ TEST(SpeedModel, ChannelsLastIsFasterForAmpOnTensorCores) {
     shape.channels_last = false;
     EXPECT_GT(nhwc, images_per_second(shape, card)) << card;
   }
+}
+
+// Accumulation: one micro-batch's operations, each run accumulate_steps times, and the gradients
+// added after the first (one list, not one copy per micro-batch).
+TEST(StepOperations, AccumulationRunsTheMicroBatchThatManyTimes) {
+  training::StepShape shape;
+  shape.model = cifar(18);
+  const auto one = training::step_operations(shape);
+  shape.accumulate_steps = 4;
+  const auto four = training::step_operations(shape);
+  EXPECT_EQ(four.size(), one.size() + 1);
+  int64_t added = 0;
+  for (const auto& op : four) {
+    if (op.kind == OpKind::Convolution) {
+      EXPECT_EQ(op.count, 4);
+    }
+    if (op.kind == OpKind::Gradients && op.kernels == 62) added = op.count;  // one a parameter
+    if (op.pass == OpPass::Update) {
+      EXPECT_EQ(op.count, 1);
+    }
+  }
+  EXPECT_EQ(added, 3);
+}
+
+TEST(SpeedModel, AGraphCapturedStepIsNotEstimated) {
+  training::Config config;
+  config.model = cifar(18);
+  config.training.cuda_graph = training::CudaGraphMode::On;
+  try {
+    training::predict_step(config, 8, training::find_card("H200"));
+    FAIL() << "a captured step was estimated";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("training.cuda_graph: a graph-captured step", 0), 0u)
+        << e.what();
+  }
+  config.training.cuda_graph = training::CudaGraphMode::Off;
+  EXPECT_GT(training::predict_step(config, 8, training::find_card("H200")).images_per_second(), 0);
 }
 
 }  // namespace

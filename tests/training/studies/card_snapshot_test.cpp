@@ -148,7 +148,9 @@ TEST(CardSnapshot, AStopWhileItIsWrittenLeavesItWholeAndNoTemporary) {
   ASSERT_GE(pickled.size(), 2u);
   EXPECT_EQ(static_cast<unsigned char>(pickled[0]), 0x80);
   EXPECT_EQ(pickled.back(), '.');  // pickle's STOP: the last byte written
-  if (viewer_here()) EXPECT_GT(segments_total_as_pytorch_reads(file), 0);
+  if (viewer_here()) {
+    EXPECT_GT(segments_total_as_pytorch_reads(file), 0);
+  }
 }
 
 }  // namespace
