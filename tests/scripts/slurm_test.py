@@ -130,14 +130,19 @@ class Rows(SlurmTestCase):
 class Failures(SlurmTestCase):
     net = 62
 
-    def test_a_killed_task_is_reported_with_slurms_state_and_the_rerun_submits_only_it(self):
-        # Batch 256 runs for seconds: long enough to be killed while it runs.
-        config = write_config(self.tmp, batches="[4, 256]", grid=False, measure_steps=2)
-        out = self.tmp / "sweep"
+    def sweep_until_trial_2_runs(self, config, out):
+        """A Slurm sweep started, returned once its second trial's process runs (or it ended)."""
         proc = self.sweep(config, out, "--launcher", "slurm")
         deadline = time.time() + 300
         while not trial_pids("002.yaml") and proc.poll() is None and time.time() < deadline:
             time.sleep(0.05)
+        return proc
+
+    def test_a_killed_task_is_reported_with_slurms_state_and_the_rerun_submits_only_it(self):
+        # Batch 256 runs for seconds: long enough to be killed while it runs.
+        config = write_config(self.tmp, batches="[4, 256]", grid=False, measure_steps=2)
+        out = self.tmp / "sweep"
+        proc = self.sweep_until_trial_2_runs(config, out)
         for pid in trial_pids("002.yaml"):
             os.kill(pid, signal.SIGKILL)
         self.assertEqual(self.finish(proc, out), 7, self.log(out)[-3000:])
@@ -160,10 +165,7 @@ class Failures(SlurmTestCase):
     def test_a_task_whose_node_goes_down_is_reported_as_node_fail_and_rerun_elsewhere(self):
         config = write_config(self.tmp, batches="[4, 256]", grid=False, measure_steps=2)
         out = self.tmp / "node-lost"
-        proc = self.sweep(config, out, "--launcher", "slurm")
-        deadline = time.time() + 300
-        while not trial_pids("002.yaml") and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.05)
+        proc = self.sweep_until_trial_2_runs(config, out)
         node = self.cluster.node_of(trial_pids("002.yaml")[0])
         self.cluster.take_down(node)
         # The controller marks the node down after SlurmdTimeout (10 s), the task NODE_FAIL.
