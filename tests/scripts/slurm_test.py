@@ -53,15 +53,18 @@ def rows(sweep):
     return [{k: t[k] for k in ROW_KEYS} for t in trials(sweep)]
 
 
-def trial_pids(yaml_name):
-    """Processes of `train sweep-trial` running trials/<yaml_name>."""
+def trial_pids(sweep, yaml_name=".yaml"):
+    """Processes of `train sweep-trial` running <sweep>/trials/<...yaml_name>: this test's own,
+    never another test's (ctest runs tests side by side, and other sweeps have trials 002 too)."""
+    folder = str(Path(sweep) / "trials").encode() + b"/"
     pids = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             cmd = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"sweep-trial" in cmd and any(arg.endswith(yaml_name.encode()) for arg in cmd):
+        if b"sweep-trial" in cmd and any(arg.startswith(folder) and arg.endswith(yaml_name.encode())
+                                         for arg in cmd):
             pids.append(int(entry.name))
     return pids
 
@@ -134,7 +137,7 @@ class Failures(SlurmTestCase):
         """A Slurm sweep started, returned once its second trial's process runs (or it ended)."""
         proc = self.sweep(config, out, "--launcher", "slurm")
         deadline = time.time() + 300
-        while not trial_pids("002.yaml") and proc.poll() is None and time.time() < deadline:
+        while not trial_pids(out, "002.yaml") and proc.poll() is None and time.time() < deadline:
             time.sleep(0.05)
         return proc
 
@@ -143,7 +146,7 @@ class Failures(SlurmTestCase):
         config = write_config(self.tmp, batches="[4, 256]", grid=False, measure_steps=2)
         out = self.tmp / "sweep"
         proc = self.sweep_until_trial_2_runs(config, out)
-        for pid in trial_pids("002.yaml"):
+        for pid in trial_pids(out, "002.yaml"):
             os.kill(pid, signal.SIGKILL)
         self.assertEqual(self.finish(proc, out), 7, self.log(out)[-3000:])
         first = trials(out)
@@ -166,7 +169,7 @@ class Failures(SlurmTestCase):
         config = write_config(self.tmp, batches="[4, 256]", grid=False, measure_steps=2)
         out = self.tmp / "node-lost"
         proc = self.sweep_until_trial_2_runs(config, out)
-        node = self.cluster.node_of(trial_pids("002.yaml")[0])
+        node = self.cluster.node_of(trial_pids(out, "002.yaml")[0])
         self.cluster.take_down(node)
         # The controller marks the node down after SlurmdTimeout (10 s), the task NODE_FAIL.
         self.assertEqual(self.finish(proc, out), 7, self.log(out)[-3000:])
@@ -189,7 +192,7 @@ class Failures(SlurmTestCase):
         while (not (out / "trials" / "001.json").exists() and proc.poll() is None and
                time.time() < deadline):
             time.sleep(0.05)
-        while not (trial_pids("002.yaml") or trial_pids("003.yaml")) and time.time() < deadline:
+        while not (trial_pids(out, "002.yaml") or trial_pids(out, "003.yaml")) and time.time() < deadline:
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         self.assertEqual(self.finish(proc, out), 130, self.log(out)[-3000:])
@@ -202,7 +205,7 @@ class Failures(SlurmTestCase):
             self.assertRegex(t["message"], r"^slurm task \d+_\d: CANCELLED")
         self.assertFalse(json.loads((out / "sweep.json").read_text())["complete"])
         self.assertEqual(self.cluster.jobs(), "")
-        self.assertEqual(trial_pids(".yaml"), [])
+        self.assertEqual(trial_pids(out), [])
 
 
 class BadInput(SlurmTestCase):
