@@ -211,6 +211,43 @@ class ScriptArgumentsTest(unittest.TestCase):
                 last = proc.stderr.strip().splitlines()[-1]
                 self.assertRegex(last, r"^(get-data|launch|plot_sweep|compare_devices|launch\.py): ", (script, args))
 
+    def test_the_speed_models_scripts_refuse_bad_input_in_one_line(self):
+        """speed_check.py, speed_holdout.py and compare_devices.py --card (issue 53): one line,
+        exit 2, before any run."""
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            (tmp / "afile").write_text("")
+            (tmp / "cpu").mkdir()
+            (tmp / "cpu" / "sweep.json").write_text('{"device": "cpu", "trials": []}')
+            (tmp / "broken").mkdir()
+            (tmp / "broken" / "sweep.json").write_text("{not json")
+            (tmp / "figures.json").write_text(json.dumps(
+                [{"card": "A10", "precision": "fp32", "batch": "x", "images_per_second": 1, "source": "s"}]))
+            cases = [(("speed_check.py",), "speed_check: expected SWEEP_DIR"),
+                     (("speed_check.py", str(tmp / "none")), "no sweep.json"),
+                     (("speed_check.py", str(tmp / "cpu")), "the sweep ran on 'cpu', not on a card"),
+                     (("speed_check.py", str(tmp / "broken")), "not a sweep's JSON"),
+                     (("speed_holdout.py", "--out", str(tmp / "afile"), "--train", sys.executable),
+                      "--out " + str(tmp / "afile") + " is a file"),
+                     (("speed_holdout.py", "--figures", str(tmp / "figures.json")),
+                      "figure 0: batch 'x' is not a positive whole number"),
+                     (("speed_holdout.py", "--timeout", "0", "--train", sys.executable),
+                      "--timeout must be a positive number")]
+            if os.environ.get("TRAIN_BINARY"):
+                train = os.environ["TRAIN_BINARY"]
+                cases += [(("compare_devices.py", "--train", train, "--card", "nosuch", "--out", str(tmp / "c1")),
+                           "--card: unknown card 'nosuch'"),
+                          (("compare_devices.py", "--train", train, "--card", "A100-80GB", "--card", "a100_80gb",
+                            "--out", str(tmp / "c2")), "names one card twice")]
+            for (script, *args), said in cases:
+                proc = run(script, *args)
+                self.assertEqual(proc.returncode, 2, (script, args, proc.stderr))
+                lines = proc.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, (script, args, proc.stderr))
+                self.assertIn(said, lines[0], (script, args))
+            self.assertFalse((tmp / "c1").exists())
+            self.assertFalse((tmp / "c2").exists())
+
     def test_predict_gpu_cases_refuses_before_it_runs_train(self):
         """Bad arguments are one line, exit 2, before any `train memory` run or write."""
         with tempfile.TemporaryDirectory() as tmp:
