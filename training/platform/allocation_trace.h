@@ -1,7 +1,7 @@
 // An allocation stream: every allocation (its size as requested) and free of a window, in order,
 // each free naming the allocation it ends, with phase marks. The CPU's tracking allocator records
 // it (memory.h, set_trace); the card prediction replays it through a model of the CUDA caching
-// allocator (studies/card_prediction.h). Allocations live when the window opens come first, in the
+// allocator (cards/card_prediction.h). Allocations live when the window opens come first, in the
 // order they were made.
 //
 // The stream holds the tensors a device would hold, never an operation's own working memory: an

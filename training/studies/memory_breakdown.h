@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "training/config/config.h"
+#include "training/config/setting.h"
 #include "training/platform/memory_timeline.h"
-#include "training/studies/setting.h"
 #include "training/studies/trial.h"
 
 namespace training {

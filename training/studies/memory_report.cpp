@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "training/cards/alloc_conf.h"
+#include "training/cards/card_prediction.h"
+#include "training/cards/card_snapshot.h"
 #include "training/config/config_yaml.h"
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
@@ -20,8 +22,6 @@
 #include "training/run/output_dir.h"
 #include "training/run/run_dir.h"
 #include "training/step/graphed_step.h"
-#include "training/studies/card_prediction.h"
-#include "training/studies/card_snapshot.h"
 
 namespace training {
 

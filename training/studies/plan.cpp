@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "training/cards/alloc_conf.h"
+#include "training/cards/card_prediction.h"
 #include "training/cards/speed_calibration.h"
 #include "training/config/config_yaml.h"
 #include "training/parts/components.h"
@@ -20,7 +21,6 @@
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/run/run_dir.h"
-#include "training/studies/card_prediction.h"
 #include "training/studies/sweep_report.h"
 
 namespace training {

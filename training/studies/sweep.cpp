@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "training/cards/alloc_conf.h"
+#include "training/cards/card_prediction.h"
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/parts/setup.h"
@@ -25,7 +26,6 @@
 #include "training/run/output_dir.h"
 #include "training/run/run_dir.h"
 #include "training/step/graphed_step.h"
-#include "training/studies/card_prediction.h"
 #include "training/studies/sweep_report.h"
 #include "training/studies/sweep_runner.h"
 #include "training/studies/sweep_slurm.h"

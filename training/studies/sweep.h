@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "training/cards/card_prediction.h"
 #include "training/config/config.h"
-#include "training/studies/card_prediction.h"
+#include "training/config/setting.h"
 #include "training/studies/memory_model.h"
-#include "training/studies/setting.h"
 #include "training/studies/trial.h"
 
 namespace training {

@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
+#include "training/cards/card_prediction.h"
 #include "training/config/config.h"
 #include "training/platform/process.h"
-#include "training/studies/card_prediction.h"
 #include "training/studies/sweep.h"
 
 namespace training {

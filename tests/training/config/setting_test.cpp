@@ -1,4 +1,4 @@
-#include "training/studies/setting.h"
+#include "training/config/setting.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "training/studies/card_prediction.h"
+#include "training/cards/card_prediction.h"
 
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>

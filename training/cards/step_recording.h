@@ -6,9 +6,9 @@
 #include <cstdint>
 
 #include "training/config/config.h"
+#include "training/config/setting.h"
 #include "training/platform/allocation_trace.h"
 #include "training/platform/device.h"
-#include "training/studies/setting.h"
 
 namespace training {
 

@@ -19,10 +19,10 @@
 #include "training/cards/cards.h"
 #include "training/cards/linear_stream.h"
 #include "training/cards/speed_model.h"
+#include "training/cards/step_recording.h"
 #include "training/cards/stream_replay.h"
 #include "training/config/config.h"
-#include "training/studies/setting.h"
-#include "training/studies/step_recording.h"
+#include "training/config/setting.h"
 
 namespace training {
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "training/cards/allocator_snapshot.h"
-#include "training/studies/card_prediction.h"
-#include "training/studies/setting.h"
+#include "training/cards/card_prediction.h"
+#include "training/config/setting.h"
 
 namespace training {
 

@@ -1,6 +1,6 @@
 // Predicting a card's memory from the CPU: the card table, the stream's scaling, the replay, a
 // real recording, and `train memory --card`.
-#include "training/studies/card_prediction.h"
+#include "training/cards/card_prediction.h"
 
 #include <ATen/Context.h>
 #include <ATen/cpu/Utils.h>
@@ -12,13 +12,13 @@
 
 #include "test_support.h"
 #include "training/cards/linear_stream.h"
+#include "training/cards/step_recording.h"
 #include "training/cards/stream_replay.h"
 #include "training/config/config.h"
 #include "training/parts/components.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
 #include "training/studies/memory_report.h"
-#include "training/studies/step_recording.h"
 
 namespace training {
 namespace {

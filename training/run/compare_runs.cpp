@@ -1,4 +1,4 @@
-#include "training/studies/compare_runs.h"
+#include "training/run/compare_runs.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -1,4 +1,4 @@
-#include "training/studies/card_snapshot.h"
+#include "training/cards/card_snapshot.h"
 
 #include <spdlog/spdlog.h>
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "training/cards/alloc_conf.h"
+#include "training/cards/card_prediction.h"
 #include "training/platform/memory.h"
-#include "training/studies/card_prediction.h"
 
 namespace training {
 

@@ -1,4 +1,4 @@
-#include "training/studies/step_recording.h"
+#include "training/cards/step_recording.h"
 
 #include <fmt/format.h>
 #include <torch/torch.h>

@@ -1,7 +1,7 @@
 // `train memory --card NAME --snapshot FILE`: the card's predicted allocator in PyTorch's
 // memory-snapshot format, read by PyTorch's own viewer (torch.cuda._memory_viz, where the build's
 // Python has torch); its refusals; a stop while it is written.
-#include "training/studies/card_snapshot.h"
+#include "training/cards/card_snapshot.h"
 
 #include <gtest/gtest.h>
 
