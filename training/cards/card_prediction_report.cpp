@@ -80,7 +80,7 @@ nlohmann::ordered_json speed_json(const CardPrediction& p) {
                      {"seconds", k.seconds},
                      {"share_of_gpu_time", e.gpu_seconds > 0 ? k.seconds / e.gpu_seconds : 0},
                      {"kernels", k.kernels},
-                     {"bound", k.compute_seconds >= k.seconds / 2 ? "compute" : "memory"}});
+                     {"bound", k.compute_bound() ? "compute" : "memory"}});
   }
   return {{"predicted_step_seconds", e.seconds},
           {"predicted_images_per_second", e.images_per_second()},
@@ -213,7 +213,7 @@ std::string speed_markdown(const std::vector<std::pair<std::string, CardPredicti
       }
       any = true;
       line += fmt::format(" {:.1f}% {} |", 100 * k->seconds / speed->gpu_seconds,
-                          k->compute_seconds >= k->seconds / 2 ? "compute" : "memory");
+                          k->compute_bound() ? "compute" : "memory");
     }
     if (any) md += line + "\n";
   }

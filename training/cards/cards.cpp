@@ -52,6 +52,13 @@ std::string folded(const std::string& text) {
 
 }  // namespace
 
+std::string Card::unsupported(Precision precision) const {
+  if (precision == Precision::BF16 && compute_major > 0 && compute_major < 8) {
+    return "bf16 needs compute capability 8.0 or later; " + name + " is " + architecture;
+  }
+  return "";
+}
+
 const std::vector<Card>& known_cards() {
   // name, nvidia-smi MiB, compute capability; bandwidth GB/s, SMs, boost MHz, fp32, TF32 and
   // fp16/bf16 TFLOP/s.

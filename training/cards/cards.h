@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "training/step/amp.h"
+
 namespace training {
 
 // What the vendor publishes for a card (0 = not known): dense peaks (a sheet's "with sparsity"
@@ -37,6 +39,9 @@ struct Card {
   int compute_major = 0;      // compute capability's major version; 0 = not known
   std::string architecture;   // "sm_90"; "" = not known
   DataSheet sheet;            // none for a card given by its size
+
+  // Why the card cannot run `precision` ("" where it can): bf16 before compute capability 8.0.
+  std::string unsupported(Precision precision) const;
 };
 
 // What a CUDA process holds outside the caching allocator (the context, the kernels loaded, the

@@ -181,7 +181,7 @@ StepEstimate predict_step(const Config& config, int64_t batch, const Card& card)
   const StepShape shape = StepShape::of(config, batch);
   if (const std::string why = speed_unknown(card, shape.precision, config.training.allow_tf32);
       !why.empty()) {
-    throw std::invalid_argument(why);
+    throw std::invalid_argument(why);  // before the step's operations are recorded
   }
   if (config.training.cuda_graph != CudaGraphMode::Off && cuda_graph_obstacle(config).empty()) {
     throw std::invalid_argument(

@@ -45,9 +45,7 @@ std::string speed_unknown(const Card& card, Precision precision, bool allow_tf32
   if (!sheet.known() && sheet.bandwidth_gbps <= 0) {
     return "no data sheet for '" + card.name + "': speeds not estimated";
   }
-  if (precision == Precision::BF16 && card.compute_major > 0 && card.compute_major < 8) {
-    return "bf16 needs compute capability 8.0 or later; " + card.name + " is " + card.architecture;
-  }
+  if (const std::string why = card.unsupported(precision); !why.empty()) return why;
   const bool tf32 = precision == Precision::FP32 && allow_tf32 && sheet.tf32_tflops > 0;
   const double peak = precision != Precision::FP32 ? sheet.half_tflops
                       : tf32                       ? sheet.tf32_tflops
@@ -94,14 +92,15 @@ std::string StepEstimate::why() const {
   int64_t kernels = 0;
   for (const auto& k : kinds) kernels += k.kernels;
   if (launch_bound()) {
+    // The launches do not grow with the batch; the GPU's work about in proportion.
     return fmt::format(
         "launch-bound: the host's {} kernel launches take {:.1f} ms, the GPU's work "
-        "{:.1f} ms",
-        kernels, host_seconds * 1e3, gpu_seconds * 1e3);
+        "{:.1f} ms; a batch up to about {:.1f}x larger adds GPU work, no launches",
+        kernels, host_seconds * 1e3, gpu_seconds * 1e3, host_seconds / gpu_seconds);
   }
-  double compute = 0;
-  for (const auto& k : kinds) compute += k.compute_seconds;
-  const bool compute_bound = compute >= gpu_seconds / 2;
+  KindTime step{gpu_seconds, 0, kernels};
+  for (const auto& k : kinds) step.compute_seconds += k.compute_seconds;
+  const bool compute_bound = step.compute_bound();
   // The operations of the bound's kind, largest first, until half the step.
   std::vector<std::pair<double, int>> shares;
   for (int i = 0; i < kOpKinds; ++i) {

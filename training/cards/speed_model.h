@@ -38,6 +38,9 @@ struct KindTime {
   double seconds = 0;          // on the GPU
   double compute_seconds = 0;  // of them, operations whose compute time is the larger
   int64_t kernels = 0;
+  // Its operations are mostly compute-bound: those whose compute time is the larger take at least
+  // half its time (of a kind, or of the whole step).
+  bool compute_bound() const { return compute_seconds >= seconds / 2; }
 };
 
 struct StepEstimate {
@@ -50,7 +53,8 @@ struct StepEstimate {
   }
   bool launch_bound() const { return host_seconds > gpu_seconds; }
   // "memory-bound: BatchNorm and ReLU 58% of the step", "launch-bound: the host's 812 kernel
-  // launches take 33.1 ms, the GPU's work 12.0 ms".
+  // launches take 33.1 ms, the GPU's work 12.0 ms; a batch up to about 2.8x larger adds GPU work,
+  // no launches".
   std::string why() const;
 };
 

@@ -86,10 +86,7 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
                 "only (the largest batch that fits first)";
   std::vector<Setting> predicted;
   for (auto& c : plan.candidates) {
-    if (c.setting.precision == Precision::BF16 && card.compute_major > 0 &&
-        card.compute_major < 8) {
-      c.unsupported =
-          "bf16 needs compute capability 8.0 or later; " + card.name + " is " + card.architecture;
+    if (c.unsupported = card.unsupported(c.setting.precision); !c.unsupported.empty()) {
       c.fits = false;
       c.images_per_second = 0;  // ranked last
       continue;                 // nothing to predict or estimate

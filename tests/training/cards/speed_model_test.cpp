@@ -129,9 +129,8 @@ TEST(SpeedModel, TheFitReproducesItsCalibrationWithinItsResiduals) {
   for (size_t i = 0; i < figures.size(); ++i) {
     const auto& f = figures[i];
     const auto shape = training::figure_step(f);
-    const auto estimate =
-        training::estimate_step(training::step_operations(shape), training::find_card(f.card),
-                                shape, true, fit.parameters);
+    const auto estimate = training::estimate_step(
+        training::step_operations(shape), training::find_card(f.card), shape, true, fit.parameters);
     EXPECT_NEAR(estimate.images_per_second() / f.images_per_second - 1, fit.residuals[i], 1e-9)
         << f.card << " " << f.setting();
   }
@@ -195,7 +194,14 @@ TEST(SpeedModel, ALaunchBoundBatchIsSlowerPerImage) {
   const auto estimate = training::estimate_step(ops, training::find_card("H200"), shape, true,
                                                 training::fitted_speed().parameters);
   EXPECT_TRUE(estimate.launch_bound());
-  EXPECT_EQ(estimate.why().rfind("launch-bound: the host's", 0), 0u) << estimate.why();
+  const std::string why = estimate.why();
+  EXPECT_EQ(why.rfind("launch-bound: the host's", 0), 0u) << why;
+  // It says how much larger a batch costs the host no more time: host / GPU, about.
+  const size_t about = why.find("a batch up to about ");
+  ASSERT_NE(about, std::string::npos) << why;
+  const double larger = std::stod(why.substr(about + 20));
+  EXPECT_NEAR(larger, estimate.host_seconds / estimate.gpu_seconds, 0.051) << why;
+  EXPECT_GT(larger, 1.0) << why;
 }
 
 // AMP on tensor cores: the contiguous layout pays cuDNN's transposes; channels_last is faster.
