@@ -280,11 +280,14 @@ int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
 
 // The resumed checkpoint's model and optimizer state against the config's (UserError naming the
 // file), on a model and optimizer built to compare with: host data, not the run's.
-void check_resumed_model(const std::filesystem::path& checkpoint, const Config& asked) {
+// Then what the resume refuses from the checkpoint's position alone (Trainer::check_resumable).
+void check_resumed_model(const std::filesystem::path& checkpoint, const Config& asked,
+                         int64_t ranks) {
   TrackingCpuAllocator::HostData host_data;
   models::ResNet model(asked.model);
   const auto optimizer = make_sgd(*model, asked.optimizer);
-  check_checkpoint_model(checkpoint, *model, *optimizer);
+  const TrainState position = check_checkpoint_model(checkpoint, *model, *optimizer);
+  Trainer::check_resumable(checkpoint, position, asked, run_yaml(asked), ranks);
 }
 
 // The run itself, from the config asked for and the decisions recorded (a resume): set up,
@@ -304,11 +307,13 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   };
   // What needs no measurement is refused before anything is measured: the labels, the batch
   // against the training set, the steps against the profiler's window, a resumed checkpoint's
-  // model against the config's.
+  // model against the config's and its position against the run's ranks, batch and samples.
   check_labels(data.train, "training", asked.model.num_classes());
   check_labels(data.test, "test", asked.model.num_classes());
   Trainer::check_steps(asked, data.train.size(), launch ? launch->world_size : 1);
-  if (!resume.checkpoint.empty()) check_resumed_model(resume.checkpoint, asked);
+  if (!resume.checkpoint.empty()) {
+    check_resumed_model(resume.checkpoint, asked, launch ? launch->world_size : 1);
+  }
   // The autos become this run's decisions (decisions.json and the checkpoint; a resume keeps
   // those that hold): training.memory_format's layout, then checkpointing's blocks for this
   // batch and budget. The parts are built from the config with the decisions in place.

@@ -185,6 +185,34 @@ TEST(AutoCheckpointing, AResumedCheckpointOfAnotherModelIsRefusedBeforeTheMeasur
   }
 }
 
+// A mid-epoch checkpoint's refusals (another batch size, grouping or seed) need no measurement
+// either: they came after auto's measurement, as exit 3 under a tight limit, and the batch size's
+// named the key where the flag set it.
+TEST(AutoCheckpointing, AMidEpochResumeIsCheckedBeforeTheMeasurement) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  ASSERT_EQ(run_train("--config " + cli::write_tiny_config(dir).string() + " --output-dir " +
+                      run.string() + " --set training.max_steps=2")
+                .code,
+            0);
+  for (const std::string change :
+       {"training.batch_size=16", "training.accumulate_steps=2", "training.seed=5"}) {
+    for (const std::string limit : {"150MiB", "2GiB"}) {
+      const auto r = run_train("--resume " + run.string() +
+                               " --set training.max_steps=0 --set checkpointing.enabled=auto "
+                               "--set training.memory_format=auto --memory-limit " +
+                               limit + " --set " + change);
+      EXPECT_EQ(r.code, 2) << change << " " << limit << ": " << r.output;
+      EXPECT_NE(r.output.find("--set " + change.substr(0, change.find('=')) + ": "),
+                std::string::npos)
+          << r.output;
+      EXPECT_NE(r.output.find("stopped 2 batches into epoch 1"), std::string::npos) << r.output;
+      EXPECT_EQ(r.output.find("timed here"), std::string::npos) << r.output;  // the layout
+      EXPECT_EQ(r.output.find("checkpointing auto: budget"), std::string::npos) << r.output;
+    }
+  }
+}
+
 // With data parallelism each rank would measure its own choice: refused by each rank alone, before
 // it waits for its peers (none here), naming the key.
 TEST(AutoCheckpointing, DataParallelRanksRefuseAChoiceToMakeBeforeTheRendezvous) {

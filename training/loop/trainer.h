@@ -51,6 +51,13 @@ class Trainer {
   // (per-rank) training set, an epoch with no whole step of training.accumulate_steps, a profiler
   // window after a fresh run's last step. KeyError naming the key.
   static void check_steps(const Config& config, int64_t train_size, int64_t world_size);
+  // What a resume of `checkpoint` (standing at `state`: check_checkpoint_model's) refuses that
+  // needs no parts, so that a command says it before deciding or measuring anything: another number
+  // of ranks; part-way through an epoch, another training.batch_size, training.accumulate_steps, a
+  // key that chooses the samples (against `run_yaml`, the run's config as asked), or the torch_data
+  // loader. KeyError naming the key (UserError for the ranks).
+  static void check_resumable(const std::filesystem::path& checkpoint, const TrainState& state,
+                              const Config& config, const std::string& run_yaml, int64_t ranks);
 
   // Where records, checkpoints, samples and the trace go. Not called on data-parallel ranks other
   // than 0, which write nothing.

@@ -55,6 +55,41 @@ void check_same_grouping(const std::filesystem::path& checkpoint, const TrainSta
 
 }  // namespace
 
+void Trainer::check_resumable(const std::filesystem::path& checkpoint, const TrainState& state,
+                              const Config& config, const std::string& run_yaml, int64_t ranks) {
+  if (state.world_size != ranks) {
+    throw UserError(checkpoint.string() + ": written by a run of " +
+                    std::to_string(state.world_size) + " rank(s), this run has " +
+                    std::to_string(ranks) +
+                    "; resume with the same number of ranks (the data shards and the batch per "
+                    "rank depend on it)");
+  }
+  if (state.batch_in_epoch == 0) return;
+  if (config.data.loader == LoaderKind::TorchData) {
+    throw KeyError("data.loader",
+                   "torch_data cannot resume " + checkpoint.string() + ", which " + "stopped " +
+                       std::to_string(state.batch_in_epoch) + " batches into epoch " +
+                       std::to_string(state.epoch + 1) +
+                       ": its crops and flips are not a function of the batch. Resume it with "
+                       "data.loader: batched, or resume torch_data runs at epoch boundaries");
+  }
+  if (state.batch_size != config.training.batch_size) {
+    throw KeyError(
+        "training.batch_size",
+        checkpoint.string() + " stopped " + std::to_string(state.batch_in_epoch) +
+            " batches into epoch " + std::to_string(state.epoch + 1) + " at batch size " +
+            std::to_string(state.batch_size) + "; finishing that epoch at " +
+            std::to_string(config.training.batch_size) +
+            " would train on other samples than the interrupted epoch. Resume with "
+            "training.batch_size=" +
+            std::to_string(state.batch_size) +
+            " (change it at an epoch boundary: resume with training.epochs set to this epoch "
+            "first)");
+  }
+  check_same_samples(checkpoint, state, run_yaml);
+  check_same_grouping(checkpoint, state, config.training.accumulate_steps);
+}
+
 void Trainer::resume(const std::filesystem::path& checkpoint) {
   bool had_average = false;
   state_ = load_checkpoint(checkpoint, *parts_.model, *parts_.optimizer, device_,
@@ -64,36 +99,9 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
     spdlog::info("{} holds no weight average; training.ema_decay starts one from its weights",
                  checkpoint.string());
   }
-  if (state_.batch_in_epoch > 0 && config_.data.loader == LoaderKind::TorchData) {
-    throw KeyError("data.loader",
-                   "torch_data cannot resume " + checkpoint.string() + ", which " + "stopped " +
-                       std::to_string(state_.batch_in_epoch) + " batches into epoch " +
-                       std::to_string(state_.epoch + 1) +
-                       ": its crops and flips are not a function of the batch. Resume it with "
-                       "data.loader: batched, or resume torch_data runs at epoch boundaries");
-  }
-  if (state_.batch_in_epoch > 0 && state_.batch_size != config_.training.batch_size) {
-    throw UserError(
-        "training.batch_size: " + checkpoint.string() + " stopped " +
-        std::to_string(state_.batch_in_epoch) + " batches into epoch " +
-        std::to_string(state_.epoch + 1) + " at batch size " + std::to_string(state_.batch_size) +
-        "; finishing that epoch at " + std::to_string(config_.training.batch_size) +
-        " would train on other samples than the interrupted epoch. Resume with "
-        "training.batch_size=" +
-        std::to_string(state_.batch_size) +
-        " (change it at an epoch boundary: resume with training.epochs set to this epoch first)");
-  }
-  if (state_.batch_in_epoch > 0) check_same_samples(checkpoint, state_, inputs_.config_yaml);
-  if (state_.batch_in_epoch > 0) check_same_grouping(checkpoint, state_, accumulate_steps_);
+  check_resumable(checkpoint, state_, config_, inputs_.config_yaml,
+                  group_ ? group_->world_size() : 1);
   if (group_ && state_.batch_in_epoch > 0) take_own_sums();
-  const int64_t ranks = group_ ? group_->world_size() : 1;
-  if (state_.world_size != ranks) {
-    throw UserError(checkpoint.string() + ": written by a run of " +
-                    std::to_string(state_.world_size) + " rank(s), this run has " +
-                    std::to_string(ranks) +
-                    "; resume with the same number of ranks (the data shards and the batch per "
-                    "rank depend on it)");
-  }
   // The remaining epochs at this run's batch size (which may differ from the checkpoint's).
   const int64_t by_epochs =
       state_.step - steps_in_epoch() + (config_.training.epochs - state_.epoch) * steps_per_epoch();

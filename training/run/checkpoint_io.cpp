@@ -325,12 +325,26 @@ RunInputs checkpoint_inputs(const fs::path& file) {
   return inputs;
 }
 
-void check_checkpoint_model(const fs::path& file, torch::nn::Module& model,
-                            torch::optim::Optimizer& optimizer) {
+// Where the run stood when it was written.
+void read_position(torch::serialize::InputArchive& archive, const fs::path& file,
+                   TrainState& state) {
+  state.epoch = read_number<int64_t>(archive, file, "epoch", 0);
+  state.step = read_number<int64_t>(archive, file, "step", 0);
+  state.batch_in_epoch = read_number<int64_t>(archive, file, "batch_in_epoch", 0);
+  state.world_size = read_number<int64_t>(archive, file, "world_size", 1);
+  state.batch_size = read_number<int64_t>(archive, file, "batch_size", 1);
+  state.config_yaml = read_value(archive, file, "config").toStringRef();
+}
+
+TrainState check_checkpoint_model(const fs::path& file, torch::nn::Module& model,
+                                  torch::optim::Optimizer& optimizer) {
   auto archive = open_archive(file, torch::kCPU);
   check_format(archive, file);
   read_state(archive, file, "model", model, /*copy=*/false);
   read_optimizer(archive, file, optimizer);
+  TrainState position;
+  read_position(archive, file, position);
+  return position;
 }
 
 TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
@@ -348,15 +362,10 @@ TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
   read_optimizer(archive, file, optimizer);
 
   TrainState state;
-  state.epoch = read_number<int64_t>(archive, file, "epoch", 0);
-  state.step = read_number<int64_t>(archive, file, "step", 0);
-  state.batch_in_epoch = read_number<int64_t>(archive, file, "batch_in_epoch", 0);
+  read_position(archive, file, state);
   state.seen = read_number<int64_t>(archive, file, "seen", 0);
   state.train_seconds = read_number<double>(archive, file, "train_seconds", 0);
   state.skipped_steps = read_number<int64_t>(archive, file, "skipped_steps", 0);
-  state.world_size = read_number<int64_t>(archive, file, "world_size", 1);
-  state.batch_size = read_number<int64_t>(archive, file, "batch_size", 1);
-  state.config_yaml = read_value(archive, file, "config").toStringRef();
   c10::IValue scale, tracker;
   if (archive.try_read("grad_scale", scale) && archive.try_read("growth_tracker", tracker)) {
     state.grad_scale = scale.toTensor();

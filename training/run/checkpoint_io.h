@@ -78,9 +78,11 @@ RunInputs checkpoint_inputs(const std::filesystem::path& file);
 // Throws the UserError load_checkpoint would, naming the file, when the stored model's tensors are
 // not `model`'s (names and shapes) or the stored optimizer state does not fit `optimizer` (its
 // parameter groups); reads nothing into the model. A resume checks this on a model and optimizer
-// built for the purpose before it decides or measures anything for the run.
-void check_checkpoint_model(const std::filesystem::path& file, torch::nn::Module& model,
-                            torch::optim::Optimizer& optimizer);
+// built for the purpose before it decides or measures anything for the run. Returns where the
+// checkpoint stands (epoch, step, batch_in_epoch, world_size, batch_size, config_yaml; no
+// tensors), for the checks a resume makes before it measures (Trainer::check_resumable).
+TrainState check_checkpoint_model(const std::filesystem::path& file, torch::nn::Module& model,
+                                  torch::optim::Optimizer& optimizer);
 
 // Restores model, optimizer and RNG into existing objects of the same shape; returns the
 // position to continue from. Throws UserError naming the file when it does not fit the model.
