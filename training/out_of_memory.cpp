@@ -32,10 +32,20 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
              (config.data.device_resident ? ", data.device_resident: false" : "") +
              " or a smaller model.arch." + intact;
     case OutOfMemoryWhere::Evaluation:
-      return message + "a smaller training.eval_batch_size (now " +
-             std::to_string(config.training.eval_batch_size) +
-             "; evaluation needs no gradients and its batch size does not change the result)." +
-             intact;
+      if (!where.one_image) {  // making the evaluation batch
+        return message + "a smaller training.eval_batch_size (now " +
+               std::to_string(config.training.eval_batch_size) +
+               "; evaluation needs no gradients and its batch size does not change the result)." +
+               intact;
+      }
+      return message +
+             "evaluation went down to one image per forward pass, beside what training holds (the "
+             "weights, their gradients, the optimizer's momentum" +
+             (config.training.ema_decay > 0 ? std::string(", the weight average") : "") +
+             (config.training.precision != Precision::FP32
+                  ? std::string(", autocast's copies of the weights")
+                  : "") +
+             "): more memory (memory.limit) or a smaller model.arch." + intact;
     case OutOfMemoryWhere::Training:
       break;
   }

@@ -22,6 +22,7 @@ struct OutOfMemoryWhere {
   enum Phase { Setup, Training, Evaluation } phase;
   std::string text;
   bool checkpointed = true;  // a checkpoint of the run exists (said to be intact)
+  bool one_image = false;    // Evaluation: its forward passes were down to one image
 };
 
 // One line for an out-of-memory error: where it happened, the peak reached, the limit, and the

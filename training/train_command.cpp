@@ -231,7 +231,7 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
                             std::string(evaluating ? "in the evaluation of" : "in") + " epoch " +
                                 std::to_string(trainer.state().epoch + 1) + " after " +
                                 std::to_string(trainer.state().step) + " steps",
-                            trainer.checkpoint_exists()};
+                            trainer.checkpoint_exists(), trainer.evaluating_one_image()};
   };
   try {
     return out_of_memory_is_exit_3(config, device, position, [&] { return trainer.fit(); });

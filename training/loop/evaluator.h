@@ -33,6 +33,8 @@ class Evaluator {
   void check_fits(models::ResNet& model, data::Loader& loader);
   // True while run() or check_fits() runs (an out-of-memory error there needs other remedies).
   bool evaluating() const { return evaluating_; }
+  // Its forward passes are down to one image (halved on out of memory, or the batch size is 1).
+  bool at_one_image() const { return chunk_ == 1 || config_.training.eval_batch_size == 1; }
 
  private:
   // One batch into the sums, in chunks of chunk_ images.

@@ -140,8 +140,26 @@ void Trainer::write_to(RunDirectory& run) {
   }
 }
 
+std::vector<torch::Tensor> Trainer::held_from_the_first_update() const {
+  std::vector<torch::Tensor> held;
+  const bool momentum = config_.optimizer.momentum() > 0;
+  const auto& state = parts_.optimizer->state();
+  for (const auto& p : parts_.model->parameters()) {
+    if (!p.grad().defined()) held.push_back(torch::empty_like(p));
+    if (momentum && state.find(p.unsafeGetTensorImpl()) == state.end()) {
+      held.push_back(torch::empty_like(p));
+    }
+  }
+  return held;
+}
+
 FitEnd Trainer::fit() {
-  evaluator_.check_fits(evaluated_model(), *test_loader_);
+  {
+    // Evaluation runs after training's updates, beside their gradients and momentum: the probe
+    // that says before the first step whether it fits holds them too.
+    const auto held = held_from_the_first_update();
+    evaluator_.check_fits(evaluated_model(), *test_loader_);
+  }
   parts_.model->train();
   const bool training = state_.epoch < config_.training.epochs && state_.step < total_steps_;
   observers_.on_fit_start(state_, training);

@@ -76,10 +76,15 @@ class Trainer {
   // training.batch_size: the rest of that epoch would be other samples (trainer_checkpoint.cpp).
   void resume(const std::filesystem::path& checkpoint);
   FitEnd fit();
+  // What training holds from its first update on that the run does not hold yet: a gradient per
+  // parameter and, with momentum, a momentum buffer where the optimizer has none (a resumed one
+  // has them). The evaluation probe before the first step runs beside them.
+  std::vector<torch::Tensor> held_from_the_first_update() const;
 
   Evaluation evaluate();
   // True while evaluate() runs (an out-of-memory error there needs other remedies).
   bool evaluating() const { return evaluator_.evaluating(); }
+  bool evaluating_one_image() const { return evaluator_.at_one_image(); }
   models::ResNet& model() { return parts_.model; }
   const TrainState& state() const { return state_; }
   // Optimizer steps per epoch: whole groups of training.accumulate_steps batches.

@@ -125,6 +125,34 @@ training::Config accumulating_config() {
 
 // training.accumulate_steps 2 on 5 batches of 32: 2 optimizer steps of 64 images per epoch (the
 // fifth batch, an incomplete group, is dropped), recorded as such.
+// The evaluation probe before the first step ran beside the weights alone; evaluation runs after
+// training's updates, beside their gradients and momentum (a run whose checkpointing auto fitted
+// trained a whole epoch and ran out of memory evaluating it). The probe holds what the first
+// update adds: a gradient and a momentum buffer per parameter, nothing once they exist.
+TEST(Trainer, TheEvaluationProbeHoldsWhatTheFirstUpdateAdds) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  config.training.max_steps = 1;
+  auto bytes = [](const std::vector<torch::Tensor>& tensors) {
+    int64_t total = 0;
+    for (const auto& t : tensors) total += t.nbytes();
+    return total;
+  };
+  for (const double momentum : {0.9, 0.0}) {
+    config.optimizer.momentum(momentum);
+    config.optimizer.nesterov(momentum > 0);
+    training::RunDirectory run_dir(dir / ("m" + std::to_string(momentum > 0)), false);
+    training::Trainer trainer(config, torch::kCPU, split_for(config, data::SplitName::Train),
+                              split_for(config, data::SplitName::Test));
+    trainer.write_to(run_dir);
+    int64_t weights = 0;
+    for (const auto& p : trainer.model()->parameters()) weights += p.nbytes();
+    EXPECT_EQ(bytes(trainer.held_from_the_first_update()), (momentum > 0 ? 2 : 1) * weights);
+    trainer.fit();
+    EXPECT_EQ(bytes(trainer.held_from_the_first_update()), 0);
+  }
+}
+
 TEST(Trainer, AccumulationCountsOptimizerStepsAndDropsTheIncompleteGroup) {
   test_support::TempDir dir;
   auto config = accumulating_config();

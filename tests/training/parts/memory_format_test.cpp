@@ -9,7 +9,7 @@
 
 namespace {
 
-training::Config config_with(const std::string& training) {
+training::Config layout_config(const std::string& training) {
   return training::parse_config(
       "model: {arch: resnet18, stem: imagenet}\ntraining: {device: cpu" + training + "}\n",
       "layout");
@@ -29,10 +29,10 @@ struct FakeRates {
 };
 
 TEST(MemoryFormat, AutoIsTheDefaultAndReadsBack) {
-  const auto config = config_with("");
+  const auto config = layout_config("");
   EXPECT_FALSE(config.training.memory_format.has_value());
   EXPECT_NE(training::to_yaml(config).find("memory_format: auto"), std::string::npos);
-  EXPECT_EQ(*config_with(", memory_format: channels_last").training.memory_format,
+  EXPECT_EQ(*layout_config(", memory_format: channels_last").training.memory_format,
             c10::MemoryFormat::ChannelsLast);
 }
 
@@ -43,7 +43,7 @@ TEST(MemoryFormat, AutoKeepsTheFasterLayoutTimedOnTheCpu) {
         std::tuple{161.0, 157.0, c10::MemoryFormat::Contiguous}}) {
     FakeRates rates{contiguous, channels_last, {}};
     const auto choice =
-        training::choose_memory_format(config_with(""), torch::kCPU, false, rates.measure());
+        training::choose_memory_format(layout_config(""), torch::kCPU, false, rates.measure());
     EXPECT_TRUE(choice.timed);
     EXPECT_EQ(choice.format, expected);
     EXPECT_EQ(choice.contiguous_rate, contiguous);
@@ -59,46 +59,46 @@ TEST(MemoryFormat, AutoKeepsTheFasterLayoutTimedOnTheCpu) {
 // or with bf16 where it is emulated.
 TEST(MemoryFormat, WhatIsNotTimed) {
   FakeRates rates{1.0, 2.0, {}};
-  auto choice = training::choose_memory_format(config_with(", memory_format: contiguous"),
+  auto choice = training::choose_memory_format(layout_config(", memory_format: contiguous"),
                                                torch::kCPU, false, rates.measure());
   EXPECT_FALSE(choice.timed);
   EXPECT_EQ(choice.format, c10::MemoryFormat::Contiguous);
-  choice = training::choose_memory_format(config_with(""), torch::Device(torch::kCUDA, 0), false,
+  choice = training::choose_memory_format(layout_config(""), torch::Device(torch::kCUDA, 0), false,
                                           rates.measure());
   EXPECT_FALSE(choice.timed);
   EXPECT_EQ(choice.format, c10::MemoryFormat::ChannelsLast);
-  choice = training::choose_memory_format(config_with(""), torch::kCPU, true, rates.measure());
+  choice = training::choose_memory_format(layout_config(""), torch::kCPU, true, rates.measure());
   EXPECT_FALSE(choice.timed);
   EXPECT_EQ(choice.format, c10::MemoryFormat::Contiguous);
-  choice = training::choose_memory_format(config_with(", precision: bf16"), torch::kCPU, false,
+  choice = training::choose_memory_format(layout_config(", precision: bf16"), torch::kCPU, false,
                                           rates.measure());
   EXPECT_EQ(choice.timed, training::cpu_has_native_bf16());
   if (!choice.timed) {
     EXPECT_EQ(rates.asked.size(), 0u);
   }
   // What components build from a config that still says auto: the untimed default.
-  EXPECT_EQ(training::memory_format_for(config_with(""), torch::kCPU),
+  EXPECT_EQ(training::memory_format_for(layout_config(""), torch::kCPU),
             c10::MemoryFormat::Contiguous);
-  EXPECT_EQ(training::memory_format_for(config_with(""), torch::Device(torch::kCUDA, 0)),
+  EXPECT_EQ(training::memory_format_for(layout_config(""), torch::Device(torch::kCUDA, 0)),
             c10::MemoryFormat::ChannelsLast);
 }
 
 // bf16 contiguous is the combination known to be far slower on a CPU with native bf16.
 TEST(MemoryFormat, Bf16ContiguousOnANativeBf16CpuIsWarnedAbout) {
   const auto warning = training::memory_format_warning(
-      config_with(", precision: bf16, memory_format: contiguous"), torch::kCPU);
+      layout_config(", precision: bf16, memory_format: contiguous"), torch::kCPU);
   EXPECT_EQ(warning.empty(), !training::cpu_has_native_bf16()) << warning;
   EXPECT_TRUE(training::memory_format_warning(
-                  config_with(", precision: bf16, memory_format: channels_last"), torch::kCPU)
+                  layout_config(", precision: bf16, memory_format: channels_last"), torch::kCPU)
                   .empty());
   EXPECT_TRUE(
-      training::memory_format_warning(config_with(", memory_format: contiguous"), torch::kCPU)
+      training::memory_format_warning(layout_config(", memory_format: contiguous"), torch::kCPU)
           .empty());
 }
 
 // The default timing really trains: a positive rate for each layout.
 TEST(MemoryFormat, TheDefaultTimingMeasuresTrainingSteps) {
-  auto config = config_with(", memory_format: channels_last");
+  auto config = layout_config(", memory_format: channels_last");
   EXPECT_GT(training::measure_training_rate(config, torch::kCPU), 0.0);
 }
 
@@ -106,7 +106,7 @@ TEST(MemoryFormat, TheDefaultTimingMeasuresTrainingSteps) {
 // micro-batch count, model or optimizer is timed again), as a recorded checkpointing choice does.
 TEST(MemoryFormat, ARecordedLayoutHoldsOnlyForTheStepItWasTimedFor) {
   FakeRates rates{10.0, 25.0, {}};
-  const auto config = config_with(", batch_size: 8, accumulate_steps: 1");
+  const auto config = layout_config(", batch_size: 8, accumulate_steps: 1");
   training::Decisions decisions;
   training::decide_memory_format(config, decisions, torch::kCPU, false, rates.measure());
   ASSERT_TRUE(decisions.layout);
@@ -126,7 +126,7 @@ TEST(MemoryFormat, ARecordedLayoutHoldsOnlyForTheStepItWasTimedFor) {
         ", batch_size: 8, accumulate_steps: 1, ema_decay: 0.99"}) {
     auto again = decisions;
     const auto before = rates.asked.size();
-    training::decide_memory_format(config_with(changed), again, torch::kCPU, false,
+    training::decide_memory_format(layout_config(changed), again, torch::kCPU, false,
                                    rates.measure());
     EXPECT_EQ(rates.asked.size(), before + 2) << changed << ": the recorded layout was kept";
   }

@@ -1,0 +1,31 @@
+#include "training/out_of_memory.h"
+
+#include <gtest/gtest.h>
+
+namespace {
+
+// An evaluation that ran out of memory at one image per forward pass (it halves its passes before
+// it gives up) was told to take a smaller training.eval_batch_size, which cannot help; that remedy
+// stays for the evaluation batch itself.
+TEST(OutOfMemory, AnEvaluationDownToOneImageIsNotToldToShrinkItsBatch) {
+  training::Config config;
+  config.memory.limit = int64_t{140} << 20;
+  config.training.precision = training::Precision::BF16;
+  const training::OutOfMemoryWhere batch{training::OutOfMemoryWhere::Evaluation,
+                                         "in the evaluation of epoch 1 after 8 steps", true, false};
+  const auto making = training::out_of_memory_message(config, torch::kCPU, batch, "");
+  EXPECT_NE(making.find("a smaller training.eval_batch_size (now 500"), std::string::npos)
+      << making;
+  auto one = batch;
+  one.one_image = true;
+  const auto message = training::out_of_memory_message(config, torch::kCPU, one, "");
+  EXPECT_EQ(message.find("eval_batch_size"), std::string::npos) << message;
+  EXPECT_NE(message.find("evaluation went down to one image per forward pass, beside what "
+                         "training holds (the weights, their gradients, the optimizer's "
+                         "momentum, autocast's copies of the weights): more memory "
+                         "(memory.limit) or a smaller model.arch. The last checkpoint is intact."),
+            std::string::npos)
+      << message;
+}
+
+}  // namespace
