@@ -41,10 +41,18 @@ double headroom_flag(const std::string& text) {
   return value;
 }
 
-// A size with its unit: a card's memory is no bare number of bytes ("24" was 24 bytes).
+// A size with its unit: a card's memory is no bare number of bytes ("24" was 24 bytes). The size
+// offered is one the flag takes: in GiB where that is within the largest size, else in bytes.
 int64_t size_with_unit(const std::string& flag, const std::string& text) {
   if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
-    throw UserError(flag + ": '" + text + "' has no unit; give one, e.g. " + text + "GiB");
+    bool as_gib = true;
+    try {
+      training::parse_byte_size(text + "GiB");
+    } catch (const std::invalid_argument&) {
+      as_gib = false;
+    }
+    throw UserError(flag + ": '" + text + "' has no unit; give one, e.g. " + text +
+                    (as_gib ? "GiB" : "B"));
   }
   return training::size_flag(flag, text);
 }

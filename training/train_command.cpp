@@ -106,9 +106,9 @@ LoadedData load_data(const Config& config) {
           {"data.synthetic_test_size", dataset.synthetic_test_size()}}) {
       const int64_t bytes = images * data::kChannels * data::kImageSide * data::kImageSide;
       if (bytes > host) {
-        throw KeyError(key, std::to_string(images) + " images are " + format_bytes(bytes) +
-                                " decoded, more than this machine's " + format_bytes(host) +
-                                " of memory");
+        const auto [decoded, has] = format_bytes_apart(bytes, host);
+        throw KeyError(key, std::to_string(images) + " images are " + decoded +
+                                " decoded, more than this machine's " + has + " of memory");
       }
     }
   }

@@ -54,7 +54,7 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
   EXPECT_EQ(written.checkpointing.mode(), training::CheckpointMode::Auto);
   EXPECT_FALSE(written.checkpointing.blocks());
   EXPECT_EQ(written.checkpointing.budget(), 0);
-  const auto decided = training::read_decisions(run).checkpointing;
+  const auto decided = training::read_decisions(run, written).checkpointing;
   ASSERT_TRUE(decided);
   const auto blocks = decided->blocks;
   EXPECT_FALSE(blocks.empty());
@@ -75,7 +75,9 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
       << resumed.output;
   EXPECT_EQ(resumed.output.find("measuring every block"), std::string::npos) << resumed.output;
   EXPECT_FALSE(training::load_config((run / "config.yaml").string()).checkpointing.blocks());
-  EXPECT_EQ(training::read_decisions(run).checkpointing->blocks, blocks);
+  EXPECT_EQ(training::read_decisions(run, training::load_config((run / "config.yaml").string()))
+                .checkpointing->blocks,
+            blocks);
   // Verified: the measured training peak is within the budget, and said beside the prediction.
   EXPECT_NE(resumed.output.find("within the budget of"), std::string::npos) << resumed.output;
   std::ifstream metrics(run / "metrics.jsonl");

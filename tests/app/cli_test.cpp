@@ -648,7 +648,10 @@ TEST(Cli, MatmulBenchRefusesBadArguments) {
            {"--size 64,128,64", "--size: item 3 repeats item 1; list each value once"},
            {"--devices cpu,cpu", "--devices: item 2 repeats item 1; list each value once"},
            {"--dtypes fp32,bf16,bf16", "--dtypes: item 3 repeats item 2; list each value once"},
-           {"--peak cpu=5", "--peak: expected device:dtype=GFLOPS"}}) {
+           {"--peak cpu=5", "--peak: expected device:dtype=GFLOPS"},
+           // A device and dtype's peak given twice: the last one won in silence.
+           {"--size 64 --peak cpu:fp32=100 --peak cpu:fp32=200",
+            "--peak: item 2 repeats item 1; list each value once"}}) {
     const auto r = run_train("bench matmul " + flags + " --output /dev/null");
     EXPECT_EQ(r.code, 2) << flags;
     EXPECT_EQ(count_lines(r.output), 1) << r.output;

@@ -99,6 +99,11 @@ TEST(FlagValues, APlansSizesTakeAUnit) {
   EXPECT_EQ(refusal(flags), "--overhead: '800' has no unit; give one, e.g. 800GiB");
   flags.overhead = "800MiB";
   EXPECT_EQ(app::plan_request(flags, from_sweep()).overhead, int64_t{800} << 20);
+  // The size it offers is one it takes: "25769803776GiB" is above the largest size.
+  flags.memory = "25769803776";
+  EXPECT_EQ(refusal(flags), "--memory: '25769803776' has no unit; give one, e.g. 25769803776B");
+  flags.memory = "25769803776B";
+  EXPECT_EQ(app::plan_request(flags, from_sweep()).memory, int64_t{24} << 30);
 }
 
 // PYTORCH_CUDA_ALLOC_CONF with an option the model does not follow is refused with --card before

@@ -77,6 +77,15 @@ TEST(Sources, AResumeSaysItsStepsPlannedOnceCountingThoseDone) {
       << r.output;
   EXPECT_NE(r.output.find("4 steps done; 6 steps planned in all"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find(" steps planned)"), std::string::npos) << r.output;
+  // A cap already reached is said as the epochs are (it said "5 steps planned in all", then
+  // "done" without a word).
+  const auto capped =
+      run_train("--resume " + run.string() + " --set training.epochs=3 --set training.max_steps=5");
+  EXPECT_EQ(capped.code, 0) << capped.output;
+  EXPECT_NE(capped.output.find("training.max_steps 5 is reached (6 steps done); to train on, raise "
+                               "it or set it to 0 (no cap)"),
+            std::string::npos)
+      << capped.output;
 }
 
 // `train bench loader --config X.yaml --output X.yaml` replaced the config with its JSON (exit 0).

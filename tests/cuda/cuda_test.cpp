@@ -218,7 +218,8 @@ TEST(Cuda, AutoCheckpointingTrainsWithinTheBudgetItChose) {
                        " --set checkpointing.enabled=auto");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("within the budget of"), std::string::npos) << r.output;
-  const auto decided = training::read_decisions(dir / "auto").checkpointing;
+  const auto decided =
+      training::read_decisions(dir / "auto", training::load_config(yaml.string())).checkpointing;
   ASSERT_TRUE(decided);
   EXPECT_FALSE(decided->blocks.empty());
   const auto peak = metrics(dir / "auto").at(0).at("train_peak_allocated_bytes").get<int64_t>();

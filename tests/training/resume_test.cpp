@@ -92,7 +92,8 @@ TEST(Resume, TheCheckpointsDecisionsHoldWithConfigAndWithoutDecisionsJson) {
   training::Decisions recorded;
   training::effective_config(request, {dir.path(), file}, recorded);
   EXPECT_EQ(training::decisions_json(recorded), training::decisions_json(made));
-  EXPECT_EQ(training::decisions_json(training::read_decisions(dir.path())),
+  EXPECT_EQ(training::decisions_json(
+                training::read_decisions(dir.path(), training::parse_config(kModel, "kModel"))),
             training::decisions_json(made));
 }
 

@@ -172,11 +172,12 @@ std::string allocator_limit_text(const CardPrediction& p) {
   const std::string card_less =
       fmt::format("the card less {} outside the allocator: {}",
                   format_bytes(p.beside.outside_allocator), p.beside.outside_source);
-  return p.limited_by_memory_limit
-             ? fmt::format(
-                   "{}, memory.limit, which is below {} ({})", format_bytes(p.allocator.limit),
-                   format_bytes(p.card.memory_bytes - p.beside.outside_allocator), card_less)
-             : fmt::format("{} ({})", format_bytes(p.allocator.limit), card_less);
+  if (!p.limited_by_memory_limit) {
+    return fmt::format("{} ({})", format_bytes(p.allocator.limit), card_less);
+  }
+  const auto [limit, card] =
+      format_bytes_apart(p.allocator.limit, p.card.memory_bytes - p.beside.outside_allocator);
+  return fmt::format("{}, memory.limit, which is below {} ({})", limit, card, card_less);
 }
 
 // The estimated step on the card per setting: its time, why, and a table of its operations by

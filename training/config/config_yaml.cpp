@@ -37,7 +37,12 @@ std::vector<std::string> split_items(const std::string& text, const std::string&
   size_t begin = 0;
   for (;;) {
     const size_t comma = text.find(',', begin);
-    items.push_back(text.substr(begin, comma == std::string::npos ? comma : comma - begin));
+    std::string item = text.substr(begin, comma == std::string::npos ? comma : comma - begin);
+    const size_t first = item.find_first_not_of(" \t");
+    item = first == std::string::npos
+               ? ""
+               : item.substr(first, item.find_last_not_of(" \t") + 1 - first);
+    items.push_back(item);
     if (items.back().empty()) {
       throw ConfigError(flag + ": '" + text +
                         "' has an empty item; expected items separated by single commas, e.g. a,b");

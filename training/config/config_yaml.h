@@ -40,8 +40,9 @@ inline constexpr int64_t kAuto = -1;
 std::string suggestion(const std::string& wrong, const std::vector<std::string>& valid,
                        const std::string& prefix);
 std::string join(const std::vector<std::string>& items, const std::string& separator);
-// "fp32,bf16" -> {"fp32", "bf16"}, the one reading of a comma-separated flag value: an empty item
-// ("fp32,", ",fp32", "32,,64") is a ConfigError naming `flag`, never an item dropped in silence.
+// "fp32,bf16" -> {"fp32", "bf16"}, the one reading of a comma-separated flag value: spaces around
+// an item are not part of it ("fp32, bf16", as YAML reads a list); an empty item ("fp32,",
+// ",fp32", "32,,64") is a ConfigError naming `flag`, never an item dropped in silence.
 std::vector<std::string> split_items(const std::string& text, const std::string& flag);
 
 // The one rule for every list a user gives (a config's grid, a flag's items): each value once.

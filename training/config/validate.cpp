@@ -83,8 +83,8 @@ void validate(const Config& c, const std::function<std::string(const std::string
   check_checkpointing(c.checkpointing, c.model, fail);
   if (c.checkpointing.budget() > 0 && c.memory.limit > 0 &&
       c.checkpointing.budget() > c.memory.limit) {
-    fail("checkpointing.budget: " + format_bytes(c.checkpointing.budget()) +
-         " is more than memory.limit " + format_bytes(c.memory.limit) +
+    const auto [budget, limit] = format_bytes_apart(c.checkpointing.budget(), c.memory.limit);
+    fail("checkpointing.budget: " + budget + " is more than memory.limit " + limit +
          "; a budget is what the step may use of the memory there is");
   }
   if (c.optimizer.nesterov() && c.optimizer.momentum() <= 0.0) {

@@ -124,6 +124,11 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
         "all {} epochs of training.epochs are trained; to train on, raise it (e.g. --set "
         "training.epochs={})",
         config_.training.epochs, config_.training.epochs + 10);
+  } else if (state_.step >= total_steps_) {
+    spdlog::info(
+        "training.max_steps {} is reached ({} steps done); to train on, raise it or set it to 0 "
+        "(no cap)",
+        config_.training.max_steps, state_.step);
   }
 }
 

@@ -249,8 +249,8 @@ std::string recorded_choice_lapsed(const CheckpointingDecision& c, const Config&
   if (c.chosen_for != step)
     return "it was chosen for " + c.chosen_for + ", and this run is " + step;
   if (!budget || c.predicted_peak <= *budget) return "";
-  return "its predicted peak " + format_bytes(c.predicted_peak) + " is above this run's budget " +
-         format_bytes(*budget);
+  const auto [peak, allowed] = format_bytes_apart(c.predicted_peak, *budget);
+  return "its predicted peak " + peak + " is above this run's budget " + allowed;
 }
 
 // Whether the recorded choice `c` holds for this run; kept, it is checked against this run's
@@ -326,11 +326,11 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
   choice.budget_source = budget.source;
   choice.note = note;
   if (!choice.fits) {
-    throw OutOfMemory("checkpointing.enabled: auto: nothing fits the budget of " +
-                      format_bytes(budget.bytes) + " (" + budget.source +
-                      "): with every block recomputed one step at batch " +
-                      std::to_string(config.training.batch_size) + " peaks at " +
-                      format_bytes(choice.smallest_peak) + "; " + remedies(config));
+    const auto [allowed, peak] = format_bytes_apart(budget.bytes, choice.smallest_peak);
+    throw OutOfMemory("checkpointing.enabled: auto: nothing fits the budget of " + allowed + " (" +
+                      budget.source + "): with every block recomputed one step at batch " +
+                      std::to_string(config.training.batch_size) + " peaks at " + peak + "; " +
+                      remedies(config));
   }
   recorded = CheckpointingDecision{choice.blocks,
                                    step_signature(config, device),

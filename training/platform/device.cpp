@@ -209,8 +209,8 @@ int64_t total_memory(const torch::Device& device) {
 void check_memory_limit(const torch::Device& device, int64_t bytes) {
   const int64_t total = total_memory(device);
   if (bytes > total) {
-    throw UserError(format_bytes(bytes) + " is more than " + device.str() + " has (" +
-                    format_bytes(total) + ")");
+    const auto [asked, has] = format_bytes_apart(bytes, total);
+    throw UserError(asked + " is more than " + device.str() + " has (" + has + ")");
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
@@ -211,6 +212,24 @@ std::string format_bytes(int64_t bytes) {
     std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
   }
   return text;
+}
+
+std::pair<std::string, std::string> format_bytes_apart(int64_t a, int64_t b) {
+  if (a == b || format_bytes(a) != format_bytes(b)) return {format_bytes(a), format_bytes(b)};
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  for (double larger = static_cast<double>(std::max(std::abs(a), std::abs(b)));
+       larger >= 1024.0 && unit < 4; larger /= 1024.0) {
+    ++unit;
+  }
+  const double scale = std::pow(1024.0, unit);
+  for (int decimals = 2; unit > 0 && decimals <= 6; ++decimals) {
+    auto text = [&](int64_t bytes) {
+      return fmt::format("{:.{}f} {}", static_cast<double>(bytes) / scale, decimals, kUnits[unit]);
+    };
+    if (text(a) != text(b)) return {text(a), text(b)};
+  }
+  return {std::to_string(a) + " B", std::to_string(b) + " B"};
 }
 
 std::string byte_size_text(int64_t bytes) {

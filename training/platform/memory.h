@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "training/platform/allocation_trace.h"
 #include "training/platform/memory_timeline.h"
@@ -103,6 +104,10 @@ std::string size_at_least_text(int64_t bytes);
 
 // "1.50 GiB", "512.0 MiB", "12 B": the largest binary unit that keeps the number >= 1.
 std::string format_bytes(int64_t bytes);
+// The two sides of a comparison as format_bytes writes them, or where that writes two different
+// sizes alike, in one unit with the decimals that tell them apart ("139.964 MiB" against
+// "139.961 MiB"; to the byte where six do not).
+std::pair<std::string, std::string> format_bytes_apart(int64_t a, int64_t b);
 
 inline double to_mib(int64_t bytes) {
   return static_cast<double>(bytes) / kMiB;

@@ -99,9 +99,10 @@ ComparedRun read_compared_run(const fs::path& dir) {
   run.name = run.dir.filename().string();
   // The run's effective config, read and checked as train reads it: every key, one a run's file
   // leaves out at its default.
-  flatten(YAML::Load(run_yaml(load_config((dir / "config.yaml").string()))), "", run.config);
+  const Config asked = load_config((dir / "config.yaml").string());
+  flatten(YAML::Load(run_yaml(asked)), "", run.config);
   // What each run's autos decided (decisions.json), beside what was asked.
-  const Decisions decisions = read_decisions(dir);
+  const Decisions decisions = read_decisions(dir, asked);
   if (decisions.layout) {
     run.config["decided.training.memory_format"] = memory_format_name(decisions.layout->format);
   }

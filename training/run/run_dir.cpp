@@ -38,18 +38,22 @@ int remove_stale_temporaries(const fs::path& dir) {
   return removed;
 }
 
-Decisions read_decisions(const fs::path& run_dir) {
+Decisions read_decisions(const fs::path& run_dir, const Config& asked) {
   std::error_code ec;
   const fs::path file = run_dir / "decisions.json";
+  auto checked = [&](const std::string& json, const std::string& origin) {
+    Decisions decisions = parse_decisions(json, origin);
+    check_decisions(decisions, asked, origin);
+    return decisions;
+  };
   if (fs::exists(file, ec) || fs::is_symlink(file, ec)) {
-    return parse_decisions(read_whole_file(file), file.string());
+    return checked(read_whole_file(file), file.string());
   }
   // decisions.json gone: the checkpoint holds them too.
   const fs::path checkpoint = run_dir / "checkpoint.pt";
   if (fs::is_regular_file(checkpoint, ec)) {
     const std::string stored = checkpoint_inputs(checkpoint).decisions_json;
-    if (!stored.empty())
-      return parse_decisions(stored, checkpoint.string() + " (stored decisions)");
+    if (!stored.empty()) return checked(stored, checkpoint.string() + " (stored decisions)");
   }
   return {};
 }

@@ -35,9 +35,10 @@ struct RunInputs {
   std::string decisions_json;
 };
 
-// A run directory's decisions: its decisions.json (UserError naming it when it cannot be read);
-// without it, its checkpoint's (none otherwise).
-Decisions read_decisions(const std::filesystem::path& run_dir);
+// A run directory's decisions: its decisions.json (UserError naming it when it cannot be read, or
+// when its blocks are not the run's model's, `asked`, as train writes them); without it, its
+// checkpoint's (none otherwise).
+Decisions read_decisions(const std::filesystem::path& run_dir, const Config& asked);
 
 class RunDirectory {
  public:

@@ -249,7 +249,7 @@ fs::path write_report(const fs::path& run_dir) {
   const fs::path config_file = run_dir / "config.yaml";
   if (!fs::exists(config_file)) throw UserError(config_file.string() + ": not found");
   const Config asked = load_config(config_file.string());
-  const Decisions decisions = read_decisions(run_dir);
+  const Decisions decisions = read_decisions(run_dir, asked);
   const Config config = decided(asked, decisions);
   const std::string plot_problem =
       run_python_script("plot_run.py", {run_dir.string()}, run_dir / "plot.log");

@@ -110,6 +110,7 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
     throw UserError("--repeats: expected an integer in [1, 1000], got " + std::to_string(repeats));
   }
   options.repeats = repeats;
+  std::vector<std::string> peak_keys;  // device:dtype, each once (a repeat would overwrite)
   for (const auto& peak : peaks) {
     // device:dtype=GFLOPS, the device in the device grammar (device.h).
     const std::string expected =
@@ -131,6 +132,10 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
       throw UserError("--peak: expected a peak above 0 GFLOP/s, got '" + peak + "'");
     }
     options.peak_gflops[device + ":" + dtype] = gflops;
+    peak_keys.push_back(device + ":" + dtype);
+  }
+  if (const std::string repeat = config_yaml::first_repeat(peak_keys); !repeat.empty()) {
+    throw UserError("--peak: " + repeat + " (a device and dtype's peak is given once)");
   }
   options.memory_limit = memory_limit;
   return options;

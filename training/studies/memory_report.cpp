@@ -166,17 +166,21 @@ ordered_json breakdown_json(const StepBreakdown& b) {
   }
   ordered_json json = {{"setting", b.setting.label()}};
   json.update(b.setting.json());
-  json.update(ordered_json{{"recomputed_blocks", b.recomputed_blocks},
-                           {"predicted_peak_bytes", b.predicted_peak_bytes},
-                           {"batch_size", b.batch_size},
-                           {"status", status_name(b.status)},
-                           {"message", b.message},
-                           {"peak_phase", phase_name(b.peak_phase)},
-                           {"measured_peak_bytes", b.measured_peak_bytes},
-                           {"itemized_peak_bytes", b.itemized_peak_bytes},
-                           {"reserved_bytes", b.reserved_bytes},
-                           {"unexplained_bytes", b.unexplained_bytes()},
-                           {"rows", rows}});
+  // Only checkpointing auto chooses blocks; the others have none to say (null).
+  const bool chooses = b.setting.checkpointing == CheckpointMode::Auto;
+  json.update(ordered_json{
+      {"recomputed_blocks", chooses ? ordered_json(b.recomputed_blocks) : ordered_json(nullptr)},
+      {"predicted_peak_bytes",
+       chooses ? ordered_json(b.predicted_peak_bytes) : ordered_json(nullptr)},
+      {"batch_size", b.batch_size},
+      {"status", status_name(b.status)},
+      {"message", b.message},
+      {"peak_phase", phase_name(b.peak_phase)},
+      {"measured_peak_bytes", b.measured_peak_bytes},
+      {"itemized_peak_bytes", b.itemized_peak_bytes},
+      {"reserved_bytes", b.reserved_bytes},
+      {"unexplained_bytes", b.unexplained_bytes()},
+      {"rows", rows}});
   return json;
 }
 

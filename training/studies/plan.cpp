@@ -184,7 +184,7 @@ void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t 
 }  // namespace
 
 std::string percent_text(double share) {
-  return fmt::format("{:.0f}%", share * 100);
+  return fmt::format("{:.9g}%", share * 100);  // as given: "12.345%", "99.9%", "10%"
 }
 
 Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,

@@ -62,7 +62,7 @@ struct Plan {
   int64_t gradient_bytes = 0;
 };
 
-// "10%" for 0.1.
+// "10%" for 0.1, "12.345%" for 0.12345: as given, never rounded to another figure.
 std::string percent_text(double share);
 
 // The plan for a card of `card_bytes` from the sweep in `sweep_dir` (sweep_report.h's

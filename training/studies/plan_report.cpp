@@ -26,7 +26,17 @@ std::string verdict_of(const Plan& plan, size_t i) {
            size_at_least_text(static_cast<int64_t>(std::ceil(
                static_cast<double>(c.predicted_peak + plan.overhead_bytes) / (1 - plan.headroom))));
   }
-  if (plan.speed == Plan::Speed::None) return "fits (speed not estimated: fewer images a step)";
+  if (plan.speed == Plan::Speed::None) {  // ranked by images a step, then by the smaller peak
+    const auto& chosen = plan.candidates.at(*plan.chosen);
+    const int64_t images = c.batch * c.setting.accumulate_steps;
+    if (images < chosen.batch * chosen.setting.accumulate_steps) {
+      return "fits (speed not estimated: fewer images a step)";
+    }
+    return c.predicted_peak > chosen.predicted_peak
+               ? "fits (speed not estimated: as many images a step, a larger peak)"
+               : "fits (speed not estimated: as many images a step and the same peak; the "
+                 "recommended one is listed first)";
+  }
   const double fewer =
       100 * (1 - c.images_per_second / plan.candidates.at(*plan.chosen).images_per_second);
   if (fewer < 0.5) return "as fast (within 0.5%; the recommended one is listed first)";

@@ -523,7 +523,11 @@ TEST(Config, SplitItemsReadsACommaListOneWayAndRefusesAnEmptyItem) {
   using training::config_yaml::split_items;
   EXPECT_EQ(split_items("fp32", "--precisions"), std::vector<std::string>{"fp32"});
   EXPECT_EQ(split_items("fp32,bf16", "--precisions"), (std::vector<std::string>{"fp32", "bf16"}));
-  for (const std::string text : {"fp32,", ",fp32", "32,,64", ""}) {
+  // Spaces around an item are not part of it, for every list flag as for the YAML lists the grid's
+  // flags become ("fp32, bf16" ran a sweep, and --settings refused it as "' bf16'").
+  EXPECT_EQ(split_items(" fp32 ,\tbf16 ", "--settings"),
+            (std::vector<std::string>{"fp32", "bf16"}));
+  for (const std::string text : {"fp32,", ",fp32", "32,,64", "", "fp32, ,bf16", " "}) {
     try {
       split_items(text, "--precisions");
       ADD_FAILURE() << "'" << text << "' was read";

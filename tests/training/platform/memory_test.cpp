@@ -157,6 +157,24 @@ TEST(ByteSize, FormatsWithTheLargestFittingUnit) {
 }
 
 // A size advised to the user is one the flags read back, never below what is needed.
+// The two sides of a comparison differed but read the same ("its predicted peak 139.96 MiB is
+// above this run's budget 139.96 MiB"): they are written with the decimals that tell them apart.
+TEST(ByteSize, TheTwoSidesOfAComparisonDifferWhereTheyDiffer) {
+  const int64_t budget = 146759483;  // 139.96 MiB to two decimals
+  for (const int64_t other : {budget + 1, budget + 3000, budget + 100000, budget - 1}) {
+    const auto [a, b] = training::format_bytes_apart(other, budget);
+    EXPECT_NE(a, b) << other;
+  }
+  EXPECT_EQ(training::format_bytes_apart(budget + 3000, budget),
+            (std::pair<std::string, std::string>{"139.964 MiB", "139.961 MiB"}));
+  const int64_t gib = int64_t{1} << 30;  // a byte apart is below six decimals of a GiB
+  EXPECT_EQ(training::format_bytes_apart(gib + 1, gib),
+            (std::pair<std::string, std::string>{"1073741825 B", "1073741824 B"}));
+  EXPECT_EQ(training::format_bytes_apart(budget, budget).first, "139.96 MiB");
+  EXPECT_EQ(training::format_bytes_apart(2048, 512),  // apart already: as format_bytes writes them
+            (std::pair<std::string, std::string>{"2.00 KiB", "512 B"}));
+}
+
 TEST(ByteSize, AnAdvisedSizeReadsBackAtOrAboveWhatItAdvises) {
   for (const int64_t bytes : {int64_t{1}, int64_t{1} << 20, (int64_t{1136} << 20) + 1,
                               int64_t{2} << 30, (int64_t{80} << 30) - 7, int64_t{3} << 40}) {

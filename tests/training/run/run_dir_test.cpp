@@ -118,7 +118,7 @@ TEST(RunDirectory, AFailedWriteOfTheInputsLeavesConfigYamlAsItWas) {
   EXPECT_EQ(test_support::read_text(dir / "run/config.yaml"), "a: 1\n");
   // Read back, a decisions.json that is no file is named (it was an internal error).
   try {
-    training::read_decisions(dir / "run");
+    training::read_decisions(dir / "run", training::Config{});
     ADD_FAILURE() << "a folder was read as decisions.json";
   } catch (const training::UserError& e) {
     EXPECT_EQ(std::string(e.what()), (dir / "run/decisions.json").string() + ": not a file");

@@ -42,6 +42,29 @@ TEST(Report, SummarisesTheRunWithPlots) {
   }
 }
 
+// A decisions.json whose blocks train never writes for the run's model (no such block, one twice)
+// was reported as the run's choice; it is refused in one line naming the file, as a resume
+// refuses it from a checkpoint.
+TEST(Report, RefusesDecisionsOfBlocksTheModelDoesNotHave) {
+  test_support::TempDir dir;
+  train(tiny(""), dir / "run");
+  for (const std::string blocks : {"[\"layer9.9\"]", "[\"layer1.0\", \"layer1.0\"]"}) {
+    std::ofstream(dir / "run" / "decisions.json")
+        << R"({"checkpointing": {"decides": "checkpointing.blocks", "blocks": )" << blocks
+        << R"(, "chosen_for": "x", "budget_bytes": 1, "predicted_peak_bytes": 5,)"
+        << R"( "predicted_extra_ms": 3, "beside_step_bytes": 0}})";
+    try {
+      training::write_report(dir / "run");
+      ADD_FAILURE() << blocks << " was reported";
+    } catch (const training::UserError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(
+                    (dir / "run" / "decisions.json").string() + ": checkpointing.blocks: '", 0),
+                0u)
+          << e.what();
+    }
+  }
+}
+
 TEST(Report, RefusesAFolderWithoutARun) {
   test_support::TempDir dir;
   EXPECT_THROW(training::write_report(dir.path()), training::UserError);

@@ -102,6 +102,17 @@ TEST(MemoryReport, RefusesBadInputBeforeWriting) {
   EXPECT_FALSE(fs::exists(dir / "study"));
 }
 
+// A setting that chooses no blocks (not checkpointing auto) has none to say: null, as sweep.json
+// and a --card-only study write (it wrote [] and 0, read as "auto chose none").
+TEST(MemoryReport, ASettingThatChoosesNoBlocksSaysNull) {
+  test_support::TempDir dir;
+  ASSERT_EQ(training::memory_command(request(dir, "fp32")), training::kExitOk);
+  std::ifstream in(dir / "study" / "memory_breakdown.json");
+  const auto setting = nlohmann::json::parse(in).at("settings").at(0);
+  EXPECT_TRUE(setting.at("recomputed_blocks").is_null()) << setting.dump();
+  EXPECT_TRUE(setting.at("predicted_peak_bytes").is_null()) << setting.dump();
+}
+
 // Blocks given by hand need no budget (nothing is chosen; train takes them without one), and the
 // table says where they came from instead of "predicted peak 0 B".
 TEST(MemoryReport, BlocksGivenByHandNeedNoBudgetAndPredictNothing) {

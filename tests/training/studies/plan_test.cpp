@@ -381,6 +381,37 @@ TEST(Plan, ACardGivenBySizeHasNoSpeedAndIsRankedByMemory) {
   EXPECT_TRUE(training::plan_json(plan).at("candidates")[0].at("images_per_second").is_null());
 }
 
+// Without a speed the candidates rank by images a step, then by the smaller peak; a candidate that
+// ties on both was said to have "fewer images a step". And the headroom is said as given ("99.9%"
+// was "100%", which the flag refuses).
+TEST(Plan, WithoutASpeedEachVerdictSaysWhyItRanksBelowAndTheHeadroomAsGiven) {
+  training::Plan plan;
+  plan.speed = training::Plan::Speed::None;
+  plan.card_bytes = int64_t{1} << 30;
+  plan.headroom = 0.12345;
+  training::PlanCandidate a;
+  a.batch = 32;
+  a.predicted_peak = 100 << 20;
+  a.fits = true;
+  auto tie = a, larger = a, fewer = a;
+  tie.setting.checkpointing = training::CheckpointMode::On;
+  larger.predicted_peak = 200 << 20;
+  fewer.batch = 16;
+  plan.candidates = {a, tie, larger, fewer};
+  plan.chosen = 0;
+  const std::string table = training::plan_table(plan);
+  for (const char* verdict :
+       {"fits (speed not estimated: as many images a step and the same peak; the recommended one "
+        "is listed first)",
+        "fits (speed not estimated: as many images a step, a larger peak)",
+        "fits (speed not estimated: fewer images a step)", "12.345% headroom"}) {
+    EXPECT_NE(table.find(verdict), std::string::npos) << verdict << "\n" << table;
+  }
+  EXPECT_EQ(table.find("fewer images a step"), table.rfind("fewer images a step")) << table;
+  EXPECT_EQ(training::percent_text(0.999), "99.9%");
+  EXPECT_EQ(training::percent_text(0.1), "10%");
+}
+
 // An auto cell keeps the sweep's own peaks on a card (its blocks are chosen under the sweep's
 // budget, not replayed): plan.json gave it an allocated peak of 0.
 TEST(Plan, AnAutoCellOnACardKeepsItsMeasuredPeaks) {
