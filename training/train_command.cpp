@@ -299,21 +299,19 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   // the first step is built, before the run directory is created or touched.
   const torch::Device device = set_up_device(asked, DeviceUse::Step, launch);
   LoadedData data = load_data(asked);
-  const bool data_parallel = launch && launch->world_size > 1;
+  const int64_t ranks = launch ? launch->world_size : 1;
+  const bool data_parallel = ranks > 1;
   auto building = [&] {
     // A fresh run has no checkpoint yet to call intact.
     return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while building the model and its data",
                             !resume.checkpoint.empty()};
   };
-  // What needs no measurement is refused before anything is measured: the labels, the batch
-  // against the training set, the steps against the profiler's window, a resumed checkpoint's
-  // model against the config's and its position against the run's ranks, batch and samples.
+  // What needs no measurement is refused before anything is measured: the labels, the batch, the
+  // profiler's window, a resumed checkpoint's model and its position (ranks, batch, samples).
   check_labels(data.train, "training", asked.model.num_classes());
   check_labels(data.test, "test", asked.model.num_classes());
-  Trainer::check_steps(asked, data.train.size(), launch ? launch->world_size : 1);
-  if (!resume.checkpoint.empty()) {
-    check_resumed_model(resume.checkpoint, asked, launch ? launch->world_size : 1);
-  }
+  Trainer::check_steps(asked, data.train.size(), ranks);
+  if (!resume.checkpoint.empty()) check_resumed_model(resume.checkpoint, asked, ranks);
   // The autos become this run's decisions (decisions.json and the checkpoint; a resume keeps
   // those that hold): training.memory_format's layout, then checkpointing's blocks for this
   // batch and budget. The parts are built from the config with the decisions in place.
