@@ -81,7 +81,7 @@ struct Arguments {
        {"--device", "training.device", "auto, cpu, cuda or cuda:N"},
        {"--memory-limit", "memory.limit", "Emulate a card of this size, e.g. 12GiB"},
        {"--launcher", "sweep.launcher",
-        "local (child processes here) or slurm (one job array; sweep.slurm_options)"},
+        "local (child processes here) or slurm (one job array; sweep.slurm.options)"},
        {"--gpus", "sweep.devices", "GPUs to run trials on, one trial per GPU, e.g. 0,1,2,3",
         true}}};
   bool find_max = false;

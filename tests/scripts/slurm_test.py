@@ -32,7 +32,8 @@ ROW_KEYS = ("trial", "precision", "checkpointing", "memory_format", "batch_size"
             "steady_peak_reserved_bytes")
 
 
-def write_config(folder, batches="[4, 8]", grid=True, measure_steps=1):
+def write_config(folder, batches="[4, 8]", grid=True, measure_steps=1, sweep_keys=""):
+    """`sweep_keys`: more of the sweep section, e.g. "slurm: {options: [--nodelist=nb]}, "."""
     path = Path(folder) / "tiny.yaml"
     cells = ("checkpointing: [false, true], memory_formats: [contiguous, channels_last], "
              if grid else "")
@@ -40,7 +41,7 @@ def write_config(folder, batches="[4, 8]", grid=True, measure_steps=1):
         "model: {arch: resnet18, stem: cifar}\n"
         "data: {source: synthetic, synthetic_train_size: 64, synthetic_test_size: 16}\n"
         "training: {device: cpu, threads: 1}\n"
-        f"sweep: {{batch_sizes: {batches}, precisions: [fp32], {cells}"
+        f"sweep: {{batch_sizes: {batches}, precisions: [fp32], {cells}{sweep_keys}"
         f"warmup_steps: 0, measure_steps: {measure_steps}}}\n")
     return path
 
@@ -221,8 +222,8 @@ class BadInput(SlurmTestCase):
         config = write_config(self.tmp)
         out = self.tmp / "refused"
         code = self.finish(self.sweep(config, out, "--launcher", "slurm", "--set",
-                                      "sweep.slurm_options=[--partition=nowhere]"), out)
-        self.one_line(out, code, "sweep.slurm_options: sbatch refuses [--partition=nowhere]: ")
+                                      "sweep.slurm.options=[--partition=nowhere]"), out)
+        self.one_line(out, code, "sweep.slurm.options: sbatch refuses [--partition=nowhere]: ")
         self.assertFalse(out.exists())
         self.assertEqual(self.cluster.run(["scontrol", "-o", "show", "jobs"]).stdout.strip(),
                          "No jobs in the system")
@@ -239,7 +240,7 @@ class BadInput(SlurmTestCase):
         config = write_config(self.tmp)
         hidden = self.tmp / "private" / "sweep"
         code = self.finish(self.sweep(config, hidden, "--launcher", "slurm", "--set",
-                                      "sweep.slurm_options=[--nodelist=nb]"), hidden)
+                                      "sweep.slurm.options=[--nodelist=nb]"), hidden)
         self.assertEqual(code, 2, self.log(hidden))
         last = self.log(hidden).strip().splitlines()[-1]
         self.assertRegex(last, rf"task \d+ on node nb cannot read the sweep folder {hidden}: "
@@ -250,8 +251,11 @@ class BadInput(SlurmTestCase):
         train = self.tmp / "private" / "train"
         shutil.copy2(TRAIN, train)
         out = self.tmp / "seen"
-        code = self.finish(self.sweep(config, out, "--launcher", "slurm", "--set",
-                                      "sweep.slurm_options=[--nodelist=nb]", train=train), out)
+        # The options in the config file this time: sweep.slurm.options as the YAML nests it.
+        (self.tmp / "yaml").mkdir()
+        in_file = write_config(self.tmp / "yaml",
+                               sweep_keys="launcher: slurm, slurm: {options: [--nodelist=nb]}, ")
+        code = self.finish(self.sweep(in_file, out, train=train), out)
         self.assertEqual(code, 2, self.log(out))
         self.assertRegex(self.log(out).strip().splitlines()[-1],
                          rf"task \d+ on node nb cannot run {train}: put train on a filesystem "

@@ -185,7 +185,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.integer("time_budget", c.sweep.time_budget, 0, kMaxTimeBudget);
     v.boolean("data_parallel", c.sweep.data_parallel);
     v.choice("launcher", c.sweep.launcher, kLaunchers);
-    v.texts("slurm_options", c.sweep.slurm_options);
+    v.section("slurm", [&] { v.texts("options", c.sweep.slurm.options); });
     v.integers("devices", c.sweep.devices, 0, 1023);
   });
   v.section("distributed", [&] {

@@ -69,6 +69,13 @@ enum class CudaGraphMode { Off, On, Auto };
 // or the tasks of one Slurm job array (training/studies/sweep_slurm.h).
 enum class SweepLauncher { Local, Slurm };
 
+// sweep.slurm: the Slurm launcher's own keys, a section inside sweep.
+struct SlurmConfig {
+  // sweep.slurm.options: sbatch's options for the job array, passed as given (e.g.
+  // --partition=gpu, --gres=gpu:1).
+  std::vector<std::string> options = {};
+};
+
 // The largest training.accumulate_steps (and sweep.accumulate_steps item) the config takes.
 inline constexpr int64_t kMaxAccumulateSteps = int64_t{1} << 16;
 // The largest batch a config takes (training.batch_size, eval_batch_size, sweep batches).
@@ -135,8 +142,7 @@ struct SweepConfig {
   // distributed.backend and c10d's reducer with its gradient buckets (distributed.bucket_mb).
   bool data_parallel = false;
   SweepLauncher launcher = SweepLauncher::Local;
-  // sbatch's options for the job array, passed as given (e.g. --partition=gpu, --gres=gpu:1).
-  std::vector<std::string> slurm_options = {};
+  SlurmConfig slurm;
   // Local launcher on CUDA: the GPUs (indices) to run trials on, one trial per GPU at a time
   // (CUDA_VISIBLE_DEVICES); empty: one trial at a time on training.device.
   std::vector<int64_t> devices = {};

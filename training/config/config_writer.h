@@ -16,7 +16,7 @@ namespace training::config_yaml {
 // form the Reader reads back to an equal config.
 class Writer {
  public:
-  // `omitted`: sections left out of the text (a run's config.yaml leaves out sweep).
+  // `omitted`: top-level sections left out of the text (a run's config.yaml leaves out sweep).
   explicit Writer(std::vector<std::string> omitted = {}) : omitted_(std::move(omitted)) {
     out_ << YAML::BeginMap;
   }
@@ -24,11 +24,16 @@ class Writer {
     out_ << YAML::EndMap;
     return std::string(out_.c_str()) + "\n";
   }
+  // A section, or a sub-section inside the section being written (a mapping in the mapping).
   template <class Body>
   void section(const std::string& name, Body&& body) {
-    if (std::find(omitted_.begin(), omitted_.end(), name) != omitted_.end()) return;
+    if (depth_ == 0 && std::find(omitted_.begin(), omitted_.end(), name) != omitted_.end()) {
+      return;
+    }
     out_ << YAML::Key << name << YAML::Value << YAML::BeginMap;
+    ++depth_;
     body();
+    --depth_;
     out_ << YAML::EndMap;
   }
   void integer(const std::string& name, int64_t value, int64_t, int64_t) { emit(name, value); }
@@ -114,6 +119,7 @@ class Writer {
     out_ << YAML::Key << name << YAML::Value << value;
   }
   std::vector<std::string> omitted_;
+  int depth_ = 0;  // 0 between sections, 1 in a section, 2 in a sub-section
   YAML::Emitter out_;
 };
 

@@ -1,5 +1,6 @@
 #include "training/config/config_yaml.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -105,6 +106,54 @@ bool decimal_integer(const YAML::Node& node, int64_t& out) {
   return true;
 }
 
+Reader::Scope Reader::enter(const std::string& name) {
+  const bool nested = !section_.empty();
+  if (nested) {
+    fields_.push_back(name);  // a key of the enclosing section
+  } else {
+    sections_.push_back(name);
+  }
+  const YAML::Node& enclosing = node_;
+  const YAML::Node found = !nested         ? root_[name]
+                           : is_map(node_) ? enclosing[name]
+                                           : YAML::Node(YAML::NodeType::Undefined);
+  if (found.IsDefined() && !found.IsNull() && !found.IsMap()) {
+    fail(name, "expected a mapping of keys, got " + describe(found));
+  }
+  Scope scope{section_, node_, std::move(fields_), std::move(names_), hint_, hint_values_};
+  section_ = nested ? section_ + "." + name : name;
+  // Rebind (plain assignment would write into the enclosing node); a missing section becomes an
+  // empty node, since yaml-cpp refuses to bind to a missing one.
+  node_.reset(found.IsDefined() ? found : YAML::Node());
+  fields_.clear();
+  names_.clear();
+  hint_.clear();
+  hint_values_ = false;
+  return scope;
+}
+
+void Reader::leave(const std::string& name, Scope enclosing) {
+  if (is_map(node_)) {
+    for (const auto& entry : node_) {
+      const auto key = entry.first.Scalar();
+      if (std::find(fields_.begin(), fields_.end(), key) == fields_.end()) {
+        throw ConfigError(origin_for(section_ + "." + key) + ": unknown key '" + section_ + "." +
+                          key + "' " + suggestion(key, names_, section_ + ".") +
+                          (hint_.empty() ? "" : "; " + hint_));
+      }
+    }
+  }
+  const std::vector<std::string> inner = std::move(names_);
+  section_ = enclosing.path;
+  node_.reset(enclosing.node);
+  fields_ = std::move(enclosing.fields);
+  names_ = std::move(enclosing.names);
+  hint_ = enclosing.hint;
+  hint_values_ = enclosing.hint_values;
+  // The enclosing section suggests its sub-section's keys by their path in it: "slurm.options".
+  for (const auto& key : inner) names_.push_back(name + "." + key);
+}
+
 void apply_override(YAML::Node& root, const Override& override,
                     std::map<std::string, std::string>& overridden) {
   const std::string& assignment = override.assignment;
@@ -120,7 +169,8 @@ void apply_override(YAML::Node& root, const Override& override,
   std::vector<std::string> parts;
   std::stringstream stream(path);
   for (std::string part; std::getline(stream, part, '.');) parts.push_back(part);
-  if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
+  if (parts.size() < 2 || path.back() == '.' ||
+      std::any_of(parts.begin(), parts.end(), [](const auto& part) { return part.empty(); })) {
     throw ConfigError(flag + ": expected section.key=value, e.g. training.epochs=2");
   }
   YAML::Node value;
@@ -130,25 +180,32 @@ void apply_override(YAML::Node& root, const Override& override,
     throw ConfigError(flag + ": value is not valid YAML (" + e.msg + ")");
   }
   if (!is_map(root)) root = YAML::Node(YAML::NodeType::Map);
-  YAML::Node section = root[parts[0]];
   const std::string label = set ? "--set " + path : override.flag;
-  if (section.IsDefined() && !section.IsNull() && !section.IsMap()) {
-    throw ConfigError(label + ": '" + parts[0] + "' is not a section");
+  // Each section on the path ("sweep", then "sweep.slurm" for sweep.slurm.options) gets a node of
+  // its own (its entries, then the next one's below): assigning into a section an alias shares
+  // (`checkpoint: &c {...}` with `checkpointing: *c`) changed both.
+  YAML::Node parent = root;
+  std::string prefix;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    prefix += (i == 0 ? "" : ".") + parts[i];
+    const YAML::Node section = parent[parts[i]];
+    if (section.IsDefined() && !section.IsNull() && !section.IsMap()) {
+      throw ConfigError(label + ": '" + prefix + "' is not a section");
+    }
+    if (!section.IsDefined()) overridden[prefix] = set ? "--set " + prefix : override.flag;
+    YAML::Node own(YAML::NodeType::Map);
+    if (is_map(section)) {
+      for (const auto& entry : section) own[entry.first] = entry.second;
+    }
+    parent.remove(parts[i]);
+    parent[parts[i]] = own;
+    const YAML::Node next = parent[parts[i]];
+    parent.reset(next);
   }
-  if (!section.IsDefined()) overridden[parts[0]] = set ? "--set " + parts[0] : override.flag;
-  // The section gets a node of its own too (its entries, then the key's below): assigning into a
-  // section an alias shares (`checkpoint: &c {...}` with `checkpointing: *c`) changed both.
-  YAML::Node own(YAML::NodeType::Map);
-  if (is_map(section)) {
-    for (const auto& entry : section) own[entry.first] = entry.second;
-  }
-  root.remove(parts[0]);
-  root[parts[0]] = own;
   // The key gets a node of its own: assigning into its node would change every alias that shares
   // it (`batch_size: &b 32` with `eval_batch_size: *b` or `batch_sizes: [*b]`).
-  YAML::Node target = root[parts[0]];
-  target.remove(parts[1]);
-  target[parts[1]] = value;
+  parent.remove(parts.back());
+  parent[parts.back()] = value;
   overridden[path] = label;
 }
 
@@ -179,6 +236,22 @@ std::string flow_text(const YAML::Node& node) {
   return out.c_str();
 }
 
+// The keys of `edited` (a section, or a sub-section inside one) whose values differ from `base`'s.
+void add_differences(const YAML::Node& base, const YAML::Node& edited, const std::string& prefix,
+                     std::vector<std::string>& out) {
+  for (const auto& key : edited) {
+    const std::string name = key.first.as<std::string>();
+    const YAML::Node was = is_map(base) ? base[name] : YAML::Node();
+    if (is_map(key.second)) {
+      add_differences(was, key.second, prefix + name + ".", out);
+      continue;
+    }
+    const std::string text = flow_text(key.second);
+    if (was.IsDefined() && flow_text(was) == text) continue;
+    out.push_back(prefix + name + "=" + text);
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> differing_assignments(const std::string& base_yaml,
@@ -188,14 +261,7 @@ std::vector<std::string> differing_assignments(const std::string& base_yaml,
   for (const auto& section : edited) {
     if (!is_map(section.second)) continue;
     const std::string name = section.first.as<std::string>();
-    const YAML::Node was_section = base[name];
-    for (const auto& key : section.second) {
-      const std::string text = flow_text(key.second);
-      const YAML::Node was =
-          is_map(was_section) ? was_section[key.first.as<std::string>()] : YAML::Node();
-      if (was.IsDefined() && flow_text(was) == text) continue;
-      assignments.push_back(name + "." + key.first.as<std::string>() + "=" + text);
-    }
+    add_differences(base[name], section.second, name + ".", assignments);
   }
   return assignments;
 }

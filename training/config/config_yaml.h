@@ -84,29 +84,15 @@ class Reader {
   Reader(YAML::Node root, std::string origin, std::map<std::string, std::string> overridden)
       : root_(std::move(root)), origin_(std::move(origin)), overridden_(std::move(overridden)) {}
 
+  // A section of keys: at the top level ("sweep"), or inside the section being read (a
+  // sub-section, "sweep.slurm", whose keys are "sweep.slurm.options"). Every key the document
+  // has in it but the schema lacks is refused, with the nearest valid name among the section's
+  // keys and its sub-sections' keys ("slurm_options": did you mean 'sweep.slurm.options'?).
   template <class Body>
   void section(const std::string& name, Body&& body) {
-    sections_.push_back(name);
-    section_ = name;
-    // Rebind (plain assignment would write into the previous section); a missing section becomes
-    // an empty node, since yaml-cpp refuses to bind to a missing one.
-    const YAML::Node found = root_[name];
-    node_.reset(found.IsDefined() ? found : YAML::Node());
-    fields_.clear();
-    hint_.clear();
-    if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap()) {
-      fail(name, "expected a mapping of keys, got " + describe(node_));
-    }
+    Scope enclosing = enter(name);
     body();
-    if (!is_map(node_)) return;
-    for (const auto& entry : node_) {
-      const auto key = entry.first.Scalar();
-      if (std::find(fields_.begin(), fields_.end(), key) == fields_.end()) {
-        throw ConfigError(origin_for(name + "." + key) + ": unknown key '" + name + "." + key +
-                          "' " + suggestion(key, fields_, name + ".") +
-                          (hint_.empty() ? "" : "; " + hint_));
-      }
-    }
+    leave(name, std::move(enclosing));
   }
 
   void integer(const std::string& name, int64_t& out, int64_t lo, int64_t hi) {
@@ -319,7 +305,7 @@ class Reader {
     out = std::move(values);
   }
 
-  // Every key the schema visited, as "section.key", in schema order.
+  // Every key the schema visited, as "section.key" ("section.sub.key"), in schema order.
   const std::vector<std::string>& keys() const { return keys_; }
 
   // Top-level keys that are not sections.
@@ -335,8 +321,21 @@ class Reader {
   }
 
  private:
+  // What section() keeps of the enclosing section (or of none) while it reads one.
+  struct Scope {
+    std::string path;
+    YAML::Node node;
+    std::vector<std::string> fields, names;
+    std::string hint;
+    bool hint_values;
+  };
+  // Into section `name` (checked a mapping), and out of it (its keys checked known).
+  Scope enter(const std::string& name);
+  void leave(const std::string& name, Scope enclosing);
+
   std::optional<YAML::Node> field(const std::string& name) {
     fields_.push_back(name);
+    names_.push_back(name);
     keys_.push_back(section_ + "." + name);
     if (!is_map(node_)) return std::nullopt;
     YAML::Node node = node_[name];
@@ -359,7 +358,7 @@ class Reader {
   }
 
   [[noreturn]] void fail(const std::string& name, const std::string& what) const {
-    const std::string path = name == section_ ? name : section_ + "." + name;
+    const std::string path = section_.empty() ? name : section_ + "." + name;
     throw ConfigError(origin_for(path) + ": " + path + ": " + what +
                       (hint_values_ && !hint_.empty() ? "; " + hint_ : ""));
   }
@@ -368,10 +367,11 @@ class Reader {
   std::string origin_;
   std::map<std::string, std::string> overridden_;
   std::vector<std::string> sections_;
-  std::string section_;
+  std::string section_;  // the section being read, "sweep" or "sweep.slurm"; "" between them
   YAML::Node node_;
-  std::vector<std::string> fields_;
-  std::string hint_;  // hint()
+  std::vector<std::string> fields_;  // the keys of the section being read, its sub-sections too
+  std::vector<std::string> names_;   // its keys as suggested: "options", "slurm.options"
+  std::string hint_;                 // hint()
   bool hint_values_ = false;
   std::vector<std::string> keys_;
 };

@@ -29,7 +29,7 @@ void check_launcher(const SweepConfig& sweep, Fail&& fail) {
     if (!sweep.devices.empty()) {
       fail(
           "sweep.devices: not with sweep.launcher: slurm, where each array task gets its GPU "
-          "from Slurm (pass --gres=gpu:1 in sweep.slurm_options)");
+          "from Slurm (pass --gres=gpu:1 in sweep.slurm.options)");
     }
     if (sweep.find_max) {
       fail(
@@ -39,7 +39,7 @@ void check_launcher(const SweepConfig& sweep, Fail&& fail) {
     if (sweep.time_budget > 0) {
       fail(
           "sweep.time_budget: not with sweep.launcher: slurm (the array's tasks are bounded by "
-          "--time in sweep.slurm_options)");
+          "--time in sweep.slurm.options)");
     }
   }
 }

@@ -23,8 +23,9 @@ enum class OutputKind { Run, Sweep, MemoryStudy, Comparison };
 
 // The format of what an output folder holds (config.yaml, decisions.json, metrics.jsonl,
 // sweep.json, ...); raised when a file changes in a way this build cannot read back.
-// 1: the markers that carried no format.
-inline constexpr int kOutputFormat = 2;
+// 1: the markers that carried no format; 2: the first with one; 3: sweep.slurm_options became
+// sweep.slurm.options in the config.yaml of a sweep (which train plan reads back) or a study.
+inline constexpr int kOutputFormat = 3;
 
 // "a run", "a sweep", "a memory study", "a comparison".
 std::string kind_text(OutputKind kind);

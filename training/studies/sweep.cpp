@@ -243,7 +243,7 @@ int sweep(const SweepRequest& request, const Config& config) {
           ? fs::path(request.output_dir)
           : new_run_path(config.output.dir, config.output.name, "sweep-" + arch_name(config.model));
   const bool slurm = config.sweep.launcher == SweepLauncher::Slurm;
-  if (slurm) check_slurm(config.sweep.slurm_options);  // before the folder exists
+  if (slurm) check_slurm(config.sweep.slurm.options);  // before the folder exists
   // A Slurm sweep run again on its folder keeps the trials measured (their results).
   const auto lock =
       claim_output_dir(dir, OutputKind::Sweep, "--output-dir",

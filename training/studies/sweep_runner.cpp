@@ -32,7 +32,7 @@ bool SweepRunner::run_on_slurm() {
                grid.size() - submit.size(), dir_.string());
   SlurmOutcome outcome;
   if (!submit.empty()) {
-    outcome = run_slurm_array(dir_, executable_, submit, config_.sweep.slurm_options);
+    outcome = run_slurm_array(dir_, executable_, submit, config_.sweep.slurm.options);
   }
   for (auto& trial : trials) {
     const fs::path stem = dir_ / "trials" / fmt::format("{:03d}", trial.id);

@@ -258,7 +258,7 @@ void check_slurm(const std::vector<std::string>& options) {
   argv.push_back("--wrap=true");
   const CommandOutput out = run_command(argv, 60);
   if (out.exit_code != 0) {
-    throw UserError("sweep.slurm_options: sbatch refuses [" + joined(options) +
+    throw UserError("sweep.slurm.options: sbatch refuses [" + joined(options) +
                     "]: " + error_of(out.output));
   }
 }
@@ -280,7 +280,7 @@ SlurmOutcome run_slurm_array(const fs::path& dir, const fs::path& executable,
   outcome.job_id = out.output.substr(0, out.output.find_first_of(";\n"));
   if (out.exit_code != 0 || outcome.job_id.empty() ||
       outcome.job_id.find_first_not_of("0123456789") != std::string::npos) {
-    throw UserError("sweep.slurm_options: sbatch refused the job array [" + joined(options) +
+    throw UserError("sweep.slurm.options: sbatch refused the job array [" + joined(options) +
                     "]: " + error_of(out.output));
   }
   spdlog::info("slurm: job array {} submitted, {} task(s) (array index = trial id; {})",

@@ -87,13 +87,32 @@ TEST(SweepSlurm, KeysThatDoNotCombineWithSlurmAreRefused) {
     EXPECT_THROW(training::load_config(tiny_config(dir, keys).string()), training::ConfigError)
         << keys;
   }
+}
+
+// Issue 54's spelling, sweep.slurm.options, from the file and from --set; written and read back
+// as it was. The name it first shipped as is refused like any unknown key, pointing to it.
+TEST(SweepSlurm, TheOptionsAreTheKeySweepSlurmOptions) {
+  test_support::TempDir dir;
+  const std::vector<std::string> options = {"--partition=gpu", "--gres=gpu:1"};
   const auto config = training::load_config(
-      tiny_config(dir, "launcher: slurm, slurm_options: [--partition=gpu, --gres=gpu:1]").string());
-  EXPECT_EQ(config.sweep.slurm_options,
-            (std::vector<std::string>{"--partition=gpu", "--gres=gpu:1"}));
-  // Written and read back as it was.
-  EXPECT_EQ(training::parse_config(training::to_yaml(config), "again").sweep.slurm_options,
-            config.sweep.slurm_options);
+      tiny_config(dir, "launcher: slurm, slurm: {options: [--partition=gpu, --gres=gpu:1]}")
+          .string());
+  EXPECT_EQ(config.sweep.slurm.options, options);
+  EXPECT_EQ(training::parse_config(training::to_yaml(config), "again").sweep.slurm.options,
+            options);
+  const auto set = training::load_config(tiny_config(dir, "launcher: slurm").string(),
+                                         {"sweep.slurm.options=[--partition=gpu, --gres=gpu:1]"});
+  EXPECT_EQ(set.sweep.slurm.options, options);
+  EXPECT_EQ(training::to_yaml(set), training::to_yaml(config));
+  const auto old = tiny_config(dir, "launcher: slurm, slurm_options: [--partition=gpu]");
+  try {
+    training::load_config(old.string());
+    ADD_FAILURE() << "sweep.slurm_options was read";
+  } catch (const training::ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), old.string() +
+                                         ": unknown key 'sweep.slurm_options' (did you mean "
+                                         "'sweep.slurm.options'?)");
+  }
 }
 
 // On the CPU, trials stay serial: sweep.devices is refused, naming the key.
