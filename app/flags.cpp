@@ -212,6 +212,18 @@ CLI::App* add_compare_command(CLI::App& app, Arguments& a) {
   return compare;
 }
 
+CLI::App* add_cards_command(CLI::App& app, Arguments& a) {
+  auto* cards = app.add_subcommand(
+      "cards", "The cards --card knows (data sheets) and the speed model's fit, as markdown");
+  cards
+      ->add_option("--card", a.cards,
+                   "Only this card, found as --card finds it everywhere (a name, or a size); "
+                   "repeatable")
+      ->allow_extra_args(false);
+  cards->add_flag("--json", a.cards_json, "The cards as JSON (no speed model) instead of markdown");
+  return cards;
+}
+
 CLI::App* add_loader_command(CLI::App& bench, Arguments& a) {
   auto* loader = bench.add_subcommand(
       "loader", "The input pipeline alone: the configured training loader's images/s");
@@ -268,8 +280,7 @@ Commands add_commands(CLI::App& app, Arguments& a) {
   c.report = add_report_command(app, a);
   c.compare = add_compare_command(app, a);
   c.convert = add_convert_command(app, a);
-  c.cards = app.add_subcommand(
-      "cards", "The cards --card knows (data sheets) and the speed model's fit, as markdown");
+  c.cards = add_cards_command(app, a);
   auto* bench = app.add_subcommand("bench", "Micro-benchmarks");
   bench->require_subcommand(1);
   c.matmul = add_matmul_command(*bench, a);

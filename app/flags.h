@@ -105,6 +105,8 @@ struct Arguments {
   training::LoaderBenchRequest loader_bench;
   ConfigFlags loader_flags;
   training::ConvertRequest convert;
+  std::vector<std::string> cards;  // train cards --card NAME...
+  bool cards_json = false;
   std::string trial_config, trial_result;
 };
 

@@ -51,7 +51,7 @@ int dispatch(app::Arguments& a, const app::Commands& c) {
   }
   if (*c.cards) {
     return guarded([&] {
-      std::cout << training::cards_report();
+      std::cout << training::cards_report(a.cards, a.cards_json);
       return kExitOk;
     });
   }

@@ -74,10 +74,7 @@ def fail(message):
     sys.exit(2)
 
 
-def last_error(proc):
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if "[error]" in line]
-    return (errors[-1].split("] ", 2)[-1] if errors else lines[-1] if lines else f"exit {proc.returncode}")
+last_error = script_support.last_error
 
 
 def work_flags(args, device):
@@ -174,26 +171,20 @@ def effective_setting(args, overrides):
     return precision, "channels_last" if layout in ("", "auto", "null", "~") else layout, int(batch)
 
 
-def fold(name):
-    """A card's name as `train` compares them: case, '-', '_' and spaces ignored."""
-    return "".join(c for c in name.lower() if c not in "-_ ")
-
-
 def check_cards(args):
-    """Each --card a card `train cards` lists, or a size (train checks it); once each. Before any run."""
+    """Each --card a card `train cards` finds (by name, as every --card finds it, or a size), once
+    each; args.card becomes the cards' names as train gives them (H100-SXM for "h100 sxm"). Before
+    any run."""
     if not args.card:
         return
-    folded = [fold(c) for c in args.card]
-    if len(set(folded)) != len(folded):
+    try:
+        cards = script_support.train_cards(args.train, args.card)
+    except script_support.BadInput as e:
+        fail(str(e))
+    keys = [script_support.card_key(c) for c in cards]
+    if len(set(keys)) != len(keys):
         fail(f"--card: {', '.join(args.card)} names one card twice; name each once")
-    proc = subprocess.run([args.train, "cards"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        fail(f"--card: `{args.train} cards` failed: {last_error(proc)}")
-    names = {fold(line.split("|")[1]) for line in proc.stdout.splitlines()
-             if line.startswith("| ") and not line.startswith("| card |")}
-    for card in args.card:
-        if not card[:1].isdigit() and fold(card) not in names:
-            fail(f"--card: unknown card '{card}'; expected a name `train cards` lists or a size (24GiB)")
+    args.card = [c["name"] for c in cards]
 
 
 def predict_card(args, card, table_dir, overrides, fastest):

@@ -1,5 +1,7 @@
 """What the helper scripts share: one line and exit code 2 for any failure (never a traceback),
-path arguments checked before any work, and reading the .jsonl files `train` writes.
+path arguments checked before any work, reading the .jsonl files `train` writes, the last error
+line of a `train` run, and the cards `train cards` finds for names given (no script folds a card's
+name by a rule of its own).
 
     if __name__ == "__main__":
         sys.exit(script_support.run("plot_run", main, sys.argv))
@@ -11,6 +13,7 @@ import math
 import os
 import signal
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -109,3 +112,39 @@ def read_jsonl(path):
 def number(value):
     """A column's number, NaN for null (a loss that stopped being a number)."""
     return math.nan if value is None else value
+
+
+def last_error(proc):
+    """The last `[error]` line of a finished `train` run, without its prefix (else its last line,
+    else its exit status)."""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "[error]" in line]
+    return (errors[-1].split("] ", 2)[-1] if errors else lines[-1] if lines else f"exit {proc.returncode}")
+
+
+def train_cards(train, names, flag="--card"):
+    """The cards `train cards --json --card NAME...` gives for `names`, in their order: each a dict
+    with the card's "name" (H100-SXM for "h100 sxm", the size as given for "24GiB"), "given",
+    "known" (false for a size), "memory_bytes" and its data sheet. Each is found by train's own
+    rule, the one every --card follows; an unknown card (train's line: "--card: unknown card ...",
+    said as `flag`'s) or train failing is BadInput."""
+    argv = [str(train), "cards", "--json"]
+    for name in names:
+        argv += ["--card", name]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True)
+    except OSError as e:
+        raise BadInput(f"{flag}: `{train} cards` did not run: {describe(e)}") from None
+    if proc.returncode != 0:
+        error = last_error(proc)
+        raise BadInput(f"{flag}: {error.removeprefix('--card: ')}")
+    try:
+        return json.loads(proc.stdout)["cards"]
+    except (ValueError, KeyError):
+        raise BadInput(f"{flag}: `{train} cards --json` gave no card list (an older train?)") from None
+
+
+def card_key(card):
+    """What makes two of train_cards()'s cards one card: the name of a card known by name, the
+    memory of a card given by its size (24GiB and 24576MiB are one)."""
+    return card["name"] if card["known"] else card["memory_bytes"]

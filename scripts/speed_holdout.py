@@ -26,6 +26,9 @@ It reports; it does not judge: the exit status is 0 whenever the table could be 
 
     python3 scripts/speed_holdout.py [--train build/train] [--figures scripts/speed_holdout.json]
                                      [--out DIR] [--jobs N] [--reuse] [--only CARD,...]
+
+--only keeps the figures on those cards; both its names and the figures' are found by
+`train cards --json --card NAME` (script_support.train_cards), as every --card finds a card.
 """
 
 import argparse
@@ -39,6 +42,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import script_support
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -347,6 +352,22 @@ def report(figs, results, train):
     return "\n".join(lines), pairs
 
 
+def only_cards(train, only, indexed):
+    """The figures of `indexed` ((index, figure) pairs) on the cards `only` names (comma-separated),
+    each card found by `train cards` as every --card finds it (no rule of this script's); or the
+    one line that refuses --only."""
+    wanted = [c for c in only.split(",") if c.strip()]
+    try:
+        if not wanted:
+            raise script_support.BadInput("--only %s: names no card" % only)
+        keep = {script_support.card_key(c) for c in script_support.train_cards(train, wanted, "--only")}
+        on_card = script_support.train_cards(train, [f["card"] for _, f in indexed], "--figures")
+    except script_support.BadInput as e:
+        return str(e)
+    chosen = [pair for pair, card in zip(indexed, on_card) if script_support.card_key(card) in keep]
+    return chosen or "--only %s matches no figure" % only
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--train", default="build/train", help="the train executable (default build/train)")
@@ -376,6 +397,10 @@ def main(argv=None):
             if key not in fig:
                 print("speed_holdout: figure %d has no %s" % (i, key), file=sys.stderr)
                 return 2
+        if not isinstance(fig["card"], str) or not fig["card"].strip():
+            print("speed_holdout: figure %d: card %r is not a card's name" % (i, fig["card"]),
+                  file=sys.stderr)
+            return 2
         if fig["precision"] not in ("fp32", "fp16"):
             print("speed_holdout: figure %d: precision %r is not fp32 or fp16" % (i, fig["precision"]),
                   file=sys.stderr)
@@ -389,14 +414,6 @@ def main(argv=None):
             print("speed_holdout: figure %d: images_per_second %r is not a positive number" % (i, rate),
                   file=sys.stderr)
             return 2
-    indexed = list(enumerate(figs))
-    if args.only:
-        fold = lambda name: "".join(c for c in name.lower() if c not in "-_ ")  # as train folds names
-        keep = {fold(c) for c in args.only.split(",") if c.strip()}
-        indexed = [(i, f) for i, f in indexed if fold(f["card"]) in keep]
-        if not indexed:
-            print("speed_holdout: --only %s matches no figure" % args.only, file=sys.stderr)
-            return 2
     if args.jobs < 1:
         print("speed_holdout: --jobs must be at least 1", file=sys.stderr)
         return 2
@@ -407,9 +424,20 @@ def main(argv=None):
         print("speed_holdout: --out %s is a file; expected a folder" % args.out, file=sys.stderr)
         return 2
     train = args.train
-    if not args.reuse and not (os.path.isfile(train) and os.access(train, os.X_OK)):
+    runnable = os.path.isfile(train) and os.access(train, os.X_OK)
+    if not args.reuse and not runnable:
         print("speed_holdout: --train %s is not an executable file" % train, file=sys.stderr)
         return 2
+    indexed = list(enumerate(figs))
+    if args.only:
+        if not runnable:
+            print("speed_holdout: --only: --train %s is not an executable file (`train cards` finds "
+                  "the cards named)" % train, file=sys.stderr)
+            return 2
+        indexed = only_cards(train, args.only, indexed)
+        if isinstance(indexed, str):
+            print("speed_holdout: %s" % indexed, file=sys.stderr)
+            return 2
 
     os.makedirs(args.out, exist_ok=True)
     runs_dir = os.path.join(args.out, "runs")

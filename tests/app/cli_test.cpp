@@ -63,6 +63,28 @@ TEST(Cli, UnknownFlagIsABadInput) {
   }
 }
 
+// `train cards --card NAME... --json`: the cards asked for, each found as --card finds it (the
+// scripts ask it for a card's name instead of folding names themselves); an unknown card, or two
+// values after one --card, is one line, exit 2.
+TEST(Cli, CardsListsTheCardsAskedForAndRefusesAnUnknownOne) {
+  const auto r = run_train("cards --json --card 'h100 sxm' --card t4 2>/dev/null");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto cards = nlohmann::json::parse(r.output).at("cards");
+  ASSERT_EQ(cards.size(), 2u) << r.output;
+  EXPECT_EQ(cards[0].at("name"), "H100-SXM");
+  EXPECT_EQ(cards[0].at("given"), "h100 sxm");
+  EXPECT_EQ(cards[1].at("name"), "T4");
+  for (const auto& [bad, said] : std::vector<std::pair<std::string, std::string>>{
+           {"cards --card nosuch", "[error] --card: unknown card 'nosuch' "},
+           {"cards --json --card T4 A10",
+            "[error] The following argument was not expected: A10"}}) {
+    const auto refused = run_train(bad);
+    EXPECT_EQ(refused.code, 2) << bad << ": " << refused.output;
+    EXPECT_EQ(count_lines(refused.output), 1) << bad << ": " << refused.output;
+    EXPECT_NE(refused.output.find(said), std::string::npos) << bad << ": " << refused.output;
+  }
+}
+
 // LibTorch reads PYTORCH_CUDA_ALLOC_CONF while it loads and aborts (exit 134, a stack trace) on a
 // malformed value, on the CPU too: refused first, one line, exit 2; well-formed values pass.
 TEST(Cli, AMalformedAllocatorConfigIsOneLineNotAnAbort) {

@@ -238,15 +238,45 @@ class ScriptArgumentsTest(unittest.TestCase):
                 cases += [(("compare_devices.py", "--train", train, "--card", "nosuch", "--out", str(tmp / "c1")),
                            "--card: unknown card 'nosuch'"),
                           (("compare_devices.py", "--train", train, "--card", "A100-80GB", "--card", "a100_80gb",
-                            "--out", str(tmp / "c2")), "names one card twice")]
+                            "--out", str(tmp / "c2")), "names one card twice"),
+                          (("compare_devices.py", "--train", train, "--card", "24GiB", "--card", "24576MiB",
+                            "--out", str(tmp / "c3")), "names one card twice"),
+                          (("speed_holdout.py", "--train", train, "--only", "nosuch", "--out", str(tmp / "h1")),
+                           "speed_holdout: --only: unknown card 'nosuch'"),
+                          (("speed_holdout.py", "--train", train, "--only", ",", "--out", str(tmp / "h2")),
+                           "speed_holdout: --only ,: names no card"),
+                          (("speed_holdout.py", "--train", train, "--only", "T4", "--out", str(tmp / "h3"),
+                            "--figures", str(tmp / "one.json")), "speed_holdout: --only T4 matches no figure")]
+                (tmp / "one.json").write_text(json.dumps(
+                    [{"card": "A10", "precision": "fp32", "batch": 8, "images_per_second": 1, "source": "s"}]))
             for (script, *args), said in cases:
                 proc = run(script, *args)
                 self.assertEqual(proc.returncode, 2, (script, args, proc.stderr))
                 lines = proc.stderr.strip().splitlines()
                 self.assertEqual(len(lines), 1, (script, args, proc.stderr))
                 self.assertIn(said, lines[0], (script, args))
-            self.assertFalse((tmp / "c1").exists())
-            self.assertFalse((tmp / "c2").exists())
+            for out in ("c1", "c2", "c3", "h1", "h2", "h3"):
+                self.assertFalse((tmp / out).exists(), out)
+
+    @unittest.skipUnless(os.environ.get("TRAIN_BINARY"), "TRAIN_BINARY not set (ctest sets it)")
+    def test_speed_holdout_only_finds_cards_as_train_does(self):
+        """--only and the figures' cards are each found by `train cards` (no rule of the script's):
+        "h100_sxm" keeps the H100-SXM figure, "A100 80GB SXM" the one written "a100-80gb-sxm"."""
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            figure = {"precision": "fp32", "batch": 8, "images_per_second": 100, "source": "s"}
+            (tmp / "figures.json").write_text(json.dumps(
+                [dict(figure, card=card) for card in ("H100-SXM", "a100-80gb-sxm", "T4", "H100-PCIe")]))
+            # train for `train cards`; every `train memory` run fails at once (nothing to predict here).
+            stand_in = tmp / "train"
+            stand_in.write_text(f'#!/bin/sh\n[ "$1" = cards ] && exec {os.environ["TRAIN_BINARY"]} "$@"\n'
+                                'echo "stand-in: no prediction" >&2\nexit 1\n')
+            stand_in.chmod(0o755)
+            proc = run("speed_holdout.py", "--train", str(stand_in), "--figures", str(tmp / "figures.json"),
+                       "--only", "h100_sxm,A100 80GB SXM", "--out", str(tmp / "out"), "--jobs", "1")
+            self.assertEqual(proc.returncode, 1, proc.stderr)  # the report made, its runs failed
+            kept = json.loads((tmp / "out" / "speed_holdout_results.json").read_text())["figures"]
+            self.assertEqual([f["card"] for f in kept], ["H100-SXM", "a100-80gb-sxm"])
 
     def test_predict_gpu_cases_refuses_before_it_runs_train(self):
         """Bad arguments are one line, exit 2, before any `train memory` run or write."""

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "training/cards/cards.h"
 #include "training/cards/speed_calibration.h"
 #include "training/platform/memory.h"
@@ -14,21 +16,62 @@ std::string figure(double value, const char* format = "{:.1f}") {
   return value > 0 ? fmt::format(fmt::runtime(format), value) : "-";
 }
 
+// A data sheet's figure, null where there is none (0: not published, or a card given by size).
+nlohmann::json figure_or_null(double value) {
+  return value > 0 ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
+nlohmann::json count_or_null(int value) {
+  return value > 0 ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
+nlohmann::json text_or_null(const std::string& text) {
+  return text.empty() ? nlohmann::json(nullptr) : nlohmann::json(text);
+}
+
+nlohmann::json card_json(const Card& c) {
+  const DataSheet& s = c.sheet;
+  return {{"name", c.name},
+          {"known", s.known()},  // a card known by name; false: a card given by its size
+          {"memory_bytes", c.memory_bytes},
+          {"memory_source", c.memory_source},
+          {"compute_major", count_or_null(c.compute_major)},
+          {"architecture", text_or_null(c.architecture)},
+          {"bandwidth_gbps", figure_or_null(s.bandwidth_gbps)},
+          {"sms", count_or_null(s.sms)},
+          {"boost_mhz", count_or_null(s.boost_mhz)},
+          {"fp32_tflops", figure_or_null(s.fp32_tflops)},
+          {"tf32_tflops", figure_or_null(s.tf32_tflops)},
+          {"half_tflops", figure_or_null(s.half_tflops)},
+          {"source", text_or_null(s.source)}};
+}
+
 }  // namespace
 
-std::string cards_report() {
+std::string cards_report(const std::vector<std::string>& asked, bool json) {
+  std::vector<Card> cards;
+  for (const auto& given : asked) cards.push_back(find_card(given));  // refused before any output
+  if (asked.empty()) cards = known_cards();
+  if (json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (size_t i = 0; i < cards.size(); ++i) {
+      rows.push_back(card_json(cards[i]));
+      if (!asked.empty()) rows.back()["given"] = asked[i];
+    }
+    return nlohmann::json{{"cards", rows}}.dump(2) + "\n";
+  }
   std::string out =
       "# Cards\n\nThe cards `--card` takes by name (or any card by its size, e.g. 24GiB: memory "
       "only, no speed). Dense peaks in TFLOP/s; '-' where the vendor publishes none.\n\n"
       "| card | memory | arch | bandwidth GB/s | SMs | boost MHz | fp32 | TF32 | fp16/bf16 | "
       "sources |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---|\n";
-  for (const Card& c : known_cards()) {
+  for (const Card& c : cards) {
     const DataSheet& s = c.sheet;
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {}; memory: {} |\n", c.name,
-                       format_bytes(c.memory_bytes), c.architecture,
+                       format_bytes(c.memory_bytes), c.architecture.empty() ? "-" : c.architecture,
                        figure(s.bandwidth_gbps, "{:.0f}"), figure(s.sms, "{:.0f}"),
                        figure(s.boost_mhz, "{:.0f}"), figure(s.fp32_tflops), figure(s.tf32_tflops),
-                       figure(s.half_tflops), s.source, c.memory_source);
+                       figure(s.half_tflops), s.source.empty() ? "-" : s.source, c.memory_source);
   }
   return out + "\n# Speed model\n\n" + calibration_report();
 }

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "training/cards/cards_report.h"
 #include "training/platform/errors.h"
 
 namespace training {
@@ -103,6 +106,44 @@ TEST(Cards, EachNamedCardHasADataSheetAndACardBySizeNone) {
   EXPECT_FALSE(sized.sheet.known());
   EXPECT_EQ(sized.sheet.bandwidth_gbps, 0);
   EXPECT_TRUE(sized.sheet.source.empty());
+}
+
+// `train cards --card NAME... [--json]`: the cards asked for, in order, each found as --card
+// finds it everywhere, so that a script asks train for a card's name instead of folding names by a
+// rule of its own (compare_devices.py, speed_holdout.py).
+TEST(Cards, TheListingGivesTheCardsAskedForAsJson) {
+  const auto all = nlohmann::json::parse(cards_report({}, /*json=*/true)).at("cards");
+  ASSERT_EQ(all.size(), known_cards().size());
+  EXPECT_EQ(all[0].at("name"), known_cards()[0].name);
+  EXPECT_FALSE(all[0].contains("given"));
+  const auto asked =
+      nlohmann::json::parse(cards_report({"h100 sxm", "A100_80gb", " 24GiB"}, true)).at("cards");
+  ASSERT_EQ(asked.size(), 3u);
+  EXPECT_EQ(asked[0].at("name"), "H100-SXM");
+  EXPECT_EQ(asked[0].at("given"), "h100 sxm");
+  EXPECT_EQ(asked[0].at("known"), true);
+  EXPECT_EQ(asked[0].at("memory_bytes"), int64_t{81559} << 20);
+  EXPECT_EQ(asked[0].at("architecture"), "sm_90");
+  EXPECT_EQ(asked[0].at("bandwidth_gbps"), 3350.0);
+  EXPECT_EQ(asked[1].at("name"), "A100-80GB");
+  EXPECT_EQ(asked[2].at("name"), "24GiB");  // a size: its name is the size as given
+  EXPECT_EQ(asked[2].at("known"), false);
+  EXPECT_EQ(asked[2].at("memory_bytes"), int64_t{24} << 30);
+  EXPECT_TRUE(asked[2].at("architecture").is_null());
+  EXPECT_TRUE(asked[2].at("half_tflops").is_null());
+  // An unknown card is --card's own refusal, before anything is listed.
+  try {
+    cards_report({"T4", "nosuch"}, true);
+    ADD_FAILURE() << "an unknown card was listed";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--card: unknown card 'nosuch' ", 0), 0u) << e.what();
+  }
+  // The markdown lists only the cards asked for, then the speed model as always.
+  const std::string markdown = cards_report({"t4"}, false);
+  const std::string table = markdown.substr(0, markdown.find("# Speed model"));
+  EXPECT_NE(table.find("\n| T4 | 15.00 GiB | sm_75 |"), std::string::npos) << table;
+  EXPECT_EQ(table.find("| H200 |"), std::string::npos) << table;
+  EXPECT_NE(markdown.find("# Speed model"), std::string::npos);
 }
 
 }  // namespace
