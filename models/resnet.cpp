@@ -34,6 +34,20 @@ const std::map<int64_t, StageLayout>& layouts() {
 
 }  // namespace
 
+int64_t smallest_feature_map(const ResNetOptions& options, int64_t image_size) {
+  // Each stride-2 step here (the 7x7 stem, the max-pool, the 3x3 of a stage's first block and its
+  // 1x1 downsample) has padding kernel / 2: an n x n map becomes ceil(n / 2).
+  const auto halved = [](int64_t n) { return (n + 1) / 2; };
+  int64_t side = image_size;
+  if (options.stem() == Stem::ImageNet) side = halved(halved(side));  // conv1, max-pool
+  for (int stage = 2; stage <= 4; ++stage) side = halved(side);       // layer2..layer4
+  return side * side;
+}
+
+int64_t smallest_trainable_batch(const ResNetOptions& options, int64_t image_size) {
+  return smallest_feature_map(options, image_size) > 1 ? 1 : 2;
+}
+
 const std::vector<int64_t>& supported_depths() {
   static const std::vector<int64_t> depths = [] {
     std::vector<int64_t> d;

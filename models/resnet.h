@@ -32,6 +32,14 @@ const std::vector<int64_t>& supported_depths();
 // modules: "layer1.0", ..., "layer4.2". Empty for a depth not supported.
 std::vector<std::string> block_names(int64_t depth);
 
+// The height x width of the model's smallest feature map for `image_size` x `image_size` inputs:
+// layer4's output (4x4 with the CIFAR stem at 32, 1x1 with the ImageNet stem at 32, 7x7 at 224).
+// A BatchNorm normalises batch x (its map's height x width) values per channel, and in training
+// needs more than one: where this is 1, a batch of 1 does not train.
+int64_t smallest_feature_map(const ResNetOptions& options, int64_t image_size);
+// The smallest batch the model trains on at `image_size`: 1, or 2 where smallest_feature_map is 1.
+int64_t smallest_trainable_batch(const ResNetOptions& options, int64_t image_size);
+
 class BasicBlockImpl : public torch::nn::Module {
  public:
   static constexpr int64_t kExpansion = 1;

@@ -85,6 +85,37 @@ TEST(Cli, CardsListsTheCardsAskedForAndRefusesAnUnknownOne) {
   }
 }
 
+// A batch of 1 where layer4's map is 1x1 (the ImageNet stem at 32x32) does not train: BatchNorm in
+// training needs more than one value per channel. Training stopped at its first step with
+// LibTorch's "Expected more than 1 value per channel when training" (exit 1), and `train memory
+// --card` said it fits; each is now refused where it is asked for, one line, exit 2, no folder.
+TEST(Cli, ABatchOfOneThatDoesNotTrainIsRefusedWhereItIsAsked) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir);  // ResNet-18, ImageNet stem, 32x32
+  const std::string said =
+      "1 does not train: with model.stem imagenet at data.image_size 32, layer4's feature map is "
+      "1x1";
+  const std::string with_config = " --config " + config.string() + " ";
+  for (const auto& [command, flag] : std::vector<std::pair<std::string, std::string>>{
+           {with_config + "--set training.batch_size=1 --output-dir " + (dir / "run").string(),
+            "--set training.batch_size"},
+           {"memory" + with_config + "--batch-size 1 --card H100-80GB --card-only --output-dir " +
+                (dir / "memory").string(),
+            "--batch-size"},
+           {"memory" + with_config + "--batch-size 1 --output-dir " + (dir / "memory").string(),
+            "--batch-size"},
+           {"sweep" + with_config + "--batch-sizes 1,8 --output-dir " + (dir / "sweep").string(),
+            "--batch-sizes"}}) {
+    const auto r = run_train(command);
+    EXPECT_EQ(r.code, 2) << command << ": " << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << command << ": " << r.output;
+    const std::string key = flag == "--batch-sizes" ? "sweep.batch_sizes" : "training.batch_size";
+    EXPECT_NE(r.output.find("[error] " + flag + ": " + key + ": " + said), std::string::npos)
+        << command << ": " << r.output;
+  }
+  for (const char* folder : {"run", "memory", "sweep"}) EXPECT_FALSE(fs::exists(dir / folder));
+}
+
 // LibTorch reads PYTORCH_CUDA_ALLOC_CONF while it loads and aborts (exit 134, a stack trace) on a
 // malformed value, on the CPU too: refused first, one line, exit 2; well-formed values pass.
 TEST(Cli, AMalformedAllocatorConfigIsOneLineNotAnAbort) {

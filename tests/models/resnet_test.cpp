@@ -42,6 +42,39 @@ TEST(ResNet, OutputShapesForBothStems) {
   }
 }
 
+// The smallest feature map (layer4's output) is what each image gives the last BatchNorms: one
+// value per channel (1x1) means a batch of 1 cannot train, as LibTorch says ("Expected more than 1
+// value per channel when training"); the rule is checked against LibTorch itself, both stems, at
+// sizes around each halving, in training mode at batch 1 (refused or not) and 2 (trains).
+TEST(ResNet, TheSmallestFeatureMapSaysWhetherABatchOfOneTrains) {
+  EXPECT_EQ(models::smallest_feature_map(models::ResNetOptions(50).stem(models::Stem::Cifar), 32),
+            16);  // 4x4
+  EXPECT_EQ(
+      models::smallest_feature_map(models::ResNetOptions(50).stem(models::Stem::ImageNet), 32), 1);
+  EXPECT_EQ(
+      models::smallest_feature_map(models::ResNetOptions(50).stem(models::Stem::ImageNet), 224),
+      49);  // 7x7
+  for (auto stem : {models::Stem::Cifar, models::Stem::ImageNet}) {
+    auto model = make(18, stem, 10);
+    model->train();
+    for (int64_t size : {8, 9, 15, 16, 17, 32, 33, 48}) {
+      const int64_t pixels = models::smallest_feature_map(model->options(), size);
+      bool refused = false;
+      try {
+        model->forward(torch::randn({1, 3, size, size}));
+      } catch (const c10::Error& e) {
+        refused = true;
+        EXPECT_NE(std::string(e.what()).find("Expected more than 1 value per channel"),
+                  std::string::npos)
+            << e.what();
+      }
+      EXPECT_EQ(refused, pixels == 1) << "stem " << static_cast<int>(stem) << ", size " << size;
+      EXPECT_EQ(model->forward(torch::randn({2, 3, size, size})).size(0), 2);
+      EXPECT_EQ(models::smallest_trainable_batch(model->options(), size), pixels == 1 ? 2 : 1);
+    }
+  }
+}
+
 TEST(ResNet, ParameterNamesFollowTorchvision) {
   auto model = make(50, models::Stem::ImageNet, 1000);
   auto params = model->named_parameters();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "models/resnet.h"
 #include "training/cards/speed_calibration.h"
 
 namespace training {
@@ -70,7 +71,8 @@ CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch,
   TORCH_INTERNAL_ASSERT(!snapshot || snapshot->reserved == p.figures().peak_reserved,
                         "the snapshot is not the prediction's reserved peak");
   p.largest_batch =
-      largest_fitting_batch(r.stream, p.prefetched_batches, image_size, p.allocator, p.beside);
+      largest_fitting_batch(r.stream, p.prefetched_batches, image_size, p.allocator, p.beside,
+                            models::smallest_trainable_batch(config_.model, image_size));
   Config config = config_;
   setting.apply_to(config);
   try {

@@ -111,7 +111,8 @@ AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count,
 }
 
 int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched, int64_t image_size,
-                              const AllocatorOptions& options, const BesideTensors& beside) {
+                              const AllocatorOptions& options, const BesideTensors& beside,
+                              int64_t smallest) {
   auto fits = [&](int64_t batch) {
     return replay_stream(with_prefetched_batches(stream.at(batch), prefetched, batch, image_size),
                          options, beside)
@@ -121,8 +122,8 @@ int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched, in
   if (!beyond) throw std::runtime_error("no allocation of the step grows with the batch");
   // No larger than training.batch_size takes (a 1024TiB card would give billions).
   const int64_t ceiling = std::min(*beyond, kMaxBatchSize + 1);
-  if (ceiling <= 1 || !fits(1)) return 0;
-  int64_t good = 1, bad = std::min<int64_t>(2, ceiling);
+  if (ceiling <= smallest || !fits(smallest)) return 0;
+  int64_t good = smallest, bad = std::min<int64_t>(2 * smallest, ceiling);
   while (bad < ceiling && fits(bad)) good = bad, bad = std::min(bad * 2, ceiling);
   while (bad - good > 1) {
     const int64_t middle = good + (bad - good) / 2;

@@ -50,9 +50,12 @@ AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count,
 
 // The largest batch whose replay (with `prefetched` batches) fits under `options` (its limit set):
 // doubling, then bisection, below the first batch at which one allocation alone outgrows the
-// limit, and at most kMaxBatchSize (training.batch_size's largest); 0 when batch 1 does not fit.
-// Throws std::runtime_error when no allocation grows.
+// limit, and at most kMaxBatchSize (training.batch_size's largest); 0 when `smallest` (the
+// smallest batch that trains: 2 where a BatchNorm would see one value per channel at 1,
+// models::smallest_trainable_batch) does not fit. Throws std::runtime_error when no allocation
+// grows.
 int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched, int64_t image_size,
-                              const AllocatorOptions& options, const BesideTensors& beside);
+                              const AllocatorOptions& options, const BesideTensors& beside,
+                              int64_t smallest);
 
 }  // namespace training

@@ -62,6 +62,20 @@ std::string blocks_problem(const std::vector<std::string>& blocks,
   return "";
 }
 
+std::string batch_norm_refusal(const Config& config, int64_t batch) {
+  const int64_t image_size = config.data.image_size;
+  if (batch >= models::smallest_trainable_batch(config.model, image_size)) return "";
+  int64_t larger = image_size + 1;  // the smallest image size at which a batch of 1 trains
+  while (larger < kMaxImageSize && models::smallest_trainable_batch(config.model, larger) > 1) {
+    ++larger;
+  }
+  return std::to_string(batch) + " does not train: with model.stem " + stem_name(config.model) +
+         " at data.image_size " + std::to_string(image_size) +
+         ", layer4's feature map is 1x1, and a BatchNorm in training needs more than one value "
+         "per channel (batch x height x width); use a batch of 2 or more, or data.image_size " +
+         std::to_string(larger) + " or more";
+}
+
 void validate(const Config& c, const std::function<std::string(const std::string&)>& origin_for) {
   auto fail = [&](const std::string& message) {
     const std::string key = message.substr(0, message.find(':'));
@@ -128,6 +142,14 @@ void validate(const Config& c, const std::function<std::string(const std::string
   once_each("sweep.predict_for", c.sweep.predict_for);
   once_each("sweep.devices", c.sweep.devices);
   check_launcher(c.sweep, fail);
+  if (const std::string refused = batch_norm_refusal(c, c.training.batch_size); !refused.empty()) {
+    fail("training.batch_size: " + refused);
+  }
+  for (const int64_t batch : c.sweep.batch_sizes) {
+    if (const std::string refused = batch_norm_refusal(c, batch); !refused.empty()) {
+      fail("sweep.batch_sizes: " + refused);
+    }
+  }
 }
 
 }  // namespace training

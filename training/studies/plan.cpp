@@ -9,6 +9,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "models/resnet.h"
 #include "training/cards/alloc_conf.h"
 #include "training/cards/card_prediction.h"
 #include "training/cards/speed_calibration.h"
@@ -203,17 +204,19 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     plan.overhead_source = beside.outside_source;
   }
   plan.speed_source = "measured on " + sweep.device;
+  int64_t smallest_batch = 1;  // the smallest batch that trains the sweep's model
   try {
+    const Config swept = load_config((sweep_dir / "config.yaml").string());
     plan.per_block_checkpointing =
-        load_config((sweep_dir / "config.yaml").string()).checkpointing.granularity() ==
-        CheckpointGranularity::Block;
+        swept.checkpointing.granularity() == CheckpointGranularity::Block;
+    smallest_batch = models::smallest_trainable_batch(swept.model, swept.data.image_size);
   } catch (const std::exception&) {
     // no readable config.yaml: `on` cells are recommended as measured
   }
   plan.sweep_complete = sweep.complete;
   const int64_t for_allocator = plan.usable_bytes - plan.overhead_bytes;
   plan.cells = summarize(sweep.cells, sweep.trials, {std::max<int64_t>(0, for_allocator)},
-                         /*searched=*/false);
+                         /*searched=*/false, smallest_batch);
   for (const auto& t : sweep.trials) {
     if (t.result.status != TrialStatus::Ok) continue;
     // Measured peaks; a card's replay replaces them (not auto's, held under the sweep's budget).

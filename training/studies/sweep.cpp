@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 
+#include "models/resnet.h"
 #include "training/cards/alloc_conf.h"
 #include "training/cards/card_prediction.h"
 #include "training/parts/checkpoint_choice.h"
@@ -183,7 +184,8 @@ TrialResult SweepRunner::read_result(const fs::path& file, const ProcessOutcome&
 }
 
 // Doubling from the largest batch known to fit, then binary search between the largest that
-// fits and the smallest that does not.
+// fits and the smallest that does not, never below the smallest batch that trains (a batch of 1
+// where a BatchNorm would see one value per channel is no answer: it does not train).
 void SweepRunner::find_max(const Setting& setting, int64_t gpu) {
   int64_t fits = 0, fails = 0;
   std::unique_lock<std::mutex> lock(mutex_);
@@ -196,6 +198,9 @@ void SweepRunner::find_max(const Setting& setting, int64_t gpu) {
   }
   lock.unlock();
   if (fails != 0 && fails < fits) fails = 0;  // inconsistent points: search afresh above
+  // Below the smallest batch that trains nothing is probed: as if the batch under it fitted.
+  fits =
+      std::max(fits, models::smallest_trainable_batch(config_.model, config_.data.image_size) - 1);
   const int64_t cap = config_.sweep.max_batch;
   // Measures `batch` and moves the bound it decides. A trial that failed for another reason
   // than memory is tried once more; failing again, it ends this setting's search, and the sweep

@@ -52,10 +52,13 @@ struct SettingSummary {
   std::vector<std::pair<int64_t, std::optional<int64_t>>> predictions;  // bytes -> max batch
 };
 
-// Summaries for each cell from its trials; predictions for `memory_sizes`.
+// Summaries for each cell from its trials; predictions for `memory_sizes`, none below
+// `smallest_batch` (the smallest batch that trains the sweep's model: models.h's
+// smallest_trainable_batch).
 std::vector<SettingSummary> summarize(const std::vector<Setting>& cells,
                                       const std::vector<SweepTrial>& trials,
-                                      const std::vector<int64_t>& memory_sizes, bool searched);
+                                      const std::vector<int64_t>& memory_sizes, bool searched,
+                                      int64_t smallest_batch = 1);
 
 struct SweepRequest {
   std::string config_path;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "models/resnet.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
@@ -161,7 +162,8 @@ std::vector<int64_t> SweepRunner::memory_sizes() const {
 }
 
 std::vector<SettingSummary> SweepRunner::summaries() const {
-  return summarize(cells_, trials_, memory_sizes(), config_.sweep.find_max);
+  return summarize(cells_, trials_, memory_sizes(), config_.sweep.find_max,
+                   models::smallest_trainable_batch(config_.model, config_.data.image_size));
 }
 
 void SweepRunner::write_tables(bool complete, const std::string& why_incomplete) const {
@@ -207,7 +209,8 @@ std::string SweepRunner::untrainable(int64_t batch) const {
 
 std::vector<SettingSummary> summarize(const std::vector<Setting>& settings,
                                       const std::vector<SweepTrial>& trials,
-                                      const std::vector<int64_t>& memory_sizes, bool searched) {
+                                      const std::vector<int64_t>& memory_sizes, bool searched,
+                                      int64_t smallest_batch) {
   std::vector<SettingSummary> summaries;
   for (const auto& setting : settings) {
     SettingSummary s;
@@ -232,7 +235,9 @@ std::vector<SettingSummary> summarize(const std::vector<Setting>& settings,
     // line fits it, and no prediction is made from one.
     if (setting.checkpointing != CheckpointMode::Auto) s.fit = fit_memory(batches, peaks);
     for (int64_t size : memory_sizes) {
-      s.predictions.emplace_back(size, s.fit ? s.fit->max_batch(size) : std::nullopt);
+      std::optional<int64_t> largest = s.fit ? s.fit->max_batch(size) : std::nullopt;
+      if (largest && *largest < smallest_batch) largest = 0;  // a batch that does not train
+      s.predictions.emplace_back(size, largest);
     }
     summaries.push_back(s);
   }

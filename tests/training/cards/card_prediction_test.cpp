@@ -58,18 +58,38 @@ TEST(CardPrediction, TheLargestBatchIsTheEdgeOnTheLargestCard) {
     options.expandable_segments = expandable;
     options.device_memory = card;
     options.limit = card;
-    EXPECT_EQ(largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}),
+    EXPECT_EQ(largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}, 1),
               kMaxBatchSize)
         << expandable;
     // Below the cap the replay decides: the edge of 1000 + 100 x batch under 50,001,000 bytes.
     options.limit = 1000 + 100 * 500000;
     const int64_t largest =
-        largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {});
+        largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}, 1);
     auto fits = [&](int64_t batch) { return replay_stream(linear.at(batch), options, {}).fits; };
     EXPECT_GT(largest, 1000) << expandable;
     EXPECT_TRUE(fits(largest)) << expandable;
     EXPECT_FALSE(fits(largest + 1)) << expandable;
   }
+}
+
+// A batch that does not train is never the largest that fits: where a BatchNorm would see one value
+// per channel at batch 1 (models::smallest_trainable_batch 2), a card that holds batch 1 and not 2
+// holds no batch, and the search starts at 2.
+TEST(CardPrediction, TheLargestBatchIsNeverOneThatDoesNotTrain) {
+  constexpr int64_t MiB = int64_t{1} << 20;
+  // 20 MiB x batch: batch 1 takes a 20 MiB segment, batch 2 a 40 MiB one.
+  const LinearStream linear =
+      linear_stream(stream({{0, 40 * MiB}, {0, 0}}), 2, stream({{0, 80 * MiB}, {0, 0}}), 4);
+  AllocatorOptions options;
+  options.device_memory = 1024 * MiB;
+  options.limit = 30 * MiB;
+  EXPECT_EQ(largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}, 1), 1);
+  EXPECT_EQ(largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}, 2), 0);
+  options.limit = 130 * MiB;
+  const int64_t from_one =
+      largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}, 1);
+  EXPECT_GE(from_one, 2);
+  EXPECT_EQ(largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}, 2), from_one);
 }
 
 TEST(CardPrediction, ReplaysPhasesWithTheCardsWorkspaces) {

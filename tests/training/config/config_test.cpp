@@ -6,6 +6,7 @@
 
 #include "test_support.h"
 #include "training/config/config_yaml.h"
+#include "training/config/validate.h"
 
 namespace {
 
@@ -307,6 +308,30 @@ INSTANTIATE_TEST_SUITE_P(
                   "",
                   {"training.epochs.=3"},
                   "--set training.epochs.=3: expected section.key=value, e.g. training.epochs=2"},
+        // BatchNorm in training needs more than one value per channel: a batch of 1 where
+        // layer4's map is 1x1 does not train (LibTorch: "Expected more than 1 value per channel
+        // when training"), refused where it is asked for.
+        BadConfig{"ABatchOfOneWhereLayer4Is1x1DoesNotTrain",
+                  "model: {stem: imagenet}\ntraining: {batch_size: 1}",
+                  {},
+                  "c.yaml: training.batch_size: 1 does not train: with model.stem imagenet at "
+                  "data.image_size 32, layer4's feature map is 1x1, and a BatchNorm in training "
+                  "needs more than one value per channel (batch x height x width); use a batch of "
+                  "2 or more, or data.image_size 33 or more"},
+        BadConfig{"ABatchOfOneSetByAFlagIsNamedWithIt",
+                  "model: {stem: cifar}\ndata: {image_size: 8}",
+                  {training::Override("training.batch_size=1", "--batch-size")},
+                  "--batch-size: training.batch_size: 1 does not train: with model.stem cifar at "
+                  "data.image_size 8, layer4's feature map is 1x1, and a BatchNorm in training "
+                  "needs more than one value per channel (batch x height x width); use a batch of "
+                  "2 or more, or data.image_size 9 or more"},
+        BadConfig{"ASweepBatchOfOneWhereLayer4Is1x1",
+                  "model: {stem: imagenet}",
+                  {"sweep.batch_sizes=[1, 8]"},
+                  "--set sweep.batch_sizes: sweep.batch_sizes: 1 does not train: with model.stem "
+                  "imagenet at data.image_size 32, layer4's feature map is 1x1, and a BatchNorm in "
+                  "training needs more than one value per channel (batch x height x width); use a "
+                  "batch of 2 or more, or data.image_size 33 or more"},
         BadConfig{"NotAnInteger",
                   "training: {epochs: three}",
                   {},
@@ -534,6 +559,20 @@ INSTANTIATE_TEST_SUITE_P(
 }  // namespace
 
 namespace {
+
+// Where every BatchNorm sees more than one value per channel per image, a batch of 1 trains and is
+// taken: the CIFAR stem at 32x32 (layer4 is 4x4), the ImageNet stem at 224 (7x7).
+TEST(Config, ABatchOfOneIsTakenWhereItTrains) {
+  EXPECT_EQ(training::parse_config("training: {batch_size: 1}", "c.yaml").training.batch_size, 1);
+  EXPECT_EQ(
+      training::parse_config(
+          "model: {stem: imagenet}\ndata: {image_size: 224}\ntraining: {batch_size: 1}", "c.yaml")
+          .training.batch_size,
+      1);
+  EXPECT_EQ(
+      training::batch_norm_refusal(training::parse_config("model: {stem: imagenet}", "c.yaml"), 2),
+      "");
+}
 
 TEST(Config, TheReferenceDocumentsEveryKey) {
   const std::string reference =

@@ -339,6 +339,27 @@ TEST(Trainer, RefusesABatchLargerThanTheTrainingSet) {
   EXPECT_THROW(run(config, dir / "r"), training::UserError);
 }
 
+// An epoch's last partial batch is dropped: with ResNet's ImageNet stem at 32x32 (layer4 1x1) a
+// last batch of one image would stop training ("Expected more than 1 value per channel when
+// training"). The evaluation's last batch of one image is kept and runs (BatchNorm in eval mode
+// uses its running statistics). Both loaders.
+TEST(Trainer, ALastBatchOfOneImageIsDroppedAndTheEvaluationsIsKept) {
+  for (const std::string loader : {"batched", "torch_data"}) {
+    test_support::TempDir dir;
+    auto config = tiny_config();
+    config.data.loader =
+        loader == "batched" ? training::LoaderKind::Batched : training::LoaderKind::TorchData;
+    config.data.dataset.synthetic_train_size(2 * 32 + 1);  // 2 batches and 1 image
+    config.data.dataset.synthetic_test_size(64 + 1);       // 1 batch of 64 and 1 image
+    config.training.epochs = 2;
+    const auto rows = run(config, dir / "r");
+    ASSERT_EQ(rows.size(), 2u) << loader;
+    EXPECT_EQ(rows.back().at("step"), 4) << loader;  // 2 steps an epoch: the image left out
+    EXPECT_EQ(rows.back().at("epoch_batches"), 2) << loader;
+    EXPECT_TRUE(std::isfinite(rows.back().at("test_loss").get<double>())) << loader;
+  }
+}
+
 TEST(Trainer, RefusesLabelsBeyondNumClasses) {
   test_support::TempDir dir;
   auto config = tiny_config();

@@ -668,6 +668,89 @@ sweep: {batch_sizes: [8], find_max: true, max_batch: 64}
   EXPECT_NE(training::plan_table(plan).find("The sweep did not complete"), std::string::npos);
 }
 
+// A batch that does not train is no answer: where a BatchNorm sees one value per channel at batch
+// 1 (ResNet's ImageNet stem at 32x32: layer4 is 1x1), find-max never probes 1 (its trial failed as
+// LibTorch does, twice, and the sweep said complete: false), and when 2 is out of memory no batch
+// fits. With the CIFAR stem (4x4) batch 1 trains and is the answer. A stand-in for `train` runs
+// out of memory above batch 1 and refuses batch 1 where LibTorch would.
+TEST(Sweep, FindMaxNeverAnswersABatchThatDoesNotTrain) {
+  test_support::TempDir dir;
+  const auto stand_in = dir / "train.sh";
+  std::ofstream(stand_in)
+      << "#!/bin/sh\n"
+         "b=$(grep -E '^  batch_size: ' \"$3\" | awk '{print $2}')\n"
+         "status=ok; code=0; if [ \"$b\" -gt 1 ]; then status=oom; code=3; fi\n"
+         "if [ \"$b\" = 1 ] && grep -q 'stem: imagenet' \"$3\"; then\n"
+         "  echo 'Expected more than 1 value per channel when training' >&2; exit 1; fi\n"
+         "printf '{\"status\":\"%s\",\"message\":\"\",\"peak_allocated_bytes\":%d,"
+         "\"peak_reserved_bytes\":%d,\"steady_peak_allocated_bytes\":%d,"
+         "\"steady_peak_reserved_bytes\":%d,\"median_step_seconds\":0.1,"
+         "\"images_per_second\":%d,\"steps\":1,\"replayed_steps\":0,"
+         "\"outside_allocator_bytes\":0,\"recomputed_blocks\":null,"
+         "\"predicted_peak_bytes\":0}\\n' $status $((b*1000)) $((b*1000)) "
+         "$((b*1000)) $((b*1000)) $((b*10)) > \"$5\"\n"
+         "exit $code\n";
+  fs::permissions(stand_in, fs::perms::owner_all);
+  for (const std::string stem : {"imagenet", "cifar"}) {
+    const auto config = write_config(dir, "model: {arch: resnet18, stem: " + stem +
+                                              "}\ntraining: {device: cpu}\nmemory: {limit: 1GiB}\n"
+                                              "sweep: {batch_sizes: [8], find_max: true}\n");
+    ASSERT_EQ(training::run_sweep({config.string(), {}, (dir / stem).string(), stand_in, ""}), 0);
+    const auto sweep = read_json(dir / stem / "sweep.json");
+    EXPECT_TRUE(sweep.at("complete").get<bool>()) << stem;
+    std::vector<int64_t> probed;
+    for (const auto& trial : sweep.at("trials")) probed.push_back(trial.at("batch_size"));
+    const auto& cell = sweep.at("cells").at(0);
+    if (stem == "imagenet") {
+      EXPECT_EQ(probed, (std::vector<int64_t>{8, 4, 2}));
+      EXPECT_TRUE(cell.at("largest_fitting_batch").is_null()) << cell.dump();
+    } else {
+      EXPECT_EQ(probed, (std::vector<int64_t>{8, 4, 2, 1}));
+      EXPECT_EQ(cell.at("largest_fitting_batch"), 1) << cell.dump();
+    }
+  }
+}
+
+// sweep.batch_sizes and training.batch_size: a batch that does not train the model is refused
+// before anything runs, naming the key (config_test has the message).
+TEST(Sweep, ABatchThatDoesNotTrainIsRefusedBeforeAnyTrial) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir,
+                                   "model: {arch: resnet18, stem: imagenet}\ntraining: {device: "
+                                   "cpu}\nsweep: {batch_sizes: [1, 8]}\n");
+  try {
+    training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY, ""});
+    ADD_FAILURE() << "batch 1 was swept";
+  } catch (const training::ConfigError& e) {
+    EXPECT_EQ(
+        std::string(e.what()).rfind(config.string() + ": sweep.batch_sizes: 1 does not train: ", 0),
+        0u)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+// The sweep's predicted largest batch per memory size is none where it would be a batch that does
+// not train.
+TEST(Sweep, APredictedLargestBatchIsOneThatTrains) {
+  const training::Setting cell{};
+  std::vector<training::SweepTrial> trials;
+  for (const int64_t batch : {2, 4}) {
+    training::SweepTrial t;
+    t.setting = cell;
+    t.batch = batch;
+    t.result.status = training::TrialStatus::Ok;
+    t.result.peak_reserved_bytes = 1000 + 100 * batch;  // 1 fits in 1150 bytes, 2 does not
+    trials.push_back(t);
+  }
+  EXPECT_EQ(training::summarize({cell}, trials, {1150}, false, 1).at(0).predictions.at(0).second,
+            1);
+  EXPECT_EQ(training::summarize({cell}, trials, {1150}, false, 2).at(0).predictions.at(0).second,
+            0);
+  EXPECT_EQ(training::summarize({cell}, trials, {1250}, false, 2).at(0).predictions.at(0).second,
+            2);
+}
+
 TEST(Sweep, ATrialPastItsTimeoutIsKilledAndRecorded) {
   test_support::TempDir dir;
   const auto config = write_config(dir, R"(
