@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "training/cards/cards_report.h"
+#include "training/platform/allocation_trace.h"
 #include "training/platform/errors.h"
 
 namespace training {
