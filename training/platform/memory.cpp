@@ -200,36 +200,42 @@ std::string mib_text(int64_t bytes) {
   return text;
 }
 
-std::string format_bytes(int64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
+namespace {
+
+const char* const kByteUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+
+// The largest binary unit that keeps |bytes| >= 1 in it (TiB at most).
+int byte_unit(int64_t bytes) {
   int unit = 0;
-  while (std::abs(value) >= 1024.0 && unit < 4) value /= 1024.0, ++unit;
-  char text[32];
-  if (unit == 0) {
-    std::snprintf(text, sizeof text, "%lld B", static_cast<long long>(bytes));
-  } else {
-    std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
+  for (double value = std::abs(static_cast<double>(bytes)); value >= 1024.0 && unit < 4;
+       value /= 1024.0) {
+    ++unit;
   }
-  return text;
+  return unit;
+}
+
+// "1.50 GiB" at unit 3 and 2 decimals; plain bytes at unit 0.
+std::string bytes_in(int64_t bytes, int unit, int decimals) {
+  if (unit == 0) return std::to_string(bytes) + " B";
+  return fmt::format("{:.{}f} {}", static_cast<double>(bytes) / std::pow(1024.0, unit), decimals,
+                     kByteUnits[unit]);
+}
+
+}  // namespace
+
+std::string format_bytes(int64_t bytes) {
+  return bytes_in(bytes, byte_unit(bytes), 2);
 }
 
 std::pair<std::string, std::string> format_bytes_apart(int64_t a, int64_t b) {
   if (a == b || format_bytes(a) != format_bytes(b)) return {format_bytes(a), format_bytes(b)};
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  for (double larger = static_cast<double>(std::max(std::abs(a), std::abs(b)));
-       larger >= 1024.0 && unit < 4; larger /= 1024.0) {
-    ++unit;
-  }
-  const double scale = std::pow(1024.0, unit);
+  const int unit = byte_unit(std::abs(a) > std::abs(b) ? a : b);
   for (int decimals = 2; unit > 0 && decimals <= 6; ++decimals) {
-    auto text = [&](int64_t bytes) {
-      return fmt::format("{:.{}f} {}", static_cast<double>(bytes) / scale, decimals, kUnits[unit]);
-    };
-    if (text(a) != text(b)) return {text(a), text(b)};
+    if (bytes_in(a, unit, decimals) != bytes_in(b, unit, decimals)) {
+      return {bytes_in(a, unit, decimals), bytes_in(b, unit, decimals)};
+    }
   }
-  return {std::to_string(a) + " B", std::to_string(b) + " B"};
+  return {bytes_in(a, 0, 0), bytes_in(b, 0, 0)};
 }
 
 std::string byte_size_text(int64_t bytes) {

@@ -422,6 +422,16 @@ sweep: {batch_sizes: [8, 16, 24], warmup_steps: 0, measure_steps: 1}
   EXPECT_EQ(trials[2].at("status"), "ok");
 }
 
+// The stand-ins' result: trial `$status` (ok, oom) at batch `$b`, 1000 bytes an image.
+const char* const kStandInResult =
+    "printf '{\"status\":\"%s\",\"message\":\"\",\"peak_allocated_bytes\":%d,"
+    "\"peak_reserved_bytes\":%d,\"steady_peak_allocated_bytes\":%d,"
+    "\"steady_peak_reserved_bytes\":%d,\"median_step_seconds\":0.1,"
+    "\"images_per_second\":%d,\"steps\":1,\"replayed_steps\":0,"
+    "\"outside_allocator_bytes\":0,\"recomputed_blocks\":null,"
+    "\"predicted_peak_bytes\":0}\\n' $status $((b*1000)) $((b*1000)) "
+    "$((b*1000)) $((b*1000)) $((b*10)) > \"$5\"\n";
+
 // A stand-in for `train sweep-trial`: `prelude` (shell, `$b` the trial's batch) may end the trial;
 // otherwise it writes an ok result whose peak is 1000 bytes an image.
 fs::path fake_train(const test_support::TempDir& dir, const std::string& name,
@@ -431,13 +441,8 @@ fs::path fake_train(const test_support::TempDir& dir, const std::string& name,
                          "b=$(grep -E '^  batch_size: ' \"$3\" | awk '{print $2}')\n"
                       << prelude
                       << "\n"
-                         "printf '{\"status\":\"ok\",\"message\":\"\",\"peak_allocated_bytes\":%d,"
-                         "\"peak_reserved_bytes\":%d,\"steady_peak_allocated_bytes\":%d,"
-                         "\"steady_peak_reserved_bytes\":%d,\"median_step_seconds\":0.1,"
-                         "\"images_per_second\":%d,\"steps\":1,\"replayed_steps\":0,"
-                         "\"outside_allocator_bytes\":0,\"recomputed_blocks\":null,"
-                         "\"predicted_peak_bytes\":0}\\n' $((b*1000)) $((b*1000)) "
-                         "$((b*1000)) $((b*1000)) $((b*10)) > \"$5\"\n";
+                         "status=ok\n"
+                      << kStandInResult;
   fs::permissions(fake, fs::perms::owner_all);
   return fake;
 }
@@ -635,21 +640,13 @@ sweep: {batch_sizes: [8], find_max: true, max_batch: 64}
 )");
   auto sweep_with = [&](const std::string& name, const std::string& crash) {
     const auto fake = dir / (name + ".sh");
-    std::ofstream(fake)
-        << "#!/bin/sh\n"
-           "b=$(grep -E '^  batch_size: ' \"$3\" | awk '{print $2}')\n"
-           "if [ \"$b\" = 32 ] && "
-        << crash
-        << "; then kill -SEGV $$; fi\n"
-           "status=ok; code=0; if [ \"$b\" -gt 40 ]; then status=oom; code=3; fi\n"
-           "printf '{\"status\":\"%s\",\"message\":\"\",\"peak_allocated_bytes\":%d,"
-           "\"peak_reserved_bytes\":%d,\"steady_peak_allocated_bytes\":%d,"
-           "\"steady_peak_reserved_bytes\":%d,\"median_step_seconds\":0.1,"
-           "\"images_per_second\":%d,\"steps\":1,\"replayed_steps\":0,"
-           "\"outside_allocator_bytes\":0,\"recomputed_blocks\":null,"
-           "\"predicted_peak_bytes\":0}\\n' $status $((b*1000)) $((b*1000)) "
-           "$((b*1000)) $((b*1000)) $((b*10)) > \"$5\"\n"
-           "exit $code\n";
+    std::ofstream(fake) << "#!/bin/sh\n"
+                           "b=$(grep -E '^  batch_size: ' \"$3\" | awk '{print $2}')\n"
+                           "if [ \"$b\" = 32 ] && "
+                        << crash
+                        << "; then kill -SEGV $$; fi\n"
+                           "status=ok; code=0; if [ \"$b\" -gt 40 ]; then status=oom; code=3; fi\n"
+                        << kStandInResult << "exit $code\n";
     fs::permissions(fake, fs::perms::owner_all);
     EXPECT_EQ(training::run_sweep({config.string(), {}, (dir / name).string(), fake, ""}), 0);
     return read_json(dir / name / "sweep.json");
@@ -676,20 +673,13 @@ sweep: {batch_sizes: [8], find_max: true, max_batch: 64}
 TEST(Sweep, FindMaxNeverAnswersABatchThatDoesNotTrain) {
   test_support::TempDir dir;
   const auto stand_in = dir / "train.sh";
-  std::ofstream(stand_in)
-      << "#!/bin/sh\n"
-         "b=$(grep -E '^  batch_size: ' \"$3\" | awk '{print $2}')\n"
-         "status=ok; code=0; if [ \"$b\" -gt 1 ]; then status=oom; code=3; fi\n"
-         "if [ \"$b\" = 1 ] && grep -q 'stem: imagenet' \"$3\"; then\n"
-         "  echo 'Expected more than 1 value per channel when training' >&2; exit 1; fi\n"
-         "printf '{\"status\":\"%s\",\"message\":\"\",\"peak_allocated_bytes\":%d,"
-         "\"peak_reserved_bytes\":%d,\"steady_peak_allocated_bytes\":%d,"
-         "\"steady_peak_reserved_bytes\":%d,\"median_step_seconds\":0.1,"
-         "\"images_per_second\":%d,\"steps\":1,\"replayed_steps\":0,"
-         "\"outside_allocator_bytes\":0,\"recomputed_blocks\":null,"
-         "\"predicted_peak_bytes\":0}\\n' $status $((b*1000)) $((b*1000)) "
-         "$((b*1000)) $((b*1000)) $((b*10)) > \"$5\"\n"
-         "exit $code\n";
+  std::ofstream(stand_in) << "#!/bin/sh\n"
+                             "b=$(grep -E '^  batch_size: ' \"$3\" | awk '{print $2}')\n"
+                             "status=ok; code=0; if [ \"$b\" -gt 1 ]; then status=oom; code=3; fi\n"
+                             "if [ \"$b\" = 1 ] && grep -q 'stem: imagenet' \"$3\"; then\n"
+                             "  echo 'Expected more than 1 value per channel when training' >&2; "
+                             "exit 1; fi\n"
+                          << kStandInResult << "exit $code\n";
   fs::permissions(stand_in, fs::perms::owner_all);
   for (const std::string stem : {"imagenet", "cifar"}) {
     const auto config = write_config(dir, "model: {arch: resnet18, stem: " + stem +
