@@ -44,7 +44,9 @@ double headroom_flag(const std::string& text) {
 // A size with its unit: a card's memory is no bare number of bytes ("24" was 24 bytes). The size
 // offered is one the flag takes: in GiB where that is within the largest size, else in bytes.
 int64_t size_with_unit(const std::string& flag, const std::string& text) {
-  if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+  // A bare 0 is no size at all: size_flag says so, rather than offer 0GiB.
+  if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos &&
+      text.find_first_not_of('0') != std::string::npos) {
     bool as_gib = true;
     try {
       training::parse_byte_size(text + "GiB");

@@ -318,12 +318,17 @@ def parse_args(argv):
                         ("--trial-timeout", args.trial_timeout), ("--threads", args.threads)):
         if value is not None and value < 1:
             fail(f"{flag}: {value}: expected a positive number")
-    args.tables = args.tables.split(",")
+    try:
+        args.tables = script_support.items("--tables", args.tables)
+        args.devices = script_support.items("--devices", args.devices)
+        args.fastest_precisions = ",".join(
+            script_support.items("--fastest-precisions", args.fastest_precisions))
+    except script_support.BadInput as e:
+        fail(str(e))
     unknown = [t for t in args.tables if t not in TABLE_TITLES]
-    if unknown or not args.tables:
-        fail(f"--tables: {','.join(unknown) or 'empty'}: expected some of seed,study,fastest")
-    args.devices = [d for d in args.devices.split(",") if d]
-    if not args.devices or any(d != "cpu" and not d.startswith("cuda") for d in args.devices):
+    if unknown:
+        fail(f"--tables: {','.join(unknown)}: expected some of seed,study,fastest")
+    if any(d != "cpu" and not d.startswith("cuda") for d in args.devices):
         fail(f"--devices: expected cpu and/or cuda[:N], comma-separated")
     for flag, items in (("--tables", args.tables), ("--devices", args.devices)):
         if len(set(items)) != len(items):  # the same run folder twice

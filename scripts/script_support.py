@@ -122,6 +122,16 @@ def last_error(proc):
     return (errors[-1].split("] ", 2)[-1] if errors else lines[-1] if lines else f"exit {proc.returncode}")
 
 
+def items(flag, text):
+    """The comma-separated items of a list flag as train's list flags read them: spaces around an
+    item dropped, an empty item refused (BadInput), never one dropped in silence."""
+    found = [item.strip(" \t") for item in text.split(",")]
+    if any(not item for item in found):
+        raise BadInput(f"{flag}: '{text}' has an empty item; expected items separated by single "
+                       "commas, e.g. a,b")
+    return found
+
+
 def train_cards(train, names, flag="--card"):
     """The cards `train cards --json --card NAME...` gives for `names`, in their order: each a dict
     with the card's "name" (H100-SXM for "h100 sxm", the size as given for "24GiB"), "given",

@@ -356,10 +356,8 @@ def only_cards(train, only, indexed):
     """The figures of `indexed` ((index, figure) pairs) on the cards `only` names (comma-separated),
     each card found by `train cards` as every --card finds it (no rule of this script's); or the
     one line that refuses --only."""
-    wanted = [c for c in only.split(",") if c.strip()]
     try:
-        if not wanted:
-            raise script_support.BadInput("--only %s: names no card" % only)
+        wanted = script_support.items("--only", only)
         keep = {script_support.card_key(c) for c in script_support.train_cards(train, wanted, "--only")}
         on_card = script_support.train_cards(train, [f["card"] for _, f in indexed], "--figures")
     except script_support.BadInput as e:

@@ -40,12 +40,15 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
       }
       return message +
              "evaluation went down to one image per forward pass, beside what training holds (the "
-             "weights, their gradients, the optimizer's momentum" +
+             "weights, their gradients" +
+             (config.optimizer.momentum() > 0 ? std::string(", the optimizer's momentum") : "") +
              (config.training.ema_decay > 0 ? std::string(", the weight average") : "") +
              (config.training.precision != Precision::FP32
                   ? std::string(", autocast's copies of the weights")
                   : "") +
-             "): more memory (memory.limit) or a smaller model.arch." + intact;
+             "): more memory (memory.limit)" +
+             (config.data.device_resident ? ", data.device_resident: false" : "") +
+             " or a smaller model.arch." + intact;
     case OutOfMemoryWhere::Training:
       break;
   }

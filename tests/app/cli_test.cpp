@@ -653,7 +653,8 @@ TEST(Cli, ReportRewritesTheReportOfARun) {
 TEST(Cli, ReportOfABrokenMetricsFileNamesTheLine) {
   test_support::TempDir dir;
   fs::create_directories(dir / "run");
-  std::ofstream(dir / "run/.train-output") << "run " << training::kOutputFormat << "\n";
+  std::ofstream(dir / "run/.train-output")
+      << "run " << training::output_format(training::OutputKind::Run) << "\n";
   std::ofstream(dir / "run/metrics.jsonl") << "{\"epoch\": 1}\n{broken\n";
   const auto r = run_train("report " + (dir / "run").string());
   EXPECT_EQ(r.code, 2);
@@ -704,6 +705,9 @@ TEST(Cli, MatmulBenchRefusesBadArguments) {
            {"--peak cpu=5", "--peak: expected device:dtype=GFLOPS"},
            // A device and dtype's peak given twice: the last one won in silence.
            {"--size 64 --peak cpu:fp32=100 --peak cpu:fp32=200",
+            "--peak: item 2 repeats item 1; list each value once"},
+           // One device however it is spelled: cuda is cuda:0.
+           {"--size 64 --peak cuda:bf16=100 --peak cuda:0:bf16=200",
             "--peak: item 2 repeats item 1; list each value once"}}) {
     const auto r = run_train("bench matmul " + flags + " --output /dev/null");
     EXPECT_EQ(r.code, 2) << flags;

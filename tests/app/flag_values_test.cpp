@@ -104,6 +104,12 @@ TEST(FlagValues, APlansSizesTakeAUnit) {
   EXPECT_EQ(refusal(flags), "--memory: '25769803776' has no unit; give one, e.g. 25769803776B");
   flags.memory = "25769803776B";
   EXPECT_EQ(app::plan_request(flags, from_sweep()).memory, int64_t{24} << 30);
+  // Nor is 0GiB offered for a bare 0, which no unit makes a size.
+  for (const std::string zero : {"0", "00"}) {
+    flags.memory = zero;
+    EXPECT_EQ(refusal(flags).find("GiB"), std::string::npos) << refusal(flags);
+    EXPECT_EQ(refusal(flags), "--memory: expected a size above 0, got '" + zero + "'");
+  }
 }
 
 // PYTORCH_CUDA_ALLOC_CONF with an option the model does not follow is refused with --card before

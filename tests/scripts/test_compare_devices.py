@@ -135,7 +135,12 @@ class CompareDevicesArgumentsTest(unittest.TestCase):
                     (["--config", str(config), "--gpu-steps", "8"], "--gpu-steps: 8: expected at least 15"),
                     (["--config", str(config), "--gpu-epochs", "0"], "--gpu-epochs: 0: expected a positive"),
                     (["--config", str(config), "--tables", "seed,bogus"], "--tables: bogus"),
-                    (["--config", str(config), "--devices", "tpu"], "--devices: expected cpu")):
+                    (["--config", str(config), "--devices", "tpu"], "--devices: expected cpu"),
+                    # One reading of a list for every script and train: no empty item dropped.
+                    (["--config", str(config), "--tables", "seed,"], "--tables: 'seed,' has an empty item"),
+                    (["--config", str(config), "--devices", "cpu,,cuda"], "--devices: 'cpu,,cuda' has an empty"),
+                    (["--config", str(config), "--fastest-precisions", "fp32, "],
+                     "--fastest-precisions: 'fp32, ' has an empty item")):
                 proc = compare(*args, "--out", str(Path(tmp) / "out"))
                 self.assertEqual(proc.returncode, 2, args)
                 self.assertIn(message, proc.stderr)

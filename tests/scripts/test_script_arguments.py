@@ -243,8 +243,8 @@ class ScriptArgumentsTest(unittest.TestCase):
                             "--out", str(tmp / "c3")), "names one card twice"),
                           (("speed_holdout.py", "--train", train, "--only", "nosuch", "--out", str(tmp / "h1")),
                            "speed_holdout: --only: unknown card 'nosuch'"),
-                          (("speed_holdout.py", "--train", train, "--only", ",", "--out", str(tmp / "h2")),
-                           "speed_holdout: --only ,: names no card"),
+                          (("speed_holdout.py", "--train", train, "--only", "h100,", "--out", str(tmp / "h2")),
+                           "speed_holdout: --only: 'h100,' has an empty item"),
                           (("speed_holdout.py", "--train", train, "--only", "T4", "--out", str(tmp / "h3"),
                             "--figures", str(tmp / "one.json")), "speed_holdout: --only T4 matches no figure")]
                 (tmp / "one.json").write_text(json.dumps(

@@ -26,6 +26,17 @@ TEST(OutOfMemory, AnEvaluationDownToOneImageIsNotToldToShrinkItsBatch) {
                          "(memory.limit) or a smaller model.arch. The last checkpoint is intact."),
             std::string::npos)
       << message;
+  // What it names is what this run holds and can give up: no momentum without one; the
+  // device-resident data is a remedy.
+  config.optimizer.momentum(0);
+  config.optimizer.nesterov(false);
+  config.data.device_resident = true;
+  const auto plain = training::out_of_memory_message(config, torch::kCPU, one, "");
+  EXPECT_NE(plain.find("(the weights, their gradients, autocast's copies of the weights): more "
+                       "memory (memory.limit), data.device_resident: false or a smaller "
+                       "model.arch."),
+            std::string::npos)
+      << plain;
 }
 
 }  // namespace

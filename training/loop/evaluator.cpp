@@ -82,7 +82,9 @@ void Evaluator::add_batch(models::ResNet& model, const torch::Tensor& images,
       correct += hits;
       begin += size;
     } catch (const std::exception& e) {
-      if (!is_out_of_memory(e) || size == 1) throw;
+      if (!is_out_of_memory(e)) throw;
+      failed_at_one_image_ = size == 1;
+      if (size == 1) throw;
       chunk_ = size / 2;
       spdlog::warn(
           "memory: evaluation ran out of memory at {} images per forward pass; it goes on in "
@@ -93,9 +95,7 @@ void Evaluator::add_batch(models::ResNet& model, const torch::Tensor& images,
 }
 
 void Evaluator::check_fits(models::ResNet& model, data::Loader& loader) {
-  // Its peak is not the epoch's (reset after). On a CPU without memory.limit there is nothing
-  // to fit into.
-  if (!device_.is_cuda() && config_.memory.limit == 0) return;
+  if (!memory_bounded()) return;  // its peak is not the epoch's (reset after)
   torch::NoGradGuard no_grad;
   AutocastGuard autocast(device_.type(), config_.training.precision);
   loader.start_epoch(0);

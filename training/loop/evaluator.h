@@ -33,8 +33,11 @@ class Evaluator {
   void check_fits(models::ResNet& model, data::Loader& loader);
   // True while run() or check_fits() runs (an out-of-memory error there needs other remedies).
   bool evaluating() const { return evaluating_; }
-  // Its forward passes are down to one image (halved on out of memory, or the batch size is 1).
-  bool at_one_image() const { return chunk_ == 1 || config_.training.eval_batch_size == 1; }
+  // Where memory is bounded (CUDA, or memory.limit on the CPU): check_fits probes only there.
+  bool memory_bounded() const { return device_.is_cuda() || config_.memory.limit > 0; }
+  // The last out-of-memory error was a forward pass of one image (halved down to it, a batch of
+  // one, or the one image a batch's last chunk held): a smaller eval batch cannot help.
+  bool at_one_image() const { return failed_at_one_image_; }
 
  private:
   // One batch into the sums, in chunks of chunk_ images.
@@ -46,6 +49,7 @@ class Evaluator {
   ProcessGroup* group_;
   int64_t chunk_ = 0;  // images per forward pass; 0: the whole batch
   bool evaluating_ = false;
+  bool failed_at_one_image_ = false;
 };
 
 }  // namespace training

@@ -154,14 +154,14 @@ std::vector<torch::Tensor> Trainer::held_from_the_first_update() const {
 }
 
 FitEnd Trainer::fit() {
-  {
+  const bool training = state_.epoch < config_.training.epochs && state_.step < total_steps_;
+  if (training && evaluator_.memory_bounded()) {
     // Evaluation runs after training's updates, beside their gradients and momentum: the probe
     // that says before the first step whether it fits holds them too.
     const auto held = held_from_the_first_update();
     evaluator_.check_fits(evaluated_model(), *test_loader_);
   }
   parts_.model->train();
-  const bool training = state_.epoch < config_.training.epochs && state_.step < total_steps_;
   observers_.on_fit_start(state_, training);
   // A start checkpoint: whatever instant the process dies at from here on (kill -9 between an
   // epoch's row and its checkpoint included), a checkpoint exists and rows ahead of it are

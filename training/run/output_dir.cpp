@@ -23,12 +23,13 @@ struct KindInfo {
   OutputKind kind;
   const char* word;  // in the marker
   const char* text;  // in messages
+  int format;        // output_format's
 };
 constexpr std::array<KindInfo, 4> kKinds = {{
-    {OutputKind::Sweep, "sweep", "a sweep"},
-    {OutputKind::MemoryStudy, "memory-study", "a memory study"},
-    {OutputKind::Comparison, "comparison", "a comparison"},
-    {OutputKind::Run, "run", "a run"},
+    {OutputKind::Sweep, "sweep", "a sweep", 3},
+    {OutputKind::MemoryStudy, "memory-study", "a memory study", 3},
+    {OutputKind::Comparison, "comparison", "a comparison", 2},
+    {OutputKind::Run, "run", "a run", 2},
 }};
 
 const KindInfo& info(OutputKind kind) {
@@ -38,9 +39,17 @@ const KindInfo& info(OutputKind kind) {
   return kKinds.back();  // unreachable: every kind has its entry
 }
 
-// The marker's text: "run 2", "sweep 2 finished".
+}  // namespace
+
+int output_format(OutputKind kind) {
+  return info(kind).format;
+}
+
+namespace {
+
+// The marker's text: "run 2", "sweep 3 finished".
 std::string marker_text(OutputKind kind, bool finished) {
-  return std::string(info(kind).word) + " " + std::to_string(kOutputFormat) +
+  return std::string(info(kind).word) + " " + std::to_string(info(kind).format) +
          (finished ? " finished" : "") + "\n";
 }
 
@@ -209,10 +218,10 @@ void check_output_format(const fs::path& dir, OutputKind kind, const std::string
   if (*held.kind != kind) {
     throw UserError(dir.string() + ": holds " + kind_text(*held.kind) + ", not " + kind_text(kind));
   }
-  if (held.format != kOutputFormat) {
+  if (held.format != output_format(kind)) {
     throw UserError(dir.string() + ": written by another version of train (output format " +
                     (held.format > 0 ? std::to_string(held.format) : std::string("unreadable")) +
-                    ", this build reads " + std::to_string(kOutputFormat) + ")");
+                    ", this build reads " + std::to_string(output_format(kind)) + ")");
   }
 }
 

@@ -5,7 +5,7 @@
 //     (a sweep, study or comparison stopped part-way is started again; a run is continued with
 //     --resume instead);
 //   - `train --resume` continues runs only.
-// The marker also carries the format of the files the folder holds (kOutputFormat): a folder of
+// The marker also carries the format of the files the folder holds (output_format): a folder of
 // another format is refused in one line where it is read back.
 #pragma once
 
@@ -21,11 +21,12 @@ namespace training {
 
 enum class OutputKind { Run, Sweep, MemoryStudy, Comparison };
 
-// The format of what an output folder holds (config.yaml, decisions.json, metrics.jsonl,
-// sweep.json, ...); raised when a file changes in a way this build cannot read back.
-// 1: the markers that carried no format; 2: the first with one; 3: sweep.slurm_options became
-// sweep.slurm.options in the config.yaml of a sweep (which train plan reads back) or a study.
-inline constexpr int kOutputFormat = 3;
+// The format of what an output folder of `kind` holds (config.yaml, decisions.json,
+// metrics.jsonl, sweep.json, ...); raised for a kind when one of its files changes in a way this
+// build cannot read back. 1: the markers that carried no format; 2: the first with one; 3 (sweeps
+// and memory studies): sweep.slurm_options became sweep.slurm.options in their config.yaml (a
+// run's config.yaml holds no sweep section: runs and comparisons stay at 2).
+int output_format(OutputKind kind);
 
 // "a run", "a sweep", "a memory study", "a comparison".
 std::string kind_text(OutputKind kind);
@@ -71,8 +72,8 @@ void check_not_an_input(const std::filesystem::path& output, const std::string& 
 void check_is_run(const std::filesystem::path& dir);
 
 // Refuses (UserError, one line) a folder read back as `kind` whose marker is missing, names another
-// kind, or gives another format than kOutputFormat; `advice` ends the line of a folder that holds
-// no output of train's.
+// kind, or gives another format than output_format(kind); `advice` ends the line of a folder that
+// holds no output of train's.
 void check_output_format(const std::filesystem::path& dir, OutputKind kind,
                          const std::string& advice = "");
 

@@ -22,6 +22,13 @@ namespace training {
 
 namespace {
 
+// A given peak's key: "cpu:fp32", "cuda:0:bf16" (cuda is cuda:0, auto the GPU it would pick).
+std::string peak_key(const DeviceSpec& spec, const std::string& dtype) {
+  return (spec.kind == DeviceSpec::Kind::Cpu ? std::string("cpu")
+                                             : "cuda:" + std::to_string(spec.index)) +
+         ":" + dtype;
+}
+
 const std::map<std::string, torch::ScalarType>& dtype_table() {
   static const std::map<std::string, torch::ScalarType> table = {{"fp64", torch::kFloat64},
                                                                  {"fp32", torch::kFloat32},
@@ -131,8 +138,10 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
     if (gflops <= 0) {
       throw UserError("--peak: expected a peak above 0 GFLOP/s, got '" + peak + "'");
     }
-    options.peak_gflops[device + ":" + dtype] = gflops;
-    peak_keys.push_back(device + ":" + dtype);
+    // One key for one device however it is spelled: cuda and cuda:0 are one.
+    const std::string key = peak_key(*spec, dtype);
+    options.peak_gflops[key] = gflops;
+    peak_keys.push_back(key);
   }
   if (const std::string repeat = config_yaml::first_repeat(peak_keys); !repeat.empty()) {
     throw UserError("--peak: " + repeat + " (a device and dtype's peak is given once)");
@@ -181,7 +190,7 @@ std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options) {
   // Fractions: of the given peak, else of the best this bench measured for that device and dtype.
   for (auto& r : results) {
     if (!r.available) continue;
-    const auto given = options.peak_gflops.find(r.device + ":" + r.dtype);
+    const auto given = options.peak_gflops.find(peak_key(*parse_device_spec(r.device), r.dtype));
     if (given != options.peak_gflops.end()) {
       r.fraction_of_peak = r.gflops / given->second;
       r.peak_source = "given";

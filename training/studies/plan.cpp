@@ -204,15 +204,12 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     plan.overhead_source = beside.outside_source;
   }
   plan.speed_source = "measured on " + sweep.device;
-  int64_t smallest_batch = 1;  // the smallest batch that trains the sweep's model
-  try {
-    const Config swept = load_config((sweep_dir / "config.yaml").string());
-    plan.per_block_checkpointing =
-        swept.checkpointing.granularity() == CheckpointGranularity::Block;
-    smallest_batch = models::smallest_trainable_batch(swept.model, swept.data.image_size);
-  } catch (const std::exception&) {
-    // no readable config.yaml: `on` cells are recommended as measured
-  }
+  // The sweep's config, read once: its checkpointing granularity, its model's smallest batch that
+  // trains, and its gradient bytes and setting for a target batch and a card.
+  const Config swept = load_config((sweep_dir / "config.yaml").string());
+  plan.per_block_checkpointing = swept.checkpointing.granularity() == CheckpointGranularity::Block;
+  const int64_t smallest_batch =
+      models::smallest_trainable_batch(swept.model, swept.data.image_size);
   plan.sweep_complete = sweep.complete;
   const int64_t for_allocator = plan.usable_bytes - plan.overhead_bytes;
   plan.cells = summarize(sweep.cells, sweep.trials, {std::max<int64_t>(0, for_allocator)},
@@ -237,11 +234,9 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     plan.candidates.push_back(c);
   }
   if ((card || target_batch > 0) && !plan.candidates.empty()) {
-    // The sweep's config and its model's gradient bytes, read and built once for both.
-    const Config config = load_config((sweep_dir / "config.yaml").string());
-    const int64_t gradients = gradient_bytes(config.model);
+    const int64_t gradients = gradient_bytes(swept.model);
     if (target_batch > 0) aim_at_target_batch(plan, target_batch, gradients, for_allocator);
-    if (card) apply_card(plan, sweep, config, for_allocator);
+    if (card) apply_card(plan, sweep, swept, for_allocator);
   }
   if (plan.candidates.empty()) {
     throw UserError(sweep_dir.string() +

@@ -153,6 +153,28 @@ TEST(Trainer, TheEvaluationProbeHoldsWhatTheFirstUpdateAdds) {
   }
 }
 
+// A run with nothing left to train (resumed after its last epoch) evaluates nothing, so it probes
+// nothing: no gradient or momentum is held for an update that never comes. Under a limit that
+// leaves no room for them it finishes.
+TEST(Trainer, ARunWithNothingToTrainProbesNothing) {
+  test_support::TempDir dir;
+  auto config = tiny_config();
+  config.training.epochs = 1;
+  ASSERT_EQ(run(config, dir / "run").size(), 1u);
+  config.memory.limit = int64_t{1} << 40;  // bounded: the probe would run if anything trained
+  training::RunDirectory run_dir(dir / "run", true);
+  training::Trainer trainer(config, torch::kCPU, split_for(config, data::SplitName::Train),
+                            split_for(config, data::SplitName::Test));
+  trainer.write_to(run_dir);
+  trainer.resume(dir / "run/checkpoint.pt");
+  auto& allocator = training::TrackingCpuAllocator::instance();
+  allocator.set_limit(allocator.stats().allocated + (int64_t{1} << 20));
+  training::FitEnd end = training::FitEnd::Stopped;
+  EXPECT_NO_THROW(end = trainer.fit());
+  allocator.set_limit(0);
+  EXPECT_EQ(end, training::FitEnd::Finished);
+}
+
 TEST(Trainer, AccumulationCountsOptimizerStepsAndDropsTheIncompleteGroup) {
   test_support::TempDir dir;
   auto config = accumulating_config();

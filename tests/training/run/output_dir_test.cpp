@@ -47,7 +47,8 @@ TEST(OutputDir, TheMarkerSaysTheKindAndTheFormat) {
     EXPECT_EQ(std::string(e.what()), dir.path().string() +
                                          ": written by another version of train (output format "
                                          "1, this build reads " +
-                                         std::to_string(training::kOutputFormat) + ")");
+                                         std::to_string(training::output_format(OutputKind::Run)) +
+                                         ")");
   }
   EXPECT_THROW(training::check_is_run(dir.path()), training::UserError);
   for (const std::string marker : {"run 2x\n", "run 99999999999999999999\n", "run -2\n"}) {
@@ -76,12 +77,33 @@ TEST(OutputDir, TheMarkerSaysTheKindAndTheFormat) {
   const test_support::TempDir fresh;
   { auto lock = training::claim_output_dir(fresh.path(), OutputKind::Sweep, "--output-dir"); }
   EXPECT_EQ(test_support::read_text(fresh / ".train-output"),
-            "sweep " + std::to_string(training::kOutputFormat) + "\n");
+            "sweep " + std::to_string(training::output_format(OutputKind::Sweep)) + "\n");
   training::mark_finished(fresh.path(), OutputKind::Sweep);
   EXPECT_TRUE(training::held_outputs(fresh.path()).finished);
-  EXPECT_EQ(training::held_outputs(fresh.path()).format, training::kOutputFormat);
+  EXPECT_EQ(training::held_outputs(fresh.path()).format,
+            training::output_format(OutputKind::Sweep));
   EXPECT_NO_THROW(training::check_output_format(fresh.path(), OutputKind::Sweep));
   EXPECT_THROW(training::check_output_format(fresh.path(), OutputKind::Run), training::UserError);
+}
+
+// A kind's format is raised with its own files only: format 3 renamed a key of the sweep section,
+// which only a sweep's and a memory study's config.yaml hold, so a run of format 2 (its
+// config.yaml without a sweep section) is still resumed, reported and compared, while a sweep of
+// format 2 is refused.
+TEST(OutputDir, AKindsFormatChangesWithItsOwnFilesOnly) {
+  test_support::TempDir dir;
+  std::ofstream(dir / ".train-output") << "run 2\n";
+  EXPECT_NO_THROW(training::check_is_run(dir.path()));
+  std::ofstream(dir / ".train-output") << "comparison 2 finished\n";
+  EXPECT_NO_THROW(training::check_output_format(dir.path(), OutputKind::Comparison));
+  for (const std::string kind : {"sweep", "memory-study"}) {
+    std::ofstream(dir / ".train-output") << kind << " 2 finished\n";
+    const auto held = training::held_outputs(dir.path());
+    ASSERT_TRUE(held.kind) << kind;
+    EXPECT_EQ(held.format, 2);
+    EXPECT_THROW(training::check_output_format(dir.path(), *held.kind), training::UserError)
+        << kind;
+  }
 }
 
 // Only a folder's own command writes into it; an unfinished study is started again, a finished one

@@ -81,7 +81,7 @@ TEST(RunDirectory, AResumeInAFolderWithoutAMarkerMakesItTheRuns) {
   { training::RunDirectory resumed(dir / "copied", true); }
   const auto held = training::held_outputs(dir / "copied");
   EXPECT_EQ(held.kind, training::OutputKind::Run);
-  EXPECT_EQ(held.format, training::kOutputFormat);
+  EXPECT_EQ(held.format, training::output_format(training::OutputKind::Run));
   EXPECT_NO_THROW(training::check_is_run(dir / "copied"));
   {
     auto lock = training::claim_output_dir(dir / "study", training::OutputKind::MemoryStudy, "-o");

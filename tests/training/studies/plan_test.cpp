@@ -70,6 +70,21 @@ fs::path prepared_sweep(const test_support::TempDir& dir, const std::string& dev
   return sweep;
 }
 
+// The sweep's config.yaml says how a checkpointed setting is recommended and which batch trains
+// the model: one that cannot be read is said (naming the file), never planned around in silence.
+TEST(Plan, ASweepsConfigThatCannotBeReadIsSaid) {
+  test_support::TempDir dir;
+  const auto sweep = prepared_sweep(dir);
+  std::ofstream(sweep / "config.yaml") << "training: {batch_size: [}\n";
+  try {
+    training::make_plan(sweep, 4LL << 30, 0.10, kGiB);
+    ADD_FAILURE() << "a broken config.yaml was planned around";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find((sweep / "config.yaml").string()), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Plan, PicksTheFastestSettingThatFits) {
   test_support::TempDir dir;
   // 4 GiB less 10% is 3.6 GiB; less 1 GiB outside the allocator (--overhead), 2.6 GiB for the
