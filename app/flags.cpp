@@ -115,13 +115,18 @@ void refuse_small_sweep_flags_with_from(const CLI::App& plan) {
 
 namespace {
 
+// A flag given once: given twice it is refused (one line, exit 2), as a valued flag is.
+CLI::Option* once(CLI::Option* flag) {
+  return flag->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+}
+
 // `train` itself (no subcommand).
 void add_train_options(CLI::App& app, Arguments& a) {
   add_config_flags(app, a.train.config_path, a.train_flags, "YAML config file (see configs/)");
   app.add_option("--output-dir", a.train.output_dir,
                  "Run directory to create (default: <output.dir>/<date>-<time>-<arch>)");
   app.add_option("--resume", a.train.resume, "Continue a run: its directory or a checkpoint file");
-  app.add_flag("--print-config", a.train.print_config, "Print the effective config and exit");
+  once(app.add_flag("--print-config", a.train.print_config, "Print the effective config and exit"));
 }
 
 CLI::App* add_sweep_command(CLI::App& app, Arguments& a) {
@@ -130,7 +135,8 @@ CLI::App* add_sweep_command(CLI::App& app, Arguments& a) {
       "Batch-size sweep: memory and speed per batch size, precision, checkpointing and "
       "memory format, each trial in its own process (grid: the config's sweep section)");
   add_config_flags(*sweep, a.sweep.config_path, a.sweep_flags, "YAML config file")->required();
-  sweep->add_flag("--find-max", a.find_max, "Also search the largest batch that fits, per setting");
+  once(sweep->add_flag("--find-max", a.find_max,
+                       "Also search the largest batch that fits, per setting"));
   sweep->add_option("--output-dir", a.sweep.output_dir, "Sweep directory to create");
   sweep->add_option("--card", a.sweep.card,
                     "Also predict each trial on this card (a name or a size): predicted columns "
@@ -154,8 +160,8 @@ CLI::App* add_memory_command(CLI::App& app, Arguments& a) {
   memory->add_option("--card", a.memory.card,
                      "Also predict each setting on this card: a name (H100-80GB, A100-40GB, "
                      "RTX4090, T4, ...) or its memory (24GiB)");
-  memory->add_flag("--card-only", a.memory.card_only,
-                   "With --card: predict only, without measuring the step at the batch here");
+  once(memory->add_flag("--card-only", a.memory.card_only,
+                        "With --card: predict only, without measuring the step at the batch here"));
   memory->add_option("--snapshot", a.memory.snapshot,
                      "With --card: write the card's predicted allocator (segments, blocks, events "
                      "over the step) to this file in PyTorch's memory-snapshot format, for "
@@ -220,7 +226,8 @@ CLI::App* add_cards_command(CLI::App& app, Arguments& a) {
                    "Only this card, found as --card finds it everywhere (a name, or a size); "
                    "repeatable")
       ->allow_extra_args(false);
-  cards->add_flag("--json", a.cards_json, "The cards as JSON (no speed model) instead of markdown");
+  once(cards->add_flag("--json", a.cards_json,
+                       "The cards as JSON (no speed model) instead of markdown"));
   return cards;
 }
 
@@ -261,10 +268,9 @@ CLI::App* add_convert_command(CLI::App& app, Arguments& a) {
   auto* output = convert->add_option(
       "output", a.convert.output,
       "The folder to create (data_batch_1..5.bin, test_batch.bin, batches.meta.txt)");
-  convert
-      ->add_flag("--list", a.convert.list,
-                 "Print the images train reads, in its order, one JSON line each (split, "
-                 "label, class, file), and convert nothing")
+  once(convert->add_flag("--list", a.convert.list,
+                         "Print the images train reads, in its order, one JSON line each (split, "
+                         "label, class, file), and convert nothing"))
       ->excludes(output);
   return convert;
 }

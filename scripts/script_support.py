@@ -139,7 +139,8 @@ def train_cards(train, names, flag="--card"):
     rule, the one every --card follows; an unknown card (train's line: "--card: unknown card ...",
     said as `flag`'s) or train failing is BadInput."""
     argv = [str(train), "cards", "--json"]
-    for name in names:
+    asked = list(dict.fromkeys(names))  # train lists each card once; a name given again is its own
+    for name in asked:
         argv += ["--card", name]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True)
@@ -149,7 +150,8 @@ def train_cards(train, names, flag="--card"):
         error = last_error(proc)
         raise BadInput(f"{flag}: {error.removeprefix('--card: ')}")
     try:
-        return json.loads(proc.stdout)["cards"]
+        found = dict(zip(asked, json.loads(proc.stdout)["cards"]))
+        return [found[name] for name in names]
     except (ValueError, KeyError):
         raise BadInput(f"{flag}: `{train} cards --json` gave no card list (an older train?)") from None
 

@@ -4,10 +4,8 @@
 #include <torch/torch.h>
 
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <optional>
-#include <regex>
 
 #include "data/dataset.h"
 #include "training/config/config.h"
@@ -211,15 +209,12 @@ void log_checkpointing(const Config& config, const Decisions& decisions,
 // checkpointing auto verified: the training peak the run measured beside the prediction.
 void log_checkpointing_outcome(const Decisions& decisions, const RunDirectory& run) {
   // The last epoch's: trained under this choice (a resume may have chosen again).
-  const int64_t measured = run.epochs().back().train_peak_allocated_bytes;
   bool exceeded = false;
-  const std::string outcome = checkpointing_outcome(decisions.checkpointing, measured, &exceeded);
+  const std::string outcome = checkpointing_outcome(
+      decisions.checkpointing, run.epochs().back().train_peak_allocated_bytes, &exceeded);
   if (outcome.empty()) return;
-  if (exceeded) {
-    spdlog::warn("checkpointing auto: {}", outcome);
-  } else {
-    spdlog::info("checkpointing auto: {}", outcome);
-  }
+  spdlog::log(exceeded ? spdlog::level::warn : spdlog::level::info, "checkpointing auto: {}",
+              outcome);
 }
 
 // trainer.fit(), with out of memory as exit 3 and a failed collective as exit 4.
@@ -278,16 +273,28 @@ int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
   return kExitOk;
 }
 
-// The resumed checkpoint's model and optimizer state against the config's (UserError naming the
-// file), on a model and optimizer built to compare with: host data, not the run's.
-// Then what the resume refuses from the checkpoint's position alone (Trainer::check_resumable).
-void check_resumed_model(const std::filesystem::path& checkpoint, const Config& asked,
-                         int64_t ranks) {
-  TrackingCpuAllocator::HostData host_data;
-  models::ResNet model(asked.model);
-  const auto optimizer = make_sgd(*model, asked.optimizer);
-  const TrainState position = check_checkpoint_model(checkpoint, *model, *optimizer);
-  Trainer::check_resumable(checkpoint, position, asked, run_yaml(asked), ranks);
+// What needs no measurement is refused before anything is measured: the labels, the batch, the
+// profiler's window, a resumed checkpoint's model and its position (ranks, batch, samples), and
+// the folder the run will write (rank 0's), not after the autos were measured.
+void check_before_measuring(const TrainRequest& request, const ResumeTarget& resume,
+                            const Config& asked, const LoadedData& data,
+                            const std::optional<LaunchEnv>& launch) {
+  const int64_t ranks = launch ? launch->world_size : 1;
+  check_labels(data.train, "training", asked.model.num_classes());
+  check_labels(data.test, "test", asked.model.num_classes());
+  Trainer::check_steps(asked, data.train.size(), ranks);
+  if (!resume.checkpoint.empty()) {
+    // Its model and optimizer state against the config's (UserError naming the file), on a model
+    // built to compare with (host data, not the run's); then its position (check_resumable).
+    TrackingCpuAllocator::HostData host_data;
+    models::ResNet model(asked.model);
+    const auto optimizer = make_sgd(*model, asked.optimizer);
+    const TrainState position = check_checkpoint_model(resume.checkpoint, *model, *optimizer);
+    Trainer::check_resumable(resume.checkpoint, position, asked, run_yaml(asked), ranks);
+  }
+  if (resume.run_dir.empty() && !request.output_dir.empty() && (!launch || launch->rank == 0)) {
+    check_output_dir(request.output_dir, OutputKind::Run, "--output-dir");
+  }
 }
 
 // The run itself, from the config asked for and the decisions recorded (a resume): set up,
@@ -299,25 +306,21 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   // the first step is built, before the run directory is created or touched.
   const torch::Device device = set_up_device(asked, DeviceUse::Step, launch);
   LoadedData data = load_data(asked);
-  const int64_t ranks = launch ? launch->world_size : 1;
-  const bool data_parallel = ranks > 1;
-  auto building = [&] {
-    // A fresh run has no checkpoint yet to call intact.
-    return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while building the model and its data",
-                            !resume.checkpoint.empty()};
+  const bool data_parallel = launch && launch->world_size > 1;
+  check_before_measuring(request, resume, asked, data, launch);
+  auto setup = [&](const char* doing) {  // out of memory before the first step
+    return [doing, &resume] {            // a fresh run has no checkpoint to call intact
+      return OutOfMemoryWhere{OutOfMemoryWhere::Setup, doing, !resume.checkpoint.empty()};
+    };
   };
-  // What needs no measurement is refused before anything is measured: the labels, the batch, the
-  // profiler's window, a resumed checkpoint's model and its position (ranks, batch, samples).
-  check_labels(data.train, "training", asked.model.num_classes());
-  check_labels(data.test, "test", asked.model.num_classes());
-  Trainer::check_steps(asked, data.train.size(), ranks);
-  if (!resume.checkpoint.empty()) check_resumed_model(resume.checkpoint, asked, ranks);
+  const auto building = setup("while building the model and its data");
   // The autos become this run's decisions (decisions.json and the checkpoint; a resume keeps
-  // those that hold): training.memory_format's layout, then checkpointing's blocks for this
+  // those that hold): the layout (a step timed in each), then checkpointing's blocks for this
   // batch and budget. The parts are built from the config with the decisions in place.
-  const MemoryFormatChoice layout = out_of_memory_is_exit_3(asked, device, building, [&] {
-    return decide_memory_format(asked, decisions, device, data_parallel);
-  });
+  const MemoryFormatChoice layout = out_of_memory_is_exit_3(
+      asked, device,
+      setup("while timing a training step in each layout (training.memory_format: auto)"),
+      [&] { return decide_memory_format(asked, decisions, device, data_parallel); });
   const auto checkpointing = out_of_memory_is_exit_3(asked, device, building, [&] {
     const Config laid_out = decided(asked, {decisions.layout, std::nullopt});
     const bool choosing = laid_out.checkpointing.mode() == CheckpointMode::Auto;
@@ -388,10 +391,7 @@ int train_command(const TrainRequest& request) {
   const ResumeTarget resume = resume_target(request.resume);
   Decisions recorded;
   const Config config = effective_config(request, resume, recorded);
-  if (request.print_config) {
-    std::cout << to_yaml(config);
-    return kExitOk;
-  }
+  if (request.print_config) return std::cout << to_yaml(config), kExitOk;
   return with_key_origins(config, [&] { return train(request, resume, config, recorded); });
 }
 

@@ -80,6 +80,14 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
             blocks);
   // Verified: the measured training peak is within the budget, and said beside the prediction.
   EXPECT_NE(resumed.output.find("within the budget of"), std::string::npos) << resumed.output;
+  // Round 5: resumed with the limit taken away, the choice was kept for a budget that is gone
+  // ("within the budget of ..." beside "memory limit: none"); refused as a fresh run is.
+  const auto limitless =
+      run_train("--resume " + run.string() + " --set training.max_steps=0 --set memory.limit=none");
+  EXPECT_EQ(limitless.code, 2) << limitless.output;
+  EXPECT_NE(limitless.output.find("checkpointing.enabled: auto needs a memory budget"),
+            std::string::npos)
+      << limitless.output;
   std::ifstream metrics(run / "metrics.jsonl");
   std::string row;
   ASSERT_TRUE(std::getline(metrics, row));

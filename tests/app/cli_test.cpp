@@ -43,8 +43,15 @@ TEST(Cli, NoConfigIsABadInput) {
 // A flag the command line cannot take (unknown, given twice, missing its value) is one line,
 // exit 2 (CLI11 added a second line, "Run with --help for more information.").
 TEST(Cli, UnknownFlagIsABadInput) {
-  for (const std::string bad : {"--confg x.yaml", "memory --card T4 --card A100-40GB --config x",
-                                "plan --memory", "plan --memory 4GiB --budget ten"}) {
+  // Round 5: a flag without a value given twice was taken (exit 0) where a valued one is refused.
+  for (const std::string bad :
+       {"--confg x.yaml", "memory --card T4 --card A100-40GB --config x", "plan --memory",
+        "plan --memory 4GiB --budget ten", "cards --json --json",
+        "--config x.yaml --print-config --print-config",
+        "memory --config x --card H200 --card-only --card-only",
+        "sweep --config x --find-max "
+        "--find-max",
+        "convert root --list --list"}) {
     const auto r = run_train(bad);
     EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
     EXPECT_EQ(count_lines(r.output), 1) << bad << ": " << r.output;
@@ -346,6 +353,23 @@ TEST(Cli, TrainsWritesTheRunDirectoryAndResumes) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("already holds a run"), std::string::npos) << r.output;
   EXPECT_EQ(test_support::read_text(run / "metrics.jsonl"), metrics_before);
+  // Round 5: with the autos to measure first, the folder was refused only after them (exit 3
+  // where the measurement ran out of memory under the limit): it is checked before any
+  // measurement, as a folder that cannot be created is.
+  const std::string autos =
+      " --set training.memory_format=auto --set checkpointing.enabled=auto --memory-limit 1MiB";
+  r = run_train("--config " + write_tiny_config(dir).string() + autos + " --output-dir " +
+                run.string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("already holds a run"), std::string::npos) << r.output;
+  r = run_train("--config " + write_tiny_config(dir).string() + autos + " --output-dir " +
+                (run / "config.yaml" / "x").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot create the folder (" + (run / "config.yaml").string() +
+                          " is not a folder)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(test_support::read_text(run / "metrics.jsonl"), metrics_before);
 
   // Resume with a longer horizon: the stored config is used, plus the override.
   r = run_train("--resume " + run.string() + " --set training.epochs=2");
@@ -441,6 +465,17 @@ TEST(Cli, OutOfMemoryBeforeTheFirstStepIsExitCodeThree) {
   const auto config = write_tiny_config(dir).string();
   auto r = run_train("--config " + config + " --output-dir " + (dir / "small").string() +
                      " --memory-limit 20MiB");  // ResNet-18's weights alone are 42.65 MiB
+  EXPECT_EQ(r.code, 3) << r.output;
+  // Round 5: the layout timing (training.memory_format: auto, the default) ran out of memory and
+  // was said to be the model's building; with the layout given, the building is.
+  EXPECT_NE(r.output.find("out of memory on cpu while timing a training step in each layout "
+                          "(training.memory_format: auto)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(", a given training.memory_format (auto times"), std::string::npos)
+      << r.output;
+  r = run_train("--config " + config + " --output-dir " + (dir / "small").string() +
+                " --memory-limit 20MiB --set training.memory_format=contiguous");
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_NE(r.output.find("out of memory on cpu while building the model and its data"),
             std::string::npos)

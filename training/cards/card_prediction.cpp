@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "models/resnet.h"
+#include "training/platform/errors.h"
 #include "training/cards/speed_calibration.h"
 
 namespace training {
@@ -80,7 +81,7 @@ CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch,
   } catch (const std::invalid_argument& e) {  // the card has no speed, said as such
     p.no_speed = e.what();
   } catch (const std::exception& e) {  // the memory prediction stands without it
-    p.no_speed = std::string("speed not estimated: ") + e.what();
+    p.no_speed = "speed not estimated: " + error_line(e);
   }
   return p;
 }

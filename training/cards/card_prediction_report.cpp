@@ -119,11 +119,14 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
        {{"name", p.card.name},
         {"memory_bytes", p.card.memory_bytes},
         {"memory_source", p.card.memory_source},
-        {"architecture", p.card.architecture},
+        {"architecture", p.card.architecture.empty()
+                             ? nlohmann::ordered_json(nullptr)
+                             : nlohmann::ordered_json(p.card.architecture)},  // as train cards
         {"data_sheet", data_sheet}}},
       {"batch_size", p.batch_size},
       {"fits", p.replay.fits},
-      {"failed_in", p.replay.failed_at},
+      {"failed_in", p.replay.fits ? nlohmann::ordered_json(nullptr)
+                                  : nlohmann::ordered_json(p.replay.failed_at)},
       {"predicted_allocated_peak_bytes", p.figures().peak_allocated},
       {"predicted_peak_phase", p.figures().peak_phase},
       {"predicted_reserved_peak_bytes", p.figures().peak_reserved},

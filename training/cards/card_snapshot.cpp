@@ -41,6 +41,11 @@ void check_snapshot_files(const std::string& file, bool card,
   }
   if (file.empty()) throw UserError("--snapshot: expected a file to write, e.g. h200.pickle");
   std::error_code error;
+  // A folder in FILE's place is refused however many settings there are (with several, the files
+  // were written beside it, named after it).
+  if (fs::is_directory(file, error)) {
+    throw UserError("--snapshot: " + file + " is a folder; give a file name");
+  }
   const fs::path folder = fs::path(file).parent_path();
   if (!folder.empty() && !fs::is_directory(folder, error)) {
     throw UserError("--snapshot: " + folder.string() + " is not a folder; give a path in one");

@@ -6,6 +6,8 @@
 
 #include "training/cards/cards.h"
 #include "training/cards/speed_calibration.h"
+#include "training/config/config_yaml.h"
+#include "training/platform/errors.h"
 #include "training/platform/memory.h"
 
 namespace training {
@@ -50,7 +52,15 @@ nlohmann::json card_json(const Card& c) {
 
 std::string cards_report(const std::vector<std::string>& asked, bool json) {
   std::vector<Card> cards;
-  for (const auto& given : asked) cards.push_back(find_card(given));  // refused before any output
+  std::vector<std::string> keys;  // one card, however named: by name, or by its size
+  for (const auto& given : asked) {
+    cards.push_back(find_card(given));  // refused before any output
+    keys.push_back(cards.back().sheet.known() ? cards.back().name
+                                              : std::to_string(cards.back().memory_bytes) + " B");
+  }
+  if (const std::string repeat = config_yaml::first_repeat(keys); !repeat.empty()) {
+    throw UserError("--card: " + repeat + " (one card, however it is named)");
+  }
   if (asked.empty()) cards = known_cards();
   if (json) {
     nlohmann::json rows = nlohmann::json::array();

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "training/platform/memory.h"
+
 namespace training {
 
 namespace {
@@ -99,7 +101,21 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
   recording->result.layers.push_back(std::move(layer));
 }
 
+// The CPU's memory.limit, lifted while the layers are recorded (they describe the model, not a
+// step this CPU must fit), restored however the recording ends.
+class LimitLifted {
+ public:
+  LimitLifted() { TrackingCpuAllocator::instance().set_limit(0); }
+  ~LimitLifted() { TrackingCpuAllocator::instance().set_limit(limit_); }
+  LimitLifted(const LimitLifted&) = delete;
+  LimitLifted& operator=(const LimitLifted&) = delete;
+
+ private:
+  int64_t limit_ = TrackingCpuAllocator::instance().limit();
+};
+
 ForwardLayers record(const models::ResNetOptions& options, int64_t image_size) {
+  const LimitLifted lifted;
   torch::NoGradGuard no_grad;
   models::ResNet model(options);
   model->train();

@@ -31,11 +31,17 @@ AllocationStream with_workspaces(AllocationStream stream, const BesideTensors& b
   return stream;
 }
 
+// A phase as the outputs name it: what is held before the first step's marks (the replay's
+// "start", the recording's "held") has one name, in the snapshot, failed_in and the peak phase.
+std::string phase_name(const std::string& phase) {
+  if (phase == "start" || phase == "held") return "held before the first step (weights, batches)";
+  return phase;
+}
+
 // An event's phase as a snapshot names it.
 std::string snapshot_phase(const std::string& phase, const TraceEvent& event) {
   if (event.id < 0) return phase + ": cuBLAS workspace";
-  if (phase == "start" || phase == "held") return "held before the first step (weights, batches)";
-  return phase;
+  return phase_name(phase);
 }
 
 }  // namespace
@@ -69,7 +75,7 @@ Replay replay_stream(const AllocationStream& recorded, const AllocatorOptions& o
       allocator.free(event.id);
     } else if (!allocator.allocate(event.id, event.bytes)) {
       replay.fits = false;
-      replay.failed_at = phase;
+      replay.failed_at = phase_name(phase);
       break;
     }
     const auto& stats = allocator.stats();
@@ -77,7 +83,7 @@ Replay replay_stream(const AllocationStream& recorded, const AllocatorOptions& o
     current.reserved = std::max(current.reserved, stats.reserved);
     if (stats.allocated > replay.peak_allocated) {
       replay.peak_allocated = stats.allocated;
-      replay.peak_phase = phase;
+      replay.peak_phase = phase_name(phase);
     }
   }
   close_phase();

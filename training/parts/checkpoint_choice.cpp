@@ -231,8 +231,16 @@ std::string step_signature(const Config& config, const torch::Device& device) {
 
 namespace {
 
-// What lowers the smallest peak when nothing fits.
-std::string remedies(const Config& config) {
+// What lowers the smallest peak when nothing fits within `budget`. Where the weights, their
+// gradients and momentum alone take more, no batch or precision helps.
+std::string remedies(const Config& config, int64_t budget) {
+  const int64_t weights = gradient_bytes(config.model);
+  const int64_t held = weights * (config.optimizer.momentum() > 0 ? 3 : 2);
+  if (held >= budget) {
+    return "the weights and their gradients" +
+           std::string(config.optimizer.momentum() > 0 ? " and momentum" : "") + " alone take " +
+           format_bytes(held) + ": more memory or a smaller model.arch";
+  }
   return "a smaller training.batch_size" +
          std::string(config.training.precision == Precision::FP32
                          ? ", training.precision bf16 or fp16"
@@ -240,30 +248,27 @@ std::string remedies(const Config& config) {
          ", or more memory";
 }
 
-// Why the recorded choice `c` does not hold for this run, whose budget is `budget` (nullopt:
-// none here, the choice is kept as recorded); empty when it holds.
+// Why the recorded choice `c` does not hold for this run, whose budget is `budget`; empty when
+// it holds.
 std::string recorded_choice_lapsed(const CheckpointingDecision& c, const Config& config,
-                                   const torch::Device& device,
-                                   const std::optional<int64_t>& budget) {
+                                   const torch::Device& device, int64_t budget) {
   const std::string step = step_signature(config, device);
   if (c.chosen_for != step)
     return "it was chosen for " + c.chosen_for + ", and this run is " + step;
-  if (!budget || c.predicted_peak <= *budget) return "";
-  const auto [peak, allowed] = format_bytes_apart(c.predicted_peak, *budget);
+  if (c.predicted_peak <= budget) return "";
+  const auto [peak, allowed] = format_bytes_apart(c.predicted_peak, budget);
   return "its predicted peak " + peak + " is above this run's budget " + allowed;
 }
 
 // Whether the recorded choice `c` holds for this run; kept, it is checked against this run's
-// budget from now on (none here: the one it was chosen for). `why`: why it does not.
+// budget from now on. `why`: why it does not. A run with no budget (memory.limit taken away on
+// the CPU) is refused as a fresh one is: the choice was made for a budget that is gone.
 bool recorded_choice_holds(CheckpointingDecision& c, const Config& config,
                            const torch::Device& device, int64_t beside_step, std::string* why) {
-  std::optional<int64_t> budget;
-  if (missing_budget(config, device).empty()) {
-    budget = checkpointing_budget(config, device).bytes - beside_step;
-  }
+  const int64_t budget = checkpointing_budget(config, device).bytes - beside_step;
   *why = recorded_choice_lapsed(c, config, device, budget);
   if (!why->empty()) return false;
-  if (budget) std::tie(c.budget, c.beside_bytes) = std::pair(*budget, beside_step);
+  std::tie(c.budget, c.beside_bytes) = std::pair(budget, beside_step);
   return true;
 }
 
@@ -310,7 +315,8 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
     throw OutOfMemory("checkpointing.enabled: auto: one step at batch " +
                       std::to_string(config.training.batch_size) +
                       " with every block recomputed ran out of memory while it was measured (" +
-                      error_line(e) + "); nothing fits: " + remedies(config));
+                      error_line(e) + "); nothing fits: " +
+                      remedies(config, checkpointing_budget(config, device).bytes));
   }
   // After the measurement: on CUDA, what lies outside the allocator now includes the cuBLAS and
   // cuDNN workspaces the step created.
@@ -330,7 +336,7 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
     throw OutOfMemory("checkpointing.enabled: auto: nothing fits the budget of " + allowed + " (" +
                       budget.source + "): with every block recomputed one step at batch " +
                       std::to_string(config.training.batch_size) + " peaks at " + peak + "; " +
-                      remedies(config));
+                      remedies(config, budget.bytes));
   }
   recorded = CheckpointingDecision{choice.blocks,
                                    step_signature(config, device),

@@ -20,7 +20,9 @@ void write_whole_file(const std::filesystem::path& file, const std::string& cont
                       const std::filesystem::path& reported_as);
 
 // For writers that need a path (e.g. torch archives): `write` fills the temporary path given to
-// it; on success it is renamed over `target`, on failure removed, and the error rethrown.
+// it; on success it is renamed over `target`, on failure removed, and the error rethrown. A
+// character device or a FIFO at `target` (/dev/null, /dev/stdout, a pipe) is written directly,
+// never replaced (/dev/full: CannotWrite); a block device or a socket is refused (UserError).
 void replace_file_atomically(const std::filesystem::path& target,
                              const std::function<void(const std::filesystem::path&)>& write);
 

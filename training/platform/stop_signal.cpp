@@ -1,8 +1,10 @@
 #include "training/platform/stop_signal.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -27,8 +29,28 @@ void say_stopped(const char (&line)[N]) {
   if (const int fd = stop_line_fd.load(); fd >= 0) written = ::write(fd, line, N - 1);
 }
 
+// run_on_exit_at_once's command: its strings, and the argv the handler reads (null: none).
+std::vector<std::string> exit_command;
+std::vector<char*> exit_command_argv;
+std::atomic<char* const*> exit_argv{nullptr};
+
+// Runs the exit command and waits for it (fork, execv and waitpid are async-signal-safe).
+void run_exit_command() {
+  char* const* argv = exit_argv.load();
+  if (!argv) return;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::execv(argv[0], argv);
+    ::_exit(127);
+  }
+  int status = 0;
+  while (child > 0 && ::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
 // A repeated stop: exit 130 at once with one line (issue 57); atomic writes have finished first.
 [[noreturn]] void exit_at_once_on_repeated_stop() {
+  run_exit_command();
   say_stopped(
       "[stopped] by a second signal, at once (exit 130); the files written atomically (checkpoint, "
       "metrics, reports) are whole\n");
@@ -47,6 +69,7 @@ extern "C" void on_stop_signal(int signal) {
 }
 
 [[noreturn]] void exit_stopped() {
+  run_exit_command();
   say_stopped("[stopped] by a signal (exit 130); nothing is half-written\n");
   ::_exit(kExitStopped);
 }
@@ -59,12 +82,29 @@ extern "C" void exit_on_stop_signal(int signal) {
   exit_stopped();
 }
 
+// SIGINT, SIGTERM and SIGHUP to `handler`; SIGHUP not where it was ignored (nohup).
+void handle_stops(void (*handler)(int)) {
+  std::signal(SIGINT, handler);
+  std::signal(SIGTERM, handler);
+  struct sigaction hangup {};
+  if (::sigaction(SIGHUP, nullptr, &hangup) == 0 && hangup.sa_handler == SIG_IGN) return;
+  std::signal(SIGHUP, handler);
+}
+
 }  // namespace
 
 void install_exit_on_stop() {
   exit_at_once.store(true);
-  std::signal(SIGINT, exit_on_stop_signal);
-  std::signal(SIGTERM, exit_on_stop_signal);
+  handle_stops(exit_on_stop_signal);
+}
+
+void run_on_exit_at_once(const std::vector<std::string>& argv) {
+  exit_argv.store(nullptr);  // the handler never reads what is being replaced
+  exit_command = argv;
+  exit_command_argv.clear();
+  for (auto& item : exit_command) exit_command_argv.push_back(item.data());
+  exit_command_argv.push_back(nullptr);
+  if (!argv.empty()) exit_argv.store(exit_command_argv.data());
 }
 
 void also_write_stop_line_to(int fd) {
@@ -74,8 +114,7 @@ void also_write_stop_line_to(int fd) {
 void install_stop_handlers() {
   signals.store(0);
   exit_at_once.store(false);
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  handle_stops(on_stop_signal);
 }
 
 bool stop_requested() {

@@ -1,16 +1,20 @@
-// A graceful stop: the first SIGINT/SIGTERM asks the trainer to finish the current step, write
-// a checkpoint and exit; a second one ends the process at once (exit 130, one line), except
+// A graceful stop: the first SIGINT/SIGTERM/SIGHUP asks the trainer to finish the current step,
+// write a checkpoint and exit; a second one ends the process at once (exit 130, one line), except
 // during a durable write (DeferRepeatedStops), which finishes first.
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace training {
 
-// Before a command can stop gracefully: SIGINT/SIGTERM exit at once with kExitStopped (130), the
-// code a stop has everywhere, after one line on stderr ("[stopped] by a signal (exit 130); nothing
-// is half-written"). Nothing is lost: an atomic write under way (DeferRepeatedStops) finishes
-// first, so no temporary is left.
+// SIGHUP (the terminal closed, an ssh session dropped) is a stop like SIGTERM, unless it was
+// ignored when the process started (nohup): then it stays ignored.
+
+// Before a command can stop gracefully: SIGINT/SIGTERM/SIGHUP exit at once with kExitStopped (130),
+// the code a stop has everywhere, after one line on stderr ("[stopped] by a signal (exit 130);
+// nothing is half-written"). Nothing is lost: an atomic write under way (DeferRepeatedStops)
+// finishes first, so no temporary is left.
 void install_exit_on_stop();
 // While `fd` is set (a file descriptor open for appending; -1: none), that line also goes there: a
 // run's train.log (run_dir.h).
@@ -20,6 +24,11 @@ void install_stop_handlers();
 bool stop_requested();
 void request_stop();  // what the handler does; also lets tests trigger a stop
 void clear_stop_request();
+
+// While set, a stop that ends the process at once (a repeated signal, or any under
+// install_exit_on_stop) first runs `argv` (an absolute path, then its arguments; e.g. scancel and
+// a job id) and waits for it: what this process started elsewhere stops with it. Empty: nothing.
+void run_on_exit_at_once(const std::vector<std::string>& argv);
 
 // While one lives (a checkpoint or another atomic write), a stop signal that ends the process (a
 // repeated one, or any under install_exit_on_stop) waits: the write finishes, then the signal

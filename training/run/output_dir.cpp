@@ -132,14 +132,12 @@ HeldOutputs held_outputs(const fs::path& dir) {
   return held;
 }
 
-std::unique_ptr<DirectoryLock> claim_output_dir(const fs::path& dir, OutputKind kind,
-                                                const std::string& flag,
-                                                const std::vector<std::string>& keep) {
+namespace {
+
+// claim_output_dir's judgement of what `dir` holds; `held` read under its lock.
+void judge_output_dir(const fs::path& dir, const HeldOutputs& held, OutputKind kind,
+                      const std::string& flag) {
   std::error_code ec;
-  std::unique_ptr<DirectoryLock> lock;
-  // A folder with a lock may be being written: its holder is named before its contents are read.
-  if (fs::is_regular_file(dir / ".lock", ec)) lock = std::make_unique<DirectoryLock>(dir);
-  const HeldOutputs held = held_outputs(dir);
   if (held.kind) {
     const bool same = *held.kind == kind;
     const bool again = same && (kind == OutputKind::Run ? held.never_started : !held.finished);
@@ -149,8 +147,6 @@ std::unique_ptr<DirectoryLock> claim_output_dir(const fs::path& dir, OutputKind 
           dir.string() + ": already holds " + kind_text(*held.kind) + "; choose another " + flag +
           (resumable ? " or continue it with --resume " + shell_word(dir.string()) : ""));
     }
-    spdlog::info("{}: holds {} that stopped before it {}; starting it again", dir.string(),
-                 kind_text(kind), kind == OutputKind::Run ? "started" : "finished");
   } else if (!held.other_files.empty()) {
     std::string names;
     for (const auto& name : held.other_files) names += (names.empty() ? "" : ", ") + name;
@@ -160,6 +156,39 @@ std::unique_ptr<DirectoryLock> claim_output_dir(const fs::path& dir, OutputKind 
   if (fs::is_symlink(fs::symlink_status(dir, ec)) && !fs::exists(dir, ec)) {
     throw UserError(dir.string() + ": is a symbolic link to " + fs::read_symlink(dir, ec).string() +
                     ", which does not exist; create it or " + "choose another " + flag);
+  }
+  // The folder that exists nearest to it must be a folder for it to be created.
+  fs::path existing = fs::absolute(dir, ec);
+  while (!existing.empty() && !fs::exists(existing, ec) && existing.has_relative_path()) {
+    existing = existing.parent_path();
+  }
+  if (fs::exists(existing, ec) && !fs::is_directory(existing, ec)) {
+    throw UserError(dir.string() + ": cannot create the folder (" + existing.string() +
+                    " is not a folder)");
+  }
+}
+
+}  // namespace
+
+void check_output_dir(const fs::path& dir, OutputKind kind, const std::string& flag) {
+  std::error_code ec;
+  std::unique_ptr<DirectoryLock> lock;  // its holder named, as claim_output_dir names it
+  if (fs::is_regular_file(dir / ".lock", ec)) lock = std::make_unique<DirectoryLock>(dir);
+  judge_output_dir(dir, held_outputs(dir), kind, flag);
+}
+
+std::unique_ptr<DirectoryLock> claim_output_dir(const fs::path& dir, OutputKind kind,
+                                                const std::string& flag,
+                                                const std::vector<std::string>& keep) {
+  std::error_code ec;
+  std::unique_ptr<DirectoryLock> lock;
+  // A folder with a lock may be being written: its holder is named before its contents are read.
+  if (fs::is_regular_file(dir / ".lock", ec)) lock = std::make_unique<DirectoryLock>(dir);
+  const HeldOutputs held = held_outputs(dir);
+  judge_output_dir(dir, held, kind, flag);
+  if (held.kind) {
+    spdlog::info("{}: holds {} that stopped before it {}; starting it again", dir.string(),
+                 kind_text(kind), kind == OutputKind::Run ? "started" : "finished");
   }
   fs::create_directories(dir, ec);
   if (ec) throw UserError(dir.string() + ": cannot create the folder (" + ec.message() + ")");

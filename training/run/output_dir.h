@@ -54,6 +54,11 @@ HeldOutputs held_outputs(const std::filesystem::path& dir);
     const std::filesystem::path& dir, OutputKind kind, const std::string& flag,
     const std::vector<std::string>& keep = {});
 
+// What claim_output_dir would refuse, refused now without creating or writing anything: for a
+// command that measures before it writes (train's autos), so that a folder it cannot use is
+// exit 2 before any measurement.
+void check_output_dir(const std::filesystem::path& dir, OutputKind kind, const std::string& flag);
+
 // The marker says the command finished (a finished sweep, study or comparison is not redone).
 void mark_finished(const std::filesystem::path& dir, OutputKind kind);
 

@@ -166,8 +166,11 @@ ordered_json breakdown_json(const StepBreakdown& b) {
   }
   ordered_json json = {{"setting", b.setting.label()}};
   json.update(b.setting.json());
-  // Only checkpointing auto chooses blocks; the others have none to say (null).
+  // Only checkpointing auto chooses blocks; the others have none to say (null). A step that did
+  // not run to its end measured no peak: its figures are null, not 0.
   const bool chooses = b.setting.checkpointing == CheckpointMode::Auto;
+  const bool measured = b.status == TrialStatus::Ok;
+  auto figure = [&](const ordered_json& value) { return measured ? value : ordered_json(nullptr); };
   json.update(ordered_json{
       {"recomputed_blocks", chooses ? ordered_json(b.recomputed_blocks) : ordered_json(nullptr)},
       {"predicted_peak_bytes",
@@ -175,11 +178,11 @@ ordered_json breakdown_json(const StepBreakdown& b) {
       {"batch_size", b.batch_size},
       {"status", status_name(b.status)},
       {"message", b.message},
-      {"peak_phase", phase_name(b.peak_phase)},
-      {"measured_peak_bytes", b.measured_peak_bytes},
-      {"itemized_peak_bytes", b.itemized_peak_bytes},
-      {"reserved_bytes", b.reserved_bytes},
-      {"unexplained_bytes", b.unexplained_bytes()},
+      {"peak_phase", figure(phase_name(b.peak_phase))},
+      {"measured_peak_bytes", figure(b.measured_peak_bytes)},
+      {"itemized_peak_bytes", figure(b.itemized_peak_bytes)},
+      {"reserved_bytes", figure(b.reserved_bytes)},
+      {"unexplained_bytes", figure(b.unexplained_bytes())},
       {"rows", rows}});
   return json;
 }

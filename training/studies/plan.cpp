@@ -212,6 +212,15 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
       models::smallest_trainable_batch(swept.model, swept.data.image_size);
   plan.sweep_complete = sweep.complete;
   const int64_t for_allocator = plan.usable_bytes - plan.overhead_bytes;
+  // "H100-SXM (79.65 GiB) with 10% headroom and 771.00 MiB outside the allocator"
+  const std::string flag = card ? "--card" : "--memory";
+  const std::string on = (card ? card->name : byte_size_text(card_bytes)) + " (" +
+                         format_bytes(card_bytes) + ") with " + percent_text(headroom) +
+                         " headroom and " + format_bytes(plan.overhead_bytes) +
+                         " outside the allocator";
+  if (for_allocator <= 0) {  // known without replaying anything on the card
+    throw UserError(flag + ": nothing fits in " + on + ": that leaves the allocator no memory");
+  }
   plan.cells = summarize(sweep.cells, sweep.trials, {std::max<int64_t>(0, for_allocator)},
                          /*searched=*/false, smallest_batch);
   for (const auto& t : sweep.trials) {
@@ -253,12 +262,9 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
         [](const auto& a, const auto& b) { return a.predicted_peak < b.predicted_peak; });
     const auto needed = static_cast<int64_t>(std::ceil(
         static_cast<double>(smallest.predicted_peak + plan.overhead_bytes) / (1 - headroom)));
-    throw UserError(std::string(card ? "--card" : "--memory") + ": no measured setting fits in " +
-                    byte_size_text(card_bytes) + " (" + format_bytes(card_bytes) + ") with " +
-                    percent_text(headroom) + " headroom and " + format_bytes(plan.overhead_bytes) +
-                    " outside the allocator; the smallest, " + smallest.setting.name() +
-                    " at batch " + std::to_string(smallest.batch) + ", needs a card of at least " +
-                    size_at_least_text(needed));
+    throw UserError(flag + ": no measured setting fits in " + on + "; the smallest, " +
+                    smallest.setting.name() + " at batch " + std::to_string(smallest.batch) +
+                    ", needs a card of at least " + size_at_least_text(needed));
   }
   return plan;
 }

@@ -87,7 +87,8 @@ std::string plan_table(const Plan& plan) {
         << (c.unsupported.empty() && plan.speed != Plan::Speed::None
                 ? fmt::format("{:.0f}", c.images_per_second)
                 : "-")
-        << " | " << format_bytes(c.predicted_peak) << " | " << verdict << " |\n";
+        << " | " << (c.unsupported.empty() ? format_bytes(c.predicted_peak) : "-") << " | "
+        << verdict << " |\n";
   }
   if (plan.card) {
     out << "\nLargest batch that fits on " << plan.card->name
@@ -117,15 +118,20 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
     const auto& c = plan.candidates[i];
     nlohmann::ordered_json row = {{"setting", c.setting.name()}};
+    // A setting the card cannot run is neither replayed nor timed: its figures are null.
+    const bool runs = c.unsupported.empty();
+    auto figure = [&](const nlohmann::ordered_json& value) {
+      return runs ? value : nlohmann::ordered_json(nullptr);
+    };
     row.update(c.setting.json());
     row.update(nlohmann::ordered_json{
         {"batch_size", c.batch},
         {"effective_batch_size", c.batch * c.setting.accumulate_steps},
         {"images_per_second", plan.speed == Plan::Speed::None
                                   ? nlohmann::ordered_json()
-                                  : nlohmann::ordered_json(c.images_per_second)},
-        {"predicted_reserved_peak_bytes", c.predicted_peak},
-        {"predicted_device_bytes", c.predicted_peak + plan.overhead_bytes},
+                                  : figure(c.images_per_second)},
+        {"predicted_reserved_peak_bytes", figure(c.predicted_peak)},
+        {"predicted_device_bytes", figure(c.predicted_peak + plan.overhead_bytes)},
         {"speed_bound", plan.speed == Plan::Speed::Estimated ? nlohmann::ordered_json(c.speed_why)
                                                              : nlohmann::ordered_json(nullptr)},
         {"fits", c.fits},
@@ -134,7 +140,7 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
         {"recommended", plan.chosen && *plan.chosen == i}});
     if (plan.card) {
       row["card"] = {{"name", plan.card->name}, {"memory_bytes", plan.card->memory_bytes}};
-      row["predicted_allocated_peak_bytes"] = c.predicted_allocated;
+      row["predicted_allocated_peak_bytes"] = figure(c.predicted_allocated);
       row["allocator_options"] = plan.allocator_options;
     }
     candidates.push_back(row);

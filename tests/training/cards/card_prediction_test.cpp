@@ -117,6 +117,12 @@ TEST(CardPrediction, ReplaysPhasesWithTheCardsWorkspaces) {
   const Replay tight = replay_stream(s, limited, beside);
   EXPECT_FALSE(tight.fits);
   EXPECT_EQ(tight.failed_at, "step1 backward");
+  // Round 5: out of memory before the first mark was "out of memory in start", a phase named
+  // nowhere else: it has the snapshot's name for what is held before the first step.
+  limited.limit = 2 * MiB;
+  const Replay held = replay_stream(s, limited, beside);
+  EXPECT_FALSE(held.fits);
+  EXPECT_EQ(held.failed_at, "held before the first step (weights, batches)");
 }
 
 // The section says what limit the replay ran under: the card less what lies outside the
@@ -394,6 +400,9 @@ TEST(CardPrediction, TrainMemoryWritesThePredictionAndRefusesBadCardsFirst) {
   EXPECT_EQ(setting.at("card").at("name"), "T4");
   EXPECT_EQ(setting.at("card").at("memory_bytes"), int64_t{15360} << 20);
   EXPECT_TRUE(setting.at("fits").get<bool>());
+  // Round 5: "" where nothing failed; null, as every field without a value.
+  EXPECT_TRUE(setting.at("failed_in").is_null()) << setting.dump();
+  EXPECT_EQ(setting.at("card").at("architecture"), "sm_75");
   const int64_t reserved = setting.at("predicted_reserved_peak_bytes");
   EXPECT_GE(reserved, setting.at("predicted_allocated_peak_bytes").get<int64_t>());
   EXPECT_EQ(setting.at("predicted_device_bytes").get<int64_t>(),

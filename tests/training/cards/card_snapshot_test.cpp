@@ -124,6 +124,18 @@ TEST(CardSnapshot, BadPathsAndAMissingCardAreOneLineAndNothingIsWritten) {
     EXPECT_FALSE(fs::exists(dir / "s.pickle"));
   }
   EXPECT_EQ(test_support::read_text(dir / "memory.yaml"), config_before);
+  // Round 5: with several settings a folder was taken as the name to write beside (folder-fp32,
+  // ...): refused as with one.
+  const auto r = cli::run_train("memory --config " + (dir / "memory.yaml").string() +
+                                " --settings fp32,fp32+channels_last --output-dir " +
+                                (dir / "study").string() + " --card T4 --card-only --snapshot " +
+                                (dir / "folder.pickle").string());
+  EXPECT_EQ(r.code, kExitBadInput) << r.output;
+  EXPECT_NE(r.output.find("--snapshot: " + (dir / "folder.pickle").string() + " is a folder"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "folder-fp32.pickle"));
+  EXPECT_FALSE(fs::exists(dir / "study"));
 }
 
 // A stop (SIGINT) while the snapshot is written: the write finishes, then train exits 130 in one

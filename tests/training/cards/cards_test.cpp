@@ -139,6 +139,19 @@ TEST(Cards, TheListingGivesTheCardsAskedForAsJson) {
   } catch (const UserError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("--card: unknown card 'nosuch' ", 0), 0u) << e.what();
   }
+  // One card named twice, however it is named, is refused as every list's repeat (round 5: it
+  // was listed twice).
+  for (const auto& twice : std::vector<std::vector<std::string>>{
+           {"H100-SXM", "h100sxm"}, {"24GiB", "24576MiB"}, {"T4", "T4"}}) {
+    try {
+      cards_report(twice, true);
+      ADD_FAILURE() << twice[1];
+    } catch (const UserError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "--card: item 2 repeats item 1; list each value once (one card, however it is "
+                "named)");
+    }
+  }
   // The markdown lists only the cards asked for, then the speed model as always.
   const std::string markdown = cards_report({"t4"}, false);
   const std::string table = markdown.substr(0, markdown.find("# Speed model"));

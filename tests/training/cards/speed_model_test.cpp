@@ -8,6 +8,7 @@
 #include "training/cards/forward_layers.h"
 #include "training/cards/speed_calibration.h"
 #include "training/cards/step_operations.h"
+#include "training/platform/memory.h"
 
 namespace {
 
@@ -40,6 +41,21 @@ TEST(ForwardLayers, RecordsTheModelsOwnLayersWithTheirBlocks) {
   // 1000 outputs), in 62 tensors.
   EXPECT_EQ(f.parameters, 11173962);
   EXPECT_EQ(f.parameter_tensors, 62);
+}
+
+// Round 5: `train memory --card H100-SXM --card-only --memory-limit 100MiB` wrote "speed not
+// estimated: CPU out of memory ..." with LibTorch's 55-frame trace into the JSON, the table and
+// the log. The layers describe the model, not a step this CPU must fit: recorded without the
+// CPU's limit, which is restored after.
+TEST(ForwardLayers, AreRecordedWithoutTheCpusMemoryLimit) {
+  auto& allocator = training::TrackingCpuAllocator::instance();
+  const int64_t limit = allocator.stats().allocated + 1024;
+  allocator.set_limit(limit);
+  int64_t parameters = 0;
+  EXPECT_NO_THROW(parameters = training::forward_layers(cifar(34), 40).parameters);
+  EXPECT_EQ(allocator.limit(), limit);
+  allocator.set_limit(0);
+  EXPECT_GT(parameters, 0);
 }
 
 // layer1.0 of the CIFAR ResNet-18 at batch 2, fp32: conv 3x3 64->64 at 32x32, BN, ReLU, conv,

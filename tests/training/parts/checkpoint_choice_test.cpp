@@ -456,8 +456,27 @@ TEST(CheckpointChoice, ABudgetNothingFitsIsOutOfMemoryNamingTheBudgetAndTheSmall
     EXPECT_NE(what.find("nothing fits the budget of 900 B"), std::string::npos) << what;
     EXPECT_NE(what.find("peaks at 1000 B"), std::string::npos) << what;
     EXPECT_EQ(what.find('\n'), std::string::npos);
+    // Round 5: a smaller batch or bf16 was offered where the weights, their gradients and
+    // momentum alone exceed the budget: only more memory or a smaller model helps.
+    EXPECT_NE(what.find("the weights and their gradients and momentum alone take "),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find(": more memory or a smaller model.arch"), std::string::npos) << what;
+    EXPECT_EQ(what.find("training.batch_size"), std::string::npos) << what;
   }
   EXPECT_FALSE(decisions.checkpointing);
+  // Above what they take, the batch and the precision are the remedies.
+  config.checkpointing.budget(int64_t{1} << 30);
+  const auto large = [](const Config&, const torch::Device&) {
+    return measurement({100, 200}, {1, 1}, int64_t{2} << 30);
+  };
+  try {
+    training::resolve_checkpointing(config, decisions, torch::Device(torch::kCPU), false, large);
+    ADD_FAILURE() << "not refused";
+  } catch (const training::OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("; a smaller training.batch_size"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CheckpointChoice, TheConfigRefusesBlocksWithoutAutoAndBlocksTheModelHasNot) {

@@ -1,11 +1,15 @@
 #include "training/platform/atomic_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <fstream>
+#include <functional>
+#include <thread>
 
 #include "test_support.h"
 #include "training/platform/errors.h"
@@ -26,6 +30,37 @@ TEST(AtomicFile, AFailedWriteLeavesTheOldFileAndNoTemporary) {
                std::runtime_error);
   EXPECT_EQ(test_support::read_text(dir / "f.txt"), "old");
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+}
+
+// Round 5: `train sweep-trial --result /dev/full`, run as root, exited 0 and replaced the device
+// node with a regular file (the temporary renamed over it). A character device or a FIFO is
+// written into, never replaced: a null device takes the bytes and stays a device, a full one is
+// the documented full disk (exit 5); a block device is no output. Made here with mknod (root).
+TEST(AtomicFile, ADeviceIsWrittenIntoNeverReplaced) {
+  test_support::TempDir dir;
+  const auto null = dir / "null", full = dir / "full", disk = dir / "disk";
+  if (::mknod(null.c_str(), S_IFCHR | 0666, ::makedev(1, 3)) != 0 ||
+      ::mknod(full.c_str(), S_IFCHR | 0666, ::makedev(1, 7)) != 0 ||
+      ::mknod(disk.c_str(), S_IFBLK | 0600, ::makedev(7, 200)) != 0) {
+    GTEST_SKIP() << "mknod needs root";
+  }
+  if (!std::ofstream(null)) GTEST_SKIP() << "devices cannot be opened here (a nodev mount)";
+  training::write_file_atomically(null, "result");
+  EXPECT_TRUE(fs::is_character_file(null));
+  EXPECT_THROW(training::write_file_atomically(full, "result"), training::CannotWrite);
+  EXPECT_TRUE(fs::is_character_file(full));
+  EXPECT_THROW(training::write_file_atomically(disk, "result"), training::UserError);
+  EXPECT_TRUE(fs::is_block_file(disk));
+  // A FIFO: its reader gets the bytes.
+  const auto fifo = dir / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  std::string read;
+  std::thread reader([&] { read = test_support::read_text(fifo); });
+  training::write_file_atomically(fifo, "through the pipe");
+  reader.join();
+  EXPECT_EQ(read, "through the pipe");
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 4);
 }
 
 // Round 4: a second SIGTERM (the launcher passing a stop on again) during a checkpoint write
@@ -50,6 +85,59 @@ TEST(AtomicFile, ARepeatedStopSignalWaitsForTheWriteToFinish) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == training::kExitStopped) << status;
   EXPECT_EQ(test_support::read_text(dir / "checkpoint.pt"), "first half, second half");
+}
+
+// Round 5: `train sweep` ended by SIGHUP (a dropped ssh session) died silently (exit 129) and left
+// its Slurm job array running, and a second stop 10 ms after the first exited at once, also
+// leaving it. SIGHUP is a stop like SIGTERM (unless ignored, as nohup does); an exit at once first
+// runs the command set for it (a sweep's scancel) and waits for it.
+TEST(StopSignal, AHangupIsAStopAndAnExitAtOnceRunsItsCommandFirst) {
+  test_support::TempDir dir;
+  const auto ran = dir / "scancel-ran";
+  auto child_exit = [](const std::function<void()>& body) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      body();
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  };
+  // A hangup, once: the graceful stop's request, as SIGTERM.
+  EXPECT_EQ(child_exit([] {
+              training::install_stop_handlers();
+              std::raise(SIGHUP);
+              ::_exit(training::stop_requested() ? 0 : 1);
+            }),
+            0);
+  // Twice (a hangup, then a SIGTERM): at once, after the command ran.
+  EXPECT_EQ(child_exit([&] {
+              training::install_stop_handlers();
+              training::run_on_exit_at_once({"/bin/sh", "-c", "touch " + ran.string()});
+              std::raise(SIGHUP);
+              std::raise(SIGTERM);
+            }),
+            training::kExitStopped);
+  EXPECT_TRUE(fs::exists(ran));
+  fs::remove(ran);
+  // Under install_exit_on_stop, the first; cleared, nothing runs.
+  EXPECT_EQ(child_exit([&] {
+              training::install_exit_on_stop();
+              training::run_on_exit_at_once({"/bin/sh", "-c", "touch " + ran.string()});
+              training::run_on_exit_at_once({});
+              std::raise(SIGHUP);
+            }),
+            training::kExitStopped);
+  EXPECT_FALSE(fs::exists(ran));
+  // Ignored at the start (nohup): it stays ignored.
+  EXPECT_EQ(child_exit([] {
+              std::signal(SIGHUP, SIG_IGN);
+              training::install_stop_handlers();
+              std::raise(SIGHUP);
+              ::_exit(training::stop_requested() ? 1 : 0);
+            }),
+            0);
 }
 
 }  // namespace

@@ -113,6 +113,23 @@ TEST(MemoryReport, ASettingThatChoosesNoBlocksSaysNull) {
   EXPECT_TRUE(setting.at("predicted_peak_bytes").is_null()) << setting.dump();
 }
 
+// Round 5: a setting that ran out of memory wrote measured_peak_bytes 0, itemized 0, reserved 0
+// and a peak phase ("forward"), figures it never measured: null, as a setting that chooses no
+// blocks says null.
+TEST(MemoryReport, ASettingThatRanOutOfMemoryMeasuredNothing) {
+  test_support::TempDir dir;
+  auto limited = request(dir, "fp32");
+  limited.overrides.emplace_back("memory.limit=1MiB");
+  EXPECT_EQ(training::memory_command(limited), training::kExitOutOfMemory);
+  std::ifstream in(dir / "study" / "memory_breakdown.json");
+  const auto setting = nlohmann::json::parse(in).at("settings").at(0);
+  EXPECT_EQ(setting.at("status"), "oom");
+  for (const char* key : {"peak_phase", "measured_peak_bytes", "itemized_peak_bytes",
+                          "reserved_bytes", "unexplained_bytes"}) {
+    EXPECT_TRUE(setting.at(key).is_null()) << key << ": " << setting.dump();
+  }
+}
+
 // Blocks given by hand need no budget (nothing is chosen; train takes them without one), and the
 // table says where they came from instead of "predicted peak 0 B".
 TEST(MemoryReport, BlocksGivenByHandNeedNoBudgetAndPredictNothing) {

@@ -152,6 +152,22 @@ TEST(Plan, ABiggerCardPicksAFasterSetting) {
   EXPECT_EQ(tight.candidates.at(*tight.chosen).batch, 128);  // 3400 MiB + 256 MiB <= 3.6 GiB
 }
 
+// Round 5: `plan --card H100-SXM --overhead 80GiB` replayed every setting on the card (four
+// recordings, 12.6 s) before refusing what arithmetic knew: the card less its headroom leaves the
+// allocator nothing. Refused first, naming the card as given.
+TEST(Plan, ACardThatLeavesTheAllocatorNothingIsRefusedBeforeAnyReplay) {
+  test_support::TempDir dir;
+  const training::Card h100 = training::find_card("H100-SXM");
+  try {
+    training::make_plan(prepared_sweep(dir), h100.memory_bytes, 0.10, 80 * kGiB, h100);
+    FAIL() << "a plan was made with nothing left for the allocator";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--card: nothing fits in H100-SXM (79.65 GiB) with 10% headroom and 80.00 GiB "
+              "outside the allocator: that leaves the allocator no memory");
+  }
+}
+
 TEST(Plan, RefusesACardTooSmallNamingTheSmallestThatFits) {
   test_support::TempDir dir;
   try {
@@ -480,6 +496,17 @@ TEST(Plan, ACardThatCannotRunBf16SaysSo) {
   EXPECT_EQ(plan.candidates.at(*plan.chosen).setting.precision, Precision::FP32);
   EXPECT_NE(training::plan_table(plan).find("cannot run: bf16 needs compute capability 8.0"),
             std::string::npos);
+  // Round 5: their JSON gave images/s 0 and the CPU sweep's peaks as the card's: null, as the
+  // table's "-" (they are neither replayed nor timed).
+  for (const auto& row : training::plan_json(plan).at("candidates")) {
+    if (row.at("precision") != "bf16") continue;
+    for (const char* key : {"images_per_second", "predicted_reserved_peak_bytes",
+                            "predicted_device_bytes", "predicted_allocated_peak_bytes"}) {
+      EXPECT_TRUE(row.at(key).is_null()) << key << ": " << row.dump();
+    }
+  }
+  EXPECT_NE(training::plan_table(plan).find(" | - | - | cannot run: bf16"), std::string::npos)
+      << training::plan_table(plan);
 }
 
 namespace {}  // namespace
