@@ -80,13 +80,14 @@ TrialResult trial_from_json(const nlohmann::json& j) {
       read_at_least<int64_t>(j, "steady_peak_reserved_bytes", 0, kLargestCard);
   r.median_step_seconds = read_at_least<double>(j, "median_step_seconds", 0);
   r.images_per_second = read_at_least<double>(j, "images_per_second", 0);
-  r.steps = read_at_least<int64_t>(j, "steps", 0);
-  r.replayed_steps = j.at("replayed_steps").get<int64_t>();
-  r.outside_allocator_bytes = j.at("outside_allocator_bytes").get<int64_t>();
+  // An ok trial measured at least one step; one that failed may have none.
+  r.steps = read_at_least<int64_t>(j, "steps", r.status == TrialStatus::Ok ? 1 : 0);
+  r.replayed_steps = read_at_least<int64_t>(j, "replayed_steps", 0, r.steps);
+  r.outside_allocator_bytes = read_at_least<int64_t>(j, "outside_allocator_bytes", 0, kLargestCard);
   // A list for checkpointing auto; null for the sweep's other trials.
   if (!j.at("recomputed_blocks").is_null())
     r.recomputed_blocks = j.at("recomputed_blocks").get<std::vector<std::string>>();
-  r.predicted_peak_bytes = j.at("predicted_peak_bytes").get<int64_t>();
+  r.predicted_peak_bytes = read_at_least<int64_t>(j, "predicted_peak_bytes", 0, kLargestCard);
   // Where it ran (absent from the sweeps written before issue 54).
   r.host = j.value("host", std::string());
   r.job_id = j.value("job_id", std::string());
