@@ -1,5 +1,9 @@
 #include "training/config/validate.h"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "training/config/config_yaml.h"
 #include "training/platform/device.h"
 #include "training/platform/memory.h"
@@ -22,9 +26,54 @@ void check_checkpointing(const CheckpointingOptions& c, const models::ResNetOpti
   if (!problem.empty()) fail("checkpointing.blocks: " + problem);
 }
 
+// An item of sweep.slurm.options that would change what sbatch itself does with the sweep's job
+// array: why the sweep owns it, else "". sbatch (getopt) reads an abbreviated long option
+// (`--arr=1-3`), a short one joined to its value (`-a1-3`) or to other short flags (`-vW`).
+std::string owned_sbatch_option(const std::string& item) {
+  static const std::vector<std::pair<std::string, std::string>> owned = {
+      {"array", "the sweep submits its grid as the array (array index = trial id)"},
+      {"wrap", "the sweep submits its own script (slurm/array.sh)"},
+      {"test-only", "the sweep tries the options with it itself before it submits"},
+      {"wait", "the sweep waits for the array itself and cancels it on a stop"},
+      {"parsable", "the sweep reads the array's job id with it"},
+      {"help", "sbatch would print its help and submit nothing"},
+      {"usage", "sbatch would print its usage and submit nothing"},
+      {"version", "sbatch would print its version and submit nothing"}};
+  if (item == "--") return "'--' ends sbatch's options, and the sweep's script must follow them";
+  if (item.rfind("--", 0) == 0) {
+    const std::string name = item.substr(2, item.find_first_of("= \t", 2) - 2);
+    for (const auto& [option, why] : owned) {
+      if (!name.empty() && option.rfind(name, 0) == 0) {
+        return "'" + item + "' is sbatch's --" + option + ", which is the sweep's own: " + why;
+      }
+    }
+    return "";
+  }
+  if (item.size() < 2 || item[0] != '-') return "";
+  static const std::string takes_value = "aAbBcCdDeFGiJkLmMnNopqStwx";  // sbatch's getopt string
+  static const std::vector<std::pair<char, std::string>> short_owned = {
+      {'a', "array"}, {'W', "wait"}, {'h', "help"}, {'V', "version"}};
+  for (size_t i = 1; i < item.size(); ++i) {
+    for (const auto& [letter, option] : short_owned) {
+      if (item[i] != letter) continue;
+      const auto found = std::find_if(owned.begin(), owned.end(),
+                                      [&](const auto& o) { return o.first == option; });
+      return "'" + item + "' is sbatch's -" + std::string(1, letter) + " (--" + option +
+             "), which is the sweep's own: " + found->second;
+    }
+    if (takes_value.find(item[i]) != std::string::npos) break;  // the rest is its value
+  }
+  return "";
+}
+
 // sweep.launcher: slurm, and the keys it does not combine with.
 template <class Fail>
 void check_launcher(const SweepConfig& sweep, Fail&& fail) {
+  for (const auto& item : sweep.slurm.options) {
+    if (const std::string owned = owned_sbatch_option(item); !owned.empty()) {
+      fail("sweep.slurm.options: " + owned + "; drop it");
+    }
+  }
   if (sweep.launcher == SweepLauncher::Slurm) {
     if (!sweep.devices.empty()) {
       fail(
