@@ -248,7 +248,10 @@ int sweep(const SweepRequest& request, const Config& config) {
           ? fs::path(request.output_dir)
           : new_run_path(config.output.dir, config.output.name, "sweep-" + arch_name(config.model));
   const bool slurm = config.sweep.launcher == SweepLauncher::Slurm;
-  if (slurm) check_slurm(config.sweep.slurm.options);  // before the folder exists
+  if (slurm) {  // before the folder exists
+    check_slurm(config.sweep.slurm.options, static_cast<int64_t>(grid_cells(config.sweep).size() *
+                                                                 config.sweep.batch_sizes.size()));
+  }
   // A Slurm sweep run again on its folder keeps the trials measured (their results).
   const auto lock =
       claim_output_dir(dir, OutputKind::Sweep, "--output-dir",

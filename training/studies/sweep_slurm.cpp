@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <regex>
+#include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -24,24 +24,7 @@ constexpr int kFolderNotVisible = 97;
 constexpr int kTrainNotVisible = 98;
 constexpr auto kPoll = std::chrono::seconds(1);
 constexpr auto kSayAtLeastEvery = std::chrono::seconds(30);
-
-// The line of a command's output that says what went wrong: its first "error:" line, else its
-// last non-empty line.
-std::string error_of(const std::string& output) {
-  std::istringstream in(output);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (line.find("error:") != std::string::npos) return line;
-    if (!line.empty()) last = line;
-  }
-  return last.empty() ? "(no output)" : last;
-}
-
-std::string joined(const std::vector<std::string>& words) {
-  std::string out;
-  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
-  return out;
-}
+constexpr int64_t kSbatchSeconds = 120;
 
 std::string array_script(const fs::path& dir, const fs::path& executable) {
   return "#!/bin/sh\n"
@@ -67,24 +50,6 @@ std::string array_script(const fs::path& dir, const fs::path& executable) {
          "--result \"$dir/trials/$id.json\" >>\"$dir/trials/$id.log\" 2>&1\n";
 }
 
-// "3-5,7%2" -> 3, 4, 5, 7.
-std::vector<int64_t> expand_indices(std::string text) {
-  text = text.substr(0, text.find('%'));
-  std::vector<int64_t> out;
-  std::istringstream in(text);
-  for (std::string part; std::getline(in, part, ',');) {
-    const auto dash = part.find('-');
-    try {
-      const int64_t first = std::stoll(part.substr(0, dash));
-      const int64_t last = dash == std::string::npos ? first : std::stoll(part.substr(dash + 1));
-      for (int64_t i = first; i <= last && i - first < 100000; ++i) out.push_back(i);
-    } catch (const std::exception&) {
-      // not a number: not a task of ours
-    }
-  }
-  return out;
-}
-
 class ArrayWatch {
  public:
   ArrayWatch(fs::path dir, std::string job, const std::vector<int64_t>& ids)
@@ -104,7 +69,7 @@ class ArrayWatch {
       }
       if (std::chrono::steady_clock::now() - last_said_ > kSayAtLeastEvery) {
         spdlog::warn("slurm job {}: scontrol failed ({}); asking again", job_,
-                     error_of(out.output));
+                     slurm_error(out.output));
         last_said_ = std::chrono::steady_clock::now();
       }
       return;
@@ -115,7 +80,7 @@ class ArrayWatch {
       if (found != seen.end()) {
         task = found->second;
       } else if (!task.ended()) {
-        task.state.clear();
+        task = ask_for_task(id);
       }
     }
   }
@@ -144,12 +109,27 @@ class ArrayWatch {
     return "";
   }
 
+  // Whether trials/NNN.json is this array's task `id`'s own result (is_task_result).
+  bool has_result(int64_t id) {
+    if (with_result_.count(id)) return true;
+    try {
+      std::ifstream in(dir_ / "trials" / fmt::format("{:03d}.json", id));
+      if (in && is_task_result(trial_from_json(nlohmann::json::parse(in)), job_, id)) {
+        with_result_.insert(id);
+        return true;
+      }
+    } catch (const std::exception&) {
+      // none yet, or not whole: not done
+    }
+    return false;
+  }
+
   // Says where the array is when that changed, and every 30 s at least.
   void say() {
     int done = 0, failed = 0, running = 0, pending = 0;
     for (const auto& [id, task] : tasks_) {
       if (task.ended()) {
-        (fs::exists(dir_ / "trials" / fmt::format("{:03d}.json", id)) ? done : failed)++;
+        (has_result(id) ? done : failed)++;
       } else {
         (task.state == "PENDING" ? pending : running)++;
       }
@@ -166,7 +146,7 @@ class ArrayWatch {
 
   void cancel_and_wait() {
     const CommandOutput out = run_command({"scancel", job_}, 60);
-    if (out.exit_code != 0) spdlog::warn("scancel {}: {}", job_, error_of(out.output));
+    if (out.exit_code != 0) spdlog::warn("scancel {}: {}", job_, slurm_error(out.output));
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (std::chrono::steady_clock::now() < deadline) {
       poll();
@@ -179,113 +159,101 @@ class ArrayWatch {
   const std::map<int64_t, SlurmTask>& tasks() const { return tasks_; }
 
  private:
+  // A task the array's records no longer list while it had not ended (a task cancelled out of a
+  // pending range, `scancel 25_1`), asked for by itself; "" state when Slurm no longer knows it.
+  SlurmTask ask_for_task(int64_t id) const {
+    const std::string name = job_ + "_" + std::to_string(id);
+    const CommandOutput out = run_command({"scontrol", "-o", "show", "job", name}, 60);
+    if (out.exit_code == 0) {
+      const auto seen = parse_scontrol_records(out.output);
+      if (const auto found = seen.find(id); found != seen.end()) return found->second;
+    }
+    return SlurmTask{};
+  }
+
   fs::path dir_;
   std::string job_;
   std::map<int64_t, SlurmTask> tasks_;
+  std::set<int64_t> with_result_;  // tasks whose own result was read
   std::string said_;
   std::chrono::steady_clock::time_point last_said_{};
 };
 
-}  // namespace
-
-bool SlurmTask::ended() const {
-  static const std::set<std::string> active = {
-      "PENDING",  "RUNNING",   "CONFIGURING", "COMPLETING",   "SUSPENDED",   "REQUEUED",
-      "RESIZING", "SIGNALING", "STAGE_OUT",   "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"};
-  return active.count(state) == 0;
-}
-
-std::string SlurmTask::describe() const {
-  std::string text = state.empty() ? "ended, no longer known to Slurm" : state;
-  if (!exit_code.empty() && exit_code != "0:0") {
-    text += " (exit code " + exit_code;
-    const auto colon = exit_code.find(':');
-    if (colon != std::string::npos && exit_code.substr(colon + 1) != "0") {
-      text += ", killed by signal " + exit_code.substr(colon + 1);
-    }
-    text += ")";
-  }
-  if (!node.empty()) text += " on node " + node;
-  if (!reason.empty() && reason != "None" && state != "COMPLETED") text += ", reason " + reason;
-  return text;
-}
-
-std::map<int64_t, SlurmTask> parse_scontrol_records(const std::string& text) {
-  std::map<int64_t, SlurmTask> tasks;
-  auto field = [](const std::string& line, const std::string& key) {
-    const std::regex pattern("(^|\\s)" + key + "=(\\S*)");
-    std::smatch m;
-    return std::regex_search(line, m, pattern) ? m[2].str() : std::string();
-  };
-  std::istringstream in(text);
+// The job id sbatch --parsable printed ("123" or "123;cluster", on a line of its own among its
+// warnings); "" when there is none.
+std::string printed_job_id(const std::string& output) {
+  std::istringstream in(output);
   for (std::string line; std::getline(in, line);) {
-    const std::string indices = field(line, "ArrayTaskId");
-    if (indices.empty()) continue;
-    SlurmTask task;
-    task.state = field(line, "JobState");
-    task.exit_code = field(line, "ExitCode");
-    task.node = field(line, "NodeList");
-    if (task.node == "(null)") task.node.clear();
-    task.reason = field(line, "Reason");
-    for (int64_t id : expand_indices(indices)) tasks[id] = task;
+    const std::string id = line.substr(0, line.find(';'));
+    if (!id.empty() && id.find_first_not_of("0123456789") == std::string::npos) return id;
   }
-  return tasks;
+  return "";
 }
 
-TrialResult failed_task_result(const SlurmTask& task, const std::string& job_id, int64_t id,
-                               const fs::path& log) {
-  TrialResult result;
-  result.status = TrialStatus::Error;
-  const std::string last = last_line(log);
-  result.message = "slurm task " + job_id + "_" + std::to_string(id) + ": " + task.describe() +
-                   (last.empty() ? "" : ": " + last);
-  result.host = task.node;
-  result.job_id = job_id;
-  result.array_index = id;
-  return result;
-}
-
-void check_slurm(const std::vector<std::string>& options) {
-  for (const char* tool : {"sbatch", "scontrol", "scancel"}) {
-    if (find_on_path(tool).empty()) {
-      throw UserError(std::string("sweep.launcher: slurm: ") + tool +
-                      " is not on PATH (install Slurm's client commands, or run the sweep with "
-                      "--launcher local)");
+// What a failed sbatch may have submitted, cancelled: the job id it printed, else (it did not
+// answer in time) the jobs Slurm runs `script` for (squeue's command column).
+void cancel_submitted(const std::string& job_id, const fs::path& script) {
+  std::vector<std::string> jobs;
+  if (!job_id.empty()) {
+    jobs.push_back(job_id);
+  } else {
+    try {
+      const CommandOutput listed = run_command({"squeue", "-h", "-o", "%F %o"}, 60);
+      std::istringstream in(listed.output);
+      for (std::string line; std::getline(in, line);) {
+        const auto space = line.find(' ');
+        if (space != std::string::npos && line.substr(space + 1) == script.string()) {
+          jobs.push_back(line.substr(0, space));
+        }
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("squeue: {}; jobs sbatch may have submitted for {} are not known", e.what(),
+                   script.string());
     }
   }
-  std::vector<std::string> argv = {"sbatch", "--test-only", "--job-name=train-sweep"};
-  argv.insert(argv.end(), options.begin(), options.end());
-  argv.push_back("--wrap=true");
-  const CommandOutput out = run_command(argv, 60);
-  if (out.exit_code != 0) {
-    throw UserError("sweep.slurm.options: sbatch refuses [" + joined(options) +
-                    "]: " + error_of(out.output));
+  for (const auto& job : jobs) {
+    const CommandOutput out = run_command({"scancel", job}, 60);
+    spdlog::warn("slurm job {}: cancelled (sbatch failed after submitting it){}", job,
+                 out.exit_code == 0 ? "" : ": scancel: " + slurm_error(out.output));
   }
 }
 
-SlurmOutcome run_slurm_array(const fs::path& dir, const fs::path& executable,
-                             const std::vector<int64_t>& ids,
-                             const std::vector<std::string>& options) {
-  const fs::path script = dir / "slurm" / "array.sh";
-  std::error_code ec;
-  fs::create_directories(script.parent_path(), ec);
-  write_file_atomically(script, array_script(fs::absolute(dir), fs::absolute(executable)));
+// Submits `ids` as one array of `script`; its job id. A failure cancels what it may have
+// submitted and throws UserError, blaming sweep.slurm.options only where there are some.
+std::string submit_array(const fs::path& script, const std::vector<int64_t>& ids,
+                         const std::vector<std::string>& options) {
   std::string indices;
   for (int64_t id : ids) indices += (indices.empty() ? "" : ",") + std::to_string(id);
   std::vector<std::string> argv = {"sbatch", "--parsable", "--array=" + indices};
   argv.insert(argv.end(), options.begin(), options.end());
   argv.push_back(script.string());
-  const CommandOutput out = run_command(argv, 120);
+  const CommandOutput out = run_command(argv, kSbatchSeconds);
+  const std::string job_id = printed_job_id(out.output);
+  if (out.exit_code == 0 && !job_id.empty()) return job_id;
+  cancel_submitted(job_id, script);
+  const std::string said = out.exit_code == -1
+                               ? "sbatch did not answer in " + std::to_string(kSbatchSeconds) + " s"
+                               : slurm_error(out.output);
+  throw UserError(options.empty()
+                      ? "sweep.launcher: slurm: sbatch did not submit the job array: " + said
+                      : "sweep.slurm.options: sbatch refused the job array " +
+                            options_text(options) + ": " + said);
+}
+
+}  // namespace
+
+SlurmOutcome run_slurm_array(const fs::path& dir, const fs::path& executable,
+                             const std::vector<int64_t>& ids,
+                             const std::vector<std::string>& options) {
+  const fs::path script = fs::absolute(dir / "slurm" / "array.sh");
+  std::error_code ec;
+  fs::create_directories(script.parent_path(), ec);
+  write_file_atomically(script, array_script(fs::absolute(dir), fs::absolute(executable)));
   SlurmOutcome outcome;
-  outcome.job_id = out.output.substr(0, out.output.find_first_of(";\n"));
-  if (out.exit_code != 0 || outcome.job_id.empty() ||
-      outcome.job_id.find_first_not_of("0123456789") != std::string::npos) {
-    throw UserError("sweep.slurm.options: sbatch refused the job array [" + joined(options) +
-                    "]: " + error_of(out.output));
-  }
+  outcome.job_id = submit_array(script, ids, options);
   spdlog::info("slurm: job array {} submitted, {} task(s) (array index = trial id; {})",
                outcome.job_id, ids.size(),
-               options.empty() ? "no sbatch options" : "sbatch " + joined(options));
+               options.empty() ? "no sbatch options" : "sbatch " + options_text(options));
   ArrayWatch watch(dir, outcome.job_id, ids);
   while (true) {
     if (stop_requested()) {
