@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include "models/resnet.h"
 #include "training/platform/atomic_file.h"
@@ -18,11 +19,55 @@ namespace training {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// What of a trial's config decides its measurement: the config less the sweep's grid, its
+// launcher and scheduling keys and the output folder (of its section a trial reads
+// sweep.warmup_steps, sweep.measure_steps and sweep.data_parallel alone).
+std::string measured_part(const Config& config) {
+  Config c = config;
+  SweepConfig kept;
+  kept.warmup_steps = c.sweep.warmup_steps;
+  kept.measure_steps = c.sweep.measure_steps;
+  kept.data_parallel = c.sweep.data_parallel;
+  c.sweep = kept;
+  c.output = OutputConfig{};
+  return to_yaml(c);
+}
+
+// The first line of `now` that differs from `before`, with its section: "training: batch_size:
+// 16 (was 8)".
+std::string first_difference(const std::string& before, const std::string& now) {
+  std::istringstream a(before), b(now);
+  std::string was, is, section;
+  while (true) {
+    const bool more_a = static_cast<bool>(std::getline(a, was));
+    const bool more_b = static_cast<bool>(std::getline(b, is));
+    if (!more_a && !more_b) return "";
+    if (!more_b) is.clear();
+    if (!more_a) was.clear();
+    const auto trim = [](const std::string& t) {
+      const auto start = t.find_first_not_of(' ');
+      return start == std::string::npos ? std::string() : t.substr(start);
+    };
+    if (was != is) {
+      const std::string where = is.rfind(' ', 0) == 0 && !section.empty() ? section + " " : "";
+      return where + trim(is) + " (was " + trim(was) + ")";
+    }
+    if (!is.empty() && is[0] != ' ') section = is;
+  }
+}
+
+}  // namespace
+
 // sweep.launcher: slurm -- the grid as one job array (sweep_slurm.h). A trial whose result is
-// in the folder already (ok or oom, of the same trial config) is not submitted again. False
-// when a stop signal cancelled the array; failed_tasks() counts the trials without a result.
+// in the folder already (ok or oom, of a trial config that measures the same) is not submitted
+// again; the files of trials no longer in the grid are removed. False when a stop signal
+// cancelled the array before every trial had its result; failed_tasks() counts the trials
+// without a result.
 bool SweepRunner::run_on_slurm() {
   const auto grid = grid_trials();
+  remove_trials_not_in_grid(static_cast<int64_t>(grid.size()));
   std::vector<SweepTrial> trials;
   std::vector<int64_t> submit;
   for (const auto& [setting, batch] : grid) {
@@ -36,21 +81,13 @@ bool SweepRunner::run_on_slurm() {
     outcome = run_slurm_array(dir_, executable_, submit, config_.sweep.slurm.options);
   }
   for (auto& trial : trials) {
-    const fs::path stem = dir_ / "trials" / fmt::format("{:03d}", trial.id);
-    const auto measured = read_result_file(stem.string() + ".json");
-    if (measured) {
-      trial.result = *measured;
-    } else {  // its row says so (CANCELLED where a stop cancelled it)
-      const auto task = outcome.tasks.find(trial.id);
-      trial.result = failed_task_result(task == outcome.tasks.end() ? SlurmTask{} : task->second,
-                                        outcome.job_id, trial.id, stem.string() + ".log");
-      if (!outcome.stopped) ++failed_tasks_;
-    }
+    const bool submitted = std::find(submit.begin(), submit.end(), trial.id) != submit.end();
+    if (!slurm_row(trial, outcome, submitted)) ++failed_tasks_;
     predict_on_card(trial);
     log_trial(trial);
     trials_.push_back(trial);
   }
-  if (outcome.stopped) {
+  if (outcome.stopped && failed_tasks_ > 0) {  // a stop after every task ended is no loss
     write_tables(false, fmt::format("stopped by a signal: slurm job {} cancelled; the same "
                                     "sweep run again on this folder submits only the trials "
                                     "without a result",
@@ -70,6 +107,54 @@ bool SweepRunner::run_on_slurm() {
                                                failed_tasks_, outcome.job_id));
   finish(failed_tasks_ == 0);
   return true;
+}
+
+// The trial's row from its result: a submitted trial's counts only when its array task wrote
+// it (is_task_result: another array's is removed, and the row says so); else the task's Slurm
+// state (CANCELLED where a stop cancelled it). wall_seconds: the task's run time as Slurm
+// records it. False when the trial has no result.
+bool SweepRunner::slurm_row(SweepTrial& trial, const SlurmOutcome& outcome, bool submitted) const {
+  const fs::path stem = dir_ / "trials" / fmt::format("{:03d}", trial.id);
+  const fs::path json = stem.string() + ".json";
+  auto measured = read_result_file(json);
+  std::string why;
+  if (measured && submitted && !is_task_result(*measured, outcome.job_id, trial.id)) {
+    why = fmt::format("{} was written by slurm job {} task {}, not this array's task (removed)",
+                      json.filename().string(), measured->job_id, measured->array_index);
+    spdlog::warn("trial {}: {}", trial.id, why);
+    std::error_code ec;
+    fs::remove(json, ec);
+    measured.reset();
+  }
+  const auto task = outcome.tasks.find(trial.id);
+  const SlurmTask state = task == outcome.tasks.end() ? SlurmTask{} : task->second;
+  if (measured) {
+    trial.result = *measured;
+    if (submitted) trial.wall_seconds = std::max(0.0, state.elapsed_seconds);
+    return true;
+  }
+  trial.result = failed_task_result(state, outcome.job_id, trial.id, stem.string() + ".log", why);
+  return false;
+}
+
+// A re-run on a folder whose grid had more trials: their files (trials/NNN.yaml, .json, .log with
+// NNN above this grid's trials) go, so that the finished folder holds this grid's alone.
+void SweepRunner::remove_trials_not_in_grid(int64_t trials) const {
+  int64_t removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_ / "trials", ec)) {
+    const std::string stem = entry.path().stem().string(), ext = entry.path().extension().string();
+    if (stem.empty() || stem.find_first_not_of("0123456789") != std::string::npos ||
+        stem.size() > 9 || (ext != ".yaml" && ext != ".json" && ext != ".log")) {
+      continue;
+    }
+    const int64_t id = std::stoll(stem);
+    if (id < 1 || id > trials) removed += fs::remove(entry.path(), ec) ? 1 : 0;
+  }
+  if (removed > 0) {
+    spdlog::info("sweep: {} file(s) of trials no longer in the grid removed from {}", removed,
+                 (dir_ / "trials").string());
+  }
 }
 
 void SweepRunner::finish(bool complete) {
@@ -100,8 +185,10 @@ std::vector<std::pair<Setting, int64_t>> SweepRunner::grid_trials() const {
 }
 
 // Writes trials/NNN.yaml and removes an earlier attempt's result and log, so that what is read
-// back is what this trial writes. With `keep_result`, a result (ok or oom) of the same trial
-// config is kept instead, and true returned.
+// back is what this trial writes. With `keep_result`, a result (ok or oom) of a trial config that
+// measures the same (measured_part: not the launcher, the options or the grid) is kept instead,
+// and true returned; a kept result not reused says why. A kept result holding a value
+// `train sweep-trial` never writes is refused (UserError naming the file).
 bool SweepRunner::prepare_trial(const SweepTrial& trial, bool keep_result) const {
   Config trial_config = config_;
   trial_config.training.batch_size = trial.batch;
@@ -112,20 +199,43 @@ bool SweepRunner::prepare_trial(const SweepTrial& trial, bool keep_result) const
                  log = stem.string() + ".log";
   const std::string text = to_yaml(trial_config);
   if (keep_result && fs::exists(result)) {
-    std::ifstream old_yaml(yaml), old_result(result);
-    const std::string before(std::istreambuf_iterator<char>(old_yaml), {});
-    try {
-      const auto status = trial_from_json(nlohmann::json::parse(old_result)).status;
-      if (before == text && status != TrialStatus::Error) return true;
-    } catch (const std::exception&) {
-      // unreadable: measured again
-    }
+    const std::string why = why_not_kept(yaml, result, measured_part(trial_config));
+    if (why.empty()) return true;
+    spdlog::info("trial {}: its result in {} is measured again: {}", trial.id, result.string(),
+                 why);
   }
   write_file_atomically(yaml, text);
   std::error_code ec;
   fs::remove(result, ec);
   fs::remove(log, ec);
   return false;
+}
+
+// Why the result kept in `result` is not this trial's measurement ("" when it is).
+std::string SweepRunner::why_not_kept(const fs::path& yaml, const fs::path& result,
+                                      const std::string& measured) {
+  TrialResult kept;
+  try {
+    std::ifstream in(result);
+    kept = trial_from_json(nlohmann::json::parse(in));
+  } catch (const std::out_of_range& e) {  // read_at_least: a value the trial never writes
+    throw UserError(result.string() + ": " + first_line(e.what()) +
+                    " (train sweep-trial never writes it: edited or damaged; remove the file to "
+                    "measure the trial again)");
+  } catch (const std::exception& e) {
+    return "it is unreadable (" + first_line(e.what()) + ")";
+  }
+  if (kept.status == TrialStatus::Error) return "it is an error";
+  std::string before;
+  try {
+    std::ifstream in(yaml);
+    before = measured_part(
+        parse_config(std::string(std::istreambuf_iterator<char>(in), {}), yaml.string()));
+  } catch (const std::exception& e) {
+    return "its config " + yaml.string() + " is unreadable (" + first_line(e.what()) + ")";
+  }
+  if (before == measured) return "";
+  return "its trial config differs: " + first_difference(before, measured);
 }
 
 void SweepRunner::predict_on_card(SweepTrial& trial) const {

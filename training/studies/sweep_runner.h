@@ -21,6 +21,8 @@
 
 namespace training {
 
+struct SlurmOutcome;
+
 // The sweep's cells: precisions x checkpointing x memory formats x accumulation.
 std::vector<Setting> grid_cells(const SweepConfig& sweep);
 
@@ -33,8 +35,10 @@ class SweepRunner {
   // then hold the trials completed so far).
   bool run();
   // sweep.launcher: slurm -- the grid as one job array (sweep_slurm.h). A trial whose result is
-  // in the folder already (ok or oom, of the same trial config) is not submitted again. False
-  // when a stop signal cancelled the array; failed_tasks() counts the trials without a result.
+  // in the folder already (ok or oom, of a trial config that measures the same) is not submitted
+  // again; the files of trials no longer in the grid are removed. False when a stop signal
+  // cancelled the array before every trial had its result; failed_tasks() counts the trials
+  // without a result.
   bool run_on_slurm();
   int64_t failed_tasks() const { return failed_tasks_; }
 
@@ -44,9 +48,20 @@ class SweepRunner {
   // batch by batch across the settings (every setting gets its small batches first).
   std::vector<std::pair<Setting, int64_t>> grid_trials() const;
   // Writes trials/NNN.yaml and removes an earlier attempt's result and log, so that what is read
-  // back is what this trial writes. With `keep_result`, a result (ok or oom) of the same trial
-  // config is kept instead, and true returned.
+  // back is what this trial writes. With `keep_result`, a result (ok or oom) of a trial config
+  // that measures the same (not the launcher, the options or the grid) is kept instead, and true
+  // returned; a kept result not reused says why. A kept result holding a value `train
+  // sweep-trial` never writes is refused (UserError naming the file).
   bool prepare_trial(const SweepTrial& trial, bool keep_result = false) const;
+  // Why the result kept in `result` is not the measurement `measured` (its config's
+  // measured_part) asks for; "" when it is.
+  static std::string why_not_kept(const std::filesystem::path& yaml,
+                                  const std::filesystem::path& result, const std::string& measured);
+  // slurm: the trial's row from its result, which counts for a submitted trial only when its
+  // array task wrote it (is_task_result), else from its task's Slurm state; false without one.
+  bool slurm_row(SweepTrial& trial, const SlurmOutcome& outcome, bool submitted) const;
+  // slurm: removes trials/NNN.* of trials above this grid's `trials` (an earlier, larger grid).
+  void remove_trials_not_in_grid(int64_t trials) const;
   // Measures one trial in a child process (parent side), on GPU `gpu` alone when it is not -1; a
   // batch already measured for this setting is not measured twice. Several run at once with
   // sweep.devices, one per GPU: the trials and the tables are shared under mutex_.
