@@ -132,4 +132,154 @@ TEST(SweepSlurm, OneTrialPerGpuIsRefusedOnTheCpu) {
   EXPECT_FALSE(fs::exists(dir / "out"));
 }
 
+// A task's result is its own only when it carries the array's job id and the task's index: a
+// trials/NNN.json an earlier array's task wrote after this run removed it is not.
+TEST(SweepSlurm, AResultCountsOnlyForTheArrayTaskThatWroteIt) {
+  training::TrialResult result;
+  result.job_id = "42";
+  result.array_index = 3;
+  EXPECT_TRUE(training::is_task_result(result, "42", 3));
+  EXPECT_FALSE(training::is_task_result(result, "41", 3));  // an earlier array's
+  EXPECT_FALSE(training::is_task_result(result, "42", 4));  // another task's
+  EXPECT_FALSE(training::is_task_result(training::TrialResult{}, "", -1));
+}
+
+// A task that started no longer waits for Resources: that stale reason is dropped, a failure's
+// kept; an ended task's run time is Slurm's EndTime - StartTime.
+TEST(SweepSlurm, AStartedTaskSaysNoPendingReasonAndItsRunTimeIsSlurms) {
+  const auto tasks = training::parse_scontrol_records(
+      "JobId=9 ArrayJobId=7 ArrayTaskId=2 JobState=CANCELLED Reason=Resources ExitCode=0:15 "
+      "NodeList=na StartTime=2026-12-05T23:59:58 EndTime=2026-12-06T00:00:05\n"
+      "JobId=10 ArrayJobId=7 ArrayTaskId=3 JobState=CANCELLED Reason=Resources ExitCode=0:0 "
+      "NodeList=(null) StartTime=Unknown EndTime=2026-12-06T00:00:05\n");
+  EXPECT_EQ(tasks.at(2).describe(), "CANCELLED (exit code 0:15, killed by signal 15) on node na");
+  EXPECT_EQ(tasks.at(2).elapsed_seconds, 7.0);
+  EXPECT_EQ(tasks.at(3).describe(), "CANCELLED, reason Resources");  // it never ran
+  EXPECT_EQ(tasks.at(3).elapsed_seconds, -1.0);
+}
+
+// The options sbatch would read as the sweep's own are refused with the config, in each form
+// sbatch reads them; the others pass.
+TEST(SweepSlurm, OptionsTheSweepOwnsAreRefusedWithTheConfigInEveryForm) {
+  test_support::TempDir dir;
+  const auto config = tiny_config(dir, "launcher: slurm");
+  const std::vector<std::pair<std::string, std::string>> owned = {
+      {"--array=1-3", "--array"},     {"--array", "--array"},       {"--arr=1", "--array"},
+      {"-a", "-a (--array)"},         {"-a1-3", "-a (--array)"},    {"--wrap=true", "--wrap"},
+      {"--test-only", "--test-only"}, {"--wait", "--wait"},         {"-W", "-W (--wait)"},
+      {"-vW", "-W (--wait)"},         {"--parsable", "--parsable"}, {"--help", "--help"},
+      {"-V", "-V (--version)"}};
+  for (const auto& [item, option] : owned) {
+    try {
+      training::load_config(config.string(), {"sweep.slurm.options=[--nodes=1, " + item + "]"});
+      ADD_FAILURE() << item << " was read";
+    } catch (const training::ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("--set sweep.slurm.options: sweep.slurm.options: '" +
+                                                item + "' is sbatch's " + option +
+                                                ", which is the sweep's own: ",
+                                            0),
+                0u)
+          << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    }
+  }
+  EXPECT_THROW(training::load_config(config.string(), {"sweep.slurm.options=[--]"}),
+               training::ConfigError);
+  for (const char* fine :
+       {"--wait-all-nodes=1", "-pW", "--partition=gpu", "-N1", "--time=10", "-t", "--nodes"}) {
+    EXPECT_NO_THROW(
+        training::load_config(config.string(), {std::string("sweep.slurm.options=[") + fine + "]"}))
+        << fine;
+  }
+}
+
+// What sbatch said, the most specific line first; the options as given.
+TEST(SweepSlurm, TheErrorLineIsTheMostSpecificAndTheOptionsAreShownAsGiven) {
+  EXPECT_EQ(training::slurm_error("sbatch: unrecognized option '--bogus'\nTry \"sbatch --help\" "
+                                  "for more information\n"),
+            "sbatch: unrecognized option '--bogus'");
+  EXPECT_EQ(training::slurm_error("sbatch: warning: x\nsbatch: error: Batch job submission "
+                                  "failed: Unable to contact slurm controller\n"),
+            "sbatch: error: Batch job submission failed: Unable to contact slurm controller");
+  EXPECT_EQ(training::slurm_error(""), "(no output)");
+  EXPECT_EQ(training::options_text({"--partition debug", "", "--qos=low"}),
+            "['--partition debug', '', --qos=low]");
+  EXPECT_EQ(training::largest_array_index("AuthType = auth/munge\nMaxArraySize            = "
+                                          "1001\nMaxJobCount = 10000\n"),
+            1000);
+  EXPECT_EQ(training::largest_array_index("nothing\n"), std::nullopt);
+}
+
+// Stand-ins for Slurm's commands: a grid larger than one array takes is refused before the
+// folder exists, naming the count and the limit; a controller that does not answer is said as
+// such, without blaming options that were not given.
+TEST(SweepSlurm, AGridLargerThanAnArrayAndAnUnreachableControllerAreOneLineBeforeTheFolder) {
+  test_support::TempDir dir;
+  fs::create_directories(dir / "bin");
+  auto tool = [&](const std::string& name, const std::string& body) {
+    std::ofstream(dir / "bin" / name) << "#!/bin/sh\n" << body;
+    fs::permissions(dir / "bin" / name, fs::perms::owner_all);
+  };
+  tool("scontrol",
+       "[ -f \"$0.down\" ] && { echo 'slurm_load_ctl_conf error: Unable to contact "
+       "slurm controller (connect failure)'; exit 1; }\necho 'MaxArraySize = 3'\n");
+  tool("sbatch",
+       "echo 'sbatch: error: Batch job submission failed: Unable to contact slurm "
+       "controller (connect failure)'; exit 1\n");
+  tool("scancel", "exit 0\n");
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  ::setenv("PATH", ((dir / "bin").string() + ":" + path).c_str(), 1);
+  auto refusal = [&](const std::string& batches) {
+    const auto config = tiny_config(dir, "launcher: slurm");
+    try {
+      training::run_sweep({config.string(),
+                           {"sweep.batch_sizes=" + batches},
+                           (dir / "out").string(),
+                           TRAIN_BINARY,
+                           ""});
+    } catch (const training::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(refusal("[4, 8, 12]"),
+            "sweep.launcher: slurm: the grid's 3 trials are more than one job array takes on this "
+            "cluster (MaxArraySize 3: array indices up to 2); sweep fewer batch sizes or settings");
+  EXPECT_EQ(refusal("[4, 8]"),
+            "sweep.launcher: slurm: sbatch --test-only failed (no sweep.slurm.options given): "
+            "sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+            "(connect failure)");
+  std::ofstream(dir / "bin" / "scontrol.down") << "";
+  EXPECT_EQ(refusal("[4]"),
+            "sweep.launcher: slurm: the Slurm controller did not answer (scontrol show config: "
+            "slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure))");
+  ::setenv("PATH", path.c_str(), 1);
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+// trials/NNN.json is read back as the trial wrote it: an ok trial measured a step at least, and no
+// count or size is negative.
+TEST(SweepSlurm, ATrialResultHoldingValuesNoTrialWritesIsRefusedNamingTheEntry) {
+  training::TrialResult ok;
+  ok.status = training::TrialStatus::Ok;
+  ok.steps = 2;
+  const auto good = training::to_json(ok);
+  EXPECT_NO_THROW(training::trial_from_json(good));
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"steps", "steps: 0 is not at least 1"},
+      {"replayed_steps", "replayed_steps: -1 is not within [0, 2]"},
+      {"outside_allocator_bytes", "outside_allocator_bytes: -1 is not within [0, "},
+      {"predicted_peak_bytes", "predicted_peak_bytes: -1 is not within [0, "}};
+  for (const auto& [key, message] : bad) {
+    nlohmann::json edited = good;
+    edited[key] = key == "steps" ? 0 : -1;
+    try {
+      training::trial_from_json(edited);
+      ADD_FAILURE() << key << " accepted";
+    } catch (const std::out_of_range& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(message, 0), 0u) << e.what();
+    }
+  }
+}
+
 }  // namespace
