@@ -251,6 +251,13 @@ SlurmOutcome run_slurm_array(const fs::path& dir, const fs::path& executable,
   write_file_atomically(script, array_script(fs::absolute(dir), fs::absolute(executable)));
   SlurmOutcome outcome;
   outcome.job_id = submit_array(script, ids, options);
+  // A second stop ends the process at once: it cancels the array first, as the first stop does.
+  struct CancelOnExit {
+    explicit CancelOnExit(const std::string& job) {
+      run_on_exit_at_once({find_on_path("scancel"), job});
+    }
+    ~CancelOnExit() { run_on_exit_at_once({}); }
+  } cancel_on_exit(outcome.job_id);
   spdlog::info("slurm: job array {} submitted, {} task(s) (array index = trial id; {})",
                outcome.job_id, ids.size(),
                options.empty() ? "no sbatch options" : "sbatch " + options_text(options));

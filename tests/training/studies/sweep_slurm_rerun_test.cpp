@@ -3,6 +3,8 @@
 // task writes, with its job id and index: what is accepted as a task's result, what a re-run
 // keeps and removes, a stop after the last task. tests/scripts/slurm_test.py runs the real one.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -166,6 +168,23 @@ TEST_F(SweepSlurmRerun, AStopAfterEveryTaskEndedLeavesACompleteSweep) {
   const auto json = nlohmann::json::parse(std::ifstream(out() / "sweep.json"));
   EXPECT_TRUE(json.at("complete").get<bool>());
   for (const auto& row : json.at("trials")) EXPECT_EQ(row.at("status"), "ok");
+}
+
+// A second stop (SIGTERM twice, 10 ms apart) ended `train sweep` at once and left the job array
+// running. The exit at once runs scancel on the array first. Here the two stops arrive while the
+// sweep asks Slurm for the array's state, before its own stop handling could cancel it.
+TEST_F(SweepSlurmRerun, ASecondStopCancelsTheArrayBeforeItExits) {
+  write_tool("scontrol",
+             "[ \"$*\" = 'show config' ] && { echo 'MaxArraySize            = 1001'; exit 0; }\n"
+             "kill -TERM $PPID; sleep 0.2; kill -TERM $PPID; sleep 5\n");
+  write_tool("scancel", "echo \"$@\" >> \"$FAKE_SLURM/cancelled\"\n");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(sweep("[4]") == training::kExitStopped ? 3 : 4);  // not at once
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == training::kExitStopped) << status;
+  EXPECT_EQ(test_support::read_text(dir_ / "state" / "cancelled"), "101\n");
 }
 
 }  // namespace
