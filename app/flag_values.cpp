@@ -42,21 +42,22 @@ double headroom_flag(const std::string& text) {
 }
 
 // A size with its unit: a card's memory is no bare number of bytes ("24" was 24 bytes). The size
-// offered is one the flag takes: in GiB where that is within the largest size, else in bytes.
-int64_t size_with_unit(const std::string& flag, const std::string& text) {
+// offered is one the flag takes: in `unit` (GiB for a card, MiB for what lies beside the
+// allocator) where that is within the largest size, else in bytes.
+int64_t size_with_unit(const std::string& flag, const std::string& text, const char* unit) {
   // A bare 0 is no size at all: size_flag says so, rather than offer 0GiB.
   if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos &&
       text.find_first_not_of('0') != std::string::npos) {
-    bool as_gib = true;
+    bool in_unit = true;
     try {
-      training::parse_byte_size(text + "GiB");
+      training::parse_byte_size(text + unit);
     } catch (const std::invalid_argument&) {
-      as_gib = false;
+      in_unit = false;
     }
     throw UserError(flag + ": '" + text + "' has no unit; give one, e.g. " + text +
-                    (as_gib ? "GiB" : "B"));
+                    (in_unit ? unit : "B"));
   }
-  return training::size_flag(flag, text);
+  return training::size_flag(flag, text, /*bare_bytes=*/false);
 }
 
 // --json replaces only an earlier plan: any other path that exists (a sweep's file, a config), in a
@@ -95,11 +96,12 @@ training::PlanRequest plan_request(const PlanFlags& flags, training::PlanRequest
     request.memory = request.card->memory_bytes;
     training::alloc_conf_from_environment();  // refused before the small sweep runs
   } else {
-    request.memory = size_with_unit("--memory", flags.memory);
+    request.memory = size_with_unit("--memory", flags.memory, "GiB");
   }
   check_json_output(request.json);
   request.headroom = headroom_flag(flags.headroom);
-  if (!flags.overhead.empty()) request.overhead = size_with_unit("--overhead", flags.overhead);
+  if (!flags.overhead.empty())
+    request.overhead = size_with_unit("--overhead", flags.overhead, "MiB");
   if (!flags.target_batch.empty() && (!training::config_yaml::decimal_integer(
                                           YAML::Node(flags.target_batch), request.target_batch) ||
                                       request.target_batch < 1)) {

@@ -96,7 +96,8 @@ TEST(FlagValues, APlansSizesTakeAUnit) {
   EXPECT_EQ(refusal(flags), "--memory: '24' has no unit; give one, e.g. 24GiB");
   flags.memory = "24GiB";
   flags.overhead = "800";
-  EXPECT_EQ(refusal(flags), "--overhead: '800' has no unit; give one, e.g. 800GiB");
+  // What lies beside the allocator is MiB-sized: 800GiB, offered before, no card had room for.
+  EXPECT_EQ(refusal(flags), "--overhead: '800' has no unit; give one, e.g. 800MiB");
   flags.overhead = "800MiB";
   EXPECT_EQ(app::plan_request(flags, from_sweep()).overhead, int64_t{800} << 20);
   // The size it offers is one it takes: "25769803776GiB" is above the largest size.
@@ -104,6 +105,14 @@ TEST(FlagValues, APlansSizesTakeAUnit) {
   EXPECT_EQ(refusal(flags), "--memory: '25769803776' has no unit; give one, e.g. 25769803776B");
   flags.memory = "25769803776B";
   EXPECT_EQ(app::plan_request(flags, from_sweep()).memory, int64_t{24} << 30);
+  // A size it cannot read is told the forms it takes, which have a unit (round 5: "or a whole
+  // number of bytes", which it then refused).
+  for (const std::string bad : {"1e3", "12XB"}) {
+    flags.memory = bad;
+    EXPECT_EQ(
+        refusal(flags),
+        "--memory: expected a size with its unit, like 12GiB, 512MiB or 1.5GB, got '" + bad + "'");
+  }
   // Nor is 0GiB offered for a bare 0, which no unit makes a size.
   for (const std::string zero : {"0", "00"}) {
     flags.memory = zero;

@@ -55,6 +55,7 @@ CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch,
   p.allocator = allocator_;
   p.limited_by_memory_limit = limited_by_memory_limit_;
   p.prefetched_batches = prefetch_for(config_.data, /*cuda=*/true);
+  p.device_resident_data = config_.data.device_resident;
   p.batch_size = batch;
   const int64_t image_size = config_.data.image_size;
   p.checked_batch = kTraceBatches[2];

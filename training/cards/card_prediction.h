@@ -37,6 +37,9 @@ struct CardPrediction {
   AllocatorOptions allocator;
   bool limited_by_memory_limit = false;
   int64_t prefetched_batches = 0;  // data.prefetch as on CUDA (auto: 2)
+  // data.device_resident: the training set on the card beside the step, which the prediction does
+  // not hold (said with it, never counted silently as fitting).
+  bool device_resident_data = false;
   // sweep.data_parallel: the Reducer's gradient buckets each rank holds (in the stream); else 0.
   int64_t reducer_bucket_bytes = 0;
   int64_t batch_size = 0;

@@ -128,7 +128,7 @@ Card find_card(const std::string& given) {
                       (meant.empty() ? std::string()
                                      : "; did you mean " + config_yaml::join(meant, " or ") + "?"));
     }
-    const int64_t bytes = size_flag("--card", text);
+    const int64_t bytes = size_flag("--card", text, /*bare_bytes=*/false);
     if (bytes > kLargestCard) {  // caching_allocator.cpp's address span is no larger
       throw UserError("--card: expected a card of at most 1024TiB, got '" + text + "'");
     }

@@ -125,13 +125,14 @@ void TrackingCpuAllocator::reset_peak() {
   peak_.store(current_.load());
 }
 
-int64_t parse_byte_size(const std::string& text) {
+int64_t parse_byte_size(const std::string& text, bool bare_bytes) {
   // Digits, an optional fraction and a unit, read exactly: no sign, exponent, hexadecimal,
   // infinity or NaN (which a floating-point reader takes), and a whole number of bytes.
   const std::string expected =
-      "expected a size like 12GiB, 512MiB, 1.5GB or a whole number of "
-      "bytes, got '" +
-      text + "'";
+      std::string(bare_bytes
+                      ? "expected a size like 12GiB, 512MiB, 1.5GB or a whole number of bytes"
+                      : "expected a size with its unit, like 12GiB, 512MiB or 1.5GB") +
+      ", got '" + text + "'";
   // Bounded before the regex (libstdc++'s matcher recurses per character: 30000 digits crashed).
   if (text.size() > 64) {
     throw std::invalid_argument("'" + text.substr(0, 24) + "...' is " +
@@ -184,9 +185,9 @@ int64_t parse_byte_size(const std::string& text) {
   return bytes;
 }
 
-int64_t size_flag(const std::string& flag, const std::string& text) {
+int64_t size_flag(const std::string& flag, const std::string& text, bool bare_bytes) {
   try {
-    const int64_t bytes = parse_byte_size(text);
+    const int64_t bytes = parse_byte_size(text, bare_bytes);
     if (bytes > 0) return bytes;
   } catch (const std::invalid_argument& e) {
     throw UserError(flag + ": " + e.what());

@@ -89,11 +89,13 @@ class TrackingCpuAllocator final : public c10::Allocator {
 };
 
 // "12GiB", "512MiB", "1.5GB", "64KiB", "1000" (bytes). Binary (KiB, MiB, GiB, TiB) and decimal
-// (KB, MB, GB, TB) units, case-insensitive. Throws std::invalid_argument naming what it expected.
-int64_t parse_byte_size(const std::string& text);
+// (KB, MB, GB, TB) units, case-insensitive. Throws std::invalid_argument naming what it expected
+// (a whole number of bytes among the forms only where `bare_bytes` takes one).
+int64_t parse_byte_size(const std::string& text, bool bare_bytes = true);
 // A size a flag gives (`flag`: "--memory"), above 0: UserError naming the flag otherwise. The one
-// reading of a size flag: app/flag_values.cpp's and a card's size (cards.h) use it.
-int64_t size_flag(const std::string& flag, const std::string& text);
+// reading of a size flag: app/flag_values.cpp's and a card's size (cards.h) use it, with
+// `bare_bytes` false (their sizes take a unit: the message offers none without).
+int64_t size_flag(const std::string& flag, const std::string& text, bool bare_bytes = true);
 
 // A byte size as the config writes it: "12GiB", "512MiB", or plain bytes (exact, re-readable).
 std::string byte_size_text(int64_t bytes);

@@ -218,7 +218,7 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
                          format_bytes(card_bytes) + ") with " + percent_text(headroom) +
                          " headroom and " + format_bytes(plan.overhead_bytes) +
                          " outside the allocator";
-  if (for_allocator <= 0) {  // known without replaying anything on the card
+  if (card && for_allocator <= 0) {  // known without replaying each setting on the card
     throw UserError(flag + ": nothing fits in " + on + ": that leaves the allocator no memory");
   }
   plan.cells = summarize(sweep.cells, sweep.trials, {std::max<int64_t>(0, for_allocator)},

@@ -411,6 +411,18 @@ TEST(CardPrediction, TrainMemoryWritesThePredictionAndRefusesBadCardsFirst) {
   const std::string md = test_support::read_text(dir / "study" / "memory_breakdown.md");
   EXPECT_NE(md.find("## On T4"), std::string::npos) << md;
   EXPECT_NE(md.find("Not modelled: cuDNN"), std::string::npos) << md;
+  EXPECT_TRUE(setting.at("device_resident_data_held").is_null());
+  // Round 5: with data.device_resident the training set on the card was left out in silence
+  // (the same peaks and largest batch as without it): said in the JSON and the table.
+  request.output_dir = (dir / "resident").string();
+  request.overrides.emplace_back("data.device_resident=true");
+  ASSERT_EQ(memory_command(request), kExitOk);
+  std::ifstream resident_in(dir / "resident" / "memory_breakdown.json");
+  EXPECT_EQ(nlohmann::json::parse(resident_in).at("settings")[0].at("device_resident_data_held"),
+            false);
+  EXPECT_NE(test_support::read_text(dir / "resident" / "memory_breakdown.md")
+                .find("**Not held: data.device_resident's training set**"),
+            std::string::npos);
 }
 
 // The stream holds the tensors a card would hold, never a CPU kernel's own scratch (oneDNN's

@@ -46,6 +46,11 @@ TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
   for (const auto& text : {"0B", "-1GiB", "+0MiB"}) {
     EXPECT_EQ(refusal(text).rfind("--card: expected a size", 0), 0u) << refusal(text);
   }
+  // The forms it offers take a unit, as a card's memory does (it offered "a whole number of
+  // bytes", then refused one).
+  EXPECT_EQ(refusal("1e3"),
+            "--card: expected a size with its unit, like 12GiB, 512MiB or 1.5GB, "
+            "got '1e3'");
   // Round 5: a bare number has no unit (4090 was read as 4090 bytes), and where it is part of a
   // card's name that card is offered; spaces around the value are no part of it.
   EXPECT_EQ(refusal("4090"),
