@@ -20,7 +20,8 @@ The layers, lowest first (docs/architecture.md):
   training/cards      a card this machine does not have: the caching allocator's model and its
                       options, the cards' data, the allocation stream scaled and replayed, the
                       step's estimated time
-  training/studies    measurements over runs: sweeps and trials, memory model, matmul bench
+  training/bench      micro-benchmarks of this machine: matmul throughput, the input pipeline
+  training/studies    measurements over runs: sweeps and trials, memory model, plans
   app                 command-line parsing and dispatch
 
 Prints one line per violation (file:line: what it includes and why that is not allowed) and
@@ -41,8 +42,9 @@ ALLOWED = {
     "models": {"models"},
     **{room: set(ROOMS[:i + 1]) | BELOW_TRAINING for i, room in enumerate(ROOMS)},
     "training/cards": {"training/cards", *ROOMS, *BELOW_TRAINING},
+    "training/bench": {"training/bench", *ROOMS, *BELOW_TRAINING},
     "training/studies": {"training/studies", "training/cards", *ROOMS, *BELOW_TRAINING},
-    "app": {"app", "training/studies", "training/cards", *ROOMS, *BELOW_TRAINING},
+    "app": {"app", "training/studies", "training/cards", "training/bench", *ROOMS, *BELOW_TRAINING},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

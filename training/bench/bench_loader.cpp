@@ -1,4 +1,4 @@
-#include "training/studies/bench_loader.h"
+#include "training/bench/bench_loader.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,4 +1,4 @@
-#include "training/studies/bench_matmul.h"
+#include "training/bench/bench_matmul.h"
 
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
