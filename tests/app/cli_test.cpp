@@ -369,6 +369,15 @@ TEST(Cli, TrainsWritesTheRunDirectoryAndResumes) {
                           " is not a folder)"),
             std::string::npos)
       << r.output;
+  // Below a link to nothing: named ("File exists" before, after the measurements).
+  fs::create_symlink(dir / "nowhere", dir / "dangling");
+  r = run_train("--config " + write_tiny_config(dir).string() + autos + " --output-dir " +
+                (dir / "dangling" / "sub").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot create the folder (" + (dir / "dangling").string() +
+                          " is a symbolic link to " + (dir / "nowhere").string()),
+            std::string::npos)
+      << r.output;
   EXPECT_EQ(test_support::read_text(run / "metrics.jsonl"), metrics_before);
 
   // Resume with a longer horizon: the stored config is used, plus the override.

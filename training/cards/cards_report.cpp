@@ -52,11 +52,15 @@ nlohmann::json card_json(const Card& c) {
 
 std::string cards_report(const std::vector<std::string>& asked, bool json) {
   std::vector<Card> cards;
-  std::vector<std::string> keys;  // one card, however named: by name, or by its size
+  // One card, however named: a size by its bytes, a named card by its figures (H100-80GB is the
+  // H100-SXM under its older name).
+  std::vector<std::string> keys;
   for (const auto& given : asked) {
     cards.push_back(find_card(given));  // refused before any output
-    keys.push_back(cards.back().sheet.known() ? cards.back().name
-                                              : std::to_string(cards.back().memory_bytes) + " B");
+    const Card& c = cards.back();
+    keys.push_back(fmt::format("{} {} {} {} {} {} {}", c.memory_bytes, c.architecture,
+                               c.sheet.bandwidth_gbps, c.sheet.sms, c.sheet.fp32_tflops,
+                               c.sheet.tf32_tflops, c.sheet.half_tflops));
   }
   if (const std::string repeat = config_yaml::first_repeat(keys); !repeat.empty()) {
     throw UserError("--card: " + repeat + " (one card, however it is named)");

@@ -1,6 +1,7 @@
 #include "training/platform/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,18 +55,28 @@ bool is_temporary_of(const fs::path& file, const std::string& target_name) {
 
 void replace_file_atomically(const fs::path& target,
                              const std::function<void(const fs::path&)>& write) {
-  // A device or a pipe is written into, never replaced by a file renamed over it (/dev/null,
-  // /dev/stdout; /dev/full says it is full): only a file can be replaced whole. A block device or
-  // a socket is no output.
+  // A device or a pipe, or a link to one (/dev/stdout is a link to /proc/self/fd/1), is written
+  // into, never replaced by a file renamed over it (/dev/null; /dev/full says it is full): only a
+  // file can be replaced whole. A block device or a socket is no output. A pipe whose reader has
+  // gone is a write error (EPIPE), not the end of the process (SIGPIPE, ignored while it writes).
   struct stat held {};
-  if (::lstat(target.c_str(), &held) == 0 && !S_ISREG(held.st_mode) && !S_ISLNK(held.st_mode) &&
-      !S_ISDIR(held.st_mode)) {
+  if (::stat(target.c_str(), &held) == 0 && !S_ISREG(held.st_mode) && !S_ISDIR(held.st_mode)) {
     if (S_ISBLK(held.st_mode) || S_ISSOCK(held.st_mode)) {
       throw UserError(target.string() + ": " +
                       (S_ISBLK(held.st_mode) ? "a block device" : "a socket") +
                       ", not a file to write");
     }
-    write(target);
+    struct sigaction ignore {
+    }, previous{};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &previous);
+    try {
+      write(target);
+    } catch (...) {
+      ::sigaction(SIGPIPE, &previous, nullptr);
+      throw;
+    }
+    ::sigaction(SIGPIPE, &previous, nullptr);
     return;
   }
   const fs::path temporary = temporary_for(target);

@@ -21,8 +21,9 @@ void write_whole_file(const std::filesystem::path& file, const std::string& cont
 
 // For writers that need a path (e.g. torch archives): `write` fills the temporary path given to
 // it; on success it is renamed over `target`, on failure removed, and the error rethrown. A
-// character device or a FIFO at `target` (/dev/null, /dev/stdout, a pipe) is written directly,
-// never replaced (/dev/full: CannotWrite); a block device or a socket is refused (UserError).
+// character device or a FIFO at `target`, or a link to one (/dev/null, /dev/stdout, a pipe), is
+// written directly, never replaced (/dev/full: CannotWrite; a pipe without its reader:
+// UserError); a block device or a socket is refused (UserError).
 void replace_file_atomically(const std::filesystem::path& target,
                              const std::function<void(const std::filesystem::path&)>& write);
 

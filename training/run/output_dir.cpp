@@ -157,10 +157,16 @@ void judge_output_dir(const fs::path& dir, const HeldOutputs& held, OutputKind k
     throw UserError(dir.string() + ": is a symbolic link to " + fs::read_symlink(dir, ec).string() +
                     ", which does not exist; create it or " + "choose another " + flag);
   }
-  // The folder that exists nearest to it must be a folder for it to be created.
+  // The nearest part of it that exists must be a folder (or a link to one) for it to be created.
   fs::path existing = fs::absolute(dir, ec);
-  while (!existing.empty() && !fs::exists(existing, ec) && existing.has_relative_path()) {
+  while (existing.has_relative_path() &&
+         fs::symlink_status(existing, ec).type() == fs::file_type::not_found) {
     existing = existing.parent_path();
+  }
+  if (fs::is_symlink(fs::symlink_status(existing, ec)) && !fs::exists(existing, ec)) {
+    throw UserError(dir.string() + ": cannot create the folder (" + existing.string() +
+                    " is a symbolic link to " + fs::read_symlink(existing, ec).string() +
+                    ", which does not exist)");
   }
   if (fs::exists(existing, ec) && !fs::is_directory(existing, ec)) {
     throw UserError(dir.string() + ": cannot create the folder (" + existing.string() +

@@ -146,8 +146,11 @@ TEST(Cards, TheListingGivesTheCardsAskedForAsJson) {
   }
   // One card named twice, however it is named, is refused as every list's repeat (round 5: it
   // was listed twice).
-  for (const auto& twice : std::vector<std::vector<std::string>>{
-           {"H100-SXM", "h100sxm"}, {"24GiB", "24576MiB"}, {"T4", "T4"}}) {
+  for (const auto& twice : std::vector<std::vector<std::string>>{{"H100-SXM", "h100sxm"},
+                                                                 {"24GiB", "24576MiB"},
+                                                                 {"T4", "T4"},
+                                                                 {"H100-SXM", "H100-80GB"},
+                                                                 {"A100-80GB", "A100-80GB-SXM"}}) {
     try {
       cards_report(twice, true);
       ADD_FAILURE() << twice[1];

@@ -1,5 +1,6 @@
 #include "training/platform/atomic_file.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -60,7 +61,21 @@ TEST(AtomicFile, ADeviceIsWrittenIntoNeverReplaced) {
   reader.join();
   EXPECT_EQ(read, "through the pipe");
   EXPECT_TRUE(fs::is_fifo(fifo));
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 4);
+  // A link to a device is the device's (/dev/stdout is a link to /proc/self/fd/1): the link
+  // stays, the device takes the bytes (round 5: the link was replaced by a file).
+  const auto link_to_null = dir / "to-null", link_to_full = dir / "to-full";
+  fs::create_symlink(null, link_to_null);
+  fs::create_symlink(full, link_to_full);
+  training::write_file_atomically(link_to_null, "result");
+  EXPECT_TRUE(fs::is_symlink(link_to_null));
+  EXPECT_THROW(training::write_file_atomically(link_to_full, "result"), training::CannotWrite);
+  EXPECT_TRUE(fs::is_symlink(link_to_full));
+  // A pipe whose reader went away is a write error, not SIGPIPE's end of the process.
+  std::thread closer([&] { ::close(::open(fifo.c_str(), O_RDONLY)); });
+  std::string big(1 << 20, 'x');  // more than the pipe holds: the write meets the closed end
+  EXPECT_THROW(training::write_file_atomically(fifo, big), training::UserError);
+  closer.join();
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 6);
 }
 
 // Round 4: a second SIGTERM (the launcher passing a stop on again) during a checkpoint write
