@@ -25,6 +25,23 @@ fs::path temporary_for(const fs::path& target) {
          ("." + target.filename().string() + ".tmp" + std::to_string(::getpid()));
 }
 
+// SIGPIPE ignored while one lives (a write into a pipe meets EPIPE instead), restored however it
+// ends.
+class SigpipeIgnored {
+ public:
+  SigpipeIgnored() {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &previous_);
+  }
+  ~SigpipeIgnored() { ::sigaction(SIGPIPE, &previous_, nullptr); }
+  SigpipeIgnored(const SigpipeIgnored&) = delete;
+  SigpipeIgnored& operator=(const SigpipeIgnored&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+};
+
 }  // namespace
 
 std::string read_whole_file(const fs::path& file) {
@@ -66,17 +83,8 @@ void replace_file_atomically(const fs::path& target,
                       (S_ISBLK(held.st_mode) ? "a block device" : "a socket") +
                       ", not a file to write");
     }
-    struct sigaction ignore {
-    }, previous{};
-    ignore.sa_handler = SIG_IGN;
-    ::sigaction(SIGPIPE, &ignore, &previous);
-    try {
-      write(target);
-    } catch (...) {
-      ::sigaction(SIGPIPE, &previous, nullptr);
-      throw;
-    }
-    ::sigaction(SIGPIPE, &previous, nullptr);
+    const SigpipeIgnored ignored;
+    write(target);
     return;
   }
   const fs::path temporary = temporary_for(target);

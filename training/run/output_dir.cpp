@@ -134,6 +134,13 @@ HeldOutputs held_outputs(const fs::path& dir) {
 
 namespace {
 
+// A folder with a lock may be being written: its holder is named (DirectoryLock refuses) before
+// its contents are read. Null where there is no lock file.
+std::unique_ptr<DirectoryLock> lock_if_locked(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / ".lock", ec) ? std::make_unique<DirectoryLock>(dir) : nullptr;
+}
+
 // claim_output_dir's judgement of what `dir` holds; `held` read under its lock.
 void judge_output_dir(const fs::path& dir, const HeldOutputs& held, OutputKind kind,
                       const std::string& flag) {
@@ -177,9 +184,7 @@ void judge_output_dir(const fs::path& dir, const HeldOutputs& held, OutputKind k
 }  // namespace
 
 void check_output_dir(const fs::path& dir, OutputKind kind, const std::string& flag) {
-  std::error_code ec;
-  std::unique_ptr<DirectoryLock> lock;  // its holder named, as claim_output_dir names it
-  if (fs::is_regular_file(dir / ".lock", ec)) lock = std::make_unique<DirectoryLock>(dir);
+  const auto lock = lock_if_locked(dir);
   judge_output_dir(dir, held_outputs(dir), kind, flag);
 }
 
@@ -187,9 +192,7 @@ std::unique_ptr<DirectoryLock> claim_output_dir(const fs::path& dir, OutputKind 
                                                 const std::string& flag,
                                                 const std::vector<std::string>& keep) {
   std::error_code ec;
-  std::unique_ptr<DirectoryLock> lock;
-  // A folder with a lock may be being written: its holder is named before its contents are read.
-  if (fs::is_regular_file(dir / ".lock", ec)) lock = std::make_unique<DirectoryLock>(dir);
+  std::unique_ptr<DirectoryLock> lock = lock_if_locked(dir);
   const HeldOutputs held = held_outputs(dir);
   judge_output_dir(dir, held, kind, flag);
   if (held.kind) {
