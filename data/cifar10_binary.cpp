@@ -1,5 +1,6 @@
 #include "data/cifar10_binary.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -16,7 +17,9 @@ std::vector<fs::path> binary_batch_files(const fs::path& dir, bool train) {
 
 namespace {
 
-std::vector<char> read_whole_file(const fs::path& file) {
+// The file's size once it is known to be a non-empty run of whole records; DataError naming the
+// file otherwise.
+int64_t checked_size(const fs::path& file) {
   std::error_code ec;
   const auto status = fs::status(file, ec);
   if (ec && status.type() != fs::file_type::not_found) {
@@ -38,6 +41,11 @@ std::vector<char> read_whole_file(const fs::path& file) {
                     "-byte records (truncated or not a CIFAR-10 binary batch)");
   }
   if (bytes == 0) throw DataError(file.string() + ": empty file, expected CIFAR-10 records");
+  return static_cast<int64_t>(bytes);
+}
+
+std::vector<char> read_whole_file(const fs::path& file) {
+  const auto bytes = static_cast<size_t>(checked_size(file));
   std::vector<char> buffer(bytes);
   std::ifstream in(file, std::ios::binary);
   if (!in.read(buffer.data(), static_cast<std::streamsize>(bytes))) {
@@ -48,6 +56,15 @@ std::vector<char> read_whole_file(const fs::path& file) {
 }
 
 }  // namespace
+
+int64_t count_binary_records(const std::vector<fs::path>& files, int64_t limit) {
+  int64_t total = 0;
+  for (const auto& file : files) {
+    if (limit > 0 && total >= limit) break;
+    total += checked_size(file) / kBinaryRecordBytes;
+  }
+  return limit > 0 ? std::min(limit, total) : total;
+}
 
 Split read_binary_batches(const std::vector<fs::path>& files, int64_t limit) {
   // Validate every file up front so a bad last batch is reported before minutes of work.

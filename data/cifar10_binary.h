@@ -21,6 +21,10 @@ std::vector<std::filesystem::path> binary_batch_files(const std::filesystem::pat
 // number of records, or a label above 9.
 Split read_binary_batches(const std::vector<std::filesystem::path>& files, int64_t limit = 0);
 
+// How many records read_binary_batches(files, limit) would read, from the files' sizes (nothing is
+// read); the same DataError for a missing, empty or truncated file.
+int64_t count_binary_records(const std::vector<std::filesystem::path>& files, int64_t limit = 0);
+
 // Records [begin, end) of `split` in the official format, the bytes read_binary_batches reads
 // back as the same images and labels. Throws DataError for a label above 9 (the format's byte
 // holds one, the reader refuses it).

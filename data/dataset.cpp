@@ -26,6 +26,25 @@ std::string how_to_get_data(const fs::path& root) {
   return "run `scripts/get-data.sh --root " + root.string() + "` to download or unpack CIFAR-10";
 }
 
+// The binary batch files of a split, the first known to exist.
+std::vector<fs::path> split_files(const fs::path& root, bool train) {
+  auto files = binary_batch_files(binary_dir(root), train);
+  if (!fs::exists(files.front())) {
+    throw DataError(files.front().string() + ": file not found; " + how_to_get_data(root));
+  }
+  return files;
+}
+
+// The image folder of a split, known to exist with the other split's class folders.
+fs::path split_folder(const fs::path& root, bool train) {
+  const auto dir = root / (train ? "train" : "test");
+  if (!fs::is_directory(dir)) {
+    throw DataError(dir.string() + ": folder not found; " + how_to_get_data(root));
+  }
+  check_same_class_folders(root);
+  return dir;
+}
+
 }  // namespace
 
 Source resolve_source(const DataOptions& options) {
@@ -58,30 +77,38 @@ Split load_split(const DataOptions& options, SplitName which) {
   const fs::path root = options.root();
   switch (resolve_source(options)) {
     case Source::Synthetic: {
-      const int64_t size = train ? options.synthetic_train_size() : options.synthetic_test_size();
       // Train and test get different streams so a test set never mirrors the training set.
-      return make_synthetic(limit > 0 ? std::min(limit, size) : size,
+      return make_synthetic(split_size(options, which),
                             options.synthetic_seed() * 2 + (train ? 0 : 1));
     }
-    case Source::Binary: {
-      auto files = binary_batch_files(binary_dir(root), train);
-      if (!fs::exists(files.front())) {
-        throw DataError(files.front().string() + ": file not found; " + how_to_get_data(root));
-      }
-      return read_binary_batches(files, limit);
-    }
-    case Source::Images: {
-      const auto dir = root / (train ? "train" : "test");
-      if (!fs::is_directory(dir)) {
-        throw DataError(dir.string() + ": folder not found; " + how_to_get_data(root));
-      }
-      check_same_class_folders(root);
-      return read_image_folder(dir, limit);
-    }
+    case Source::Binary:
+      return read_binary_batches(split_files(root, train), limit);
+    case Source::Images:
+      return read_image_folder(split_folder(root, train), limit);
     case Source::Auto:
       break;
   }
   throw DataError("unreachable data source");
+}
+
+int64_t split_size(const DataOptions& options, SplitName which) {
+  const bool train = which == SplitName::Train;
+  const int64_t limit = train ? options.train_limit() : options.test_limit();
+  const fs::path root = options.root();
+  int64_t size = 0;
+  switch (resolve_source(options)) {
+    case Source::Synthetic:
+      size = train ? options.synthetic_train_size() : options.synthetic_test_size();
+      break;
+    case Source::Binary:
+      return count_binary_records(split_files(root, train), limit);
+    case Source::Images:
+      size = static_cast<int64_t>(list_image_folder(split_folder(root, train)).size());
+      break;
+    case Source::Auto:
+      throw DataError("unreachable data source");
+  }
+  return limit > 0 ? std::min(limit, size) : size;
 }
 
 Split make_synthetic(int64_t size, uint64_t seed) {

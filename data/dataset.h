@@ -33,6 +33,10 @@ struct DataOptions {
 // naming the file or folder at fault and, when nothing is found, how to get the data.
 Split load_split(const DataOptions& options, SplitName which);
 
+// How many samples load_split(options, which) gives, counted without decoding (the binary files'
+// sizes, the image folder's listing); the same DataError where the data is missing.
+int64_t split_size(const DataOptions& options, SplitName which);
+
 // Which concrete source `Auto` resolves to for this root (Binary or Images); throws DataError
 // when the root holds neither.
 Source resolve_source(const DataOptions& options);

@@ -49,6 +49,30 @@ int64_t batch_count(int64_t size, const LoaderOptions& options) {
   return options.drop_last() ? n / b : (n + b - 1) / b;
 }
 
+namespace {
+
+constexpr int64_t kImageBytes = kChannels * kImageSide * kImageSide;  // uint8, as stored
+constexpr auto kIndexBytes = static_cast<int64_t>(sizeof(int64_t));
+
+}  // namespace
+
+int64_t split_bytes(int64_t size) {
+  return size * (kImageBytes + kIndexBytes);
+}
+
+std::vector<int64_t> device_resident_tensors(int64_t train_size, int64_t test_size,
+                                             int64_t train_shard) {
+  return {train_size * kImageBytes, train_size * kIndexBytes, test_size * kImageBytes,
+          test_size * kIndexBytes, train_shard * kIndexBytes};
+}
+
+int64_t device_resident_bytes(int64_t train_size, int64_t test_size, int64_t train_shard) {
+  int64_t bytes = 0;
+  for (const int64_t tensor : device_resident_tensors(train_size, test_size, train_shard))
+    bytes += tensor;
+  return bytes;
+}
+
 torch::Tensor epoch_order(int64_t size, int64_t epoch, const LoaderOptions& options) {
   const auto index_options = torch::TensorOptions(torch::kInt64);
   torch::Tensor order;

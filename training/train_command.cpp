@@ -324,8 +324,9 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   const auto checkpointing = out_of_memory_is_exit_3(asked, device, building, [&] {
     const Config laid_out = decided(asked, {decisions.layout, std::nullopt});
     const bool choosing = laid_out.checkpointing.mode() == CheckpointMode::Auto;
-    return resolve_checkpointing(laid_out, decisions, device, data_parallel, {},
-                                 choosing ? held_beside_step(laid_out, device, data.train) : 0);
+    return resolve_checkpointing(
+        laid_out, decisions, device, data_parallel, {},
+        choosing ? held_beside_step(laid_out, device, data.train, data.test.size()) : 0);
   });
   const RunInputs inputs{run_yaml(asked), decisions_json(decisions)};
   const Config config = decided(asked, decisions);

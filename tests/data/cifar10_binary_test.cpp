@@ -125,6 +125,37 @@ TEST(Dataset, FindsTheOfficialLayoutAndAppliesLimits) {
   EXPECT_EQ(data::load_split(options, data::SplitName::Test).size(), 3);
 }
 
+// data.device_resident's card prediction counts a split without decoding it: the count is what
+// load_split reads, limits and all, and a missing or truncated file is the same error.
+TEST(Dataset, ASplitIsCountedAsItIsRead) {
+  test_support::TempDir dir;
+  for (int i = 1; i <= 5; ++i)
+    write_batch(dir / ("data_batch_" + std::to_string(i) + ".bin"), {i, i, i});
+  write_batch(dir / "test_batch.bin", {0, 1});
+  for (const int64_t limit : {0, 1, 4, 15, 40}) {
+    const auto options = data::DataOptions().root(dir.path().string()).train_limit(limit);
+    EXPECT_EQ(data::split_size(options, data::SplitName::Train),
+              data::load_split(options, data::SplitName::Train).size())
+        << "train_limit " << limit;
+  }
+  const auto options = data::DataOptions().root(dir.path().string());
+  EXPECT_EQ(data::split_size(options, data::SplitName::Train), 15);
+  EXPECT_EQ(data::split_size(options, data::SplitName::Test), 2);
+  auto synthetic = data::DataOptions().source(data::Source::Synthetic).synthetic_test_size(9);
+  EXPECT_EQ(data::split_size(synthetic, data::SplitName::Test), 9);
+  EXPECT_EQ(data::split_size(synthetic.test_limit(4), data::SplitName::Test), 4);
+  std::ofstream(dir / "data_batch_3.bin", std::ios::binary | std::ios::app) << "x";
+  EXPECT_EQ(error_of([&] { data::split_size(options, data::SplitName::Train); }),
+            error_of([&] { data::load_split(options, data::SplitName::Train); }));
+  EXPECT_NE(error_of([&] {
+              data::split_size(options, data::SplitName::Train);
+            }).find("data_batch_3.bin: size 9220 bytes"),
+            std::string::npos);
+  fs::remove(dir / "test_batch.bin");
+  EXPECT_EQ(error_of([&] { data::split_size(options, data::SplitName::Test); }),
+            error_of([&] { data::load_split(options, data::SplitName::Test); }));
+}
+
 TEST(Dataset, EmptyRootSaysHowToGetTheData) {
   test_support::TempDir dir;
   const auto message = error_of([&] {

@@ -148,6 +148,23 @@ TEST(ImageFolder, SplitsWithDifferentClassFoldersAreRefused) {
                                "position, so every later label would shift";
   EXPECT_EQ(folder_error_of([&] { data::load_split(options, data::SplitName::Train); }), expected);
   EXPECT_EQ(folder_error_of([&] { data::load_split(options, data::SplitName::Test); }), expected);
+  EXPECT_EQ(folder_error_of([&] { data::split_size(options, data::SplitName::Train); }), expected);
+}
+
+// Counted without OpenCV: the listing train reads, its limit applied.
+TEST(ImageFolder, ASplitIsCountedFromItsListing) {
+  test_support::TempDir dir;
+  for (const char* name : {"bird", "cat"}) {
+    fs::create_directories(dir / "train" / name);
+    for (int i = 0; i < 3; ++i) std::ofstream(dir / "train" / name / (std::to_string(i) + ".jpg"));
+    fs::create_directories(dir / "test" / name);
+  }
+  std::ofstream(dir / "train" / "cat" / ".hidden");
+  std::ofstream(dir / "test" / "cat" / "0.jpg");
+  auto options = data::DataOptions().source(data::Source::Images).root(dir.path().string());
+  EXPECT_EQ(data::split_size(options, data::SplitName::Train), 6);
+  EXPECT_EQ(data::split_size(options, data::SplitName::Test), 1);
+  EXPECT_EQ(data::split_size(options.train_limit(4), data::SplitName::Train), 4);
 }
 
 // A file as data.root was said as "<file>/train: folder not found; run get-data.sh --root <file>".

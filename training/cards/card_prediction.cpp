@@ -5,11 +5,25 @@
 
 #include <algorithm>
 
+#include "data/dataset.h"
+#include "data/loader.h"
 #include "models/resnet.h"
-#include "training/platform/errors.h"
 #include "training/cards/speed_calibration.h"
+#include "training/platform/errors.h"
 
 namespace training {
+
+HeldData held_data(const Config& config) {
+  HeldData held;
+  held.prefetched_batches = prefetch_for(config.data, /*cuda=*/true);
+  held.image_size = config.data.image_size;
+  if (config.data.device_resident) {
+    const int64_t train = data::split_size(config.data.dataset, data::SplitName::Train);
+    const int64_t test = data::split_size(config.data.dataset, data::SplitName::Test);
+    held.resident = data::device_resident_tensors(train, test, train);
+  }
+  return held;
+}
 
 CardPredictor::CardPredictor(Config config, Card card, AllocatorOptions options,
                              int64_t allocator_limit)
@@ -17,7 +31,8 @@ CardPredictor::CardPredictor(Config config, Card card, AllocatorOptions options,
       card_(std::move(card)),
       beside_(beside_tensors(card_)),
       allocator_(options),
-      reducer_bucket_bytes_(reducer_bucket_bytes(config_)) {
+      reducer_bucket_bytes_(reducer_bucket_bytes(config_)),
+      held_(held_data(config_)) {
   allocator_.limit = std::max<int64_t>(1, card_.memory_bytes - beside_.outside_allocator);
   allocator_.device_memory = card_.memory_bytes;
   if (allocator_limit > 0) {
@@ -54,15 +69,12 @@ CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch,
   p.beside = beside_;
   p.allocator = allocator_;
   p.limited_by_memory_limit = limited_by_memory_limit_;
-  p.prefetched_batches = prefetch_for(config_.data, /*cuda=*/true);
-  p.device_resident_data = config_.data.device_resident;
+  p.held = held_;
   p.batch_size = batch;
-  const int64_t image_size = config_.data.image_size;
   p.checked_batch = kTraceBatches[2];
   p.mismatched = r.mismatched;
   p.reducer_bucket_bytes = reducer_bucket_bytes_;
-  const AllocationStream stream =
-      with_prefetched_batches(r.stream.at(batch), p.prefetched_batches, batch, image_size);
+  const AllocationStream stream = with_held_data(r.stream.at(batch), batch, p.held);
   p.replay = replay_stream(stream, p.allocator, p.beside, snapshot);
   p.needed_limit = smallest_fitting_limit(stream, p.allocator, p.beside, &p.needed);
   if (snapshot && !p.replay.fits) {  // the figures are what the step needs: drawn so
@@ -73,8 +85,8 @@ CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch,
   TORCH_INTERNAL_ASSERT(!snapshot || snapshot->reserved == p.figures().peak_reserved,
                         "the snapshot is not the prediction's reserved peak");
   p.largest_batch =
-      largest_fitting_batch(r.stream, p.prefetched_batches, image_size, p.allocator, p.beside,
-                            models::smallest_trainable_batch(config_.model, image_size));
+      largest_fitting_batch(r.stream, p.held, p.allocator, p.beside,
+                            models::smallest_trainable_batch(config_.model, p.held.image_size));
   Config config = config_;
   setting.apply_to(config);
   try {

@@ -36,10 +36,8 @@ struct CardPrediction {
   // CUDA it caps the allocator's reserved bytes, as a memory fraction does).
   AllocatorOptions allocator;
   bool limited_by_memory_limit = false;
-  int64_t prefetched_batches = 0;  // data.prefetch as on CUDA (auto: 2)
-  // data.device_resident: the training set on the card beside the step, which the prediction does
-  // not hold (said with it, never counted silently as fitting).
-  bool device_resident_data = false;
+  // The loader's prefetched batches and data.device_resident's splits, held beside the step.
+  HeldData held;
   // sweep.data_parallel: the Reducer's gradient buckets each rank holds (in the stream); else 0.
   int64_t reducer_bucket_bytes = 0;
   int64_t batch_size = 0;
@@ -66,8 +64,14 @@ struct CardPrediction {
   }
 };
 
+// What a run of `config` holds on a card beside its step: data.prefetch's batches as on CUDA and,
+// with data.device_resident, its splits, counted (data::split_size: DataError where the data is
+// missing).
+HeldData held_data(const Config& config);
+
 // Predictions for many settings and batches on one card, from `config` (its model, data.prefetch,
-// memory.limit): each setting's stream is recorded once (three recordings, the third the check).
+// data.device_resident, memory.limit): each setting's stream is recorded once (three recordings,
+// the third the check), with held_data(config) beside each step.
 // The allocator's limit: `allocator_limit` when given (> 0), else the card's memory less what lies
 // outside the allocator, or memory.limit when that is smaller.
 class CardPredictor {
@@ -94,6 +98,7 @@ class CardPredictor {
   AllocatorOptions allocator_;
   bool limited_by_memory_limit_ = false;
   int64_t reducer_bucket_bytes_ = 0;
+  HeldData held_;  // its prefetched batches and its resident data
   std::vector<Recorded> recorded_;
 };
 

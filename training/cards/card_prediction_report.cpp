@@ -140,10 +140,10 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
       {"allocator_options", alloc_conf_text(p.allocator)},
       {"allocator_limit_bytes", p.allocator.limit},
       {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"},
-      {"prefetched_batches", p.prefetched_batches},
-      // Not held by the prediction: the margin and the largest batch are without it.
-      {"device_resident_data_held", p.device_resident_data ? nlohmann::ordered_json(false)
-                                                           : nlohmann::ordered_json(nullptr)},
+      {"prefetched_batches", p.held.prefetched_batches},
+      {"device_resident_bytes", p.held.resident.empty()
+                                    ? nlohmann::ordered_json(nullptr)
+                                    : nlohmann::ordered_json(p.held.resident_bytes())},
       {"reducer_bucket_bytes", p.reducer_bucket_bytes},
       {"allocator_retries", p.replay.retries},
       {"scaling_checked_at_batch", p.checked_batch},
@@ -250,7 +250,8 @@ std::string prediction_markdown(const std::vector<std::pair<std::string, CardPre
                       p.speed ? fmt::format("{:.0f}", p.speed->images_per_second()) : "-");
   }
   md += fmt::format(
-      "\nHeld beside the step: {} prefetched batch(es) (data.prefetch). Modelled: the allocator's "
+      "\nHeld beside the step: {} prefetched batch(es) (data.prefetch){}. Modelled: the "
+      "allocator's "
       "rounding, pools, segments, best-fit reuse, splitting and "
       "merging, its retries; the cuBLAS workspaces ({} x {}). Not modelled: cuDNN's workspaces "
       "(one per convolution, taken from the allocator and freed after it; an engine whose "
@@ -263,15 +264,13 @@ std::string prediction_markdown(const std::vector<std::pair<std::string, CardPre
       "linear in the batch from "
       "batches {} and "
       "{}, checked on batch {}.\n",
-      first.prefetched_batches, first.beside.workspaces,
-      format_bytes(first.beside.cublas_workspace), kTraceBatches[0], kTraceBatches[1],
-      kTraceBatches[2]);
-  if (first.device_resident_data) {
-    md +=
-        "\n**Not held: data.device_resident's training set** (its decoded images, labels and epoch "
-        "order on the card beside the step: CIFAR-10's 50,000 images are 147 MiB); the peaks, "
-        "the margin and the largest batch above are without it.\n";
-  }
+      first.held.prefetched_batches,
+      first.held.resident.empty()
+          ? ""
+          : fmt::format("; data.device_resident's splits and epoch order, {}",
+                        format_bytes(first.held.resident_bytes())),
+      first.beside.workspaces, format_bytes(first.beside.cublas_workspace), kTraceBatches[0],
+      kTraceBatches[1], kTraceBatches[2]);
   return md + speed_markdown(rows);
 }
 

@@ -3,16 +3,18 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
 #include <stdexcept>
 
 namespace training {
 
 namespace {
 
-int64_t ceil_div(int64_t numerator, int64_t denominator) {
-  const int64_t q = numerator / denominator;
-  return q + ((numerator % denominator != 0) && ((numerator > 0) == (denominator > 0)) ? 1 : 0);
+// n / d rounded down and up, for d > 0.
+int64_t floor_div(int64_t n, int64_t d) {
+  return n / d - (n % d != 0 && n < 0 ? 1 : 0);
+}
+int64_t ceil_div(int64_t n, int64_t d) {
+  return -floor_div(-n, d);
 }
 
 }  // namespace
@@ -34,12 +36,10 @@ std::optional<int64_t> LinearStream::first_batch_over(int64_t bytes) const {
     const int64_t size = at_a.events[i].bytes;
     if (at_a.events[i].is_free() || slope_numerator[i] <= 0) continue;
     // size + ceil(slope x (batch - a) / (b - a)) > bytes exactly when batch - a > (bytes - size)
-    // x (b - a) / slope: from a + floor of that + 1 on (128 bits: no overflow).
-    const __int128 room = static_cast<__int128>(bytes - size) * (b - a);
-    __int128 whole = room / slope_numerator[i];
-    if (room % slope_numerator[i] != 0 && room < 0) --whole;
-    const int64_t batch = static_cast<int64_t>(
-        std::clamp<__int128>(a + whole + 1, 1, std::numeric_limits<int64_t>::max() / 2));
+    // x (b - a) / slope: from a + floor of that + 1 on. Sizes and limits are below 2^51 (cards
+    // are at most 1 PiB) and b - a is small: no overflow.
+    const int64_t batch =
+        std::max<int64_t>(1, a + floor_div((bytes - size) * (b - a), slope_numerator[i]) + 1);
     first = std::min(first.value_or(batch), batch);
   }
   return first;

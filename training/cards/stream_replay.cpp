@@ -93,18 +93,23 @@ Replay replay_stream(const AllocationStream& recorded, const AllocatorOptions& o
   return replay;
 }
 
-AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count, int64_t batch,
-                                         int64_t image_size) {
-  if (count <= 0) return stream;
+int64_t HeldData::resident_bytes() const {
+  int64_t bytes = 0;
+  for (const int64_t tensor : resident) bytes += tensor;
+  return bytes;
+}
+
+AllocationStream with_held_data(AllocationStream stream, int64_t batch, const HeldData& held) {
   size_t at = 0;
   for (const auto& mark : stream.marks) {
     if (mark.label == "held") at = mark.event;
   }
   int64_t next_id = 0;
   for (const auto& event : stream.events) next_id = std::max(next_id, event.id + 1);
-  const auto [images, labels] = batch_bytes(batch, image_size);
   std::vector<TraceEvent> added;
-  for (int64_t i = 0; i < count; ++i) {
+  for (const int64_t bytes : held.resident) added.push_back({next_id++, bytes});
+  const auto [images, labels] = batch_bytes(batch, held.image_size);
+  for (int64_t i = 0; i < held.prefetched_batches; ++i) {
     added.push_back({next_id++, images});
     added.push_back({next_id++, labels});
   }
@@ -116,13 +121,11 @@ AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count,
   return stream;
 }
 
-int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched, int64_t image_size,
+int64_t largest_fitting_batch(const LinearStream& stream, const HeldData& held,
                               const AllocatorOptions& options, const BesideTensors& beside,
                               int64_t smallest) {
   auto fits = [&](int64_t batch) {
-    return replay_stream(with_prefetched_batches(stream.at(batch), prefetched, batch, image_size),
-                         options, beside)
-        .fits;
+    return replay_stream(with_held_data(stream.at(batch), batch, held), options, beside).fits;
   };
   const auto beyond = stream.first_batch_over(options.limit);
   if (!beyond) throw std::runtime_error("no allocation of the step grows with the batch");

@@ -42,19 +42,29 @@ Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& opt
 int64_t smallest_fitting_limit(const AllocationStream& stream, AllocatorOptions options,
                                const BesideTensors& beside, Replay* at_it);
 
-// `stream` with `count` batches of `batch` images (fp32, 3 x image_size x image_size, and int64
-// labels) allocated where its "held" mark is: the loader's prefetched batches, which a training run
-// holds on the card.
-AllocationStream with_prefetched_batches(AllocationStream stream, int64_t count, int64_t batch,
-                                         int64_t image_size);
+// What a training run holds on the card beside its step's own tensors.
+struct HeldData {
+  // The loader's prefetched batches (data.prefetch as on CUDA: auto is 2), each `batch` images
+  // (fp32, 3 x image_size x image_size) and their int64 labels.
+  int64_t prefetched_batches = 0;
+  int64_t image_size = 32;
+  // data.device_resident: the tensors the loaders keep on the card from their construction (both
+  // splits and the epoch's order, data::device_resident_tensors), bytes each; else empty.
+  std::vector<int64_t> resident;
+  int64_t resident_bytes() const;
+};
 
-// The largest batch whose replay (with `prefetched` batches) fits under `options` (its limit set):
+// `stream` with `held`'s tensors at `batch` allocated where its "held" mark is (what is held
+// before the first step): the resident data first, then the prefetched batches.
+AllocationStream with_held_data(AllocationStream stream, int64_t batch, const HeldData& held);
+
+// The largest batch whose replay (with `held`) fits under `options` (its limit set):
 // doubling, then bisection, below the first batch at which one allocation alone outgrows the
 // limit, and at most kMaxBatchSize (training.batch_size's largest); 0 when `smallest` (the
 // smallest batch that trains: 2 where a BatchNorm would see one value per channel at 1,
 // models::smallest_trainable_batch) does not fit. Throws std::runtime_error when no allocation
 // grows.
-int64_t largest_fitting_batch(const LinearStream& stream, int64_t prefetched, int64_t image_size,
+int64_t largest_fitting_batch(const LinearStream& stream, const HeldData& held,
                               const AllocatorOptions& options, const BesideTensors& beside,
                               int64_t smallest);
 

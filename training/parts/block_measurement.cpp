@@ -163,7 +163,7 @@ BlockMeasurement measure_blocks(const Config& base, const torch::Device& device)
 }
 
 int64_t held_beside_step(const Config& config, const torch::Device& device,
-                         const data::Split& train) {
+                         const data::Split& train, int64_t test_size) {
   int64_t bytes = 0;
   // The loader as configured, over the first batch of `train`: what it holds ahead, and one
   // batch's preparation (its temporaries and the batch it makes) at its peak.
@@ -184,10 +184,11 @@ int64_t held_beside_step(const Config& config, const torch::Device& device,
         made ? static_cast<int64_t>(made->images.nbytes() + made->labels.nbytes()) : preparation;
     bytes += ahead.ready * one + ahead.preparing * preparation;
   }
-  if (device.is_cpu() || config.data.device_resident)  // the epoch's order, where it lives
+  if (device.is_cuda() && config.data.device_resident) {  // both splits and the epoch's order
+    bytes += data::device_resident_bytes(train.size(), test_size, train.size());
+  } else if (device.is_cpu()) {  // the epoch's order; the splits are host data
     bytes += train.size() * static_cast<int64_t>(sizeof(int64_t));
-  if (device.is_cuda() && config.data.device_resident)
-    bytes += static_cast<int64_t>(train.images.nbytes() + train.labels.nbytes());
+  }
   return bytes;
 }
 

@@ -108,10 +108,10 @@ std::string step_signature(const Config& config, const torch::Device& device);
 // its training loader over `train` holds ahead (data/loader.h's Ahead: each batch ready as one
 // batch, each in preparation as one preparation's peak, measured here on a batch of `train`),
 // the epoch's order where it lives on the device (on the CPU; on CUDA with data.device_resident)
-// and, on CUDA with data.device_resident, the split itself. On the CPU the split is host data,
-// not counted.
+// and, on CUDA with data.device_resident, both splits (`train` and the test split's `test_size`
+// samples, data::device_resident_bytes). On the CPU the splits are host data, not counted.
 int64_t held_beside_step(const Config& config, const torch::Device& device,
-                         const data::Split& train);
+                         const data::Split& train, int64_t test_size);
 
 // checkpointing.enabled: auto's decision for this run, in `decisions.checkpointing`: the one
 // recorded there when it still holds (made for this step, its predicted peak within this run's

@@ -220,9 +220,11 @@ std::string accumulation_text(const Config& config) {
 
 // The card to predict on and the allocator's options, checked before anything runs.
 std::optional<std::pair<Card, AllocatorOptions>> card_request(const MemoryRequest& request,
+                                                              const Config& config,
                                                               const std::vector<Setting>& cells) {
   if (request.card.empty()) return std::nullopt;
   const Card card = find_card(request.card);
+  held_data(config);  // data.device_resident's splits are counted: the data missing is refused
   const AllocatorOptions options = alloc_conf_from_environment();
   for (const auto& cell : cells) {
     if (const std::string why = cell.unpredictable(); !why.empty()) {
@@ -306,7 +308,7 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   auto settings = memory_settings(request.settings, config, device);
   // Each setting at the config's training.accumulate_steps (its card prediction too).
   for (auto& setting : settings) setting.accumulate_steps = config.training.accumulate_steps;
-  const auto card = card_request(request, settings);  // refuses auto with --card, first
+  const auto card = card_request(request, config, settings);  // refuses auto with --card, first
   refuse_settings(request, config, device, settings, card.has_value());
   std::unique_ptr<DirectoryLock> lock;
   const fs::path dir = study_directory(request, config, lock);

@@ -275,6 +275,7 @@ namespace {
 fs::path run_small_sweep(const PlanRequest& request) {
   const Config config = load_config(request.config_path, request.overrides);
   const torch::Device device = with_key_origins(config, [&] { return training_device(config); });
+  if (request.card) held_data(config);  // data.device_resident's data missing: refused first
   const std::string precisions = has_fast_bf16(device) ? "[fp32, bf16]" : "[fp32]";
   SweepRequest sweep;
   sweep.config_path = request.config_path;

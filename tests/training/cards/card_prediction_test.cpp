@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 
+#include "data/loader.h"
 #include "test_support.h"
 #include "training/cards/linear_stream.h"
 #include "training/cards/step_recording.h"
@@ -58,13 +59,11 @@ TEST(CardPrediction, TheLargestBatchIsTheEdgeOnTheLargestCard) {
     options.expandable_segments = expandable;
     options.device_memory = card;
     options.limit = card;
-    EXPECT_EQ(largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}, 1),
-              kMaxBatchSize)
+    EXPECT_EQ(largest_fitting_batch(linear, HeldData{}, options, {}, 1), kMaxBatchSize)
         << expandable;
     // Below the cap the replay decides: the edge of 1000 + 100 x batch under 50,001,000 bytes.
     options.limit = 1000 + 100 * 500000;
-    const int64_t largest =
-        largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}, 1);
+    const int64_t largest = largest_fitting_batch(linear, HeldData{}, options, {}, 1);
     auto fits = [&](int64_t batch) { return replay_stream(linear.at(batch), options, {}).fits; };
     EXPECT_GT(largest, 1000) << expandable;
     EXPECT_TRUE(fits(largest)) << expandable;
@@ -83,13 +82,12 @@ TEST(CardPrediction, TheLargestBatchIsNeverOneThatDoesNotTrain) {
   AllocatorOptions options;
   options.device_memory = 1024 * MiB;
   options.limit = 30 * MiB;
-  EXPECT_EQ(largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}, 1), 1);
-  EXPECT_EQ(largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}, 2), 0);
+  EXPECT_EQ(largest_fitting_batch(linear, HeldData{}, options, {}, 1), 1);
+  EXPECT_EQ(largest_fitting_batch(linear, HeldData{}, options, {}, 2), 0);
   options.limit = 130 * MiB;
-  const int64_t from_one =
-      largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}, 1);
+  const int64_t from_one = largest_fitting_batch(linear, HeldData{}, options, {}, 1);
   EXPECT_GE(from_one, 2);
-  EXPECT_EQ(largest_fitting_batch(linear, 0, training::kStoredImageSize, options, {}, 2), from_one);
+  EXPECT_EQ(largest_fitting_batch(linear, HeldData{}, options, {}, 2), from_one);
 }
 
 TEST(CardPrediction, ReplaysPhasesWithTheCardsWorkspaces) {
@@ -325,12 +323,11 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
   const LinearStream linear =
       linear_stream(record_step_stream(config, cell, 2), 2, record_step_stream(config, cell, 4), 4);
   auto replay = [&](int64_t batch) {
-    return replay_stream(with_prefetched_batches(linear.at(batch), p.prefetched_batches, batch,
-                                                 training::kStoredImageSize),
-                         p.allocator, p.beside);
+    return replay_stream(with_held_data(linear.at(batch), batch, p.held), p.allocator, p.beside);
   };
   auto fits = [&](int64_t batch) { return replay(batch).fits; };
-  EXPECT_EQ(p.prefetched_batches, 2);  // data.prefetch auto, as on CUDA
+  EXPECT_EQ(p.held.prefetched_batches, 2);  // data.prefetch auto, as on CUDA
+  EXPECT_TRUE(p.held.resident.empty());
   EXPECT_TRUE(fits(p.largest_batch));
   EXPECT_FALSE(fits(p.largest_batch + 1));
   EXPECT_EQ(p.replay.fits, p.batch_size <= p.largest_batch);
@@ -348,8 +345,7 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
   EXPECT_GT(over.needed_limit, over.allocator.limit);
   EXPECT_LE(over.needed.peak_reserved, over.needed_limit);
   const auto over_stream =
-      with_prefetched_batches(linear.at(p.largest_batch + 1), p.prefetched_batches,
-                              p.largest_batch + 1, training::kStoredImageSize);
+      with_held_data(linear.at(p.largest_batch + 1), p.largest_batch + 1, p.held);
   AllocatorOptions below = over.allocator;
   below.limit = over.needed_limit - kMiB;
   EXPECT_FALSE(replay_stream(over_stream, below, over.beside).fits);
@@ -411,18 +407,33 @@ TEST(CardPrediction, TrainMemoryWritesThePredictionAndRefusesBadCardsFirst) {
   const std::string md = test_support::read_text(dir / "study" / "memory_breakdown.md");
   EXPECT_NE(md.find("## On T4"), std::string::npos) << md;
   EXPECT_NE(md.find("Not modelled: cuDNN"), std::string::npos) << md;
-  EXPECT_TRUE(setting.at("device_resident_data_held").is_null());
-  // Round 5: with data.device_resident the training set on the card was left out in silence
-  // (the same peaks and largest batch as without it): said in the JSON and the table.
+  EXPECT_TRUE(setting.at("device_resident_bytes").is_null());
+  // Round 5: with data.device_resident the training set on the card was left out (said, not
+  // held): now both splits and the epoch's order are held from before the first step, so every
+  // allocated peak is theirs higher and the largest batch no larger.
   request.output_dir = (dir / "resident").string();
-  request.overrides.emplace_back("data.device_resident=true");
+  request.overrides = {"data.device_resident=true", "data.source=synthetic",
+                       "data.synthetic_train_size=200000", "data.synthetic_test_size=30000"};
   ASSERT_EQ(memory_command(request), kExitOk);
   std::ifstream resident_in(dir / "resident" / "memory_breakdown.json");
-  EXPECT_EQ(nlohmann::json::parse(resident_in).at("settings")[0].at("device_resident_data_held"),
-            false);
+  const auto resident = nlohmann::json::parse(resident_in).at("settings")[0];
+  const int64_t resident_bytes = data::device_resident_bytes(200000, 30000, 200000);
+  EXPECT_EQ(resident.at("device_resident_bytes"), resident_bytes);
+  // Each as the allocator holds it: a large segment's remainder under 1 MiB stays in its block.
+  const int64_t above = resident.at("predicted_allocated_peak_bytes").get<int64_t>() -
+                        setting.at("predicted_allocated_peak_bytes").get<int64_t>();
+  EXPECT_GE(above, resident_bytes);
+  EXPECT_LT(above, resident_bytes + 5 * kMiB);
+  EXPECT_LT(resident.at("largest_batch").get<int64_t>(),
+            setting.at("largest_batch").get<int64_t>());
   EXPECT_NE(test_support::read_text(dir / "resident" / "memory_breakdown.md")
-                .find("**Not held: data.device_resident's training set**"),
+                .find("data.device_resident's splits and epoch order, 677.11 MiB"),
             std::string::npos);
+  // Counted from the data it names: data missing is the data's own error, before anything runs.
+  request.output_dir = (dir / "missing").string();
+  request.overrides = {"data.device_resident=true", "data.root=" + (dir / "none").string()};
+  EXPECT_THROW(memory_command(request), data::DataError);
+  EXPECT_FALSE(fs::exists(dir / "missing"));
 }
 
 // The stream holds the tensors a card would hold, never a CPU kernel's own scratch (oneDNN's

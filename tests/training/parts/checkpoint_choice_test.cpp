@@ -358,7 +358,7 @@ TEST(CheckpointChoice, WhatTheLoaderHoldsBesideTheStepIsCountedAsItHoldsIt) {
     training::TrackingCpuAllocator::HostData host_data;
     split = data::make_synthetic(32 * batches, 0);
   }
-  const int64_t beside = training::held_beside_step(config, cpu, split);
+  const int64_t beside = training::held_beside_step(config, cpu, split, 0);
   EXPECT_GE(beside, 3 * batch + split.size() * 8);  // 2 ready, 1 in preparation (at least a batch)
 
   const auto loader = training::make_loader(split, config, cpu, /*train=*/true, nullptr);
@@ -377,7 +377,10 @@ TEST(CheckpointChoice, WhatTheLoaderHoldsBesideTheStepIsCountedAsItHoldsIt) {
   EXPECT_LE(held, beside + batch) << "the consumer's batch and what was counted beside it";
 
   config.data.prefetch = 0;  // prepared between steps: only the order is held beside the step
-  EXPECT_EQ(training::held_beside_step(config, cpu, split), split.size() * 8);
+  EXPECT_EQ(training::held_beside_step(config, cpu, split, 0), split.size() * 8);
+  // On the CPU both splits are host data, with data.device_resident too (on CUDA they are held).
+  config.data.device_resident = true;
+  EXPECT_EQ(training::held_beside_step(config, cpu, split, 10000), split.size() * 8);
 }
 
 // The run's measured peak holds what the run holds beside the step: it is compared with the budget
@@ -420,7 +423,7 @@ TEST(CheckpointChoice, AccumulationIsMeasuredWithTheGradientsHeldAndCountedOnce)
   for (const auto& p : training::build_model(plain_model, cpu)->parameters()) {
     gradients += p.numel() * static_cast<int64_t>(p.element_size());
   }
-  const int64_t beside = training::held_beside_step(config, cpu, data::make_synthetic(64, 0));
+  const int64_t beside = training::held_beside_step(config, cpu, data::make_synthetic(64, 0), 0);
   config.memory.limit = static_cast<int64_t>(std::ceil(
       static_cast<double>(plain + beside + gradients / 4) / (1 - config.checkpointing.headroom())));
   training::Decisions accumulating;

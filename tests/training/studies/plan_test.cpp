@@ -9,6 +9,7 @@
 #include "test_support.h"
 #include "training/platform/errors.h"
 #include "training/run/output_dir.h"
+#include "training/studies/sweep.h"
 #include "training/studies/sweep_report.h"
 
 namespace {
@@ -247,6 +248,30 @@ TEST(Plan, RefusesBadInput) {
     EXPECT_NE(std::string(e.what()).find("not a sweep written by `train sweep`"),
               std::string::npos);
   }
+}
+
+// data.device_resident's splits are counted for a card (they are held on it): a root without the
+// data is the data's own error before the plan's small sweep or a sweep measures anything.
+TEST(Plan, ACardsResidentDataMissingIsRefusedBeforeAnySweep) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "c.yaml") << "model: {arch: resnet18, stem: cifar}\n"
+                                   "data: {device_resident: true, root: " +
+                                       (dir / "none").string() +
+                                       "}\ntraining: {device: cpu, batch_size: 8}\n"
+                                       "sweep: {batch_sizes: [8]}\n";
+  training::PlanRequest plan;
+  plan.config_path = (dir / "c.yaml").string();
+  plan.card = training::find_card("T4");
+  plan.memory = plan.card->memory_bytes;
+  plan.output_dir = (dir / "planned").string();
+  EXPECT_THROW(training::plan_command(plan), data::DataError);
+  EXPECT_FALSE(fs::exists(dir / "planned"));
+  training::SweepRequest sweep;
+  sweep.config_path = plan.config_path;
+  sweep.card = "T4";
+  sweep.output_dir = (dir / "swept").string();
+  EXPECT_THROW(training::run_sweep(sweep), data::DataError);
+  EXPECT_FALSE(fs::exists(dir / "swept"));
 }
 
 // --target-batch 1024: each measured batch that divides it becomes micro-batch x accumulate_steps,

@@ -243,7 +243,7 @@ sweep: {batch_sizes: [40, 256], checkpointing: [auto], warmup_steps: 0, measure_
   const torch::Device cpu(torch::kCPU);
   const auto all = training::choose_blocks(training::measure_blocks(at40, cpu), int64_t{1} << 50);
   ASSERT_LT(all.smallest_peak, all.plain_peak);
-  const int64_t beside = training::held_beside_step(at40, cpu, data::make_synthetic(80, 0));
+  const int64_t beside = training::held_beside_step(at40, cpu, data::make_synthetic(80, 0), 0);
   const int64_t budget = (all.smallest_peak + all.plain_peak) / 2;
   const auto limit = static_cast<int64_t>(static_cast<double>(budget + beside) / 0.9);
   const auto config = write_config(dir, yaml + "memory: {limit: " + std::to_string(limit) + "}\n");
