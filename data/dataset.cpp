@@ -111,6 +111,14 @@ int64_t split_size(const DataOptions& options, SplitName which) {
   return limit > 0 ? std::min(limit, size) : size;
 }
 
+SplitSizes split_sizes(const DataOptions& options, const std::string& why) {
+  try {
+    return {split_size(options, SplitName::Train), split_size(options, SplitName::Test)};
+  } catch (const DataError& e) {
+    throw DataError(why + ": " + e.what());
+  }
+}
+
 Split make_synthetic(int64_t size, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   return {torch::randint(0, 256, {size, kChannels, kImageSide, kImageSide}, gen,

@@ -37,6 +37,13 @@ Split load_split(const DataOptions& options, SplitName which);
 // sizes, the image folder's listing); the same DataError where the data is missing.
 int64_t split_size(const DataOptions& options, SplitName which);
 
+// Both splits' sizes (split_size), counted for `why`: a DataError then reads "<why>: <the data's
+// own error>".
+struct SplitSizes {
+  int64_t train = 0, test = 0;
+};
+SplitSizes split_sizes(const DataOptions& options, const std::string& why);
+
 // Which concrete source `Auto` resolves to for this root (Binary or Images); throws DataError
 // when the root holds neither.
 Source resolve_source(const DataOptions& options);

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <numeric>
 
 namespace data {
 
@@ -56,10 +57,6 @@ constexpr auto kIndexBytes = static_cast<int64_t>(sizeof(int64_t));
 
 }  // namespace
 
-int64_t split_bytes(int64_t size) {
-  return size * (kImageBytes + kIndexBytes);
-}
-
 std::vector<int64_t> device_resident_tensors(int64_t train_size, int64_t test_size,
                                              int64_t train_shard) {
   return {train_size * kImageBytes, train_size * kIndexBytes, test_size * kImageBytes,
@@ -67,10 +64,8 @@ std::vector<int64_t> device_resident_tensors(int64_t train_size, int64_t test_si
 }
 
 int64_t device_resident_bytes(int64_t train_size, int64_t test_size, int64_t train_shard) {
-  int64_t bytes = 0;
-  for (const int64_t tensor : device_resident_tensors(train_size, test_size, train_shard))
-    bytes += tensor;
-  return bytes;
+  const auto tensors = device_resident_tensors(train_size, test_size, train_shard);
+  return std::accumulate(tensors.begin(), tensors.end(), int64_t{0});
 }
 
 torch::Tensor epoch_order(int64_t size, int64_t epoch, const LoaderOptions& options) {

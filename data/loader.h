@@ -106,8 +106,6 @@ torch::Tensor epoch_order(int64_t size, int64_t epoch, const LoaderOptions& opti
 int64_t shard_length(int64_t size, const LoaderOptions& options);
 int64_t batch_count(int64_t size, const LoaderOptions& options);
 
-// The bytes of a decoded split of `size` samples (uint8 images as stored, int64 labels).
-int64_t split_bytes(int64_t size);
 // What device_resident keeps on the training device through training, a tensor's bytes each: the
 // training and the test split (images, labels), each loader's own, and the training epoch's order
 // (int64, `train_shard` samples; the test loader's order goes with its last batch).

@@ -18,9 +18,10 @@ HeldData held_data(const Config& config) {
   held.prefetched_batches = prefetch_for(config.data, /*cuda=*/true);
   held.image_size = config.data.image_size;
   if (config.data.device_resident) {
-    const int64_t train = data::split_size(config.data.dataset, data::SplitName::Train);
-    const int64_t test = data::split_size(config.data.dataset, data::SplitName::Test);
-    held.resident = data::device_resident_tensors(train, test, train);
+    const data::SplitSizes splits = data::split_sizes(
+        config.data.dataset, "data.device_resident: the card holds both splits, counted");
+    // One process's order, the whole split's: a data-parallel rank holds its shard's, less.
+    held.resident = data::device_resident_tensors(splits.train, splits.test, splits.train);
   }
   return held;
 }

@@ -92,6 +92,12 @@ nlohmann::ordered_json speed_json(const CardPrediction& p) {
           {"speed_not_estimated", nullptr}};
 }
 
+// data.device_resident's bytes on the card; null without it.
+nlohmann::ordered_json resident_json(const CardPrediction& p) {
+  if (p.held.resident.empty()) return nullptr;
+  return p.held.resident_bytes();
+}
+
 }  // namespace
 
 nlohmann::ordered_json prediction_json(const CardPrediction& p) {
@@ -141,9 +147,7 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
       {"allocator_limit_bytes", p.allocator.limit},
       {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"},
       {"prefetched_batches", p.held.prefetched_batches},
-      {"device_resident_bytes", p.held.resident.empty()
-                                    ? nlohmann::ordered_json(nullptr)
-                                    : nlohmann::ordered_json(p.held.resident_bytes())},
+      {"device_resident_bytes", resident_json(p)},
       {"reducer_bucket_bytes", p.reducer_bucket_bytes},
       {"allocator_retries", p.replay.retries},
       {"scaling_checked_at_batch", p.checked_batch},
@@ -165,6 +169,7 @@ nlohmann::ordered_json prediction_columns(const CardPrediction& p) {
           {"allocator_limit_bytes", p.allocator.limit},
           {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"},
           {"reducer_bucket_bytes", p.reducer_bucket_bytes},
+          {"device_resident_bytes", resident_json(p)},
           {"predicted_images_per_second",
            p.speed ? nlohmann::ordered_json(p.speed->images_per_second()) : nullptr},
           {"speed_not_estimated",
@@ -251,19 +256,16 @@ std::string prediction_markdown(const std::vector<std::pair<std::string, CardPre
   }
   md += fmt::format(
       "\nHeld beside the step: {} prefetched batch(es) (data.prefetch){}. Modelled: the "
-      "allocator's "
-      "rounding, pools, segments, best-fit reuse, splitting and "
-      "merging, its retries; the cuBLAS workspaces ({} x {}). Not modelled: cuDNN's workspaces "
-      "(one per convolution, taken from the allocator and freed after it; an engine whose "
-      "workspace cannot be had is skipped for the next, so they do not decide whether a setting "
-      "fits, but they raise the allocated peak where memory is free: docs/memory-studies.md), "
-      "allocations on other streams, and what an operation allocates and frees inside itself (the "
-      "stream holds the tensors that cross operations, the same from any CPU; with checkpointing "
-      "the card's own temporaries inside a recomputed block's backward put the H200's measured "
-      "peak above the prediction: docs/memory-studies.md). Each allocation's size is taken as "
-      "linear in the batch from "
-      "batches {} and "
-      "{}, checked on batch {}.\n",
+      "allocator's rounding, pools, segments, best-fit reuse, splitting and merging, its "
+      "retries; the cuBLAS workspaces ({} x {}). Not modelled: cuDNN's workspaces (one per "
+      "convolution, taken from the allocator and freed after it; an engine whose workspace "
+      "cannot be had is skipped for the next, so they do not decide whether a setting fits, but "
+      "they raise the allocated peak where memory is free: docs/memory-studies.md), allocations "
+      "on other streams, and what an operation allocates and frees inside itself (the stream "
+      "holds the tensors that cross operations, the same from any CPU; with checkpointing the "
+      "card's own temporaries inside a recomputed block's backward put the H200's measured peak "
+      "above the prediction: docs/memory-studies.md). Each allocation's size is taken as linear "
+      "in the batch from batches {} and {}, checked on batch {}.\n",
       first.held.prefetched_batches,
       first.held.resident.empty()
           ? ""

@@ -18,8 +18,8 @@ struct LinearStream {
   // The stream at `batch` (>= 1): each size a + (size(b) - size(a)) * (batch - a) / (b - a),
   // rounded up to whole bytes.
   AllocationStream at(int64_t batch) const;
-  // The first batch at which one allocation alone is larger than `bytes`; none when no
-  // allocation grows with the batch.
+  // The first batch at which one allocation alone is larger than `bytes` (at most 2^50, a card's
+  // largest); none when no allocation grows with the batch.
   std::optional<int64_t> first_batch_over(int64_t bytes) const;
 };
 

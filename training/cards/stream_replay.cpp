@@ -1,6 +1,7 @@
 #include "training/cards/stream_replay.h"
 
 #include <algorithm>
+#include <numeric>
 #include <stdexcept>
 
 #include "training/config/config.h"
@@ -9,6 +10,8 @@
 namespace training {
 
 namespace {
+
+constexpr const char* kResidentPhase = "resident";  // data.device_resident's tensors
 
 // `stream` with the card's cuBLAS workspaces allocated, and kept, where its first backward phase
 // begins: cuBLAS creates them at the first matrix multiply of each thread, autograd's included.
@@ -35,6 +38,7 @@ AllocationStream with_workspaces(AllocationStream stream, const BesideTensors& b
 // "start", the recording's "held") has one name, in the snapshot, failed_in and the peak phase.
 std::string phase_name(const std::string& phase) {
   if (phase == "start" || phase == "held") return "held before the first step (weights, batches)";
+  if (phase == kResidentPhase) return "held before the first step (data.device_resident's splits)";
   return phase;
 }
 
@@ -57,7 +61,8 @@ Replay replay_stream(const AllocationStream& recorded, const AllocatorOptions& o
   size_t next_mark = 0;
   PhasePeak current{phase, 0, 0};
   auto close_phase = [&] {
-    if (current.phase != "held" && current.phase != "start") replay.phases.push_back(current);
+    if (current.phase != "held" && current.phase != "start" && current.phase != kResidentPhase)
+      replay.phases.push_back(current);
   };
   auto open_phase = [&](const std::string& label) {
     close_phase();
@@ -94,9 +99,7 @@ Replay replay_stream(const AllocationStream& recorded, const AllocatorOptions& o
 }
 
 int64_t HeldData::resident_bytes() const {
-  int64_t bytes = 0;
-  for (const int64_t tensor : resident) bytes += tensor;
-  return bytes;
+  return std::accumulate(resident.begin(), resident.end(), int64_t{0});
 }
 
 AllocationStream with_held_data(AllocationStream stream, int64_t batch, const HeldData& held) {
@@ -107,16 +110,25 @@ AllocationStream with_held_data(AllocationStream stream, int64_t batch, const He
   int64_t next_id = 0;
   for (const auto& event : stream.events) next_id = std::max(next_id, event.id + 1);
   std::vector<TraceEvent> added;
-  for (const int64_t bytes : held.resident) added.push_back({next_id++, bytes});
   const auto [images, labels] = batch_bytes(batch, held.image_size);
   for (int64_t i = 0; i < held.prefetched_batches; ++i) {
     added.push_back({next_id++, images});
     added.push_back({next_id++, labels});
   }
+  const size_t resident_at = at + added.size();  // a phase of their own: said where they fail
+  for (const int64_t bytes : held.resident) added.push_back({next_id++, bytes});
   stream.events.insert(stream.events.begin() + static_cast<std::ptrdiff_t>(at), added.begin(),
                        added.end());
   for (auto& mark : stream.marks) {
     if (mark.event >= at) mark.event += added.size();
+  }
+  if (!held.resident.empty()) {
+    const auto later = std::find_if(stream.marks.begin(), stream.marks.end(),
+                                    [&](const TraceMark& m) { return m.event > resident_at; });
+    const auto resident = stream.marks.insert(later, {resident_at, kResidentPhase});
+    // The phase it interrupted goes on after it.
+    const std::string before = resident == stream.marks.begin() ? "start" : (resident - 1)->label;
+    stream.marks.insert(resident + 1, {resident_at + held.resident.size(), before});
   }
   return stream;
 }

@@ -47,7 +47,7 @@ inline std::string resized_text(int64_t image_size) {
 struct DataConfig {
   data::DataOptions dataset;     // source, root, limits, synthetic sizes
   bool augment = true;           // random crop (4-pixel padding) + horizontal flip when training
-  bool device_resident = false;  // keep the uint8 training set on the training device
+  bool device_resident = false;  // keep both uint8 splits on the training device
   // Batches prepared ahead by a background thread (0 = inline). kAutoPrefetch: 2 on CUDA, 0 on
   // the CPU, whose cores the step keeps busy and where the thread's OpenMP team makes libgomp
   // throttle its spin-waiting (measured: a quarter of the step rate lost on 2 cores).

@@ -218,42 +218,41 @@ std::string accumulation_text(const Config& config) {
                 : "");
 }
 
-// The card to predict on and the allocator's options, checked before anything runs.
-std::optional<std::pair<Card, AllocatorOptions>> card_request(const MemoryRequest& request,
-                                                              const Config& config,
-                                                              const std::vector<Setting>& cells) {
+// The card to predict on, checked before anything runs: its allocator's options, the settings
+// it can predict, and what a run holds beside the step (data.device_resident's splits counted
+// once, here). Predicts what train memory measures: one process, no Reducer's buckets.
+std::optional<CardPredictor> card_request(const MemoryRequest& request, const Config& config,
+                                          const std::vector<Setting>& cells) {
   if (request.card.empty()) return std::nullopt;
   const Card card = find_card(request.card);
-  held_data(config);  // data.device_resident's splits are counted: the data missing is refused
   const AllocatorOptions options = alloc_conf_from_environment();
   for (const auto& cell : cells) {
     if (const std::string why = cell.unpredictable(); !why.empty()) {
       throw UserError("--card: " + cell.label() + ": " + why);
     }
   }
-  return std::make_pair(card, options);
+  Config one_process = config;
+  one_process.sweep.data_parallel = false;
+  return CardPredictor(one_process, card, options);
 }
 
-// One setting on the card: logged, its fields merged into the setting's JSON, and with a
-// `snapshot` file (not empty) its allocator written there.
-void predict_setting(const Config& config, const Setting& cell,
-                     const std::pair<Card, AllocatorOptions>& card, ordered_json& setting,
+// One setting on the card at the config's batch: logged, its fields merged into the setting's
+// JSON, and with a `snapshot` file (not empty) its allocator written there.
+void predict_setting(CardPredictor& predictor, int64_t batch, const Setting& cell,
+                     ordered_json& setting,
                      std::vector<std::pair<std::string, CardPrediction>>& predictions,
                      const fs::path& snapshot) {
   AllocatorSnapshot drawn;
   CardPrediction p;
   try {
-    Config one_process = config;  // what train memory measures: no Reducer's buckets
-    one_process.sweep.data_parallel = false;
-    p = predict_on_card(one_process, cell, card.first, card.second,
-                        snapshot.empty() ? nullptr : &drawn);
+    p = predictor.predict(cell, batch, snapshot.empty() ? nullptr : &drawn);
     spdlog::info("{}", prediction_line(cell.label(), p));
     setting.update(prediction_json(p));
     predictions.emplace_back(cell.label(), p);
   } catch (const UserError&) {
     throw;
   } catch (const std::exception& e) {
-    spdlog::warn("{} on {}: no prediction: {}", cell.label(), card.first.name, error_line(e));
+    spdlog::warn("{} on {}: no prediction: {}", cell.label(), predictor.card().name, error_line(e));
     setting["card_prediction_error"] = error_line(e);
     return;
   }
@@ -308,7 +307,7 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   auto settings = memory_settings(request.settings, config, device);
   // Each setting at the config's training.accumulate_steps (its card prediction too).
   for (auto& setting : settings) setting.accumulate_steps = config.training.accumulate_steps;
-  const auto card = card_request(request, config, settings);  // refuses auto with --card, first
+  auto card = card_request(request, config, settings);  // refuses auto with --card, first
   refuse_settings(request, config, device, settings, card.has_value());
   std::unique_ptr<DirectoryLock> lock;
   const fs::path dir = study_directory(request, config, lock);
@@ -330,7 +329,8 @@ int memory_study(const MemoryRequest& request, const Config& config) {
       settings_json.push_back({{"setting", cell.label()}});
       settings_json.back().update(cell.json());
       settings_json.back()["batch_size"] = config.training.batch_size;
-      predict_setting(config, cell, *card, settings_json.back(), predictions, snapshot_of(cell));
+      predict_setting(*card, config.training.batch_size, cell, settings_json.back(), predictions,
+                      snapshot_of(cell));
       continue;
     }
     breakdowns.push_back(measure_breakdown(config, cell));
@@ -338,7 +338,8 @@ int memory_study(const MemoryRequest& request, const Config& config) {
     exit_code = std::max(exit_code, report_breakdown(b, cell, dir));
     settings_json.push_back(breakdown_json(b));
     if (card && b.status == TrialStatus::Ok) {
-      predict_setting(config, cell, *card, settings_json.back(), predictions, snapshot_of(cell));
+      predict_setting(*card, config.training.batch_size, cell, settings_json.back(), predictions,
+                      snapshot_of(cell));
     }
     timelines.push_back(timeline_json(b));
   }

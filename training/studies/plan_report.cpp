@@ -127,9 +127,8 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
     row.update(nlohmann::ordered_json{
         {"batch_size", c.batch},
         {"effective_batch_size", c.batch * c.setting.accumulate_steps},
-        {"images_per_second", plan.speed == Plan::Speed::None
-                                  ? nlohmann::ordered_json()
-                                  : figure(c.images_per_second)},
+        {"images_per_second",
+         plan.speed == Plan::Speed::None ? nlohmann::ordered_json() : figure(c.images_per_second)},
         {"predicted_reserved_peak_bytes", figure(c.predicted_peak)},
         {"predicted_device_bytes", figure(c.predicted_peak + plan.overhead_bytes)},
         {"speed_bound", plan.speed == Plan::Speed::Estimated ? nlohmann::ordered_json(c.speed_why)

@@ -72,7 +72,8 @@ struct SweepRequest {
 // combine: bf16 cells where bf16 cannot run, memory.limit above the device's memory, WORLD_SIZE,
 // training.accumulate_steps (the grid's axis is sweep.accumulate_steps), training.cuda_graph: on
 // with cells it cannot capture or with sweep.data_parallel, checkpointing auto without a budget or
-// with sweep.data_parallel, find_max on the CPU without memory.limit (sweep_checks.cpp).
+// with sweep.data_parallel, find_max on the CPU without memory.limit, data.device_resident on CUDA
+// without its data (sweep_checks.cpp).
 void check_sweep(const Config& config, const torch::Device& device);
 
 // Runs the whole sweep; returns kExitOk, or kExitStopped when Ctrl-C/SIGTERM stopped it (the

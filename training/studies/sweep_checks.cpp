@@ -12,6 +12,7 @@
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/studies/sweep.h"
+#include "training/studies/trial.h"
 
 namespace training {
 
@@ -90,6 +91,7 @@ void check_sweep(const Config& config, const torch::Device& device) {
     }
   }
   if (!config.sweep.devices.empty()) check_sweep_devices(config.sweep.devices, device);
+  resident_splits(config, device);  // counted: data.device_resident's data missing is refused
   if (config.sweep.find_max && device.is_cpu() && config.memory.limit == 0) {
     throw UserError(
         "sweep.find_max: on the CPU there is no device memory to fill; set "

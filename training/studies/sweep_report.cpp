@@ -127,6 +127,10 @@ void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
          << " (sweep.data_parallel, distributed.bucket_mb): in the replay. NCCL's own buffers lie "
             "outside the allocator and are not counted.\n\n";
     }
+    if (!card.held.resident.empty()) {
+      md << "Each trial holds data.device_resident's splits and epoch order on the card, "
+         << format_bytes(card.held.resident_bytes()) << ": in the replay.\n\n";
+    }
     if (card.limited_by_memory_limit) {
       md << "The allocator is capped at memory.limit, " << format_bytes(card.allocator.limit)
          << ", below what the card leaves it: \"fits\" and the largest batch are under that "

@@ -101,28 +101,25 @@ namespace {
 // data.device_resident, data.augment), so that a trial holds on the device what training holds --
 // the prefetched batches and the blocks of the loader's stream -- and the largest batch that fits
 // a trial under memory.limit also trains under it. Enough batches per epoch for the prefetch
-// queue to fill; the split itself is host data, not counted (as in training), except with
-// data.device_resident on CUDA, where training holds both whole splits on the device: then the
-// split is as large as the training split and the test split is held beside it.
-struct TrialData {
-  data::Split train;
-  data::Split test;  // on the device with data.device_resident on CUDA; else empty
-};
-
-TrialData trial_data(const Config& config, const torch::Device& device) {
+// queue to fill, and with data.device_resident on CUDA as many as the run's training split (its
+// loader holds them on the device); otherwise the split is host data, not counted (as in training).
+data::Split trial_split(const Config& config, const torch::Device& device, int64_t resident) {
   const int64_t batches = prefetch_for(config.data, device.is_cuda()) + 2;
-  int64_t size = config.training.batch_size * std::max<int64_t>(batches, 1);
-  TrialData trial;
+  const int64_t size =
+      std::max(config.training.batch_size * std::max<int64_t>(batches, 1), resident);
   TrackingCpuAllocator::HostData host_data;
-  if (device.is_cuda() && config.data.device_resident) {
-    size = std::max(size, data::split_size(config.data.dataset, data::SplitName::Train));
-    const data::Split test = data::make_synthetic(
-        data::split_size(config.data.dataset, data::SplitName::Test), /*seed=*/1);
-    trial.test = {test.images.to(device), test.labels.to(device)};
-  }
-  trial.train = data::make_synthetic(size, static_cast<uint64_t>(config.training.seed));
-  trial.train.labels.remainder_(config.model.num_classes());
-  return trial;
+  data::Split split = data::make_synthetic(size, static_cast<uint64_t>(config.training.seed));
+  split.labels.remainder_(config.model.num_classes());
+  return split;
+}
+
+// The test loader's split as training holds it with data.device_resident on CUDA (`size` images,
+// never read); empty where `size` is 0.
+data::Split held_test_split(int64_t size, const torch::Device& device) {
+  if (size == 0) return {};
+  return {torch::empty({size, data::kChannels, data::kImageSide, data::kImageSide},
+                       torch::TensorOptions(torch::kUInt8).device(device)),
+          torch::empty({size}, torch::TensorOptions(torch::kInt64).device(device))};
 }
 
 // sweep.data_parallel: the rank's reducer and its buckets, in a group of one, on loopback whatever
@@ -152,14 +149,15 @@ void record_memory(TrialResult& result, const torch::Device& device,
 }
 
 // checkpointing auto: this batch's choice under the sweep's budget (out of memory when none),
-// less what the trial's data hold beside the step, as in training. Returns the
+// less what the trial's loaders over `split` and `test_size` images hold beside the step, as in
+// training. Returns the
 // config with it; the blocks and the prediction go to `result`.
-Config with_auto_blocks(const Config& config, const torch::Device& device, const TrialData& trial,
-                        TrialResult& result) {
+Config with_auto_blocks(const Config& config, const torch::Device& device, const data::Split& split,
+                        int64_t test_size, TrialResult& result) {
   Decisions decisions;
   resolve_checkpointing(config, decisions, device, /*data_parallel=*/false, {},
                         config.checkpointing.mode() == CheckpointMode::Auto
-                            ? held_beside_step(config, device, trial.train, trial.test.size())
+                            ? held_beside_step(config, device, split, test_size)
                             : 0);
   std::tie(result.recomputed_blocks, result.predicted_peak_bytes) = auto_blocks(config, decisions);
   return decided(config, decisions);
@@ -183,6 +181,12 @@ void where_it_ran(TrialResult& result) {
 
 }  // namespace
 
+data::SplitSizes resident_splits(const Config& config, const torch::Device& device) {
+  if (!device.is_cuda() || !config.data.device_resident) return {};
+  return data::split_sizes(config.data.dataset,
+                           "data.device_resident: a trial on CUDA holds both splits, counted");
+}
+
 TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t measure_steps) {
   Config config = given;
   config.memory.snapshot = false;  // a trial records no allocator history
@@ -192,9 +196,9 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
   MemoryStats warmup_peaks;  // over the warm-up steps (the first step among them)
   try {
     const std::unique_ptr<ProcessGroup> group = trial_group(config, device);
-    const TrialData trial = trial_data(config, device);
-    const data::Split& split = trial.train;
-    config = with_auto_blocks(config, device, trial, result);
+    const data::SplitSizes resident = resident_splits(config, device);
+    const data::Split split = trial_split(config, device, resident.train);
+    config = with_auto_blocks(config, device, split, resident.test, result);
     StepParts parts = build_measured_step_parts(config, device, group.get());
     const auto averager = group ? group->gradient_averager(*parts.model) : nullptr;
     const StepOptions options = step_options(config)
@@ -215,6 +219,7 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
     synchronize(device);
     reset_peak_memory(device);
     const auto loader = make_loader(split, config, device, /*train=*/true, /*group=*/nullptr);
+    const data::Split test = held_test_split(resident.test, device);
     int64_t epoch = 1;
     loader->start_epoch(epoch);
     // A step is an optimizer step: training.accumulate_steps micro-batches from the loader.

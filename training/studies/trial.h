@@ -62,6 +62,11 @@ TrialResult trial_from_json(const nlohmann::json& json);
 // alone never holds the optimizer's momentum while it runs forward and backward.
 TrialResult measure_trial(const Config& config, int64_t warmup_steps, int64_t measure_steps);
 
+// The splits a trial holds on `device` as training does: with data.device_resident on CUDA, the
+// run's training and test split sizes, counted from data.root (data::split_size: DataError where
+// the data is missing, which check_sweep refuses before a sweep starts); else 0 and 0.
+data::SplitSizes resident_splits(const Config& config, const torch::Device& device);
+
 // `train sweep-trial`: measures the trial in `config_path` and writes its result to
 // `result_path` (atomically). Returns kExitOk, kExitOutOfMemory or kExitInternalError.
 int child_trial_main(const std::string& config_path, const std::string& result_path);

@@ -52,6 +52,9 @@ TEST(CardPrediction, TheLargestBatchIsTheEdgeOnTheLargestCard) {
       linear_stream(stream({{0, 1200}, {0, 0}}), 2, stream({{0, 1400}, {0, 0}}), 4);
   EXPECT_EQ(linear.first_batch_over(1100), 2);  // 1000 + 100 x batch bytes > 1100 from batch 2
   EXPECT_EQ(linear.first_batch_over(1200), 3);
+  EXPECT_EQ(linear.first_batch_over(1150), 2);  // rounded down, not toward zero: 1200 > 1150
+  EXPECT_EQ(linear.first_batch_over(1250), 3);
+  EXPECT_EQ(linear.first_batch_over(0), 1);
   EXPECT_FALSE(linear_stream(stream({{0, 7}}), 2, stream({{0, 7}}), 4).first_batch_over(100));
   const int64_t card = find_card("1024TiB").memory_bytes;
   for (const bool expandable : {false, true}) {
@@ -121,6 +124,23 @@ TEST(CardPrediction, ReplaysPhasesWithTheCardsWorkspaces) {
   const Replay held = replay_stream(s, limited, beside);
   EXPECT_FALSE(held.fits);
   EXPECT_EQ(held.failed_at, "held before the first step (weights, batches)");
+  // data.device_resident's tensors are held from before the first step, in a phase of their own
+  // that names them where they do not fit (they read "(weights, batches)"); the step's phases
+  // are the same.
+  HeldData data;
+  data.resident = {40 * MiB, MiB};
+  const AllocationStream with_data = with_held_data(s, 1, data);
+  EXPECT_EQ(with_data.events.size(), s.events.size() + 2);
+  limited.limit = 200 * MiB;
+  const Replay roomy = replay_stream(with_data, limited, beside);
+  ASSERT_TRUE(roomy.fits);
+  EXPECT_EQ(roomy.peak_allocated, replay.peak_allocated + 41 * MiB);
+  ASSERT_EQ(roomy.phases.size(), replay.phases.size());
+  for (size_t i = 0; i < roomy.phases.size(); ++i)
+    EXPECT_EQ(roomy.phases[i].phase, replay.phases[i].phase);
+  limited.limit = 30 * MiB;
+  EXPECT_EQ(replay_stream(with_data, limited, beside).failed_at,
+            "held before the first step (data.device_resident's splits)");
 }
 
 // The section says what limit the replay ran under: the card less what lies outside the
@@ -354,6 +374,7 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
   EXPECT_EQ(prediction_columns(over).at("predicted_device_bytes").get<int64_t>(),
             over.needed.peak_reserved + over.beside.outside_allocator);
   EXPECT_EQ(prediction_columns(over).at("allocator_options"), "");
+  EXPECT_TRUE(prediction_columns(over).at("device_resident_bytes").is_null());
   CardPrediction split = over;  // the options it replayed under, in a sweep's and a plan's columns
   split.allocator.max_split_size = 100 * kMiB;
   EXPECT_EQ(prediction_columns(split).at("allocator_options"), "max_split_size_mb:100");
@@ -432,7 +453,17 @@ TEST(CardPrediction, TrainMemoryWritesThePredictionAndRefusesBadCardsFirst) {
   // Counted from the data it names: data missing is the data's own error, before anything runs.
   request.output_dir = (dir / "missing").string();
   request.overrides = {"data.device_resident=true", "data.root=" + (dir / "none").string()};
-  EXPECT_THROW(memory_command(request), data::DataError);
+  try {  // said why the data is read
+    memory_command(request);
+    ADD_FAILURE() << "the data missing was not refused";
+  } catch (const data::DataError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("data.device_resident: the card holds both splits, "
+                                          "counted: " +
+                                              (dir / "none").string() + ": no CIFAR-10 found",
+                                          0),
+              0u)
+        << e.what();
+  }
   EXPECT_FALSE(fs::exists(dir / "missing"));
 }
 

@@ -231,6 +231,38 @@ TEST(Sweep, AOneStepTrialStillHoldsTheMomentum) {
 // headroom; a batch that nothing fits is out of memory, as any trial that does not fit.
 // The limit is derived from this CPU's own measurement of batch 40 (peaks differ between CPUs'
 // kernels): its budget halfway between the step with every block recomputed and the plain step.
+// With data.device_resident on CUDA training holds both whole splits on the device: a trial holds
+// splits of the run's sizes, counted from data.root (a sweep refuses the data missing before it
+// starts, check_sweep); on the CPU they are host data and nothing is counted or read.
+TEST(Sweep, ATrialOnCudaHoldsTheRunsResidentSplits) {
+  test_support::TempDir dir;
+  training::Config config;
+  config.data.device_resident = true;
+  config.data.dataset.source(data::Source::Synthetic)
+      .synthetic_train_size(900)
+      .synthetic_test_size(70);
+  const torch::Device cuda(torch::kCUDA, 0), cpu(torch::kCPU);  // no GPU needed: sizes only
+  const data::SplitSizes held = training::resident_splits(config, cuda);
+  EXPECT_EQ(held.train, 900);
+  EXPECT_EQ(held.test, 70);
+  config.data.dataset.train_limit(500);
+  EXPECT_EQ(training::resident_splits(config, cuda).train, 500);
+  EXPECT_EQ(training::resident_splits(config, cpu).train, 0);
+  config.data.dataset.source(data::Source::Auto).root((dir / "none").string());
+  EXPECT_EQ(training::resident_splits(config, cpu).test, 0);  // the CPU reads nothing
+  try {
+    training::resident_splits(config, cuda);
+    ADD_FAILURE() << "the data missing was not refused";
+  } catch (const data::DataError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(
+                  "data.device_resident: a trial on CUDA holds both splits, counted: ", 0),
+              0u)
+        << e.what();
+  }
+  config.data.device_resident = false;
+  EXPECT_EQ(training::resident_splits(config, cuda).train, 0);
+}
+
 TEST(Sweep, AutoCheckpointingTrialsChooseTheirBlocksUnderTheSweepsLimit) {
   test_support::TempDir dir;
   const std::string yaml = R"(
