@@ -25,6 +25,10 @@ int64_t checked_size(const fs::path& file) {
   if (ec && status.type() != fs::file_type::not_found) {
     throw DataError(file.string() + ": " + ec.message());  // a loop of links, no permission
   }
+  if (!fs::exists(status) && fs::is_symlink(fs::symlink_status(file, ec))) {
+    throw DataError(file.string() + ": a symbolic link to nothing (its target " +
+                    fs::read_symlink(file, ec).string() + " does not exist)");
+  }
   if (!fs::exists(status)) throw DataError(file.string() + ": file not found");
   if (fs::is_directory(status)) {
     throw DataError(file.string() + ": is a folder, expected a CIFAR-10 binary batch file");

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <iterator>
 
@@ -26,13 +27,36 @@ bool image_folders_supported() {
 #endif
 }
 
+namespace {
+
+// A symbolic link whose target cannot be reached (missing, or a loop of links) is refused, naming
+// it: skipped, a class folder's absence would shift every later label, an image's shrink the split.
+void refuse_broken_link(const fs::directory_entry& entry, const char* what) {
+  std::error_code ec;
+  if (!entry.is_symlink(ec)) return;
+  const auto status = fs::status(entry.path(), ec);
+  if (ec.value() == ELOOP) {
+    throw DataError(entry.path().string() +
+                    ": a loop of symbolic links; remove it or restore the " + what);
+  }
+  if (status.type() == fs::file_type::not_found) {
+    throw DataError(entry.path().string() + ": a symbolic link to nothing (its target " +
+                    fs::read_symlink(entry.path(), ec).string() + " does not exist); remove it " +
+                    "or restore the " + what);
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> image_folder_classes(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw DataError(dir.string() + ": folder not found");
   std::vector<std::string> classes;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const auto name = entry.path().filename().string();
-    if (entry.is_directory() && name.front() != '.') classes.push_back(name);
+    if (name.front() == '.') continue;
+    refuse_broken_link(entry, "class folder");
+    if (entry.is_directory()) classes.push_back(name);
   }
   if (classes.empty()) {
     throw DataError(dir.string() + ": no class folders, expected <class>/<image> inside");
@@ -71,15 +95,9 @@ std::vector<LabelledFile> list_image_folder(const fs::path& dir) {
   for (const auto& name : image_folder_classes(dir)) {
     std::vector<fs::path> files;
     for (const auto& entry : fs::directory_iterator(dir / name)) {
-      std::error_code ec;
-      if (entry.is_symlink(ec) && !fs::exists(entry.path(), ec)) {
-        throw DataError(entry.path().string() + ": a symbolic link to nothing (its target " +
-                        fs::read_symlink(entry.path(), ec).string() +
-                        " does not exist); remove it or restore the image");
-      }
-      if (entry.is_regular_file() && entry.path().filename().string().front() != '.') {
-        files.push_back(entry.path());
-      }
+      if (entry.path().filename().string().front() == '.') continue;
+      refuse_broken_link(entry, "image");
+      if (entry.is_regular_file()) files.push_back(entry.path());
     }
     std::sort(files.begin(), files.end());
     per_class.push_back(std::move(files));

@@ -61,6 +61,11 @@ TEST(BinaryReader, MissingFileIsNamed) {
   test_support::TempDir dir;
   EXPECT_EQ(error_of([&] { data::read_binary_batches({dir / "data_batch_1.bin"}); }),
             (dir / "data_batch_1.bin").string() + ": file not found");
+  // A link to nothing is said as one (it read "file not found", beside the link in the folder).
+  fs::create_symlink(dir / "gone.bin", dir / "data_batch_2.bin");
+  EXPECT_EQ(error_of([&] { data::count_binary_records({dir / "data_batch_2.bin"}); }),
+            (dir / "data_batch_2.bin").string() + ": a symbolic link to nothing (its target " +
+                (dir / "gone.bin").string() + " does not exist)");
 }
 
 // A folder or a loop of links where a batch file is expected was said as "file not found".

@@ -151,6 +151,34 @@ TEST(ImageFolder, SplitsWithDifferentClassFoldersAreRefused) {
   EXPECT_EQ(folder_error_of([&] { data::split_size(options, data::SplitName::Train); }), expected);
 }
 
+// A class folder behind a link to nothing was skipped: one class fewer, every later label shifted,
+// and nothing said. Every link that cannot be followed is refused, naming it, a loop as a loop;
+// hidden entries are skipped, links or not.
+TEST(ImageFolder, ALinkThatCannotBeFollowedIsNamedNeverSkipped) {
+  test_support::TempDir dir;
+  for (const char* split : {"train", "test"}) {
+    fs::create_directories(dir / split / "ant");
+    std::ofstream(dir / split / "ant" / "0.jpg");
+    fs::create_symlink(dir / "unmounted" / split, dir / split / "bird");
+    fs::create_symlink(dir / "nowhere", dir / split / ".hidden");
+  }
+  const auto options = data::DataOptions().source(data::Source::Images).root(dir.path().string());
+  const std::string dangling = (dir / "train/bird").string() +
+                               ": a symbolic link to nothing (its target " +
+                               (dir / "unmounted/train").string() +
+                               " does not exist); remove it or restore the class folder";
+  EXPECT_EQ(folder_error_of([&] { data::split_size(options, data::SplitName::Train); }), dangling);
+  EXPECT_EQ(folder_error_of([&] { data::image_folder_classes(dir / "train"); }), dangling);
+  for (const char* split : {"train", "test"}) fs::remove(dir / split / "bird");
+  fs::create_symlink(dir / "train/ant/loop.jpg", dir / "train/ant/loop.jpg");
+  EXPECT_EQ(folder_error_of([&] { data::split_size(options, data::SplitName::Train); }),
+            (dir / "train/ant/loop.jpg").string() +
+                ": a loop of symbolic links; remove it or restore the image");
+  fs::remove(dir / "train/ant/loop.jpg");
+  fs::create_symlink(dir / "gone.jpg", dir / "train/ant/.gone.jpg");
+  EXPECT_EQ(data::split_size(options, data::SplitName::Train), 1);
+}
+
 // Counted without OpenCV: the listing train reads, its limit applied.
 TEST(ImageFolder, ASplitIsCountedFromItsListing) {
   test_support::TempDir dir;
