@@ -73,6 +73,7 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
   const AllocatorOptions options = alloc_conf_from_environment();
   plan.allocator_options = alloc_conf_text(options);
   CardPredictor predictor(config, card, options, std::max<int64_t>(1, for_allocator));
+  plan.device_resident_bytes = held_data(config).resident_bytes();
   const bool on_cuda = sweep.cuda;
   // A card given by its size has no data sheet: no speed, never another card's (issue 53).
   plan.speed = on_cuda              ? Plan::Speed::Measured
@@ -182,6 +183,25 @@ void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t 
   plan.gradient_bytes = gradients;
 }
 
+// No candidate fits: the smallest of those the card can run (a setting it cannot run was never
+// replayed there) and the card it would need, or, where none can run, why.
+[[noreturn]] void refuse_nothing_fits(const Plan& plan, const std::string& flag,
+                                      const std::string& on) {
+  const auto smallest = *std::min_element(
+      plan.candidates.begin(), plan.candidates.end(), [](const auto& a, const auto& b) {
+        return std::make_pair(!a.unsupported.empty(), a.predicted_peak) <
+               std::make_pair(!b.unsupported.empty(), b.predicted_peak);
+      });
+  if (!smallest.unsupported.empty()) {
+    throw UserError(flag + ": no measured setting can run on " + on + ": " + smallest.unsupported);
+  }
+  const auto needed = static_cast<int64_t>(std::ceil(
+      static_cast<double>(smallest.predicted_peak + plan.overhead_bytes) / (1 - plan.headroom)));
+  throw UserError(flag + ": no measured setting fits in " + on + "; the smallest, " +
+                  smallest.setting.name() + " at batch " + std::to_string(smallest.batch) +
+                  ", needs a card of at least " + size_at_least_text(needed));
+}
+
 }  // namespace
 
 std::string percent_text(double share) {
@@ -256,16 +276,7 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
   for (size_t i = 0; i < plan.candidates.size() && !plan.chosen; ++i) {
     if (plan.candidates[i].fits) plan.chosen = i;
   }
-  if (!plan.chosen) {
-    const auto smallest = *std::min_element(
-        plan.candidates.begin(), plan.candidates.end(),
-        [](const auto& a, const auto& b) { return a.predicted_peak < b.predicted_peak; });
-    const auto needed = static_cast<int64_t>(std::ceil(
-        static_cast<double>(smallest.predicted_peak + plan.overhead_bytes) / (1 - headroom)));
-    throw UserError(flag + ": no measured setting fits in " + on + "; the smallest, " +
-                    smallest.setting.name() + " at batch " + std::to_string(smallest.batch) +
-                    ", needs a card of at least " + size_at_least_text(needed));
-  }
+  if (!plan.chosen) refuse_nothing_fits(plan, flag, on);
   return plan;
 }
 

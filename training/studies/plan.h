@@ -54,7 +54,8 @@ struct Plan {
   enum class Speed { Measured, Estimated, None } speed = Speed::Measured;
   std::string speed_source;  // "measured on cpu", "estimated for H100-80GB by the ..."
   std::vector<std::pair<Setting, int64_t>> largest_on_card;  // by replay; 0 = none fits
-  std::string allocator_options;  // with a card: the options replayed under ("" = the defaults)
+  std::string allocator_options;      // with a card: the options replayed under ("" = the defaults)
+  int64_t device_resident_bytes = 0;  // with a card and data.device_resident: in every peak
   // --target-batch: images per optimizer step; each candidate is then micro-batch (batch) x
   // cell.accumulate_steps = target_batch, its peak with the accumulated gradients
   // (gradient_bytes) held beside the micro-batch's step. 0: no target.

@@ -51,8 +51,12 @@ std::string plan_table(const Plan& plan) {
     out << "Card: " << plan.card->name << " (" << format_bytes(plan.card->memory_bytes) << ", "
         << plan.card->memory_source << "). Peaks: this machine's allocation stream replayed "
         << "through the caching allocator's model, options "
-        << alloc_conf_label(plan.allocator_options)
-        << " (the reserved peak). Images/s: " << plan.speed_source << ".\n\n";
+        << alloc_conf_label(plan.allocator_options) << " (the reserved peak"
+        << (plan.device_resident_bytes > 0
+                ? ", with data.device_resident's splits and epoch order, " +
+                      format_bytes(plan.device_resident_bytes)
+                : std::string())
+        << "). Images/s: " << plan.speed_source << ".\n\n";
   } else {
     out << "Images/s: " << plan.speed_source << " (a plan for a card you do not have: --card).\n\n";
   }
@@ -141,6 +145,9 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
       row["card"] = {{"name", plan.card->name}, {"memory_bytes", plan.card->memory_bytes}};
       row["predicted_allocated_peak_bytes"] = figure(c.predicted_allocated);
       row["allocator_options"] = plan.allocator_options;
+      row["device_resident_bytes"] = plan.device_resident_bytes > 0
+                                         ? nlohmann::ordered_json(plan.device_resident_bytes)
+                                         : nlohmann::ordered_json(nullptr);
     }
     candidates.push_back(row);
   }

@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "data/loader.h"
 #include "test_support.h"
 #include "training/platform/errors.h"
 #include "training/run/output_dir.h"
@@ -532,6 +533,32 @@ TEST(Plan, ACardThatCannotRunBf16SaysSo) {
   }
   EXPECT_NE(training::plan_table(plan).find(" | - | - | cannot run: bf16"), std::string::npos)
       << training::plan_table(plan);
+
+  // Where nothing fits, the smallest named is one the card can run: a bf16 setting, never
+  // replayed on the T4, was named with its CPU peak ("needs a card of at least 1001MiB", on a
+  // 15 GiB card). Here the fp32 settings hold data.device_resident's 10M images (28.8 GiB).
+  training::Config config = training::parse_config("", "test");
+  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
+  config.data.device_resident = true;
+  config.data.dataset.source(data::Source::Synthetic).synthetic_train_size(10000000);
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  try {
+    training::make_plan(sweep, t4.memory_bytes, 0.10, std::nullopt, t4);
+    ADD_FAILURE() << "a plan fitted 28.8 GiB of data on a T4";
+  } catch (const training::UserError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("the smallest, fp32 / checkpointing off"), std::string::npos) << message;
+    EXPECT_NE(message.find("needs a card of at least 3"), std::string::npos) << message;  // 3x GiB
+  }
+  // The plan says the data its peaks hold, in its table and JSON.
+  config.data.dataset.synthetic_train_size(1000);
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  const auto held = training::make_plan(sweep, t4.memory_bytes, 0.10, std::nullopt, t4);
+  const int64_t resident = data::device_resident_bytes(1000, 10000, 1000);
+  EXPECT_EQ(held.device_resident_bytes, resident);
+  EXPECT_NE(training::plan_table(held).find("with data.device_resident's splits and epoch order"),
+            std::string::npos);
+  EXPECT_EQ(training::plan_json(held).at("candidates")[0].at("device_resident_bytes"), resident);
 }
 
 namespace {}  // namespace
