@@ -46,6 +46,10 @@ struct CardPrediction {
   // on which it fits; without a limit nothing cached is freed, so it would need far more.
   Replay needed;
   int64_t needed_limit = 0;
+  // Where it does not fit and this card's cuBLAS workspaces are not those of a card given by its
+  // size (compute capability below 9: 8.125 MiB, against 32 MiB): the smallest `--card SIZE`
+  // (whole MiB, with what lies outside the allocator) on which the step fits; else 0.
+  int64_t needed_by_size = 0;
   int64_t largest_batch = 0;  // by replay; 0 = not even batch 1
   int64_t checked_batch = 0;  // the batch the scaling was checked on
   int64_t mismatched = 0;     // allocations of that batch the scaling got wrong

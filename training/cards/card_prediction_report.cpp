@@ -26,13 +26,15 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
   if (!r.fits) {
     return fmt::format(
                "{} on {} ({}): batch {} does not fit: out of memory in {}; it needs {} on the "
-               "device, "
-               "on the smallest card it fits ({} reserved, {} allocated), {}; the largest batch "
-               "that "
-               "fits is {}",
+               "device, on the smallest card it fits ({} reserved, {} allocated{}), {}; the "
+               "largest batch that fits is {}",
                setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size, r.failed_at,
                size_at_least_text(p.needed_limit + p.beside.outside_allocator),
                format_bytes(p.needed.peak_reserved), format_bytes(p.needed.peak_allocated),
+               p.needed_by_size > 0 ? "; a card given by its size, with cuBLAS workspaces of " +
+                                          format_bytes(beside_tensors(Card{}).cublas_workspace) +
+                                          ": --card " + size_at_least_text(p.needed_by_size)
+                                    : "",
                p.margin() < 0 && !p.limited_by_memory_limit
                    ? size_at_least_text(p.needed_limit - p.allocator.limit) +
                          " more than the card has"
@@ -137,6 +139,8 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
       {"predicted_peak_phase", p.figures().peak_phase},
       {"predicted_reserved_peak_bytes", p.figures().peak_reserved},
       {"needed_allocator_limit_bytes", p.needed_limit},
+      {"needed_card_by_size_bytes",
+       p.needed_by_size > 0 ? nlohmann::ordered_json(p.needed_by_size) : nullptr},
       {"predicted_device_bytes", p.device_bytes()},
       {"margin_bytes", p.margin()},
       {"largest_batch", p.largest_batch},

@@ -373,6 +373,28 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
   EXPECT_TRUE(replay_stream(over_stream, below, over.beside).fits);
   EXPECT_EQ(prediction_columns(over).at("predicted_device_bytes").get<int64_t>(),
             over.needed.peak_reserved + over.beside.outside_allocator);
+  EXPECT_EQ(over.needed_by_size, 0);  // a card given by its size: its own figure is the one
+  // Round 5: the size advised after a named card is one `--card SIZE` fits. A T4's cuBLAS
+  // workspaces (8.125 MiB) are not a size card's (32 MiB): its own figure ("needs 30435MiB") did
+  // not fit as --card 30435MiB, which then asked for 44 MiB more.
+  const int64_t beyond_t4 = 5000;
+  const CardPrediction t4 = CardPredictor(config, find_card("T4"), {}).predict(cell, beyond_t4);
+  ASSERT_FALSE(t4.replay.fits);
+  ASSERT_GT(t4.needed_by_size, t4.needed_limit + t4.beside.outside_allocator);
+  auto fits_as_size = [&](int64_t bytes) {
+    AllocatorOptions options;
+    options.limit = bytes - kOutsideAllocatorBytes;
+    options.device_memory = bytes;
+    return replay_stream(with_held_data(linear.at(beyond_t4), beyond_t4, t4.held), options,
+                         beside_tensors(find_card(byte_size_text(bytes))))
+        .fits;
+  };
+  EXPECT_TRUE(fits_as_size(t4.needed_by_size));
+  EXPECT_FALSE(fits_as_size(t4.needed_by_size - kMiB));
+  EXPECT_NE(prediction_line("fp32", t4).find("--card " + size_at_least_text(t4.needed_by_size)),
+            std::string::npos)
+      << prediction_line("fp32", t4);
+  EXPECT_EQ(prediction_json(t4).at("needed_card_by_size_bytes"), t4.needed_by_size);
   EXPECT_EQ(prediction_columns(over).at("allocator_options"), "");
   EXPECT_TRUE(prediction_columns(over).at("device_resident_bytes").is_null());
   CardPrediction split = over;  // the options it replayed under, in a sweep's and a plan's columns
