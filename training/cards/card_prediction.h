@@ -87,6 +87,7 @@ class CardPredictor {
   CardPrediction predict(const Setting& setting, int64_t batch,
                          AllocatorSnapshot* snapshot = nullptr);
   const Card& card() const { return card_; }
+  const HeldData& held() const { return held_; }  // held_data(config), counted once
 
  private:
   struct Recorded {

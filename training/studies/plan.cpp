@@ -73,7 +73,7 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
   const AllocatorOptions options = alloc_conf_from_environment();
   plan.allocator_options = alloc_conf_text(options);
   CardPredictor predictor(config, card, options, std::max<int64_t>(1, for_allocator));
-  plan.device_resident_bytes = held_data(config).resident_bytes();
+  plan.device_resident_bytes = predictor.held().resident_bytes();
   const bool on_cuda = sweep.cuda;
   // A card given by its size has no data sheet: no speed, never another card's (issue 53).
   plan.speed = on_cuda              ? Plan::Speed::Measured

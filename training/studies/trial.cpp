@@ -150,8 +150,7 @@ void record_memory(TrialResult& result, const torch::Device& device,
 
 // checkpointing auto: this batch's choice under the sweep's budget (out of memory when none),
 // less what the trial's loaders over `split` and `test_size` images hold beside the step, as in
-// training. Returns the
-// config with it; the blocks and the prediction go to `result`.
+// training. Returns the config with it; the blocks and the prediction go to `result`.
 Config with_auto_blocks(const Config& config, const torch::Device& device, const data::Split& split,
                         int64_t test_size, TrialResult& result) {
   Decisions decisions;
