@@ -18,6 +18,10 @@ HeldData held_data(const Config& config) {
   held.prefetched_batches = prefetch_for(config.data, /*cuda=*/true);
   held.image_size = config.data.image_size;
   if (config.data.device_resident) {
+    if (config.data.dataset.source() != data::Source::Synthetic) {  // a large folder takes seconds
+      spdlog::info("data.device_resident: counting both splits in {} (held on the card)",
+                   config.data.dataset.root());
+    }
     const data::SplitSizes splits = data::split_sizes(
         config.data.dataset, "data.device_resident: the card holds both splits, counted");
     // One process's order, the whole split's: a data-parallel rank holds its shard's, less.

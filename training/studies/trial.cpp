@@ -182,6 +182,10 @@ void where_it_ran(TrialResult& result) {
 
 data::SplitSizes resident_splits(const Config& config, const torch::Device& device) {
   if (!device.is_cuda() || !config.data.device_resident) return {};
+  if (config.data.dataset.source() != data::Source::Synthetic) {  // a large folder takes seconds
+    spdlog::info("data.device_resident: counting both splits in {} (held by each trial)",
+                 config.data.dataset.root());
+  }
   return data::split_sizes(config.data.dataset,
                            "data.device_resident: a trial on CUDA holds both splits, counted");
 }
