@@ -100,6 +100,12 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
       c.predicted_peak = p.figures().peak_reserved;
       c.predicted_allocated = p.figures().peak_allocated;
       c.fits = p.replay.fits && c.predicted_peak <= for_allocator;
+      if (!p.replay.fits) {  // the limit the replay fits under, not its reserved peak there
+        c.needed_limit = p.needed_limit;
+        if (p.needed_by_size > 0) {
+          c.needed_limit_by_size = p.needed_by_size - beside_tensors(Card{}).outside_allocator;
+        }
+      }
       if (std::find(predicted.begin(), predicted.end(), c.setting) == predicted.end()) {
         predicted.push_back(c.setting);
         plan.largest_on_card.emplace_back(c.setting, p.largest_batch);
@@ -189,23 +195,45 @@ void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t 
                                       const std::string& on) {
   const auto smallest = *std::min_element(
       plan.candidates.begin(), plan.candidates.end(), [](const auto& a, const auto& b) {
-        return std::make_pair(!a.unsupported.empty(), a.predicted_peak) <
-               std::make_pair(!b.unsupported.empty(), b.predicted_peak);
+        return std::make_pair(!a.unsupported.empty(), a.needed_limit) <
+               std::make_pair(!b.unsupported.empty(), b.needed_limit);
       });
   if (!smallest.unsupported.empty()) {
     throw UserError(flag + ": no measured setting can run on " + on + ": " + smallest.unsupported);
   }
-  const auto needed = static_cast<int64_t>(std::ceil(
-      static_cast<double>(smallest.predicted_peak + plan.overhead_bytes) / (1 - plan.headroom)));
   throw UserError(flag + ": no measured setting fits in " + on + "; the smallest, " +
-                  smallest.setting.name() + " at batch " + std::to_string(smallest.batch) +
-                  ", needs a card of at least " + size_at_least_text(needed));
+                  smallest.setting.name() + " at batch " + std::to_string(smallest.batch) + ", " +
+                  needs_card_text(plan, smallest));
 }
 
 }  // namespace
 
 std::string percent_text(double share) {
   return fmt::format("{:.9g}%", share * 100);  // as given: "12.345%", "99.9%", "10%"
+}
+
+int64_t card_needed_for(const Plan& plan, int64_t limit) {
+  const int64_t wanted = limit + plan.overhead_bytes;
+  int64_t card =
+      (static_cast<int64_t>(std::ceil(static_cast<double>(wanted) / (1 - plan.headroom))) + kMiB -
+       1) /
+      kMiB * kMiB;
+  // As make_plan reads it back: usable = card x (1 - headroom), rounded down.
+  while (static_cast<int64_t>(static_cast<double>(card) * (1 - plan.headroom)) < wanted) {
+    card += kMiB;
+  }
+  return card;
+}
+
+std::string needs_card_text(const Plan& plan, const PlanCandidate& c) {
+  std::string text =
+      "needs a card of at least " + byte_size_text(card_needed_for(plan, c.needed_limit));
+  if (c.needed_limit_by_size > 0) {
+    text += " (a card given by its size, with cuBLAS workspaces of " +
+            format_bytes(beside_tensors(Card{}).cublas_workspace) + ": --card " +
+            byte_size_text(card_needed_for(plan, c.needed_limit_by_size)) + ")";
+  }
+  return text;
 }
 
 Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
@@ -271,6 +299,9 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     throw UserError(sweep_dir.string() +
                     ": no trial of this sweep was measured ok; nothing to "
                     "plan from");
+  }
+  for (auto& c : plan.candidates) {  // a card's replay set its own; else the peak is the need
+    if (!c.fits && c.needed_limit == 0) c.needed_limit = c.predicted_peak;
   }
   rank_candidates(plan);
   for (size_t i = 0; i < plan.candidates.size() && !plan.chosen; ++i) {

@@ -29,6 +29,11 @@ struct PlanCandidate {
   std::string unsupported;
   // An estimated speed's bound ("memory-bound: BatchNorm and ReLU 58% of the step"), or why none.
   std::string speed_why;
+  // Where it does not fit (else 0): the allocator's limit it needs (with a card: the smallest on
+  // which its replay fits; else predicted_peak) and, where the card's cuBLAS workspaces are not
+  // those of a card given by its size, the limit `--card SIZE` needs (else 0).
+  int64_t needed_limit = 0;
+  int64_t needed_limit_by_size = 0;
 };
 
 struct Plan {
@@ -65,6 +70,13 @@ struct Plan {
 
 // "10%" for 0.1, "12.345%" for 0.12345: as given, never rounded to another figure.
 std::string percent_text(double share);
+// The smallest card (whole MiB) whose memory, less the plan's headroom and what lies outside the
+// allocator, leaves the allocator `limit` bytes.
+int64_t card_needed_for(const Plan& plan, int64_t limit);
+// "needs a card of at least 2138MiB", and where the candidate's card is named and its cuBLAS
+// workspaces are not those of a card given by its size, that size too: each one `--card` or
+// `--memory` takes back.
+std::string needs_card_text(const Plan& plan, const PlanCandidate& candidate);
 
 // The plan for a card of `card_bytes` from the sweep in `sweep_dir` (sweep_report.h's
 // read_sweep). `overhead`: nullopt = measured by a CUDA sweep, or cards.h's

@@ -22,9 +22,7 @@ std::string verdict_of(const Plan& plan, size_t i) {
   }
   if (!c.unsupported.empty()) return "cannot run: " + c.unsupported;
   if (!c.fits) {
-    return "does not fit: needs a card of at least " +
-           size_at_least_text(static_cast<int64_t>(std::ceil(
-               static_cast<double>(c.predicted_peak + plan.overhead_bytes) / (1 - plan.headroom))));
+    return "does not fit: " + needs_card_text(plan, c);
   }
   if (plan.speed == Plan::Speed::None) {  // ranked by images a step, then by the smaller peak
     const auto& chosen = plan.candidates.at(*plan.chosen);
@@ -138,6 +136,14 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
         {"speed_bound", plan.speed == Plan::Speed::Estimated ? nlohmann::ordered_json(c.speed_why)
                                                              : nlohmann::ordered_json(nullptr)},
         {"fits", c.fits},
+        // The smallest card it fits, as the verdict says it (null where it fits or cannot run).
+        {"needed_card_bytes", !c.fits && runs
+                                  ? nlohmann::ordered_json(card_needed_for(plan, c.needed_limit))
+                                  : nlohmann::ordered_json(nullptr)},
+        {"needed_card_by_size_bytes",
+         !c.fits && runs && c.needed_limit_by_size > 0
+             ? nlohmann::ordered_json(card_needed_for(plan, c.needed_limit_by_size))
+             : nlohmann::ordered_json(nullptr)},
         {"unsupported", c.unsupported.empty() ? nlohmann::ordered_json(nullptr)
                                               : nlohmann::ordered_json(c.unsupported)},
         {"recommended", plan.chosen && *plan.chosen == i}});

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <regex>
 
 #include "data/loader.h"
 #include "test_support.h"
@@ -559,6 +560,56 @@ TEST(Plan, ACardThatCannotRunBf16SaysSo) {
   EXPECT_NE(training::plan_table(held).find("with data.device_resident's splits and epoch order"),
             std::string::npos);
   EXPECT_EQ(training::plan_json(held).at("candidates")[0].at("device_resident_bytes"), resident);
+}
+
+// The card a plan says it needs is one on which that plan is made: the named card's figure (its
+// own cuBLAS workspaces) and, below compute capability 9, the size `--card` takes (32 MiB ones),
+// each from the smallest limit its replay fits under, not its reserved peak there. Round 5: a T4
+// "needs 33810MiB" where `--card 33810MiB` asked 33859MiB.
+TEST(Plan, TheCardItSaysItNeedsIsOneItsPlanIsMadeOn) {
+  test_support::TempDir dir;
+  const auto sweep = prepared_resnet18_sweep(dir);
+  training::Config config = training::parse_config("", "test");
+  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
+  config.data.device_resident = true;  // 6M images (17.3 GiB): nothing fits a T4's 15 GiB
+  config.data.dataset.source(data::Source::Synthetic).synthetic_train_size(6000000);
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  const training::Card t4 = training::find_card("T4");
+  std::string message;
+  try {
+    training::make_plan(sweep, t4.memory_bytes, 0.10, std::nullopt, t4);
+    FAIL() << "a plan fitted 17.3 GiB of data on a T4";
+  } catch (const training::UserError& e) {
+    message = e.what();
+  }
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(message, m,
+                                std::regex("needs a card of at least ([0-9]+MiB) \\(a card given "
+                                           "by its size, with cuBLAS workspaces of 32.00 MiB: "
+                                           "--card ([0-9]+MiB)\\)$")))
+      << message;
+  const int64_t named = training::parse_byte_size(m[1].str());
+  const int64_t by_size = training::parse_byte_size(m[2].str());
+  EXPECT_GT(by_size, named);  // two workspaces of 32 MiB, not 8.125 MiB
+  training::Card larger_t4 = t4;
+  larger_t4.memory_bytes = named;
+  EXPECT_TRUE(training::make_plan(sweep, named, 0.10, std::nullopt, larger_t4).chosen);
+  const training::Card sized = training::find_card(m[2].str());
+  const auto plan = training::make_plan(sweep, by_size, 0.10, std::nullopt, sized);
+  EXPECT_TRUE(plan.chosen);
+  for (const auto& row : training::plan_json(plan).at("candidates")) {
+    EXPECT_EQ(row.at("needed_card_by_size_bytes").is_null(), true) << row.dump();
+    EXPECT_EQ(row.at("needed_card_bytes").is_null(), row.at("fits").get<bool>()) << row.dump();
+  }
+  const training::Card smaller = training::find_card(std::to_string(by_size / MiB - 1) + "MiB");
+  try {
+    training::make_plan(sweep, smaller.memory_bytes, 0.10, std::nullopt, smaller);
+    ADD_FAILURE() << "a card 1 MiB below the size advised was given a plan";
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a card of at least " + m[2].str()),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 namespace {}  // namespace
