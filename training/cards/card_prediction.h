@@ -51,8 +51,12 @@ struct CardPrediction {
   // (whole MiB, with what lies outside the allocator) on which the step fits; else 0.
   int64_t needed_by_size = 0;
   int64_t largest_batch = 0;  // by replay; 0 = not even batch 1
-  int64_t checked_batch = 0;  // the batch the scaling was checked on
-  int64_t mismatched = 0;     // allocations of that batch the scaling got wrong
+  // The config's training set at most (config.h's train_images_at_most; 0: not known): a largest
+  // batch above it fits but train refuses it, and is said so.
+  int64_t train_images = 0;
+  std::string largest_batch_text() const;  // "3136", "5000 (more than the 256 training ...)"
+  int64_t checked_batch = 0;               // the batch the scaling was checked on
+  int64_t mismatched = 0;                  // allocations of that batch the scaling got wrong
   // The step's time on the card, estimated (speed_calibration.h); none where the card has no
   // speed, and why in no_speed.
   std::optional<StepEstimate> speed;

@@ -21,6 +21,12 @@ std::string speed_text(const CardPrediction& p) {
 
 }  // namespace
 
+std::string CardPrediction::largest_batch_text() const {
+  if (train_images <= 0 || largest_batch <= train_images) return std::to_string(largest_batch);
+  return fmt::format("{} (more than the {} training images of the config, which train refuses)",
+                     largest_batch, train_images);
+}
+
 std::string prediction_line(const std::string& setting, const CardPrediction& p) {
   const auto& r = p.replay;
   if (!r.fits) {
@@ -40,7 +46,7 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
                          " more than the card has"
                    : "more than the allocator's limit of " + format_bytes(p.allocator.limit) +
                          (p.limited_by_memory_limit ? " (memory.limit)" : ""),
-               p.largest_batch) +
+               p.largest_batch_text()) +
            speed_text(p);
   }
   return fmt::format(
@@ -54,7 +60,7 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
              p.limited_by_memory_limit
                  ? " (allocator capped at memory.limit " + format_bytes(p.allocator.limit) + ")"
                  : "",
-             p.largest_batch) +
+             p.largest_batch_text()) +
          speed_text(p);
 }
 
@@ -255,7 +261,7 @@ std::string prediction_markdown(const std::vector<std::pair<std::string, CardPre
                       p.batch_size, to_mib(p.figures().peak_allocated),
                       to_mib(p.figures().peak_reserved), to_mib(p.device_bytes()),
                       p.replay.fits ? "yes" : "no (out of memory in " + p.replay.failed_at + ")",
-                      to_mib(p.margin()), p.largest_batch,
+                      to_mib(p.margin()), p.largest_batch_text(),
                       p.speed ? fmt::format("{:.0f}", p.speed->images_per_second()) : "-");
   }
   md += fmt::format(

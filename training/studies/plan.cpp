@@ -4,10 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
+#include <limits>
 
 #include "models/resnet.h"
 #include "training/cards/alloc_conf.h"
@@ -136,6 +134,12 @@ void rank_candidates(Plan& plan) {
 // gradients added to its peak (held from the second micro-batch on); one measured accumulating
 // already holds them, and stands for every accumulate_steps > 1 of its micro-batch.
 void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t for_allocator) {
+  if (plan.train_images > 0 && target > plan.train_images) {
+    throw UserError("--target-batch: " + std::to_string(target) +
+                    " images a step are more than the " + std::to_string(plan.train_images) +
+                    " training images of the sweep's config, which train refuses; give at most " +
+                    std::to_string(plan.train_images));
+  }
   const auto measured_accumulating = [&](const PlanCandidate& c) {
     return std::any_of(plan.candidates.begin(), plan.candidates.end(), [&](const auto& other) {
       Setting same = other.setting;
@@ -189,21 +193,49 @@ void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t 
   plan.gradient_bytes = gradients;
 }
 
-// No candidate fits: the smallest of those the card can run (a setting it cannot run was never
-// replayed there) and the card it would need, or, where none can run, why.
+// What a candidate needs that the card or the sweep's config does not give: the allocator limit
+// where it does not fit (a card's replay set its own; else the peak is the need), and why train
+// refuses it where it takes more images a step than the training set has.
+void settle_needs(const Plan& plan, PlanCandidate& c) {
+  if (!c.fits && c.needed_limit == 0) c.needed_limit = c.predicted_peak;
+  const int64_t images = c.batch * c.setting.accumulate_steps;
+  if (plan.train_images > 0 && images > plan.train_images) {
+    c.untrainable = fmt::format(
+        "{} images a step, more than the {} training images of the sweep's config, which train "
+        "refuses (training.batch_size)",
+        images, plan.train_images);
+  }
+}
+
+// Nothing to recommend: where no candidate trains with the sweep's config, that; else the smallest
+// of those the card can run (a setting it cannot run was never replayed there) and the card it
+// would need, or, where none can run, why.
 [[noreturn]] void refuse_nothing_fits(const Plan& plan, const std::string& flag,
                                       const std::string& on) {
+  const auto trains = [](const PlanCandidate& c) { return c.untrainable.empty(); };
+  const bool some_untrainable =
+      !std::all_of(plan.candidates.begin(), plan.candidates.end(), trains);
+  if (std::none_of(plan.candidates.begin(), plan.candidates.end(), trains)) {
+    int64_t fewest = std::numeric_limits<int64_t>::max();
+    for (const auto& c : plan.candidates)
+      fewest = std::min(fewest, c.batch * c.setting.accumulate_steps);
+    throw UserError(flag + ": every measured setting takes more images a step (the fewest: " +
+                    std::to_string(fewest) + ") than the " + std::to_string(plan.train_images) +
+                    " training images of the sweep's config, which train refuses; sweep smaller "
+                    "batches (--batch-sizes)");
+  }
   const auto smallest = *std::min_element(
       plan.candidates.begin(), plan.candidates.end(), [](const auto& a, const auto& b) {
-        return std::make_pair(!a.unsupported.empty(), a.needed_limit) <
-               std::make_pair(!b.unsupported.empty(), b.needed_limit);
+        return std::make_tuple(!a.untrainable.empty(), !a.unsupported.empty(), a.needed_limit) <
+               std::make_tuple(!b.untrainable.empty(), !b.unsupported.empty(), b.needed_limit);
       });
   if (!smallest.unsupported.empty()) {
     throw UserError(flag + ": no measured setting can run on " + on + ": " + smallest.unsupported);
   }
-  throw UserError(flag + ": no measured setting fits in " + on + "; the smallest, " +
-                  smallest.setting.name() + " at batch " + std::to_string(smallest.batch) + ", " +
-                  needs_card_text(plan, smallest));
+  throw UserError(flag + ": no measured setting " +
+                  (some_untrainable ? "that the sweep's config trains " : "") + "fits in " + on +
+                  "; the smallest, " + smallest.setting.name() + " at batch " +
+                  std::to_string(smallest.batch) + ", " + needs_card_text(plan, smallest));
 }
 
 }  // namespace
@@ -290,6 +322,7 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     c.fits = c.predicted_peak <= for_allocator;
     plan.candidates.push_back(c);
   }
+  plan.train_images = train_images_at_most(swept.data);
   if ((card || target_batch > 0) && !plan.candidates.empty()) {
     const int64_t gradients = gradient_bytes(swept.model);
     if (target_batch > 0) aim_at_target_batch(plan, target_batch, gradients, for_allocator);
@@ -297,15 +330,12 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
   }
   if (plan.candidates.empty()) {
     throw UserError(sweep_dir.string() +
-                    ": no trial of this sweep was measured ok; nothing to "
-                    "plan from");
+                    ": no trial of this sweep was measured ok; nothing to plan from");
   }
-  for (auto& c : plan.candidates) {  // a card's replay set its own; else the peak is the need
-    if (!c.fits && c.needed_limit == 0) c.needed_limit = c.predicted_peak;
-  }
+  for (auto& c : plan.candidates) settle_needs(plan, c);
   rank_candidates(plan);
   for (size_t i = 0; i < plan.candidates.size() && !plan.chosen; ++i) {
-    if (plan.candidates[i].fits) plan.chosen = i;
+    if (plan.candidates[i].fits && plan.candidates[i].untrainable.empty()) plan.chosen = i;
   }
   if (!plan.chosen) refuse_nothing_fits(plan, flag, on);
   return plan;

@@ -27,6 +27,9 @@ struct PlanCandidate {
   bool fits = false;  // predicted_peak + overhead <= usable (with a card: the replay fits)
   // Why the card cannot run it at all (bf16 before compute capability 8.0); empty when it can.
   std::string unsupported;
+  // Why `train` would refuse it with the sweep's config (more images a step than the training set
+  // it has at most, config.h's train_images_at_most); empty when it trains. Never recommended.
+  std::string untrainable;
   // An estimated speed's bound ("memory-bound: BatchNorm and ReLU 58% of the step"), or why none.
   std::string speed_why;
   // Where it does not fit (else 0): the allocator's limit it needs (with a card: the smallest on
@@ -66,6 +69,7 @@ struct Plan {
   // (gradient_bytes) held beside the micro-batch's step. 0: no target.
   int64_t target_batch = 0;
   int64_t gradient_bytes = 0;
+  int64_t train_images = 0;  // the sweep config's training set at most (0: not known)
 };
 
 // "10%" for 0.1, "12.345%" for 0.12345: as given, never rounded to another figure.

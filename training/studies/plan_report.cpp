@@ -21,6 +21,7 @@ std::string verdict_of(const Plan& plan, size_t i) {
                : "**recommended**";
   }
   if (!c.unsupported.empty()) return "cannot run: " + c.unsupported;
+  if (!c.untrainable.empty()) return "cannot train: " + c.untrainable;
   if (!c.fits) {
     return "does not fit: " + needs_card_text(plan, c);
   }
@@ -92,11 +93,18 @@ std::string plan_table(const Plan& plan) {
         << " | " << (c.unsupported.empty() ? format_bytes(c.predicted_peak) : "-") << " | "
         << verdict << " |\n";
   }
+  // A batch larger than the sweep config's training set fits, but train refuses it: said so.
+  const auto batch_text = [&](int64_t batch) {
+    return plan.train_images > 0 && batch > plan.train_images
+               ? std::to_string(batch) + " (more than the " + std::to_string(plan.train_images) +
+                     " training images, which train refuses)"
+               : std::to_string(batch);
+  };
   if (plan.card) {
     out << "\nLargest batch that fits on " << plan.card->name
         << " per setting (by replay; not measured):\n\n| setting | largest batch |\n|---|---:|\n";
     for (const auto& [cell, batch] : plan.largest_on_card) {
-      out << "| " << cell.name() << " | " << (batch > 0 ? std::to_string(batch) : "none") << " |\n";
+      out << "| " << cell.name() << " | " << (batch > 0 ? batch_text(batch) : "none") << " |\n";
     }
     return out.str();
   }
@@ -108,7 +116,7 @@ std::string plan_table(const Plan& plan) {
         << (!cell.fit && cell.setting.checkpointing == CheckpointMode::Auto
                 ? "- (no fit for auto: its recomputed blocks change with the batch)"
             : !cell.fit ? "- (needs two measured batches)"
-            : batch     ? std::to_string(*batch)
+            : batch     ? batch_text(*batch)
                         : "-")
         << " | " << (cell.fit ? fmt::format("{:.4f}", cell.fit->r_squared) : "-") << " |\n";
   }
@@ -146,6 +154,8 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
              : nlohmann::ordered_json(nullptr)},
         {"unsupported", c.unsupported.empty() ? nlohmann::ordered_json(nullptr)
                                               : nlohmann::ordered_json(c.unsupported)},
+        {"untrainable", c.untrainable.empty() ? nlohmann::ordered_json(nullptr)
+                                              : nlohmann::ordered_json(c.untrainable)},
         {"recommended", plan.chosen && *plan.chosen == i}});
     if (plan.card) {
       row["card"] = {{"name", plan.card->name}, {"memory_bytes", plan.card->memory_bytes}};

@@ -102,7 +102,7 @@ void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
       md << "| " << t.id << " | " << t.setting.name() << " | " << t.batch << " | "
          << mib_text(p.figures().peak_allocated) << " | " << mib_text(p.figures().peak_reserved)
          << " | " << mib_text(p.device_bytes()) << " | " << (p.replay.fits ? "yes" : "no") << " | "
-         << p.largest_batch << " | "
+         << p.largest_batch_text() << " | "
          << (p.speed ? fmt::format("{:.0f}", p.speed->images_per_second()) : "-") << " |\n";
       if (p.replay.fits && p.speed &&
           (!fastest ||

@@ -405,6 +405,22 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
   const Replay edge = replay(p.largest_batch);
   ASSERT_EQ(edge.phases.size(), 12u);  // 3 steps x forward, backward, optimizer, end
   EXPECT_NE(edge.peak_phase.rfind("step1", 0), 0u) << edge.peak_phase;
+  // A largest batch above the training set the config says it has fits, but train refuses it:
+  // every output that shows it says so (round 5: a figure a user could not type back).
+  EXPECT_EQ(p.train_images, 0);  // CIFAR-10's files: not known without reading them
+  EXPECT_EQ(p.largest_batch_text(), std::to_string(p.largest_batch));
+  Config few = config;
+  few.data.dataset.source(data::Source::Synthetic).synthetic_train_size(p.largest_batch - 1);
+  const CardPrediction capped = predict_on_card(few, cell, find_card("1GiB"), {});
+  EXPECT_EQ(capped.largest_batch, p.largest_batch);  // the memory's figure stands
+  EXPECT_EQ(capped.train_images, p.largest_batch - 1);
+  const std::string said = std::to_string(p.largest_batch) + " (more than the " +
+                           std::to_string(p.largest_batch - 1) +
+                           " training images of the config, which train refuses)";
+  EXPECT_NE(prediction_line("fp32", capped).find("the largest batch that fits is " + said),
+            std::string::npos)
+      << prediction_line("fp32", capped);
+  EXPECT_NE(prediction_markdown({{"fp32", capped}}).find("| " + said + " |"), std::string::npos);
 }
 
 TEST(CardPrediction, TrainMemoryWritesThePredictionAndRefusesBadCardsFirst) {

@@ -612,4 +612,48 @@ TEST(Plan, TheCardItSaysItNeedsIsOneItsPlanIsMadeOn) {
   }
 }
 
+// A measured batch larger than the sweep config's training set fits but does not train: `train`
+// refuses it. It is never recommended, its row says why, and where none trains that is said.
+// Round 5: a sweep measured at 128 with 100 training images was recommended
+// `--set training.batch_size=128`.
+TEST(Plan, ABatchTheTrainingSetCannotFillIsNeverRecommended) {
+  test_support::TempDir dir;
+  const auto sweep = prepared_sweep(dir);
+  training::Config config = training::parse_config("", "test");
+  config.data.dataset.source(data::Source::Synthetic).synthetic_train_size(100);
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  const auto plan = training::make_plan(sweep, 64LL << 30, 0.10, kGiB);
+  ASSERT_TRUE(plan.chosen);
+  EXPECT_EQ(plan.candidates.at(*plan.chosen).batch, 64);  // 128 (180 img/s) fits, 100 images
+  const std::string table = training::plan_table(plan);
+  EXPECT_NE(table.find("| 128 | 180 | 3.32 GiB | cannot train: 128 images a step, more than the "
+                       "100 training images of the sweep's config, which train refuses "
+                       "(training.batch_size) |"),
+            std::string::npos)
+      << table;
+  for (const auto& row : training::plan_json(plan).at("candidates")) {
+    EXPECT_EQ(row.at("untrainable").is_null(), row.at("batch_size").get<int64_t>() <= 100);
+  }
+  // Accumulated: micro-batch x steps is what an epoch must hold.
+  try {
+    training::make_plan(sweep, 64LL << 30, 0.10, kGiB, std::nullopt, 128);
+    ADD_FAILURE() << "a target batch above the training set was planned";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--target-batch: 128 images a step are more than the 100 training images of the "
+              "sweep's config, which train refuses; give at most 100");
+  }
+  config.data.dataset.synthetic_train_size(16);  // below every measured batch
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  try {
+    training::make_plan(sweep, 64LL << 30, 0.10, kGiB);
+    ADD_FAILURE() << "a plan recommended a batch larger than 16 training images";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--memory: every measured setting takes more images a step (the fewest: 32) than "
+              "the 16 training images of the sweep's config, which train refuses; sweep smaller "
+              "batches (--batch-sizes)");
+  }
+}
+
 namespace {}  // namespace
