@@ -127,6 +127,22 @@ TEST(Stops, ADivergedFirstEpochAdvisesAResumeOnlyWhereOneIsPossible) {
       << r.output;
 }
 
+// A stop after the study was written and its folder marked finished exited 130 (round 5: 3 of 9
+// SIGINTs 4.2 s into `train memory --card`), and the same command into that folder was then
+// refused as "already holds a memory study". The outputs are complete: the stop is too late, the
+// exit 0. (The mechanism, for every command that marks a folder, is StopSignal's test.)
+TEST(Stops, AStopAfterAStudyIsWrittenIsTooLateToStopIt) {
+  test_support::TempDir dir;
+  const auto study = dir / "study";
+  const auto r = run_shell("TRAIN_TEST_STOP_AT='marked finished' " + std::string(TRAIN_BINARY) +
+                           " memory --config " + write_tiny_config(dir).string() +
+                           " --card T4 --card-only --settings fp32 --output-dir " + study.string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("[stopped]"), std::string::npos) << r.output;
+  EXPECT_NE(test_support::read_text(study / ".train-output").find("finished"), std::string::npos);
+  EXPECT_TRUE(fs::exists(study / "memory_breakdown.json"));
+}
+
 // A second `train --output-dir X` while X trains said "already holds a run ... continue it with
 // --resume X" (refused too), and a second sweep into a running sweep's folder said it "stopped
 // before it finished; starting it again": the folder's contents were judged before its lock. The

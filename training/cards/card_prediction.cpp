@@ -97,6 +97,7 @@ CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch,
   TORCH_INTERNAL_ASSERT(!snapshot || snapshot->reserved == p.figures().peak_reserved,
                         "the snapshot is not the prediction's reserved peak");
   p.train_images = train_images_at_most(config_.data);
+  p.unsupported = card_.unsupported(setting.precision);
   p.largest_batch =
       largest_fitting_batch(r.stream, p.held, p.allocator, p.beside,
                             models::smallest_trainable_batch(config_.model, p.held.image_size));

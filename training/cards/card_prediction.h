@@ -61,6 +61,10 @@ struct CardPrediction {
   // speed, and why in no_speed.
   std::optional<StepEstimate> speed;
   std::string no_speed;
+  // Why the card cannot run the setting at all (bf16 before compute capability 8.0; cards.h), as
+  // `train plan` says it: its memory is predicted, but the tables say "cannot run"; else empty.
+  std::string unsupported;
+  std::string fits_text() const;  // "yes", "no (out of memory in ...)", or "cannot run: ..."
   // The peaks to report: the card's replay where it fits; where it does not (the replay stops at
   // the allocation that fails), what the step needs, so that the margin says how much is missing.
   const Replay& figures() const { return replay.fits ? replay : needed; }

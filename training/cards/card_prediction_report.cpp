@@ -27,6 +27,11 @@ std::string CardPrediction::largest_batch_text() const {
                      largest_batch, train_images);
 }
 
+std::string CardPrediction::fits_text() const {
+  if (!unsupported.empty()) return "cannot run: " + unsupported;
+  return replay.fits ? "yes" : "no (out of memory in " + replay.failed_at + ")";
+}
+
 std::string prediction_line(const std::string& setting, const CardPrediction& p) {
   const auto& r = p.replay;
   if (!r.fits) {
@@ -139,6 +144,8 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
         {"data_sheet", data_sheet}}},
       {"batch_size", p.batch_size},
       {"fits", p.replay.fits},
+      {"unsupported", p.unsupported.empty() ? nlohmann::ordered_json(nullptr)
+                                            : nlohmann::ordered_json(p.unsupported)},
       {"failed_in", p.replay.fits ? nlohmann::ordered_json(nullptr)
                                   : nlohmann::ordered_json(p.replay.failed_at)},
       {"predicted_allocated_peak_bytes", p.figures().peak_allocated},
@@ -174,6 +181,8 @@ nlohmann::ordered_json prediction_columns(const CardPrediction& p) {
           {"predicted_reserved_peak_bytes", p.figures().peak_reserved},
           {"predicted_device_bytes", p.device_bytes()},
           {"fits_on_card", p.replay.fits},
+          {"unsupported_on_card", p.unsupported.empty() ? nlohmann::ordered_json(nullptr)
+                                                        : nlohmann::ordered_json(p.unsupported)},
           {"largest_batch_on_card", p.largest_batch},
           {"allocator_options", alloc_conf_text(p.allocator)},
           {"allocator_limit_bytes", p.allocator.limit},
@@ -259,8 +268,7 @@ std::string prediction_markdown(const std::vector<std::pair<std::string, CardPre
   for (const auto& [setting, p] : rows) {
     md += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {} | {:.1f} | {} | {} |\n", setting,
                       p.batch_size, to_mib(p.figures().peak_allocated),
-                      to_mib(p.figures().peak_reserved), to_mib(p.device_bytes()),
-                      p.replay.fits ? "yes" : "no (out of memory in " + p.replay.failed_at + ")",
+                      to_mib(p.figures().peak_reserved), to_mib(p.device_bytes()), p.fits_text(),
                       to_mib(p.margin()), p.largest_batch_text(),
                       p.speed ? fmt::format("{:.0f}", p.speed->images_per_second()) : "-");
   }

@@ -20,6 +20,7 @@ std::atomic<int> deferring{0};          // live DeferRepeatedStops
 std::atomic<int> deferred_signal{0};    // a repeated signal that arrived during one
 std::atomic<bool> exit_at_once{false};  // install_exit_on_stop's handlers are the ones installed
 std::atomic<int> stop_line_fd{-1};      // also_write_stop_line_to's
+std::atomic<bool> too_late{false};      // ignore_stops_from_now's: the outputs are complete
 
 // Writes `line` (async-signal-safe) to stderr and, where set, the run's log; what write(2) returns
 // does not matter to a process ending here.
@@ -58,6 +59,7 @@ void run_exit_command() {
 }
 
 extern "C" void on_stop_signal(int signal) {
+  if (too_late.load()) return;
   requested.store(true);
   if (signals.fetch_add(1) == 0) return;  // the first: a graceful stop
   // A repeated one terminates immediately, except during a durable write: after it.
@@ -75,6 +77,7 @@ extern "C" void on_stop_signal(int signal) {
 }
 
 extern "C" void exit_on_stop_signal(int signal) {
+  if (too_late.load()) return;
   if (deferring.load() > 0) {  // an atomic write under way finishes first: no temporary is left
     deferred_signal.store(signal);
     return;
@@ -94,6 +97,7 @@ void handle_stops(void (*handler)(int)) {
 }  // namespace
 
 void install_exit_on_stop() {
+  too_late.store(false);
   exit_at_once.store(true);
   handle_stops(exit_on_stop_signal);
 }
@@ -112,9 +116,14 @@ void also_write_stop_line_to(int fd) {
 }
 
 void install_stop_handlers() {
+  too_late.store(false);
   signals.store(0);
   exit_at_once.store(false);
   handle_stops(on_stop_signal);
+}
+
+void ignore_stops_from_now() {
+  too_late.store(true);
 }
 
 bool stop_requested() {
@@ -124,6 +133,7 @@ void request_stop() {
   requested.store(true);
 }
 void clear_stop_request() {
+  too_late.store(false);
   requested.store(false);
   signals.store(0);
 }
@@ -134,7 +144,7 @@ DeferRepeatedStops::DeferRepeatedStops() {
 
 DeferRepeatedStops::~DeferRepeatedStops() {
   if (deferring.fetch_sub(1) != 1) return;
-  if (deferred_signal.exchange(0) == 0) return;
+  if (deferred_signal.exchange(0) == 0 || too_late.load()) return;
   if (exit_at_once.load()) exit_stopped();
   exit_at_once_on_repeated_stop();
 }
@@ -150,7 +160,7 @@ void test_stop_point(const std::string& point) {
   // Under install_exit_on_stop, the signal itself (which exits); else the graceful stop's request.
   if (exit_at_once.load()) {
     std::raise(SIGINT);
-  } else {
+  } else if (!too_late.load()) {  // as the handler does
     request_stop();
   }
 }

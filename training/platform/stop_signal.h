@@ -19,6 +19,11 @@ void install_exit_on_stop();
 // While `fd` is set (a file descriptor open for appending; -1: none), that line also goes there: a
 // run's train.log (run_dir.h).
 void also_write_stop_line_to(int fd);
+// From here on a stop signal is ignored: the command's outputs are complete (its folder marked
+// finished, output_dir.h's mark_finished), so a stop that arrives after them is too late to stop
+// anything, and the command exits 0, not 130 with a folder that cannot be used again. A stop
+// deferred by a write under way (DeferRepeatedStops) is dropped too.
+void ignore_stops_from_now();
 // The graceful stop (the flag below), for loops that check it.
 void install_stop_handlers();
 bool stop_requested();

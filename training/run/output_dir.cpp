@@ -10,6 +10,7 @@
 
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
+#include "training/platform/stop_signal.h"
 
 namespace training {
 
@@ -210,7 +211,10 @@ std::unique_ptr<DirectoryLock> claim_output_dir(const fs::path& dir, OutputKind 
 }
 
 void mark_finished(const fs::path& dir, OutputKind kind) {
+  DeferRepeatedStops marking;  // a stop during the marker's write is after the outputs: dropped
   write_file_atomically(dir / kMarker, marker_text(kind, true));
+  ignore_stops_from_now();
+  test_stop_point("marked finished");  // tests: a stop after the outputs are complete
 }
 
 void check_file_outside_outputs(const fs::path& file, const std::string& flag) {

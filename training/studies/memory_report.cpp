@@ -337,7 +337,7 @@ int memory_study(const MemoryRequest& request, const Config& config) {
     const auto& b = breakdowns.back();
     exit_code = std::max(exit_code, report_breakdown(b, cell, dir));
     settings_json.push_back(breakdown_json(b));
-    if (card && b.status == TrialStatus::Ok) {
+    if (card) {  // the card's own recording: a step out of this machine's memory is predicted too
       predict_setting(*card, config.training.batch_size, cell, settings_json.back(), predictions,
                       snapshot_of(cell));
     }

@@ -1,10 +1,9 @@
 #include "training/studies/plan.h"
 
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 #include <limits>
 
 #include "models/resnet.h"
@@ -13,13 +12,9 @@
 #include "training/cards/speed_calibration.h"
 #include "training/config/config_yaml.h"
 #include "training/parts/components.h"
-#include "training/parts/memory_format.h"
 #include "training/parts/setup.h"
-#include "training/platform/atomic_file.h"
-#include "training/platform/device.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
-#include "training/run/run_dir.h"
 #include "training/studies/sweep_report.h"
 
 namespace training {
@@ -193,6 +188,22 @@ void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t 
   plan.gradient_bytes = gradients;
 }
 
+// The config beside a sweep is the one it ran: one edited since (its model or image size not what
+// sweep.json recorded) would plan, and replay on a card, another step than the one measured.
+void check_sweeps_config(const SweepRecord& sweep, const Config& swept, const fs::path& dir) {
+  const auto differs = [&](const std::string& key, const std::string& now,
+                           const std::string& measured) {
+    if (now == measured) return;
+    throw UserError((dir / "config.yaml").string() + ": " + key + " is " + now +
+                    ", but the sweep measured " + measured + " (" + (dir / "sweep.json").string() +
+                    "); the config beside a sweep is the one it ran: restore it, or sweep again");
+  };
+  differs("model.arch", arch_name(swept.model), sweep.arch);
+  differs("model.stem", stem_name(swept.model), sweep.stem);
+  differs("data.image_size", std::to_string(swept.data.image_size),
+          std::to_string(sweep.image_size));
+}
+
 // What a candidate needs that the card or the sweep's config does not give: the allocator limit
 // where it does not fit (a card's replay set its own; else the peak is the need), and why train
 // refuses it where it takes more images a step than the training set has.
@@ -287,6 +298,7 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
   // The sweep's config, read once: its checkpointing granularity, its model's smallest batch that
   // trains, and its gradient bytes and setting for a target batch and a card.
   const Config swept = load_config((sweep_dir / "config.yaml").string());
+  check_sweeps_config(sweep, swept, sweep_dir);
   plan.per_block_checkpointing = swept.checkpointing.granularity() == CheckpointGranularity::Block;
   const int64_t smallest_batch =
       models::smallest_trainable_batch(swept.model, swept.data.image_size);
@@ -339,60 +351,6 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
   }
   if (!plan.chosen) refuse_nothing_fits(plan, flag, on);
   return plan;
-}
-
-namespace {
-
-// The small sweep `train plan` runs without --from; returns its directory (empty when stopped).
-fs::path run_small_sweep(const PlanRequest& request) {
-  const Config config = load_config(request.config_path, request.overrides);
-  const torch::Device device = with_key_origins(config, [&] { return training_device(config); });
-  if (request.card) held_data(config);  // data.device_resident's data missing: refused first
-  const std::string precisions = has_fast_bf16(device) ? "[fp32, bf16]" : "[fp32]";
-  SweepRequest sweep;
-  sweep.config_path = request.config_path;
-  const std::string plan = "train plan";  // what error messages name for these
-  sweep.overrides = {
-      {"sweep.precisions=" + precisions, plan},
-      {"sweep.checkpointing=[false, true]", plan},
-      {"sweep.memory_formats=[" + memory_format_name(memory_format_for(config, device)) + "]",
-       plan},
-      {"sweep.warmup_steps=1", plan},
-      {"sweep.measure_steps=2", plan},
-      {"sweep.find_max=false", plan},
-      {"sweep.time_budget=" + std::to_string(request.budget_seconds), "--budget"}};
-  // The user's own --set last: they may change the grid.
-  sweep.overrides.insert(sweep.overrides.end(), request.overrides.begin(), request.overrides.end());
-  sweep.output_dir =
-      !request.output_dir.empty()
-          ? request.output_dir
-          : new_run_path(config.output.dir, "", "plan-" + arch_name(config.model)).string();
-  sweep.executable = request.executable;
-  spdlog::info(
-      "plan: no --from, so a small sweep runs first in {}: precisions {}, checkpointing off and "
-      "on, batch sizes from sweep.batch_sizes, 1 warm-up + 2 measured steps per trial; no trial "
-      "starts after {} s (--budget)",
-      sweep.output_dir, precisions, request.budget_seconds);
-  return run_sweep(sweep) == kExitOk ? fs::path(sweep.output_dir) : fs::path();
-}
-
-}  // namespace
-
-int plan_command(const PlanRequest& request) {
-  fs::path sweep_dir = request.from;
-  if (request.from.empty()) {
-    sweep_dir = run_small_sweep(request);
-    if (sweep_dir.empty()) return kExitStopped;
-  }
-  const Plan plan = make_plan(sweep_dir, request.memory, request.headroom, request.overhead,
-                              request.card, request.target_batch);
-  if (!request.json.empty()) {
-    write_file_atomically(request.json, plan_json(plan).dump(2) + "\n");
-  }
-  std::cout << plan_table(plan)
-            << "\nrecommended: " << recommended_flags(plan, plan.candidates.at(*plan.chosen))
-            << std::endl;
-  return kExitOk;
 }
 
 }  // namespace training

@@ -101,7 +101,7 @@ void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
       const CardPrediction& p = *t.on_card;
       md << "| " << t.id << " | " << t.setting.name() << " | " << t.batch << " | "
          << mib_text(p.figures().peak_allocated) << " | " << mib_text(p.figures().peak_reserved)
-         << " | " << mib_text(p.device_bytes()) << " | " << (p.replay.fits ? "yes" : "no") << " | "
+         << " | " << mib_text(p.device_bytes()) << " | " << p.fits_text() << " | "
          << p.largest_batch_text() << " | "
          << (p.speed ? fmt::format("{:.0f}", p.speed->images_per_second()) : "-") << " |\n";
       if (p.replay.fits && p.speed &&
@@ -322,6 +322,7 @@ SweepRecord read_sweep(const fs::path& dir) {
     const nlohmann::json json = nlohmann::json::parse(in);
     record.arch = json.at("arch").get<std::string>();
     record.stem = json.at("stem").get<std::string>();
+    record.image_size = read_at_least<int64_t>(json, "image_size", 1);
     record.device = json.at("device").get<std::string>();
     const auto spec = parse_device_spec(record.device);
     if (!spec || spec->kind == DeviceSpec::Kind::Auto) {

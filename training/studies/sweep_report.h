@@ -39,6 +39,7 @@ void write_sweep_tables(const std::filesystem::path& dir, const SweepFacts& fact
 // A sweep read back from its sweep.json (what `train plan` plans from).
 struct SweepRecord {
   std::string arch, stem, device;
+  int64_t image_size = kStoredImageSize;  // data.image_size it measured at
   bool cuda = false;  // the device is a CUDA device
   bool complete = false;
   std::vector<Setting> cells;

@@ -102,6 +102,56 @@ TEST(AtomicFile, ARepeatedStopSignalWaitsForTheWriteToFinish) {
   EXPECT_EQ(test_support::read_text(dir / "checkpoint.pt"), "first half, second half");
 }
 
+// A stop after a command's outputs are complete (its folder marked finished) is too late to stop
+// anything: ignored, also one deferred by the marker's write. Round 5: `train memory` stopped just
+// after "memory study written" exited 130 with its folder finished, which the same command then
+// refused to use again.
+TEST(StopSignal, AStopAfterTheOutputsAreCompleteIsIgnored) {
+  auto child_exit = [](const std::function<void()>& body) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      body();
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  };
+  EXPECT_EQ(child_exit([] {
+              training::install_exit_on_stop();
+              training::ignore_stops_from_now();
+              std::raise(SIGINT);
+            }),
+            0);
+  EXPECT_EQ(child_exit([] {
+              training::install_exit_on_stop();
+              training::DeferRepeatedStops writing;
+              std::raise(SIGTERM);  // deferred by the write, which completes the outputs
+              training::ignore_stops_from_now();
+            }),
+            0);
+  EXPECT_EQ(child_exit([] {
+              training::install_stop_handlers();
+              training::ignore_stops_from_now();
+              std::raise(SIGINT);
+              std::raise(SIGINT);  // not even a second one
+              if (training::stop_requested()) ::_exit(1);
+            }),
+            0);
+  // Before it, a stop is one: 130 at once, or the graceful request.
+  EXPECT_EQ(child_exit([] {
+              training::install_exit_on_stop();
+              std::raise(SIGINT);
+            }),
+            training::kExitStopped);
+  EXPECT_EQ(child_exit([] {
+              training::install_stop_handlers();
+              std::raise(SIGINT);
+              if (!training::stop_requested()) ::_exit(1);
+            }),
+            0);
+}
+
 // Round 5: `train sweep` ended by SIGHUP (a dropped ssh session) died silently (exit 129) and left
 // its Slurm job array running, and a second stop 10 ms after the first exited at once, also
 // leaving it. SIGHUP is a stop like SIGTERM (unless ignored, as nohup does); an exit at once first

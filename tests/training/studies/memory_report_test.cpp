@@ -128,6 +128,16 @@ TEST(MemoryReport, ASettingThatRanOutOfMemoryMeasuredNothing) {
                           "reserved_bytes", "unexplained_bytes"}) {
     EXPECT_TRUE(setting.at(key).is_null()) << key << ": " << setting.dump();
   }
+  // With a card it is predicted all the same (the card's recording is its own): round 5 found
+  // such a setting silently without its card fields, where --card-only predicted it.
+  limited.card = "T4";
+  limited.output_dir = (dir / "on-card").string();
+  EXPECT_EQ(training::memory_command(limited), training::kExitOutOfMemory);
+  std::ifstream on_card(dir / "on-card" / "memory_breakdown.json");
+  const auto predicted = nlohmann::json::parse(on_card).at("settings").at(0);
+  EXPECT_EQ(predicted.at("status"), "oom");
+  EXPECT_EQ(predicted.at("fits"), false) << predicted.dump();  // under memory.limit's 1 MiB
+  EXPECT_GT(predicted.at("needed_allocator_limit_bytes").get<int64_t>(), 1 << 20);
 }
 
 // Blocks given by hand need no budget (nothing is chosen; train takes them without one), and the

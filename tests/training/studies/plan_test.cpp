@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <regex>
 
 #include "data/loader.h"
@@ -53,7 +54,8 @@ fs::path sweep_folder(const fs::path& sweep) {
 
 // Without checkpointing: 200 MiB + 25 MiB per sample, 100/150/180 images/s at 32/64/128.
 // With: 300 MiB + 9.375 MiB per sample, 110/130/140 images/s at 64/128/256.
-fs::path prepared_sweep(const test_support::TempDir& dir, const std::string& device = "cpu") {
+fs::path prepared_sweep(const test_support::TempDir& dir, const std::string& device = "cpu",
+                        const std::string& arch = "resnet50") {
   const auto ok = training::TrialStatus::Ok;
   std::vector<training::SweepTrial> trials = {
       trial(1, plain, 32, 1000 * MiB, 100, ok),
@@ -64,7 +66,7 @@ fs::path prepared_sweep(const test_support::TempDir& dir, const std::string& dev
       trial(6, checkpointed, 256, 2700 * MiB, 140, ok),
       trial(7, plain, 512, 0, 0, training::TrialStatus::OutOfMemory)};
   const std::vector<Setting> cells = {plain, checkpointed};
-  training::SweepFacts facts{"resnet50", "cifar", device, device, 64LL << 30, false, 1, 2, {}};
+  training::SweepFacts facts{arch, "cifar", device, device, 64LL << 30, false, 1, 2, {}};
   const fs::path sweep = sweep_folder(dir / "sweep");
   training::write_sweep_tables(sweep, facts, training::summarize(cells, trials, {}, false), trials,
                                true);
@@ -86,6 +88,36 @@ TEST(Plan, ASweepsConfigThatCannotBeReadIsSaid) {
     EXPECT_NE(std::string(e.what()).find((sweep / "config.yaml").string()), std::string::npos)
         << e.what();
   }
+}
+
+// The config beside a sweep is the one it ran: one edited since (round 5: data.image_size 64
+// made 16, a largest batch of 98176 where the sweep's step gave 7008) is refused naming both
+// files, for each fact sweep.json records of the step (model, stem, image size).
+TEST(Plan, ASweepsConfigEditedSinceItRanIsRefused) {
+  test_support::TempDir dir;
+  const auto sweep = prepared_sweep(dir);  // resnet50, CIFAR stem, 32x32
+  training::Config config = training::parse_config("", "test");
+  for (const auto& [key, edit] :
+       std::vector<std::pair<std::string, std::function<void(training::Config&)>>>{
+           {"data.image_size is 16, but the sweep measured 32",
+            [](training::Config& c) { c.data.image_size = 16; }},
+           {"model.arch is resnet18, but the sweep measured resnet50",
+            [](training::Config& c) { c.model = models::ResNetOptions(18); }}}) {
+    training::Config edited = config;
+    edit(edited);
+    std::ofstream(sweep / "config.yaml") << training::to_yaml(edited);
+    try {
+      training::make_plan(sweep, 64LL << 30, 0.10, kGiB);
+      ADD_FAILURE() << key << ": planned from an edited config";
+    } catch (const training::UserError& e) {
+      EXPECT_EQ(std::string(e.what()), (sweep / "config.yaml").string() + ": " + key + " (" +
+                                           (sweep / "sweep.json").string() +
+                                           "); the config beside a sweep is the one it ran: "
+                                           "restore it, or sweep again");
+    }
+  }
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  EXPECT_TRUE(training::make_plan(sweep, 64LL << 30, 0.10, kGiB).chosen);
 }
 
 TEST(Plan, PicksTheFastestSettingThatFits) {
@@ -364,7 +396,7 @@ TEST(Plan, ATargetBatchIsReachedByTheFastestMicroBatchThatFits) {
 
 // The prepared sweep with ResNet-18 (CIFAR stem) as its config's model: quick to record.
 fs::path prepared_resnet18_sweep(const test_support::TempDir& dir) {
-  const auto sweep = prepared_sweep(dir);
+  const auto sweep = prepared_sweep(dir, "cpu", "resnet18");
   training::Config config = training::parse_config("", "test");
   config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
   std::ofstream(sweep / "config.yaml") << training::to_yaml(config);

@@ -1,0 +1,78 @@
+// `train plan`: without --from, its small sweep first; then the plan made (plan.cpp) and printed
+// (plan_report.cpp).
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "training/cards/card_prediction.h"
+#include "training/config/config_yaml.h"
+#include "training/parts/memory_format.h"
+#include "training/parts/setup.h"
+#include "training/platform/atomic_file.h"
+#include "training/platform/device.h"
+#include "training/platform/errors.h"
+#include "training/platform/stop_signal.h"
+#include "training/run/run_dir.h"
+#include "training/studies/plan.h"
+
+namespace training {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The small sweep `train plan` runs without --from; returns its directory (empty when stopped).
+fs::path run_small_sweep(const PlanRequest& request) {
+  const Config config = load_config(request.config_path, request.overrides);
+  const torch::Device device = with_key_origins(config, [&] { return training_device(config); });
+  if (request.card) held_data(config);  // data.device_resident's data missing: refused first
+  const std::string precisions = has_fast_bf16(device) ? "[fp32, bf16]" : "[fp32]";
+  SweepRequest sweep;
+  sweep.config_path = request.config_path;
+  const std::string plan = "train plan";  // what error messages name for these
+  sweep.overrides = {
+      {"sweep.precisions=" + precisions, plan},
+      {"sweep.checkpointing=[false, true]", plan},
+      {"sweep.memory_formats=[" + memory_format_name(memory_format_for(config, device)) + "]",
+       plan},
+      {"sweep.warmup_steps=1", plan},
+      {"sweep.measure_steps=2", plan},
+      {"sweep.find_max=false", plan},
+      {"sweep.time_budget=" + std::to_string(request.budget_seconds), "--budget"}};
+  // The user's own --set last: they may change the grid.
+  sweep.overrides.insert(sweep.overrides.end(), request.overrides.begin(), request.overrides.end());
+  sweep.output_dir =
+      !request.output_dir.empty()
+          ? request.output_dir
+          : new_run_path(config.output.dir, "", "plan-" + arch_name(config.model)).string();
+  sweep.executable = request.executable;
+  spdlog::info(
+      "plan: no --from, so a small sweep runs first in {}: precisions {}, checkpointing off and "
+      "on, batch sizes from sweep.batch_sizes, 1 warm-up + 2 measured steps per trial; no trial "
+      "starts after {} s (--budget)",
+      sweep.output_dir, precisions, request.budget_seconds);
+  if (run_sweep(sweep) != kExitOk) return {};
+  install_exit_on_stop();  // the plan after its sweep: a stop ends it at once, the sweep kept
+  return sweep.output_dir;
+}
+
+}  // namespace
+
+int plan_command(const PlanRequest& request) {
+  fs::path sweep_dir = request.from;
+  if (request.from.empty()) {
+    sweep_dir = run_small_sweep(request);
+    if (sweep_dir.empty()) return kExitStopped;
+  }
+  const Plan plan = make_plan(sweep_dir, request.memory, request.headroom, request.overhead,
+                              request.card, request.target_batch);
+  if (!request.json.empty()) {
+    write_file_atomically(request.json, plan_json(plan).dump(2) + "\n");
+  }
+  std::cout << plan_table(plan)
+            << "\nrecommended: " << recommended_flags(plan, plan.candidates.at(*plan.chosen))
+            << std::endl;
+  return kExitOk;
+}
+
+}  // namespace training
