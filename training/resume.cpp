@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "training/config/config_yaml.h"
+#include "training/parts/memory_format.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
 #include "training/run/checkpoint_io.h"
@@ -166,6 +167,24 @@ Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
   }
   recorded = stored_decisions(resume, stored, config);
   return config;
+}
+
+bool nothing_left_to_train(const TrainState& position, const Config& asked) {
+  const int64_t max_steps = asked.training.max_steps;
+  return position.epoch >= asked.training.epochs || (max_steps > 0 && position.step >= max_steps);
+}
+
+MemoryFormatChoice kept_decisions(const ResumeTarget& resume, const Config& asked,
+                                  const Decisions& decisions) {
+  spdlog::info(
+      "{}: nothing is left to train; its recorded decisions are kept (nothing is measured) and "
+      "its config.yaml and decisions.json are not rewritten",
+      resume.run_dir.empty() ? resume.checkpoint.string() : resume.run_dir.string());
+  MemoryFormatChoice kept;
+  kept.format = decided(asked, decisions).training.memory_format.value_or(kept.format);
+  kept.reason = asked.training.memory_format ? "as configured"
+                                             : "auto: as this run decided, nothing left to train";
+  return kept;
 }
 
 }  // namespace training

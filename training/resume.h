@@ -7,6 +7,8 @@
 
 #include "training/config/config.h"
 #include "training/config/decisions.h"
+#include "training/parts/memory_format.h"
+#include "training/run/checkpoint_io.h"
 #include "training/train_request.h"
 
 namespace training {
@@ -28,5 +30,16 @@ ResumeTarget resume_target(const std::string& resume);
 // `recorded` (its 'decisions' entry).
 Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
                         Decisions& recorded);
+
+// Whether a resumed run at `position` (its checkpoint's) has nothing left to train with `asked`:
+// its training.epochs, or training.max_steps, done.
+bool nothing_left_to_train(const TrainState& position, const Config& asked);
+
+// A resumed run with nothing left to train decides nothing: its recorded decisions stand (none is
+// measured again, for a batch or budget it will never train at), and its config.yaml and
+// decisions.json are not rewritten; the run finishes what was left (its report). Says so in the
+// log; returns the layout as decided.
+MemoryFormatChoice kept_decisions(const ResumeTarget& resume, const Config& asked,
+                                  const Decisions& decisions);
 
 }  // namespace training

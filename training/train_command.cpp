@@ -39,17 +39,10 @@ namespace {
 
 // How the log names a data source.
 const char* source_description(data::Source source) {
-  switch (source) {
-    case data::Source::Binary:
-      return "binary batches";
-    case data::Source::Images:
-      return "image folders";
-    case data::Source::Synthetic:
-      return "synthetic";
-    case data::Source::Auto:
-      break;
-  }
-  return "auto";
+  return source == data::Source::Binary      ? "binary batches"
+         : source == data::Source::Images    ? "image folders"
+         : source == data::Source::Synthetic ? "synthetic"
+                                             : "auto";
 }
 
 int64_t count_parameters(torch::nn::Module& model) {
@@ -275,14 +268,17 @@ int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
 
 // What needs no measurement is refused before anything is measured: the labels, the batch, the
 // profiler's window, a resumed checkpoint's model and its position (ranks, batch, samples), and
-// the folder the run will write (rank 0's), not after the autos were measured.
-void check_before_measuring(const TrainRequest& request, const ResumeTarget& resume,
-                            const Config& asked, const LoadedData& data,
-                            const std::optional<LaunchEnv>& launch) {
+// the folder the run will write (rank 0's), not after the autos were measured. Returns whether a
+// resumed run has nothing left to train (its epochs, or training.max_steps, done).
+bool check_before_measuring(const TrainRequest& request, const ResumeTarget& resume,
+                            const Config& asked, const torch::Device& device,
+                            const LoadedData& data, const std::optional<LaunchEnv>& launch) {
   const int64_t ranks = launch ? launch->world_size : 1;
   check_labels(data.train, "training", asked.model.num_classes());
   check_labels(data.test, "test", asked.model.num_classes());
   Trainer::check_steps(asked, data.train.size(), ranks);
+  // training.cuda_graph: on where it cannot run (no CUDA device, ...): not after timing layouts.
+  if (asked.training.cuda_graph == CudaGraphMode::On) use_cuda_graph(asked, device, ranks > 1);
   if (!resume.checkpoint.empty()) {
     // Its model and optimizer state against the config's (UserError naming the file), on a model
     // built to compare with (host data, not the run's); then its position (check_resumable).
@@ -291,10 +287,12 @@ void check_before_measuring(const TrainRequest& request, const ResumeTarget& res
     const auto optimizer = make_sgd(*model, asked.optimizer);
     const TrainState position = check_checkpoint_model(resume.checkpoint, *model, *optimizer);
     Trainer::check_resumable(resume.checkpoint, position, asked, run_yaml(asked), ranks);
+    return nothing_left_to_train(position, asked);
   }
   if (resume.run_dir.empty() && !request.output_dir.empty() && (!launch || launch->rank == 0)) {
     check_output_dir(request.output_dir, OutputKind::Run, "--output-dir");
   }
+  return false;
 }
 
 // The run itself, from the config asked for and the decisions recorded (a resume): set up,
@@ -307,7 +305,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   const torch::Device device = set_up_device(asked, DeviceUse::Step, launch);
   LoadedData data = load_data(asked);
   const bool data_parallel = launch && launch->world_size > 1;
-  check_before_measuring(request, resume, asked, data, launch);
+  const bool trained = check_before_measuring(request, resume, asked, device, data, launch);
   auto setup = [&](const char* doing) {  // out of memory before the first step
     return [doing, &resume] {            // a fresh run has no checkpoint to call intact
       return OutOfMemoryWhere{OutOfMemoryWhere::Setup, doing, !resume.checkpoint.empty()};
@@ -317,11 +315,13 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   // The autos become this run's decisions (decisions.json and the checkpoint; a resume keeps
   // those that hold): the layout (a step timed in each), then checkpointing's blocks for this
   // batch and budget. The parts are built from the config with the decisions in place.
-  const MemoryFormatChoice layout = out_of_memory_is_exit_3(
-      asked, device,
-      setup("while timing a training step in each layout (training.memory_format: auto)"),
-      [&] { return decide_memory_format(asked, decisions, device, data_parallel); });
+  const auto timing = setup("while timing a training step in each layout (memory_format: auto)");
+  const MemoryFormatChoice layout = out_of_memory_is_exit_3(asked, device, timing, [&] {
+    return trained ? kept_decisions(resume, asked, decisions)
+                   : decide_memory_format(asked, decisions, device, data_parallel);
+  });
   const auto checkpointing = out_of_memory_is_exit_3(asked, device, building, [&] {
+    if (trained) return std::optional<CheckpointChoice>();
     const Config laid_out = decided(asked, {decisions.layout, std::nullopt});
     const bool choosing = laid_out.checkpointing.mode() == CheckpointMode::Auto;
     return resolve_checkpointing(
@@ -364,7 +364,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
         resume.run_dir.string());
   }
   if (run) {
-    run->write_inputs(inputs);
+    if (!trained) run->write_inputs(inputs);
     trainer.write_to(*run);
     if (!resume.run_dir.empty())
       run->keep_epochs_through(trainer.state().epoch, trainer.state().step);

@@ -83,11 +83,24 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
   // Round 5: resumed with the limit taken away, the choice was kept for a budget that is gone
   // ("within the budget of ..." beside "memory limit: none"); refused as a fresh run is.
   const auto limitless =
-      run_train("--resume " + run.string() + " --set training.max_steps=0 --set memory.limit=none");
+      run_train("--resume " + run.string() + " --set training.epochs=2 --set memory.limit=none");
   EXPECT_EQ(limitless.code, 2) << limitless.output;
   EXPECT_NE(limitless.output.find("checkpointing.enabled: auto needs a memory budget"),
             std::string::npos)
       << limitless.output;
+  // A finished run decides nothing (round 5: resumed with another batch it measured auto for it,
+  // recorded "no block recomputed, chosen for batch 8" and wrote batch 8 into config.yaml, where
+  // every epoch trained at 32): nothing measured, its config.yaml and decisions.json kept.
+  const std::string config_before = test_support::read_text(run / "config.yaml");
+  const std::string decisions_before = test_support::read_text(run / "decisions.json");
+  const auto finished = run_train("--resume " + run.string() + " --set training.batch_size=8");
+  EXPECT_EQ(finished.code, 0) << finished.output;
+  EXPECT_NE(finished.output.find("nothing is left to train; its recorded decisions are kept"),
+            std::string::npos)
+      << finished.output;
+  EXPECT_EQ(finished.output.find("measuring every block"), std::string::npos) << finished.output;
+  EXPECT_EQ(test_support::read_text(run / "config.yaml"), config_before);
+  EXPECT_EQ(test_support::read_text(run / "decisions.json"), decisions_before);
   std::ifstream metrics(run / "metrics.jsonl");
   std::string row;
   ASSERT_TRUE(std::getline(metrics, row));

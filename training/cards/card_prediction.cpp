@@ -81,13 +81,15 @@ CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch,
   p.reducer_bucket_bytes = reducer_bucket_bytes_;
   const AllocationStream stream = with_held_data(r.stream.at(batch), batch, p.held);
   p.replay = replay_stream(stream, p.allocator, p.beside, snapshot);
-  p.needed_limit = smallest_fitting_limit(stream, p.allocator, p.beside, &p.needed);
+  // What it needs, above the limit it did not fit under (never a smaller figure than the card's).
+  const int64_t failed_under = p.replay.fits ? 0 : p.allocator.limit;
+  p.needed_limit = smallest_fitting_limit(stream, p.allocator, p.beside, &p.needed, failed_under);
   // The size advised is one a user can type back: `--card SIZE` has a size card's workspaces.
   const BesideTensors by_size = beside_tensors(Card{});
   if (!p.replay.fits && by_size.cublas_workspace != p.beside.cublas_workspace) {
     Replay at_it;
-    p.needed_by_size =
-        smallest_fitting_limit(stream, p.allocator, by_size, &at_it) + by_size.outside_allocator;
+    p.needed_by_size = smallest_fitting_limit(stream, p.allocator, by_size, &at_it, failed_under) +
+                       by_size.outside_allocator;
   }
   if (snapshot && !p.replay.fits) {  // the figures are what the step needs: drawn so
     AllocatorOptions needed = p.allocator;

@@ -154,18 +154,20 @@ int64_t largest_fitting_batch(const LinearStream& stream, const HeldData& held,
 }
 
 int64_t smallest_fitting_limit(const AllocationStream& stream, AllocatorOptions options,
-                               const BesideTensors& beside, Replay* at_it) {
+                               const BesideTensors& beside, Replay* at_it, int64_t above) {
   auto replay_at = [&](int64_t mib) {
     options.limit = mib * kMiB;
     return replay_stream(stream, options, beside);
   };
+  const int64_t floor_mib = above / kMiB;  // taken as not fitting: the result is above it
   options.limit = 0;  // without a limit nothing cached is freed: a limit that surely fits
   int64_t good = std::max<int64_t>(
-      1, (replay_stream(stream, options, beside).peak_reserved + kMiB - 1) / kMiB);
+      floor_mib + 1, (replay_stream(stream, options, beside).peak_reserved + kMiB - 1) / kMiB);
   Replay best = replay_at(good);
   while (!best.fits && good < (int64_t{1} << 30)) best = replay_at(good *= 2);  // to 1 PiB
   // Below the allocated peak nothing fits (reserved holds it): the search starts there.
-  for (int64_t bad = std::min(good - 1, (best.peak_allocated + kMiB - 1) / kMiB - 1);
+  for (int64_t bad =
+           std::max(floor_mib, std::min(good - 1, (best.peak_allocated + kMiB - 1) / kMiB - 1));
        good - bad > 1;) {
     const int64_t middle = bad + (good - bad) / 2;
     Replay r = replay_at(middle);

@@ -37,10 +37,12 @@ struct Replay {
 Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& options,
                      const BesideTensors& beside, AllocatorSnapshot* snapshot = nullptr);
 
-// The smallest allocator limit, in whole MiB, on which `stream` replays without running out
-// (options.limit aside), and that replay in `at_it`.
+// The smallest allocator limit above `above` bytes, in whole MiB, on which `stream` replays
+// without running out (options.limit aside), and that replay in `at_it`. Fitting is not monotone
+// in the limit (a lower one can free cached blocks sooner): a step that did not fit under a
+// limit is given what it needs above it, never a smaller figure.
 int64_t smallest_fitting_limit(const AllocationStream& stream, AllocatorOptions options,
-                               const BesideTensors& beside, Replay* at_it);
+                               const BesideTensors& beside, Replay* at_it, int64_t above = 0);
 
 // What a training run holds on the card beside its step's own tensors.
 struct HeldData {

@@ -255,6 +255,22 @@ std::string percent_text(double share) {
   return fmt::format("{:.9g}%", share * 100);  // as given: "12.345%", "99.9%", "10%"
 }
 
+std::string plan_target_text(const std::optional<Card>& card, int64_t card_bytes, double headroom,
+                             int64_t overhead) {
+  return (card ? card->name : byte_size_text(card_bytes)) + " (" + format_bytes(card_bytes) +
+         ") with " + percent_text(headroom) + " headroom and " + format_bytes(overhead) +
+         " outside the allocator";
+}
+
+void refuse_no_room(const std::optional<Card>& card, int64_t card_bytes, double headroom,
+                    int64_t overhead) {
+  const auto usable = static_cast<int64_t>(static_cast<double>(card_bytes) * (1 - headroom));
+  if (usable - overhead > 0) return;
+  throw UserError(std::string(card ? "--card" : "--memory") + ": nothing fits in " +
+                  plan_target_text(card, card_bytes, headroom, overhead) +
+                  ": that leaves the allocator no memory");
+}
+
 int64_t card_needed_for(const Plan& plan, int64_t limit) {
   const int64_t wanted = limit + plan.overhead_bytes;
   int64_t card =
@@ -304,15 +320,9 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
       models::smallest_trainable_batch(swept.model, swept.data.image_size);
   plan.sweep_complete = sweep.complete;
   const int64_t for_allocator = plan.usable_bytes - plan.overhead_bytes;
-  // "H100-SXM (79.65 GiB) with 10% headroom and 771.00 MiB outside the allocator"
   const std::string flag = card ? "--card" : "--memory";
-  const std::string on = (card ? card->name : byte_size_text(card_bytes)) + " (" +
-                         format_bytes(card_bytes) + ") with " + percent_text(headroom) +
-                         " headroom and " + format_bytes(plan.overhead_bytes) +
-                         " outside the allocator";
-  if (card && for_allocator <= 0) {  // known without replaying each setting on the card
-    throw UserError(flag + ": nothing fits in " + on + ": that leaves the allocator no memory");
-  }
+  const std::string on = plan_target_text(card, card_bytes, headroom, plan.overhead_bytes);
+  refuse_no_room(card, card_bytes, headroom, plan.overhead_bytes);
   plan.cells = summarize(sweep.cells, sweep.trials, {std::max<int64_t>(0, for_allocator)},
                          /*searched=*/false, smallest_batch);
   for (const auto& t : sweep.trials) {

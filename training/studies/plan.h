@@ -74,6 +74,13 @@ struct Plan {
 
 // "10%" for 0.1, "12.345%" for 0.12345: as given, never rounded to another figure.
 std::string percent_text(double share);
+// "H100-SXM (79.65 GiB) with 10% headroom and 771.00 MiB outside the allocator"
+std::string plan_target_text(const std::optional<Card>& card, int64_t card_bytes, double headroom,
+                             int64_t overhead);
+// UserError ("...: that leaves the allocator no memory") where the card less its headroom and
+// what lies outside the allocator leaves the allocator nothing: known before any measurement.
+void refuse_no_room(const std::optional<Card>& card, int64_t card_bytes, double headroom,
+                    int64_t overhead);
 // The smallest card (whole MiB) whose memory, less the plan's headroom and what lies outside the
 // allocator, leaves the allocator `limit` bytes.
 int64_t card_needed_for(const Plan& plan, int64_t limit);

@@ -93,6 +93,27 @@ TEST(CardPrediction, TheLargestBatchIsNeverOneThatDoesNotTrain) {
   EXPECT_EQ(largest_fitting_batch(linear, HeldData{}, options, {}, 2), from_one);
 }
 
+// What a step needs is searched above the limit it did not fit under: fitting is not monotone in
+// the limit (round 5: a step that did not fit an A10 "needed" 22238 MiB of its 22257 MiB, a
+// figure below the card, with a positive margin).
+TEST(CardPrediction, WhatAStepNeedsIsAboveTheLimitItDidNotFitUnder) {
+  constexpr int64_t MiB = int64_t{1} << 20;
+  const LinearStream linear =
+      linear_stream(stream({{0, 40 * MiB}, {0, 0}}), 2, stream({{0, 80 * MiB}, {0, 0}}), 4);
+  const AllocationStream at_one = linear.at(1);  // one allocation of 20 MiB
+  AllocatorOptions options;
+  options.device_memory = 1024 * MiB;
+  Replay replay;
+  const int64_t least = smallest_fitting_limit(at_one, options, {}, &replay);
+  EXPECT_EQ(least, 20 * MiB);
+  EXPECT_TRUE(replay.fits);
+  EXPECT_EQ(smallest_fitting_limit(at_one, options, {}, &replay, least - 1), least);
+  EXPECT_EQ(smallest_fitting_limit(at_one, options, {}, &replay, least), least + MiB);
+  EXPECT_EQ(smallest_fitting_limit(at_one, options, {}, &replay, least + 5 * MiB + 3),
+            least + 6 * MiB);
+  EXPECT_TRUE(replay.fits);
+}
+
 TEST(CardPrediction, ReplaysPhasesWithTheCardsWorkspaces) {
   constexpr int64_t MiB = int64_t{1} << 20;
   // held: 4 MiB; forward: +30 MiB; backward: frees it, 12 MiB of gradients.
@@ -395,6 +416,17 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
             std::string::npos)
       << prediction_line("fp32", t4);
   EXPECT_EQ(prediction_json(t4).at("needed_card_by_size_bytes"), t4.needed_by_size);
+  // A setting the card cannot run (bf16 on sm_75) is predicted, but every table says it cannot
+  // run, as `train plan` does (round 5: sweep.md read "fits: yes" for bf16 on a T4).
+  EXPECT_TRUE(t4.unsupported.empty());
+  EXPECT_TRUE(prediction_json(t4).at("unsupported").is_null());
+  CardPrediction bf16 = p;
+  bf16.unsupported = find_card("T4").unsupported(Precision::BF16);
+  EXPECT_EQ(bf16.fits_text(),
+            "cannot run: bf16 needs compute capability 8.0 or later; T4 is sm_75");
+  EXPECT_NE(prediction_markdown({{"bf16", bf16}}).find("| cannot run: bf16 needs"),
+            std::string::npos);
+  EXPECT_EQ(prediction_columns(bf16).at("unsupported_on_card"), bf16.unsupported);
   EXPECT_EQ(prediction_columns(over).at("allocator_options"), "");
   EXPECT_TRUE(prediction_columns(over).at("device_resident_bytes").is_null());
   CardPrediction split = over;  // the options it replayed under, in a sweep's and a plan's columns

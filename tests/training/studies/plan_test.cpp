@@ -308,6 +308,35 @@ TEST(Plan, ACardsResidentDataMissingIsRefusedBeforeAnySweep) {
   EXPECT_FALSE(fs::exists(dir / "swept"));
 }
 
+// A card whose headroom and what lies outside the allocator leave the allocator nothing is known
+// before any measurement: refused before the small sweep (round 5: 9 s of sweep first, with
+// --memory and with --card), as with --from.
+TEST(Plan, ACardThatLeavesTheAllocatorNothingIsRefusedBeforeTheSmallSweep) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "c.yaml") << "model: {arch: resnet18, stem: cifar}\n"
+                                   "data: {source: synthetic}\ntraining: {device: cpu}\n"
+                                   "sweep: {batch_sizes: [4]}\n";
+  training::PlanRequest plan;
+  plan.config_path = (dir / "c.yaml").string();
+  plan.output_dir = (dir / "planned").string();
+  plan.memory = 800 * MiB;  // less 10%: 720 MiB, below the 771 MiB outside the allocator
+  try {
+    training::plan_command(plan);
+    ADD_FAILURE() << "a sweep ran for a card that leaves the allocator nothing";
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--memory: nothing fits in 800MiB (800.00 MiB) with 10% "
+                                         "headroom and 771.00 MiB outside the allocator: that "
+                                         "leaves the allocator no memory"),
+              std::string::npos)
+        << e.what();
+  }
+  plan.card = training::find_card("H100-SXM");
+  plan.memory = plan.card->memory_bytes;
+  plan.overhead = 80 * kGiB;
+  EXPECT_THROW(training::plan_command(plan), training::UserError);
+  EXPECT_FALSE(fs::exists(dir / "planned"));
+}
+
 // --target-batch 1024: each measured batch that divides it becomes micro-batch x accumulate_steps,
 // its peak with the accumulated gradients (ResNet-50's, about 90 MiB) added; the fastest that fits
 // a 4 GiB card (2.6 GiB for the allocator) is 64 x 16 without checkpointing: 128 x 8 (3400 MiB
