@@ -142,9 +142,50 @@ std::unique_ptr<DirectoryLock> lock_if_locked(const fs::path& dir) {
   return fs::is_regular_file(dir / ".lock", ec) ? std::make_unique<DirectoryLock>(dir) : nullptr;
 }
 
+// A path no file can be written at, known before anything runs: a name longer than the file
+// system takes, or a loop of symbolic links on the way (said as such, not as a missing target).
+void refuse_unusable_path(const fs::path& path, const std::string& flag) {
+  for (const auto& part : path) {
+    if (part.string().size() > 255) {
+      throw UserError(flag + ": " + path.string() + ": a name in it is " +
+                      std::to_string(part.string().size()) +
+                      " bytes long, more than the 255 a file system takes");
+    }
+  }
+  std::error_code ec;
+  fs::path at;  // from the root down: the first part that loops is named
+  for (const auto& part : fs::absolute(path, ec)) {
+    at /= part;
+    (void)fs::status(at, ec);
+    if (ec.value() == ELOOP) {
+      throw UserError(flag + ": " + path.string() + ": " + at.string() +
+                      " is a loop of symbolic links");
+    }
+  }
+}
+
+// Refuses a path inside a folder that holds another command's outputs, at any depth: only that
+// command writes there, and run again it removes what it does not know.
+void refuse_inside_outputs(const fs::path& path, const std::string& flag) {
+  std::error_code ec;
+  const fs::path at = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) return;  // refuse_unusable_path and the write say what is wrong with it
+  for (fs::path folder = at.parent_path(); folder.has_relative_path();
+       folder = folder.parent_path()) {
+    if (!is_file(folder / kMarker)) continue;  // (not listing every folder up to the root)
+    if (const HeldOutputs held = held_outputs(folder); held.kind) {
+      throw UserError(flag + ": " + path.string() + " is inside " + folder.string() +
+                      ", which holds " + kind_text(*held.kind) +
+                      " (only its own command writes there); give a path outside it");
+    }
+  }
+}
+
 // claim_output_dir's judgement of what `dir` holds; `held` read under its lock.
 void judge_output_dir(const fs::path& dir, const HeldOutputs& held, OutputKind kind,
                       const std::string& flag) {
+  refuse_unusable_path(dir, flag);
+  refuse_inside_outputs(dir, flag);
   std::error_code ec;
   if (held.kind) {
     const bool same = *held.kind == kind;
@@ -218,6 +259,7 @@ void mark_finished(const fs::path& dir, OutputKind kind) {
 }
 
 void check_file_outside_outputs(const fs::path& file, const std::string& flag) {
+  refuse_unusable_path(file, flag);
   const fs::path folder = file.has_parent_path() ? file.parent_path() : fs::path(".");
   const HeldOutputs held = held_outputs(folder);
   if (held.kind) {
@@ -225,6 +267,7 @@ void check_file_outside_outputs(const fs::path& file, const std::string& flag) {
                     ", which holds " + kind_text(*held.kind) +
                     " (only its own command writes there); give a path outside it");
   }
+  refuse_inside_outputs(folder / file.filename(), flag);
 }
 
 void check_not_an_input(const fs::path& output, const std::string& flag, const fs::path& input,

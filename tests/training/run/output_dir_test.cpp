@@ -144,6 +144,42 @@ TEST(OutputDir, ADanglingLinkIsNamedWithItsTarget) {
                 ", which does not exist; create it or choose another --output-dir");
 }
 
+// Round 5: outputs written inside another command's folder (a plan's --json in a sweep's trials/,
+// removed when the sweep ran again; a run inside a run), and paths no file can be written at (a
+// name above 255 bytes, a loop of links: refused only after the measuring, the loop said as a
+// missing target) are refused before anything is written, for folders and for files alike.
+TEST(OutputDir, APathInsideAnotherOutputOrUnwritableIsRefusedFirst) {
+  test_support::TempDir dir;
+  EXPECT_EQ(refusal(dir / "sweep", OutputKind::Sweep), "claimed");
+  fs::create_directories(dir / "sweep/trials");
+  const std::string inside = " is inside " + (dir / "sweep").string() +
+                             ", which holds a sweep (only its own command writes there); give a "
+                             "path outside it";
+  EXPECT_EQ(refusal(dir / "sweep/trials/run", OutputKind::Run),
+            "--output-dir: " + (dir / "sweep/trials/run").string() + inside);
+  try {
+    training::check_file_outside_outputs(dir / "sweep/trials/plan.json", "--json");
+    ADD_FAILURE() << "a file was let into a sweep's trials/";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--json: " + (dir / "sweep/trials/plan.json").string() + inside);
+  }
+  const std::string long_name(300, 'a');
+  EXPECT_EQ(refusal(dir / long_name / "run", OutputKind::Run),
+            "--output-dir: " + (dir / long_name / "run").string() +
+                ": a name in it is 300 bytes long, more than the 255 a file system takes");
+  EXPECT_THROW(training::check_file_outside_outputs(dir / (long_name + ".json"), "--json"),
+               training::UserError);
+  fs::create_directory_symlink(dir / "loopB", dir / "loopA");
+  fs::create_directory_symlink(dir / "loopA", dir / "loopB");
+  for (const fs::path& path : {dir / "loopA", dir / "loopA/x"}) {
+    EXPECT_EQ(refusal(path, OutputKind::Run), "--output-dir: " + path.string() + ": " +
+                                                  (dir / "loopA").string() +
+                                                  " is a loop of symbolic links");
+  }
+  EXPECT_FALSE(fs::exists(dir / "sweep/trials/run"));
+}
+
 // A sweep, study or comparison started again in a stopped one's folder starts afresh: nothing of
 // the stopped attempt (trials, tables, temporaries) is left to be read back as this one's.
 TEST(OutputDir, AStudyStartedAgainRemovesTheStoppedAttemptsFiles) {
