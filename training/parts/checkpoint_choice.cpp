@@ -155,13 +155,13 @@ CheckpointBudget checkpointing_budget(const Config& config, const torch::Device&
   throw KeyError("checkpointing.enabled", "auto " + missing_budget(config, device));
 }
 
-std::pair<std::vector<std::string>, int64_t> auto_blocks(const Config& config,
-                                                         const Decisions& decisions) {
-  if (config.checkpointing.mode() != CheckpointMode::Auto) return {};
+std::optional<std::pair<std::vector<std::string>, int64_t>> auto_blocks(
+    const Config& config, const Decisions& decisions) {
+  if (config.checkpointing.mode() != CheckpointMode::Auto) return std::nullopt;
   if (decisions.checkpointing) {
-    return {decisions.checkpointing->blocks, decisions.checkpointing->predicted_peak};
+    return std::pair{decisions.checkpointing->blocks, decisions.checkpointing->predicted_peak};
   }
-  return {config.checkpointing.blocks().value_or(std::vector<std::string>{}), 0};
+  return std::pair{config.checkpointing.blocks().value_or(std::vector<std::string>{}), int64_t{0}};
 }
 
 std::string missing_budget(const Config& config, const torch::Device& device) {
@@ -312,11 +312,11 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
     m = measure ? measure(config, device) : measure_blocks(config, device);
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e) || dynamic_cast<const OutOfMemory*>(&e)) throw;  // worded already
-    throw OutOfMemory("checkpointing.enabled: auto: one step at batch " +
-                      std::to_string(config.training.batch_size) +
-                      " with every block recomputed ran out of memory while it was measured (" +
-                      error_line(e) + "); nothing fits: " +
-                      remedies(config, checkpointing_budget(config, device).bytes));
+    throw OutOfMemory(
+        "checkpointing.enabled: auto: one step at batch " +
+        std::to_string(config.training.batch_size) +
+        " with every block recomputed ran out of memory while it was measured (" + error_line(e) +
+        "); nothing fits: " + remedies(config, checkpointing_budget(config, device).bytes));
   }
   // After the measurement: on CUDA, what lies outside the allocator now includes the cuBLAS and
   // cuDNN workspaces the step created.

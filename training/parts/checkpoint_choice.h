@@ -28,7 +28,9 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/split.h"
@@ -130,9 +132,9 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
 
 // What checkpointing.enabled: auto recomputes in a study's step: the blocks and the predicted
 // peak of the decision, or the blocks given by hand (predicted peak 0: nothing was predicted);
-// none when not auto.
-std::pair<std::vector<std::string>, int64_t> auto_blocks(const Config& config,
-                                                         const Decisions& decisions);
+// nullopt when not auto (no blocks are chosen).
+std::optional<std::pair<std::vector<std::string>, int64_t>> auto_blocks(const Config& config,
+                                                                        const Decisions& decisions);
 
 // One line for the log: the budget, the blocks, the predicted peaks and the time added.
 std::string describe_choice(const CheckpointChoice& choice);

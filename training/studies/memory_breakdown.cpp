@@ -286,7 +286,9 @@ StepBreakdown measure_breakdown(const Config& base, const Setting& setting,
   try {
     Decisions decisions;
     resolve_checkpointing(config, decisions, device, /*data_parallel=*/false);
-    std::tie(b.recomputed_blocks, b.predicted_peak_bytes) = auto_blocks(config, decisions);
+    if (auto chosen = auto_blocks(config, decisions)) {
+      std::tie(b.recomputed_blocks, b.predicted_peak_bytes) = *std::move(chosen);
+    }
     config = decided(config, decisions);
     StepParts parts = build_measured_step_parts(config, device);
     auto& [model, optimizer, scaler, ema] = parts;

@@ -56,8 +56,10 @@ struct StepBreakdown {
   int64_t timeline_events = 0;
   // memory.snapshot (CUDA): the caching allocator's pickled history of the measured step.
   std::string snapshot;
-  // checkpointing auto: the blocks chosen and the peak the choice predicted.
-  std::vector<std::string> recomputed_blocks;
+  // checkpointing auto: the blocks chosen ([]: none) and the peak the choice predicted (0: blocks
+  // given by hand). nullopt where none was chosen: not auto, or the step never came to run (its
+  // choice ran out of memory).
+  std::optional<std::vector<std::string>> recomputed_blocks;
   int64_t predicted_peak_bytes = 0;
 
   int64_t unexplained_bytes() const { return measured_peak_bytes - itemized_peak_bytes; }

@@ -17,6 +17,7 @@
 #include "training/platform/device.h"
 #include "training/platform/dir_lock.h"
 #include "training/platform/errors.h"
+#include "training/platform/json_rows.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
 #include "training/run/output_dir.h"
@@ -71,9 +72,10 @@ namespace {
 // What checkpointing auto recomputed in a breakdown, and the peak it predicted (none when the
 // blocks were given by hand).
 std::string auto_choice_text(const StepBreakdown& b) {
-  return (b.recomputed_blocks.empty()
+  if (!b.recomputed_blocks) return "made no choice";
+  return (b.recomputed_blocks->empty()
               ? std::string("recomputes no block")
-              : "recomputes " + config_yaml::join(b.recomputed_blocks, ", ")) +
+              : "recomputes " + config_yaml::join(*b.recomputed_blocks, ", ")) +
          (b.predicted_peak_bytes > 0
               ? " (predicted peak " + format_bytes(b.predicted_peak_bytes) + ")"
               : std::string(" (given by checkpointing.blocks)"));
@@ -166,24 +168,24 @@ ordered_json breakdown_json(const StepBreakdown& b) {
   }
   ordered_json json = {{"setting", b.setting.label()}};
   json.update(b.setting.json());
-  // Only checkpointing auto chooses blocks; the others have none to say (null). A step that did
-  // not run to its end measured no peak: its figures are null, not 0.
-  const bool chooses = b.setting.checkpointing == CheckpointMode::Auto;
+  // Only checkpointing auto chooses blocks; the others, and an auto whose choice ran out of memory
+  // (its step never ran), have none to say (null). A step that did not run to its end measured no
+  // peak: its figures are null, not 0.
   const bool measured = b.status == TrialStatus::Ok;
   auto figure = [&](const ordered_json& value) { return measured ? value : ordered_json(nullptr); };
-  json.update(ordered_json{
-      {"recomputed_blocks", chooses ? ordered_json(b.recomputed_blocks) : ordered_json(nullptr)},
-      {"predicted_peak_bytes",
-       chooses ? ordered_json(b.predicted_peak_bytes) : ordered_json(nullptr)},
-      {"batch_size", b.batch_size},
-      {"status", status_name(b.status)},
-      {"message", b.message},
-      {"peak_phase", figure(phase_name(b.peak_phase))},
-      {"measured_peak_bytes", figure(b.measured_peak_bytes)},
-      {"itemized_peak_bytes", figure(b.itemized_peak_bytes)},
-      {"reserved_bytes", figure(b.reserved_bytes)},
-      {"unexplained_bytes", figure(b.unexplained_bytes())},
-      {"rows", rows}});
+  const ordered_json predicted =
+      b.recomputed_blocks ? ordered_json(b.predicted_peak_bytes) : nullptr;
+  json.update(ordered_json{{"recomputed_blocks", optional_json(b.recomputed_blocks)},
+                           {"predicted_peak_bytes", predicted},
+                           {"batch_size", b.batch_size},
+                           {"status", status_name(b.status)},
+                           {"message", b.message},
+                           {"peak_phase", figure(phase_name(b.peak_phase))},
+                           {"measured_peak_bytes", figure(b.measured_peak_bytes)},
+                           {"itemized_peak_bytes", figure(b.itemized_peak_bytes)},
+                           {"reserved_bytes", figure(b.reserved_bytes)},
+                           {"unexplained_bytes", figure(b.unexplained_bytes())},
+                           {"rows", rows}});
   return json;
 }
 

@@ -43,8 +43,12 @@ std::vector<ordered_json> trial_rows(const std::vector<SweepTrial>& trials) {
     row["batch_size"] = t.batch;
     row["source"] = t.source;
     row.update(to_json(t.result));
-    // Blocks chosen by checkpointing auto; null for the other trials (sweep.csv's cell is empty).
-    if (t.setting.checkpointing != CheckpointMode::Auto) row["recomputed_blocks"] = nullptr;
+    // Blocks chosen by checkpointing auto; null for the other trials and where auto chose none
+    // (to_json; sweep.csv's cell is empty). A result kept from an older sweep wrote [] for them.
+    if (t.setting.checkpointing != CheckpointMode::Auto) {
+      row["recomputed_blocks"] = nullptr;
+      row["predicted_peak_bytes"] = nullptr;
+    }
     row["wall_seconds"] = t.wall_seconds;
     if (t.on_card) row.update(prediction_columns(*t.on_card));
     if (!t.on_card_error.empty()) row["card_prediction_error"] = t.on_card_error;
@@ -154,9 +158,9 @@ void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials)
     const bool ok = r.status == TrialStatus::Ok;
     md << "| " << t.id << " | " << precision_name(t.setting.precision) << " | "
        << checkpointing_setting_name(t.setting.checkpointing)
-       << (t.result.recomputed_blocks.empty()
+       << (!r.recomputed_blocks || r.recomputed_blocks->empty()
                ? ""
-               : " (" + std::to_string(t.result.recomputed_blocks.size()) + " blocks recomputed)")
+               : " (" + std::to_string(r.recomputed_blocks->size()) + " blocks recomputed)")
        << " | " << memory_format_name(t.setting.memory_format) << " | " << t.batch
        << (t.setting.accumulate_steps > 1 ? " x " + std::to_string(t.setting.accumulate_steps) : "")
        << " | " << status_name(r.status) << (r.status == TrialStatus::Error ? ": " + r.message : "")

@@ -54,8 +54,9 @@ nlohmann::ordered_json to_json(const TrialResult& r) {
           {"steps", r.steps},
           {"replayed_steps", r.replayed_steps},
           {"outside_allocator_bytes", r.outside_allocator_bytes},
-          {"recomputed_blocks", r.recomputed_blocks},
-          {"predicted_peak_bytes", r.predicted_peak_bytes},
+          {"recomputed_blocks", optional_json(r.recomputed_blocks)},
+          {"predicted_peak_bytes",
+           r.recomputed_blocks ? nlohmann::ordered_json(r.predicted_peak_bytes) : nullptr},
           {"host", r.host},
           {"job_id", r.job_id},
           {"array_index", r.array_index}};
@@ -84,10 +85,12 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   r.steps = read_at_least<int64_t>(j, "steps", r.status == TrialStatus::Ok ? 1 : 0);
   r.replayed_steps = read_at_least<int64_t>(j, "replayed_steps", 0, r.steps);
   r.outside_allocator_bytes = read_at_least<int64_t>(j, "outside_allocator_bytes", 0, kLargestCard);
-  // A list for checkpointing auto; null for the sweep's other trials.
+  // A list for checkpointing auto; null for the sweep's other trials and where auto chose nothing
+  // (its predicted peak null too; 0 in the sweeps written before).
   if (!j.at("recomputed_blocks").is_null())
     r.recomputed_blocks = j.at("recomputed_blocks").get<std::vector<std::string>>();
-  r.predicted_peak_bytes = read_at_least<int64_t>(j, "predicted_peak_bytes", 0, kLargestCard);
+  if (!j.at("predicted_peak_bytes").is_null())
+    r.predicted_peak_bytes = read_at_least<int64_t>(j, "predicted_peak_bytes", 0, kLargestCard);
   // Where it ran (absent from the sweeps written before issue 54).
   r.host = j.value("host", std::string());
   r.job_id = j.value("job_id", std::string());
@@ -158,7 +161,9 @@ Config with_auto_blocks(const Config& config, const torch::Device& device, const
                         config.checkpointing.mode() == CheckpointMode::Auto
                             ? held_beside_step(config, device, split, test_size)
                             : 0);
-  std::tie(result.recomputed_blocks, result.predicted_peak_bytes) = auto_blocks(config, decisions);
+  if (auto chosen = auto_blocks(config, decisions)) {
+    std::tie(result.recomputed_blocks, result.predicted_peak_bytes) = *std::move(chosen);
+  }
   return decided(config, decisions);
 }
 

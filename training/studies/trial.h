@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,8 +43,10 @@ struct TrialResult {
   // CUDA: device memory in use outside the caching allocator at the end (the CUDA context,
   // cuBLAS/cuDNN handles and workspaces; other processes on the GPU count too). 0 on the CPU.
   int64_t outside_allocator_bytes = 0;
-  // checkpointing auto: the blocks the trial chose to recompute and the peak it predicted.
-  std::vector<std::string> recomputed_blocks;
+  // checkpointing auto: the blocks the trial chose to recompute ([]: none) and the peak it
+  // predicted (0: blocks given by hand). nullopt where none was chosen: not auto, or the trial
+  // never came to run a step (its choice ran out of memory); null in sweep.json, both of them.
+  std::optional<std::vector<std::string>> recomputed_blocks;
   int64_t predicted_peak_bytes = 0;
   // Where it ran: the host (Slurm's node name in a job), and the Slurm job and array index when
   // it ran as a task of the sweep's job array ("" and -1 otherwise).

@@ -115,19 +115,25 @@ TEST(MemoryReport, ASettingThatChoosesNoBlocksSaysNull) {
 
 // Round 5: a setting that ran out of memory wrote measured_peak_bytes 0, itemized 0, reserved 0
 // and a peak phase ("forward"), figures it never measured: null, as a setting that chooses no
-// blocks says null.
+// blocks says null. An auto setting whose choice ran out of memory chose nothing: null, not [] and
+// 0 ("auto chose none").
 TEST(MemoryReport, ASettingThatRanOutOfMemoryMeasuredNothing) {
   test_support::TempDir dir;
-  auto limited = request(dir, "fp32");
+  auto limited = request(dir, "fp32,fp32+checkpointing=auto");
   limited.overrides.emplace_back("memory.limit=1MiB");
   EXPECT_EQ(training::memory_command(limited), training::kExitOutOfMemory);
   std::ifstream in(dir / "study" / "memory_breakdown.json");
-  const auto setting = nlohmann::json::parse(in).at("settings").at(0);
-  EXPECT_EQ(setting.at("status"), "oom");
-  for (const char* key : {"peak_phase", "measured_peak_bytes", "itemized_peak_bytes",
-                          "reserved_bytes", "unexplained_bytes"}) {
-    EXPECT_TRUE(setting.at(key).is_null()) << key << ": " << setting.dump();
+  const auto settings = nlohmann::json::parse(in).at("settings");
+  for (const auto& setting : settings) {
+    EXPECT_EQ(setting.at("status"), "oom");
+    for (const char* key :
+         {"peak_phase", "measured_peak_bytes", "itemized_peak_bytes", "reserved_bytes",
+          "unexplained_bytes", "recomputed_blocks", "predicted_peak_bytes"}) {
+      EXPECT_TRUE(setting.at(key).is_null()) << key << ": " << setting.dump();
+    }
   }
+  EXPECT_EQ(settings.at(1).at("checkpointing"), "auto");
+  limited.settings = "fp32";
   // With a card it is predicted all the same (the card's recording is its own): round 5 found
   // such a setting silently without its card fields, where --card-only predicted it.
   limited.card = "T4";

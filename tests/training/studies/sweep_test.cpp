@@ -293,6 +293,15 @@ sweep: {batch_sizes: [40, 256], checkpointing: [auto], warmup_steps: 0, measure_
   EXPECT_EQ(trials[1].at("status"), "oom") << trials[1].dump();
   EXPECT_NE(trials[1].at("message").get<std::string>().find("with every block recomputed"),
             std::string::npos);
+  // Its choice ran out of memory: nothing chosen, null (it wrote [] and 0, "auto chose none"), and
+  // sweep.csv's cells empty.
+  EXPECT_TRUE(trials[1].at("recomputed_blocks").is_null()) << trials[1].dump();
+  EXPECT_TRUE(trials[1].at("predicted_peak_bytes").is_null()) << trials[1].dump();
+  const std::string csv = test_support::read_text(dir / "out" / "sweep.csv");
+  const std::string row2 = csv.substr(csv.find("\n2,"));
+  const std::string host = trials[1].at("host").get<std::string>();
+  EXPECT_NE(row2.find(",,," + host + ","), std::string::npos) << row2;
+  EXPECT_EQ(row2.find("[]"), std::string::npos) << row2;
   EXPECT_NE(test_support::read_text(dir / "out" / "sweep.md")
                 .find("| auto (" + std::to_string(blocks.size()) + " blocks recomputed) |"),
             std::string::npos);
