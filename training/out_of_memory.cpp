@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <regex>
 
+#include "training/parts/components.h"
 #include "training/platform/memory.h"
 
 namespace training {
@@ -55,6 +56,9 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
     case OutOfMemoryWhere::Training:
       break;
   }
+  // Where the weights, gradients and momentum alone exceed the limit, no batch or precision helps.
+  if (std::string held = weights_alone_remedy(config, limit); !held.empty())
+    return message + held + "." + intact;
   message +=
       "a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
   if (config.training.precision == Precision::FP32)

@@ -2,7 +2,37 @@
 
 #include <gtest/gtest.h>
 
+#include "training/parts/components.h"
+#include "training/platform/memory.h"
+
 namespace {
+
+// A training step under a limit that the weights, their gradients and momentum alone exceed was
+// told to take a smaller batch, bf16 or checkpointing and `train sweep --find-max`, none of which
+// can help (following them ran out of memory again): it is told so, as checkpointing auto says.
+TEST(OutOfMemory, ATrainingStepWhoseWeightsAloneExceedTheLimitIsToldSo) {
+  training::Config config;
+  config.memory.limit = int64_t{60} << 20;
+  const training::OutOfMemoryWhere step{training::OutOfMemoryWhere::Training,
+                                        "in epoch 1 after 0 steps", false, false};
+  const int64_t held = 3 * training::gradient_bytes(config.model);
+  ASSERT_GT(held, config.memory.limit);
+  const auto message = training::out_of_memory_message(config, torch::kCPU, step, "");
+  EXPECT_NE(message.find(". Remedies: the weights and their gradients and momentum alone take " +
+                         training::format_bytes(held) + ": more memory or a smaller model.arch."),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("batch_size"), std::string::npos) << message;
+  EXPECT_EQ(message.find("find-max"), std::string::npos) << message;
+  // The remedy auto gives for the same limit is the same line (one function).
+  EXPECT_NE(message.find(training::weights_alone_remedy(config, config.memory.limit)),
+            std::string::npos);
+  // Where they fit, the batch and the precision are the remedies.
+  config.memory.limit = held + 1;
+  const auto room = training::out_of_memory_message(config, torch::kCPU, step, "");
+  EXPECT_NE(room.find("Remedies: a smaller training.batch_size (now "), std::string::npos) << room;
+  EXPECT_EQ(room.find("alone take"), std::string::npos) << room;
+}
 
 // An evaluation that ran out of memory at one image per forward pass (it halves its passes before
 // it gives up) was told to take a smaller training.eval_batch_size, which cannot help; that remedy

@@ -234,13 +234,7 @@ namespace {
 // What lowers the smallest peak when nothing fits within `budget`. Where the weights, their
 // gradients and momentum alone take more, no batch or precision helps.
 std::string remedies(const Config& config, int64_t budget) {
-  const int64_t weights = gradient_bytes(config.model);
-  const int64_t held = weights * (config.optimizer.momentum() > 0 ? 3 : 2);
-  if (held >= budget) {
-    return "the weights and their gradients" +
-           std::string(config.optimizer.momentum() > 0 ? " and momentum" : "") + " alone take " +
-           format_bytes(held) + ": more memory or a smaller model.arch";
-  }
+  if (std::string held = weights_alone_remedy(config, budget); !held.empty()) return held;
   return "a smaller training.batch_size" +
          std::string(config.training.precision == Precision::FP32
                          ? ", training.precision bf16 or fp16"

@@ -6,6 +6,7 @@
 #include "training/parts/memory_format.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
+#include "training/platform/memory.h"
 #include "training/step/optim.h"
 #include "training/step/recompute.h"
 
@@ -74,6 +75,17 @@ int64_t gradient_bytes(const models::ResNetOptions& model) {
     if (p.requires_grad()) bytes += p.numel() * static_cast<int64_t>(p.element_size());
   }
   return bytes;
+}
+
+std::string weights_alone_remedy(const Config& config, int64_t limit) {
+  const bool momentum = config.optimizer.momentum() > 0;
+  // Counting builds a model on the CPU, outside memory.limit: it is said after running out of it,
+  // beside the run's own weights.
+  const TrackingCpuAllocator::HostData counting;
+  const int64_t held = gradient_bytes(config.model) * (momentum ? 3 : 2);
+  if (held < limit) return "";
+  return "the weights and their gradients" + std::string(momentum ? " and momentum" : "") +
+         " alone take " + format_bytes(held) + ": more memory or a smaller model.arch";
 }
 
 StepOptions step_options(const Config& config) {

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <string>
 
 #include "data/loader.h"
 #include "models/resnet.h"
@@ -48,6 +49,12 @@ std::pair<int64_t, int64_t> batch_bytes(int64_t batch, int64_t image_size);
 // The bytes of the model's gradients (one per trainable parameter, in its dtype): what gradient
 // accumulation holds beside the step from its second micro-batch on.
 int64_t gradient_bytes(const models::ResNetOptions& model);
+
+// Where the weights, their gradients and the optimizer's momentum alone take `limit` bytes or more,
+// which no batch size, precision or checkpointing lowers: the one remedy, saying so ("the weights
+// and their gradients and momentum alone take 127.88 MiB: more memory or a smaller model.arch");
+// empty where they take less. Counts outside memory.limit (TrackingCpuAllocator::HostData).
+std::string weights_alone_remedy(const Config& config, int64_t limit);
 
 // The step's precision and label smoothing, from training.* (one micro-batch per step: callers
 // that accumulate set StepOptions::accumulate_steps).
