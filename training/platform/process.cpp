@@ -205,13 +205,15 @@ std::string run_python_script(const std::string& script, const std::vector<std::
                               const fs::path& log_file) {
   const fs::path path = fs::path(TRAIN_SCRIPTS_DIR) / script;
   if (!fs::exists(path)) return path.string() + " not found";
-  // A stop (a command that stops gracefully) ends the script or keeps it from starting.
-  std::string again = "python3 " + shell_word(path.string());
+  // A stop (a command that stops gracefully) ends the script or keeps it from starting. The advice
+  // names the Python that runs it here (python3 on PATH may lack matplotlib).
+  const std::string python = python_executable();
+  std::string again = shell_word(python) + " " + shell_word(path.string());
   for (const auto& argument : arguments) again += " " + shell_word(argument);
   const std::string stopped =
       script + ": not drawn, stopped by a signal (" + again + " draws them)";
   if (stop_requested()) return stopped;
-  std::vector<std::string> argv = {python_executable(), path.string()};
+  std::vector<std::string> argv = {python, path.string()};
   argv.insert(argv.end(), arguments.begin(), arguments.end());
   // exec needs a path: resolve a bare "python3" through PATH with /usr/bin/env.
   if (argv[0].find('/') == std::string::npos) argv.insert(argv.begin(), "/usr/bin/env");

@@ -56,7 +56,8 @@ std::filesystem::path current_executable();
 std::string python_executable();
 
 // Runs scripts/<script> (from the source tree this binary was built from) with `arguments`,
-// output to `log_file`. Returns an empty string on success, else what went wrong.
+// output to `log_file`, in python_executable(). Returns an empty string on success, else what went
+// wrong; stopped, the command that draws them, naming that Python.
 std::string run_python_script(const std::string& script, const std::vector<std::string>& arguments,
                               const std::filesystem::path& log_file);
 
