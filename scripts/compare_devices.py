@@ -39,7 +39,8 @@ Writes into DIR (default runs/compare-<date>-<time>):
   compare.json   per table and device: the settings, the command, the exit code, the steps and
                  epochs trained, and the run's totals from `train compare` (steady images/s,
                  warm-up, epoch time and whether it is projected, peaks, utilisation) with the
-                 speed-up over the CPU
+                 speed-up over the CPU; `cards` per table with --card: each card's prediction
+                 and its speed-up over the measured CPU (speedup_over_cpu, null without either)
   <table>/<device>/   each run; <table>/compare/ `train compare`'s files; fastest/sweep-<device>/;
                  <table>/card-<NAME>/ the card's `train memory` prediction
 
@@ -215,12 +216,19 @@ def predict_card(args, card, table_dir, overrides, fastest):
     return {"card": card, "setting": max(rated, key=lambda s: s["predicted_images_per_second"]), "batch": batch}
 
 
+def card_speedup(prediction, cpu):
+    """The card's predicted steady images/s over the measured CPU's; None without either."""
+    rate = (prediction.get("setting") or {}).get("predicted_images_per_second")
+    cpu_rate = cpu and cpu.get("totals", {}).get("steady_images_per_second")
+    return rate / cpu_rate if rate and cpu_rate else None
+
+
 def card_cells(prediction, cpu):
     """The card's cell for each row label of `train compare`'s table."""
     s = prediction.get("setting") or {}
     rate = s.get("predicted_images_per_second")
     per_epoch = cpu and cpu.get("trained") and cpu["trained"].get("steps_per_epoch")
-    cpu_rate = cpu and cpu.get("totals", {}).get("steady_images_per_second")
+    speedup = card_speedup(prediction, cpu)
     mib = lambda key: f"{s[key] / 2**20:.1f}" if s.get(key) is not None else "-"
     return {
         "device": f"{prediction['card']} (estimated)",
@@ -229,7 +237,7 @@ def card_cells(prediction, cpu):
                            if rate and per_epoch else "-"),
         "peak allocated (MiB)": mib("predicted_allocated_peak_bytes"),
         "peak reserved (MiB)": mib("predicted_reserved_peak_bytes"),
-        "steady images/s vs the CPU": f"{rate / cpu_rate:.2f}x (estimated)" if rate and cpu_rate else "-",
+        "steady images/s vs the CPU": f"{speedup:.2f}x (estimated)" if speedup else "-",
         "fastest setting (train sweep)": (f"{s.get('precision', '-')}, {s.get('memory_format', '-')} "
                                           "(by the speed model)") if rate else "-",
     }
@@ -261,7 +269,8 @@ def with_card_columns(rows, predictions, cpu):
 
 
 def compare_table(args, table_dir, entries):
-    """`train compare` over the runs that finished; its table, and its totals into the entries."""
+    """`train compare` over the runs that finished; its table, and its totals into the entries. The
+    speed-up row where the CPU ran beside another device, or beside a predicted card (--card)."""
     ran = [e for e in entries if e["available"]]
     output = table_dir / "compare"
     proc = subprocess.run([args.train, "compare", *[e["run_dir"] for e in ran], "--output", str(output)],
@@ -281,7 +290,7 @@ def compare_table(args, table_dir, entries):
     if any(e.get("fastest") for e in ran):
         rows.append("| fastest setting (train sweep) | " + " | ".join(
             ", ".join(s.split("=", 1)[1] for s in e["settings"]) for e in ran) + " |")
-    if cpu_rate and len(ran) > 1:
+    if cpu_rate and (len(ran) > 1 or args.card):
         rows.append("| steady images/s vs the CPU | " + " | ".join(
             f"{e['speedup_over_cpu']:.2f}x" if e["speedup_over_cpu"] else "-" for e in ran) + " |")
     return rows
@@ -373,6 +382,8 @@ def main(argv=None):
         if any(e["available"] for e in entries):
             rows = compare_table(args, table_dir, entries)
             cpu = next((e for e in entries if e["device"] == "cpu" and e["available"]), None)
+            for p in predictions:
+                p["speedup_over_cpu"] = card_speedup(p, cpu)
             lines += with_card_columns(rows, predictions, cpu) if predictions else rows
             lines += [""] + [card_note(p, table_dir) for p in predictions]
         else:

@@ -91,10 +91,20 @@ class CompareDevicesTest(unittest.TestCase):
             self.assertEqual(cells[3], "no data sheet for '24GiB': speeds not estimated")
             reserved = next(line for line in table.splitlines() if line.startswith("| peak reserved (MiB) |"))
             self.assertRegex(reserved, r"\| [0-9.]+ \| [0-9.]+ \|$")
-            cards = json.loads((out / "compare.json").read_text())["cards"]["study"]
+            result = json.loads((out / "compare.json").read_text())
+            cards = result["cards"]["study"]
             self.assertEqual([c["card"] for c in cards], ["H100-SXM", "24GiB"])
             self.assertGreater(cards[0]["setting"]["predicted_images_per_second"], 0)
             self.assertIn("per-operation roofline", cards[0]["setting"]["speed_model"])
+            # With the CPU the only measured device, each card still has its speed-up over it (the
+            # row was added only where more than one device ran); the card without a speed has none.
+            cpu_rate = result["tables"]["study"][0]["totals"]["steady_images_per_second"]
+            speedup = cards[0]["setting"]["predicted_images_per_second"] / cpu_rate
+            self.assertAlmostEqual(cards[0]["speedup_over_cpu"], speedup)
+            self.assertIsNone(cards[1]["speedup_over_cpu"])
+            row = next((line for line in table.splitlines() if line.startswith("| steady images/s vs the CPU |")), "")
+            self.assertEqual([c.strip() for c in row.strip("|").split("|")],
+                             ["steady images/s vs the CPU", "1.00x", f"{speedup:.2f}x (estimated)", "-"], table)
 
     def test_steps_beyond_an_epoch_are_trained_over_more_epochs_and_the_header_says_so(self):
         """--cpu-steps 15 on 256 images at batch 32 (8 steps an epoch) trained 8 steps under a header
