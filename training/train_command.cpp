@@ -315,7 +315,8 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   // The autos become this run's decisions (decisions.json and the checkpoint; a resume keeps
   // those that hold): the layout (a step timed in each), then checkpointing's blocks for this
   // batch and budget. The parts are built from the config with the decisions in place.
-  const auto timing = setup("while timing a training step in each layout (memory_format: auto)");
+  const auto timing =
+      setup("while timing a training step in each layout (training.memory_format: auto)");
   const MemoryFormatChoice layout = out_of_memory_is_exit_3(asked, device, timing, [&] {
     return trained ? kept_decisions(resume, asked, decisions)
                    : decide_memory_format(asked, decisions, device, data_parallel);

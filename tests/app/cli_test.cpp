@@ -362,10 +362,11 @@ TEST(Cli, TrainsWritesTheRunDirectoryAndResumes) {
                 run.string());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("already holds a run"), std::string::npos) << r.output;
+  std::ofstream(dir / "a-file") << "not a folder";
   r = run_train("--config " + write_tiny_config(dir).string() + autos + " --output-dir " +
-                (run / "config.yaml" / "x").string());
+                (dir / "a-file" / "x").string());
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("cannot create the folder (" + (run / "config.yaml").string() +
+  EXPECT_NE(r.output.find("cannot create the folder (" + (dir / "a-file").string() +
                           " is not a folder)"),
             std::string::npos)
       << r.output;

@@ -322,7 +322,7 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
   const int64_t for_allocator = plan.usable_bytes - plan.overhead_bytes;
   const std::string flag = card ? "--card" : "--memory";
   const std::string on = plan_target_text(card, card_bytes, headroom, plan.overhead_bytes);
-  refuse_no_room(card, card_bytes, headroom, plan.overhead_bytes);
+  if (card) refuse_no_room(card, card_bytes, headroom, plan.overhead_bytes);  // known unreplayed
   plan.cells = summarize(sweep.cells, sweep.trials, {std::max<int64_t>(0, for_allocator)},
                          /*searched=*/false, smallest_batch);
   for (const auto& t : sweep.trials) {

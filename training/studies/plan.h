@@ -77,8 +77,9 @@ std::string percent_text(double share);
 // "H100-SXM (79.65 GiB) with 10% headroom and 771.00 MiB outside the allocator"
 std::string plan_target_text(const std::optional<Card>& card, int64_t card_bytes, double headroom,
                              int64_t overhead);
-// UserError ("...: that leaves the allocator no memory") where the card less its headroom and
-// what lies outside the allocator leaves the allocator nothing: known before any measurement.
+// UserError ("...: that leaves the allocator no memory") where the card (--card) less its
+// headroom and what lies outside the allocator leaves the allocator nothing: known before any
+// measurement or replay. (With --memory a plan says instead how large a card it needs.)
 void refuse_no_room(const std::optional<Card>& card, int64_t card_bytes, double headroom,
                     int64_t overhead);
 // The smallest card (whole MiB) whose memory, less the plan's headroom and what lies outside the

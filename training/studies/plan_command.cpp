@@ -26,13 +26,12 @@ fs::path run_small_sweep(const PlanRequest& request) {
   const Config config = load_config(request.config_path, request.overrides);
   const torch::Device device = with_key_origins(config, [&] { return training_device(config); });
   if (request.card) held_data(config);  // data.device_resident's data missing: refused first
-  // A card the allocator gets nothing of (its headroom, what lies outside the allocator: given,
+  // A named card the allocator gets nothing of (its headroom, what lies outside the allocator: given,
   // or, where the sweep will not measure it, assumed as make_plan assumes it): refused first.
-  if (request.overhead || !device.is_cuda()) {
+  // (With --memory the sweep's peaks say how large a card it would need.)
+  if (request.card && (request.overhead || !device.is_cuda())) {
     refuse_no_room(request.card, request.memory, request.headroom,
-                   request.overhead ? *request.overhead
-                   : request.card   ? beside_tensors(*request.card).outside_allocator
-                                    : kOutsideAllocatorBytes);
+                   request.overhead.value_or(beside_tensors(*request.card).outside_allocator));
   }
   const std::string precisions = has_fast_bf16(device) ? "[fp32, bf16]" : "[fp32]";
   SweepRequest sweep;

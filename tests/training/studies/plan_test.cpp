@@ -309,8 +309,8 @@ TEST(Plan, ACardsResidentDataMissingIsRefusedBeforeAnySweep) {
 }
 
 // A card whose headroom and what lies outside the allocator leave the allocator nothing is known
-// before any measurement: refused before the small sweep (round 5: 9 s of sweep first, with
-// --memory and with --card), as with --from.
+// before any measurement: refused before the small sweep (round 5: 9 s of sweep first), as with
+// --from. (--memory runs it: its peaks say how large a card it needs.)
 TEST(Plan, ACardThatLeavesTheAllocatorNothingIsRefusedBeforeTheSmallSweep) {
   test_support::TempDir dir;
   std::ofstream(dir / "c.yaml") << "model: {arch: resnet18, stem: cifar}\n"
@@ -319,12 +319,13 @@ TEST(Plan, ACardThatLeavesTheAllocatorNothingIsRefusedBeforeTheSmallSweep) {
   training::PlanRequest plan;
   plan.config_path = (dir / "c.yaml").string();
   plan.output_dir = (dir / "planned").string();
-  plan.memory = 800 * MiB;  // less 10%: 720 MiB, below the 771 MiB outside the allocator
+  plan.card = training::find_card("800MiB");  // less 10%: 720 MiB, below the 771 MiB outside
+  plan.memory = plan.card->memory_bytes;
   try {
     training::plan_command(plan);
     ADD_FAILURE() << "a sweep ran for a card that leaves the allocator nothing";
   } catch (const training::UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("--memory: nothing fits in 800MiB (800.00 MiB) with 10% "
+    EXPECT_NE(std::string(e.what()).find("--card: nothing fits in 800MiB (800.00 MiB) with 10% "
                                          "headroom and 771.00 MiB outside the allocator: that "
                                          "leaves the allocator no memory"),
               std::string::npos)
