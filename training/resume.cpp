@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include "training/config/config_yaml.h"
+#include "training/loop/trainer.h"
+#include "training/out_of_memory.h"
 #include "training/parts/memory_format.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
@@ -174,17 +176,33 @@ bool nothing_left_to_train(const TrainState& position, const Config& asked) {
   return position.epoch >= asked.training.epochs || (max_steps > 0 && position.step >= max_steps);
 }
 
-MemoryFormatChoice kept_decisions(const ResumeTarget& resume, const Config& asked,
-                                  const Decisions& decisions) {
-  spdlog::info(
-      "{}: nothing is left to train; its recorded decisions are kept (nothing is measured) and "
-      "its config.yaml and decisions.json are not rewritten",
-      resume.run_dir.empty() ? resume.checkpoint.string() : resume.run_dir.string());
+MemoryFormatChoice kept_decisions(const Config& asked, const Decisions& decisions) {
   MemoryFormatChoice kept;
   kept.format = decided(asked, decisions).training.memory_format.value_or(kept.format);
   kept.reason = asked.training.memory_format ? "as configured"
                                              : "auto: as this run decided, nothing left to train";
   return kept;
+}
+
+void load_resumed(const ResumeTarget& resume, const Config& config, const torch::Device& device,
+                  Trainer& trainer, bool trained) {
+  if (resume.checkpoint.empty()) {
+    if (resume.run_dir.empty()) return;
+    spdlog::info(
+        "{} has no checkpoint yet (it stopped before its first one): starting the run again from "
+        "its config",
+        resume.run_dir.string());
+    return;
+  }
+  auto loading = [&] {
+    return OutOfMemoryWhere{OutOfMemoryWhere::Setup, "while loading " + resume.checkpoint.string()};
+  };
+  out_of_memory_is_exit_3(config, device, loading, [&] { trainer.resume(resume.checkpoint); });
+  if (trained) {  // said once the run is known to be one that can be continued
+    spdlog::info(
+        "nothing is left to train: its recorded decisions are kept (nothing was measured) and its "
+        "config.yaml and decisions.json are not rewritten");
+  }
 }
 
 }  // namespace training

@@ -7,6 +7,7 @@
 
 #include "training/config/config.h"
 #include "training/config/decisions.h"
+#include "training/loop/trainer.h"
 #include "training/parts/memory_format.h"
 #include "training/run/checkpoint_io.h"
 #include "training/train_request.h"
@@ -37,9 +38,15 @@ bool nothing_left_to_train(const TrainState& position, const Config& asked);
 
 // A resumed run with nothing left to train decides nothing: its recorded decisions stand (none is
 // measured again, for a batch or budget it will never train at), and its config.yaml and
-// decisions.json are not rewritten; the run finishes what was left (its report). Says so in the
-// log; returns the layout as decided.
-MemoryFormatChoice kept_decisions(const ResumeTarget& resume, const Config& asked,
-                                  const Decisions& decisions);
+// decisions.json are not rewritten; the run finishes what was left (its report). Returns the
+// layout as decided.
+MemoryFormatChoice kept_decisions(const Config& asked, const Decisions& decisions);
+
+// Loads the resumed checkpoint into `trainer`, checked against this run's config (out of memory
+// there is exit 3, said as such), before anything but the log is written: a refused resume leaves
+// config.yaml, the metrics and the event files as they were. A run without a checkpoint starts
+// again from its config, said; `trained` (nothing left to train) is said once it loaded.
+void load_resumed(const ResumeTarget& resume, const Config& config, const torch::Device& device,
+                  Trainer& trainer, bool trained);
 
 }  // namespace training

@@ -318,7 +318,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   const auto timing =
       setup("while timing a training step in each layout (training.memory_format: auto)");
   const MemoryFormatChoice layout = out_of_memory_is_exit_3(asked, device, timing, [&] {
-    return trained ? kept_decisions(resume, asked, decisions)
+    return trained ? kept_decisions(asked, decisions)
                    : decide_memory_format(asked, decisions, device, data_parallel);
   });
   const auto checkpointing = out_of_memory_is_exit_3(asked, device, building, [&] {
@@ -350,20 +350,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   }
   log_start(config, inputs, device, data, trainer, layout, !resume.checkpoint.empty());
   log_checkpointing(config, decisions, checkpointing);
-  // The checkpoint is loaded and checked against this run's config before anything but the log
-  // is written: a refused resume leaves config.yaml, the metrics and the event files as they were.
-  if (!resume.checkpoint.empty()) {
-    auto loading = [&] {
-      return OutOfMemoryWhere{OutOfMemoryWhere::Setup,
-                              "while loading " + resume.checkpoint.string()};
-    };
-    out_of_memory_is_exit_3(config, device, loading, [&] { trainer.resume(resume.checkpoint); });
-  } else if (!resume.run_dir.empty()) {
-    spdlog::info(
-        "{} has no checkpoint yet (it stopped before its first one): starting the run "
-        "again from its config",
-        resume.run_dir.string());
-  }
+  load_resumed(resume, config, device, trainer, trained);
   if (run) {
     if (!trained) run->write_inputs(inputs);
     trainer.write_to(*run);

@@ -95,7 +95,7 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
   const std::string decisions_before = test_support::read_text(run / "decisions.json");
   const auto finished = run_train("--resume " + run.string() + " --set training.batch_size=8");
   EXPECT_EQ(finished.code, 0) << finished.output;
-  EXPECT_NE(finished.output.find("nothing is left to train; its recorded decisions are kept"),
+  EXPECT_NE(finished.output.find("nothing is left to train: its recorded decisions are kept"),
             std::string::npos)
       << finished.output;
   EXPECT_EQ(finished.output.find("measuring every block"), std::string::npos) << finished.output;

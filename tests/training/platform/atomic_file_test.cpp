@@ -102,21 +102,23 @@ TEST(AtomicFile, ARepeatedStopSignalWaitsForTheWriteToFinish) {
   EXPECT_EQ(test_support::read_text(dir / "checkpoint.pt"), "first half, second half");
 }
 
+// `body` run in a child process: its exit status (128 + the signal where one ended it).
+int child_exit(const std::function<void()>& body) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    body();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 // A stop after a command's outputs are complete (its folder marked finished) is too late to stop
 // anything: ignored, also one deferred by the marker's write. Round 5: `train memory` stopped just
 // after "memory study written" exited 130 with its folder finished, which the same command then
 // refused to use again.
 TEST(StopSignal, AStopAfterTheOutputsAreCompleteIsIgnored) {
-  auto child_exit = [](const std::function<void()>& body) {
-    const pid_t child = ::fork();
-    if (child == 0) {
-      body();
-      ::_exit(0);
-    }
-    int status = 0;
-    ::waitpid(child, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  };
   EXPECT_EQ(child_exit([] {
               training::install_exit_on_stop();
               training::ignore_stops_from_now();
@@ -159,16 +161,6 @@ TEST(StopSignal, AStopAfterTheOutputsAreCompleteIsIgnored) {
 TEST(StopSignal, AHangupIsAStopAndAnExitAtOnceRunsItsCommandFirst) {
   test_support::TempDir dir;
   const auto ran = dir / "scancel-ran";
-  auto child_exit = [](const std::function<void()>& body) {
-    const pid_t child = ::fork();
-    if (child == 0) {
-      body();
-      ::_exit(0);
-    }
-    int status = 0;
-    ::waitpid(child, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  };
   // A hangup, once: the graceful stop's request, as SIGTERM.
   EXPECT_EQ(child_exit([] {
               training::install_stop_handlers();
