@@ -7,6 +7,7 @@
 
 #include "test_support.h"
 #include "training/platform/errors.h"
+#include "training/platform/memory.h"
 
 namespace {
 
@@ -119,6 +120,9 @@ TEST(MemoryReport, ASettingThatChoosesNoBlocksSaysNull) {
 // 0 ("auto chose none").
 TEST(MemoryReport, ASettingThatRanOutOfMemoryMeasuredNothing) {
   test_support::TempDir dir;
+  struct NoLimitAfter {  // the study set memory.limit for this process: not for the next tests
+    ~NoLimitAfter() { training::TrackingCpuAllocator::instance().set_limit(0); }
+  } no_limit_after;
   auto limited = request(dir, "fp32,fp32+checkpointing=auto");
   limited.overrides.emplace_back("memory.limit=1MiB");
   EXPECT_EQ(training::memory_command(limited), training::kExitOutOfMemory);
