@@ -255,6 +255,16 @@ std::string percent_text(double share) {
   return fmt::format("{:.9g}%", share * 100);  // as given: "12.345%", "99.9%", "10%"
 }
 
+namespace {
+
+// What a card leaves after its headroom, rounded down: one formula for the plan and for the card
+// it advises, which is then read back with it.
+int64_t usable_of(int64_t card_bytes, double headroom) {
+  return static_cast<int64_t>(static_cast<double>(card_bytes) * (1 - headroom));
+}
+
+}  // namespace
+
 std::string plan_target_text(const std::optional<Card>& card, int64_t card_bytes, double headroom,
                              int64_t overhead) {
   return (card ? card->name : byte_size_text(card_bytes)) + " (" + format_bytes(card_bytes) +
@@ -264,8 +274,7 @@ std::string plan_target_text(const std::optional<Card>& card, int64_t card_bytes
 
 void refuse_no_room(const std::optional<Card>& card, int64_t card_bytes, double headroom,
                     int64_t overhead) {
-  const auto usable = static_cast<int64_t>(static_cast<double>(card_bytes) * (1 - headroom));
-  if (usable - overhead > 0) return;
+  if (usable_of(card_bytes, headroom) - overhead > 0) return;
   throw UserError(std::string(card ? "--card" : "--memory") + ": nothing fits in " +
                   plan_target_text(card, card_bytes, headroom, overhead) +
                   ": that leaves the allocator no memory");
@@ -277,8 +286,7 @@ int64_t card_needed_for(const Plan& plan, int64_t limit) {
       (static_cast<int64_t>(std::ceil(static_cast<double>(wanted) / (1 - plan.headroom))) + kMiB -
        1) /
       kMiB * kMiB;
-  // As make_plan reads it back: usable = card x (1 - headroom), rounded down.
-  while (static_cast<int64_t>(static_cast<double>(card) * (1 - plan.headroom)) < wanted) {
+  while (usable_of(card, plan.headroom) < wanted) {  // as make_plan reads it back
     card += kMiB;
   }
   return card;
@@ -303,7 +311,7 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
   plan.card = card;
   plan.card_bytes = card_bytes;
   plan.headroom = headroom;
-  plan.usable_bytes = static_cast<int64_t>(static_cast<double>(card_bytes) * (1 - headroom));
+  plan.usable_bytes = usable_of(card_bytes, headroom);
   std::tie(plan.overhead_bytes, plan.overhead_source) = plan_overhead(sweep, overhead);
   if (card && !overhead && !sweep.cuda) {
     const BesideTensors beside = beside_tensors(*card);
