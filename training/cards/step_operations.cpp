@@ -109,22 +109,28 @@ class StepBuilder {
     const double flops = 2 * out * static_cast<double>(per_output);
     const int64_t pixels_out = shape_.batch * layer.output[2] * layer.output[3];
     const int64_t pixels_in = shape_.batch * layer.input[2] * layer.input[3];
-    const bool transposed = half_ && !shape_.channels_last;
+    // In half precision and the contiguous layout, each of cuDNN's three calls transposes its
+    // two operands to NHWC and its result back (cuDNN's "Tensor Transformations"): three
+    // kernels, each reading and writing its tensor.
+    const auto transposes = [&](double tensors) {
+      if (half_ && !shape_.channels_last) add(OpKind::Layout, pass, 0, 2 * s_ * tensors, 3);
+    };
     if (!backward) {
       if (half_) add(OpKind::Cast, pass, 0, weight * (4 + 2), 1);
-      if (transposed) add(OpKind::Layout, pass, 0, 2 * s_ * (in + out), 2);
+      transposes(in + weight + out);
       add_matrix(OpKind::Convolution, pass, flops, s_ * (in + out + weight), pixels_out,
                  out_channels);
       return;
     }
     if (!layer.first_matrix) {  // the input's gradient
+      transposes(out + weight + in);
       add_matrix(OpKind::Convolution, pass, flops, s_ * (out + weight + in), pixels_in,
                  layer.input[1]);
     }
     // The weight's gradient reduces over the batch's pixels: split over the SMs (split-K), its
     // tiles are no measure of how it fills them.
+    transposes(in + out + weight);
     add_matrix(OpKind::Convolution, pass, flops, s_ * (out + in + weight), 0, 0);
-    if (transposed) add(OpKind::Layout, pass, 0, 2 * s_ * (in + out), 2);
     if (half_) add(OpKind::Cast, pass, 0, weight * (2 + 4), 1);
   }
 

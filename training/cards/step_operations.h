@@ -6,7 +6,8 @@
 //   - the forward: convolutions, BatchNorm (and its counter), ReLU, residual adds, pooling, the
 //     classifier, the loss; under AMP the casts of the weights (autocast casts each weight once a
 //     forward) and, in the contiguous layout, the NCHW<->NHWC transposes cuDNN's tensor-core
-//     kernels run around each half-precision convolution;
+//     kernels run around each half-precision convolution call: its two operands and its result,
+//     for the forward and again for each of the two gradients;
 //   - the recomputed forward of the checkpointed blocks, with their BatchNorm statistics saved and
 //     restored (training/step/recompute.h);
 //   - the backward of each: a convolution's input gradient (none for the first, whose input is the

@@ -121,6 +121,42 @@ TEST(StepOperations, HalfPrecisionHalvesActivationsAndCastsWeights) {
   EXPECT_GT(sum(contiguous, OpKind::Layout), 0);
 }
 
+// A half-precision convolution in the contiguous layout: each of cuDNN's three calls (forward,
+// the input's gradient, the weight's gradient) transposes its own operands to NHWC and its result
+// back (cuDNN's "Tensor Transformations"): the forward x, w and y; the input's gradient dy, w and
+// dx; the weight's gradient x, dy and dw, each read and written once. The stem has no input
+// gradient.
+TEST(StepOperations, EachOfCudnnsThreeCallsTransposesItsOwnOperands) {
+  training::StepShape shape;
+  shape.model = cifar(18);
+  shape.batch = 2;
+  shape.precision = Precision::BF16;
+  shape.channels_last = false;
+  double forward = 0, backward = 0;
+  int64_t forward_kernels = 0, backward_kernels = 0;
+  for (const auto& op : training::step_operations(shape)) {
+    if (op.kind != OpKind::Layout) continue;
+    (op.pass == OpPass::Forward ? forward : backward) += op.bytes;
+    (op.pass == OpPass::Forward ? forward_kernels : backward_kernels) += op.kernels;
+  }
+  double x_w_y = 0, stem = 0;
+  int64_t convolutions = 0;
+  for (const Layer& l : training::forward_layers(cifar(18), 32).layers) {
+    if (l.kind != LayerKind::Convolution) continue;
+    const double operands =
+        2.0 * static_cast<double>(training::elements(l.input) + training::elements(l.output)) +
+        static_cast<double>(training::elements(l.weight));
+    x_w_y += operands;
+    if (l.first_matrix) stem = operands;
+    ++convolutions;
+  }
+  EXPECT_EQ(convolutions, 20);
+  EXPECT_DOUBLE_EQ(forward, 2 * 2 * x_w_y);  // 2 bytes, read and written
+  EXPECT_DOUBLE_EQ(backward, 2 * 2 * (2 * x_w_y - stem));
+  EXPECT_EQ(forward_kernels, 3 * convolutions);
+  EXPECT_EQ(backward_kernels, 6 * convolutions - 3);
+}
+
 TEST(StepOperations, CheckpointingRecomputesTheBlocksForward) {
   training::StepShape shape;
   shape.model = cifar(18);
