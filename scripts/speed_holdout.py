@@ -22,25 +22,32 @@ Figures flagged `overlaps_calibration` (an earlier run of the calibration benchm
 shown but kept out of the summaries (also given with them, on a line of their own).
 
 It reports; it does not judge: the exit status is 0 whenever the table could be made, 1 when a
-`train` run failed or its output could not be read (those rows say why), 2 for bad arguments.
+`train` run failed or its output could not be read (those rows say why), 2 for bad arguments, one
+line before anything runs or is written: an empty value (`--only ''`, `--out ''`), a --figures
+that is a folder or missing, a bad figure, a figure's card that `train cards` does not know (with
+or without --only). Ctrl-C or SIGTERM: every `train` run under way is killed, exit 130.
 
     python3 scripts/speed_holdout.py [--train build/train] [--figures scripts/speed_holdout.json]
                                      [--out DIR] [--jobs N] [--reuse] [--only CARD,...]
 
 --only keeps the figures on those cards; both its names and the figures' are found by
-`train cards --json --card NAME` (script_support.train_cards), as every --card finds a card.
+`train cards --json --card NAME` (script_support.train_cards), as every --card finds a card. The
+figures' cards are found so too, before any run, whenever there is a train to ask (always, but
+with --reuse and no train).
 """
 
 import argparse
 import concurrent.futures
 import itertools
 import json
+import math
 import os
 import re
 import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 import script_support
@@ -148,7 +155,7 @@ def read_prediction(path, fig):
     }
 
 
-def run_one(train, config, runs_dir, index, fig, reuse, timeout):
+def run_one(runs, train, config, runs_dir, index, fig, reuse, timeout):
     name = run_name(index, fig)
     out = os.path.join(runs_dir, name)
     result = {"index": index, "run_dir": out}
@@ -162,10 +169,12 @@ def run_one(train, config, runs_dir, index, fig, reuse, timeout):
         result["command"] = " ".join(cmd)
         started = time.time()
         try:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  universal_newlines=True, timeout=timeout)
+            proc = runs.run(cmd, timeout)
         except (OSError, subprocess.TimeoutExpired) as e:
             result["error"] = "train did not run: %s" % e
+            return result
+        if proc is None:
+            result["error"] = "stopped"
             return result
         result["seconds"] = round(time.time() - started, 1)
         os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -352,18 +361,138 @@ def report(figs, results, train):
     return "\n".join(lines), pairs
 
 
-def only_cards(train, only, indexed):
+def only_cards(only, indexed, figure_cards, train):
     """The figures of `indexed` ((index, figure) pairs) on the cards `only` names (comma-separated),
-    each card found by `train cards` as every --card finds it (no rule of this script's); or the
-    one line that refuses --only."""
+    each card found by `train cards` as every --card finds it (no rule of this script's), as the
+    figures' own cards were (`figure_cards`, in the figures' order). Raises BadInput to refuse."""
+    wanted = script_support.items("--only", only)
+    keep = {script_support.card_key(c) for c in script_support.train_cards(train, wanted, "--only")}
+    chosen = [pair for pair, card in zip(indexed, figure_cards) if script_support.card_key(card) in keep]
+    if not chosen:
+        raise script_support.BadInput("--only %s matches no figure" % only)
+    return chosen
+
+
+def read_figures(path):
+    """The figures of --figures `path`, each checked (BadInput names the first bad one)."""
+    script_support.path_argument("--figures", path, "the held-out figures (a JSON list)")
     try:
-        wanted = script_support.items("--only", only)
-        keep = {script_support.card_key(c) for c in script_support.train_cards(train, wanted, "--only")}
-        on_card = script_support.train_cards(train, [f["card"] for _, f in indexed], "--figures")
-    except script_support.BadInput as e:
-        return str(e)
-    chosen = [pair for pair, card in zip(indexed, on_card) if script_support.card_key(card) in keep]
-    return chosen or "--only %s matches no figure" % only
+        with open(path) as f:
+            figs = json.load(f)
+    except (OSError, ValueError) as e:
+        raise script_support.BadInput("--figures %s: %s" % (path, script_support.describe(e))) from None
+    if not isinstance(figs, list) or not figs:
+        raise script_support.BadInput("--figures %s: expected a non-empty list" % path)
+    for i, fig in enumerate(figs):
+        if not isinstance(fig, dict):
+            raise script_support.BadInput("figure %d is not an object" % i)
+        for key in ("card", "precision", "batch", "images_per_second", "source"):
+            if key not in fig:
+                raise script_support.BadInput("figure %d has no %s" % (i, key))
+        if not isinstance(fig["card"], str) or not fig["card"].strip():
+            raise script_support.BadInput("figure %d: card %r is not a card's name" % (i, fig["card"]))
+        if fig["precision"] not in ("fp32", "fp16"):
+            raise script_support.BadInput("figure %d: precision %r is not fp32 or fp16" % (i, fig["precision"]))
+        if not isinstance(fig["batch"], int) or isinstance(fig["batch"], bool) or fig["batch"] < 1:
+            raise script_support.BadInput("figure %d: batch %r is not a positive whole number" % (i, fig["batch"]))
+        rate = fig["images_per_second"]
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate <= 0:
+            raise script_support.BadInput("figure %d: images_per_second %r is not a positive number" % (i, rate))
+    return figs
+
+
+def chosen_figures(args):
+    """The (index, figure) pairs to run, every argument checked first: BadInput (one line, exit 2)
+    before anything is run or written. Each figure's card is found by `train cards` here, with or
+    without --only, so that an unknown one is refused rather than run (it needs a train: with
+    --reuse and none, the cards are not checked and nothing is run that could find them)."""
+    figs = read_figures(args.figures)
+    if args.jobs < 1:
+        raise script_support.BadInput("--jobs must be at least 1")
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
+        raise script_support.BadInput("--timeout must be a positive number of seconds")
+    script_support.path_argument("--out", args.out, "a folder for the config, the runs and the report",
+                                 kind="folder", must_exist=False)
+    if args.only is not None and not args.only:
+        raise script_support.BadInput("--only: expected a value, got an empty string")
+    script_support.path_argument("--train", args.train, "the train binary (build it: scripts/setup.sh)",
+                                 must_exist=not args.reuse)
+    train = args.train
+    runnable = os.path.isfile(train) and os.access(train, os.X_OK)
+    if not args.reuse and not runnable:
+        raise script_support.BadInput("--train %s is not an executable file" % train)
+    indexed = list(enumerate(figs))
+    if args.only and not runnable:
+        raise script_support.BadInput("--only: --train %s is not an executable file (`train cards` finds "
+                                      "the cards named)" % train)
+    if not runnable:
+        return indexed
+    figure_cards = script_support.train_cards(train, [f["card"] for f in figs], "--figures %s" % args.figures)
+    return only_cards(args.only, indexed, figure_cards, train) if args.only else indexed
+
+
+class Runs:
+    """The `train memory` runs under way in the pool's threads, so that an interrupt (Ctrl-C,
+    SIGTERM: KeyboardInterrupt in the main thread only) kills each of them and starts no more; a
+    thread's own subprocess.run would let its child run on."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.procs = set()
+        self.stopped = False
+
+    def run(self, cmd, timeout):
+        """subprocess.run(cmd, timeout=timeout) with stdout and stderr together; None once stopped."""
+        with self.lock:
+            if self.stopped:
+                return None
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    universal_newlines=True)
+            self.procs.add(proc)
+        try:
+            try:
+                out, _ = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise
+        finally:
+            with self.lock:
+                self.procs.discard(proc)
+        return None if self.stopped else subprocess.CompletedProcess(cmd, proc.returncode, out)
+
+    def stop(self):
+        with self.lock:
+            self.stopped = True
+            for proc in self.procs:
+                proc.kill()
+
+
+def run_all(args, train, config, runs_dir, indexed):
+    """run_one for each figure, args.jobs at once; on an interrupt every run is killed, the pool
+    waited for, and the interrupt raised on."""
+    runs = Runs()
+    results = [None] * len(indexed)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
+    try:
+        futures = {pool.submit(run_one, runs, train, config, runs_dir, i, fig, args.reuse, args.timeout): k
+                   for k, (i, fig) in enumerate(indexed)}
+        done = 0
+        for future in concurrent.futures.as_completed(futures):
+            k = futures[future]
+            results[k] = future.result()
+            done += 1
+            i, fig = indexed[k]
+            print("speed_holdout: %d/%d %s %s b%d%s" % (
+                done, len(indexed), fig["card"], setting_label(fig), fig["batch"],
+                " failed: " + results[k]["error"] if results[k].get("error") else ""),
+                file=sys.stderr)
+    except BaseException:
+        runs.stop()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return results
 
 
 def main(argv=None):
@@ -377,93 +506,23 @@ def main(argv=None):
                         help="train runs at once (each uses one CPU thread)")
     parser.add_argument("--reuse", action="store_true",
                         help="read each run's memory_breakdown.json where it exists instead of running train")
-    parser.add_argument("--only", default="", help="comma-separated cards to keep (default: all)")
+    parser.add_argument("--only", help="comma-separated cards to keep (default: all)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds for one train run")
     args = parser.parse_args(argv)
-
-    try:
-        with open(args.figures) as f:
-            figs = json.load(f)
-    except (OSError, ValueError) as e:
-        print("speed_holdout: --figures %s: %s" % (args.figures, e), file=sys.stderr)
-        return 2
-    if not isinstance(figs, list) or not figs:
-        print("speed_holdout: --figures %s: expected a non-empty list" % args.figures, file=sys.stderr)
-        return 2
-    for i, fig in enumerate(figs):
-        for key in ("card", "precision", "batch", "images_per_second", "source"):
-            if key not in fig:
-                print("speed_holdout: figure %d has no %s" % (i, key), file=sys.stderr)
-                return 2
-        if not isinstance(fig["card"], str) or not fig["card"].strip():
-            print("speed_holdout: figure %d: card %r is not a card's name" % (i, fig["card"]),
-                  file=sys.stderr)
-            return 2
-        if fig["precision"] not in ("fp32", "fp16"):
-            print("speed_holdout: figure %d: precision %r is not fp32 or fp16" % (i, fig["precision"]),
-                  file=sys.stderr)
-            return 2
-        if not isinstance(fig["batch"], int) or isinstance(fig["batch"], bool) or fig["batch"] < 1:
-            print("speed_holdout: figure %d: batch %r is not a positive whole number" % (i, fig["batch"]),
-                  file=sys.stderr)
-            return 2
-        rate = fig["images_per_second"]
-        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate <= 0:
-            print("speed_holdout: figure %d: images_per_second %r is not a positive number" % (i, rate),
-                  file=sys.stderr)
-            return 2
-    if args.jobs < 1:
-        print("speed_holdout: --jobs must be at least 1", file=sys.stderr)
-        return 2
-    if not args.timeout > 0:
-        print("speed_holdout: --timeout must be a positive number of seconds", file=sys.stderr)
-        return 2
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        print("speed_holdout: --out %s is a file; expected a folder" % args.out, file=sys.stderr)
-        return 2
+    indexed = chosen_figures(args)
     train = args.train
-    runnable = os.path.isfile(train) and os.access(train, os.X_OK)
-    if not args.reuse and not runnable:
-        print("speed_holdout: --train %s is not an executable file" % train, file=sys.stderr)
-        return 2
-    indexed = list(enumerate(figs))
-    if args.only:
-        if not runnable:
-            print("speed_holdout: --only: --train %s is not an executable file (`train cards` finds "
-                  "the cards named)" % train, file=sys.stderr)
-            return 2
-        indexed = only_cards(train, args.only, indexed)
-        if isinstance(indexed, str):
-            print("speed_holdout: %s" % indexed, file=sys.stderr)
-            return 2
 
     os.makedirs(args.out, exist_ok=True)
     runs_dir = os.path.join(args.out, "runs")
     if os.path.isdir(runs_dir) and os.listdir(runs_dir) and not os.path.exists(os.path.join(runs_dir, MARKER)):
-        print("speed_holdout: %s exists and is not this script's: give another --out" % runs_dir,
-              file=sys.stderr)
-        return 2
+        raise script_support.BadInput("%s exists and is not this script's: give another --out" % runs_dir)
     os.makedirs(runs_dir, exist_ok=True)
     open(os.path.join(runs_dir, MARKER), "a").close()
     config = os.path.abspath(os.path.join(args.out, "resnet50_imagenet_224.yaml"))
     with open(config, "w") as f:
         f.write(CONFIG_224)
 
-    results = [None] * len(indexed)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_one, train, config, runs_dir, i, fig, args.reuse, args.timeout): k
-                   for k, (i, fig) in enumerate(indexed)}
-        done = 0
-        for future in concurrent.futures.as_completed(futures):
-            k = futures[future]
-            results[k] = future.result()
-            done += 1
-            i, fig = indexed[k]
-            print("speed_holdout: %d/%d %s %s b%d%s" % (
-                done, len(indexed), fig["card"], setting_label(fig), fig["batch"],
-                " failed: " + results[k]["error"] if results[k].get("error") else ""),
-                file=sys.stderr)
-
+    results = run_all(args, train, config, runs_dir, indexed)
     chosen = [fig for _, fig in indexed]
     text, pairs = report(chosen, results, train)
     print(text)
@@ -476,4 +535,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_support.run("speed_holdout", main))

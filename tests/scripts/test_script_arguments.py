@@ -228,7 +228,7 @@ class ScriptArgumentsTest(unittest.TestCase):
                      (("speed_check.py", str(tmp / "cpu")), "the sweep ran on 'cpu', not on a card"),
                      (("speed_check.py", str(tmp / "broken")), "not a sweep's JSON"),
                      (("speed_holdout.py", "--out", str(tmp / "afile"), "--train", sys.executable),
-                      "--out " + str(tmp / "afile") + " is a file"),
+                      "--out: " + str(tmp / "afile") + ": is a file; expected a folder"),
                      (("speed_holdout.py", "--figures", str(tmp / "figures.json")),
                       "figure 0: batch 'x' is not a positive whole number"),
                      (("speed_holdout.py", "--timeout", "0", "--train", sys.executable),
