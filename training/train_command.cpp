@@ -201,10 +201,12 @@ void log_checkpointing(const Config& config, const Decisions& decisions,
 
 // checkpointing auto verified: the training peak the run measured beside the prediction.
 void log_checkpointing_outcome(const Decisions& decisions, const RunDirectory& run) {
-  // The last epoch's: trained under this choice (a resume may have chosen again).
+  // The last epoch trained under this choice (a resume may have chosen again since).
+  if (!decisions.checkpointing) return;
+  const std::optional<int64_t> measured = peak_under(*decisions.checkpointing, run.epochs());
   bool exceeded = false;
-  const std::string outcome = checkpointing_outcome(
-      decisions.checkpointing, run.epochs().back().train_peak_allocated_bytes, &exceeded);
+  const std::string outcome =
+      measured ? checkpointing_outcome(decisions.checkpointing, *measured, &exceeded) : "";
   if (outcome.empty()) return;
   spdlog::log(exceeded ? spdlog::level::warn : spdlog::level::info, "checkpointing auto: {}",
               outcome);
@@ -268,11 +270,16 @@ int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
 
 // What needs no measurement is refused before anything is measured: the labels, the batch, the
 // profiler's window, a resumed checkpoint's model and its position (ranks, batch, samples), and
-// the folder the run will write (rank 0's), not after the autos were measured. Returns whether a
-// resumed run has nothing left to train (its epochs, or training.max_steps, done).
-bool check_before_measuring(const TrainRequest& request, const ResumeTarget& resume,
-                            const Config& asked, const torch::Device& device,
-                            const LoadedData& data, const std::optional<LaunchEnv>& launch) {
+// the folder the run will write (rank 0's), not after the autos were measured. Returns where a
+// resumed run stands: its optimizer steps, and whether it has nothing left to train (its
+// epochs, or training.max_steps, done).
+struct Position {
+  int64_t step = 0;
+  bool trained = false;
+};
+Position check_before_measuring(const TrainRequest& request, const ResumeTarget& resume,
+                                const Config& asked, const torch::Device& device,
+                                const LoadedData& data, const std::optional<LaunchEnv>& launch) {
   const int64_t ranks = launch ? launch->world_size : 1;
   check_labels(data.train, "training", asked.model.num_classes());
   check_labels(data.test, "test", asked.model.num_classes());
@@ -287,12 +294,12 @@ bool check_before_measuring(const TrainRequest& request, const ResumeTarget& res
     const auto optimizer = make_sgd(*model, asked.optimizer);
     const TrainState position = check_checkpoint_model(resume.checkpoint, *model, *optimizer);
     Trainer::check_resumable(resume.checkpoint, position, asked, run_yaml(asked), ranks);
-    return nothing_left_to_train(position, asked);
+    return {position.step, nothing_left_to_train(position, asked)};
   }
   if (resume.run_dir.empty() && !request.output_dir.empty() && (!launch || launch->rank == 0)) {
     check_output_dir(request.output_dir, OutputKind::Run, "--output-dir");
   }
-  return false;
+  return {};
 }
 
 // The run itself, from the config asked for and the decisions recorded (a resume): set up,
@@ -305,7 +312,8 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   const torch::Device device = set_up_device(asked, DeviceUse::Step, launch);
   LoadedData data = load_data(asked);
   const bool data_parallel = launch && launch->world_size > 1;
-  const bool trained = check_before_measuring(request, resume, asked, device, data, launch);
+  const Position position = check_before_measuring(request, resume, asked, device, data, launch);
+  const bool trained = position.trained;
   auto setup = [&](const char* doing) {  // out of memory before the first step
     return [doing, &resume] {            // a fresh run has no checkpoint to call intact
       return OutOfMemoryWhere{OutOfMemoryWhere::Setup, doing, !resume.checkpoint.empty()};
@@ -325,9 +333,11 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
     if (trained) return std::optional<CheckpointChoice>();
     const Config laid_out = decided(asked, {decisions.layout, std::nullopt});
     const bool choosing = laid_out.checkpointing.mode() == CheckpointMode::Auto;
-    return resolve_checkpointing(
+    auto made = resolve_checkpointing(
         laid_out, decisions, device, data_parallel, {},
         choosing ? held_beside_step(laid_out, device, data.train, data.test.size()) : 0);
+    if (made) decisions.checkpointing->from_step = position.step;  // chosen now
+    return made;
   });
   const RunInputs inputs{run_yaml(asked), decisions_json(decisions)};
   const Config config = decided(asked, decisions);
@@ -337,7 +347,10 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   Trainer trainer = out_of_memory_is_exit_3(config, device, building, [&] {
     return Trainer(config, device, std::move(data.train), std::move(data.test), group.get());
   });
-  trainer.record_inputs(inputs);
+  // A resume's config.yaml and decisions.json are rewritten with its first checkpoint: a resume
+  // that ends before one (out of memory, a failed step) leaves the run's record as it was, and
+  // one with nothing left to train never rewrites them.
+  trainer.record_inputs(inputs, /*with_checkpoint=*/!resume.checkpoint.empty() && !trained);
 
   std::optional<RunDirectory> run;
   open_run(request, resume, config, group.get(), trainer, run);
@@ -352,7 +365,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   log_checkpointing(config, decisions, checkpointing);
   load_resumed(resume, config, device, trainer, trained);
   if (run) {
-    if (!trained) run->write_inputs(inputs);
+    if (resume.checkpoint.empty()) run->write_inputs(inputs);
     trainer.write_to(*run);
     if (!resume.run_dir.empty())
       run->keep_epochs_through(trainer.state().epoch, trainer.state().step);

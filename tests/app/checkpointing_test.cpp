@@ -109,6 +109,35 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
   EXPECT_LE(record.at("train_peak_allocated_bytes").get<int64_t>(), decided->budget);
   const std::string report = test_support::read_text(run / "report.md");
   EXPECT_NE(report.find("## Gradient checkpointing: auto"), std::string::npos) << report;
+
+  // Round 5, a sixth pass: a resume that ran out of memory (checkpointing turned off, the plain
+  // step over the limit) had rewritten config.yaml and decisions.json at its start, so that the
+  // run's record said "enabled: false" for the epoch trained with the blocks, and a plain resume
+  // took that as an edit. A resume's record is rewritten with its first row or checkpoint.
+  const std::string more = "--resume " + run.string() + " --set training.epochs=2";
+  const auto off = run_train(more + " --set checkpointing.enabled=false --memory-limit " +
+                             std::to_string(limit));
+  EXPECT_EQ(off.code, 3) << off.output;
+  EXPECT_EQ(test_support::read_text(run / "config.yaml"), config_before);
+  EXPECT_EQ(test_support::read_text(run / "decisions.json"), decisions_before);
+  // A resume that chose again (for two micro-batches a step) and was stopped inside its first
+  // step, before an epoch under its choice was recorded, compared that choice with the peak of
+  // the epoch trained under the earlier one ("measured training peak ... within the budget"):
+  // none is said until an epoch is recorded under it.
+  const auto rechosen = cli::run_shell(
+      "TRAIN_TEST_STOP_AT='step 3 micro-batch 2' " + std::string(TRAIN_BINARY) + " " + more +
+      " --set training.accumulate_steps=2 --memory-limit " + std::to_string(limit));
+  EXPECT_EQ(rechosen.code, 130) << rechosen.output;
+  EXPECT_NE(rechosen.output.find("checkpointing auto: budget "), std::string::npos)
+      << rechosen.output;
+  EXPECT_EQ(rechosen.output.find("measured training peak"), std::string::npos) << rechosen.output;
+  const std::string stopped_report = test_support::read_text(run / "report.md");
+  EXPECT_NE(stopped_report.find("none yet: no epoch was recorded under this choice"),
+            std::string::npos)
+      << stopped_report;
+  EXPECT_EQ(training::read_decisions(run, training::load_config((run / "config.yaml").string()))
+                .checkpointing->from_step,
+            2);
 }
 
 // Round 5: with data.prefetch 2 the choice counted two batches beside the step, and the run ran

@@ -71,7 +71,8 @@ std::string decisions_json(const Decisions& d) {
                           {"budget_bytes", c.budget},
                           {"predicted_peak_bytes", c.predicted_peak},
                           {"predicted_extra_ms", c.predicted_extra_ms},
-                          {"beside_step_bytes", c.beside_bytes}};
+                          {"beside_step_bytes", c.beside_bytes},
+                          {"from_step", c.from_step}};
   }
   return j.dump(2) + "\n";
 }
@@ -132,7 +133,7 @@ CheckpointingDecision parse_checkpointing(const Json& j, const std::string& orig
   const std::string s = "checkpointing";
   check_fields(j, s,
                {"blocks", "chosen_for", "budget_bytes", "predicted_peak_bytes",
-                "predicted_extra_ms", "beside_step_bytes"},
+                "predicted_extra_ms", "beside_step_bytes", "from_step"},
                origin);
   CheckpointingDecision c;
   c.blocks = entry(j, s, "blocks", is_names, "a list of block names", origin)
@@ -144,6 +145,10 @@ CheckpointingDecision parse_checkpointing(const Json& j, const std::string& orig
       j, s, "predicted_extra_ms", [](const Json& v) { return v.is_number() && v >= 0; },
       "a number of milliseconds", origin);
   c.beside_bytes = entry(j, s, "beside_step_bytes", is_bytes, "a byte count", origin);
+  // Absent: made before the run's first step (decisions.json before it recorded from_step).
+  if (j.contains("from_step")) {
+    c.from_step = entry(j, s, "from_step", is_bytes, "a number of steps", origin);
+  }
   return c;
 }
 

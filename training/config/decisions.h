@@ -31,7 +31,20 @@ struct CheckpointingDecision {
   int64_t predicted_peak = 0;       // the step's predicted peak with `blocks`
   double predicted_extra_ms = 0;    // the recomputation added to a step
   int64_t beside_bytes = 0;         // what the run holds beside the step, outside `budget`
+  int64_t from_step = 0;  // optimizer steps the run had taken when it was made: the epochs
+                          // recorded after it (a step count above) trained under it
 };
+
+// The training peak of the last epoch recorded under `decision` (its row's step above
+// from_step: a resume that chose again measured nothing under the earlier rows); nullopt when
+// none was.
+template <typename Rows>
+std::optional<int64_t> peak_under(const CheckpointingDecision& decision, const Rows& epochs) {
+  for (auto it = epochs.rbegin(); it != epochs.rend(); ++it) {
+    if (it->step > decision.from_step) return it->train_peak_allocated_bytes;
+  }
+  return std::nullopt;
+}
 
 // The step a decision is made for, as its chosen_for records it: everything that sets one
 // training step's memory and time -- the model, the micro-batch and its image size (where not 32),

@@ -68,8 +68,13 @@ class Trainer {
   // Whether this run's checkpoint exists (rank 0; a resume's, or one saved since the start).
   bool checkpoint_exists() const;
   // What its checkpoints store as the run's inputs: the config asked for and the decisions made
-  // (train); by default the config it was built from and no decisions.
-  void record_inputs(RunInputs inputs) { inputs_ = std::move(inputs); }
+  // (train); by default the config it was built from and no decisions. `with_checkpoint`: also
+  // written to the run directory (config.yaml, decisions.json) just before the first epoch row or
+  // checkpoint it writes.
+  void record_inputs(RunInputs inputs, bool with_checkpoint = false) {
+    inputs_ = std::move(inputs);
+    inputs_pending_ = with_checkpoint;
+  }
 
   // Continues from a checkpoint instead of the fresh initialisation (after write_to, whose rows
   // newer than the checkpoint it drops). Refuses a mid-epoch checkpoint written at another
@@ -138,6 +143,9 @@ class Trainer {
   // Whether a checkpoint of this point could be resumed (not part-way through a torch_data epoch).
   bool resumable_here() const;
   void save();
+  // record_inputs' with_checkpoint: config.yaml and decisions.json, before the first epoch row or
+  // checkpoint this process writes.
+  void write_pending_inputs();
   // Resuming part-way through an epoch, data-parallel: this rank's own sums from the checkpoint.
   void take_own_sums();
   // Data-parallel: returns once every rank got here (rank 0 after its checkpoint write).
@@ -154,7 +162,8 @@ class Trainer {
 
   Config config_;
   RunInputs inputs_;
-  int64_t accumulate_steps_;  // training.accumulate_steps
+  bool inputs_pending_ = false;  // config.yaml and decisions.json wait for the next checkpoint
+  int64_t accumulate_steps_;     // training.accumulate_steps
   torch::Device device_;
   RunDirectory* run_;
   std::filesystem::path run_path_;  // name_run's (rank > 0); empty: rank 0's log names it

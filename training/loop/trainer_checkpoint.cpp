@@ -223,9 +223,16 @@ void Trainer::save() {
     saved.grad_scale = parts_.scaler.scale_state();
     saved.growth_tracker = parts_.scaler.growth_tracker_state();
   }
+  write_pending_inputs();
   save_checkpoint(run_->checkpoint_path(), *parts_.model, *parts_.optimizer, saved, inputs_,
                   parts_.ema ? parts_.ema->average().get() : nullptr);
   wait_for_rank_0();
+}
+
+void Trainer::write_pending_inputs() {
+  if (!inputs_pending_ || !run_) return;
+  run_->write_inputs(inputs_);
+  inputs_pending_ = false;
 }
 
 void Trainer::wait_for_rank_0() {

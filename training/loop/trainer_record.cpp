@@ -50,6 +50,7 @@ EpochRecord Trainer::record_epoch(int64_t epoch, const Evaluation& evaluation) {
   r.data_wait_fraction = state_.train_seconds > 0 ? r.data_seconds / state_.train_seconds : 0.0;
   observers_.complete_record(r);
   if (run_) {
+    write_pending_inputs();
     run_->record_epoch(r);
     test_kill_point("epoch-row");  // tests: a death between the row and its checkpoint
     for (const auto& c : accuracy_crossings(run_->epochs(), config_.training.accuracy_thresholds)) {

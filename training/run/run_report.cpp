@@ -62,10 +62,10 @@ void write_checkpointing(std::ostringstream& md, const Config& c, const Decision
                          const std::vector<EpochRecord>& epochs) {
   const auto& d = decisions.checkpointing;
   if (c.checkpointing.mode() != CheckpointMode::Auto || !d || d->predicted_peak <= 0) return;
-  // The last epoch's: trained under this choice (a resume may have chosen again).
-  const int64_t measured = epochs.back().train_peak_allocated_bytes;
+  // The last epoch trained under this choice (a resume may have chosen again since).
+  const std::optional<int64_t> measured = peak_under(*d, epochs);
   bool exceeded = false;
-  const std::string outcome = checkpointing_outcome(d, measured, &exceeded);
+  const std::string outcome = measured ? checkpointing_outcome(d, *measured, &exceeded) : "";
   md << "## Gradient checkpointing: auto\n\n| | |\n|---|---|\n"
      << "| blocks recomputed | " << checkpointing_text(c.checkpointing) << " |\n"
      << "| budget | " << format_bytes(d->budget) << " |\n"
@@ -73,10 +73,13 @@ void write_checkpointing(std::ostringstream& md, const Config& c, const Decision
      << "| chosen for | " << d->chosen_for << " |\n"
      << "| predicted training peak | " << format_bytes(d->predicted_peak + d->beside_bytes)
      << " (the step " << format_bytes(d->predicted_peak) << ") |\n"
-     << "| measured training peak | " << format_bytes(measured) << " (the last epoch's) |\n"
+     << "| measured training peak | "
+     << (measured ? format_bytes(*measured) + " (the last epoch's under this choice)"
+                  : std::string("none yet: no epoch was recorded under this choice"))
+     << " |\n"
      << fmt::format("| predicted time added to a step | {:.0f} ms |\n", d->predicted_extra_ms)
      << "\n"
-     << (exceeded ? "**Over budget:** " : "") << outcome << ".\n\n";
+     << (exceeded ? "**Over budget:** " : "") << outcome << (outcome.empty() ? "" : ".\n\n");
 }
 
 // "channels_last" as set, or "auto: channels_last" as decided.

@@ -84,7 +84,8 @@ TEST(Decisions, ADamagedFileIsRefusedNamingItAndTheEntry) {
   j["checkpointing"]["budget"] = 5;  // a misspelt field is refused, not dropped
   EXPECT_EQ(decisions_error(j.dump()),
             "run/decisions.json: checkpointing.budget: unknown field (expected blocks, chosen_for, "
-            "budget_bytes, predicted_peak_bytes, predicted_extra_ms, beside_step_bytes, decides)");
+            "budget_bytes, predicted_peak_bytes, predicted_extra_ms, beside_step_bytes, from_step, "
+            "decides)");
   j = nlohmann::json::parse(training::decisions_json(both()));
   j["checkpointing"]["blocks"] = {"layer1.0", 3};
   EXPECT_NE(decisions_error(j.dump()).find("checkpointing.blocks: expected a list of block names"),
