@@ -1,10 +1,14 @@
 #include "training/run/output_dir.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <fstream>
 #include <vector>
 
@@ -164,6 +168,25 @@ void refuse_unusable_path(const fs::path& path, const std::string& flag) {
   }
 }
 
+// Refuses `path` where its folder `folder` (when it exists) takes no new file (a read-only file
+// system, no permission, /proc or /sys): tried with a file created and removed at once, before
+// anything runs rather than after the measuring.
+void refuse_unwritable_folder(const fs::path& folder, const fs::path& path,
+                              const std::string& flag) {
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return;  // created later, or said by the other checks
+  const fs::path probe = folder / (".train-write-probe-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int error = errno;
+    if (error == EEXIST) return;  // another of ours is probing: the folder takes files
+    throw UserError(flag + ": " + path.string() + ": cannot write in " + folder.string() + " (" +
+                    std::strerror(error) + ")");
+  }
+  ::close(fd);
+  fs::remove(probe, ec);
+}
+
 // Refuses a path inside a folder that holds another command's outputs, at any depth: only that
 // command writes there, and run again it removes what it does not know.
 void refuse_inside_outputs(const fs::path& path, const std::string& flag) {
@@ -221,6 +244,7 @@ void judge_output_dir(const fs::path& dir, const HeldOutputs& held, OutputKind k
     throw UserError(dir.string() + ": cannot create the folder (" + existing.string() +
                     " is not a folder)");
   }
+  refuse_unwritable_folder(existing, dir, flag);
 }
 
 }  // namespace
@@ -268,6 +292,7 @@ void check_file_outside_outputs(const fs::path& file, const std::string& flag) {
                     " (only its own command writes there); give a path outside it");
   }
   refuse_inside_outputs(folder / file.filename(), flag);
+  refuse_unwritable_folder(folder, file, flag);
 }
 
 void check_not_an_input(const fs::path& output, const std::string& flag, const fs::path& input,

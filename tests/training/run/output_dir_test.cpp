@@ -178,6 +178,24 @@ TEST(OutputDir, APathInsideAnotherOutputOrUnwritableIsRefusedFirst) {
                                                   " is a loop of symbolic links");
   }
   EXPECT_FALSE(fs::exists(dir / "sweep/trials/run"));
+  // Round 5, a sixth pass: a folder that takes no file (/proc here; /sys, a read-only mount) was
+  // found when the file was written, after the measuring, leaving an unfinished study behind.
+  EXPECT_EQ(refusal("/proc/train-test/run", OutputKind::Run)
+                .rfind("--output-dir: /proc/train-test/run: cannot write in /proc (", 0),
+            0u);
+  try {
+    training::check_file_outside_outputs("/proc/plan.json", "--json");
+    ADD_FAILURE() << "a file in /proc was let through";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--json: /proc/plan.json: cannot write in /proc (", 0),
+              0u)
+        << e.what();
+  }
+  training::check_file_outside_outputs(dir / "plan.json", "--json");  // tried, and left nothing
+  EXPECT_EQ(refusal(dir / "fresh", OutputKind::Run), "claimed");
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().filename().string().rfind(".train-write-probe", 0), std::string::npos);
+  }
 }
 
 // A sweep, study or comparison started again in a stopped one's folder starts afresh: nothing of
