@@ -13,13 +13,28 @@ namespace {
 constexpr double kTera = 1e12;
 constexpr int64_t kTile = 128;
 
-// The share of the card's SMs the GEMM's output tiles keep busy over its waves.
-double wave_fill(const StepOperation& op, int sms) {
-  if (op.gemm_rows <= 0 || op.gemm_columns <= 0 || sms <= 0) return 1;
-  const int64_t tiles =
-      ((op.gemm_rows + kTile - 1) / kTile) * ((op.gemm_columns + kTile - 1) / kTile);
+// A GEMM's output in tiles of 128 (no wider than the matrix): the tiles along `n`, and `n`
+// rounded up to them.
+int64_t tiles_along(int64_t n) {
+  const int64_t tile = std::min(n, kTile);
+  return (n + tile - 1) / tile;
+}
+double rounded_to_tiles(int64_t n) {
+  return static_cast<double>(tiles_along(n) * std::min(n, kTile));
+}
+
+// The time of a GEMM's FLOPs at `flops_per_second`: its output tiles, each as much work as a
+// whole one, in waves over the card's SMs (a last wave part-empty). A row more never takes
+// less time: the FLOPs are those of whole tiles.
+double gemm_seconds(const StepOperation& op, int sms, double flops_per_second) {
+  const int64_t rows = op.gemm_rows, columns = op.gemm_columns;
+  if (rows <= 0 || columns <= 0 || sms <= 0) return op.flops / flops_per_second;
+  const double tiled = op.flops * rounded_to_tiles(rows) / static_cast<double>(rows) *
+                       rounded_to_tiles(columns) / static_cast<double>(columns);
+  const int64_t tiles = tiles_along(rows) * tiles_along(columns);
   const int64_t waves = (tiles + sms - 1) / sms;
-  return static_cast<double>(tiles) / static_cast<double>(waves * sms);
+  const double fill = static_cast<double>(tiles) / static_cast<double>(waves * sms);
+  return tiled / flops_per_second / fill;
 }
 
 struct MatrixUnit {
@@ -71,9 +86,8 @@ StepEstimate estimate_step(const std::vector<StepOperation>& ops, const Card& ca
   estimate.images = shape.images();
   int64_t kernels = 0;
   for (const StepOperation& op : ops) {
-    const double compute = op.matrix
-                               ? op.flops / (unit.peak * unit.efficiency) / wave_fill(op, sheet.sms)
-                               : op.flops / vector_peak;
+    const double compute = op.matrix ? gemm_seconds(op, sheet.sms, unit.peak * unit.efficiency)
+                                     : op.flops / vector_peak;
     const double memory = op.bytes / bandwidth;
     KindTime& kind = estimate.kinds[static_cast<size_t>(op.kind)];
     const double seconds = std::max(compute, memory) * static_cast<double>(op.count);

@@ -256,6 +256,24 @@ TEST(SpeedModel, ALaunchBoundBatchIsSlowerPerImage) {
   EXPECT_GT(larger, 1.0) << why;
 }
 
+// A sixth pass: batch 129 was predicted faster than 128 and 127 on a V100 (a row more raised the
+// last wave's tile fill, while the FLOPs were counted exact). A larger batch never takes less time.
+TEST(SpeedModel, ALargerBatchIsNeverFaster) {
+  training::StepShape shape;
+  shape.model = models::ResNetOptions(18).stem(models::Stem::ImageNet);
+  shape.image_size = 32;
+  double last = 0;
+  for (int64_t batch = 120; batch <= 136; ++batch) {
+    shape.batch = batch;
+    const double seconds = training::estimate_step(training::step_operations(shape),
+                                                   training::find_card("V100-16GB"), shape, true,
+                                                   training::fitted_speed().parameters)
+                               .seconds;
+    EXPECT_GE(seconds, last) << "batch " << batch;
+    last = seconds;
+  }
+}
+
 // AMP on tensor cores: the contiguous layout pays cuDNN's transposes; channels_last is faster.
 TEST(SpeedModel, ChannelsLastIsFasterForAmpOnTensorCores) {
   training::StepShape shape;
