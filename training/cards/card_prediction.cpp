@@ -48,11 +48,19 @@ CardPredictor::CardPredictor(Config config, Card card, AllocatorOptions options,
   }
 }
 
-const CardPredictor::Recorded& CardPredictor::recorded(const Setting& asked) {
-  // Every micro-batch after the second holds what the second holds: 2 stand for any number.
-  Setting setting = asked;
-  setting.accumulate_steps = std::min<int64_t>(asked.accumulate_steps, 2);
-  for (const auto& known : recorded_) {
+namespace {
+
+// Every micro-batch after the second holds what the second holds: 2 stand for any number.
+Setting as_recorded(Setting setting) {
+  setting.accumulate_steps = std::min<int64_t>(setting.accumulate_steps, 2);
+  return setting;
+}
+
+}  // namespace
+
+CardPredictor::Recorded& CardPredictor::recorded(const Setting& asked) {
+  const Setting setting = as_recorded(asked);
+  for (auto& known : recorded_) {
     if (known.setting == setting) return known;
   }
   const int64_t a = kTraceBatches[0], b = kTraceBatches[1], c = kTraceBatches[2];
@@ -62,13 +70,20 @@ const CardPredictor::Recorded& CardPredictor::recorded(const Setting& asked) {
                                       record_step_stream(config_, setting, b), b);
   const int64_t mismatched =
       mismatched_allocations(stream, record_step_stream(config_, setting, c), c);
-  recorded_.push_back({setting, std::move(stream), mismatched});
+  recorded_.push_back({setting, std::move(stream), mismatched, {}, 0});
   return recorded_.back();
+}
+
+std::optional<int64_t> CardPredictor::largest_batch(const Setting& setting) const {
+  for (const auto& known : recorded_) {
+    if (known.setting == as_recorded(setting) && !known.shown.empty()) return known.largest;
+  }
+  return std::nullopt;
 }
 
 CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch,
                                       AllocatorSnapshot* snapshot) {
-  const Recorded& r = recorded(setting);
+  Recorded& r = recorded(setting);
   CardPrediction p;
   p.card = card_;
   p.beside = beside_;
@@ -100,9 +115,12 @@ CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch,
                         "the snapshot is not the prediction's reserved peak");
   p.train_images = train_images_at_most(config_.data);
   p.unsupported = card_.unsupported(setting.precision);
-  p.largest_batch =
-      largest_fitting_batch(r.stream, p.held, p.allocator, p.beside,
-                            models::smallest_trainable_batch(config_.model, p.held.image_size));
+  // At or above every batch of the setting predicted to fit, this one too: one figure for all.
+  if (std::find(r.shown.begin(), r.shown.end(), batch) == r.shown.end()) r.shown.push_back(batch);
+  r.largest = largest_fitting_batch(
+      r.stream, p.held, p.allocator, p.beside,
+      models::smallest_trainable_batch(config_.model, p.held.image_size), r.shown);
+  p.largest_batch = r.largest;
   Config config = config_;
   setting.apply_to(config);
   try {

@@ -50,7 +50,10 @@ struct CardPrediction {
   // size (compute capability below 9: 8.125 MiB, against 32 MiB): the smallest `--card SIZE`
   // (whole MiB, with what lies outside the allocator) on which the step fits; else 0.
   int64_t needed_by_size = 0;
-  int64_t largest_batch = 0;  // by replay; 0 = not even batch 1
+  // By replay (stream_replay.h's largest_fitting_batch): a batch that fits with the next one not
+  // fitting, at or above every batch of the setting its predictor was asked for that fits (fitting
+  // is not monotone in the batch); 0 = none fits.
+  int64_t largest_batch = 0;
   // The config's training set at most (config.h's train_images_at_most; 0: not known): a largest
   // batch above it fits but train refuses it, and is said so.
   int64_t train_images = 0;
@@ -64,7 +67,10 @@ struct CardPrediction {
   // Why the card cannot run the setting at all (bf16 before compute capability 8.0; cards.h), as
   // `train plan` says it: its memory is predicted, but the tables say "cannot run"; else empty.
   std::string unsupported;
-  std::string fits_text() const;  // "yes", "no (out of memory in ...)", or "cannot run: ..."
+  // "yes", "no (out of memory in ...)", or "cannot run: ..."; a batch below largest_batch that
+  // does not fit says so: "no (out of memory in step2 backward; below the largest batch that fits,
+  // 103: fitting is not monotone in the batch)".
+  std::string fits_text() const;
   // The peaks to report: the card's replay where it fits; where it does not (the replay stops at
   // the allocation that fails), what the step needs, so that the margin says how much is missing.
   const Replay& figures() const { return replay.fits ? replay : needed; }
@@ -94,6 +100,10 @@ class CardPredictor {
   // under the smallest limit on which it fits.
   CardPrediction predict(const Setting& setting, int64_t batch,
                          AllocatorSnapshot* snapshot = nullptr);
+  // The setting's largest batch that fits after every prediction of it so far: at or above each
+  // batch predicted to fit, the figure its latest prediction gave; none before any prediction.
+  // Outputs that show several batches of a setting show this one figure for all of them.
+  std::optional<int64_t> largest_batch(const Setting& setting) const;
   const Card& card() const { return card_; }
   const HeldData& held() const { return held_; }  // held_data(config), counted once
 
@@ -102,8 +112,10 @@ class CardPredictor {
     Setting setting;
     LinearStream stream;
     int64_t mismatched = 0;
+    std::vector<int64_t> shown;  // the batches predicted, each once
+    int64_t largest = 0;         // largest_fitting_batch over `shown`
   };
-  const Recorded& recorded(const Setting& setting);
+  Recorded& recorded(const Setting& setting);
 
   Config config_;
   Card card_;

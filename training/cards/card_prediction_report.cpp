@@ -29,7 +29,16 @@ std::string CardPrediction::largest_batch_text() const {
 
 std::string CardPrediction::fits_text() const {
   if (!unsupported.empty()) return "cannot run: " + unsupported;
-  return replay.fits ? "yes" : "no (out of memory in " + replay.failed_at + ")";
+  if (replay.fits) return "yes";
+  // Fitting is not monotone in the batch: a batch below the largest that fits may not.
+  const std::string below =
+      batch_size < largest_batch
+          ? fmt::format(
+                "; below the largest batch that fits, {}: fitting is not monotone in the "
+                "batch",
+                largest_batch)
+          : "";
+  return "no (out of memory in " + replay.failed_at + below + ")";
 }
 
 std::string prediction_line(const std::string& setting, const CardPrediction& p) {
@@ -38,7 +47,7 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
     return fmt::format(
                "{} on {} ({}): batch {} does not fit: out of memory in {}; it needs {} on the "
                "device, on the smallest card it fits ({} reserved, {} allocated{}), {}; the "
-               "largest batch that fits is {}",
+               "largest batch that fits is {}{}",
                setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size, r.failed_at,
                size_at_least_text(p.needed_limit + p.beside.outside_allocator),
                format_bytes(p.needed.peak_reserved), format_bytes(p.needed.peak_allocated),
@@ -51,7 +60,10 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
                          " more than the card has"
                    : "more than the allocator's limit of " + format_bytes(p.allocator.limit) +
                          (p.limited_by_memory_limit ? " (memory.limit)" : ""),
-               p.largest_batch_text()) +
+               p.largest_batch_text(),
+               p.batch_size < p.largest_batch
+                   ? " (above this batch: fitting is not monotone in the batch)"
+                   : "") +
            speed_text(p);
   }
   return fmt::format(

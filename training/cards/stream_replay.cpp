@@ -135,7 +135,7 @@ AllocationStream with_held_data(AllocationStream stream, int64_t batch, const He
 
 int64_t largest_fitting_batch(const LinearStream& stream, const HeldData& held,
                               const AllocatorOptions& options, const BesideTensors& beside,
-                              int64_t smallest) {
+                              int64_t smallest, const std::vector<int64_t>& shown) {
   auto fits = [&](int64_t batch) {
     return replay_stream(with_held_data(stream.at(batch), batch, held), options, beside).fits;
   };
@@ -143,14 +143,28 @@ int64_t largest_fitting_batch(const LinearStream& stream, const HeldData& held,
   if (!beyond) throw std::runtime_error("no allocation of the step grows with the batch");
   // No larger than training.batch_size takes (a 1024TiB card would give billions).
   const int64_t ceiling = std::min(*beyond, kMaxBatchSize + 1);
-  if (ceiling <= smallest || !fits(smallest)) return 0;
-  int64_t good = smallest, bad = std::min<int64_t>(2 * smallest, ceiling);
-  while (bad < ceiling && fits(bad)) good = bad, bad = std::min(bad * 2, ceiling);
-  while (bad - good > 1) {
-    const int64_t middle = good + (bad - good) / 2;
-    (fits(middle) ? good : bad) = middle;
+  // From a batch that fits: doubling, then bisection, to one that fits with the next not fitting.
+  auto edge_above = [&](int64_t good) {
+    int64_t bad = std::min<int64_t>(2 * good, ceiling);
+    while (bad < ceiling && fits(bad)) good = bad, bad = std::min(bad * 2, ceiling);
+    while (bad - good > 1) {
+      const int64_t middle = good + (bad - good) / 2;
+      (fits(middle) ? good : bad) = middle;
+    }
+    return good;
+  };
+  const int64_t edge = ceiling > smallest && fits(smallest) ? edge_above(smallest) : 0;
+  // The largest batch shown above that edge that fits, if any: the search goes on up from it.
+  std::vector<int64_t> above;
+  for (const int64_t batch : shown) {
+    if (batch > edge && batch >= smallest && batch < ceiling) above.push_back(batch);
   }
-  return good;
+  std::sort(above.rbegin(), above.rend());
+  above.erase(std::unique(above.begin(), above.end()), above.end());
+  for (const int64_t batch : above) {
+    if (fits(batch)) return edge_above(batch);
+  }
+  return edge;
 }
 
 int64_t smallest_fitting_limit(const AllocationStream& stream, AllocatorOptions options,

@@ -101,11 +101,14 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
       }
       if (std::find(predicted.begin(), predicted.end(), c.setting) == predicted.end()) {
         predicted.push_back(c.setting);
-        plan.largest_on_card.emplace_back(c.setting, p.largest_batch);
       }
     }
     if (plan.speed == Plan::Speed::None) c.images_per_second = 0;
     if (plan.speed == Plan::Speed::Estimated) estimate_speed(c, config, card);
+  }
+  // After every candidate: at or above each batch of its setting that fits, one figure a setting.
+  for (const auto& setting : predicted) {
+    plan.largest_on_card.emplace_back(setting, predictor.largest_batch(setting).value_or(0));
   }
 }
 

@@ -61,7 +61,9 @@ struct Plan {
   // memory, the largest batch that fits first; no other card's figures stand in).
   enum class Speed { Measured, Estimated, None } speed = Speed::Measured;
   std::string speed_source;  // "measured on cpu", "estimated for H100-80GB by the ..."
-  std::vector<std::pair<Setting, int64_t>> largest_on_card;  // by replay; 0 = none fits
+  // By replay, after every candidate: per setting, at or above each of its candidates that fits
+  // (CardPredictor::largest_batch); 0 = none fits.
+  std::vector<std::pair<Setting, int64_t>> largest_on_card;
   std::string allocator_options;      // with a card: the options replayed under ("" = the defaults)
   int64_t device_resident_bytes = 0;  // with a card and data.device_resident: in every peak
   // --target-batch: images per optimizer step; each candidate is then micro-batch (batch) x

@@ -23,6 +23,14 @@ std::string verdict_of(const Plan& plan, size_t i) {
   if (!c.unsupported.empty()) return "cannot run: " + c.unsupported;
   if (!c.untrainable.empty()) return "cannot train: " + c.untrainable;
   if (!c.fits) {
+    for (const auto& [setting, largest] : plan.largest_on_card) {
+      if (setting == c.setting && c.batch < largest) {
+        return fmt::format(
+            "does not fit (below the largest batch that fits, {}: fitting is not monotone in the "
+            "batch): {}",
+            largest, needs_card_text(plan, c));
+      }
+    }
     return "does not fit: " + needs_card_text(plan, c);
   }
   if (plan.speed == Plan::Speed::None) {  // ranked by images a step, then by the smaller peak

@@ -238,7 +238,7 @@ std::string SweepRunner::why_not_kept(const fs::path& yaml, const fs::path& resu
   return "its trial config differs: " + first_difference(before, measured);
 }
 
-void SweepRunner::predict_on_card(SweepTrial& trial) const {
+void SweepRunner::predict_on_card(SweepTrial& trial) {
   if (predictor_ && !trial.setting.unpredictable().empty()) {
     trial.on_card_error = trial.setting.unpredictable();
   } else if (predictor_) {
@@ -246,6 +246,10 @@ void SweepRunner::predict_on_card(SweepTrial& trial) const {
       trial.on_card = predictor_->predict(trial.setting, trial.batch);
     } catch (const std::runtime_error& e) {
       trial.on_card_error = error_line(e);
+    }
+    for (auto& earlier : trials_) {
+      const auto largest = predictor_->largest_batch(earlier.setting);
+      if (earlier.on_card && largest) earlier.on_card->largest_batch = *largest;
     }
   }
 }

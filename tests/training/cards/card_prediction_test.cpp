@@ -93,6 +93,35 @@ TEST(CardPrediction, TheLargestBatchIsNeverOneThatDoesNotTrain) {
   EXPECT_EQ(largest_fitting_batch(linear, HeldData{}, options, {}, 2), from_one);
 }
 
+// Fitting is not monotone in the batch: one allocation of 64 KiB x batch takes a 2 MiB segment up
+// to 1 MiB (batch 16), a 20 MiB one below 10 MiB (17 to 159), and its size rounded up to 2 MiB from
+// 10 MiB (160 on). Under 15 MiB batches 1-16 and 160-224 fit. The search from below stops at 16;
+// a batch shown fitting above it (a plan's candidate, a sweep's trial) is never above the largest
+// batch: the search goes on from the largest of them, whatever their order, even where the
+// smallest batch does not fit.
+TEST(CardPrediction, TheLargestBatchIsAtOrAboveEveryBatchShownThatFits) {
+  constexpr int64_t KiB = 1024, MiB = 1024 * KiB;
+  const LinearStream linear =
+      linear_stream(stream({{0, 128 * KiB}, {0, 0}}), 2, stream({{0, 256 * KiB}, {0, 0}}), 4);
+  AllocatorOptions options;
+  options.device_memory = 1024 * MiB;
+  options.limit = 15 * MiB;
+  auto fits = [&](int64_t batch) { return replay_stream(linear.at(batch), options, {}).fits; };
+  ASSERT_TRUE(fits(16) && !fits(17) && !fits(159) && fits(160) && fits(224) && !fits(225));
+  auto largest = [&](int64_t smallest, const std::vector<int64_t>& shown) {
+    return largest_fitting_batch(linear, HeldData{}, options, {}, smallest, shown);
+  };
+  EXPECT_EQ(largest(1, {}), 16);
+  EXPECT_EQ(largest(1, {8, 100}), 16);  // none above 16 fits
+  EXPECT_EQ(largest(1, {200}), 224);
+  EXPECT_EQ(largest(1, {100, 170, 200, 17}), 224);
+  EXPECT_EQ(largest(1, {200, 17, 170, 100}), 224);
+  EXPECT_EQ(largest(1, {300}), 16);  // beyond the batch at which the allocation alone is over
+  EXPECT_EQ(largest(17, {}), 0);
+  EXPECT_EQ(largest(17, {170}), 224);
+  EXPECT_EQ(largest(17, {10, 170}), 224);  // a batch below the smallest that trains is not one
+}
+
 // What a step needs is searched above the limit it did not fit under: fitting is not monotone in
 // the limit (round 5: a step that did not fit an A10 "needed" 22238 MiB of its 22257 MiB, a
 // figure below the card, with a positive margin).
@@ -453,6 +482,51 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
             std::string::npos)
       << prediction_line("fp32", capped);
   EXPECT_NE(prediction_markdown({{"fp32", capped}}).find("| " + said + " |"), std::string::npos);
+}
+
+// Fitting is not monotone in the batch (the allocator's rounding and its reuse of segments): on a
+// card of 1448 MiB, ResNet-18 (CIFAR stem) fp32 fits batch 99, not 100, and 102 again. A prediction
+// at 102 said "fits" and "the largest batch that fits is 99", the search's edge from below. The
+// largest batch is never below a batch the prediction says fits, and every prediction of the
+// setting by one predictor (a sweep's trials, a plan's candidates) says the same figure.
+TEST(CardPrediction, TheLargestBatchIsNeverBelowABatchItSaysFits) {
+  const Config config = small_config();
+  const Setting cell{Precision::FP32, CheckpointMode::Off, c10::MemoryFormat::Contiguous};
+  const Card card = find_card("1448MiB");
+  CardPredictor predictor(config, card, {});
+  const CardPrediction alone = CardPredictor(config, card, {}).predict(cell, 32);
+  const LinearStream linear =
+      linear_stream(record_step_stream(config, cell, 2), 2, record_step_stream(config, cell, 4), 4);
+  auto fits = [&](int64_t batch) {
+    return replay_stream(with_held_data(linear.at(batch), batch, alone.held), alone.allocator,
+                         alone.beside)
+        .fits;
+  };
+  ASSERT_TRUE(fits(99) && !fits(100) && fits(102)) << "the case is elsewhere now: find another";
+  EXPECT_EQ(alone.largest_batch, 99);  // from 32 alone, the search's edge
+  const CardPrediction at_102 = predictor.predict(cell, 102);
+  ASSERT_TRUE(at_102.replay.fits);
+  EXPECT_GE(at_102.largest_batch, 102);
+  EXPECT_TRUE(fits(at_102.largest_batch));
+  EXPECT_FALSE(fits(at_102.largest_batch + 1));
+  EXPECT_NE(prediction_line("fp32", at_102)
+                .find("the largest batch that fits is " + std::to_string(at_102.largest_batch)),
+            std::string::npos);
+  EXPECT_EQ(predictor.predict(cell, 32).largest_batch, at_102.largest_batch);
+  // Below it, a batch that does not fit says why beside that figure, in the tables and the line.
+  const CardPrediction at_100 = predictor.predict(cell, 100);
+  ASSERT_FALSE(at_100.replay.fits);
+  EXPECT_EQ(at_100.largest_batch, at_102.largest_batch);
+  const std::string largest = std::to_string(at_102.largest_batch);
+  EXPECT_NE(at_100.fits_text().find("; below the largest batch that fits, " + largest +
+                                    ": fitting is not monotone in the batch)"),
+            std::string::npos)
+      << at_100.fits_text();
+  EXPECT_NE(prediction_line("fp32", at_100)
+                .find("the largest batch that fits is " + largest +
+                      " (above this batch: fitting is not monotone in the batch)"),
+            std::string::npos)
+      << prediction_line("fp32", at_100);
 }
 
 TEST(CardPrediction, TrainMemoryWritesThePredictionAndRefusesBadCardsFirst) {
