@@ -183,6 +183,7 @@ void validate(const Config& c, const std::function<std::string(const std::string
     if (const std::string repeat = config_yaml::first_repeat(values); !repeat.empty())
       fail(key + ": " + repeat);
   };
+  once_each("training.accuracy_thresholds", c.training.accuracy_thresholds);
   once_each("sweep.batch_sizes", c.sweep.batch_sizes);
   once_each("sweep.precisions", c.sweep.precisions);
   once_each("sweep.checkpointing", c.sweep.checkpointing);
@@ -190,6 +191,7 @@ void validate(const Config& c, const std::function<std::string(const std::string
   once_each("sweep.accumulate_steps", c.sweep.accumulate_steps);
   once_each("sweep.predict_for", c.sweep.predict_for);
   once_each("sweep.devices", c.sweep.devices);
+  once_each("sweep.slurm.options", c.sweep.slurm.options);
   check_launcher(c.sweep, fail);
   if (const std::string refused = batch_norm_refusal(c, c.training.batch_size); !refused.empty()) {
     fail("training.batch_size: " + refused);
