@@ -113,6 +113,14 @@ TEST(FlagValues, APlansSizesTakeAUnit) {
         refusal(flags),
         "--memory: expected a size with its unit, like 12GiB, 512MiB or 1.5GB, got '" + bad + "'");
   }
+  // A number with a fraction has no unit either: it was "not a whole number of bytes", and the
+  // bytes then given were refused for having no unit. The size offered is one it takes.
+  flags.memory = "1.5";
+  EXPECT_EQ(refusal(flags), "--memory: '1.5' has no unit; give one, e.g. 1.5GiB");
+  flags.memory = "24GiB";
+  flags.overhead = "0.5";
+  EXPECT_EQ(refusal(flags), "--overhead: '0.5' has no unit; give one, e.g. 0.5GiB");
+  flags.overhead = "800MiB";
   // Nor is 0GiB offered for a bare 0, which no unit makes a size.
   for (const std::string zero : {"0", "00"}) {
     flags.memory = zero;

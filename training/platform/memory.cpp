@@ -125,6 +125,23 @@ void TrackingCpuAllocator::reset_peak() {
   peak_.store(current_.load());
 }
 
+namespace {
+
+// A size with a unit the reader takes for the number `number` (GiB, else MiB, KiB or B, the
+// first that is a whole number of bytes within the largest size), else the forms in general.
+std::string with_a_unit(const std::string& number) {
+  for (const char* unit : {"GiB", "MiB", "KiB", "B"}) {
+    try {
+      parse_byte_size(number + unit);
+      return number + unit;
+    } catch (const std::invalid_argument&) {
+    }
+  }
+  return "1536MiB or 1.5GiB";
+}
+
+}  // namespace
+
 int64_t parse_byte_size(const std::string& text, bool bare_bytes) {
   // Digits, an optional fraction and a unit, read exactly: no sign, exponent, hexadecimal,
   // infinity or NaN (which a floating-point reader takes), and a whole number of bytes.
@@ -176,6 +193,14 @@ int64_t parse_byte_size(const std::string& text, bool bare_bytes) {
   for (size_t i = 0; i < fraction.size(); ++i) scale *= 10;
   const int64_t bytes_per_unit = known->second, common = std::gcd(bytes_per_unit, scale);
   const int64_t parts = fraction.empty() ? 0 : std::stoll(fraction);
+  const bool zero = whole == "0" && parts == 0;  // no unit makes 0 a size: size_flag says so
+  if (unit.empty() && !zero && (!bare_bytes || parts % (scale / common) != 0)) {
+    throw std::invalid_argument(
+        "'" + text + "' has no unit; " +
+        (bare_bytes ? "a size in bytes is a whole number, or give a unit, e.g. "
+                    : "give one, e.g. ") +
+        with_a_unit(match[1].str() + (match[2].matched ? "." + match[2].str() : "")));
+  }
   if (parts % (scale / common) != 0) {
     throw std::invalid_argument("'" + text + "' is not a whole number of bytes");
   }

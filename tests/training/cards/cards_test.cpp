@@ -66,6 +66,11 @@ TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
             "--card: '1073741824' has no unit; a card's memory takes one (e.g. 24GiB); did you "
             "mean 1073741824MiB?");
   EXPECT_EQ(refusal("0"), "--card: '0' has no unit; a card's memory takes one (e.g. 24GiB)");
+  // A fraction without a unit is a size without a unit too (it was "not a whole number of
+  // bytes"), and the form offered is taken.
+  EXPECT_EQ(refusal("1.5"), "--card: '1.5' has no unit; give one, e.g. 1.5GiB");
+  EXPECT_EQ(refusal("2.5"), "--card: '2.5' has no unit; give one, e.g. 2.5GiB");
+  EXPECT_EQ(find_card("1.5GiB").memory_bytes, int64_t{3} << 29);
   EXPECT_EQ(find_card(" 24GiB ").memory_bytes, int64_t{24} << 30);
   EXPECT_EQ(find_card("24 GiB").memory_bytes, int64_t{24} << 30);
   EXPECT_EQ(find_card(" T4").name, "T4");

@@ -108,6 +108,31 @@ TEST(ByteSize, OnlyTheDocumentedFormsOfAWholeNumberOfBytesAreRead) {
   }
 }
 
+// A number without a unit says a unit is wanted and offers a form the reader takes, where a size
+// takes a unit (bare_bytes false) and where bytes would be whole but are not ("1.5" was "not a
+// whole number of bytes", and 1610612736 then had "no unit"): one message for every flag and key.
+TEST(ByteSize, ANumberWithoutItsUnitIsToldToGiveOne) {
+  auto error = [](const std::string& text, bool bare_bytes) {
+    try {
+      training::parse_byte_size(text, bare_bytes);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error("1.5", false), "'1.5' has no unit; give one, e.g. 1.5GiB");
+  EXPECT_EQ(error("24", false), "'24' has no unit; give one, e.g. 24GiB");
+  EXPECT_EQ(error("1.5", true),
+            "'1.5' has no unit; a size in bytes is a whole number, or give a unit, e.g. 1.5GiB");
+  EXPECT_EQ(error("0.0000000001", false),
+            "'0.0000000001' has no unit; give one, e.g. 1536MiB or 1.5GiB");
+  EXPECT_EQ(training::parse_byte_size("1.5GiB", false), int64_t{3} << 29);
+  EXPECT_EQ(training::parse_byte_size("1536MiB", false), int64_t{3} << 29);
+  EXPECT_EQ(training::parse_byte_size("1610612736", true), int64_t{3} << 29);
+  EXPECT_EQ(training::parse_byte_size("0", false), 0);  // size_flag: "expected a size above 0"
+  EXPECT_EQ(error("1.5B", true), "'1.5B' is not a whole number of bytes");
+}
+
 // The reader's limits are said as what they are, not as a bad form: more than 9e18 bytes, more
 // than 12 decimal places (trailing zeros do not count; round 4 got "expected a size like 12GiB").
 TEST(ByteSize, ItsLimitsAreSaidAsLimits) {
