@@ -345,15 +345,17 @@ int memory_study(const MemoryRequest& request, const Config& config) {
     }
     timelines.push_back(timeline_json(b));
   }
-  const ordered_json facts = {{"arch", arch_name(config.model)},
-                              {"stem", stem_name(config.model)},
-                              {"image_size", config.data.image_size},
-                              {"device", device.str()},
-                              {"device_description", describe_device(device)},
-                              {"batch_size", config.training.batch_size},
-                              {"accumulate_steps", config.training.accumulate_steps},
-                              {"memory_limit_bytes", config.memory.limit},
-                              {"settings", settings_json}};
+  const ordered_json facts = {
+      {"arch", arch_name(config.model)},
+      {"stem", stem_name(config.model)},
+      {"image_size", config.data.image_size},
+      {"device", device.str()},
+      {"device_description", describe_device(device)},
+      {"batch_size", config.training.batch_size},
+      {"accumulate_steps", config.training.accumulate_steps},
+      {"memory_limit_bytes",
+       config.memory.limit > 0 ? ordered_json(config.memory.limit) : ordered_json(nullptr)},
+      {"settings", settings_json}};
   write_file_atomically(dir / "memory_breakdown.json", facts.dump(2) + "\n");
   if (!request.card_only) {
     write_file_atomically(dir / "memory_timeline.json",

@@ -114,6 +114,16 @@ TEST(MemoryReport, ASettingThatChoosesNoBlocksSaysNull) {
   EXPECT_TRUE(setting.at("predicted_peak_bytes").is_null()) << setting.dump();
 }
 
+// No memory.limit is no limit: null, not 0, which memory.limit refuses as a limit; a limit set is
+// its bytes.
+TEST(MemoryReport, NoMemoryLimitSaysNull) {
+  test_support::TempDir dir;
+  ASSERT_EQ(training::memory_command(request(dir, "fp32")), training::kExitOk);
+  std::ifstream in(dir / "study" / "memory_breakdown.json");
+  const auto json = nlohmann::json::parse(in);
+  EXPECT_TRUE(json.at("memory_limit_bytes").is_null()) << json.at("memory_limit_bytes");
+}
+
 // Round 5: a setting that ran out of memory wrote measured_peak_bytes 0, itemized 0, reserved 0
 // and a peak phase ("forward"), figures it never measured: null, as a setting that chooses no
 // blocks says null. An auto setting whose choice ran out of memory chose nothing: null, not [] and
@@ -137,6 +147,8 @@ TEST(MemoryReport, ASettingThatRanOutOfMemoryMeasuredNothing) {
     }
   }
   EXPECT_EQ(settings.at(1).at("checkpointing"), "auto");
+  std::ifstream limited_in(dir / "study" / "memory_breakdown.json");
+  EXPECT_EQ(nlohmann::json::parse(limited_in).at("memory_limit_bytes"), 1 << 20);
   limited.settings = "fp32";
   // With a card it is predicted all the same (the card's recording is its own): round 5 found
   // such a setting silently without its card fields, where --card-only predicted it.
