@@ -282,9 +282,10 @@ TEST(Cuda, SweepTrialsReportTheSteadyPeakApart) {
       "model: {arch: resnet18, stem: cifar}\ntraining: {device: cuda, batch_size: 64}\n", "trial");
   const auto result = training::measure_trial(config, 2, 3);
   ASSERT_EQ(result.status, training::TrialStatus::Ok) << result.message;
-  EXPECT_GT(result.steady_peak_reserved_bytes, 0);
-  EXPECT_LE(result.steady_peak_reserved_bytes, result.peak_reserved_bytes);
-  EXPECT_LE(result.steady_peak_allocated_bytes, result.peak_allocated_bytes);
+  ASSERT_TRUE(result.steady_peak_reserved_bytes && result.steady_peak_allocated_bytes);
+  EXPECT_GT(*result.steady_peak_reserved_bytes, 0);
+  EXPECT_LE(*result.steady_peak_reserved_bytes, result.peak_reserved_bytes);
+  EXPECT_LE(*result.steady_peak_allocated_bytes, result.peak_allocated_bytes);
 }
 
 // The data path: the split held on the GPU gives the batches the host path gives (same order,
@@ -625,7 +626,7 @@ TEST(Cuda, GraphedSweepTrialMeasuresReplays) {
   EXPECT_EQ(result.steps, training::GraphedStep::kWarmupSteps + 1 + 3);
   EXPECT_EQ(result.replayed_steps, 3);  // every measured step, and only those
   EXPECT_EQ(training::trial_from_json(training::to_json(result)).replayed_steps, 3);
-  EXPECT_GT(result.images_per_second, 0.0);
+  EXPECT_GT(result.images_per_second.value_or(0.0), 0.0);
 }
 
 // The capture starts from an empty cache (as torch.cuda.graph's does): blocks the warm-up freed

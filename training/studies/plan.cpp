@@ -343,7 +343,7 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
     PlanCandidate c;
     c.setting = t.setting;
     c.batch = t.batch;
-    c.images_per_second = r.images_per_second;
+    c.images_per_second = r.images_per_second.value_or(0);  // an ok trial's: measured
     c.predicted_peak = r.peak_reserved_bytes;
     c.predicted_allocated = r.peak_allocated_bytes;
     for (const auto& summary : plan.cells) {

@@ -155,7 +155,6 @@ void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials)
   // With accumulation a batch is "micro-batch x N" and a step is an optimizer step.
   for (const auto& t : trials) {
     const auto& r = t.result;
-    const bool ok = r.status == TrialStatus::Ok;
     md << "| " << t.id << " | " << precision_name(t.setting.precision) << " | "
        << checkpointing_setting_name(t.setting.checkpointing)
        << (!r.recomputed_blocks || r.recomputed_blocks->empty()
@@ -165,9 +164,10 @@ void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials)
        << (t.setting.accumulate_steps > 1 ? " x " + std::to_string(t.setting.accumulate_steps) : "")
        << " | " << status_name(r.status) << (r.status == TrialStatus::Error ? ": " + r.message : "")
        << " | " << mib_text(r.peak_allocated_bytes) << " | " << mib_text(r.peak_reserved_bytes)
-       << " | " << mib_text(r.steady_peak_reserved_bytes) << " | "
-       << (ok ? fmt::format("{:.4f}", r.median_step_seconds) : "-") << " | "
-       << (ok ? fmt::format("{:.0f}", r.images_per_second) : "-") << " |\n";
+       << " | " << (r.steady_peak_reserved_bytes ? mib_text(*r.steady_peak_reserved_bytes) : "-")
+       << " | " << (r.median_step_seconds ? fmt::format("{:.4f}", *r.median_step_seconds) : "-")
+       << " | " << (r.images_per_second ? fmt::format("{:.0f}", *r.images_per_second) : "-")
+       << " |\n";
   }
 }
 

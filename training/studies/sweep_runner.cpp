@@ -263,9 +263,9 @@ void SweepRunner::log_trial(const SweepTrial& trial) {
                    ? fmt::format(", peak {} MiB allocated / {} MiB reserved (after the "
                                  "warm-up {} / {}), {:.4f} s/step, {:.0f} img/s",
                                  mib_text(r.peak_allocated_bytes), mib_text(r.peak_reserved_bytes),
-                                 mib_text(r.steady_peak_allocated_bytes),
-                                 mib_text(r.steady_peak_reserved_bytes), r.median_step_seconds,
-                                 r.images_per_second)
+                                 mib_text(r.steady_peak_allocated_bytes.value_or(0)),
+                                 mib_text(r.steady_peak_reserved_bytes.value_or(0)),
+                                 r.median_step_seconds.value_or(0), r.images_per_second.value_or(0))
                    : ": " + r.message);
 }
 
@@ -337,8 +337,8 @@ std::vector<SettingSummary> summarize(const std::vector<Setting>& settings,
         s.largest_fitting = std::max(s.largest_fitting.value_or(0), t.batch);
         batches.push_back(t.batch);
         peaks.push_back(t.result.peak_reserved_bytes);
-        if (t.result.images_per_second > s.fastest_images_per_second) {
-          s.fastest_images_per_second = t.result.images_per_second;
+        if (t.result.images_per_second.value_or(0) > s.fastest_images_per_second) {
+          s.fastest_images_per_second = t.result.images_per_second.value_or(0);
           s.fastest_batch = t.batch;
         }
       } else if (t.result.status == TrialStatus::OutOfMemory) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <limits>
 
 #include "data/dataset.h"
 #include "training/cards/cards.h"
@@ -47,10 +48,10 @@ nlohmann::ordered_json to_json(const TrialResult& r) {
           {"message", r.message},
           {"peak_allocated_bytes", r.peak_allocated_bytes},
           {"peak_reserved_bytes", r.peak_reserved_bytes},
-          {"steady_peak_allocated_bytes", r.steady_peak_allocated_bytes},
-          {"steady_peak_reserved_bytes", r.steady_peak_reserved_bytes},
-          {"median_step_seconds", r.median_step_seconds},
-          {"images_per_second", r.images_per_second},
+          {"steady_peak_allocated_bytes", optional_json(r.steady_peak_allocated_bytes)},
+          {"steady_peak_reserved_bytes", optional_json(r.steady_peak_reserved_bytes)},
+          {"median_step_seconds", optional_json(r.median_step_seconds)},
+          {"images_per_second", optional_json(r.images_per_second)},
           {"steps", r.steps},
           {"replayed_steps", r.replayed_steps},
           {"outside_allocator_bytes", r.outside_allocator_bytes},
@@ -75,12 +76,21 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   // No peak is larger than the largest card (cards.h): a sum of peaks cannot overflow.
   r.peak_allocated_bytes = read_at_least<int64_t>(j, "peak_allocated_bytes", 0, kLargestCard);
   r.peak_reserved_bytes = read_at_least<int64_t>(j, "peak_reserved_bytes", 0, kLargestCard);
-  r.steady_peak_allocated_bytes =
-      read_at_least<int64_t>(j, "steady_peak_allocated_bytes", 0, kLargestCard);
-  r.steady_peak_reserved_bytes =
-      read_at_least<int64_t>(j, "steady_peak_reserved_bytes", 0, kLargestCard);
-  r.median_step_seconds = read_at_least<double>(j, "median_step_seconds", 0);
-  r.images_per_second = read_at_least<double>(j, "images_per_second", 0);
+  // The measured steps' figures: null where none completed, never for an ok trial (the sweeps
+  // written before wrote 0 for them: read as written).
+  auto measured = [&](const char* key, auto low, auto high) {
+    using T = decltype(low);
+    if (!j.at(key).is_null()) return std::optional<T>(read_at_least<T>(j, key, low, high));
+    if (r.status == TrialStatus::Ok) {
+      throw std::out_of_range(std::string(key) + ": null, but an ok trial measured its steps");
+    }
+    return std::optional<T>();
+  };
+  const double no_end = std::numeric_limits<double>::max();
+  r.steady_peak_allocated_bytes = measured("steady_peak_allocated_bytes", int64_t{0}, kLargestCard);
+  r.steady_peak_reserved_bytes = measured("steady_peak_reserved_bytes", int64_t{0}, kLargestCard);
+  r.median_step_seconds = measured("median_step_seconds", 0.0, no_end);
+  r.images_per_second = measured("images_per_second", 0.0, no_end);
   // An ok trial measured at least one step; one that failed may have none.
   r.steps = read_at_least<int64_t>(j, "steps", r.status == TrialStatus::Ok ? 1 : 0);
   r.replayed_steps = read_at_least<int64_t>(j, "replayed_steps", 0, r.steps);
@@ -136,17 +146,20 @@ std::unique_ptr<ProcessGroup> trial_group(const Config& config, const torch::Dev
   return join_group(one, options, device);
 }
 
-// The trial's peaks (the warm-up's and the measured steps') and what lies outside the allocator.
+// The trial's peaks (the warm-up's and the measured steps', these only where one completed,
+// `measured`) and what lies outside the allocator.
 void record_memory(TrialResult& result, const torch::Device& device,
-                   const MemoryStats& warmup_peaks) {
+                   const MemoryStats& warmup_peaks, bool measured) {
   const MemoryStats memory = memory_stats(device);
   try {
     result.outside_allocator_bytes = memory_outside_allocator(device);
   } catch (const std::exception& e) {
     spdlog::warn("memory outside the allocator not measured: {}", error_line(e));
   }
-  result.steady_peak_allocated_bytes = memory.peak_allocated;
-  result.steady_peak_reserved_bytes = memory.peak_reserved;
+  if (measured) {
+    result.steady_peak_allocated_bytes = memory.peak_allocated;
+    result.steady_peak_reserved_bytes = memory.peak_reserved;
+  }
   result.peak_allocated_bytes = std::max(memory.peak_allocated, warmup_peaks.peak_allocated);
   result.peak_reserved_bytes = std::max(memory.peak_reserved, warmup_peaks.peak_reserved);
 }
@@ -261,12 +274,13 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
     result.status = is_out_of_memory(e) ? TrialStatus::OutOfMemory : TrialStatus::Error;
     result.message = measured_error_line(config, e);
   }
-  record_memory(result, device, warmup_peaks);
+  record_memory(result, device, warmup_peaks, /*measured=*/!step_seconds.empty());
   if (!step_seconds.empty()) {
-    result.median_step_seconds = median(step_seconds);
+    const double seconds = median(step_seconds);
+    result.median_step_seconds = seconds;
     result.images_per_second =
         static_cast<double>(config.training.batch_size * config.training.accumulate_steps) /
-        result.median_step_seconds;
+        seconds;
   }
   return result;
 }

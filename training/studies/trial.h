@@ -31,11 +31,13 @@ struct TrialResult {
   int64_t peak_allocated_bytes = 0;
   int64_t peak_reserved_bytes = 0;  // CUDA; equals allocated on the CPU
   // Peaks over the measured steps alone, after the warm-up: what a long run settles at (equal to
-  // the peaks above when there is no warm-up step).
-  int64_t steady_peak_allocated_bytes = 0;
-  int64_t steady_peak_reserved_bytes = 0;
-  double median_step_seconds = 0;
-  double images_per_second = 0;
+  // the peaks above when there is no warm-up step). These four are figures of the measured steps:
+  // nullopt where no measured step completed (a trial out of memory in its warm-up or its first
+  // measured step), null in sweep.json and trials/NNN.json, an empty cell in sweep.csv.
+  std::optional<int64_t> steady_peak_allocated_bytes;
+  std::optional<int64_t> steady_peak_reserved_bytes;
+  std::optional<double> median_step_seconds;
+  std::optional<double> images_per_second;
   int64_t steps = 0;  // steps completed
   // Measured steps that replayed a CUDA graph (training.cuda_graph); 0 for an eager trial. A
   // graphed trial whose capture failed under `auto` measures eager steps and says so here.

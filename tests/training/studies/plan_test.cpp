@@ -38,8 +38,11 @@ training::SweepTrial trial(int64_t id, Setting cell, int64_t batch, int64_t peak
   t.source = "grid";
   t.result.status = status;
   t.result.peak_allocated_bytes = t.result.peak_reserved_bytes = peak;
-  t.result.steady_peak_allocated_bytes = t.result.steady_peak_reserved_bytes = peak;
-  t.result.images_per_second = images_per_second;
+  if (status == training::TrialStatus::Ok) {  // figures of the measured steps: null otherwise
+    t.result.steady_peak_allocated_bytes = t.result.steady_peak_reserved_bytes = peak;
+    t.result.images_per_second = images_per_second;
+    t.result.median_step_seconds = static_cast<double>(batch) / images_per_second;
+  }
   t.result.steps = 3;
   return t;
 }

@@ -263,8 +263,26 @@ TEST(SweepSlurm, ATrialResultHoldingValuesNoTrialWritesIsRefusedNamingTheEntry) 
   training::TrialResult ok;
   ok.status = training::TrialStatus::Ok;
   ok.steps = 2;
+  ok.steady_peak_allocated_bytes = ok.steady_peak_reserved_bytes = 1000;
+  ok.median_step_seconds = 0.1;
+  ok.images_per_second = 80;
   const auto good = training::to_json(ok);
   EXPECT_NO_THROW(training::trial_from_json(good));
+  // An ok trial measured its steps: their figures are never null (a trial out of memory's are).
+  for (const char* key : {"median_step_seconds", "images_per_second", "steady_peak_allocated_bytes",
+                          "steady_peak_reserved_bytes"}) {
+    nlohmann::json edited = good;
+    edited[key] = nullptr;
+    try {
+      training::trial_from_json(edited);
+      ADD_FAILURE() << key << " null accepted";
+    } catch (const std::out_of_range& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string(key) + ": null, but an ok trial measured its steps");
+    }
+    edited["status"] = "oom";
+    EXPECT_NO_THROW(training::trial_from_json(edited)) << key;
+  }
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"steps", "steps: 0 is not at least 1"},
       {"replayed_steps", "replayed_steps: -1 is not within [0, 2]"},

@@ -122,6 +122,13 @@ sweep: {batch_sizes: [16, 32], warmup_steps: 0, measure_steps: 2, find_max: true
                                                        " (memory.limit)"),
             std::string::npos)
       << over.dump();
+  // Out of memory before a measured step completed (no warm-up here: before any step), it
+  // measured no step's time or steady peak: null, never 0 (or the first step's peak as the steady
+  // one), in trials/NNN.json, sweep.json and sweep.csv (an empty cell).
+  for (const char* key : {"median_step_seconds", "images_per_second", "steady_peak_allocated_bytes",
+                          "steady_peak_reserved_bytes"}) {
+    EXPECT_EQ(over.at(key).is_null(), over.at("steps") == 0) << key << ": " << over.dump();
+  }
   // And the answer holds for `train` with the same config: B trains, B+1 is out of memory.
   EXPECT_EQ(train_exit_code(dir, config, max_batch), 0)
       << test_support::read_text(dir / "train.log");
@@ -139,6 +146,35 @@ sweep: {batch_sizes: [16, 32], warmup_steps: 0, measure_steps: 2, find_max: true
   EXPECT_EQ(csv.find("[]"), std::string::npos) << csv;
   for (const auto& trial : read_json(dir / "out" / "sweep.json").at("trials")) {
     EXPECT_TRUE(trial.at("recomputed_blocks").is_null()) << trial.dump();
+    const bool measured = trial.at("steps") > 0;  // no warm-up: every step completed is measured
+    for (const char* key : {"median_step_seconds", "images_per_second",
+                            "steady_peak_allocated_bytes", "steady_peak_reserved_bytes"}) {
+      EXPECT_EQ(trial.at(key).is_null(), !measured) << key << ": " << trial.dump();
+    }
+  }
+  {  // sweep.csv: the cells of the rows that measured no step are empty
+    std::istringstream lines(csv);
+    std::string header, line;
+    std::getline(lines, header);
+    auto cells = [](const std::string& row) {
+      std::vector<std::string> out;
+      std::istringstream in(row);
+      for (std::string cell; std::getline(in, cell, ',');) out.push_back(cell);
+      if (!row.empty() && row.back() == ',') out.emplace_back();
+      return out;
+    };
+    const auto names = cells(header);
+    const auto column = [&](const std::string& name) {
+      return static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+    };
+    while (std::getline(lines, line)) {
+      const auto row = cells(line);
+      if (row.size() != names.size()) continue;  // a quoted message holding a comma
+      const bool measured = row.at(column("steps")) != "0";
+      EXPECT_EQ(row.at(column("median_step_seconds")).empty(), !measured) << line;
+      EXPECT_EQ(row.at(column("images_per_second")).empty(), !measured) << line;
+      EXPECT_EQ(row.at(column("steady_peak_reserved_bytes")).empty(), !measured) << line;
+    }
   }
   EXPECT_NO_THROW(training::read_sweep(dir / "out"));
   for (const char* png : {"peak_memory.png", "throughput.png"}) {
@@ -225,6 +261,32 @@ TEST(Sweep, AOneStepTrialStillHoldsTheMomentum) {
   ASSERT_EQ(one.status, training::TrialStatus::Ok) << one.message;
   EXPECT_EQ(one.steps, 2);
   EXPECT_EQ(one.peak_allocated_bytes, two.peak_allocated_bytes);
+}
+
+// A trial out of memory before a measured step completed has no step time, images/s or steady
+// peak: nullopt (null in its JSON), not 0.0 and the first step's peak; read back the same.
+TEST(Sweep, ATrialOutOfMemoryBeforeItsMeasuredStepsHasNoMeasuredFigures) {
+  struct NoLimitAfter {  // the trial set memory.limit for this process: not for the next tests
+    ~NoLimitAfter() { training::TrackingCpuAllocator::instance().set_limit(0); }
+  } no_limit_after;
+  const auto config = training::parse_config(
+      "model: {arch: resnet18, stem: cifar}\ntraining: {device: cpu, batch_size: 8}\n"
+      "memory: {limit: 1MiB}\n",
+      "test");
+  const auto r = training::measure_trial(config, 1, 1);
+  ASSERT_EQ(r.status, training::TrialStatus::OutOfMemory) << r.message;
+  EXPECT_FALSE(r.median_step_seconds);
+  EXPECT_FALSE(r.images_per_second);
+  EXPECT_FALSE(r.steady_peak_allocated_bytes);
+  EXPECT_FALSE(r.steady_peak_reserved_bytes);
+  const auto json = training::to_json(r);
+  for (const char* key : {"median_step_seconds", "images_per_second", "steady_peak_allocated_bytes",
+                          "steady_peak_reserved_bytes"}) {
+    EXPECT_TRUE(json.at(key).is_null()) << key << ": " << json.dump();
+  }
+  const auto back = training::trial_from_json(nlohmann::json::parse(json.dump()));
+  EXPECT_FALSE(back.images_per_second);
+  EXPECT_FALSE(back.steady_peak_reserved_bytes);
 }
 
 // sweep.checkpointing auto: each trial chooses its blocks under the sweep's memory.limit less the
