@@ -15,7 +15,8 @@ TEST(OutOfMemory, ATrainingStepWhoseWeightsAloneExceedTheLimitIsToldSo) {
   config.memory.limit = int64_t{60} << 20;
   const training::OutOfMemoryWhere step{training::OutOfMemoryWhere::Training,
                                         "in epoch 1 after 0 steps", false, false};
-  const int64_t held = 3 * training::gradient_bytes(config.model);
+  const int64_t held = training::held_whatever_the_batch(config).bytes;
+  EXPECT_GE(held, 3 * training::gradient_bytes(config.model));  // and the BatchNorm buffers
   ASSERT_GT(held, config.memory.limit);
   const auto message = training::out_of_memory_message(config, torch::kCPU, step, "");
   EXPECT_NE(message.find(". Remedies: the weights and their gradients and momentum alone take " +
@@ -32,6 +33,40 @@ TEST(OutOfMemory, ATrainingStepWhoseWeightsAloneExceedTheLimitIsToldSo) {
   const auto room = training::out_of_memory_message(config, torch::kCPU, step, "");
   EXPECT_NE(room.find("Remedies: a smaller training.batch_size (now "), std::string::npos) << room;
   EXPECT_EQ(room.find("alone take"), std::string::npos) << room;
+}
+
+// With a weight average (training.ema_decay) its copy of the weights is held beside the step too,
+// whatever the batch: a limit under the weights, gradients, momentum and the copy was told to take
+// a smaller batch, bf16 or checkpointing (following them ran out of memory again). Counted in one
+// place, and training.ema_decay: 0 offered where the rest fits.
+TEST(OutOfMemory, TheWeightAverageIsCountedAmongWhatNoBatchLowers) {
+  training::Config config;
+  const training::OutOfMemoryWhere step{training::OutOfMemoryWhere::Training,
+                                        "in epoch 1 after 0 steps", false, false};
+  const int64_t plain = training::held_whatever_the_batch(config).bytes;
+  config.training.ema_decay = 0.99;
+  const auto held = training::held_whatever_the_batch(config);
+  EXPECT_EQ(held.without_average, plain);
+  EXPECT_GT(held.bytes - plain, training::gradient_bytes(config.model) - 1);  // weights + buffers
+  config.memory.limit = (plain + held.bytes) / 2;
+  const auto message = training::out_of_memory_message(config, torch::kCPU, step, "");
+  EXPECT_NE(message.find(". Remedies: the weights and their gradients and momentum and the weight "
+                         "average (training.ema_decay) alone take " +
+                         training::format_bytes(held.bytes) +
+                         ": more memory, training.ema_decay: 0 or a smaller model.arch."),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("batch_size"), std::string::npos) << message;
+  // Where the rest alone exceeds the limit, dropping the average is no remedy.
+  config.memory.limit = plain - 1;
+  const auto over = training::out_of_memory_message(config, torch::kCPU, step, "");
+  EXPECT_NE(over.find(" alone take " + training::format_bytes(held.bytes) +
+                      ": more memory or a smaller model.arch."),
+            std::string::npos)
+      << over;
+  // fp16's GradScaler holds its scale, growth tracker and inf flag whatever the batch.
+  config.training.precision = training::Precision::FP16;
+  EXPECT_EQ(training::held_whatever_the_batch(config).bytes, held.bytes + 12);
 }
 
 // An evaluation that ran out of memory at one image per forward pass (it halves its passes before

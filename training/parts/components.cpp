@@ -77,15 +77,34 @@ int64_t gradient_bytes(const models::ResNetOptions& model) {
   return bytes;
 }
 
-std::string weights_alone_remedy(const Config& config, int64_t limit) {
-  const bool momentum = config.optimizer.momentum() > 0;
+HeldWhateverTheBatch held_whatever_the_batch(const Config& config) {
   // Counting builds a model on the CPU, outside memory.limit: it is said after running out of it,
   // beside the run's own weights.
   const TrackingCpuAllocator::HostData counting;
-  const int64_t held = gradient_bytes(config.model) * (momentum ? 3 : 2);
-  if (held < limit) return "";
-  return "the weights and their gradients" + std::string(momentum ? " and momentum" : "") +
-         " alone take " + format_bytes(held) + ": more memory or a smaller model.arch";
+  const models::ResNet model(config.model);
+  int64_t parameters = 0, buffers = 0;
+  for (const auto& p : model->parameters())
+    parameters += p.numel() * static_cast<int64_t>(p.element_size());
+  for (const auto& b : model->buffers())
+    buffers += b.numel() * static_cast<int64_t>(b.element_size());
+  const int64_t weights = parameters + buffers;
+  const int64_t gradients = gradient_bytes(config.model);
+  const int64_t momentum = config.optimizer.momentum() > 0 ? gradients : 0;
+  const int64_t scaler = config.training.precision == Precision::FP16 ? 12 : 0;
+  const int64_t rest = weights + gradients + momentum + scaler;
+  return {rest + (config.training.ema_decay > 0 ? weights : 0), rest};
+}
+
+std::string weights_alone_remedy(const Config& config, int64_t limit) {
+  const HeldWhateverTheBatch held = held_whatever_the_batch(config);
+  if (held.bytes < limit) return "";
+  const bool average = config.training.ema_decay > 0;
+  return "the weights and their gradients" +
+         std::string(config.optimizer.momentum() > 0 ? " and momentum" : "") +
+         (average ? " and the weight average (training.ema_decay)" : "") + " alone take " +
+         format_bytes(held.bytes) + ": more memory" +
+         (average && held.without_average < limit ? ", training.ema_decay: 0" : "") +
+         " or a smaller model.arch";
 }
 
 StepOptions step_options(const Config& config) {

@@ -50,10 +50,24 @@ std::pair<int64_t, int64_t> batch_bytes(int64_t batch, int64_t image_size);
 // accumulation holds beside the step from its second micro-batch on.
 int64_t gradient_bytes(const models::ResNetOptions& model);
 
-// Where the weights, their gradients and the optimizer's momentum alone take `limit` bytes or more,
-// which no batch size, precision or checkpointing lowers: the one remedy, saying so ("the weights
-// and their gradients and momentum alone take 127.88 MiB: more memory or a smaller model.arch");
-// empty where they take less. Counts outside memory.limit (TrackingCpuAllocator::HostData).
+// What a run holds on the device beside its step whatever the batch, in one count: the weights
+// (parameters and buffers), their gradients, the optimizer's momentum (optimizer.momentum > 0),
+// the weight average's copy of the weights (training.ema_decay > 0) and fp16's GradScaler state
+// (its scale, growth tracker and inf flag: 12 bytes). `without_average`: the same less the weight
+// average's copy. Counts outside memory.limit (TrackingCpuAllocator::HostData).
+struct HeldWhateverTheBatch {
+  int64_t bytes = 0;
+  int64_t without_average = 0;
+};
+HeldWhateverTheBatch held_whatever_the_batch(const Config& config);
+
+// Where what the run holds whatever the batch (held_whatever_the_batch) takes `limit` bytes or
+// more, which no batch size, precision or checkpointing lowers: the one remedy, saying so
+// (ResNet-18, CIFAR stem: "the weights and their gradients and momentum alone take 127.91 MiB:
+// more memory or a smaller model.arch"; ImageNet stem with a weight average: "... and momentum
+// and the weight average (training.ema_decay) alone take 170.69 MiB: more memory,
+// training.ema_decay: 0 or a smaller model.arch", ema_decay 0 offered only where the rest fits);
+// empty where it takes less.
 std::string weights_alone_remedy(const Config& config, int64_t limit);
 
 // The step's precision and label smoothing, from training.* (one micro-batch per step: callers

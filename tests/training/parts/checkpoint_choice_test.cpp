@@ -468,6 +468,21 @@ TEST(CheckpointChoice, ABudgetNothingFitsIsOutOfMemoryNamingTheBudgetAndTheSmall
     EXPECT_EQ(what.find("training.batch_size"), std::string::npos) << what;
   }
   EXPECT_FALSE(decisions.checkpointing);
+  // A weight average's copy of the weights is counted with them, and said (the same remedy as
+  // out of memory in a step: weights_alone_remedy).
+  config.training.ema_decay = 0.99;
+  try {
+    training::resolve_checkpointing(config, decisions, torch::Device(torch::kCPU), false, measure);
+    ADD_FAILURE() << "not refused";
+  } catch (const training::OutOfMemory& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the weights and their gradients and momentum and the weight average "
+                        "(training.ema_decay) alone take " +
+                        training::format_bytes(training::held_whatever_the_batch(config).bytes)),
+              std::string::npos)
+        << what;
+  }
+  config.training.ema_decay = 0.0;
   // Above what they take, the batch and the precision are the remedies.
   config.checkpointing.budget(int64_t{1} << 30);
   const auto large = [](const Config&, const torch::Device&) {
