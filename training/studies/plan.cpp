@@ -42,8 +42,8 @@ std::pair<int64_t, std::string> plan_overhead(const SweepRecord& sweep,
               "; --overhead to change"};
 }
 
-// The candidate's images/s on the card by the speed model (speed_calibration.h), and why; 0 where
-// it cannot be estimated (checkpointing auto: its blocks are chosen as it runs).
+// The candidate's images/s on the card by the speed model (speed_calibration.h), and why; where
+// it cannot be estimated (a graph-captured step), why not.
 void estimate_speed(PlanCandidate& c, const Config& config, const Card& card) {
   Config at = config;
   c.setting.apply_to(at);
@@ -53,7 +53,7 @@ void estimate_speed(PlanCandidate& c, const Config& config, const Card& card) {
     c.speed_why = e.why();
   } catch (const std::exception& e) {  // no speed on this card for it, said
     c.images_per_second = 0;
-    c.speed_why = e.what();
+    c.speed_not_estimated = e.what();
   }
 }
 
@@ -118,6 +118,9 @@ void rank_candidates(Plan& plan) {
   std::stable_sort(plan.candidates.begin(), plan.candidates.end(),
                    [&](const PlanCandidate& a, const PlanCandidate& b) {
                      if (plan.speed != Plan::Speed::None) {
+                       const bool a_known = a.speed_not_estimated.empty(),
+                                  b_known = b.speed_not_estimated.empty();
+                       if (a_known != b_known) return a_known;  // a speed before none
                        return a.images_per_second > b.images_per_second;
                      }
                      const int64_t images_a = a.batch * a.setting.accumulate_steps,

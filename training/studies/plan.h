@@ -30,8 +30,11 @@ struct PlanCandidate {
   // Why `train` would refuse it with the sweep's config (more images a step than the training set
   // it has at most, config.h's train_images_at_most); empty when it trains. Never recommended.
   std::string untrainable;
-  // An estimated speed's bound ("memory-bound: BatchNorm and ReLU 58% of the step"), or why none.
+  // An estimated speed's bound ("memory-bound: BatchNorm and ReLU 58% of the step").
   std::string speed_why;
+  // Why its speed is not estimated where the plan's others are (a graph-captured step); empty
+  // when it is. Ranked after every candidate with a speed; its images/s is no figure.
+  std::string speed_not_estimated;
   // Where it does not fit (else 0): the allocator's limit it needs (with a card: the smallest on
   // which its replay fits; else predicted_peak) and, where the card's cuBLAS workspaces are not
   // those of a card given by its size, the limit `--card SIZE` needs (else 0).

@@ -16,6 +16,9 @@ namespace {
 std::string verdict_of(const Plan& plan, size_t i) {
   const auto& c = plan.candidates[i];
   if (i == *plan.chosen) {
+    if (!c.speed_not_estimated.empty()) {
+      return "**recommended** (no candidate that fits has a speed: " + c.speed_not_estimated + ")";
+    }
     return plan.speed == Plan::Speed::Estimated && !c.speed_why.empty()
                ? "**recommended** (" + c.speed_why + ")"
                : "**recommended**";
@@ -33,6 +36,8 @@ std::string verdict_of(const Plan& plan, size_t i) {
     }
     return "does not fit: " + needs_card_text(plan, c);
   }
+  if (!c.speed_not_estimated.empty())
+    return "fits (speed not estimated: " + c.speed_not_estimated + ")";
   if (plan.speed == Plan::Speed::None) {  // ranked by images a step, then by the smaller peak
     const auto& chosen = plan.candidates.at(*plan.chosen);
     const int64_t images = c.batch * c.setting.accumulate_steps;
@@ -95,7 +100,8 @@ std::string plan_table(const Plan& plan) {
         << (c.setting.accumulate_steps > 1 ? " x " + std::to_string(c.setting.accumulate_steps)
                                            : "")
         << " | "
-        << (c.unsupported.empty() && plan.speed != Plan::Speed::None
+        << (c.unsupported.empty() && plan.speed != Plan::Speed::None &&
+                    c.speed_not_estimated.empty()
                 ? fmt::format("{:.0f}", c.images_per_second)
                 : "-")
         << " | " << (c.unsupported.empty() ? format_bytes(c.predicted_peak) : "-") << " | "
@@ -145,12 +151,17 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
     row.update(nlohmann::ordered_json{
         {"batch_size", c.batch},
         {"effective_batch_size", c.batch * c.setting.accumulate_steps},
-        {"images_per_second",
-         plan.speed == Plan::Speed::None ? nlohmann::ordered_json() : figure(c.images_per_second)},
+        {"images_per_second", plan.speed == Plan::Speed::None || !c.speed_not_estimated.empty()
+                                  ? nlohmann::ordered_json()
+                                  : figure(c.images_per_second)},
         {"predicted_reserved_peak_bytes", figure(c.predicted_peak)},
         {"predicted_device_bytes", figure(c.predicted_peak + plan.overhead_bytes)},
-        {"speed_bound", plan.speed == Plan::Speed::Estimated ? nlohmann::ordered_json(c.speed_why)
-                                                             : nlohmann::ordered_json(nullptr)},
+        {"speed_bound", plan.speed == Plan::Speed::Estimated && !c.speed_why.empty()
+                            ? nlohmann::ordered_json(c.speed_why)
+                            : nlohmann::ordered_json(nullptr)},
+        {"speed_not_estimated", c.speed_not_estimated.empty()
+                                    ? nlohmann::ordered_json(nullptr)
+                                    : nlohmann::ordered_json(c.speed_not_estimated)},
         {"fits", c.fits},
         // The smallest card it fits, as the verdict says it (null where it fits or cannot run).
         {"needed_card_bytes", !c.fits && runs

@@ -480,6 +480,44 @@ TEST(Plan, ACardIsRankedByItsEstimateNotByTheCpusSpeed) {
   EXPECT_NE(table.find("Largest batch that fits on T4"), std::string::npos) << table;
 }
 
+// A sixth pass: with training.cuda_graph: auto (a captured step's speed is not estimated; a
+// checkpointed step runs eager and is) the plan showed images/s 0 for the captured candidates,
+// ranked them last as the slowest ("slower: 100% fewer images/s", "-nan%" where all were), and 0.0
+// in the JSON.
+TEST(Plan, ACandidateWithoutASpeedShowsNoFigureAndRanksAfterThoseWithOne) {
+  test_support::TempDir dir;
+  const auto sweep = prepared_sweep(dir, "cpu", "resnet18");
+  training::Config config = training::parse_config("", "test");
+  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
+  config.training.cuda_graph = training::CudaGraphMode::Auto;
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  const training::Card card = training::find_card("H100-SXM");
+  const auto plan = training::make_plan(sweep, card.memory_bytes, 0.10, std::nullopt, card);
+  ASSERT_TRUE(plan.chosen);
+  EXPECT_TRUE(plan.candidates.at(*plan.chosen).speed_not_estimated.empty());
+  bool without = false;
+  for (const auto& c : plan.candidates) {
+    // Captured where nothing stands in the way: the plain step; checkpointing runs eager.
+    EXPECT_EQ(c.speed_not_estimated.empty(),
+              c.setting.checkpointing != training::CheckpointMode::Off)
+        << c.setting.name();
+    if (!c.speed_not_estimated.empty()) without = true;
+    EXPECT_TRUE(!without || !c.speed_not_estimated.empty()) << "a speed ranked after none";
+  }
+  EXPECT_TRUE(without);
+  const std::string table = training::plan_table(plan);
+  EXPECT_EQ(table.find("nan"), std::string::npos) << table;
+  EXPECT_EQ(table.find("100% fewer"), std::string::npos) << table;
+  EXPECT_NE(table.find("fits (speed not estimated: training.cuda_graph"), std::string::npos)
+      << table;
+  const auto json = training::plan_json(plan);
+  for (const auto& row : json.at("candidates")) {
+    const bool known = row.at("speed_not_estimated").is_null();
+    EXPECT_EQ(row.at("images_per_second").is_number(), known) << row.dump();
+    EXPECT_EQ(row.at("speed_bound").is_string(), known) << row.dump();
+  }
+}
+
 // A card given by its size has no data sheet (issue 53): its plan borrowed the H100-80GB's speed
 // silently. It now says it has none, shows no images/s and ranks by memory: the most images a step
 // that fit first, the CPU's rates never used.
