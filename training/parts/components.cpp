@@ -82,13 +82,17 @@ HeldWhateverTheBatch held_whatever_the_batch(const Config& config) {
   // beside the run's own weights.
   const TrackingCpuAllocator::HostData counting;
   const models::ResNet model(config.model);
-  int64_t parameters = 0, buffers = 0;
-  for (const auto& p : model->parameters())
-    parameters += p.numel() * static_cast<int64_t>(p.element_size());
+  // One model for every figure (gradient_bytes builds its own): the gradients are those of the
+  // trainable parameters, as gradient_bytes counts them.
+  int64_t parameters = 0, buffers = 0, gradients = 0;
+  for (const auto& p : model->parameters()) {
+    const int64_t bytes = p.numel() * static_cast<int64_t>(p.element_size());
+    parameters += bytes;
+    if (p.requires_grad()) gradients += bytes;
+  }
   for (const auto& b : model->buffers())
     buffers += b.numel() * static_cast<int64_t>(b.element_size());
   const int64_t weights = parameters + buffers;
-  const int64_t gradients = gradient_bytes(config.model);
   const int64_t momentum = config.optimizer.momentum() > 0 ? gradients : 0;
   const int64_t scaler = config.training.precision == Precision::FP16 ? 12 : 0;
   const int64_t rest = weights + gradients + momentum + scaler;
