@@ -87,6 +87,10 @@ TEST(Decisions, ADamagedFileIsRefusedNamingItAndTheEntry) {
             "budget_bytes, predicted_peak_bytes, predicted_extra_ms, beside_step_bytes, from_step, "
             "decides)");
   j = nlohmann::json::parse(training::decisions_json(both()));
+  j["checkpointing"]["from_step"] = -1;
+  EXPECT_EQ(decisions_error(j.dump()),
+            "run/decisions.json: checkpointing.from_step: expected a number of steps, got -1");
+  j = nlohmann::json::parse(training::decisions_json(both()));
   j["checkpointing"]["blocks"] = {"layer1.0", 3};
   EXPECT_NE(decisions_error(j.dump()).find("checkpointing.blocks: expected a list of block names"),
             std::string::npos);
