@@ -10,6 +10,8 @@
 #include "training/out_of_memory.h"
 #include "training/parts/memory_format.h"
 #include "training/platform/atomic_file.h"
+#include "training/platform/dir_lock.h"
+#include "training/platform/distributed.h"
 #include "training/platform/errors.h"
 #include "training/run/checkpoint_io.h"
 #include "training/run/output_dir.h"
@@ -72,6 +74,14 @@ ResumeTarget resume_target(const std::string& resume) {
   const fs::path run = found.has_parent_path() ? found.parent_path() : ".";
   check_is_run(run);
   return {run, found};
+}
+
+std::unique_ptr<StopLineFile> stop_line_in_resumed_log(const ResumeTarget& resume) {
+  if (resume.run_dir.empty() || locked_by_another_process(resume.run_dir)) return nullptr;
+  if (const auto launch = launch_env_from_environment(); launch && launch->rank != 0) {
+    return nullptr;
+  }
+  return std::make_unique<StopLineFile>(resume.run_dir / "train.log");
 }
 
 namespace {

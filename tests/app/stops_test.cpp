@@ -1,14 +1,18 @@
 // Round 4 of the hostile pass (issue 39, docs/reliability.md): stops that lost a run, folders
 // checked before their lock. Every test reproduced its case before the change that made it pass.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "app/cli_support.h"
 
@@ -96,6 +100,54 @@ TEST(Stops, AResumeOfARunStoppedBeforeItsConfigSaysHowToStartItAgain) {
             std::string::npos)
       << r.output;
   r = run_train(start);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(rows(run), 1);
+}
+
+int occurrences(const std::string& text, const std::string& part) {
+  int count = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++count;
+  return count;
+}
+
+// A resume stopped during its measurements before the first epoch (the layouts timed for
+// training.memory_format: auto, the blocks measured for checkpointing.enabled: auto) said its line
+// on the terminal only (hostile pass 5): the run's train.log, which a stop during training writes
+// to, did not say it. It does now. A new run stopped there has no folder yet: the terminal only.
+TEST(Stops, AResumeStoppedWhileItMeasuresSaysSoInItsLog) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  const std::string line = "[stopped] by a signal (exit 130); nothing is half-written\n";
+  const std::string train = std::string(TRAIN_BINARY) + " ";
+  auto r = run_shell("TRAIN_TEST_STOP_AT='layout timing' " + train + tiny_run(dir, run, 1));
+  EXPECT_EQ(r.code, 130) << r.output;
+  EXPECT_EQ(occurrences(r.output, line), 1) << r.output;
+  EXPECT_FALSE(fs::exists(run));
+  ASSERT_EQ(run_shell("TRAIN_TEST_STOP_AT=start-up " + train + tiny_run(dir, run, 1)).code, 130);
+  // Resumed (from its config: no checkpoint yet), it times the layouts; then it measures the
+  // blocks (its layout set).
+  const std::vector<std::pair<std::string, std::string>> stops = {
+      {"layout timing", ""},
+      {"block measurement",
+       " --set training.memory_format=contiguous --set checkpointing.enabled=auto"
+       " --set checkpointing.budget=1GiB"}};
+  int said = 1;
+  for (const auto& [point, flags] : stops) {
+    r = run_shell("TRAIN_TEST_STOP_AT='" + point + "' " + train + "--resume " + run.string() +
+                  flags);
+    EXPECT_EQ(r.code, 130) << point << ": " << r.output;
+    EXPECT_EQ(occurrences(r.output, line), 1) << point << ": " << r.output;
+    EXPECT_EQ(occurrences(test_support::read_text(run / "train.log"), line), ++said) << point;
+  }
+  // While another process holds the run (its lock: a resume is refused there), the log is that
+  // process's: the line is not written into it.
+  const int held = ::open((run / ".lock").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_EQ(::flock(held, LOCK_EX | LOCK_NB), 0);
+  r = run_shell("TRAIN_TEST_STOP_AT='layout timing' " + train + "--resume " + run.string());
+  ::close(held);
+  EXPECT_EQ(r.code, 130) << r.output;
+  EXPECT_EQ(occurrences(test_support::read_text(run / "train.log"), line), said);
+  r = run_train("--resume " + run.string());
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(rows(run), 1);
 }

@@ -11,6 +11,7 @@
 #include "training/platform/heartbeat.h"
 #include "training/platform/memory.h"
 #include "training/platform/statistics.h"
+#include "training/platform/stop_signal.h"
 #include "training/step/recompute.h"
 #include "training/step/step.h"
 
@@ -147,6 +148,7 @@ BlockMeasurement measure_blocks(const Config& base, const torch::Device& device)
   const StepOptions options = step_options(config).observer(&probe).accumulate_steps(micro_batches);
   const int64_t measured = 2, batch = config.training.batch_size;
   Heartbeat beat("checkpointing auto: measuring every block recomputed", measured + 1, "steps");
+  test_stop_point("block measurement");             // tests: a stop while the blocks are measured
   warm_up(parts, options, images, labels, device);  // the probe records nothing until start()
   beat.advance(1, batch);
   for (int64_t step = 0; step < measured; ++step) {

@@ -11,6 +11,7 @@
 #include "training/platform/duration.h"
 #include "training/platform/heartbeat.h"
 #include "training/platform/statistics.h"
+#include "training/platform/stop_signal.h"
 #include "training/step/step.h"
 
 namespace training {
@@ -66,6 +67,7 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
   const MeasureRate rate = measure ? measure : MeasureRate(measure_training_rate);
   Config c = config;
   Heartbeat beat("memory_format auto: timing a few steps in each layout", 2, "layouts");
+  test_stop_point("layout timing");  // tests: a stop while the layouts are timed
   c.training.memory_format = c10::MemoryFormat::Contiguous;
   choice.contiguous_rate = rate(c, device);
   beat.advance(1);

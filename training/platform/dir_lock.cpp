@@ -35,6 +35,14 @@ DirectoryLock::DirectoryLock(const std::filesystem::path& dir) {
   }
 }
 
+bool locked_by_another_process(const std::filesystem::path& dir) {
+  const int fd = ::open((dir / ".lock").c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // releases it where it was taken
+  return held;
+}
+
 DirectoryLock::~DirectoryLock() {
   if (fd_ >= 0) ::close(fd_);  // closing releases the lock
 }

@@ -9,6 +9,9 @@
 
 namespace training {
 
+// Whether another process holds `dir`'s lock now (a probe: nothing is created or written).
+bool locked_by_another_process(const std::filesystem::path& dir);
+
 class DirectoryLock {
  public:
   // Takes the lock on existing directory `dir`; throws UserError naming the holder's pid when

@@ -1,5 +1,7 @@
 #include "training/platform/stop_signal.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -111,8 +113,25 @@ void run_on_exit_at_once(const std::vector<std::string>& argv) {
   if (!argv.empty()) exit_argv.store(exit_command_argv.data());
 }
 
-void also_write_stop_line_to(int fd) {
-  stop_line_fd.store(fd);
+int also_write_stop_line_to(int fd) {
+  return stop_line_fd.exchange(fd);
+}
+
+StopLineFile::StopLineFile(const std::filesystem::path& file) {
+  // O_NONBLOCK: a FIFO in its place is refused (no reader), not waited on.
+  fd_ = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK);
+  struct stat status {};
+  if (fd_ >= 0 && (::fstat(fd_, &status) != 0 || !S_ISREG(status.st_mode))) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  if (fd_ >= 0) previous_ = also_write_stop_line_to(fd_);
+}
+
+StopLineFile::~StopLineFile() {
+  if (fd_ < 0) return;
+  also_write_stop_line_to(previous_);
+  ::close(fd_);
 }
 
 void install_stop_handlers() {

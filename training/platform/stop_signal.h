@@ -3,6 +3,7 @@
 // during a durable write (DeferRepeatedStops), which finishes first.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,23 @@ namespace training {
 // finishes first, so no temporary is left.
 void install_exit_on_stop();
 // While `fd` is set (a file descriptor open for appending; -1: none), that line also goes there: a
-// run's train.log (run_dir.h).
-void also_write_stop_line_to(int fd);
+// run's train.log (run_dir.h). Returns the one it replaces.
+int also_write_stop_line_to(int fd);
+// While one lives, the stop line also goes to `file` where it is a regular file (opened for
+// appending, never created), in place of the one set before it, which it sets again when it ends:
+// a run's train.log from its RunDirectory (run_dir.h), and a resumed run's from the start of
+// `train --resume`, before its checks and measurements (train_command.cpp).
+class StopLineFile {
+ public:
+  explicit StopLineFile(const std::filesystem::path& file);
+  ~StopLineFile();
+  StopLineFile(const StopLineFile&) = delete;
+  StopLineFile& operator=(const StopLineFile&) = delete;
+
+ private:
+  int fd_ = -1;
+  int previous_ = -1;
+};
 // From here on a stop signal is ignored: the command's outputs are complete (its folder marked
 // finished, output_dir.h's mark_finished), so a stop that arrives after them is too late to stop
 // anything, and the command exits 0, not 130 with a folder that cannot be used again. A stop

@@ -1,10 +1,8 @@
 #include "training/run/run_dir.h"
 
-#include <fcntl.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -77,8 +75,7 @@ RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
   }
   spdlog::default_logger()->sinks().push_back(log_sink_);
   // A stop before the graceful handlers (stop_signal.h) says so in train.log too.
-  stop_line_fd_ = ::open((dir_ / "train.log").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  also_write_stop_line_to(stop_line_fd_);
+  stop_line_.emplace(dir_ / "train.log");
   if (stale > 0) {
     spdlog::info("removed {} temporary file(s) an interrupted write left in {}", stale,
                  dir_.string());
@@ -89,8 +86,6 @@ RunDirectory::~RunDirectory() {
   // Detach train.log so a later run in the same process logs to its own directory.
   auto& sinks = spdlog::default_logger()->sinks();
   sinks.erase(std::remove(sinks.begin(), sinks.end(), log_sink_), sinks.end());
-  also_write_stop_line_to(-1);
-  if (stop_line_fd_ >= 0) ::close(stop_line_fd_);
 }
 
 void RunDirectory::write_inputs(const RunInputs& inputs) const {

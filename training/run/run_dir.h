@@ -20,6 +20,7 @@
 
 #include "training/config/decisions.h"
 #include "training/platform/dir_lock.h"
+#include "training/platform/stop_signal.h"
 #include "training/run/epoch_record.h"
 
 namespace training {
@@ -72,7 +73,7 @@ class RunDirectory {
   std::unique_ptr<DirectoryLock> lock_;
   std::vector<EpochRecord> epochs_;
   std::shared_ptr<spdlog::sinks::sink> log_sink_;
-  int stop_line_fd_ = -1;  // train.log, for the line of a stop before the graceful handlers
+  std::optional<StopLineFile> stop_line_;  // train.log, for a stop before the graceful handlers
 };
 
 // The epoch records of a metrics.jsonl (none when it is missing); UserError naming the file and
