@@ -1,6 +1,7 @@
 #include "training/cards/card_prediction.h"
 
 #include <c10/util/Exception.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "models/resnet.h"
 #include "training/cards/speed_calibration.h"
 #include "training/platform/errors.h"
+#include "training/platform/stop_signal.h"
 
 namespace training {
 
@@ -66,10 +68,21 @@ CardPredictor::Recorded& CardPredictor::recorded(const Setting& asked) {
   const int64_t a = kTraceBatches[0], b = kTraceBatches[1], c = kTraceBatches[2];
   spdlog::info("{}: recording the step's allocations at batches {}, {} and {} (CPU, 1 thread)",
                setting.name(), a, b, c);
-  LinearStream stream = linear_stream(record_step_stream(config_, setting, a), a,
-                                      record_step_stream(config_, setting, b), b);
-  const int64_t mismatched =
-      mismatched_allocations(stream, record_step_stream(config_, setting, c), c);
+  // Each recording takes seconds (ResNet-50's three: 6.7 s): a graceful stop is taken before each.
+  auto record = [&](int64_t batch) {
+    test_stop_point(fmt::format("card recording batch {}", batch));  // tests: a stop before it
+    if (stop_requested()) {
+      throw RecordingStopped(fmt::format(
+          "not predicted: stopped by a signal before its step's recording at batch {} (of {}, {} "
+          "and {})",
+          batch, a, b, c));
+    }
+    return record_step_stream(config_, setting, batch);
+  };
+  const AllocationStream at_a = record(a);
+  const AllocationStream at_b = record(b);
+  LinearStream stream = linear_stream(at_a, a, at_b, b);
+  const int64_t mismatched = mismatched_allocations(stream, record(c), c);
   recorded_.push_back({setting, std::move(stream), mismatched, {}, 0});
   return recorded_.back();
 }

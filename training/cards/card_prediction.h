@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,13 @@ struct CardPrediction {
 // with data.device_resident, its splits, counted (data::split_size: DataError where the data is
 // missing).
 HeldData held_data(const Config& config);
+
+// A graceful stop (stop_signal.h) taken by CardPredictor::predict before one of its recordings:
+// the setting is not predicted (nothing of it is kept), and its caller stops (train sweep --card).
+class RecordingStopped : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // Predictions for many settings and batches on one card, from `config` (its model, data.prefetch,
 // data.device_resident, memory.limit): each setting's stream is recorded once (three recordings,

@@ -152,9 +152,10 @@ TrialResult SweepRunner::trial_in_child_process(const Setting& setting, int64_t 
   trial.wall_seconds = outcome.seconds;
   trial.result = read_result(result, outcome, log);
   const std::lock_guard<std::mutex> lock(mutex_);
-  predict_on_card(trial);
+  const bool predicted = predict_on_card(trial);
   log_trial(trial);
   trials_.push_back(trial);
+  if (!predicted) throw SweepStopped{};  // a stop during the card's recordings: its row is kept
   write_tables(/*complete=*/false,
                "the sweep is running, or died");  // what is measured is kept if the sweep dies
   return trial.result;

@@ -80,21 +80,24 @@ bool SweepRunner::run_on_slurm() {
   if (!submit.empty()) {
     outcome = run_slurm_array(dir_, executable_, submit, config_.sweep.slurm.options);
   }
+  bool unpredicted = false;  // a stop before one of the card's recordings (--card)
   for (auto& trial : trials) {
     const bool submitted = std::find(submit.begin(), submit.end(), trial.id) != submit.end();
     if (!slurm_row(trial, outcome, submitted)) ++failed_tasks_;
-    predict_on_card(trial);
+    if (!predict_on_card(trial)) unpredicted = true;
     log_trial(trial);
     trials_.push_back(trial);
   }
-  if (outcome.stopped && failed_tasks_ > 0) {  // a stop after every task ended is no loss
-    write_tables(false, fmt::format("stopped by a signal: slurm job {} cancelled; the same "
-                                    "sweep run again on this folder submits only the trials "
-                                    "without a result",
-                                    outcome.job_id));
+  // A stop after every task ended is no loss, unless it left out the card's predictions.
+  const bool cancelled = outcome.stopped && failed_tasks_ > 0;
+  if (cancelled || unpredicted) {
+    const std::string how = cancelled ? fmt::format(": slurm job {} cancelled", outcome.job_id)
+                                      : std::string(" during the card's predictions");
+    write_tables(false, fmt::format("stopped by a signal{}; the same sweep run again on this "
+                                    "folder submits only the trials without a result",
+                                    how));
     plot_sweep(dir_, /*complete=*/false);
-    spdlog::warn("sweep stopped by signal; slurm job {} cancelled; what was measured is in {}",
-                 outcome.job_id, dir_.string());
+    spdlog::warn("sweep stopped by signal{}; what was measured is in {}", how, dir_.string());
     return false;
   }
   if (failed_tasks_ > 0) {
@@ -238,12 +241,15 @@ std::string SweepRunner::why_not_kept(const fs::path& yaml, const fs::path& resu
   return "its trial config differs: " + first_difference(before, measured);
 }
 
-void SweepRunner::predict_on_card(SweepTrial& trial) {
+bool SweepRunner::predict_on_card(SweepTrial& trial) {
   if (predictor_ && !trial.setting.unpredictable().empty()) {
     trial.on_card_error = trial.setting.unpredictable();
   } else if (predictor_) {
     try {  // a stream that cannot be scaled is said in the row, the sweep goes on
       trial.on_card = predictor_->predict(trial.setting, trial.batch);
+    } catch (const RecordingStopped& e) {  // said in the row too, and the sweep stops
+      trial.on_card_error = e.what();
+      return false;
     } catch (const std::runtime_error& e) {
       trial.on_card_error = error_line(e);
     }
@@ -252,6 +258,7 @@ void SweepRunner::predict_on_card(SweepTrial& trial) {
       if (earlier.on_card && largest) earlier.on_card->largest_batch = *largest;
     }
   }
+  return true;
 }
 
 void SweepRunner::log_trial(const SweepTrial& trial) {

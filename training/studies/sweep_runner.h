@@ -67,10 +67,12 @@ class SweepRunner {
   // sweep.devices, one per GPU: the trials and the tables are shared under mutex_.
   TrialResult trial_in_child_process(const Setting& setting, int64_t batch,
                                      const std::string& source, int64_t gpu, bool again = false);
-  // With --card: the trial's prediction, and every earlier trial of its setting given the
-  // setting's largest batch that fits after it (CardPredictor::largest_batch: one figure for all,
-  // at or above each batch that fits). Under mutex_ where trials run at once.
-  void predict_on_card(SweepTrial& trial);
+  // With --card: the trial's prediction, or why there is none, into its row, and every earlier
+  // trial of its setting given the setting's largest batch that fits after it
+  // (CardPredictor::largest_batch: one figure for all, at or above each batch that fits). False
+  // when a stop came before one of the card's recordings (RecordingStopped): the sweep stops.
+  // Under mutex_ where trials run at once.
+  bool predict_on_card(SweepTrial& trial);
   static void log_trial(const SweepTrial& trial);
   // The child's result file; nullopt when it is missing or unreadable.
   static std::optional<TrialResult> read_result_file(const std::filesystem::path& file);

@@ -87,14 +87,14 @@ class SweepSlurmRerun : public ::testing::Test {
     fs::permissions(dir_ / "bin" / name, fs::perms::owner_all);
   }
 
-  int sweep(const std::string& batches,
-            const std::vector<training::Override>& overrides = {}) const {
+  int sweep(const std::string& batches, const std::vector<training::Override>& overrides = {},
+            const std::string& card = "") const {
     std::ofstream(dir_ / "sweep.yaml") << "model: {arch: resnet18, stem: cifar}\n"
                                           "training: {device: cpu, threads: 1}\n"
                                           "sweep: {launcher: slurm, batch_sizes: "
                                        << batches << ", warmup_steps: 0, measure_steps: 1}\n";
     return training::run_sweep({(dir_ / "sweep.yaml").string(), overrides, out().string(),
-                                (dir_ / "train.sh").string(), ""});
+                                (dir_ / "train.sh").string(), card});
   }
 
   fs::path out() const { return dir_ / "out"; }
@@ -168,6 +168,26 @@ TEST_F(SweepSlurmRerun, AStopAfterEveryTaskEndedLeavesACompleteSweep) {
   const auto json = nlohmann::json::parse(std::ifstream(out() / "sweep.json"));
   EXPECT_TRUE(json.at("complete").get<bool>());
   for (const auto& row : json.at("trials")) EXPECT_EQ(row.at("status"), "ok");
+}
+
+// With --card, a stop once every task has ended is taken before the card's recordings of the
+// trials' steps (seconds each), where it waited for all of them and then wrote a complete sweep:
+// the rows (their results kept) say they were not predicted, and the sweep is not complete.
+TEST_F(SweepSlurmRerun, AStopBeforeTheCardsRecordingsLeavesTheTrialsUnpredicted) {
+  ::setenv("FAKE_STOP", "1", 1);
+  EXPECT_EQ(sweep("[4, 8]", {}, "T4"), training::kExitStopped);
+  const auto json = nlohmann::json::parse(std::ifstream(out() / "sweep.json"));
+  EXPECT_FALSE(json.at("complete").get<bool>());
+  ASSERT_EQ(json.at("trials").size(), 2u);
+  for (const auto& row : json.at("trials")) {
+    EXPECT_EQ(row.at("status"), "ok");
+    EXPECT_FALSE(row.contains("fits_on_card")) << row.dump();
+    EXPECT_EQ(row.value("card_prediction_error", "").rfind("not predicted: stopped by a signal", 0),
+              0u)
+        << row.dump();
+  }
+  EXPECT_NE(test_support::read_text(out() / "sweep.md").find("stopped by a signal during the card"),
+            std::string::npos);
 }
 
 // A second stop (SIGTERM twice, 10 ms apart) ended `train sweep` at once and left the job array

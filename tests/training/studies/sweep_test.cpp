@@ -1001,6 +1001,38 @@ sweep: {batch_sizes: [32, 102], warmup_steps: 0, measure_steps: 1}
   EXPECT_NE(md.find(row_end, first + 1), std::string::npos) << md;
 }
 
+// A stop during `--card`'s recording of a trial's step (three recordings, at batches 2, 4 and 3:
+// 6.7 s for ResNet-50) waited for all three, predicted the trial and stopped the sweep only as the
+// next trial started. The recording takes the stop before its next recording: the trial's row (its
+// measurement) says it was not predicted, and the sweep stops there (exit 130, not complete).
+TEST(Sweep, AStopDuringTheCardsRecordingStopsTheSweepBeforeTheNextRecording) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: cifar}
+training: {device: cpu, memory_format: contiguous}
+sweep: {batch_sizes: [4, 8], warmup_steps: 0, measure_steps: 1}
+)");
+  ::setenv("TRAIN_TEST_STOP_AT", "card recording batch 4", 1);
+  const int code =
+      training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY, "T4"});
+  ::unsetenv("TRAIN_TEST_STOP_AT");
+  training::clear_stop_request();
+  EXPECT_EQ(code, training::kExitStopped);
+  const auto sweep = read_json(dir / "out/sweep.json");
+  EXPECT_FALSE(sweep.at("complete").get<bool>());
+  ASSERT_EQ(sweep.at("trials").size(), 1u) << sweep.at("trials").dump();
+  const auto& trial = sweep.at("trials")[0];
+  EXPECT_EQ(trial.at("status"), "ok");
+  EXPECT_FALSE(trial.contains("fits_on_card")) << trial.dump();
+  EXPECT_EQ(trial.value("card_prediction_error", ""),
+            "not predicted: stopped by a signal before its step's recording at batch 4 (of 2, 4 "
+            "and 3)")
+      << trial.dump();
+  EXPECT_NE(test_support::read_text(dir / "out/sweep.md")
+                .find("stopped by a signal after 1 trial(s); the same sweep run again"),
+            std::string::npos);
+}
+
 namespace {
 
 training::SweepTrial card_trial(int64_t id, training::CheckpointMode checkpointing) {
