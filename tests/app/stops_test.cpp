@@ -197,13 +197,14 @@ TEST(Stops, AStopAfterAStudyIsWrittenIsTooLateToStopIt) {
 
 // A second `train --output-dir X` while X trains said "already holds a run ... continue it with
 // --resume X" (refused too), and a second sweep into a running sweep's folder said it "stopped
-// before it finished; starting it again": the folder's contents were judged before its lock. The
-// holder is named first, for every kind of output folder.
+// before it finished; starting it again": the folder's contents were judged before its lock;
+// `compare RUN --output RUN` said RUN was "not a run directory" while RUN had no epoch written.
+// The holder is named first, for every kind of output folder.
 TEST(Stops, ASecondCommandIntoAFolderBeingWrittenNamesItsHolder) {
   test_support::TempDir dir;
   const auto run = dir / "run";
   cli::Background first({"--config", write_tiny_config(dir, 20).string(), "--output-dir",
-                         run.string(), "--set", "data.simulated_delay_ms=300"},
+                         run.string(), "--set", "data.simulated_delay_ms=1000"},
                         dir / "first.log");
   ASSERT_TRUE(cli::wait_for_text(run / "train.log", "step 1/4"));
   const std::string holder =
@@ -212,9 +213,11 @@ TEST(Stops, ASecondCommandIntoAFolderBeingWrittenNamesItsHolder) {
   const std::string into = " --output-dir " + run.string();
   // (train memory's settings given: its default leaves bf16 out, with a warning, on a CPU without
   // native bf16.)
-  for (const std::string& args : {config + into, "sweep --batch-sizes 4" + config + into,
-                                  "memory --settings fp32,fp32+checkpointing" + config + into,
-                                  "compare " + run.string() + " --output " + run.string()}) {
+  // (compare first, while the run has no epoch written: its run was read before its --output's
+  // lock, "not a run directory".)
+  for (const std::string& args : {"compare " + run.string() + " --output " + run.string(),
+                                  config + into, "sweep --batch-sizes 4" + config + into,
+                                  "memory --settings fp32,fp32+checkpointing" + config + into}) {
     const auto r = run_train(args);
     EXPECT_EQ(r.code, 2) << args << ": " << r.output;
     EXPECT_EQ(count_lines(r.output), 1) << args << ": " << r.output;

@@ -249,6 +249,11 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
 
 fs::path compare_command(const CompareRequest& request) {
   if (request.run_dirs.empty()) throw UserError("compare: expected one or more run directories");
+  // The output folder first: one another process writes is refused naming that process, also
+  // where it is one of the runs given (a run still training has no metrics.jsonl yet).
+  if (!request.output_dir.empty()) {
+    check_output_dir(request.output_dir, OutputKind::Comparison, "--output");
+  }
   std::vector<ComparedRun> runs;
   for (const auto& dir : request.run_dirs) runs.push_back(read_compared_run(dir));
   // One run given twice ("run" and "./run") would be two equal columns under one heading.
