@@ -169,6 +169,7 @@ std::string snapshot_pickle(const AllocatorSnapshot& snapshot, const std::string
   Dict root = new_dict();
   root.insert("segments", segments);
   root.insert("device_traces", device_traces);
+  root.insert(kSnapshotWriterKey, std::string(kSnapshotWriter));  // PyTorch's viewer ignores it
 
   std::string pickled;
   torch::jit::Pickler pickler([&](const char* data, size_t size) { pickled.append(data, size); },

@@ -60,10 +60,16 @@ class SnapshotRecorder {
   bool kept_ = false;
 };
 
+// The key and value that mark a snapshot this program wrote: an existing file is replaced only
+// when it holds them (an earlier snapshot), never a pickle of the user's own.
+inline constexpr const char* kSnapshotWriterKey = "written_by";
+inline constexpr const char* kSnapshotWriter = "train memory --card --snapshot";
+
 // The snapshot as the pickle torch.cuda.memory._dump_snapshot writes (protocol 2, LibTorch's
 // Pickler as torch::cuda::_memory_snapshot_pickled uses it): {"segments": [...],
-// "device_traces": [[...]]}, device 0, stream 0. Each event and block carries one frame that names
-// its phase, {"filename": source, "line": 0, "name": phase}, e.g. source "predicted for H200".
+// "device_traces": [[...]], "written_by": kSnapshotWriter}, device 0, stream 0. Each event and
+// block carries one frame that names its phase, {"filename": source, "line": 0, "name": phase},
+// e.g. source "predicted for H200".
 std::string snapshot_pickle(const AllocatorSnapshot& snapshot, const std::string& source);
 
 }  // namespace training

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <fstream>
+#include <iterator>
 
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
@@ -23,11 +24,13 @@ fs::path snapshot_file(const std::string& file, const Setting& setting, size_t s
 
 namespace {
 
-// A pickle starts with the PROTO opcode (0x80) from protocol 2 on.
-bool is_pickle(const fs::path& file) {
+// A snapshot this program wrote: a pickle (the PROTO opcode, 0x80, first) holding the writer's
+// mark (snapshot_pickle's "written_by"). Another pickle may be the user's own data.
+bool is_our_snapshot(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
-  char first = 0;
-  return in.get(first) && static_cast<unsigned char>(first) == 0x80;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return !text.empty() && static_cast<unsigned char>(text[0]) == 0x80 &&
+         text.find(kSnapshotWriter) != std::string::npos;
 }
 
 }  // namespace
@@ -55,9 +58,10 @@ void check_snapshot_files(const std::string& file, bool card,
     if (fs::is_directory(path, error)) {
       throw UserError("--snapshot: " + path.string() + " is a folder; give a file name");
     }
-    if (fs::exists(path, error) && (!fs::is_regular_file(path, error) || !is_pickle(path))) {
+    if (fs::exists(path, error) && (!fs::is_regular_file(path, error) || !is_our_snapshot(path))) {
       throw UserError("--snapshot: " + path.string() +
-                      " exists and is not a pickle (a snapshot is replaced, nothing else)");
+                      " exists and is not a snapshot train wrote (an earlier snapshot is "
+                      "replaced, nothing else)");
     }
     check_file_outside_outputs(path, "--snapshot");
   }

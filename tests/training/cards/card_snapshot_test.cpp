@@ -112,8 +112,17 @@ TEST(CardSnapshot, BadPathsAndAMissingCardAreOneLineAndNothingIsWritten) {
       {"--card T4 --snapshot " + (dir / "folder.pickle").string(),
        "--snapshot: " + (dir / "folder.pickle").string() + " is a folder"},
       {"--card T4 --snapshot " + (dir / "memory.yaml").string(),
-       "--snapshot: " + (dir / "memory.yaml").string() + " exists and is not a pickle"},
+       "--snapshot: " + (dir / "memory.yaml").string() + " exists and is not a snapshot"},
+      // A pickle of the user's own (protocol 2, {"w": [1]}) was replaced: only its first byte was
+      // read.
+      {"--card T4 --snapshot " + (dir / "mine.pickle").string(),
+       "--snapshot: " + (dir / "mine.pickle").string() + " exists and is not a snapshot"},
   };
+  const std::string mine(
+      "\x80\x02}q\x00X\x01\x00\x00\x00wq\x01]q\x02K\x01"
+      "as.",
+      21);
+  std::ofstream(dir / "mine.pickle", std::ios::binary) << mine;
   const std::string config_before = test_support::read_text(dir / "memory.yaml");
   for (const auto& c : cases) {
     const auto r = cli::run_train(memory + c.arguments);
@@ -124,6 +133,7 @@ TEST(CardSnapshot, BadPathsAndAMissingCardAreOneLineAndNothingIsWritten) {
     EXPECT_FALSE(fs::exists(dir / "s.pickle"));
   }
   EXPECT_EQ(test_support::read_text(dir / "memory.yaml"), config_before);
+  EXPECT_EQ(test_support::read_text(dir / "mine.pickle"), mine);
   // Round 5: with several settings a folder was taken as the name to write beside (folder-fp32,
   // ...): refused as with one.
   const auto r = cli::run_train("memory --config " + (dir / "memory.yaml").string() +
@@ -163,6 +173,11 @@ TEST(CardSnapshot, AStopWhileItIsWrittenLeavesItWholeAndNoTemporary) {
   if (viewer_here()) {
     EXPECT_GT(segments_total_as_pytorch_reads(file), 0);
   }
+  // A snapshot train wrote is replaced by the next (the same command again).
+  const auto again = cli::run_train("memory --config " + (dir / "memory.yaml").string() +
+                                    " --settings fp32 --card T4 --card-only --output-dir " +
+                                    (dir / "study2").string() + " --snapshot " + file.string());
+  EXPECT_EQ(again.code, kExitOk) << again.output;
 }
 
 }  // namespace
