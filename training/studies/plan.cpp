@@ -130,17 +130,45 @@ void rank_candidates(Plan& plan) {
                    });
 }
 
+void check_target_batch(int64_t target, std::vector<int64_t> batches, int64_t train_images,
+                        const std::string& measured) {
+  if (train_images > 0 && target > train_images) {
+    throw UserError("--target-batch: " + std::to_string(target) +
+                    " images a step are more than the " + std::to_string(train_images) +
+                    " training images of the sweep's config, which train refuses; give at most " +
+                    std::to_string(train_images));
+  }
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  int64_t too_many = 0;  // a batch that divides the target, in more than the most steps
+  for (const int64_t b : batches) {
+    if (target % b != 0) continue;
+    if (target / b <= kMaxAccumulateSteps) return;
+    too_many = b;
+  }
+  if (too_many > 0) {
+    throw UserError("--target-batch: " + std::to_string(target) + " needs more than " +
+                    std::to_string(kMaxAccumulateSteps) +
+                    " micro-batches per step (training.accumulate_steps' most) from every batch " +
+                    measured + " that divides it (the largest is " + std::to_string(too_many) +
+                    "); give a smaller target or sweep larger batches");
+  }
+  std::string list;
+  for (const int64_t b : batches) list += (list.empty() ? "" : ", ") + std::to_string(b);
+  throw UserError("--target-batch: " + std::to_string(target) + " is not a multiple of any batch " +
+                  measured + " (" + list +
+                  "); give a target one of them divides, or sweep micro-batches that divide it "
+                  "(--batch-sizes)");
+}
+
 // --target-batch: each measured trial whose batch divides `target` becomes micro-batch x
 // accumulate_steps = target. A trial measured at one micro-batch per step gets the accumulated
 // gradients added to its peak (held from the second micro-batch on); one measured accumulating
 // already holds them, and stands for every accumulate_steps > 1 of its micro-batch.
 void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t for_allocator) {
-  if (plan.train_images > 0 && target > plan.train_images) {
-    throw UserError("--target-batch: " + std::to_string(target) +
-                    " images a step are more than the " + std::to_string(plan.train_images) +
-                    " training images of the sweep's config, which train refuses; give at most " +
-                    std::to_string(plan.train_images));
-  }
+  std::vector<int64_t> batches;
+  for (const auto& c : plan.candidates) batches.push_back(c.batch);
+  check_target_batch(target, batches, plan.train_images, "the sweep measured ok");
   const auto measured_accumulating = [&](const PlanCandidate& c) {
     return std::any_of(plan.candidates.begin(), plan.candidates.end(), [&](const auto& other) {
       Setting same = other.setting;
@@ -149,18 +177,9 @@ void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t 
     });
   };
   std::vector<PlanCandidate> aimed;
-  std::vector<int64_t> batches;
-  int64_t too_many = 0;  // a measured batch that divides the target, in more than the most steps
   for (const auto& c : plan.candidates) {
-    if (std::find(batches.begin(), batches.end(), c.batch) == batches.end()) {
-      batches.push_back(c.batch);
-    }
-    if (target % c.batch != 0) continue;
+    if (target % c.batch != 0 || target / c.batch > kMaxAccumulateSteps) continue;
     const int64_t steps = target / c.batch;
-    if (steps > kMaxAccumulateSteps) {
-      too_many = std::max(too_many, c.batch);
-      continue;  // training.accumulate_steps takes at most kMaxAccumulateSteps
-    }
     const bool accumulating = c.setting.accumulate_steps > 1;
     if (accumulating && steps == 1) continue;  // its peak holds gradients one step does not
     if (!accumulating && steps > 1 && measured_accumulating(c)) continue;
@@ -173,21 +192,10 @@ void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t 
     }
     aimed.push_back(a);
   }
-  if (aimed.empty() && too_many > 0) {
-    throw UserError("--target-batch: " + std::to_string(target) + " needs more than " +
-                    std::to_string(kMaxAccumulateSteps) +
-                    " micro-batches per step (training.accumulate_steps' most) from every measured "
-                    "batch that divides it (the largest is " +
-                    std::to_string(too_many) + "); give a smaller target or sweep larger batches");
-  }
-  if (aimed.empty()) {
-    std::sort(batches.begin(), batches.end());
-    std::string list;
-    for (const int64_t b : batches) list += (list.empty() ? "" : ", ") + std::to_string(b);
+  if (aimed.empty()) {  // only trials measured accumulating divide it, in one step each
     throw UserError("--target-batch: " + std::to_string(target) +
-                    " is not a multiple of any batch the sweep measured ok (" + list +
-                    "); give a target one of them divides, or sweep micro-batches that divide it "
-                    "(--batch-sizes)");
+                    " is made only by batches the sweep measured accumulating, which stand for "
+                    "more than one micro-batch a step; give a larger target");
   }
   plan.candidates = std::move(aimed);
   plan.target_batch = target;

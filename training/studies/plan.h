@@ -84,9 +84,14 @@ std::string plan_target_text(const std::optional<Card>& card, int64_t card_bytes
                              int64_t overhead);
 // UserError ("...: that leaves the allocator no memory") where the card (--card) less its
 // headroom and what lies outside the allocator leaves the allocator nothing: known before any
-// measurement or replay. (With --memory a plan says instead how large a card it needs.)
+// measurement or replay (with --from and --memory, a plan says instead how large a card it needs).
 void refuse_no_room(const std::optional<Card>& card, int64_t card_bytes, double headroom,
                     int64_t overhead);
+// UserError naming --target-batch where no batch of `batches` (what the sweep `measured` or will)
+// makes `target` in at most training.accumulate_steps' most micro-batches, or where `target` is
+// more than `train_images` (0: not known).
+void check_target_batch(int64_t target, std::vector<int64_t> batches, int64_t train_images,
+                        const std::string& measured);
 // The smallest card (whole MiB) whose memory, less the plan's headroom and what lies outside the
 // allocator, leaves the allocator `limit` bytes.
 int64_t card_needed_for(const Plan& plan, int64_t limit);

@@ -26,12 +26,18 @@ fs::path run_small_sweep(const PlanRequest& request) {
   const Config config = load_config(request.config_path, request.overrides);
   const torch::Device device = with_key_origins(config, [&] { return training_device(config); });
   if (request.card) held_data(config);  // data.device_resident's data missing: refused first
-  // A named card the allocator gets nothing of (its headroom, what lies outside the allocator: given,
+  // A card the allocator gets nothing of (its headroom, what lies outside the allocator: given,
   // or, where the sweep will not measure it, assumed as make_plan assumes it): refused first.
-  // (With --memory the sweep's peaks say how large a card it would need.)
-  if (request.card && (request.overhead || !device.is_cuda())) {
-    refuse_no_room(request.card, request.memory, request.headroom,
-                   request.overhead.value_or(beside_tensors(*request.card).outside_allocator));
+  if (request.overhead || !device.is_cuda()) {
+    refuse_no_room(
+        request.card, request.memory, request.headroom,
+        request.overhead.value_or(request.card ? beside_tensors(*request.card).outside_allocator
+                                               : kOutsideAllocatorBytes));
+  }
+  // A target batch no batch of the grid can make, or more than the training images: refused too.
+  if (request.target_batch > 0) {
+    check_target_batch(request.target_batch, config.sweep.batch_sizes,
+                       train_images_at_most(config.data), "the small sweep will measure");
   }
   const std::string precisions = has_fast_bf16(device) ? "[fp32, bf16]" : "[fp32]";
   SweepRequest sweep;

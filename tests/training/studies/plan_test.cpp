@@ -159,6 +159,14 @@ TEST(Plan, PicksTheFastestSettingThatFits) {
                        "**recommended** |"),
             std::string::npos)
       << table;
+  // The card as given, a size `--memory` takes back to the same bytes (hostile pass 7: "1.00 GiB"
+  // for a 1026MiB card, which typed back planned for 1024 MiB); without --target-batch, neither
+  // a target nor its gradients.
+  EXPECT_NE(table.find("Plan for a 4GiB (4.00 GiB) card"), std::string::npos) << table;
+  training::Plan odd = training::make_plan(prepared_sweep(dir), 1026 * MiB * 4, 0.10, kGiB);
+  EXPECT_EQ(training::plan_json(odd).at("card"), "4104MiB");
+  EXPECT_TRUE(training::plan_json(plan).at("target_batch").is_null());
+  EXPECT_TRUE(training::plan_json(plan).at("accumulated_gradient_bytes").is_null());
   EXPECT_NE(table.find("| 128 | 180 | 3.32 GiB | does not fit: needs a card of at least 4916MiB |"),
             std::string::npos)
       << table;
@@ -340,6 +348,58 @@ TEST(Plan, ACardThatLeavesTheAllocatorNothingIsRefusedBeforeTheSmallSweep) {
   plan.overhead = 80 * kGiB;
   EXPECT_THROW(training::plan_command(plan), training::UserError);
   EXPECT_FALSE(fs::exists(dir / "planned"));
+  // Hostile pass 7: `--memory 500MiB` (or `--memory 2GiB --overhead 3GiB`) ran the small sweep
+  // (16.7 s, its folder written) before the same refusal; the CPU's sweep measures nothing of what
+  // lies outside the allocator, so the 771 MiB assumed is known first.
+  for (const auto& [memory, overhead] :
+       {std::pair<int64_t, std::optional<int64_t>>{500 * MiB, std::nullopt},
+        std::pair<int64_t, std::optional<int64_t>>{2 * kGiB, 3 * kGiB}}) {
+    plan.card.reset();
+    plan.memory = memory;
+    plan.overhead = overhead;
+    try {
+      training::plan_command(plan);
+      ADD_FAILURE() << "a sweep ran for a --memory card that leaves the allocator nothing";
+    } catch (const training::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("--memory: nothing fits in "), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("that leaves the allocator no memory"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dir / "planned"));
+  }
+}
+
+// Without --from, a --target-batch that no batch of the small sweep's grid makes, or above the
+// training images the config gives, was refused after the sweep (its folder written): refused
+// first, naming the grid.
+TEST(Plan, ATargetBatchTheSmallSweepCannotMakeIsRefusedBeforeIt) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "c.yaml") << "model: {arch: resnet18, stem: cifar}\n"
+                                   "data: {source: synthetic, synthetic_train_size: 100}\n"
+                                   "training: {device: cpu}\nsweep: {batch_sizes: [4, 8]}\n";
+  training::PlanRequest plan;
+  plan.config_path = (dir / "c.yaml").string();
+  plan.output_dir = (dir / "planned").string();
+  plan.memory = 4 * kGiB;
+  for (const auto& [target, says] :
+       {std::pair<int64_t, std::string>{
+            30,
+            "--target-batch: 30 is not a multiple of any batch the small sweep will measure "
+            "(4, 8)"},
+        std::pair<int64_t, std::string>{128,
+                                        "--target-batch: 128 images a step are more than "
+                                        "the 100 training images"}}) {
+    plan.target_batch = target;
+    try {
+      training::plan_command(plan);
+      ADD_FAILURE() << "a sweep ran for --target-batch " << target;
+    } catch (const training::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dir / "planned"));
+  }
 }
 
 // --target-batch 1024: each measured batch that divides it becomes micro-batch x accumulate_steps,
