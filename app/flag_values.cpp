@@ -91,8 +91,11 @@ training::PlanRequest plan_request(const PlanFlags& flags, training::PlanRequest
         "plan: expected one of --memory SIZE (e.g. 12GiB) or --card NAME (e.g. "
         "A100-40GB, or 24GiB)");
   }
+  if (!flags.overhead.empty())
+    request.overhead = size_with_unit("--overhead", flags.overhead, "MiB");
   if (!flags.card.empty()) {
-    request.card = training::find_card(flags.card);
+    request.card =
+        training::find_card(flags.card, request.overhead);  // --overhead replaces 771 MiB
     request.memory = request.card->memory_bytes;
     training::alloc_conf_from_environment();  // refused before the small sweep runs
   } else {
@@ -100,8 +103,6 @@ training::PlanRequest plan_request(const PlanFlags& flags, training::PlanRequest
   }
   check_json_output(request.json);
   request.headroom = headroom_flag(flags.headroom);
-  if (!flags.overhead.empty())
-    request.overhead = size_with_unit("--overhead", flags.overhead, "MiB");
   if (!flags.target_batch.empty() && (!training::config_yaml::decimal_integer(
                                           YAML::Node(flags.target_batch), request.target_batch) ||
                                       request.target_batch < 1)) {

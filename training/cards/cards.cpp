@@ -89,7 +89,7 @@ const std::vector<Card>& known_cards() {
   return cards;
 }
 
-Card find_card(const std::string& given) {
+Card find_card(const std::string& given, std::optional<int64_t> outside_allocator) {
   // Spaces around the flag's value are no part of it (' 24GiB' was an unknown card's name).
   const auto first = given.find_first_not_of(" \t"), last = given.find_last_not_of(" \t");
   const std::string text = first == std::string::npos ? "" : given.substr(first, last - first + 1);
@@ -133,11 +133,13 @@ Card find_card(const std::string& given) {
       throw UserError("--card: expected a card of at most 1024TiB, got '" + text + "'");
     }
     const Card card{text, bytes, "given with --card", 0, "", {}};
-    const int64_t outside = beside_tensors(card).outside_allocator;
+    const int64_t outside = outside_allocator.value_or(beside_tensors(card).outside_allocator);
     if (bytes <= outside) {
       throw UserError("--card: " + text + " is no larger than the " + format_bytes(outside) +
-                      " a CUDA process holds outside the allocator (context, kernels, libraries); "
-                      "expected a card above it");
+                      (outside_allocator ? " outside the allocator (--overhead)"
+                                         : " a CUDA process holds outside the allocator (context, "
+                                           "kernels, libraries)") +
+                      "; expected a card above it");
     }
     return card;
   }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,7 +67,9 @@ inline constexpr int64_t kLargestCard = int64_t{1} << 50;
 
 // A card by name (case and '-'/'_'/' ' ignored) or by size ("24GiB", parse_byte_size's forms).
 // Throws UserError "--card: unknown card 'X' (did you mean 'Y'?)" naming the known ones otherwise.
-Card find_card(const std::string& text);
+// A card by size must be larger than what lies outside its allocator: `outside_allocator` where
+// given (train plan's --overhead), else beside_tensors' figure.
+Card find_card(const std::string& text, std::optional<int64_t> outside_allocator = std::nullopt);
 
 BesideTensors beside_tensors(const Card& card);
 

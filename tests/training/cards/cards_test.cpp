@@ -39,6 +39,18 @@ TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
         << refusal(text);
   }
   EXPECT_EQ(find_card("772MiB").memory_bytes, int64_t{772} << 20);
+  // Hostile pass 7: `train plan --card 600MiB --overhead 100MiB` was refused against the 771 MiB
+  // the --overhead replaces: judged against the figure given.
+  EXPECT_EQ(find_card("600MiB", int64_t{100} << 20).memory_bytes, int64_t{600} << 20);
+  try {
+    find_card("600MiB", int64_t{600} << 20);
+    ADD_FAILURE() << "a card no larger than --overhead was taken";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--card: 600MiB is no larger than the 600.00 MiB outside "
+                                         "the allocator (--overhead)"),
+              std::string::npos)
+        << e.what();
+  }
   EXPECT_NE(refusal("12 parsecs").find("--card: expected a size"), std::string::npos)
       << refusal("12 parsecs");
   EXPECT_FALSE(refusal("").empty());
