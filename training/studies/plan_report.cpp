@@ -72,7 +72,8 @@ std::string plan_table(const Plan& plan) {
   } else {
     out << "Images/s: " << plan.speed_source << " (a plan for a card you do not have: --card).\n\n";
   }
-  out << "Plan for a " << format_bytes(plan.card_bytes) << " card: " << percent_text(plan.headroom)
+  out << "Plan for a " << (plan.card ? plan.card->name : byte_size_text(plan.card_bytes)) << " ("
+      << format_bytes(plan.card_bytes) << ") card: " << percent_text(plan.headroom)
       << " headroom leaves " << format_bytes(plan.usable_bytes) << "; "
       << format_bytes(plan.overhead_bytes) << " outside the allocator (" << plan.overhead_source
       << ") leaves " << format_bytes(plan.usable_bytes - plan.overhead_bytes)
@@ -137,6 +138,11 @@ std::string plan_table(const Plan& plan) {
   return out.str();
 }
 
+// A text, or null where there is none.
+static nlohmann::ordered_json text_or_null(const std::string& text) {
+  return text.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(text);
+}
+
 nlohmann::ordered_json plan_json(const Plan& plan) {
   nlohmann::ordered_json candidates = nlohmann::ordered_json::array();
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
@@ -159,9 +165,7 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
         {"speed_bound", plan.speed == Plan::Speed::Estimated && !c.speed_why.empty()
                             ? nlohmann::ordered_json(c.speed_why)
                             : nlohmann::ordered_json(nullptr)},
-        {"speed_not_estimated", c.speed_not_estimated.empty()
-                                    ? nlohmann::ordered_json(nullptr)
-                                    : nlohmann::ordered_json(c.speed_not_estimated)},
+        {"speed_not_estimated", text_or_null(c.speed_not_estimated)},
         {"fits", c.fits},
         // The smallest card it fits, as the verdict says it (null where it fits or cannot run).
         {"needed_card_bytes", !c.fits && runs
@@ -171,10 +175,8 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
          !c.fits && runs && c.needed_limit_by_size > 0
              ? nlohmann::ordered_json(card_needed_for(plan, c.needed_limit_by_size))
              : nlohmann::ordered_json(nullptr)},
-        {"unsupported", c.unsupported.empty() ? nlohmann::ordered_json(nullptr)
-                                              : nlohmann::ordered_json(c.unsupported)},
-        {"untrainable", c.untrainable.empty() ? nlohmann::ordered_json(nullptr)
-                                              : nlohmann::ordered_json(c.untrainable)},
+        {"unsupported", text_or_null(c.unsupported)},
+        {"untrainable", text_or_null(c.untrainable)},
         {"recommended", plan.chosen && *plan.chosen == i}});
     if (plan.card) {
       row["card"] = {{"name", plan.card->name}, {"memory_bytes", plan.card->memory_bytes}};
@@ -202,7 +204,10 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
                                                     : nlohmann::ordered_json(nullptr)}});
     }
   }
-  return {{"card", plan.card ? plan.card->name : format_bytes(plan.card_bytes)},
+  const auto target = [&](int64_t value) {  // null without --target-batch
+    return plan.target_batch > 0 ? nlohmann::ordered_json(value) : nlohmann::ordered_json(nullptr);
+  };
+  return {{"card", plan.card ? plan.card->name : byte_size_text(plan.card_bytes)},
           {"memory_bytes", plan.card_bytes},
           {"headroom", plan.headroom},
           {"usable_bytes", plan.usable_bytes},
@@ -210,9 +215,8 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
           {"outside_allocator_source", plan.overhead_source},
           {"images_per_second_source", plan.speed_source},
           {"sweep_complete", plan.sweep_complete},
-          {"target_batch", plan.target_batch > 0 ? nlohmann::ordered_json(plan.target_batch)
-                                                 : nlohmann::ordered_json(nullptr)},
-          {"accumulated_gradient_bytes", plan.gradient_bytes},
+          {"target_batch", target(plan.target_batch)},
+          {"accumulated_gradient_bytes", target(plan.gradient_bytes)},
           {"candidates", candidates},
           {"largest_batch_on_card", largest}};
 }
