@@ -99,10 +99,12 @@ ComparedRun read_compared_run(const fs::path& dir) {
   run.name = run.dir.filename().string();
   // The run's effective config, read and checked as train reads it: every key, one a run's file
   // leaves out at its default.
-  const Config asked = load_config((dir / "config.yaml").string());
+  const RecordedInputs recorded = recorded_inputs(dir);
+  if (!recorded.note.empty()) spdlog::warn("{}", recorded.note);
+  const Config& asked = recorded.asked;
   flatten(YAML::Load(run_yaml(asked)), "", run.config);
   // What each run's autos decided (decisions.json), beside what was asked.
-  const Decisions decisions = read_decisions(dir, asked);
+  const Decisions& decisions = recorded.decisions;
   if (decisions.layout) {
     run.config["decided.training.memory_format"] = memory_format_name(decisions.layout->format);
   }

@@ -8,8 +8,10 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
+#include "training/config/config_yaml.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
@@ -54,6 +56,42 @@ Decisions read_decisions(const fs::path& run_dir, const Config& asked) {
     if (!stored.empty()) return checked(stored, checkpoint.string() + " (stored decisions)");
   }
   return {};
+}
+
+RecordedInputs recorded_inputs(const fs::path& run_dir) {
+  const fs::path config_file = run_dir / "config.yaml";
+  if (!fs::exists(config_file)) throw UserError(config_file.string() + ": not found");
+  // The files are read and checked first: one that train never writes is refused naming it.
+  RecordedInputs files{load_config(config_file.string()), {}, ""};
+  files.decisions = read_decisions(run_dir, files.asked);
+  std::error_code ec;
+  const fs::path checkpoint = run_dir / "checkpoint.pt";
+  std::optional<RunInputs> stored;
+  if (fs::is_regular_file(checkpoint, ec)) {
+    try {
+      stored = checkpoint_inputs(checkpoint);
+    } catch (const std::exception&) {  // a damaged checkpoint is --resume's to refuse
+    }
+  }
+  if (!stored) return files;
+  const std::string origin = checkpoint.string() + " (stored inputs)";
+  RecordedInputs recorded{parse_config(stored->config_yaml, origin), {}, ""};
+  if (!stored->decisions_json.empty()) {
+    recorded.decisions = parse_decisions(stored->decisions_json, origin);
+    check_decisions(recorded.decisions, recorded.asked, origin);
+  }
+  std::vector<std::string> edited;  // each compared as train writes it
+  if (run_yaml(files.asked) != run_yaml(recorded.asked)) edited.push_back("config.yaml");
+  if (decisions_json(files.decisions) != decisions_json(recorded.decisions)) {
+    edited.push_back("decisions.json");
+  }
+  if (edited.empty()) return files;
+  recorded.note = config_yaml::join(edited, " and ") +
+                  (edited.size() == 1 ? " differs" : " differ") + " from what " +
+                  checkpoint.string() +
+                  " records the run trained with (edited since the run wrote it?): shown as the "
+                  "checkpoint records it";
+  return recorded;
 }
 
 RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {

@@ -41,6 +41,16 @@ struct RunInputs {
 // checkpoint's (none otherwise).
 Decisions read_decisions(const std::filesystem::path& run_dir, const Config& asked);
 
+// What a run trained with, for `train report` and `train compare`: its config.yaml and decisions
+// (read_decisions). Where its checkpoint.pt records other inputs (the files edited since the run
+// wrote them: --resume refuses or rewrites them too), the checkpoint's, and `note` says so.
+struct RecordedInputs {
+  Config asked;
+  Decisions decisions;
+  std::string note;  // empty where the files are the checkpoint's record (or there is none)
+};
+RecordedInputs recorded_inputs(const std::filesystem::path& run_dir);
+
 class RunDirectory {
  public:
   // Opens `dir` for a new run (claim_output_dir in output_dir.h: absent, empty, or a run that

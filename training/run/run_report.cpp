@@ -249,16 +249,17 @@ fs::path write_report(const fs::path& run_dir) {
   if (epochs.empty()) {
     throw UserError(run_dir.string() + ": no metrics.jsonl with epochs, so no run to report on");
   }
-  const fs::path config_file = run_dir / "config.yaml";
-  if (!fs::exists(config_file)) throw UserError(config_file.string() + ": not found");
-  const Config asked = load_config(config_file.string());
-  const Decisions decisions = read_decisions(run_dir, asked);
+  const RecordedInputs recorded = recorded_inputs(run_dir);
+  if (!recorded.note.empty()) spdlog::warn("{}", recorded.note);
+  const Config& asked = recorded.asked;
+  const Decisions& decisions = recorded.decisions;
   const Config config = decided(asked, decisions);
   const std::string plot_problem =
       run_python_script("plot_run.py", {run_dir.string()}, run_dir / "plot.log");
 
   std::ostringstream md;
   md << "# Run report: " << run_dir.filename().string() << "\n\n";
+  if (!recorded.note.empty()) md << "**Note:** " << recorded.note << ".\n\n";
   write_setup(md, config, layout_text(asked, decisions), epochs.back());
   write_results(md, epochs, totals_of(epochs), config);
   write_checkpointing(md, config, decisions, epochs);

@@ -65,6 +65,32 @@ TEST(Report, RefusesDecisionsOfBlocksTheModelDoesNotHave) {
   }
 }
 
+// Hostile pass 7: config.yaml or decisions.json edited after the run (batch 16 -> 32, fp32 ->
+// bf16) were reported as what it trained, where --resume finds the edit against checkpoint.pt.
+// The checkpoint's record is shown, and the report says why.
+TEST(Report, FilesEditedSinceTheRunAreShownAsItsCheckpointRecordsThem) {
+  test_support::TempDir dir;
+  train(tiny(""), dir / "run");
+  const fs::path config = dir / "run" / "config.yaml";
+  std::string text = test_support::read_text(config);
+  for (const auto& [from, to] :
+       {std::pair<std::string, std::string>{"batch_size: 16", "batch_size: 32"},
+        {"precision: fp32", "precision: bf16"}}) {
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " in\n" << text;
+    text.replace(at, from.size(), to);
+  }
+  std::ofstream(config) << text;
+  const auto report = test_support::read_text(training::write_report(dir / "run"));
+  EXPECT_NE(report.find("config.yaml differs from what " +
+                        (dir / "run" / "checkpoint.pt").string() + " records the run trained with"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("| fp32 /"), std::string::npos) << report;
+  EXPECT_EQ(report.find("bf16"), std::string::npos) << report;
+  EXPECT_NE(report.find("| 16 / 1 |"), std::string::npos) << report;
+}
+
 TEST(Report, RefusesAFolderWithoutARun) {
   test_support::TempDir dir;
   EXPECT_THROW(training::write_report(dir.path()), training::UserError);
