@@ -245,7 +245,8 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
 // The run's end: the checkpointing's outcome and the report (when epochs were recorded), the
 // last line, and the exit code.
 int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
-           std::optional<RunDirectory>& run, std::chrono::steady_clock::time_point start) {
+           std::optional<RunDirectory>& run, std::chrono::steady_clock::time_point start,
+           int64_t first_step) {
   const bool has_epochs = run && !run->epochs().empty();
   if (has_epochs) log_checkpointing_outcome(decisions, *run);
   if (has_epochs) spdlog::info("report: {}", write_report(run->path()).string());
@@ -260,11 +261,16 @@ int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
                      : std::string());
     return kExitStopped;
   }
-  spdlog::info("done: {} epochs, {} steps in {:.1f} s{}", trainer.state().epoch,
-               trainer.state().step, seconds_since(start),
-               has_epochs ? fmt::format("; final test accuracy {:.2f}%",
-                                        100.0 * run->epochs().back().test_acc)
-                          : "");
+  // The seconds are this process's: a resume says how many of the steps it trained.
+  const int64_t trained_now = trainer.state().step - first_step;
+  spdlog::info(
+      "done: {} epochs, {} steps{} in {:.1f} s{}", trainer.state().epoch, trainer.state().step,
+      first_step > 0 ? fmt::format(" ({} of them trained by this resume)", trained_now)
+                     : std::string(),
+      seconds_since(start),
+      has_epochs
+          ? fmt::format("; final test accuracy {:.2f}%", 100.0 * run->epochs().back().test_acc)
+          : "");
   return kExitOk;
 }
 
@@ -294,11 +300,14 @@ Position check_before_measuring(const TrainRequest& request, const ResumeTarget&
     const auto optimizer = make_sgd(*model, asked.optimizer);
     const TrainState position = check_checkpoint_model(resume.checkpoint, *model, *optimizer);
     Trainer::check_resumable(resume.checkpoint, position, asked, run_yaml(asked), ranks);
-    return {position.step, nothing_left_to_train(position, asked)};
+    const bool trained = nothing_left_to_train(position, asked);
+    if (!trained) refuse_what_no_batch_fits(asked);  // weights alone above the limit or budget
+    return {position.step, trained};
   }
   if (resume.run_dir.empty() && !request.output_dir.empty() && (!launch || launch->rank == 0)) {
     check_output_dir(request.output_dir, OutputKind::Run, "--output-dir");
   }
+  refuse_what_no_batch_fits(asked);  // the weights alone above the limit or budget
   return {};
 }
 
@@ -375,7 +384,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   install_stop_handlers();
   const auto start = std::chrono::steady_clock::now();
   const FitEnd end = fit(config, device, trainer, group.get());
-  return finish(decisions, end, trainer, run, start);
+  return finish(decisions, end, trainer, run, start, position.step);
 }
 
 }  // namespace

@@ -99,6 +99,11 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
             std::string::npos)
       << finished.output;
   EXPECT_EQ(finished.output.find("measuring every block"), std::string::npos) << finished.output;
+  // Its last line's seconds are this process's, which trained nothing (hostile pass 7: "done: 2
+  // epochs, 16 steps in 1.0 s", where the run took 11.5 s): said so.
+  EXPECT_NE(finished.output.find(" steps (0 of them trained by this resume) in "),
+            std::string::npos)
+      << finished.output;
   EXPECT_EQ(test_support::read_text(run / "config.yaml"), config_before);
   EXPECT_EQ(test_support::read_text(run / "decisions.json"), decisions_before);
   std::ifstream metrics(run / "metrics.jsonl");
@@ -171,18 +176,39 @@ TEST(AutoCheckpointing, ARunUnderTheLimitItsChoiceCountedTrainsWithItsLoaderRunn
 
 TEST(AutoCheckpointing, ABudgetNothingFitsIsExit3InOneLineAndWritesNothing) {
   test_support::TempDir dir;
-  const auto r = run_train("--config " + cli::write_tiny_config(dir).string() + " --output-dir " +
-                           (dir / "run").string() +
+  // Hostile pass 7: a budget (or memory.limit) below what the run holds whatever the batch was
+  // refused after the layout timing and the block measurement (3.3-6.7 s), or, without auto, in
+  // the first step with the run folder written; its remedy said "more memory" for a budget. The
+  // weights' count needs no measurement: refused first, naming the key.
+  const std::string run = " --output-dir " + (dir / "run").string();
+  const auto r = run_train("--config " + cli::write_tiny_config(dir).string() + run +
                            " --set checkpointing.enabled=auto --set checkpointing.budget=1MiB");
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_EQ(cli::count_lines(r.output), 1) << r.output;
-  EXPECT_NE(r.output.find("checkpointing.enabled: auto: nothing fits the budget of 1023.00 KiB "
-                          "(checkpointing.budget less 1.00 KiB the run holds beside the step "
-                          "(its loader's batches and epoch order, device-resident data)): with "
-                          "every block recomputed one step at batch 32 peaks at "),
+  EXPECT_NE(r.output.find("checkpointing.budget 1.00 MiB: the weights and their gradients and "
+                          "momentum alone take "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(": a larger checkpointing.budget or a smaller model.arch"),
             std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "run"));
+  for (const std::string& args :
+       {"--config " + cli::write_tiny_config(dir).string() + run +
+            " --memory-limit 50MiB --set training.memory_format=contiguous",
+        "sweep --batch-sizes 4 --config " + cli::write_tiny_config(dir).string() + run +
+            " --memory-limit 50MiB"}) {
+    const auto limited = run_train(args);
+    EXPECT_EQ(limited.code, 3) << args << ": " << limited.output;
+    EXPECT_EQ(cli::count_lines(limited.output), 1) << limited.output;
+    EXPECT_NE(limited.output.find("memory.limit 50.00 MiB: the weights and their gradients and "
+                                  "momentum alone take "),
+              std::string::npos)
+        << limited.output;
+    EXPECT_NE(limited.output.find(": more memory or a smaller model.arch"), std::string::npos)
+        << limited.output;
+    EXPECT_FALSE(fs::exists(dir / "run")) << args;
+  }
   // On the CPU a budget must come from somewhere.
   const auto none =
       run_train("--config " + cli::write_tiny_config(dir).string() + " --output-dir " +

@@ -99,16 +99,28 @@ HeldWhateverTheBatch held_whatever_the_batch(const Config& config) {
   return {rest + (config.training.ema_decay > 0 ? weights : 0), rest};
 }
 
-std::string weights_alone_remedy(const Config& config, int64_t limit) {
+std::string weights_alone_remedy(const Config& config, int64_t limit, const std::string& more) {
   const HeldWhateverTheBatch held = held_whatever_the_batch(config);
   if (held.bytes < limit) return "";
   const bool average = config.training.ema_decay > 0;
   return "the weights and their gradients" +
          std::string(config.optimizer.momentum() > 0 ? " and momentum" : "") +
          (average ? " and the weight average (training.ema_decay)" : "") + " alone take " +
-         format_bytes(held.bytes) + ": more memory" +
+         format_bytes(held.bytes) + ": " + more +
          (average && held.without_average < limit ? ", training.ema_decay: 0" : "") +
          " or a smaller model.arch";
+}
+
+void refuse_what_no_batch_fits(const Config& config) {
+  const auto refuse = [&](int64_t limit, const std::string& key, const std::string& more) {
+    if (limit <= 0) return;
+    const std::string held = weights_alone_remedy(config, limit, more);
+    if (!held.empty()) throw OutOfMemory(key + " " + format_bytes(limit) + ": " + held);
+  };
+  refuse(config.memory.limit, "memory.limit", "more memory");
+  if (config.checkpointing.mode() == CheckpointMode::Auto) {
+    refuse(config.checkpointing.budget(), "checkpointing.budget", "a larger checkpointing.budget");
+  }
 }
 
 StepOptions step_options(const Config& config) {

@@ -68,7 +68,15 @@ HeldWhateverTheBatch held_whatever_the_batch(const Config& config);
 // and the weight average (training.ema_decay) alone take 170.69 MiB: more memory,
 // training.ema_decay: 0 or a smaller model.arch", ema_decay 0 offered only where the rest fits);
 // empty where it takes less.
-std::string weights_alone_remedy(const Config& config, int64_t limit);
+std::string weights_alone_remedy(const Config& config, int64_t limit,
+                                 const std::string& more = "more memory");
+
+// Refuses (OutOfMemory, exit 3) before anything is measured or written where what the run holds
+// whatever the batch takes memory.limit, or with checkpointing auto checkpointing.budget, or
+// more: "memory.limit 50.00 MiB: the weights and their gradients and momentum alone take 127.91
+// MiB: more memory or a smaller model.arch" (found after the measurements, or in the first step
+// with its folder written).
+void refuse_what_no_batch_fits(const Config& config);
 
 // The step's precision and label smoothing, from training.* (one micro-batch per step: callers
 // that accumulate set StepOptions::accumulate_steps).
