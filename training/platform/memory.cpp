@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <numeric>
 #include <regex>
 #include <stdexcept>
 #include <vector>
@@ -128,12 +127,11 @@ void TrackingCpuAllocator::reset_peak() {
 namespace {
 
 // A size with a unit the reader takes for the number `number` (GiB, else MiB, KiB or B, the
-// first that is a whole number of bytes within the largest size), else the forms in general.
+// first that is at least a byte within the largest size), else the forms in general.
 std::string with_a_unit(const std::string& number) {
   for (const char* unit : {"GiB", "MiB", "KiB", "B"}) {
     try {
-      parse_byte_size(number + unit);
-      return number + unit;
+      if (parse_byte_size(number + unit) > 0) return number + unit;
     } catch (const std::invalid_argument&) {
     }
   }
@@ -144,7 +142,8 @@ std::string with_a_unit(const std::string& number) {
 
 int64_t parse_byte_size(const std::string& text, bool bare_bytes) {
   // Digits, an optional fraction and a unit, read exactly: no sign, exponent, hexadecimal,
-  // infinity or NaN (which a floating-point reader takes), and a whole number of bytes.
+  // infinity or NaN (which a floating-point reader takes). A fraction of a byte is dropped where
+  // a unit is given (a figure the program prints, "23.54 GiB", is typed back), never without one.
   const std::string expected =
       std::string(bare_bytes
                       ? "expected a size like 12GiB, 512MiB, 1.5GB or a whole number of bytes"
@@ -187,25 +186,23 @@ int64_t parse_byte_size(const std::string& text, bool bare_bytes) {
   if (std::stoll(whole) > static_cast<int64_t>(9.0e18) / known->second) {
     throw std::invalid_argument(too_large);  // before the arithmetic below could overflow
   }
-  // fraction / scale of the unit is a whole number of bytes where scale / gcd divides it; then
-  // it is below one unit, and the sum stays within int64.
+  // The fraction's bytes, fraction / scale of a unit, rounded down: exact in 128 bits (below
+  // 1e12 x 2^40), below one unit, so that the sum stays within int64.
   int64_t scale = 1;
   for (size_t i = 0; i < fraction.size(); ++i) scale *= 10;
-  const int64_t bytes_per_unit = known->second, common = std::gcd(bytes_per_unit, scale);
+  const int64_t bytes_per_unit = known->second;
   const int64_t parts = fraction.empty() ? 0 : std::stoll(fraction);
   const bool zero = whole == "0" && parts == 0;  // no unit makes 0 a size: size_flag says so
-  if (unit.empty() && !zero && (!bare_bytes || parts % (scale / common) != 0)) {
+  if (unit.empty() && !zero && (!bare_bytes || parts != 0)) {
     throw std::invalid_argument(
         "'" + text + "' has no unit; " +
         (bare_bytes ? "a size in bytes is a whole number, or give a unit, e.g. "
                     : "give one, e.g. ") +
         with_a_unit(match[1].str() + (match[2].matched ? "." + match[2].str() : "")));
   }
-  if (parts % (scale / common) != 0) {
-    throw std::invalid_argument("'" + text + "' is not a whole number of bytes");
-  }
-  const int64_t bytes =
-      std::stoll(whole) * bytes_per_unit + parts / (scale / common) * (bytes_per_unit / common);
+  const auto fraction_bytes = static_cast<int64_t>(static_cast<__int128>(parts) * bytes_per_unit /
+                                                   static_cast<__int128>(scale));
+  const int64_t bytes = std::stoll(whole) * bytes_per_unit + fraction_bytes;
   if (bytes > static_cast<int64_t>(9.0e18)) throw std::invalid_argument(too_large);
   return bytes;
 }

@@ -91,20 +91,41 @@ TEST(ByteSize, ParsesBinaryAndDecimalUnits) {
 }
 
 // One reader for every size (config keys, --memory-limit, train plan's --memory and --overhead,
-// --predict-for): the documented forms only, and a whole number of bytes (round 3: a
-// floating-point reader took hexadecimal, exponents, inf, and rounded "1.5" bytes).
-TEST(ByteSize, OnlyTheDocumentedFormsOfAWholeNumberOfBytesAreRead) {
+// --predict-for): the documented forms only (round 3: a floating-point reader took hexadecimal,
+// exponents, inf, and rounded "1.5" bytes without a unit).
+TEST(ByteSize, OnlyTheDocumentedFormsAreRead) {
   EXPECT_EQ(training::parse_byte_size("0.5KiB"), 512);
   EXPECT_EQ(training::parse_byte_size("1.25GiB"), int64_t{5} << 28);
   EXPECT_EQ(training::parse_byte_size(" 2 TB "), 2000000000000);
-  for (const char* bad : {"0x10", "1e3", "1E3MiB", "inf", "nan", "+5", "1.5", "0.3KiB", "1.5B",
-                          "12 GiB x", "1,5GiB", ".5GiB", "5.GiB", "99999999999TiB"}) {
+  for (const char* bad : {"0x10", "1e3", "1E3MiB", "inf", "nan", "+5", "1.5", "12 GiB x", "1,5GiB",
+                          ".5GiB", "5.GiB", "99999999999TiB"}) {
     EXPECT_THROW(training::parse_byte_size(bad), std::invalid_argument) << bad;
   }
+}
+
+// Round 5, a sixth pass: `--memory-limit 23.54GiB`, a figure the program prints, was refused as
+// "not a whole number of bytes". A size with a unit is taken rounded down to whole bytes, so
+// that every size format_bytes writes reads back as a size it writes alike.
+TEST(ByteSize, ASizeWithAUnitIsRoundedDownToWholeBytes) {
+  EXPECT_EQ(training::parse_byte_size("23.54GiB"), int64_t{25275882536});  // 25275882536.96
+  EXPECT_EQ(training::parse_byte_size("23.54 GiB", false), int64_t{25275882536});
+  EXPECT_EQ(training::parse_byte_size("0.3KiB"), 307);
+  EXPECT_EQ(training::parse_byte_size("1.5B"), 1);
+  EXPECT_EQ(training::parse_byte_size("0.999999999999TiB"), int64_t{1099511627774});
+  EXPECT_EQ(training::size_flag("--memory-limit", "23.54GiB"), int64_t{25275882536});
+  for (const int64_t bytes : {int64_t{1536}, int64_t{146759483}, (int64_t{1106} << 20) + 12345,
+                              int64_t{25275882536}, (int64_t{80} << 30) - 7}) {
+    const std::string text = training::format_bytes(bytes);
+    const int64_t back = training::size_flag("--memory-limit", text);
+    EXPECT_EQ(training::format_bytes(back), text);
+  }
+  // What rounds down to no byte is a size of 0, refused as 0 is.
+  EXPECT_EQ(training::parse_byte_size("0.5B"), 0);
   try {
-    training::parse_byte_size("0.3KiB");
-  } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "'0.3KiB' is not a whole number of bytes");
+    training::size_flag("--memory-limit", "0.5B");
+    ADD_FAILURE() << "0.5B taken";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()), "--memory-limit: expected a size above 0, got '0.5B'");
   }
 }
 
@@ -130,7 +151,7 @@ TEST(ByteSize, ANumberWithoutItsUnitIsToldToGiveOne) {
   EXPECT_EQ(training::parse_byte_size("1536MiB", false), int64_t{3} << 29);
   EXPECT_EQ(training::parse_byte_size("1610612736", true), int64_t{3} << 29);
   EXPECT_EQ(training::parse_byte_size("0", false), 0);  // size_flag: "expected a size above 0"
-  EXPECT_EQ(error("1.5B", true), "'1.5B' is not a whole number of bytes");
+  EXPECT_EQ(error("1.5B", true), "no error");           // a unit: rounded down to whole bytes
 }
 
 // The reader's limits are said as what they are, not as a bad form: more than 9e18 bytes, more
