@@ -19,9 +19,11 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
   const std::string tried = std::regex_search(allocator_message, request, kRequest)
                                 ? " (tried to allocate " + request[1].str() + ")"
                                 : "";
+  // The peak against the limit: never written alike where they differ.
+  const auto [peak, limit_text] =
+      format_bytes_apart(std::max(memory.peak_allocated, memory.peak_reserved), limit);
   std::string message = "out of memory on " + device.str() + " " + where.text + tried + ": peak " +
-                        format_bytes(std::max(memory.peak_allocated, memory.peak_reserved)) +
-                        ", limit " + format_bytes(limit) +
+                        peak + ", limit " + limit_text +
                         (config.memory.limit > 0 ? " (memory.limit)" : " (device memory)") +
                         ". Remedies: ";
   const std::string intact = where.checkpointed ? " The last checkpoint is intact." : "";

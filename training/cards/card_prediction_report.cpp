@@ -66,13 +66,14 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
                    : "") +
            speed_text(p);
   }
+  // The card against what the step takes on it: never written alike where they differ.
+  const auto [card, on_device] = format_bytes_apart(p.card.memory_bytes, p.device_bytes());
   return fmt::format(
              "{} on {} ({}): batch {} predicted {} allocated ({}), {} reserved, {} on the device "
              "with {} "
              "outside the allocator; fits with {} to spare{}; the largest batch that fits is {}",
-             setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size,
-             format_bytes(r.peak_allocated), r.peak_phase, format_bytes(r.peak_reserved),
-             format_bytes(p.device_bytes()), format_bytes(p.beside.outside_allocator),
+             setting, p.card.name, card, p.batch_size, format_bytes(r.peak_allocated), r.peak_phase,
+             format_bytes(r.peak_reserved), on_device, format_bytes(p.beside.outside_allocator),
              format_bytes(p.margin()),
              p.limited_by_memory_limit
                  ? " (allocator capped at memory.limit " + format_bytes(p.allocator.limit) + ")"

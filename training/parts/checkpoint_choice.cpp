@@ -172,19 +172,20 @@ std::string missing_budget(const Config& config, const torch::Device& device) {
 
 std::string describe_choice(const CheckpointChoice& c) {
   const std::string blocks = config_yaml::join(c.blocks, ", ");
-  const std::string budget = "budget " + format_bytes(c.budget) + " (" + c.budget_source + ")";
+  // The peak chosen against the budget: never written alike where they differ.
+  const auto [peak, budget_bytes] =
+      format_bytes_apart(c.blocks.empty() ? c.plain_peak : c.predicted_peak, c.budget);
+  const std::string budget = "budget " + budget_bytes + " (" + c.budget_source + ")";
   if (c.blocks.empty()) {
-    return budget + ": nothing recomputed, the plain step's predicted peak " +
-           format_bytes(c.plain_peak) + " fits";
+    return budget + ": nothing recomputed, the plain step's predicted peak " + peak + " fits";
   }
   return budget + fmt::format(
                       ": recompute {} ({} block{}): predicted peak {} (plain {}, every "
                       "block recomputed {}), {:.0f} ms added to a step (every block: "
                       "{:.0f} ms)",
-                      blocks, c.blocks.size(), c.blocks.size() == 1 ? "" : "s",
-                      format_bytes(c.predicted_peak), format_bytes(c.plain_peak),
-                      format_bytes(c.smallest_peak), 1000 * c.extra_seconds,
-                      1000 * c.all_extra_seconds);
+                      blocks, c.blocks.size(), c.blocks.size() == 1 ? "" : "s", peak,
+                      format_bytes(c.plain_peak), format_bytes(c.smallest_peak),
+                      1000 * c.extra_seconds, 1000 * c.all_extra_seconds);
 }
 
 std::string describe_measurement(const CheckpointChoice& c) {
@@ -214,15 +215,16 @@ std::string checkpointing_outcome(const std::optional<CheckpointingDecision>& de
   const int64_t predicted = c.predicted_peak + c.beside_bytes, allowed = c.budget + c.beside_bytes;
   const std::string beside =
       c.beside_bytes > 0 ? " and the " + format_bytes(c.beside_bytes) + " beside the step" : "";
-  const std::string budget = "the budget of " + format_bytes(c.budget) + beside;
+  // The measured peak against the budget: never written alike where they differ.
+  const auto [measured, budget_bytes] = format_bytes_apart(measured_peak, c.budget);
+  const std::string budget = "the budget of " + budget_bytes + beside;
   if (measured_peak <= allowed) {
-    return "measured training peak " + format_bytes(measured_peak) + ", predicted " +
-           format_bytes(predicted) + ": within " + budget;
+    return "measured training peak " + measured + ", predicted " + format_bytes(predicted) +
+           ": within " + budget;
   }
   if (exceeded) *exceeded = true;
-  return "the measured training peak " + format_bytes(measured_peak) + " exceeds " + budget +
-         " by " + format_bytes(measured_peak - allowed) + " (predicted " + format_bytes(predicted) +
-         ")";
+  return "the measured training peak " + measured + " exceeds " + budget + " by " +
+         format_bytes(measured_peak - allowed) + " (predicted " + format_bytes(predicted) + ")";
 }
 
 std::string step_signature(const Config& config, const torch::Device& device) {

@@ -54,9 +54,9 @@ c10::DataPtr TrackingCpuAllocator::allocate(size_t bytes) {
   const int64_t limit = limit_.load();
   if (limit > 0 && held > limit) {
     current_.fetch_sub(size);
+    const auto [already, limit_text] = format_bytes_apart(held - size, limit);  // never alike
     TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory (tracked): tried to allocate ",
-                     format_bytes(size), " with ", format_bytes(held - size),
-                     " already held; limit ", format_bytes(limit));
+                     format_bytes(size), " with ", already, " already held; limit ", limit_text);
   }
   for (int64_t peak = peak_.load(); held > peak && !peak_.compare_exchange_weak(peak, held);) {
   }

@@ -547,6 +547,28 @@ TEST(CardPrediction, TheLargestBatchIsNeverBelowABatchItSaysFits) {
       << prediction_line("fp32", at_100);
 }
 
+// Round 5, a sixth pass: "1.08 GiB on the device" beside a 1.08 GiB card with 1.00 MiB to spare.
+// The line's comparison, the card against what the step takes on it, is written with the
+// decimals that tell the two apart (format_bytes_apart).
+TEST(CardPrediction, TheCardAndWhatTheStepTakesOnItAreWrittenApart) {
+  CardPrediction p;
+  p.card = Card{"Small", int64_t{1106} << 20, "a test's", 0, "", {}};
+  p.beside.outside_allocator = int64_t{300} << 20;
+  p.replay.peak_reserved = (int64_t{1105} << 20) - p.beside.outside_allocator;
+  p.replay.peak_allocated = p.replay.peak_reserved;
+  p.replay.peak_phase = "step2 backward";
+  p.batch_size = p.largest_batch = 32;
+  const std::string line = prediction_line("fp32", p);
+  EXPECT_NE(line.find("fp32 on Small (1.080 GiB): batch 32"), std::string::npos) << line;
+  EXPECT_NE(line.find(", 1.079 GiB on the device with 300.00 MiB outside the allocator; fits "
+                      "with 1.00 MiB to spare"),
+            std::string::npos)
+      << line;
+  // Apart already: as format_bytes writes them.
+  p.replay.peak_reserved -= int64_t{100} << 20;
+  EXPECT_NE(prediction_line("fp32", p).find("(1.08 GiB): batch 32"), std::string::npos);
+}
+
 TEST(CardPrediction, TrainMemoryWritesThePredictionAndRefusesBadCardsFirst) {
   test_support::TempDir dir;
   std::ofstream(dir / "memory.yaml") << "model: {arch: resnet18, stem: cifar}\n"

@@ -217,6 +217,9 @@ TEST(ByteSize, TheTwoSidesOfAComparisonDifferWhereTheyDiffer) {
   EXPECT_EQ(training::format_bytes_apart(gib + 1, gib),
             (std::pair<std::string, std::string>{"1073741825 B", "1073741824 B"}));
   EXPECT_EQ(training::format_bytes_apart(budget, budget).first, "139.96 MiB");
+  // A 1.08 GiB card against what a step takes on it, 1 MiB less (round 5, a sixth pass).
+  EXPECT_EQ(training::format_bytes_apart(int64_t{1106} << 20, int64_t{1105} << 20),
+            (std::pair<std::string, std::string>{"1.080 GiB", "1.079 GiB"}));
   EXPECT_EQ(training::format_bytes_apart(2048, 512),  // apart already: as format_bytes writes them
             (std::pair<std::string, std::string>{"2.00 KiB", "512 B"}));
 }
