@@ -13,6 +13,7 @@
 #include "training/platform/dir_lock.h"
 #include "training/platform/distributed.h"
 #include "training/platform/errors.h"
+#include "training/platform/memory.h"
 #include "training/run/checkpoint_io.h"
 #include "training/run/output_dir.h"
 
@@ -212,6 +213,11 @@ void load_resumed(const ResumeTarget& resume, const Config& config, const torch:
     spdlog::info(
         "nothing is left to train: its recorded decisions are kept (nothing was measured) and its "
         "config.yaml and decisions.json are not rewritten");
+    // Lifted before the model was built (train_command.cpp): nothing runs under it.
+    if (config.memory.limit > 0) {
+      spdlog::info("memory: memory.limit {} is not applied: nothing is left to train",
+                   format_bytes(config.memory.limit));
+    }
   }
 }
 

@@ -63,16 +63,6 @@ void log_model_memory(torch::nn::Module& model, const Config& config) {
       format_bytes(2 * parameters + momentum));
 }
 
-// bf16 on a CPU without native bf16 is emulated, hundreds of times slower than fp32: say so once.
-void warn_if_bf16_is_emulated(const torch::Device& device, Precision precision) {
-  if (device.is_cpu() && precision == Precision::BF16 && !cpu_has_native_bf16()) {
-    spdlog::warn(
-        "training.precision: bf16 on a CPU without native bf16 (no AVX-512 BF16 or AMX-BF16): "
-        "it is emulated, and this run will be far slower than fp32 (a bf16 matmul here runs "
-        "hundreds of times slower)");
-  }
-}
-
 // The decoded splits, as host data (not counted against memory.limit, as on CUDA).
 struct LoadedData {
   data::Source source = data::Source::Auto;
@@ -149,7 +139,7 @@ void open_run(const TrainRequest& request, const ResumeTarget& resume, const Con
 // info and above); config.yaml holds the config too.
 void log_start(const Config& config, const RunInputs& inputs, const torch::Device& device,
                const LoadedData& data, Trainer& trainer, const MemoryFormatChoice& layout,
-               bool resuming) {
+               bool resuming, bool trained) {
   spdlog::info("device {}, LibTorch {}", describe_device(device), TORCH_VERSION);
   warn_if_bf16_is_emulated(device, config.training.precision);
   spdlog::trace("config as asked:\n{}decisions: {}", inputs.config_yaml, inputs.decisions_json);
@@ -171,7 +161,7 @@ void log_start(const Config& config, const RunInputs& inputs, const torch::Devic
   const std::string slow_layout = memory_format_warning(config, device);
   if (!slow_layout.empty()) spdlog::warn("{}", slow_layout);
   log_model_memory(*trainer.model(), config);
-  if (config.memory.limit > 0) {
+  if (config.memory.limit > 0 && !trained) {  // a run with nothing left to train: lifted
     spdlog::info(
         "memory: limited to {} on {} (memory.limit; the decoded dataset is host data "
         "and is not counted)",
@@ -302,6 +292,9 @@ Position check_before_measuring(const TrainRequest& request, const ResumeTarget&
     Trainer::check_resumable(resume.checkpoint, position, asked, run_yaml(asked), ranks);
     const bool trained = nothing_left_to_train(position, asked);
     if (!trained) refuse_what_no_batch_fits(asked);  // weights alone above the limit or budget
+    // Nothing runs under memory.limit then: the model and the checkpoint's tensors are read
+    // without it (under it a finished run ran out of memory reading them; load_resumed says so).
+    if (trained) set_memory_limit(device, 0);
     return {position.step, trained};
   }
   if (resume.run_dir.empty() && !request.output_dir.empty() && (!launch || launch->rank == 0)) {
@@ -370,7 +363,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
         group->rank(), group->world_size(), group->backend_name(), launch->local_rank,
         launch->master_addr, launch->master_port, group->network_description());
   }
-  log_start(config, inputs, device, data, trainer, layout, !resume.checkpoint.empty());
+  log_start(config, inputs, device, data, trainer, layout, !resume.checkpoint.empty(), trained);
   log_checkpointing(config, decisions, checkpointing);
   load_resumed(resume, config, device, trainer, trained);
   if (run) {

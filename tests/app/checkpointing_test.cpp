@@ -106,6 +106,16 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
       << finished.output;
   EXPECT_EQ(test_support::read_text(run / "config.yaml"), config_before);
   EXPECT_EQ(test_support::read_text(run / "decisions.json"), decisions_before);
+  // Round 5, a sixth pass: under a limit that the model and the checkpoint's tensors exceed while
+  // it is read (100 MiB against ResNet-18's 42.6 MiB of weights and as much momentum), a finished
+  // run ran out of memory loading its checkpoint (exit 3): nothing is left to train, so nothing is
+  // held against the limit, and it says so.
+  const auto finished_small = run_train("--resume " + run.string() + " --memory-limit 100MiB");
+  EXPECT_EQ(finished_small.code, 0) << finished_small.output;
+  EXPECT_NE(finished_small.output.find("nothing is left to train: its recorded decisions are kept"),
+            std::string::npos)
+      << finished_small.output;
+  EXPECT_EQ(test_support::read_text(run / "config.yaml"), config_before);
   std::ifstream metrics(run / "metrics.jsonl");
   std::string row;
   ASSERT_TRUE(std::getline(metrics, row));

@@ -1,5 +1,7 @@
 #include "training/parts/setup.h"
 
+#include <spdlog/spdlog.h>
+
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
 
@@ -25,6 +27,15 @@ torch::Device set_up_device(const Config& config, DeviceUse use,
   as_key("memory.limit", [&] { set_memory_limit(device, config.memory.limit); });
   set_cuda_math(config.training.cudnn_benchmark, config.training.allow_tf32);
   return device;
+}
+
+void warn_if_bf16_is_emulated(const torch::Device& device, Precision precision) {
+  if (device.is_cpu() && precision == Precision::BF16 && !cpu_has_native_bf16()) {
+    spdlog::warn(
+        "training.precision: bf16 on a CPU without native bf16 (no AVX-512 BF16 or AMX-BF16): "
+        "it is emulated, and this run will be far slower than fp32 (a bf16 matmul here runs "
+        "hundreds of times slower)");
+  }
 }
 
 namespace {

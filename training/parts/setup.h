@@ -47,6 +47,10 @@ enum class DeviceUse { Step, Study, Loader };
 torch::Device set_up_device(const Config& config, DeviceUse use = DeviceUse::Step,
                             const std::optional<LaunchEnv>& launch = std::nullopt);
 
+// bf16 on a CPU without native bf16 is emulated, hundreds of times slower than fp32: said once,
+// in the run's start-up summary.
+void warn_if_bf16_is_emulated(const torch::Device& device, Precision precision);
+
 // Joins the data-parallel group of `launch` with `options` (config.distributed, or a copy a sweep
 // trial changes for its group of one). What the group refuses before waiting for anyone is said
 // with its key: distributed.backend (with the remedy, gloo) and distributed.interface.
