@@ -48,35 +48,39 @@ std::string one_line(const std::string& message) {
 }  // namespace
 
 int guarded(const std::function<int()>& action) {
+  // The error's line ends the command, on the terminal and in the train.log of a run folder that
+  // closed as it left (run_dir.h).
+  auto error = [](const std::string& line) {
+    training::log_final_error(spdlog::level::err, one_line(line));
+  };
   try {
     return action();
   } catch (const training::OutOfMemory& e) {
-    spdlog::error("{}", one_line(e.what()));
+    error(e.what());
     return kExitOutOfMemory;
   } catch (const training::DistributedError& e) {
-    spdlog::error("{}", one_line(e.what()));
+    error(e.what());
     return kExitDistributed;
   } catch (const training::CannotWrite& e) {
-    spdlog::error("{}", one_line(e.what()));
+    error(e.what());
     return kExitCannotWrite;
   } catch (const std::filesystem::filesystem_error& e) {
     // A path that cannot be used (a loop of symbolic links, a name too long, a folder where a
     // file is expected): the user's to fix, unless the disk is full.
     const int code = e.code().value();
-    spdlog::error("{}: {}",
-                  one_line(e.path1().empty() ? std::string("filesystem") : e.path1().string()),
-                  e.code().message());
+    error((e.path1().empty() ? std::string("filesystem") : e.path1().string()) + ": " +
+          e.code().message());
     return code == ENOSPC || code == EDQUOT || code == EFBIG || code == EIO ? kExitCannotWrite
                                                                             : kExitBadInput;
   } catch (const data::DataError& e) {
-    spdlog::error("{}", one_line(e.what()));
+    error(e.what());
   } catch (const training::UserError& e) {
-    spdlog::error("{}", one_line(e.what()));
+    error(e.what());
   } catch (const c10::Error& e) {
-    spdlog::error("LibTorch error: {}", first_line(e.what_without_backtrace()));
+    error("LibTorch error: " + first_line(e.what_without_backtrace()));
     return kExitInternalError;
   } catch (const std::exception& e) {
-    spdlog::error("internal error: {}", first_line(e.what()));
+    error("internal error: " + first_line(e.what()));
     return kExitInternalError;
   }
   return kExitBadInput;

@@ -19,6 +19,15 @@ namespace {
 namespace fs = std::filesystem;
 using cli::run_train;
 
+// The final error line a command printed (after "[error] "), which the run's train.log holds
+// too; empty where it printed none.
+std::string error_line(const std::string& output) {
+  const size_t at = output.rfind("[error] ");
+  if (at == std::string::npos) return "";
+  const size_t end = output.find('\n', at);
+  return output.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
 TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
   test_support::TempDir dir;
   // ResNet-18 with the CIFAR stem at batch 32: its activations are a large share of the peak.
@@ -41,6 +50,11 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
                            std::to_string(limit) + " --set checkpointing.headroom=0.03";
   const auto plain = run_train(args + " --output-dir " + (dir / "plain").string());
   EXPECT_EQ(plain.code, 3) << plain.output;
+  // Round 5, a sixth pass: the out-of-memory line (and its remedies) was on the terminal only;
+  // the run's train.log ended at the line before it.
+  const std::string oom = error_line(plain.output);
+  ASSERT_NE(oom.find("[error] out of memory on cpu in epoch 1"), std::string::npos) << oom;
+  EXPECT_NE(test_support::read_text(dir / "plain/train.log").find(oom), std::string::npos);
 
   // The first of the epoch's two steps, then a resume for the second (which holds the momentum
   // the first step made, as every later step does).
@@ -133,6 +147,9 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
   const auto off = run_train(more + " --set checkpointing.enabled=false --memory-limit " +
                              std::to_string(limit));
   EXPECT_EQ(off.code, 3) << off.output;
+  ASSERT_FALSE(error_line(off.output).empty()) << off.output;
+  EXPECT_NE(test_support::read_text(run / "train.log").find(error_line(off.output)),
+            std::string::npos);
   EXPECT_EQ(test_support::read_text(run / "config.yaml"), config_before);
   EXPECT_EQ(test_support::read_text(run / "decisions.json"), decisions_before);
   // A resume that chose again (for two micro-batches a step) and was stopped inside its first

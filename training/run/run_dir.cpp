@@ -10,6 +10,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "training/config/config_yaml.h"
 #include "training/platform/atomic_file.h"
@@ -94,7 +95,20 @@ RecordedInputs recorded_inputs(const fs::path& run_dir) {
   return recorded;
 }
 
-RunDirectory::RunDirectory(fs::path dir, bool resuming) : dir_(std::move(dir)) {
+namespace {
+
+// train.log of a run folder that closed as an error left it, for that error's line
+// (log_final_error); a folder opened since makes it stale.
+std::shared_ptr<spdlog::sinks::sink>& closed_by_error() {
+  static std::shared_ptr<spdlog::sinks::sink> sink;
+  return sink;
+}
+
+}  // namespace
+
+RunDirectory::RunDirectory(fs::path dir, bool resuming)
+    : dir_(std::move(dir)), uncaught_(std::uncaught_exceptions()) {
+  closed_by_error().reset();
   std::error_code ec;
   if (resuming) {
     if (!fs::is_directory(dir_, ec)) throw UserError(dir_.string() + ": run directory not found");
@@ -124,6 +138,15 @@ RunDirectory::~RunDirectory() {
   // Detach train.log so a later run in the same process logs to its own directory.
   auto& sinks = spdlog::default_logger()->sinks();
   sinks.erase(std::remove(sinks.begin(), sinks.end(), log_sink_), sinks.end());
+  if (std::uncaught_exceptions() > uncaught_) closed_by_error() = log_sink_;
+}
+
+void log_final_error(spdlog::level::level_enum level, const std::string& line) {
+  const auto sink = std::exchange(closed_by_error(), nullptr);
+  auto& sinks = spdlog::default_logger()->sinks();
+  if (sink) sinks.push_back(sink);
+  spdlog::log(level, "{}", line);
+  if (sink) sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
 }
 
 void RunDirectory::write_inputs(const RunInputs& inputs) const {

@@ -84,7 +84,12 @@ class RunDirectory {
   std::vector<EpochRecord> epochs_;
   std::shared_ptr<spdlog::sinks::sink> log_sink_;
   std::optional<StopLineFile> stop_line_;  // train.log, for a stop before the graceful handlers
+  int uncaught_ = 0;  // errors under way when it opened: one more when it closes is the run's
 };
+
+// The line a command ends with on an error (app/process.h's exit codes), logged at `level`; where
+// a run folder closed as that error left it, in its train.log too (it ended at the line before).
+void log_final_error(spdlog::level::level_enum level, const std::string& line);
 
 // The epoch records of a metrics.jsonl (none when it is missing); UserError naming the file and
 // row for a row that is not a record.
