@@ -61,10 +61,12 @@ int64_t size_with_unit(const std::string& flag, const std::string& text, const c
 }
 
 // --json replaces only an earlier plan: any other path that exists (a sweep's file, a config), in a
-// folder that exists and is none of another command's outputs.
-void check_json_output(const std::string& path) {
+// folder that exists and is none of another command's outputs nor this plan's small sweep's
+// (`output_dir`, --output-dir).
+void check_json_output(const std::string& path, const std::string& output_dir) {
   std::error_code error;
   if (path.empty()) return;
+  training::check_file_outside_own_output(path, "--json", output_dir);
   const fs::path folder = fs::path(path).parent_path();
   if (!folder.empty() && !fs::is_directory(folder, error)) {
     throw UserError("--json: " + folder.string() + " is not a folder; give a path in one");
@@ -101,7 +103,7 @@ training::PlanRequest plan_request(const PlanFlags& flags, training::PlanRequest
   } else {
     request.memory = size_with_unit("--memory", flags.memory, "GiB");
   }
-  check_json_output(request.json);
+  check_json_output(request.json, request.output_dir);
   request.headroom = headroom_flag(flags.headroom);
   if (!flags.target_batch.empty() && (!training::config_yaml::decimal_integer(
                                           YAML::Node(flags.target_batch), request.target_batch) ||

@@ -87,6 +87,21 @@ TEST(FlagValues, APlansJsonReplacesOnlyAnEarlierPlan) {
   { auto lock = training::claim_output_dir(dir / "run", training::OutputKind::Run, "-o"); }
   request.json = (dir / "run/plan.json").string();  // only a folder's own command writes there
   EXPECT_NE(refusal(flags, request).find("which holds a run"), std::string::npos);
+  // Round 5, a sixth pass: inside the plan's own --output-dir (its small sweep's folder), existing
+  // and empty, the plan was written there; refused as another command's folder is, naming both.
+  request.from.clear();
+  request.config_path = (dir / "config.yaml").string();
+  fs::create_directories(dir / "small/sub");
+  request.output_dir = (dir / "small").string();
+  for (const fs::path& json : {dir / "small/plan.json", dir / "small/sub/plan.json"}) {
+    request.json = json.string();
+    EXPECT_EQ(refusal(flags, request),
+              "--json: " + json.string() + " is inside " + (dir / "small").string() +
+                  ", the folder --output-dir gives this command; give a path outside it");
+  }
+  request.output_dir = (dir / "small").string();
+  request.json = (dir / "plan.json").string();
+  EXPECT_EQ(refusal(flags, request), "");
 }
 
 // A size without its unit is refused, as --card refuses one: "--memory 24" was 24 bytes.

@@ -35,14 +35,15 @@ bool is_our_snapshot(const fs::path& file) {
 
 }  // namespace
 
-void check_snapshot_files(const std::string& file, bool card,
-                          const std::vector<Setting>& settings) {
+void check_snapshot_files(const std::string& file, bool card, const std::vector<Setting>& settings,
+                          const std::string& output_dir) {
   if (!card) {
     throw UserError(
         "--snapshot: draws the step predicted on a card; give the card with --card (e.g. --card "
         "H200)");
   }
   if (file.empty()) throw UserError("--snapshot: expected a file to write, e.g. h200.pickle");
+  check_file_outside_own_output(file, "--snapshot", output_dir);
   std::error_code error;
   // A folder in FILE's place is refused however many settings there are (with several, the files
   // were written beside it, named after it).

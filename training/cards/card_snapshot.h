@@ -18,10 +18,12 @@ namespace training {
 std::filesystem::path snapshot_file(const std::string& file, const Setting& setting,
                                     size_t settings);
 
-// --snapshot's refusals, before anything runs (UserError naming --snapshot, exit 2): no card,
-// a folder that does not exist, a path that is a folder, a file that is no pickle (an earlier
-// snapshot is replaced, nothing else), a folder that holds another command's outputs.
-void check_snapshot_files(const std::string& file, bool card, const std::vector<Setting>& settings);
+// --snapshot's refusals, before anything runs (UserError naming --snapshot, exit 2): no card, a
+// path inside the study's own folder (`output_dir`, --output-dir), a folder that does not exist,
+// a path that is a folder, a file that is no pickle (an earlier snapshot is replaced, nothing
+// else), a folder that holds another command's outputs.
+void check_snapshot_files(const std::string& file, bool card, const std::vector<Setting>& settings,
+                          const std::string& output_dir);
 
 // Writes `snapshot` of `setting`'s prediction `p` to `file` atomically, and says so in the log.
 void write_card_snapshot(const std::filesystem::path& file, const AllocatorSnapshot& snapshot,

@@ -65,6 +65,13 @@ void mark_finished(const std::filesystem::path& dir, OutputKind kind);
 // Refuses (UserError, naming `flag`) a file output (a bench's --output) that would land in an
 // output folder of ours: only that folder's own command writes there.
 void check_file_outside_outputs(const std::filesystem::path& file, const std::string& flag);
+// Refuses (UserError, naming both flags) a file output inside the folder the same command claims
+// (`own_dir`, given with `own_flag`; "" for none), existing, empty or not yet created: only the
+// command's own files go there, and starting it again empties it. Checked before the file's
+// other refusals, as the command line's own contradiction.
+void check_file_outside_own_output(const std::filesystem::path& file, const std::string& flag,
+                                   const std::filesystem::path& own_dir,
+                                   const std::string& own_flag = "--output-dir");
 
 // Refuses (UserError, naming both flags) an output file that is one of the command's own inputs
 // (`bench loader --config X.yaml --output X.yaml` replaced the config): no command writes onto

@@ -296,7 +296,7 @@ void refuse_settings(const MemoryRequest& request, const Config& config,
     }
   }
   if (request.card_only && !card) throw UserError("--card-only: give the card with --card");
-  if (request.snapshot) check_snapshot_files(*request.snapshot, card, settings);
+  if (request.snapshot) check_snapshot_files(*request.snapshot, card, settings, request.output_dir);
 }
 
 // The study itself, from its config.

@@ -146,6 +146,21 @@ TEST(CardSnapshot, BadPathsAndAMissingCardAreOneLineAndNothingIsWritten) {
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "folder-fp32.pickle"));
   EXPECT_FALSE(fs::exists(dir / "study"));
+  // Round 5, a sixth pass: inside the study's own --output-dir, existing and empty, the snapshot
+  // was written among the study's files; refused before anything runs, naming both flags.
+  fs::create_directory(dir / "empty");
+  const auto own =
+      cli::run_train("memory --config " + (dir / "memory.yaml").string() +
+                     " --settings fp32 --output-dir " + (dir / "empty").string() +
+                     " --card T4 --card-only --snapshot " + (dir / "empty/s.pickle").string());
+  EXPECT_EQ(own.code, kExitBadInput) << own.output;
+  EXPECT_EQ(cli::count_lines(own.output), 1) << own.output;
+  EXPECT_NE(own.output.find("--snapshot: " + (dir / "empty/s.pickle").string() + " is inside " +
+                            (dir / "empty").string() +
+                            ", the folder --output-dir gives this command; give a path outside it"),
+            std::string::npos)
+      << own.output;
+  EXPECT_TRUE(fs::is_empty(dir / "empty"));
 }
 
 // A stop (SIGINT) while the snapshot is written: the write finishes, then train exits 130 in one
