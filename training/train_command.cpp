@@ -51,18 +51,6 @@ int64_t count_parameters(torch::nn::Module& model) {
   return count;
 }
 
-// What the model costs before any activation: weights, their gradients, SGD momentum buffers.
-void log_model_memory(torch::nn::Module& model, const Config& config) {
-  int64_t parameters = 0;
-  for (const auto& p : model.parameters()) parameters += p.numel() * p.element_size();
-  const int64_t momentum = config.optimizer.momentum() > 0 ? parameters : 0;
-  spdlog::trace(
-      "memory: parameters {}, gradients {}, optimizer state {} (momentum), {} in all "
-      "before activations",
-      format_bytes(parameters), format_bytes(parameters), format_bytes(momentum),
-      format_bytes(2 * parameters + momentum));
-}
-
 // The decoded splits, as host data (not counted against memory.limit, as on CUDA).
 struct LoadedData {
   data::Source source = data::Source::Auto;
@@ -160,7 +148,6 @@ void log_start(const Config& config, const RunInputs& inputs, const torch::Devic
   spdlog::info("memory format {}: {}", memory_format_name(layout.format), layout.reason);
   const std::string slow_layout = memory_format_warning(config, device);
   if (!slow_layout.empty()) spdlog::warn("{}", slow_layout);
-  log_model_memory(*trainer.model(), config);
   if (config.memory.limit > 0 && !trained) {  // a run with nothing left to train: lifted
     spdlog::info(
         "memory: limited to {} on {} (memory.limit; the decoded dataset is host data "
@@ -252,15 +239,14 @@ int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
     return kExitStopped;
   }
   // The seconds are this process's: a resume says how many of the steps it trained.
-  const int64_t trained_now = trainer.state().step - first_step;
-  spdlog::info(
-      "done: {} epochs, {} steps{} in {:.1f} s{}", trainer.state().epoch, trainer.state().step,
-      first_step > 0 ? fmt::format(" ({} of them trained by this resume)", trained_now)
-                     : std::string(),
-      seconds_since(start),
-      has_epochs
-          ? fmt::format("; final test accuracy {:.2f}%", 100.0 * run->epochs().back().test_acc)
-          : "");
+  const int64_t now = trainer.state().step - first_step;
+  const std::string resumed =
+      first_step > 0 ? fmt::format(" ({} of them by this resume)", now) : "";
+  spdlog::info("done: {} epochs, {} steps{} in {:.1f} s{}", trainer.state().epoch,
+               trainer.state().step, resumed, seconds_since(start),
+               has_epochs ? fmt::format("; final test accuracy {:.2f}%",
+                                        100.0 * run->epochs().back().test_acc)
+                          : "");
   return kExitOk;
 }
 
