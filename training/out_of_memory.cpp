@@ -33,9 +33,6 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
              (config.data.device_resident ? " and the device-resident data" : "") +
              " must fit before the first step: more memory (memory.limit)" +
              (config.data.device_resident ? ", data.device_resident: false" : "") +
-             (config.training.memory_format ? ""
-                                            : ", a given training.memory_format (auto times "
-                                              "a training step at the batch in each layout)") +
              " or a smaller model.arch." + intact;
     case OutOfMemoryWhere::Evaluation:
       if (!where.one_image) {  // making the evaluation batch

@@ -301,24 +301,23 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   LoadedData data = load_data(asked);
   const bool data_parallel = launch && launch->world_size > 1;
   const Position position = check_before_measuring(request, resume, asked, device, data, launch);
-  const bool trained = position.trained;
-  auto setup = [&](const char* doing) {  // out of memory before the first step
-    return [doing, &resume] {            // a fresh run has no checkpoint to call intact
-      return OutOfMemoryWhere{OutOfMemoryWhere::Setup, doing, !resume.checkpoint.empty()};
+  auto where = [&resume](OutOfMemoryWhere::Phase phase, const char* doing) {  // out of memory
+    return [phase, doing, &resume] {  // a fresh run has no checkpoint to call intact
+      return OutOfMemoryWhere{phase, doing, !resume.checkpoint.empty()};
     };
   };
-  const auto building = setup("while building the model and its data");
-  // The autos become this run's decisions (decisions.json and the checkpoint; a resume keeps
-  // those that hold): the layout (a step timed in each), then checkpointing's blocks for this
-  // batch and budget. The parts are built from the config with the decisions in place.
-  const auto timing =
-      setup("while timing a training step in each layout (training.memory_format: auto)");
+  const auto building = where(OutOfMemoryWhere::Setup, "while building the model and its data");
+  // The autos become this run's decisions (decisions.json, the checkpoint; a resume keeps those
+  // that hold): the layout, then checkpointing's blocks; the parts are built with them in place.
+  const auto timing = where(OutOfMemoryWhere::Training,  // neither layout is a candidate
+                            "in the training step timed in each layout (training.memory_format: "
+                            "auto): in contiguous and in channels_last");
   const MemoryFormatChoice layout = out_of_memory_is_exit_3(asked, device, timing, [&] {
-    return trained ? kept_decisions(asked, decisions)
-                   : decide_memory_format(asked, decisions, device, data_parallel);
+    return position.trained ? kept_decisions(asked, decisions)
+                            : decide_memory_format(asked, decisions, device, data_parallel);
   });
   const auto checkpointing = out_of_memory_is_exit_3(asked, device, building, [&] {
-    if (trained) return std::optional<CheckpointChoice>();
+    if (position.trained) return std::optional<CheckpointChoice>();
     const Config laid_out = decided(asked, {decisions.layout, std::nullopt});
     const bool choosing = laid_out.checkpointing.mode() == CheckpointMode::Auto;
     auto made = resolve_checkpointing(
@@ -338,8 +337,8 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   // A resume's config.yaml and decisions.json are rewritten with its first checkpoint: a resume
   // that ends before one (out of memory, a failed step) leaves the run's record as it was, and
   // one with nothing left to train never rewrites them.
-  trainer.record_inputs(inputs, /*with_checkpoint=*/!resume.checkpoint.empty() && !trained);
-
+  trainer.record_inputs(inputs,
+                        /*with_checkpoint=*/!resume.checkpoint.empty() && !position.trained);
   std::optional<RunDirectory> run;
   open_run(request, resume, config, group.get(), trainer, run);
   if (group) {
@@ -351,7 +350,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   }
   log_start(config, inputs, device, data, trainer, layout, !resume.checkpoint.empty(), trained);
   log_checkpointing(config, decisions, checkpointing);
-  load_resumed(resume, config, device, trainer, trained);
+  load_resumed(resume, config, device, trainer, position.trained);
   if (run) {
     if (resume.checkpoint.empty()) run->write_inputs(inputs);
     trainer.write_to(*run);

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <vector>
 
 #include "training/parts/components.h"
 #include "training/platform/device.h"
 #include "training/platform/duration.h"
 #include "training/platform/heartbeat.h"
+#include "training/platform/memory.h"
 #include "training/platform/statistics.h"
 #include "training/platform/stop_signal.h"
 #include "training/step/step.h"
@@ -44,6 +46,26 @@ double measure_training_rate(const Config& config, const torch::Device& device) 
   return static_cast<double>(c.training.batch_size) / std::max(median(seconds), 1e-12);
 }
 
+namespace {
+
+// One layout's timing: its images/s, or the out-of-memory error of its step (the layout is no
+// candidate). Any other error goes on.
+struct Timed {
+  double rate = 0;
+  std::exception_ptr out_of_memory;
+};
+
+Timed time_layout(const MeasureRate& rate, const Config& config, const torch::Device& device) {
+  try {
+    return {rate(config, device), nullptr};
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    return {0, std::current_exception()};
+  }
+}
+
+}  // namespace
+
 MemoryFormatChoice choose_memory_format(const Config& config, const torch::Device& device,
                                         bool data_parallel, const MeasureRate& measure) {
   MemoryFormatChoice choice;
@@ -69,19 +91,39 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
   Heartbeat beat("memory_format auto: timing a few steps in each layout", 2, "layouts");
   test_stop_point("layout timing");  // tests: a stop while the layouts are timed
   c.training.memory_format = c10::MemoryFormat::Contiguous;
-  choice.contiguous_rate = rate(c, device);
+  const Timed contiguous = time_layout(rate, c, device);
   beat.advance(1);
   c.training.memory_format = c10::MemoryFormat::ChannelsLast;
-  choice.channels_last_rate = rate(c, device);
+  const Timed channels_last = time_layout(rate, c, device);
+  // A layout whose step runs out of memory is no candidate; in both, the run cannot train
+  // (the command words the error: the step ran out in each layout).
+  if (contiguous.out_of_memory && channels_last.out_of_memory)
+    std::rethrow_exception(channels_last.out_of_memory);
+  choice.contiguous_rate = contiguous.rate;
+  choice.channels_last_rate = channels_last.rate;
   choice.timed = true;
+  const int64_t batch = std::min<int64_t>(config.training.batch_size, 8);
+  if (contiguous.out_of_memory || channels_last.out_of_memory) {
+    const bool fits_contiguous = !contiguous.out_of_memory;
+    choice.format =
+        fits_contiguous ? c10::MemoryFormat::Contiguous : c10::MemoryFormat::ChannelsLast;
+    choice.reason = fmt::format(
+        "auto: {} ran out of memory in its timing step ({}), no candidate; {} timed at {:.1f} "
+        "images/s over 3 steps of {} images",
+        fits_contiguous ? "channels_last" : "contiguous",
+        config.memory.limit > 0 ? "memory.limit " + format_bytes(config.memory.limit)
+                                : std::string("the device's memory"),
+        memory_format_name(choice.format),
+        fits_contiguous ? choice.contiguous_rate : choice.channels_last_rate, batch);
+    return choice;
+  }
   choice.format = choice.channels_last_rate > choice.contiguous_rate
                       ? c10::MemoryFormat::ChannelsLast
                       : c10::MemoryFormat::Contiguous;
   choice.reason = fmt::format(
       "auto: timed here over 3 steps of {} images, contiguous {:.1f} images/s, channels_last "
       "{:.1f} images/s ({} {:.2f}x faster)",
-      std::min<int64_t>(config.training.batch_size, 8), choice.contiguous_rate,
-      choice.channels_last_rate, memory_format_name(choice.format),
+      batch, choice.contiguous_rate, choice.channels_last_rate, memory_format_name(choice.format),
       std::max(choice.contiguous_rate, choice.channels_last_rate) /
           std::max(std::min(choice.contiguous_rate, choice.channels_last_rate), 1e-12));
   return choice;

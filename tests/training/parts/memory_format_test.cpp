@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "training/platform/device.h"
+#include "training/platform/memory.h"
 
 namespace {
 
@@ -143,6 +144,49 @@ TEST(MemoryFormat, ARecordedLayoutHoldsOnlyForTheStepItWasTimedFor) {
   older.layout->chosen_for.clear();
   training::decide_memory_format(config, older, torch::kCPU, false, rates.measure());
   EXPECT_EQ(older.layout->chosen_for, training::step_signature(config, std::nullopt));
+}
+
+// Hostile pass: a layout whose timing step ran out of memory under memory.limit ended the run
+// (exit 3, "the model, its optimizer state must fit before the first step") where the other
+// layout trains. It is no candidate: the other is timed and chosen, and the reason says why.
+// Only when the step runs out of memory in both layouts does the error go on (the command words
+// it).
+TEST(MemoryFormat, ALayoutWhoseTimingStepRunsOutOfMemoryIsNotACandidate) {
+  for (const auto failing : {c10::MemoryFormat::ChannelsLast, c10::MemoryFormat::Contiguous}) {
+    const auto other = failing == c10::MemoryFormat::ChannelsLast ? c10::MemoryFormat::Contiguous
+                                                                  : c10::MemoryFormat::ChannelsLast;
+    std::vector<c10::MemoryFormat> asked;
+    const training::MeasureRate measure = [&](const training::Config& c, const torch::Device&) {
+      asked.push_back(*c.training.memory_format);
+      TORCH_CHECK_WITH(OutOfMemoryError, *c.training.memory_format != failing,
+                       "CPU out of memory: Tried to allocate 2.00 MiB (memory limit)");
+      return 12.5;
+    };
+    training::Decisions decisions;
+    const auto choice =
+        training::decide_memory_format(layout_config(""), decisions, torch::kCPU, false, measure);
+    EXPECT_EQ(asked.size(), 2u);
+    EXPECT_EQ(choice.format, other);
+    const std::string why =
+        training::memory_format_name(failing) + " ran out of memory in its timing step (";
+    EXPECT_NE(choice.reason.find(why), std::string::npos) << choice.reason;
+    EXPECT_NE(choice.reason.find(training::memory_format_name(other) + " timed at 12.5 images/s"),
+              std::string::npos)
+        << choice.reason;
+    ASSERT_TRUE(decisions.layout);  // decisions.json's reason says it too
+    EXPECT_EQ(decisions.layout->format, other);
+    EXPECT_NE(decisions.layout->reason.find(why), std::string::npos) << decisions.layout->reason;
+  }
+  const training::MeasureRate neither = [](const training::Config&, const torch::Device&) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory: Tried to allocate 2.00 MiB");
+    return 1.0;
+  };
+  try {
+    training::choose_memory_format(layout_config(""), torch::kCPU, false, neither);
+    ADD_FAILURE() << "a step that fits in neither layout was not refused";
+  } catch (const std::exception& e) {
+    EXPECT_TRUE(training::is_out_of_memory(e)) << e.what();
+  }
 }
 
 }  // namespace
