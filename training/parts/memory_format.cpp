@@ -28,9 +28,11 @@ double measure_training_rate(const Config& config, const torch::Device& device) 
   c.training.batch_size = std::min<int64_t>(config.training.batch_size, 8);
   c.training.ema_decay = 0;
   // The layout is settled before checkpointing.enabled: auto chooses its blocks (the choice is
-  // measured in the layout): timed without recomputation until then.
+  // measured in the layout): until then timed in the step auto's measurement takes, every block
+  // recomputed alone, the least memory auto can reach (not the plain step, which auto exists to
+  // avoid: under memory.limit it can run out where the run would not).
   if (c.checkpointing.mode() == CheckpointMode::Auto && !c.checkpointing.blocks()) {
-    c.checkpointing.mode(CheckpointMode::Off);
+    c.checkpointing.mode(CheckpointMode::On).granularity(CheckpointGranularity::Block);
   }
   StepParts parts = build_measured_step_parts(c, device);
   parts.model->train();

@@ -189,4 +189,37 @@ TEST(MemoryFormat, ALayoutWhoseTimingStepRunsOutOfMemoryIsNotACandidate) {
   }
 }
 
+// Hostile pass: with checkpointing.enabled: auto the layouts were timed in the plain step under
+// memory.limit, the very step auto exists to avoid: a limit the plain step exceeds and auto
+// meets by recomputing blocks was exit 3 in the timing. The timing step is auto's least memory,
+// every block recomputed (the step its measurement takes). The limit sits between the two
+// steps' peaks, measured here.
+TEST(MemoryFormat, AutoCheckpointingIsTimedWithEveryBlockRecomputedNotThePlainStep) {
+  auto& allocator = training::TrackingCpuAllocator::instance();
+  struct NoLimitAfter {
+    ~NoLimitAfter() { training::TrackingCpuAllocator::instance().set_limit(0); }
+  } no_limit_after;
+  auto config = training::parse_config(
+      "model: {arch: resnet18, stem: cifar}\ntraining: {device: cpu, batch_size: 8, "
+      "memory_format: contiguous}\n",
+      "layout");
+  auto peak_of = [&](const training::Config& c) {
+    allocator.reset_peak();
+    training::measure_training_rate(c, torch::kCPU);
+    return allocator.stats().peak_allocated;
+  };
+  const int64_t plain = peak_of(config);
+  config.checkpointing.mode(training::CheckpointMode::On)
+      .granularity(training::CheckpointGranularity::Block);
+  const int64_t recomputed = peak_of(config);
+  ASSERT_LT(recomputed, plain);
+  config.checkpointing.mode(training::CheckpointMode::Auto);
+  allocator.set_limit((plain + recomputed) / 2);
+  try {
+    EXPECT_GT(training::measure_training_rate(config, torch::kCPU), 0.0);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "timed the plain step: " << e.what();
+  }
+}
+
 }  // namespace
