@@ -233,15 +233,57 @@ std::string step_signature(const Config& config, const torch::Device& device) {
 
 namespace {
 
-// What lowers the smallest peak when nothing fits within `budget`. Where the weights, their
-// gradients and momentum alone take more, no batch or precision helps.
-std::string remedies(const Config& config, int64_t budget) {
-  if (std::string held = weights_alone_remedy(config, budget); !held.empty()) return held;
+// Whether a larger checkpointing.budget is the remedy: given, and within memory.limit (which
+// the budget may not pass) the step with every block recomputed needs `needed`.
+bool budget_stands_in_the_way(const Config& config, std::optional<int64_t> needed) {
+  return config.checkpointing.budget() > 0 && needed &&
+         (config.memory.limit <= 0 || *needed <= config.memory.limit);
+}
+
+// What would fit a budget that the step with every block recomputed, needing `needed` bytes
+// (its peak and what the run holds beside it; nullopt: unknown, it ran out under the limit),
+// does not: a checkpointing.budget of at least `needed` where one was given; where the memory
+// the headroom is kept of holds it, checkpointing.headroom at most so much; else more memory.
+std::string more_budget(const Config& config, const torch::Device& device,
+                        std::optional<int64_t> needed) {
+  if (budget_stands_in_the_way(config, needed)) {
+    const int64_t mib = int64_t{1} << 20;
+    return fmt::format(
+        "a checkpointing.budget of at least {}MiB (every block recomputed needs {} with what the "
+        "run holds beside the step)",
+        (*needed + mib - 1) / mib, format_bytes(*needed));
+  }
+  if (!needed || config.checkpointing.budget() > 0) return "more memory";
+  // As checkpointing_budget takes the budget: memory * (1 - headroom) - outside.
+  const bool card = device.is_cuda() && config.memory.limit <= 0;
+  const int64_t memory = card ? total_memory(device) : config.memory.limit;
+  const int64_t outside = card ? memory_outside_allocator(device) : 0;
+  if (memory <= 0 || *needed + outside > memory) return "more memory";
+  // The most headroom that leaves `needed`, rounded down to 0.1% (never past it).
+  const double most = 1 - static_cast<double>(*needed + outside) / static_cast<double>(memory);
+  return fmt::format(
+      "checkpointing.headroom at most {:.1f}% (now {:g}%: every block recomputed needs {} of {}{} "
+      "with what the run holds beside the step), or more memory",
+      std::max(0.0, std::floor(most * 1000 - 1e-9) / 10), 100 * config.checkpointing.headroom(),
+      format_bytes(*needed), card ? "the card's " : "memory.limit ", format_bytes(memory));
+}
+
+// What lowers the smallest peak, or widens the budget, when nothing fits within `budget`. Where
+// the weights, their gradients and momentum alone take more, no batch or precision helps (and
+// with a given budget the memory they need is that budget's).
+std::string remedies(const Config& config, const torch::Device& device, int64_t budget,
+                     std::optional<int64_t> needed) {
+  if (std::string held = weights_alone_remedy(config, budget); !held.empty()) {
+    const std::string more = ": more memory";
+    if (budget_stands_in_the_way(config, needed) && held.find(more) != std::string::npos)
+      held.replace(held.find(more), more.size(), ": a larger checkpointing.budget");
+    return held;
+  }
   return "a smaller training.batch_size" +
          std::string(config.training.precision == Precision::FP32
                          ? ", training.precision bf16 or fp16"
                          : "") +
-         ", or more memory";
+         ", or " + more_budget(config, device, needed);
 }
 
 // Why the recorded choice `c` does not hold for this run, whose budget is `budget`; empty when
@@ -312,7 +354,8 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
         "checkpointing.enabled: auto: one step at batch " +
         std::to_string(config.training.batch_size) +
         " with every block recomputed ran out of memory while it was measured (" + error_line(e) +
-        "); nothing fits: " + remedies(config, checkpointing_budget(config, device).bytes));
+        "); nothing fits: " +
+        remedies(config, device, checkpointing_budget(config, device).bytes, std::nullopt));
   }
   // After the measurement: on CUDA, what lies outside the allocator now includes the cuBLAS and
   // cuDNN workspaces the step created.
@@ -332,7 +375,7 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
     throw OutOfMemory("checkpointing.enabled: auto: nothing fits the budget of " + allowed + " (" +
                       budget.source + "): with every block recomputed one step at batch " +
                       std::to_string(config.training.batch_size) + " peaks at " + peak + "; " +
-                      remedies(config, budget.bytes));
+                      remedies(config, device, budget.bytes, choice.smallest_peak + beside_step));
   }
   recorded = CheckpointingDecision{choice.blocks,
                                    step_signature(config, device),

@@ -460,11 +460,14 @@ TEST(CheckpointChoice, ABudgetNothingFitsIsOutOfMemoryNamingTheBudgetAndTheSmall
     EXPECT_NE(what.find("peaks at 1000 B"), std::string::npos) << what;
     EXPECT_EQ(what.find('\n'), std::string::npos);
     // Round 5: a smaller batch or bf16 was offered where the weights, their gradients and
-    // momentum alone exceed the budget: only more memory or a smaller model helps.
+    // momentum alone exceed the budget: only more memory or a smaller model helps (hostile pass:
+    // with the budget given, a larger checkpointing.budget).
     EXPECT_NE(what.find("the weights and their gradients and momentum alone take "),
               std::string::npos)
         << what;
-    EXPECT_NE(what.find(": more memory or a smaller model.arch"), std::string::npos) << what;
+    EXPECT_NE(what.find(": a larger checkpointing.budget or a smaller model.arch"),
+              std::string::npos)
+        << what;
     EXPECT_EQ(what.find("training.batch_size"), std::string::npos) << what;
   }
   EXPECT_FALSE(decisions.checkpointing);
@@ -495,6 +498,63 @@ TEST(CheckpointChoice, ABudgetNothingFitsIsOutOfMemoryNamingTheBudgetAndTheSmall
     EXPECT_NE(std::string(e.what()).find("; a smaller training.batch_size"), std::string::npos)
         << e.what();
   }
+}
+
+// Hostile pass: out of memory offers "checkpointing.enabled: auto or true", and auto at the
+// default headroom said "nothing fits ...; ..., or more memory" where every block recomputed fit
+// memory.limit and headroom 0 trained. Where the headroom is what stands in the way, the line
+// names checkpointing.headroom and the most that fits; typed back, it fits. Where the budget is
+// checkpointing.budget, the line names a budget that fits, not more memory.
+TEST(CheckpointChoice, NothingFitsNamesTheHeadroomOrTheBudgetWhereThatStandsInTheWay) {
+  const torch::Device cpu(torch::kCPU);
+  const int64_t mib = int64_t{1} << 20, smallest = 950 * mib, beside = 10 * mib;
+  const auto measure = [&](const Config&, const torch::Device&) {
+    return measurement({100 * mib, 200 * mib}, {1, 1}, smallest);
+  };
+  auto refusal = [&](const Config& config) {
+    training::Decisions decisions;
+    try {
+      training::resolve_checkpointing(config, decisions, cpu, false, measure, beside);
+    } catch (const training::OutOfMemory& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  Config config = auto_config();
+  config.memory.limit = 1024 * mib;  // every block recomputed and beside: 960 MiB, 93.75%
+  std::string what = refusal(config);
+  ASSERT_NE(what.find("nothing fits the budget of"), std::string::npos) << what;
+  const std::string named = "or checkpointing.headroom at most ";
+  const auto at = what.find(named);
+  ASSERT_NE(at, std::string::npos) << what;
+  EXPECT_NE(what.find("(now 10%"), std::string::npos) << what;
+  const double most = std::stod(what.substr(at + named.size()));
+  EXPECT_GT(most, 5.5) << what;
+  EXPECT_LE(most, 6.25) << what;
+  config.checkpointing.headroom(most / 100);  // typed back, it fits
+  EXPECT_EQ(refusal(config), "") << most;
+  // Where every block recomputed exceeds memory.limit itself, no headroom helps.
+  config.memory.limit = 900 * mib;
+  what = refusal(config);
+  EXPECT_EQ(what.find(named), std::string::npos) << what;
+  EXPECT_NE(what.find("or more memory"), std::string::npos) << what;
+  // checkpointing.budget without memory.limit: a budget that fits, not more memory.
+  config.memory.limit = 0;
+  config.checkpointing.budget(900 * mib);
+  what = refusal(config);
+  ASSERT_NE(what.find("nothing fits the budget of"), std::string::npos) << what;
+  EXPECT_EQ(what.find("more memory"), std::string::npos) << what;
+  const std::string larger = "or a checkpointing.budget of at least ";
+  ASSERT_NE(what.find(larger), std::string::npos) << what;
+  EXPECT_NE(what.find(training::format_bytes(smallest + beside)), std::string::npos) << what;
+  config.checkpointing.budget(smallest + beside);
+  EXPECT_EQ(refusal(config), "");
+  // Where the weights alone exceed a given budget, the budget is named there too.
+  config.checkpointing.budget(mib);
+  what = refusal(config);
+  EXPECT_NE(what.find("alone take"), std::string::npos) << what;
+  EXPECT_NE(what.find("a larger checkpointing.budget or a smaller model.arch"), std::string::npos)
+      << what;
 }
 
 TEST(CheckpointChoice, TheConfigRefusesBlocksWithoutAutoAndBlocksTheModelHasNot) {
