@@ -348,7 +348,8 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
         group->rank(), group->world_size(), group->backend_name(), launch->local_rank,
         launch->master_addr, launch->master_port, group->network_description());
   }
-  log_start(config, inputs, device, data, trainer, layout, !resume.checkpoint.empty(), trained);
+  log_start(config, inputs, device, data, trainer, layout, !resume.checkpoint.empty(),
+            position.trained);
   log_checkpointing(config, decisions, checkpointing);
   load_resumed(resume, config, device, trainer, position.trained);
   if (run) {

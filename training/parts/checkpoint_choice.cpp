@@ -273,12 +273,9 @@ std::string more_budget(const Config& config, const torch::Device& device,
 // with a given budget the memory they need is that budget's).
 std::string remedies(const Config& config, const torch::Device& device, int64_t budget,
                      std::optional<int64_t> needed) {
-  if (std::string held = weights_alone_remedy(config, budget); !held.empty()) {
-    const std::string more = ": more memory";
-    if (budget_stands_in_the_way(config, needed) && held.find(more) != std::string::npos)
-      held.replace(held.find(more), more.size(), ": a larger checkpointing.budget");
-    return held;
-  }
+  const std::string more =
+      budget_stands_in_the_way(config, needed) ? "a larger checkpointing.budget" : "more memory";
+  if (std::string held = weights_alone_remedy(config, budget, more); !held.empty()) return held;
   return "a smaller training.batch_size" +
          std::string(config.training.precision == Precision::FP32
                          ? ", training.precision bf16 or fp16"
