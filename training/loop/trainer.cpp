@@ -240,15 +240,15 @@ bool Trainer::train_epoch() {
   return state_.batch_in_epoch == batches;
 }
 
-std::optional<Trainer::GroupSums> Trainer::train_group(int64_t epoch) {
-  GroupSums sums;
+std::optional<StepSums> Trainer::train_group(int64_t epoch) {
+  StepSums sums;
   // Restarting a group stopped part-way needs the BatchNorm statistics it started from.
   std::vector<torch::Tensor> buffers_at_start;
   for (int64_t micro = 0; micro < accumulate_steps_; ++micro) {
     if (micro > 0 && !group_) {
       test_stop_point(fmt::format("step {} micro-batch {}", state_.step + 1, micro + 1));
       if ((stopping_ = stop_requested())) {
-        restore_buffers(buffers_at_start);
+        restore_buffers(*parts_.model, buffers_at_start);
         return std::nullopt;
       }
     }
@@ -263,32 +263,14 @@ std::optional<Trainer::GroupSums> Trainer::train_group(int64_t epoch) {
       observers_.on_batch(epoch, state_.step + 1);
       if (group_) group_->broadcast_buffers(*parts_.model);  // as DDP's broadcast_buffers
       observers_.before_step(state_.step + 1);
-      if (accumulate_steps_ > 1 && !group_) buffers_at_start = copy_buffers();
+      if (accumulate_steps_ > 1 && !group_) buffers_at_start = copy_buffers(*parts_.model);
     }
     const StepResult result = step(*batch, micro);
-    const int64_t count = batch->labels.size(0);
-    torch::NoGradGuard no_grad;
-    const auto loss = result.loss.to(torch::kFloat64) * count;
-    const auto correct = result.logits.argmax(1).eq(batch->labels).sum();
-    sums.loss_sum = micro == 0 ? loss : sums.loss_sum + loss;
-    sums.correct = micro == 0 ? correct : sums.correct + correct;
-    sums.images += count;
+    sums.add(result, batch->labels);
     if (result.last_micro_batch && !result.stepped) ++state_.skipped_steps;
   }
   observers_.after_step(state_.step + 1);
   return sums;
-}
-
-std::vector<torch::Tensor> Trainer::copy_buffers() {
-  std::vector<torch::Tensor> copies;
-  for (const auto& b : parts_.model->buffers()) copies.push_back(b.detach().clone());
-  return copies;
-}
-
-void Trainer::restore_buffers(const std::vector<torch::Tensor>& copies) {
-  torch::NoGradGuard no_grad;
-  const auto buffers = parts_.model->buffers();
-  for (size_t i = 0; i < copies.size(); ++i) buffers[i].copy_(copies[i]);
 }
 
 StepResult Trainer::step(const data::Batch& batch, int64_t micro) {

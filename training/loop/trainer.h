@@ -106,17 +106,11 @@ class Trainer {
   // (max_steps or a stop signal) with the epoch unfinished.
   bool train_epoch();
   // One optimizer step's sums over its micro-batches (device tensors).
-  struct GroupSums {
-    torch::Tensor loss_sum, correct;
-    int64_t images = 0;
-  };
   // Trains one optimizer step: training.accumulate_steps micro-batches from the loader. Empty
   // when the data ended, or when a stop signal came between two micro-batches (training alone):
   // the group is then restarted on resume (its BatchNorm statistics are put back, its gradients
   // were never applied).
-  std::optional<GroupSums> train_group(int64_t epoch);
-  std::vector<torch::Tensor> copy_buffers();
-  void restore_buffers(const std::vector<torch::Tensor>& copies);
+  std::optional<StepSums> train_group(int64_t epoch);
   StepResult step(const data::Batch& batch, int64_t micro);
   // Optimizer steps trained in the current epoch.
   int64_t steps_in_epoch() const { return state_.batch_in_epoch / accumulate_steps_; }

@@ -152,7 +152,9 @@ BlockMeasurement measure_blocks(const Config& base, const torch::Device& device)
   warm_up(parts, options, images, labels, device);  // the probe records nothing until start()
   beat.advance(1, batch);
   for (int64_t step = 0; step < measured; ++step) {
+    std::vector<torch::Tensor> buffers_at_start;  // held through the step, as training does
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
+      if (micro == 0 && micro_batches > 1) buffers_at_start = copy_buffers(*parts.model);
       if (micro == micro_batches - 1) probe.start();
       train_step(parts, images, labels, options, micro);
     }

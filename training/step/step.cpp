@@ -37,4 +37,26 @@ StepResult train_step(StepParts& parts, const torch::Tensor& images, const torch
   return {loss.detach(), logits.detach(), /*last_micro_batch=*/true, stepped};
 }
 
+void StepSums::add(const StepResult& result, const torch::Tensor& labels) {
+  torch::NoGradGuard no_grad;
+  const int64_t count = labels.size(0);
+  const auto loss = result.loss.to(torch::kFloat64) * count;
+  const auto right = result.logits.argmax(1).eq(labels).sum();
+  loss_sum = images == 0 ? loss : loss_sum + loss;
+  correct = images == 0 ? right : correct + right;
+  images += count;
+}
+
+std::vector<torch::Tensor> copy_buffers(const torch::nn::Module& model) {
+  std::vector<torch::Tensor> copies;
+  for (const auto& b : model.buffers()) copies.push_back(b.detach().clone());
+  return copies;
+}
+
+void restore_buffers(torch::nn::Module& model, const std::vector<torch::Tensor>& copies) {
+  torch::NoGradGuard no_grad;
+  const auto buffers = model.buffers();
+  for (size_t i = 0; i < copies.size(); ++i) buffers[i].copy_(copies[i]);
+}
+
 }  // namespace training

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <vector>
 
 #include "models/resnet.h"
 #include "training/platform/distributed.h"
@@ -66,5 +67,22 @@ struct StepOptions {
 // every call is a whole step.
 StepResult train_step(StepParts& parts, const torch::Tensor& images, const torch::Tensor& labels,
                       const StepOptions& options = {}, int64_t micro = 0);
+
+// What training keeps of an optimizer step's micro-batches on the device (read back only at log
+// intervals): the loss times the images, and the correct predictions, summed. A measurement of
+// the step (a sweep trial) keeps them too, as training holds them beside its next step.
+struct StepSums {
+  torch::Tensor loss_sum, correct;
+  int64_t images = 0;
+  // Adds micro-batch `result` of `labels`; the first sets the sums.
+  void add(const StepResult& result, const torch::Tensor& labels);
+};
+
+// A copy of the model's buffers (BatchNorm's statistics), which training holds through each
+// optimizer step of several micro-batches in one process, to put back where a stop comes between
+// two of them: every measurement of such a step (a sweep trial, the checkpointing choice) holds
+// it too.
+std::vector<torch::Tensor> copy_buffers(const torch::nn::Module& model);
+void restore_buffers(torch::nn::Module& model, const std::vector<torch::Tensor>& copies);
 
 }  // namespace training

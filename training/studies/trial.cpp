@@ -110,20 +110,49 @@ TrialResult trial_from_json(const nlohmann::json& j) {
 
 namespace {
 
+// The samples of the run's training split: as the config gives them (synthetic data,
+// data.train_limit), else counted in data.root; 0 where there is no data to count.
+int64_t training_samples(const Config& config) {
+  if (const int64_t known = train_images_at_most(config.data); known > 0) return known;
+  try {
+    return data::split_size(config.data.dataset, data::SplitName::Train);
+  } catch (const data::DataError&) {
+    return 0;
+  }
+}
+
 // The training data: synthetic images for the run's own loader (data.loader, data.prefetch,
-// data.device_resident, data.augment), so that a trial holds on the device what training holds --
-// the prefetched batches and the blocks of the loader's stream -- and the largest batch that fits
-// a trial under memory.limit also trains under it. Enough batches per epoch for the prefetch
-// queue to fill, and with data.device_resident on CUDA as many as the run's training split (its
-// loader holds them on the device); otherwise the split is host data, not counted (as in training).
-data::Split trial_split(const Config& config, const torch::Device& device, int64_t resident) {
-  const int64_t batches = prefetch_for(config.data, device.is_cuda()) + 2;
-  const int64_t size =
-      std::max(config.training.batch_size * std::max<int64_t>(batches, 1), resident);
+// data.device_resident, data.augment), so that a trial holds on the device what training's steady
+// steps hold -- the prefetched batches and the blocks of the loader's stream -- and the largest
+// batch that fits a trial under memory.limit also trains under it. Enough batches that the queue
+// stays full through the trial's `micro_batches` (prefetch ready and one in preparation behind the
+// last); with data.device_resident on CUDA as many as the run's training split (its loader holds
+// them on the device), and on the CPU at least as many as the run's training split, whose epoch
+// order the loader holds there (one image repeated, a view: host data is not counted).
+data::Split trial_split(const Config& config, const torch::Device& device, int64_t resident,
+                        int64_t micro_batches) {
+  const int64_t batches = micro_batches + prefetch_for(config.data, device.is_cuda()) + 1;
+  const int64_t drawn = std::max(config.training.batch_size * batches, resident);
+  const int64_t size = std::max(drawn, device.is_cpu() ? training_samples(config) : 0);
   TrackingCpuAllocator::HostData host_data;
-  data::Split split = data::make_synthetic(size, static_cast<uint64_t>(config.training.seed));
+  data::Split split = data::make_synthetic(drawn, static_cast<uint64_t>(config.training.seed));
   split.labels.remainder_(config.model.num_classes());
+  if (size > drawn) {
+    split.images = split.images.narrow(0, 0, 1).expand(
+        {size, split.images.size(1), split.images.size(2), split.images.size(3)});
+    split.labels = split.labels.narrow(0, 0, 1).expand({size});
+  }
   return split;
+}
+
+// The micro-batches a trial of `warmup` + `measure` steps draws, at most: a graphed trial's
+// warm-up (measure_trial) and a one-step trial's included.
+int64_t drawn_micro_batches(const Config& config, const torch::Device& device, int64_t warmup,
+                            int64_t measure) {
+  const bool may_graph = device.is_cuda() && config.training.cuda_graph != CudaGraphMode::Off;
+  const int64_t steps =
+      std::max({warmup, may_graph ? GraphedStep::kWarmupSteps + 1 : 0, int64_t{1}}) + measure;
+  return steps * config.training.accumulate_steps;
 }
 
 // The test loader's split as training holds it with data.device_resident on CUDA (`size` images,
@@ -162,6 +191,14 @@ void record_memory(TrialResult& result, const torch::Device& device,
   }
   result.peak_allocated_bytes = std::max(memory.peak_allocated, warmup_peaks.peak_allocated);
   result.peak_reserved_bytes = std::max(memory.peak_reserved, warmup_peaks.peak_reserved);
+}
+
+// The measured steps' median time and images/s (`images` a step); none where none completed.
+void record_times(TrialResult& result, const std::vector<double>& step_seconds, int64_t images) {
+  if (step_seconds.empty()) return;
+  const double seconds = median(step_seconds);
+  result.median_step_seconds = seconds;
+  result.images_per_second = static_cast<double>(images) / seconds;
 }
 
 // checkpointing auto: this batch's choice under the sweep's budget (out of memory when none),
@@ -218,7 +255,9 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
   try {
     const std::unique_ptr<ProcessGroup> group = trial_group(config, device);
     const data::SplitSizes resident = resident_splits(config, device);
-    const data::Split split = trial_split(config, device, resident.train);
+    const data::Split split =
+        trial_split(config, device, resident.train,
+                    drawn_micro_batches(config, device, warmup_steps, measure_steps));
     config = with_auto_blocks(config, device, split, resident.test, result);
     StepParts parts = build_measured_step_parts(config, device, group.get());
     const auto averager = group ? group->gradient_averager(*parts.model) : nullptr;
@@ -243,6 +282,9 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
     const data::Split test = held_test_split(resident.test, device);
     int64_t epoch = 1;
     loader->start_epoch(epoch);
+    // The running sums training keeps on the device beside its steps.
+    StepSums running{torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(device)),
+                     torch::zeros({}, torch::TensorOptions(torch::kInt64).device(device))};
     // A step is an optimizer step: training.accumulate_steps micro-batches from the loader.
     const int64_t micro_batches = config.training.accumulate_steps;
     for (int64_t step = 0; step < warmup_steps + measure_steps; ++step) {
@@ -252,15 +294,19 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
       }
       // The step alone is timed; the loader prepares the next batches meanwhile, as in training.
       std::chrono::steady_clock::time_point start;
+      std::vector<torch::Tensor> buffers_at_start;  // held through the step, as training does
+      StepSums sums;
       for (int64_t micro = 0; micro < micro_batches; ++micro) {
         auto batch = data::next_batch_across_epochs(*loader, epoch);
         if (micro == 0) start = std::chrono::steady_clock::now();
-        if (graphed) {
-          graphed->run(batch->images, batch->labels);
-        } else {
-          train_step(parts, batch->images, batch->labels, options, micro);
-        }
+        if (micro == 0 && micro_batches > 1 && !group)
+          buffers_at_start = copy_buffers(*parts.model);
+        sums.add(graphed ? graphed->run(batch->images, batch->labels)
+                         : train_step(parts, batch->images, batch->labels, options, micro),
+                 batch->labels);
       }
+      running.loss_sum += sums.loss_sum;
+      running.correct += sums.correct;
       synchronize(device);
       const double seconds = seconds_since(start);
       if (step >= warmup_steps) {
@@ -275,13 +321,7 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
     result.message = measured_error_line(config, e);
   }
   record_memory(result, device, warmup_peaks, /*measured=*/!step_seconds.empty());
-  if (!step_seconds.empty()) {
-    const double seconds = median(step_seconds);
-    result.median_step_seconds = seconds;
-    result.images_per_second =
-        static_cast<double>(config.training.batch_size * config.training.accumulate_steps) /
-        seconds;
-  }
+  record_times(result, step_seconds, config.training.batch_size * config.training.accumulate_steps);
   return result;
 }
 

@@ -250,6 +250,40 @@ sweep: {batch_sizes: [16], accumulate_steps: [1, 2], warmup_steps: 1, measure_st
   EXPECT_NE(md.find("| fp32 | off | contiguous | 16 x 2 | ok |"), std::string::npos) << md;
 }
 
+// Round 5: a trial of 1 + 1 steps of 2 micro-batches each, with data.prefetch 2, drew an epoch of
+// 4 batches: its measured step held no prefetched batch, where training's steady steps hold the
+// full queue, so find-max's answer ran out of memory in training's second step under the limit it
+// had fitted; a step of 2 micro-batches also held the trainer's copy of the BatchNorm statistics
+// (38 KB) and its running sums. A batch whose trial fits a limit (the trial's peak) trains under
+// it, give or take 1 KiB of the trainer's own scalars.
+TEST(Sweep, ABatchWhoseTrialFitsALimitTrainsUnderIt) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: imagenet}
+data: {source: synthetic, synthetic_train_size: 256, synthetic_test_size: 64, prefetch: 2}
+training: {device: cpu, threads: 1, accumulate_steps: 2}
+sweep: {warmup_steps: 1, measure_steps: 1}
+)");
+  const auto trial = trial_result(dir, config, 32);
+  ASSERT_EQ(trial.at("status"), "ok") << trial.dump();
+  const int64_t peak = trial.at("peak_reserved_bytes");
+  std::vector<std::string> args{TRAIN_BINARY,
+                                "--config",
+                                config.string(),
+                                "--output-dir",
+                                (dir / "train").string(),
+                                "--set",
+                                "training.max_steps=3",
+                                "--set",
+                                "checkpoint.enabled=false",
+                                "--memory-limit",
+                                std::to_string(peak + 1024)};
+  std::istringstream flags(training::run_flags(training::Setting{}, 32, 0));
+  for (std::string word; flags >> word;) args.push_back(word);
+  EXPECT_EQ(training::run_process(args, dir / "train.log", 600).exit_code, 0)
+      << test_support::read_text(dir / "train.log");
+}
+
 // A trial of one step in all (--warmup-steps 0 --measure-steps 1) never held the momentum its
 // first step makes, so find-max's answer ran out of memory at step 2 of training: it now gets a
 // warm-up step, and its peak is a two-step trial's.
