@@ -46,6 +46,10 @@ struct SettingSummary {
   std::optional<int64_t> largest_fitting;   // largest batch measured ok
   std::optional<int64_t> smallest_failing;  // smallest batch measured oom
   bool searched = false;                    // find_max ran for this cell
+  // find_max stopped at sweep.max_batch (`max_batch`) with no failing batch above its answer: the
+  // search went no higher, so the largest batch that fits is at least largest_fitting.
+  bool max_batch_reached = false;
+  int64_t max_batch = 0;
   std::optional<int64_t> fastest_batch;
   double fastest_images_per_second = 0;
   std::optional<MemoryFit> fit;  // of peak reserved bytes (= allocated on the CPU)
@@ -54,11 +58,15 @@ struct SettingSummary {
 
 // Summaries for each cell from its trials; predictions for `memory_sizes`, none below
 // `smallest_batch` (the smallest batch that trains the sweep's model: models.h's
-// smallest_trainable_batch).
+// smallest_trainable_batch). `max_batch`: sweep.max_batch, where a search stops (0: none).
 std::vector<SettingSummary> summarize(const std::vector<Setting>& cells,
                                       const std::vector<SweepTrial>& trials,
                                       const std::vector<int64_t>& memory_sizes, bool searched,
-                                      int64_t smallest_batch = 1);
+                                      int64_t smallest_batch = 1, int64_t max_batch = 0);
+
+// A setting's largest batch that fits as the tables and the log say it: "108", "none", or where
+// find-max stopped at sweep.max_batch "at least 64 (the search stops at sweep.max_batch, 64)".
+std::string largest_fitting_text(const SettingSummary& summary);
 
 struct SweepRequest {
   std::string config_path;

@@ -30,6 +30,13 @@ std::string untrainable_batch(int64_t batch, int64_t train_images) {
       batch, train_images);
 }
 
+std::string largest_fitting_text(const SettingSummary& c) {
+  if (!c.largest_fitting) return "none";
+  if (!c.max_batch_reached) return std::to_string(*c.largest_fitting);
+  return "at least " + std::to_string(*c.largest_fitting) +
+         " (the search stops at sweep.max_batch, " + std::to_string(c.max_batch) + ")";
+}
+
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
@@ -62,6 +69,7 @@ ordered_json cell_summary_json(const SettingSummary& c) {
   entry["largest_fitting_batch"] = optional_json(c.largest_fitting);
   entry["smallest_failing_batch"] = optional_json(c.smallest_failing);
   entry["max_batch_searched"] = c.searched;
+  entry["max_batch_reached"] = c.max_batch_reached;
   entry["fastest_batch"] = optional_json(c.fastest_batch);
   entry["fastest_images_per_second"] = c.fastest_images_per_second;
   if (c.fit) {
@@ -177,8 +185,7 @@ void settings_table(std::ostringstream& md, const std::vector<SettingSummary>& c
         "(images/s) | fit: peak = a + b x batch | R² |\n"
      << "|---|---|---|---|---|---|\n";
   for (const auto& c : cells) {
-    md << "| " << c.setting.name() << " | "
-       << (c.largest_fitting ? std::to_string(*c.largest_fitting) : "none")
+    md << "| " << c.setting.name() << " | " << largest_fitting_text(c)
        << (c.searched ? "" : " (grid only)") << " | "
        << (c.smallest_failing ? std::to_string(*c.smallest_failing) : "-") << " | "
        << (c.fastest_batch

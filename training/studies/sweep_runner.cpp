@@ -284,7 +284,8 @@ std::vector<int64_t> SweepRunner::memory_sizes() const {
 
 std::vector<SettingSummary> SweepRunner::summaries() const {
   return summarize(cells_, trials_, memory_sizes(), config_.sweep.find_max,
-                   models::smallest_trainable_batch(config_.model, config_.data.image_size));
+                   models::smallest_trainable_batch(config_.model, config_.data.image_size),
+                   config_.sweep.max_batch);
 }
 
 void SweepRunner::write_tables(bool complete, const std::string& why_incomplete) const {
@@ -309,7 +310,7 @@ void SweepRunner::write_tables(bool complete, const std::string& why_incomplete)
 
 void SweepRunner::log_summary(const SettingSummary& summary) const {
   spdlog::info("{}: largest batch that fits {}, fastest batch {}{}{}", summary.setting.name(),
-               summary.largest_fitting ? std::to_string(*summary.largest_fitting) : "none",
+               largest_fitting_text(summary),
                summary.fastest_batch ? fmt::format("{} ({:.0f} img/s)", *summary.fastest_batch,
                                                    summary.fastest_images_per_second)
                                      : std::string("none"),
@@ -331,7 +332,7 @@ std::string SweepRunner::untrainable(int64_t batch) const {
 std::vector<SettingSummary> summarize(const std::vector<Setting>& settings,
                                       const std::vector<SweepTrial>& trials,
                                       const std::vector<int64_t>& memory_sizes, bool searched,
-                                      int64_t smallest_batch) {
+                                      int64_t smallest_batch, int64_t max_batch) {
   std::vector<SettingSummary> summaries;
   for (const auto& setting : settings) {
     SettingSummary s;
@@ -352,6 +353,13 @@ std::vector<SettingSummary> summarize(const std::vector<Setting>& settings,
         s.smallest_failing = std::min(s.smallest_failing.value_or(t.batch), t.batch);
       }
     }
+    const bool failed_above = std::any_of(trials.begin(), trials.end(), [&](const auto& t) {
+      return t.setting == setting && t.result.status == TrialStatus::OutOfMemory &&
+             t.batch > s.largest_fitting.value_or(0);
+    });
+    s.max_batch = max_batch;
+    s.max_batch_reached = searched && max_batch > 0 && s.largest_fitting &&
+                          *s.largest_fitting >= max_batch && !failed_above;
     // An auto setting's peak is held under its budget by recomputing more at larger batches: no
     // line fits it, and no prediction is made from one.
     if (setting.checkpointing != CheckpointMode::Auto) s.fit = fit_memory(batches, peaks);

@@ -970,6 +970,32 @@ TEST(Summarize, FindsLargestFittingFastestAndFitsPerCell) {
   EXPECT_FALSE(failed.predictions[0].second);
 }
 
+// Round 5: find-max stopped at sweep.max_batch gave that cap as "largest batch that fits" without
+// a word: the search went no higher. Its answer is a lower bound, said as one in sweep.md and
+// sweep.json; a search that found a failing batch above its answer is exact.
+TEST(Summarize, AFindMaxStoppedAtMaxBatchSaysItsAnswerIsALowerBound) {
+  constexpr auto Ok = training::TrialStatus::Ok;
+  constexpr auto OutOfMemory = training::TrialStatus::OutOfMemory;
+  const std::vector<training::Setting> cells = {
+      {}, {training::Precision::FP32, training::CheckpointMode::On}};
+  const std::vector<training::SweepTrial> trials = {
+      trial(32, Ok, 300, 100), trial(64, Ok, 500, 120), trial(32, Ok, 200, 90, true),
+      trial(48, Ok, 250, 95, true), trial(64, OutOfMemory, 0, 0, true)};
+  const auto summaries = training::summarize(cells, trials, {}, true, 1, 64);
+  test_support::TempDir dir;
+  training::SweepFacts facts{"resnet18", "cifar", "cpu", "cpu", int64_t{2} << 30, true, 1, 1, {}};
+  training::write_sweep_tables(dir.path(), facts, summaries, trials, true);
+  const std::string md = test_support::read_text(dir / "sweep.md");
+  EXPECT_NE(md.find("| fp32 / checkpointing off / contiguous | at least 64 (the search stops at "
+                    "sweep.max_batch, 64) |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| fp32 / checkpointing on / contiguous | 48 |"), std::string::npos) << md;
+  const auto json = read_json(dir / "sweep.json").at("cells");
+  EXPECT_TRUE(json.at(0).at("max_batch_reached").get<bool>()) << json.dump();
+  EXPECT_FALSE(json.at(1).at("max_batch_reached").get<bool>()) << json.dump();
+}
+
 }  // namespace
 
 // `--card`: every trial is predicted on that card beside what it measured; an unknown card is
