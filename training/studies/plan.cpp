@@ -80,6 +80,8 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
                 "': speeds not estimated; ranked by memory "
                 "only (the largest batch that fits first)";
   std::vector<Setting> predicted;
+  // checkpointing auto's least: every block recomputed alone, replayed with granularity block.
+  std::optional<CardPredictor> every_block;
   for (auto& c : plan.candidates) {
     if (c.unsupported = card.unsupported(c.setting.precision); !c.unsupported.empty()) {
       c.fits = false;
@@ -101,6 +103,22 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
       }
       if (std::find(predicted.begin(), predicted.end(), c.setting) == predicted.end()) {
         predicted.push_back(c.setting);
+      }
+    } else {  // auto: the sweep's own peak stands where the least auto reaches fits the card
+      if (!every_block) {
+        Config blocks = config;
+        blocks.checkpointing.granularity(CheckpointGranularity::Block);
+        every_block.emplace(blocks, card, options, std::max<int64_t>(1, for_allocator));
+      }
+      Setting least = c.setting;
+      least.checkpointing = CheckpointMode::On;
+      const CardPrediction p = every_block->predict(least, c.batch);
+      if (!p.replay.fits || p.figures().peak_reserved > for_allocator) {
+        c.fits = false;
+        c.every_block_short = true;
+        c.predicted_peak = p.figures().peak_reserved;
+        c.predicted_allocated = p.figures().peak_allocated;
+        c.needed_limit = p.replay.fits ? p.figures().peak_reserved : p.needed_limit;
       }
     }
     if (plan.speed == Plan::Speed::None) c.images_per_second = 0;

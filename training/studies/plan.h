@@ -40,6 +40,9 @@ struct PlanCandidate {
   // those of a card given by its size, the limit `--card SIZE` needs (else 0).
   int64_t needed_limit = 0;
   int64_t needed_limit_by_size = 0;
+  // With a card, checkpointing auto: not even every block recomputed, the least auto holds, fits
+  // the card (by replay); the peaks are then that replay's, not the sweep's.
+  bool every_block_short = false;
 };
 
 struct Plan {

@@ -25,6 +25,11 @@ std::string verdict_of(const Plan& plan, size_t i) {
   }
   if (!c.unsupported.empty()) return "cannot run: " + c.unsupported;
   if (!c.untrainable.empty()) return "cannot train: " + c.untrainable;
+  if (!c.fits && c.every_block_short) {
+    return "does not fit, not even with every block recomputed (the least checkpointing auto "
+           "holds): " +
+           needs_card_text(plan, c);
+  }
   if (!c.fits) {
     for (const auto& [setting, largest] : plan.largest_on_card) {
       if (setting == c.setting && c.batch < largest) {

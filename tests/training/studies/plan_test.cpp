@@ -664,6 +664,41 @@ TEST(Plan, AnAutoCellOnACardKeepsItsMeasuredPeaks) {
   EXPECT_TRUE(found) << json.dump();
 }
 
+// Round 5: an auto cell kept the sweep's measured peak on a card even where, on that card, not
+// even every block recomputed (the least auto reaches) fits: it was recommended as fitting. It
+// now does not fit, and says why.
+TEST(Plan, AnAutoCellWhoseEveryBlockRecomputedDoesNotFitTheCardDoesNotFit) {
+  test_support::TempDir dir;
+  const Setting automatic{training::Precision::FP32, training::CheckpointMode::Auto,
+                          c10::MemoryFormat::Contiguous};
+  const auto ok = training::TrialStatus::Ok;
+  // Measured under a large budget on another machine: batch 4096 at 700 MiB, as its trial said.
+  std::vector<training::SweepTrial> trials = {trial(1, plain, 8, 300 * MiB, 100, ok),
+                                              trial(2, automatic, 4096, 700 * MiB, 500, ok)};
+  training::SweepFacts facts{"resnet18", "cifar", "cpu", "cpu", 64LL << 30, false, 1, 2, {}};
+  const fs::path sweep = sweep_folder(dir / "sweep");
+  training::write_sweep_tables(
+      sweep, facts, training::summarize({plain, automatic}, trials, {}, false), trials, true);
+  training::Config config = training::parse_config("", "test");
+  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  const training::Card card = training::find_card("4GiB");
+  const auto plan = training::make_plan(sweep, card.memory_bytes, 0.10, std::nullopt, card);
+  ASSERT_TRUE(plan.chosen);
+  EXPECT_EQ(plan.candidates.at(*plan.chosen).setting, plain);
+  const std::string table = training::plan_table(plan);
+  EXPECT_NE(table.find("does not fit, not even with every block recomputed (the least "
+                       "checkpointing auto holds): needs a card of at least"),
+            std::string::npos)
+      << table;
+  for (const auto& c : training::plan_json(plan).at("candidates")) {
+    if (c.at("checkpointing") == "auto") {
+      EXPECT_FALSE(c.at("fits").get<bool>()) << c.dump();
+      EXPECT_GT(c.at("predicted_reserved_peak_bytes").get<int64_t>(), card.memory_bytes);
+    }
+  }
+}
+
 // bf16 needs compute capability 8.0: on a T4 (sm_75) a bf16 setting is "cannot run", never
 // ranked by an estimated 0 images/s or recommended.
 TEST(Plan, ACardThatCannotRunBf16SaysSo) {
