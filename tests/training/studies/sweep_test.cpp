@@ -284,6 +284,44 @@ sweep: {warmup_steps: 1, measure_steps: 1}
       << test_support::read_text(dir / "train.log");
 }
 
+// Round 5: `train plan --memory X --headroom 0` at exactly a checkpointed setting's peak advised
+// checkpointing.budget=X, which auto then refused by 2 KiB: it takes the epoch order of the run's
+// training split (256 samples) off the budget, where the trial's own split was smaller. The trial
+// now holds the run's order: the budget advised is one auto accepts, and the run trains.
+TEST(Sweep, ABudgetThePlanAdvisesAtASettingsPeakIsOneAutoAccepts) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+model: {arch: resnet18, stem: imagenet}
+data: {source: synthetic, synthetic_train_size: 256, synthetic_test_size: 64}
+training: {device: cpu, threads: 1}
+sweep: {batch_sizes: [32], checkpointing: [true], precisions: [fp32], memory_formats: [contiguous],
+        warmup_steps: 1, measure_steps: 1}
+)");
+  ASSERT_EQ(training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY, ""}),
+            0);
+  const int64_t peak =
+      read_json(dir / "out/sweep.json").at("trials").at(0).at("peak_reserved_bytes");
+  const auto plan = training::make_plan(dir / "out", peak + 1, 0.0, int64_t{1});
+  ASSERT_TRUE(plan.chosen);
+  const std::string flags = training::recommended_flags(plan, plan.candidates.at(*plan.chosen));
+  ASSERT_NE(flags.find("checkpointing.budget=" + training::byte_size_text(peak)), std::string::npos)
+      << flags;
+  std::vector<std::string> args{TRAIN_BINARY,
+                                "--config",
+                                config.string(),
+                                "--output-dir",
+                                (dir / "train").string(),
+                                "--set",
+                                "training.max_steps=2",
+                                "--set",
+                                "checkpoint.enabled=false"};
+  std::istringstream words(flags);
+  for (std::string word; words >> word;) args.push_back(word);
+  EXPECT_EQ(training::run_process(args, dir / "train.log", 600).exit_code, 0)
+      << flags << "\n"
+      << test_support::read_text(dir / "train.log");
+}
+
 // A trial of one step in all (--warmup-steps 0 --measure-steps 1) never held the momentum its
 // first step makes, so find-max's answer ran out of memory at step 2 of training: it now gets a
 // warm-up step, and its peak is a two-step trial's.
