@@ -148,37 +148,6 @@ void rank_candidates(Plan& plan) {
                    });
 }
 
-void check_target_batch(int64_t target, std::vector<int64_t> batches, int64_t train_images,
-                        const std::string& measured) {
-  if (train_images > 0 && target > train_images) {
-    throw UserError("--target-batch: " + std::to_string(target) +
-                    " images a step are more than the " + std::to_string(train_images) +
-                    " training images of the sweep's config, which train refuses; give at most " +
-                    std::to_string(train_images));
-  }
-  std::sort(batches.begin(), batches.end());
-  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
-  int64_t too_many = 0;  // a batch that divides the target, in more than the most steps
-  for (const int64_t b : batches) {
-    if (target % b != 0) continue;
-    if (target / b <= kMaxAccumulateSteps) return;
-    too_many = b;
-  }
-  if (too_many > 0) {
-    throw UserError("--target-batch: " + std::to_string(target) + " needs more than " +
-                    std::to_string(kMaxAccumulateSteps) +
-                    " micro-batches per step (training.accumulate_steps' most) from every batch " +
-                    measured + " that divides it (the largest is " + std::to_string(too_many) +
-                    "); give a smaller target or sweep larger batches");
-  }
-  std::string list;
-  for (const int64_t b : batches) list += (list.empty() ? "" : ", ") + std::to_string(b);
-  throw UserError("--target-batch: " + std::to_string(target) + " is not a multiple of any batch " +
-                  measured + " (" + list +
-                  "); give a target one of them divides, or sweep micro-batches that divide it "
-                  "(--batch-sizes)");
-}
-
 // --target-batch: each measured trial whose batch divides `target` becomes micro-batch x
 // accumulate_steps = target. A trial measured at one micro-batch per step gets the accumulated
 // gradients added to its peak (held from the second micro-batch on); one measured accumulating
