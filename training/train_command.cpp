@@ -45,9 +45,19 @@ const char* source_description(data::Source source) {
                                              : "auto";
 }
 
-int64_t count_parameters(torch::nn::Module& model) {
-  int64_t count = 0;
-  for (const auto& p : model.parameters()) count += p.numel();
+// The model's parameters, counted; what they hold before any activation (weights, their
+// gradients, SGD momentum buffers) in the log.
+int64_t log_model_memory(torch::nn::Module& model, const Config& config) {
+  int64_t count = 0, bytes = 0;
+  for (const auto& p : model.parameters()) {
+    count += p.numel();
+    bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  }
+  const int64_t momentum = config.optimizer.momentum() > 0 ? bytes : 0;
+  spdlog::trace(
+      "memory: parameters {0}, gradients {0}, optimizer state {1} (momentum), {2} in all "
+      "before activations",
+      format_bytes(bytes), format_bytes(momentum), format_bytes(2 * bytes + momentum));
   return count;
 }
 
@@ -138,7 +148,7 @@ void log_start(const Config& config, const RunInputs& inputs, const torch::Devic
       "model: {} ({} stem, {} classes, {} parameters){}, {} {}, batch {}: {} epochs of {} steps "
       "({})",
       arch_name(config.model), stem_name(config.model), config.model.num_classes(),
-      count_parameters(*trainer.model()), resized_text(config.data.image_size),
+      log_model_memory(*trainer.model(), config), resized_text(config.data.image_size),
       precision_name(config.training.precision), memory_format_name(config.training.memory_format),
       batch_description(config, trainer.world_size()), config.training.epochs,
       trainer.steps_per_epoch(),

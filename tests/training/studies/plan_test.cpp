@@ -320,17 +320,24 @@ TEST(Plan, ACardsResidentDataMissingIsRefusedBeforeAnySweep) {
   EXPECT_FALSE(fs::exists(dir / "swept"));
 }
 
-// A card whose headroom and what lies outside the allocator leave the allocator nothing is known
-// before any measurement: refused before the small sweep (round 5: 9 s of sweep first), as with
-// --from. (--memory runs it: its peaks say how large a card it needs.)
-TEST(Plan, ACardThatLeavesTheAllocatorNothingIsRefusedBeforeTheSmallSweep) {
-  test_support::TempDir dir;
-  std::ofstream(dir / "c.yaml") << "model: {arch: resnet18, stem: cifar}\n"
-                                   "data: {source: synthetic}\ntraining: {device: cpu}\n"
-                                   "sweep: {batch_sizes: [4]}\n";
+// `train plan --config` of a ResNet-18 (CIFAR stem) on the CPU, its small sweep of `sweep` into
+// dir/planned.
+training::PlanRequest small_sweep_plan(const test_support::TempDir& dir, const std::string& data,
+                                       const std::string& sweep) {
+  std::ofstream(dir / "c.yaml") << "model: {arch: resnet18, stem: cifar}\ndata: " << data
+                                << "\ntraining: {device: cpu}\nsweep: " << sweep << "\n";
   training::PlanRequest plan;
   plan.config_path = (dir / "c.yaml").string();
   plan.output_dir = (dir / "planned").string();
+  return plan;
+}
+
+// A card whose headroom and what lies outside the allocator leave the allocator nothing is known
+// before any measurement: refused before the small sweep (round 5: 9 s of sweep first), as with
+// --from.
+TEST(Plan, ACardThatLeavesTheAllocatorNothingIsRefusedBeforeTheSmallSweep) {
+  test_support::TempDir dir;
+  auto plan = small_sweep_plan(dir, "{source: synthetic}", "{batch_sizes: [4]}");
   plan.card = training::find_card("800MiB");  // less 10%: 720 MiB, below the 771 MiB outside
   plan.memory = plan.card->memory_bytes;
   try {
@@ -376,12 +383,8 @@ TEST(Plan, ACardThatLeavesTheAllocatorNothingIsRefusedBeforeTheSmallSweep) {
 // first, naming the grid.
 TEST(Plan, ATargetBatchTheSmallSweepCannotMakeIsRefusedBeforeIt) {
   test_support::TempDir dir;
-  std::ofstream(dir / "c.yaml") << "model: {arch: resnet18, stem: cifar}\n"
-                                   "data: {source: synthetic, synthetic_train_size: 100}\n"
-                                   "training: {device: cpu}\nsweep: {batch_sizes: [4, 8]}\n";
-  training::PlanRequest plan;
-  plan.config_path = (dir / "c.yaml").string();
-  plan.output_dir = (dir / "planned").string();
+  auto plan = small_sweep_plan(dir, "{source: synthetic, synthetic_train_size: 100}",
+                               "{batch_sizes: [4, 8]}");
   plan.memory = 4 * kGiB;
   for (const auto& [target, says] :
        {std::pair<int64_t, std::string>{

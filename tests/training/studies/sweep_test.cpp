@@ -35,6 +35,17 @@ nlohmann::json read_json(const fs::path& file) {
 // The plots need a Python with matplotlib: the one the build found.
 const bool python_chosen = setenv("TRAIN_PYTHON", TEST_PYTHON, /*overwrite=*/0) == 0;
 
+// run_sweep of `config` into `out` (with `card`, "" for none), a graceful stop requested at the
+// test point `moment` (stop_signal.h); the stop cleared after it.
+int sweep_stopped_at(const std::string& moment, const fs::path& config, const fs::path& out,
+                     const std::string& card = "") {
+  ::setenv("TRAIN_TEST_STOP_AT", moment.c_str(), 1);
+  const int code = training::run_sweep({config.string(), {}, out.string(), TRAIN_BINARY, card});
+  ::unsetenv("TRAIN_TEST_STOP_AT");
+  training::clear_stop_request();
+  return code;
+}
+
 fs::path write_config(const test_support::TempDir& dir, const std::string& yaml) {
   std::ofstream(dir / "sweep.yaml") << yaml;
   return dir / "sweep.yaml";
@@ -560,11 +571,7 @@ model: {arch: resnet18, stem: cifar}
 training: {device: cpu}
 sweep: {batch_sizes: [2], precisions: [fp32], warmup_steps: 0, measure_steps: 1}
 )");
-  ::setenv("TRAIN_TEST_STOP_AT", "sweep plots", 1);
-  const int code =
-      training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY, ""});
-  ::unsetenv("TRAIN_TEST_STOP_AT");
-  training::clear_stop_request();
+  const int code = sweep_stopped_at("sweep plots", config, dir / "out");
   EXPECT_EQ(code, training::kExitStopped);
   const auto sweep = read_json(dir / "out/sweep.json");
   EXPECT_TRUE(sweep.at("complete").get<bool>());
@@ -685,10 +692,7 @@ sweep: {batch_sizes: [2, 4], precisions: [fp32], warmup_steps: 0, measure_steps:
   ASSERT_EQ(rows(unstopped).size(), 2u);
   for (const std::string moment : {"sweep trial 1", "sweep trial 2"}) {
     const auto out = dir / ("stopped at " + moment);
-    ::setenv("TRAIN_TEST_STOP_AT", moment.c_str(), 1);
-    const int code = training::run_sweep({config.string(), {}, out.string(), TRAIN_BINARY, ""});
-    ::unsetenv("TRAIN_TEST_STOP_AT");
-    training::clear_stop_request();
+    const int code = sweep_stopped_at(moment, config, out);
     ASSERT_EQ(code, training::kExitStopped) << moment;
     EXPECT_FALSE(read_json(out / "sweep.json").at("complete").get<bool>()) << moment;
     ASSERT_EQ(training::run_sweep({config.string(), {}, out.string(), TRAIN_BINARY, ""}), 0)
@@ -1110,11 +1114,7 @@ model: {arch: resnet18, stem: cifar}
 training: {device: cpu, memory_format: contiguous}
 sweep: {batch_sizes: [4, 8], warmup_steps: 0, measure_steps: 1}
 )");
-  ::setenv("TRAIN_TEST_STOP_AT", "card recording batch 4", 1);
-  const int code =
-      training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY, "T4"});
-  ::unsetenv("TRAIN_TEST_STOP_AT");
-  training::clear_stop_request();
+  const int code = sweep_stopped_at("card recording batch 4", config, dir / "out", "T4");
   EXPECT_EQ(code, training::kExitStopped);
   const auto sweep = read_json(dir / "out/sweep.json");
   EXPECT_FALSE(sweep.at("complete").get<bool>());
