@@ -637,6 +637,25 @@ TEST(Plan, WithoutASpeedEachVerdictSaysWhyItRanksBelowAndTheHeadroomAsGiven) {
   EXPECT_EQ(training::percent_text(0.1), "10%");
 }
 
+namespace {
+
+// The plan on the card `name` of a CPU sweep of ResNet-18 (CIFAR stem) with `cells` and `trials`.
+training::Plan plan_on_card(const test_support::TempDir& dir, const std::vector<Setting>& cells,
+                            const std::vector<training::SweepTrial>& trials,
+                            const std::string& name) {
+  training::SweepFacts facts{"resnet18", "cifar", "cpu", "cpu", 64LL << 30, false, 1, 2, {}};
+  const fs::path sweep = sweep_folder(dir / "sweep");
+  training::write_sweep_tables(sweep, facts, training::summarize(cells, trials, {}, false), trials,
+                               true);
+  training::Config config = training::parse_config("", "test");
+  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
+  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
+  const training::Card card = training::find_card(name);
+  return training::make_plan(sweep, card.memory_bytes, 0.10, std::nullopt, card);
+}
+
+}  // namespace
+
 // An auto cell keeps the sweep's own peaks on a card (its blocks are chosen under the sweep's
 // budget, not replayed): plan.json gave it an allocated peak of 0.
 TEST(Plan, AnAutoCellOnACardKeepsItsMeasuredPeaks) {
@@ -647,15 +666,7 @@ TEST(Plan, AnAutoCellOnACardKeepsItsMeasuredPeaks) {
   std::vector<training::SweepTrial> trials = {trial(1, plain, 32, 1000 * MiB, 100, ok),
                                               trial(2, automatic, 64, 700 * MiB, 90, ok)};
   trials[1].result.peak_allocated_bytes = 650 * MiB;
-  training::SweepFacts facts{"resnet18", "cifar", "cpu", "cpu", 64LL << 30, false, 1, 2, {}};
-  const fs::path sweep = sweep_folder(dir / "sweep");
-  training::write_sweep_tables(
-      sweep, facts, training::summarize({plain, automatic}, trials, {}, false), trials, true);
-  training::Config config = training::parse_config("", "test");
-  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
-  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
-  const training::Card card = training::find_card("T4");
-  const auto plan = training::make_plan(sweep, card.memory_bytes, 0.10, std::nullopt, card);
+  const auto plan = plan_on_card(dir, {plain, automatic}, trials, "T4");
   const auto json = training::plan_json(plan);
   bool found = false;
   for (const auto& c : json.at("candidates")) {
@@ -678,15 +689,7 @@ TEST(Plan, AnAutoCellWhoseEveryBlockRecomputedDoesNotFitTheCardDoesNotFit) {
   // Measured under a large budget on another machine: batch 4096 at 700 MiB, as its trial said.
   std::vector<training::SweepTrial> trials = {trial(1, plain, 8, 300 * MiB, 100, ok),
                                               trial(2, automatic, 4096, 700 * MiB, 500, ok)};
-  training::SweepFacts facts{"resnet18", "cifar", "cpu", "cpu", 64LL << 30, false, 1, 2, {}};
-  const fs::path sweep = sweep_folder(dir / "sweep");
-  training::write_sweep_tables(
-      sweep, facts, training::summarize({plain, automatic}, trials, {}, false), trials, true);
-  training::Config config = training::parse_config("", "test");
-  config.model = models::ResNetOptions(18).stem(models::Stem::Cifar);
-  std::ofstream(sweep / "config.yaml") << training::to_yaml(config);
-  const training::Card card = training::find_card("4GiB");
-  const auto plan = training::make_plan(sweep, card.memory_bytes, 0.10, std::nullopt, card);
+  const auto plan = plan_on_card(dir, {plain, automatic}, trials, "4GiB");
   ASSERT_TRUE(plan.chosen);
   EXPECT_EQ(plan.candidates.at(*plan.chosen).setting, plain);
   const std::string table = training::plan_table(plan);
@@ -697,7 +700,7 @@ TEST(Plan, AnAutoCellWhoseEveryBlockRecomputedDoesNotFitTheCardDoesNotFit) {
   for (const auto& c : training::plan_json(plan).at("candidates")) {
     if (c.at("checkpointing") == "auto") {
       EXPECT_FALSE(c.at("fits").get<bool>()) << c.dump();
-      EXPECT_GT(c.at("predicted_reserved_peak_bytes").get<int64_t>(), card.memory_bytes);
+      EXPECT_GT(c.at("predicted_reserved_peak_bytes").get<int64_t>(), plan.card_bytes);
     }
   }
 }
