@@ -19,77 +19,55 @@ namespace {
 using app::guarded;
 using training::kExitOk;
 
-// Runs the command the arguments name (train itself when none).
+// Runs the command the arguments name (train itself when none); main runs it inside guarded().
 int dispatch(app::Arguments& a, const app::Commands& c) {
   if (*c.convert) {
-    return guarded([&] {
-      if (!a.convert.list && a.convert.output.empty()) {
-        throw training::UserError("convert: expected ROOT OUTPUT (or ROOT --list)");
-      }
-      return training::convert_command(a.convert);
-    });
+    if (!a.convert.list && a.convert.output.empty()) {
+      throw training::UserError("convert: expected ROOT OUTPUT (or ROOT --list)");
+    }
+    return training::convert_command(a.convert);
   }
   if (*c.matmul) {
-    return guarded([&] {
-      if (!a.matmul_memory_limit.empty())
-        a.matmul.memory_limit = training::size_flag("--memory-limit", a.matmul_memory_limit);
-      return training::matmul_command(a.matmul);
-    });
+    if (!a.matmul_memory_limit.empty())
+      a.matmul.memory_limit = training::size_flag("--memory-limit", a.matmul_memory_limit);
+    return training::matmul_command(a.matmul);
   }
   if (*c.loader) {
-    return guarded([&] {
-      a.loader_bench.overrides = a.loader_flags.overrides();
-      training::loader_bench_command(a.loader_bench);
-      return kExitOk;
-    });
+    a.loader_bench.overrides = a.loader_flags.overrides();
+    training::loader_bench_command(a.loader_bench);
+    return kExitOk;
   }
   if (*c.compare) {
-    return guarded([&] {
-      training::compare_command(a.compare);
-      return kExitOk;
-    });
+    training::compare_command(a.compare);
+    return kExitOk;
   }
   if (*c.cards) {
-    return guarded([&] {
-      std::cout << training::cards_report(a.cards, a.cards_json);
-      return kExitOk;
-    });
+    std::cout << training::cards_report(a.cards, a.cards_json);
+    return kExitOk;
   }
   if (*c.report) {
-    return guarded([&] {
-      spdlog::info("report: {}", training::report_command(a.report_dir).string());
-      return kExitOk;
-    });
+    spdlog::info("report: {}", training::report_command(a.report_dir).string());
+    return kExitOk;
   }
-  if (*c.trial) {
-    return guarded([&] { return training::child_trial_main(a.trial_config, a.trial_result); });
-  }
+  if (*c.trial) return training::child_trial_main(a.trial_config, a.trial_result);
   if (*c.plan) {
-    return guarded([&] {
-      app::refuse_small_sweep_flags_with_from(*c.plan);
-      a.plan.overrides = a.plan_flags.overrides();
-      a.plan.executable = training::current_executable();
-      return training::plan_command(app::plan_request(a.plan_values, a.plan));
-    });
+    app::refuse_small_sweep_flags_with_from(*c.plan);
+    a.plan.overrides = a.plan_flags.overrides();
+    a.plan.executable = training::current_executable();
+    return training::plan_command(app::plan_request(a.plan_values, a.plan));
   }
   if (*c.memory) {
-    return guarded([&] {
-      a.memory.overrides = a.memory_flags.overrides();
-      return training::memory_command(a.memory);
-    });
+    a.memory.overrides = a.memory_flags.overrides();
+    return training::memory_command(a.memory);
   }
   if (*c.sweep) {
-    return guarded([&] {
-      a.sweep.overrides = a.sweep_flags.overrides();
-      if (a.find_max) a.sweep.overrides.emplace_back("sweep.find_max=true", "--find-max");
-      a.sweep.executable = training::current_executable();
-      return training::run_sweep(a.sweep);
-    });
+    a.sweep.overrides = a.sweep_flags.overrides();
+    if (a.find_max) a.sweep.overrides.emplace_back("sweep.find_max=true", "--find-max");
+    a.sweep.executable = training::current_executable();
+    return training::run_sweep(a.sweep);
   }
-  return guarded([&] {
-    a.train.overrides = a.train_flags.overrides();
-    return training::train_command(a.train);
-  });
+  a.train.overrides = a.train_flags.overrides();
+  return training::train_command(a.train);
 }
 
 }  // namespace
@@ -112,10 +90,8 @@ int main(int argc, char** argv) {
     return cli.exit(e) == 0 ? kExitOk : training::kExitBadInput;
   }
   app::set_up_process();
-  const int given = guarded([&] {
+  return guarded([&] {
     app::refuse_bad_values(cli);
-    return kExitOk;
+    return dispatch(a, commands);
   });
-  if (given != kExitOk) return given;
-  return dispatch(a, commands);
 }

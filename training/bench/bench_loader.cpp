@@ -20,7 +20,7 @@ namespace training {
 namespace {
 
 // The benchmark itself, from its config.
-LoaderBenchResult bench_loader(const LoaderBenchRequest& request, const Config& config) {
+void bench_loader(const LoaderBenchRequest& request, const Config& config) {
   const torch::Device device = set_up_device(config, DeviceUse::Loader);
   auto dataset = config.data.dataset;
   dataset.synthetic_seed(static_cast<uint64_t>(config.training.seed));
@@ -33,11 +33,8 @@ LoaderBenchResult bench_loader(const LoaderBenchRequest& request, const Config& 
   if (loader->batches_per_epoch() == 0) {
     throw KeyError("training.batch_size", "larger than the training set, so there is no batch");
   }
-  LoaderBenchResult result;
-  result.loader = config.data.loader == LoaderKind::TorchData ? "torch_data" : "batched";
-  result.workers = config.data.workers;
-  result.prefetch = prefetch_for(config.data, device.is_cuda());
-  result.batch_size = config.training.batch_size;
+  const std::string kind = config.data.loader == LoaderKind::TorchData ? "torch_data" : "batched";
+  const int64_t prefetch = prefetch_for(config.data, device.is_cuda());
   synchronize(device);
   const auto start = std::chrono::steady_clock::now();
   int64_t epoch = 1;
@@ -46,38 +43,36 @@ LoaderBenchResult bench_loader(const LoaderBenchRequest& request, const Config& 
     data::next_batch_across_epochs(*loader, epoch);
   }
   synchronize(device);
-  result.batches = request.batches;
-  result.seconds = seconds_since(start);
-  result.images_per_second =
-      static_cast<double>(result.batches * result.batch_size) / std::max(result.seconds, 1e-9);
-  const nlohmann::ordered_json json = {{"loader", result.loader},
-                                       {"workers", result.workers},
-                                       {"prefetch", result.prefetch},
-                                       {"batch_size", result.batch_size},
+  const double seconds = seconds_since(start);
+  const double images_per_second =
+      static_cast<double>(request.batches * config.training.batch_size) / std::max(seconds, 1e-9);
+  const nlohmann::ordered_json json = {{"loader", kind},
+                                       {"workers", config.data.workers},
+                                       {"prefetch", prefetch},
+                                       {"batch_size", config.training.batch_size},
                                        {"image_size", config.data.image_size},
-                                       {"batches", result.batches},
-                                       {"seconds", result.seconds},
-                                       {"images_per_second", result.images_per_second},
+                                       {"batches", request.batches},
+                                       {"seconds", seconds},
+                                       {"images_per_second", images_per_second},
                                        {"device", device.str()}};
   std::printf("%s\n", json.dump().c_str());
   if (!request.output.empty()) write_file_atomically(request.output, json.dump(2) + "\n");
   spdlog::info(
-      "input pipeline alone: {} ({} workers, prefetch {}){}: {:.0f} images/s over {} batches",
-      result.loader, result.workers, result.prefetch, resized_text(config.data.image_size),
-      result.images_per_second, result.batches);
-  return result;
+      "input pipeline alone: {} ({} workers, prefetch {}){}: {:.0f} images/s over {} batches", kind,
+      config.data.workers, prefetch, resized_text(config.data.image_size), images_per_second,
+      request.batches);
 }
 
 }  // namespace
 
-LoaderBenchResult loader_bench_command(const LoaderBenchRequest& request) {
+void loader_bench_command(const LoaderBenchRequest& request) {
   if (request.batches < 1) throw UserError("--batches: expected 1 or more");
   if (!request.output.empty()) {
     check_file_outside_outputs(request.output, "--output");
     check_not_an_input(request.output, "--output", request.config_path, "--config");
   }
   const Config config = load_config(request.config_path, request.overrides);
-  return with_key_origins(config, [&] { return bench_loader(request, config); });
+  with_key_origins(config, [&] { bench_loader(request, config); });
 }
 
 }  // namespace training

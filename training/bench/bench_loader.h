@@ -18,13 +18,7 @@ struct LoaderBenchRequest {
   std::string output;     // a JSON file for the result ("" = none)
 };
 
-struct LoaderBenchResult {
-  std::string loader;  // "batched" | "torch_data"
-  int64_t workers = 0, prefetch = 0, batch_size = 0, batches = 0;
-  double seconds = 0, images_per_second = 0;
-};
-
 // Times the loader (device-synchronised); prints one line, writes the JSON when asked.
-LoaderBenchResult loader_bench_command(const LoaderBenchRequest& request);
+void loader_bench_command(const LoaderBenchRequest& request);
 
 }  // namespace training

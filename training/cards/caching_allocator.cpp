@@ -67,11 +67,6 @@ CachingAllocatorModel::CachingAllocatorModel(AllocatorOptions options)
 
 CachingAllocatorModel::~CachingAllocatorModel() = default;
 
-void CachingAllocatorModel::reset_peaks() {
-  stats_.peak_allocated = stats_.allocated;
-  stats_.peak_reserved = stats_.reserved;
-}
-
 int64_t CachingAllocatorModel::block_size(int64_t id) const {
   const auto found = active_.find(id);
   return found == active_.end() ? 0 : found->second->size;

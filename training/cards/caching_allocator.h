@@ -110,7 +110,6 @@ class CachingAllocatorModel {
   // Each event from now on, as it happens (nullptr: none): a segment's or page range's release
   // before it, while segments() still lists it, the others after.
   void set_listener(std::function<void(const AllocatorEvent&)> listener);
-  void reset_peaks();
   // The block handed out for `id`: its size (0 when none) and address, for tests.
   int64_t block_size(int64_t id) const;
   int64_t block_address(int64_t id) const;

@@ -269,20 +269,6 @@ const char* op_kind_name(OpKind kind) {
   return names[static_cast<int>(kind)];
 }
 
-const char* op_pass_name(OpPass pass) {
-  switch (pass) {
-    case OpPass::Forward:
-      return "forward";
-    case OpPass::Recompute:
-      return "recomputed forward";
-    case OpPass::Backward:
-      return "backward";
-    case OpPass::Update:
-      return "update";
-  }
-  return "";
-}
-
 int64_t activation_bytes(Precision precision) {
   return precision == Precision::FP32 ? 4 : 2;
 }

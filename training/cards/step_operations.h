@@ -49,7 +49,6 @@ inline constexpr int kOpKinds = static_cast<int>(OpKind::Other) + 1;
 const char* op_kind_name(OpKind kind);  // "convolution", "BatchNorm", ...
 
 enum class OpPass { Forward, Recompute, Backward, Update };
-const char* op_pass_name(OpPass pass);
 
 struct StepOperation {
   OpKind kind = OpKind::Other;

@@ -95,11 +95,6 @@ class Writer {
     for (const auto& value : values) texts.push_back(choice_text(choices, value));
     out_ << YAML::Key << name << YAML::Value << YAML::Flow << texts;
   }
-  void booleans(const std::string& name, const std::vector<bool>& values) {
-    out_ << YAML::Key << name << YAML::Value << YAML::Flow << YAML::BeginSeq;
-    for (bool value : values) out_ << value;
-    out_ << YAML::EndSeq;
-  }
   void bytes(const std::string& name, int64_t value) {
     emit(name, value == 0 ? std::string("none") : byte_size_text(value));
   }

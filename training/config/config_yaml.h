@@ -248,17 +248,6 @@ class Reader {
          });
   }
 
-  void booleans(const std::string& name, std::vector<bool>& out) {
-    std::vector<int> values(out.begin(), out.end());
-    list(name, values, true, "expected a non-empty list of true/false",
-         [](const YAML::Node& item, int& value) {
-           bool flag = false;
-           if (!YAML::convert<bool>::decode(item, flag)) return false;
-           return value = flag, true;
-         });
-    out.assign(values.begin(), values.end());
-  }
-
   void bytes(const std::string& name, int64_t& out) {
     const auto node = field(name);
     if (!node) return;

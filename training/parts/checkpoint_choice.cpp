@@ -283,25 +283,19 @@ std::string remedies(const Config& config, const torch::Device& device, int64_t 
          ", or " + more_budget(config, device, needed);
 }
 
-// Why the recorded choice `c` does not hold for this run, whose budget is `budget`; empty when
-// it holds.
-std::string recorded_choice_lapsed(const CheckpointingDecision& c, const Config& config,
-                                   const torch::Device& device, int64_t budget) {
-  const std::string step = step_signature(config, device);
-  if (c.chosen_for != step)
-    return "it was chosen for " + c.chosen_for + ", and this run is " + step;
-  if (c.predicted_peak <= budget) return "";
-  const auto [peak, allowed] = format_bytes_apart(c.predicted_peak, budget);
-  return "its predicted peak " + peak + " is above this run's budget " + allowed;
-}
-
-// Whether the recorded choice `c` holds for this run; kept, it is checked against this run's
-// budget from now on. `why`: why it does not. A run with no budget (memory.limit taken away on
-// the CPU) is refused as a fresh one is: the choice was made for a budget that is gone.
+// Whether the recorded choice `c` holds for this run (its step, and its peak within this run's
+// budget); kept, it is checked against that budget from now on. `why`: why it does not. A run with
+// no budget (memory.limit taken away on the CPU) is refused as a fresh one is.
 bool recorded_choice_holds(CheckpointingDecision& c, const Config& config,
                            const torch::Device& device, int64_t beside_step, std::string* why) {
   const int64_t budget = checkpointing_budget(config, device).bytes - beside_step;
-  *why = recorded_choice_lapsed(c, config, device, budget);
+  const std::string step = step_signature(config, device);
+  if (c.chosen_for != step) {
+    *why = "it was chosen for " + c.chosen_for + ", and this run is " + step;
+  } else if (c.predicted_peak > budget) {
+    const auto [peak, allowed] = format_bytes_apart(c.predicted_peak, budget);
+    *why = "its predicted peak " + peak + " is above this run's budget " + allowed;
+  }
   if (!why->empty()) return false;
   std::tie(c.budget, c.beside_bytes) = std::pair(budget, beside_step);
   return true;

@@ -19,16 +19,10 @@
 
 namespace training {
 
-bool built_with_cuda() {
-#ifdef TRAIN_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
-
 std::string cuda_unavailable_reason(int64_t index) {
-  if (!built_with_cuda()) return "this build uses a CPU-only LibTorch";
+#ifndef TRAIN_WITH_CUDA
+  return "this build uses a CPU-only LibTorch";
+#endif
   if (!torch::cuda::is_available()) {
     return "no CUDA device is available on this machine (no GPU or no driver)";
   }

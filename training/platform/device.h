@@ -17,9 +17,6 @@
 
 namespace training {
 
-// True when this binary was built against a CUDA LibTorch.
-bool built_with_cuda();
-
 // Why CUDA device `index` cannot be used by this binary on this machine; empty when it can.
 std::string cuda_unavailable_reason(int64_t index);
 

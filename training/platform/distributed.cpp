@@ -10,14 +10,9 @@
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #endif
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
-#include <condition_variable>
 #include <cstdlib>
 #include <map>
-#include <mutex>
-#include <thread>
 
 #include "training/platform/errors.h"
 #include "training/platform/join_deadline.h"
@@ -41,10 +36,6 @@ struct ProcessGroup::Impl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string text_of(const std::vector<uint8_t>& bytes) {
-  return std::string(bytes.begin(), bytes.end());
-}
 
 // Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) the agent of node 0 already hosts the store on
 // MASTER_ADDR:MASTER_PORT: every rank is its client. Otherwise rank 0 hosts it. The keys of each
@@ -207,7 +198,8 @@ void ProcessGroup::meet_peers(std::chrono::milliseconds timeout, const std::stri
       continue;
     }
     try {
-      peers_[r] = text_of(store.get("peer/" + std::to_string(r)));
+      const auto bytes = store.get("peer/" + std::to_string(r));
+      peers_[r].assign(bytes.begin(), bytes.end());
     } catch (const c10::DistNetworkError&) {
       throw;  // the store itself is lost, not a rank late
     } catch (const std::exception&) {
@@ -309,10 +301,6 @@ void ProcessGroup::all_reduce(std::vector<torch::Tensor>& tensors, bool max) {
   }
 }
 
-void ProcessGroup::barrier() {
-  impl_->group->barrier()->wait();
-}
-
 std::vector<std::vector<size_t>> gradient_buckets(const std::vector<torch::Tensor>& params,
                                                   int64_t bucket_bytes) {
   auto buckets = std::get<0>(c10d::compute_bucket_assignment_by_size(
@@ -360,7 +348,7 @@ std::unique_ptr<ProcessGroup::GradientAverager> ProcessGroup::gradient_averager(
 struct ProcessGroup::Impl {};
 
 ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& options,
-                           const torch::Device& device)
+                           const torch::Device& device, const std::string&)
     : env_(env), options_(options), device_(device) {
   throw UserError("WORLD_SIZE=" + std::to_string(env.world_size) +
                   ": this build has no data-parallel training (Gloo's headers were missing when it "
@@ -373,7 +361,6 @@ const char* ProcessGroup::backend_name() const {
 void ProcessGroup::broadcast_from_main(torch::nn::Module&) {}
 void ProcessGroup::broadcast_buffers(torch::nn::Module&) {}
 void ProcessGroup::all_reduce(std::vector<torch::Tensor>&, bool) {}
-void ProcessGroup::barrier() {}
 void ProcessGroup::meet_peers(std::chrono::milliseconds, const std::string&) {}
 std::string ProcessGroup::describe_peers(const std::string&) const {
   return "the other ranks";

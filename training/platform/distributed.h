@@ -92,7 +92,6 @@ class ProcessGroup {
   void broadcast_buffers(torch::nn::Module& module);
   // Element-wise sum (or max) over the ranks, in place.
   void all_reduce(std::vector<torch::Tensor>& tensors, bool max = false);
-  void barrier();
 
   // "reached by its peers through eth0 (10.0.0.2), chosen by the route to the store at ...":
   // what the rank's start-up line says of its network.

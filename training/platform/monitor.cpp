@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "training/platform/json_rows.h"
 
@@ -104,28 +105,21 @@ class NvmlProbe : public Probe {
   bool bind(const std::string& pci_bus_id, std::string* why_not) {
     // Required: without these there is nothing to sample. The rest is optional (some drivers,
     // and virtual GPUs, lack power or clock readings), so one missing symbol costs one column.
-    auto required = [&](const char* name) {
-      void* found = ::dlsym(library_, name);
-      if (!found && why_not->empty()) *why_not = std::string("NVML has no ") + name;
-      return found;
+    // Required: without these there is nothing to sample. The rest is optional (some drivers,
+    // and virtual GPUs, lack power or clock readings), so one missing symbol costs one column.
+    auto find = [&](auto& entry, const char* name, bool required) {
+      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(::dlsym(library_, name));
+      if (!entry && required && why_not->empty()) *why_not = std::string("NVML has no ") + name;
     };
-    auto optional = [&](const char* name) { return ::dlsym(library_, name); };
-    init_ = reinterpret_cast<nvmlReturn_t (*)()>(required("nvmlInit_v2"));
-    shutdown_ = reinterpret_cast<nvmlReturn_t (*)()>(required("nvmlShutdown"));
-    handle_by_bus_id_ = reinterpret_cast<nvmlReturn_t (*)(const char*, nvmlDevice_t*)>(
-        required("nvmlDeviceGetHandleByPciBusId_v2"));
-    utilization_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlUtilization*)>(
-        required("nvmlDeviceGetUtilizationRates"));
-    memory_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlMemory*)>(
-        required("nvmlDeviceGetMemoryInfo"));
-    memory_v2_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlMemoryV2*)>(
-        optional("nvmlDeviceGetMemoryInfo_v2"));
-    power_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned*)>(
-        optional("nvmlDeviceGetPowerUsage"));
-    clock_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int, unsigned*)>(
-        optional("nvmlDeviceGetClockInfo"));
-    temperature_ = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, int, unsigned*)>(
-        optional("nvmlDeviceGetTemperature"));
+    find(init_, "nvmlInit_v2", true);
+    find(shutdown_, "nvmlShutdown", true);
+    find(handle_by_bus_id_, "nvmlDeviceGetHandleByPciBusId_v2", true);
+    find(utilization_, "nvmlDeviceGetUtilizationRates", true);
+    find(memory_, "nvmlDeviceGetMemoryInfo", true);
+    find(memory_v2_, "nvmlDeviceGetMemoryInfo_v2", false);
+    find(power_, "nvmlDeviceGetPowerUsage", false);
+    find(clock_, "nvmlDeviceGetClockInfo", false);
+    find(temperature_, "nvmlDeviceGetTemperature", false);
     if (!why_not->empty()) return false;
     if (init_() != kNvmlSuccess) return *why_not = "nvmlInit failed (no NVIDIA driver?)", false;
     initialized_ = true;

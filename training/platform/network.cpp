@@ -28,10 +28,6 @@ std::string numeric_host(const sockaddr* address) {
   return host.substr(0, host.find('%'));
 }
 
-struct IfAddrsDeleter {
-  void operator()(ifaddrs* list) const { ::freeifaddrs(list); }
-};
-
 // Every (interface, address) pair of this host, IPv4 and IPv6, in the system's order.
 std::vector<NetworkInterface> all_addresses() {
   ifaddrs* raw = nullptr;
@@ -39,7 +35,7 @@ std::vector<NetworkInterface> all_addresses() {
     throw UserError(std::string("cannot list this host's network interfaces: ") +
                     std::strerror(errno));
   }
-  std::unique_ptr<ifaddrs, IfAddrsDeleter> list(raw);
+  std::unique_ptr<ifaddrs, decltype(&::freeifaddrs)> list(raw, &::freeifaddrs);
   std::vector<NetworkInterface> found;
   for (const ifaddrs* entry = raw; entry; entry = entry->ifa_next) {
     if (!entry->ifa_addr || !(entry->ifa_flags & IFF_UP)) continue;

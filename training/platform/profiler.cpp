@@ -30,8 +30,16 @@ torch::profiler::impl::ProfilerConfig config_for(const ProfilerOptions& options)
                                                options.record_shapes());
 }
 
-}  // namespace
+struct OperatorStat {
+  std::string name;
+  int64_t calls = 0;
+  double self_us = 0;   // time in the op itself, children excluded (CPU ops) / kernel time (GPU)
+  double total_us = 0;  // time including children
+  bool device = false;  // a GPU kernel or copy, not a CPU op
+};
 
+// Aggregates events by name; self time = duration minus the durations of directly nested events
+// on the same thread. Sorted by self time, largest first.
 std::vector<OperatorStat> operator_table(const std::vector<prof::KinetoEvent>& events) {
   // Per thread, events sorted by start; a stack of open events finds each one's parent.
   struct Span {
@@ -77,6 +85,7 @@ std::vector<OperatorStat> operator_table(const std::vector<prof::KinetoEvent>& e
   return stats;
 }
 
+// The table as text, like key_averages().table().
 std::string format_operator_table(const std::vector<OperatorStat>& stats, int64_t top) {
   double self_total = 0;
   for (const auto& s : stats) {
@@ -95,6 +104,8 @@ std::string format_operator_table(const std::vector<OperatorStat>& stats, int64_
   }
   return out.str();
 }
+
+}  // namespace
 
 StepProfiler::StepProfiler(ProfilerOptions options, fs::path trace_file, torch::Device device)
     : options_(options), trace_file_(std::move(trace_file)), device_(device) {

@@ -7,13 +7,7 @@
 #include <torch/types.h>
 
 #include <filesystem>
-#include <memory>
 #include <string>
-#include <vector>
-
-namespace torch::autograd::profiler {
-struct KinetoEvent;
-}
 
 namespace training {
 
@@ -24,22 +18,6 @@ struct ProfilerOptions {
   TORCH_ARG(int64_t, top) = 15;  // rows of the operator table
   TORCH_ARG(bool, record_shapes) = false;
 };
-
-struct OperatorStat {
-  std::string name;
-  int64_t calls = 0;
-  double self_us = 0;   // time in the op itself, children excluded (CPU ops) / kernel time (GPU)
-  double total_us = 0;  // time including children
-  bool device = false;  // a GPU kernel or copy, not a CPU op
-};
-
-// Aggregates events by name; self time = duration minus the durations of directly nested events
-// on the same thread. Sorted by self time, largest first.
-std::vector<OperatorStat> operator_table(
-    const std::vector<torch::autograd::profiler::KinetoEvent>& events);
-
-// The table as text, like key_averages().table().
-std::string format_operator_table(const std::vector<OperatorStat>& stats, int64_t top);
 
 class StepProfiler {
  public:

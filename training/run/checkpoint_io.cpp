@@ -6,9 +6,6 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
 
@@ -175,10 +172,6 @@ void check_format(torch::serialize::InputArchive& archive, const fs::path& file)
                     ", this build reads format " + std::to_string(kFormatVersion));
   }
 }
-
-}  // namespace
-
-namespace {
 
 // Fills the header of `framed`, whose payload follows kCheckpointHeaderBytes of room for it.
 void seal(std::string& framed) {

@@ -72,8 +72,6 @@ SweepRunner::SweepRunner(Config config, fs::path dir, fs::path executable, torch
   if (!config_.sweep.devices.empty()) config_.training.device = "cuda";
 }
 
-// Runs the grid and the searches; false when a stop signal ended the sweep early (the outputs
-// then hold the trials completed so far).
 bool SweepRunner::run() {
   spdlog::info(
       "sweep: {} setting(s) x {} batch size(s) on {}, memory {} ({}), {} warm-up + {} "
@@ -118,9 +116,6 @@ bool SweepRunner::run() {
   return true;
 }
 
-// Measures one trial in a child process (parent side), on GPU `gpu` alone when it is not -1; a
-// batch already measured for this setting is not measured twice. Several run at once with
-// sweep.devices, one per GPU: the trials and the tables are shared under mutex_.
 TrialResult SweepRunner::trial_in_child_process(const Setting& setting, int64_t batch,
                                                 const std::string& source, int64_t gpu,
                                                 bool again) {
@@ -161,7 +156,6 @@ TrialResult SweepRunner::trial_in_child_process(const Setting& setting, int64_t 
   return trial.result;
 }
 
-// The child's result file; a crash, a timeout or an unreadable file is an error result.
 std::optional<TrialResult> SweepRunner::read_result_file(const fs::path& file) {
   try {
     std::ifstream in(file);
@@ -213,17 +207,16 @@ void SweepRunner::find_max(const Setting& setting, int64_t gpu) {
                    result.message);
       result = trial_in_child_process(setting, batch, "find-max", gpu, /*again=*/true);
     }
-    const TrialResult* r = &result;
-    if (r->status == TrialStatus::Ok) fits = batch;
-    if (r->status == TrialStatus::OutOfMemory) fails = batch;
-    if (r->status == TrialStatus::Error) {
+    if (result.status == TrialStatus::Ok) fits = batch;
+    if (result.status == TrialStatus::OutOfMemory) fails = batch;
+    if (result.status == TrialStatus::Error) {
       spdlog::warn(
           "{}: find-max stopped: batch {} failed twice ({}); its largest batch that fits is not "
           "known, and sweep.json says complete: false",
-          setting.name(), batch, r->message);
+          setting.name(), batch, result.message);
       search_failed_ = true;
     }
-    return r->status != TrialStatus::Error;
+    return result.status != TrialStatus::Error;
   };
   while (fails == 0 && fits < cap) {
     if (!probe(std::min(cap, std::max<int64_t>(1, fits * 2)))) return;

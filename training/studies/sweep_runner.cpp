@@ -60,11 +60,6 @@ std::string first_difference(const std::string& before, const std::string& now) 
 
 }  // namespace
 
-// sweep.launcher: slurm -- the grid as one job array (sweep_slurm.h). A trial whose result is
-// in the folder already (ok or oom, of a trial config that measures the same) is not submitted
-// again; the files of trials no longer in the grid are removed. False when a stop signal
-// cancelled the array before every trial had its result; failed_tasks() counts the trials
-// without a result.
 bool SweepRunner::run_on_slurm() {
   const auto grid = grid_trials();
   remove_trials_not_in_grid(static_cast<int64_t>(grid.size()));
@@ -140,8 +135,6 @@ bool SweepRunner::slurm_row(SweepTrial& trial, const SlurmOutcome& outcome, bool
   return false;
 }
 
-// A re-run on a folder whose grid had more trials: their files (trials/NNN.yaml, .json, .log with
-// NNN above this grid's trials) go, so that the finished folder holds this grid's alone.
 void SweepRunner::remove_trials_not_in_grid(int64_t trials) const {
   int64_t removed = 0;
   std::error_code ec;
@@ -171,8 +164,6 @@ void SweepRunner::finish(bool complete) {
   }
 }
 
-// The grid's trials in the order they start: setting by setting, or with sweep.time_budget
-// batch by batch across the settings (every setting gets its small batches first).
 std::vector<std::pair<Setting, int64_t>> SweepRunner::grid_trials() const {
   std::vector<std::pair<Setting, int64_t>> grid;
   if (config_.sweep.time_budget > 0) {
@@ -187,11 +178,6 @@ std::vector<std::pair<Setting, int64_t>> SweepRunner::grid_trials() const {
   return grid;
 }
 
-// Writes trials/NNN.yaml and removes an earlier attempt's result and log, so that what is read
-// back is what this trial writes. With `keep_result`, a result (ok or oom) of a trial config that
-// measures the same (measured_part: not the launcher, the options or the grid) is kept instead,
-// and true returned; a kept result not reused says why. A kept result holding a value
-// `train sweep-trial` never writes is refused (UserError naming the file).
 bool SweepRunner::prepare_trial(const SweepTrial& trial, bool keep_result) const {
   Config trial_config = config_;
   trial_config.training.batch_size = trial.batch;
@@ -214,7 +200,6 @@ bool SweepRunner::prepare_trial(const SweepTrial& trial, bool keep_result) const
   return false;
 }
 
-// Why the result kept in `result` is not this trial's measurement ("" when it is).
 std::string SweepRunner::why_not_kept(const fs::path& yaml, const fs::path& result,
                                       const std::string& measured) {
   TrialResult kept;

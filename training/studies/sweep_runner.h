@@ -57,8 +57,6 @@ class SweepRunner {
   // measured_part) asks for; "" when it is.
   static std::string why_not_kept(const std::filesystem::path& yaml,
                                   const std::filesystem::path& result, const std::string& measured);
-  // slurm: the trial's row from its result, which counts for a submitted trial only when its
-  // array task wrote it (is_task_result), else from its task's Slurm state; false without one.
   bool slurm_row(SweepTrial& trial, const SlurmOutcome& outcome, bool submitted) const;
   // slurm: removes trials/NNN.* of trials above this grid's `trials` (an earlier, larger grid).
   void remove_trials_not_in_grid(int64_t trials) const;
@@ -79,8 +77,6 @@ class SweepRunner {
   // The trial's result; a crash, a timeout or an unreadable file is an error result.
   static TrialResult read_result(const std::filesystem::path& file, const ProcessOutcome& outcome,
                                  const std::filesystem::path& log);
-  // Doubling from the largest batch known to fit, then binary search between the largest that
-  // fits and the smallest that does not.
   void find_max(const Setting& setting, int64_t gpu);
   std::vector<int64_t> memory_sizes() const;
   std::vector<SettingSummary> summaries() const;

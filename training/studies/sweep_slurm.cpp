@@ -27,27 +27,21 @@ constexpr auto kSayAtLeastEvery = std::chrono::seconds(30);
 constexpr int64_t kSbatchSeconds = 120;
 
 std::string array_script(const fs::path& dir, const fs::path& executable) {
-  return "#!/bin/sh\n"
-         "# Written by train sweep: array task N runs trial N of this sweep folder\n"
-         "# (trials/NNN.yaml -> trials/NNN.json, its output in trials/NNN.log).\n"
-         "#SBATCH --job-name=train-sweep\n"
-         "#SBATCH --output=/dev/null\n"
-         "#SBATCH --no-requeue\n"
-         "dir=" +
-         shell_word(dir.string()) +
-         "\n"
-         "train=" +
-         shell_word(executable.string()) +
-         "\n"
-         "id=$(printf %03d \"$SLURM_ARRAY_TASK_ID\")\n"
-         "[ -r \"$dir/trials/$id.yaml\" ] && [ -w \"$dir/trials\" ] || exit " +
-         std::to_string(kFolderNotVisible) +
-         "\n"
-         "[ -x \"$train\" ] || exit " +
-         std::to_string(kTrainNotVisible) +
-         "\n"
-         "exec \"$train\" sweep-trial --config \"$dir/trials/$id.yaml\" "
-         "--result \"$dir/trials/$id.json\" >>\"$dir/trials/$id.log\" 2>&1\n";
+  return fmt::format(
+      "#!/bin/sh\n"
+      "# Written by train sweep: array task N runs trial N of this sweep folder\n"
+      "# (trials/NNN.yaml -> trials/NNN.json, its output in trials/NNN.log).\n"
+      "#SBATCH --job-name=train-sweep\n"
+      "#SBATCH --output=/dev/null\n"
+      "#SBATCH --no-requeue\n"
+      "dir={}\ntrain={}\n"
+      "id=$(printf %03d \"$SLURM_ARRAY_TASK_ID\")\n"
+      "[ -r \"$dir/trials/$id.yaml\" ] && [ -w \"$dir/trials\" ] || exit {}\n"
+      "[ -x \"$train\" ] || exit {}\n"
+      "exec \"$train\" sweep-trial --config \"$dir/trials/$id.yaml\" "
+      "--result \"$dir/trials/$id.json\" >>\"$dir/trials/$id.log\" 2>&1\n",
+      shell_word(dir.string()), shell_word(executable.string()), kFolderNotVisible,
+      kTrainNotVisible);
 }
 
 class ArrayWatch {
