@@ -64,6 +64,7 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
     message += ", training.precision: bf16 or fp16 (now fp32)";
   if (!config.checkpointing.enabled()) message += ", checkpointing.enabled: auto or true";
   if (config.data.device_resident) message += ", data.device_resident: false";
+  message += step_size_remedies(config);
   return message + "; `train sweep --find-max` finds the largest batch that fits." + intact;
 }
 

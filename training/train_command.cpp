@@ -287,7 +287,7 @@ Position check_before_measuring(const TrainRequest& request, const ResumeTarget&
     const TrainState position = check_checkpoint_model(resume.checkpoint, *model, *optimizer);
     Trainer::check_resumable(resume.checkpoint, position, asked, run_yaml(asked), ranks);
     const bool trained = nothing_left_to_train(position, asked);
-    if (!trained) refuse_what_no_batch_fits(asked);  // weights alone above the limit or budget
+    if (!trained) refuse_what_no_batch_fits(asked, device);  // the weights alone, no budget
     // Nothing runs under memory.limit then: the model and the checkpoint's tensors are read
     // without it (under it a finished run ran out of memory reading them; load_resumed says so).
     if (trained) set_memory_limit(device, 0);
@@ -296,7 +296,7 @@ Position check_before_measuring(const TrainRequest& request, const ResumeTarget&
   if (resume.run_dir.empty() && !request.output_dir.empty() && (!launch || launch->rank == 0)) {
     check_output_dir(request.output_dir, OutputKind::Run, "--output-dir");
   }
-  refuse_what_no_batch_fits(asked);  // the weights alone above the limit or budget
+  refuse_what_no_batch_fits(asked, device);  // the weights alone above the limit or budget
   return {};
 }
 

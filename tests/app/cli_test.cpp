@@ -446,10 +446,12 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
 
   const auto checkpoint_before = test_support::read_text(run / "checkpoint.pt");
   const auto metrics_before = test_support::read_text(run / "metrics.jsonl");
-  // Eight times the batch under a limit 20% above what batch 32 needed.
-  r = run_train(
-      "--resume " + run.string() + " --set training.epochs=2 --set training.batch_size=256" +
-      " --set data.synthetic_train_size=512 --memory-limit " + std::to_string(peak * 6 / 5));
+  // Eight times the batch under a limit 20% above what batch 32 needed, in a layout given (auto
+  // would time both layouts at 256 under the limit and stop there, before the first step).
+  r = run_train("--resume " + run.string() +
+                " --set training.epochs=2 --set training.batch_size=256" +
+                " --set data.synthetic_train_size=512 --set training.memory_format=contiguous" +
+                " --memory-limit " + std::to_string(peak * 6 / 5));
   EXPECT_EQ(r.code, 3) << r.output;
   std::string error_line;
   int errors = 0;
@@ -466,6 +468,18 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
   }
   EXPECT_EQ(test_support::read_text(run / "checkpoint.pt"), checkpoint_before);
   EXPECT_EQ(test_support::read_text(run / "metrics.jsonl"), metrics_before);
+  // With the layout auto, the run's own step is timed under the limit (eighth hostile pass: at 8
+  // images a layout fitted that ran out at the batch): out of memory in each layout before the
+  // first step, nothing trained.
+  r = run_train(
+      "--resume " + run.string() + " --set training.epochs=2 --set training.batch_size=256" +
+      " --set data.synthetic_train_size=512 --memory-limit " + std::to_string(peak * 6 / 5));
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("in the training step timed in each layout (training.memory_format: "
+                          "auto): in contiguous and in channels_last"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(test_support::read_text(run / "checkpoint.pt"), checkpoint_before);
 }
 
 // Building the model (or loading a checkpoint) can run out of memory before the first step: that

@@ -267,14 +267,15 @@ TEST(Outcomes, AStopMidEpochUnderTorchDataKeepsTheEpochsCheckpoint) {
   EXPECT_EQ(r.code, 0) << r.output;
 }
 
-// A mid-epoch checkpoint resumed under another seed, data size or augmentation trained the rest
-// of the epoch on other samples without a word.
+// A mid-epoch checkpoint resumed under another seed, data size, augmentation or image size (eighth
+// hostile pass: the rest of epoch 1 at 16x16, its row mixing the two) trained the rest of the
+// epoch on other samples without a word.
 TEST(Outcomes, AMidEpochResumeWithOtherSamplesIsRefused) {
   test_support::TempDir dir;
   const auto run = dir / "run";
   ASSERT_EQ(run_train(tiny_run(dir, run, "--set training.max_steps=2")).code, 0);
-  for (const std::string change :
-       {"training.seed=7", "data.synthetic_train_size=160", "data.augment=false"}) {
+  for (const std::string change : {"training.seed=7", "data.synthetic_train_size=160",
+                                   "data.augment=false", "data.image_size=16"}) {
     const auto r =
         run_train("--resume " + run.string() + " --set training.max_steps=0 --set " + change);
     EXPECT_EQ(r.code, 2) << change << ": " << r.output;

@@ -69,6 +69,30 @@ TEST(OutOfMemory, TheWeightAverageIsCountedAmongWhatNoBatchLowers) {
   EXPECT_EQ(training::held_whatever_the_batch(config).bytes, held.bytes + 12);
 }
 
+// Eighth hostile pass: a step that ran out of memory at 1024x1024 images, or with a weight average
+// it could drop, was told a smaller batch, bf16 or checkpointing, not what it had changed: the
+// images' size and the average are remedies too, in train's line and in auto's "nothing fits".
+TEST(OutOfMemory, TheImageSizeAndTheWeightAverageAreRemediesOfAStep) {
+  training::Config config;
+  config.memory.limit = training::held_whatever_the_batch(config).bytes * 3;
+  const training::OutOfMemoryWhere step{training::OutOfMemoryWhere::Training,
+                                        "in epoch 1 after 0 steps", false, false};
+  auto message = training::out_of_memory_message(config, torch::kCPU, step, "");
+  EXPECT_EQ(message.find("data.image_size"), std::string::npos) << message;
+  EXPECT_EQ(message.find("ema_decay"), std::string::npos) << message;
+  config.data.image_size = 1024;
+  config.training.ema_decay = 0.99;
+  message = training::out_of_memory_message(config, torch::kCPU, step, "");
+  EXPECT_NE(message.find(", a smaller data.image_size (now 1024), training.ema_decay: 0; "),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(training::step_size_remedies(config),
+            ", a smaller data.image_size (now 1024), training.ema_decay: 0");
+  config.data.image_size = 16;  // already below the images as stored
+  config.training.ema_decay = 0;
+  EXPECT_EQ(training::step_size_remedies(config), "");
+}
+
 // An evaluation that ran out of memory at one image per forward pass (it halves its passes before
 // it gives up) was told to take a smaller training.eval_batch_size, which cannot help; that remedy
 // stays for the evaluation batch itself.

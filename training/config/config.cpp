@@ -137,7 +137,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.choice("granularity", c.checkpointing.granularity(), kGranularities);
     v.integer("segments", c.checkpointing.segments(), 1, 1000);
     v.bytes("budget", c.checkpointing.budget());
-    v.real("headroom", c.checkpointing.headroom(), 0.0, 0.9);
+    v.real("headroom", c.checkpointing.headroom(), 0.0, 0.9, /*percent=*/true);
     v.optional_texts("blocks", c.checkpointing.blocks());
   });
   v.section("memory", [&] {

@@ -41,7 +41,7 @@ class Writer {
     if (value == kAuto) return emit(name, std::string("auto"));
     emit(name, value);
   }
-  void real(const std::string& name, double value, double, double) {
+  void real(const std::string& name, double value, double, double, bool = false) {
     emit(name, shortest_double(value));
   }
   void boolean(const std::string& name, bool value) { emit(name, value); }

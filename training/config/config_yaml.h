@@ -161,16 +161,22 @@ class Reader {
     out = std::move(values);
   }
 
-  void real(const std::string& name, double& out, double lo, double hi) {
+  // `percent`: a share, also taken as a percentage ("10%" is 0.1), as the program prints one.
+  void real(const std::string& name, double& out, double lo, double hi, bool percent = false) {
     const auto node = field(name);
     if (!node) return;
     const std::string expected =
-        "expected a number in [" + shortest_double(lo) + ", " + shortest_double(hi) + "]";
+        "expected a number in [" + shortest_double(lo) + ", " + shortest_double(hi) + "]" +
+        (percent ? " or a percentage up to " + shortest_double(100 * hi) + "%" : "");
+    std::string text = node->IsScalar() ? node->Scalar() : "";
+    const bool as_percent = percent && !text.empty() && text.back() == '%';
+    if (as_percent) text.pop_back();
     double value = 0;
-    if (!node->IsScalar() || !YAML::convert<double>::decode(*node, value) ||
+    if (!node->IsScalar() || !YAML::convert<double>::decode(YAML::Node(text), value) ||
         !std::isfinite(value)) {
       fail(name, expected + ", got " + describe(*node));
     }
+    if (as_percent) value /= 100;
     if (value < lo || value > hi) fail(name, expected + ", got " + node->Scalar());
     out = value;
   }

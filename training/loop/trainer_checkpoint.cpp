@@ -24,7 +24,8 @@ void check_same_samples(const std::filesystem::path& checkpoint, const TrainStat
                                                         {"data", "root"},
                                                         {"data", "train_limit"},
                                                         {"data", "synthetic_train_size"},
-                                                        {"data", "augment"}}) {
+                                                        {"data", "augment"},
+                                                        {"data", "image_size"}}) {
     const std::string was = stored[section][key].as<std::string>("");
     const std::string now = current[section][key].as<std::string>("");
     if (was == now) continue;

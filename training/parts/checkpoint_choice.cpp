@@ -144,13 +144,15 @@ CheckpointBudget checkpointing_budget(const Config& config, const torch::Device&
   const std::string headroom = fmt::format("checkpointing.headroom {:g}%", 100 * c.headroom());
   if (config.memory.limit > 0) {
     return {static_cast<int64_t>(static_cast<double>(config.memory.limit) * keep),
-            "memory.limit " + format_bytes(config.memory.limit) + " less " + headroom};
+            "memory.limit " + format_bytes(config.memory.limit) + " less " + headroom,
+            config.memory.limit};
   }
   if (device.is_cuda()) {
     const int64_t card = total_memory(device), outside = memory_outside_allocator(device);
     return {static_cast<int64_t>(static_cast<double>(card) * keep) - outside,
             "the card's " + format_bytes(card) + " less " + headroom + " and " +
-                format_bytes(outside) + " outside the allocator"};
+                format_bytes(outside) + " outside the allocator",
+            card};
   }
   throw KeyError("checkpointing.enabled", "auto " + missing_budget(config, device));
 }
@@ -170,11 +172,18 @@ std::string missing_budget(const Config& config, const torch::Device& device) {
          "memory.limit (--memory-limit 2GiB) or checkpointing.budget";
 }
 
+std::pair<std::string, std::string> peak_and_budget_text(int64_t peak, int64_t budget,
+                                                         int64_t named) {
+  auto texts = format_bytes_apart(peak, budget);
+  if (named > 0 && named != budget && texts.second == format_bytes(named))
+    texts.second = format_bytes_apart(budget, named).first;
+  return texts;
+}
+
 std::string describe_choice(const CheckpointChoice& c) {
   const std::string blocks = config_yaml::join(c.blocks, ", ");
-  // The peak chosen against the budget: never written alike where they differ.
-  const auto [peak, budget_bytes] =
-      format_bytes_apart(c.blocks.empty() ? c.plain_peak : c.predicted_peak, c.budget);
+  const auto [peak, budget_bytes] = peak_and_budget_text(
+      c.blocks.empty() ? c.plain_peak : c.predicted_peak, c.budget, c.budget_named);
   const std::string budget = "budget " + budget_bytes + " (" + c.budget_source + ")";
   if (c.blocks.empty()) {
     return budget + ": nothing recomputed, the plain step's predicted peak " + peak + " fits";
@@ -280,7 +289,7 @@ std::string remedies(const Config& config, const torch::Device& device, int64_t 
          std::string(config.training.precision == Precision::FP32
                          ? ", training.precision bf16 or fp16"
                          : "") +
-         ", or " + more_budget(config, device, needed);
+         step_size_remedies(config) + ", or " + more_budget(config, device, needed);
 }
 
 // Whether the recorded choice `c` holds for this run (its step, and its peak within this run's
@@ -360,9 +369,11 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
   }
   CheckpointChoice choice = choose_blocks(m, budget.bytes);
   choice.budget_source = budget.source;
+  choice.budget_named = budget.named;
   choice.note = note;
   if (!choice.fits) {
-    const auto [allowed, peak] = format_bytes_apart(budget.bytes, choice.smallest_peak);
+    const auto [peak, allowed] =
+        peak_and_budget_text(choice.smallest_peak, budget.bytes, budget.named);
     throw OutOfMemory("checkpointing.enabled: auto: nothing fits the budget of " + allowed + " (" +
                       budget.source + "): with every block recomputed one step at batch " +
                       std::to_string(config.training.batch_size) + " peaks at " + peak + "; " +

@@ -68,6 +68,7 @@ struct CheckpointChoice {
   std::vector<std::string> blocks;  // recomputed, in forward order (empty when the plain step fits)
   int64_t budget = 0;
   std::string budget_source;     // where the budget came from (checkpointing_budget)
+  int64_t budget_named = 0;      // the memory budget_source names (CheckpointBudget::named)
   std::string note;              // why a recorded choice was made again; empty otherwise
   int64_t predicted_peak = 0;    // with `blocks`; with every block when nothing fits
   int64_t plain_peak = 0;        // predicted with no block recomputed
@@ -83,7 +84,14 @@ CheckpointChoice choose_blocks(const BlockMeasurement& measurement, int64_t budg
 struct CheckpointBudget {
   int64_t bytes = 0;
   std::string source;  // "memory.limit 2 GiB less checkpointing.headroom 10%"
+  int64_t named = 0;   // the memory `source` names (memory.limit, the card); 0: none
 };
+
+// A peak and the budget beside it as text, never alike where they differ, and the budget apart
+// from the memory its source names (`named`, in the same line: "budget 184.998 MiB (memory.limit
+// 185.00 MiB less ...)").
+std::pair<std::string, std::string> peak_and_budget_text(int64_t peak, int64_t budget,
+                                                         int64_t named);
 
 // Why checkpointing auto has no budget on `device`: on the CPU, neither checkpointing.budget nor
 // memory.limit ("needs a memory budget, and on the CPU ..."); empty when it has one. Touches no

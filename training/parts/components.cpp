@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "data/torch_data.h"
+#include "training/parts/checkpoint_choice.h"
 #include "training/parts/memory_format.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
@@ -111,7 +112,15 @@ std::string weights_alone_remedy(const Config& config, int64_t limit, const std:
          " or a smaller model.arch";
 }
 
-void refuse_what_no_batch_fits(const Config& config) {
+std::string step_size_remedies(const Config& config) {
+  std::string more;
+  if (config.data.image_size > kStoredImageSize)
+    more += ", a smaller data.image_size (now " + std::to_string(config.data.image_size) + ")";
+  if (config.training.ema_decay > 0) more += ", training.ema_decay: 0";
+  return more;
+}
+
+void refuse_what_no_batch_fits(const Config& config, const torch::Device& device) {
   const auto refuse = [&](int64_t limit, const std::string& key, const std::string& more) {
     if (limit <= 0) return;
     const std::string held = weights_alone_remedy(config, limit, more);
@@ -120,6 +129,9 @@ void refuse_what_no_batch_fits(const Config& config) {
   refuse(config.memory.limit, "memory.limit", "more memory");
   if (config.checkpointing.mode() == CheckpointMode::Auto) {
     refuse(config.checkpointing.budget(), "checkpointing.budget", "a larger checkpointing.budget");
+    const std::string no_budget = missing_budget(config, device);
+    if (!config.checkpointing.blocks() && !no_budget.empty())
+      throw KeyError("checkpointing.enabled", "auto " + no_budget);
   }
 }
 

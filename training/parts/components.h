@@ -71,12 +71,18 @@ HeldWhateverTheBatch held_whatever_the_batch(const Config& config);
 std::string weights_alone_remedy(const Config& config, int64_t limit,
                                  const std::string& more = "more memory");
 
+// The remedies of a step that runs out of memory beyond its batch, precision and checkpointing,
+// each with a leading ", ": a smaller data.image_size where the images are resized up, and
+// training.ema_decay: 0 where a weight average is kept; empty where neither applies.
+std::string step_size_remedies(const Config& config);
+
 // Refuses (OutOfMemory, exit 3) before anything is measured or written where what the run holds
 // whatever the batch takes memory.limit, or with checkpointing auto checkpointing.budget, or
 // more: "memory.limit 50.00 MiB: the weights and their gradients and momentum alone take 127.91
 // MiB: more memory or a smaller model.arch" (found after the measurements, or in the first step
-// with its folder written).
-void refuse_what_no_batch_fits(const Config& config);
+// with its folder written); and checkpointing auto on the CPU with no budget to choose for
+// (KeyError naming checkpointing.enabled: missing_budget), found after the layout's timing.
+void refuse_what_no_batch_fits(const Config& config, const torch::Device& device);
 
 // The step's precision and label smoothing, from training.* (one micro-batch per step: callers
 // that accumulate set StepOptions::accumulate_steps).

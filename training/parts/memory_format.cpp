@@ -23,10 +23,31 @@ c10::MemoryFormat memory_format_for(const Config& config, const torch::Device& d
   return device.is_cuda() ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
 }
 
-double measure_training_rate(const Config& config, const torch::Device& device) {
+namespace {
+
+// The images of the timing step: at most 8 (a few seconds on a CPU), but under memory.limit the
+// run's own batch, weight average and all: a layout whose step fits the limit at 8 images may
+// not at the run's batch, and only a step that fits is a candidate.
+Config timing_config(const Config& config) {
   Config c = config;
+  if (config.memory.limit > 0) return c;
   c.training.batch_size = std::min<int64_t>(config.training.batch_size, 8);
   c.training.ema_decay = 0;
+  return c;
+}
+
+}  // namespace
+
+std::string layout_signature(const Config& config) {
+  std::string signature =
+      step_signature(config, std::nullopt) + fmt::format(", {} CPU threads", at::get_num_threads());
+  if (config.memory.limit > 0)
+    signature += ", under memory.limit " + format_bytes(config.memory.limit);
+  return signature;
+}
+
+double measure_training_rate(const Config& config, const torch::Device& device) {
+  Config c = config;
   // The layout is settled before checkpointing.enabled: auto chooses its blocks (the choice is
   // measured in the layout): until then timed in the step auto's measurement takes, every block
   // recomputed alone, the least memory auto can reach (not the plain step, which auto exists to
@@ -89,7 +110,7 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
     return choice;
   }
   const MeasureRate rate = measure ? measure : MeasureRate(measure_training_rate);
-  Config c = config;
+  Config c = timing_config(config);
   Heartbeat beat("memory_format auto: timing a few steps in each layout", 2, "layouts");
   test_stop_point("layout timing");  // tests: a stop while the layouts are timed
   c.training.memory_format = c10::MemoryFormat::Contiguous;
@@ -104,7 +125,7 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
   choice.contiguous_rate = contiguous.rate;
   choice.channels_last_rate = channels_last.rate;
   choice.timed = true;
-  const int64_t batch = std::min<int64_t>(config.training.batch_size, 8);
+  const int64_t batch = c.training.batch_size;
   if (contiguous.out_of_memory || channels_last.out_of_memory) {
     const bool fits_contiguous = !contiguous.out_of_memory;
     choice.format =
@@ -138,7 +159,7 @@ MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisio
   if (config.training.memory_format) {
     recorded.reset();
   } else if (recorded && recorded->device_type == c10::DeviceTypeName(device.type(), true) &&
-             recorded->chosen_for == step_signature(config, std::nullopt)) {
+             recorded->chosen_for == layout_signature(config)) {
     MemoryFormatChoice kept;
     kept.format = recorded->format;
     kept.reason = "auto: as this run decided before (its checkpoint's decisions), not timed again";
@@ -147,7 +168,7 @@ MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisio
   MemoryFormatChoice choice = choose_memory_format(config, device, data_parallel, measure);
   if (!config.training.memory_format) {
     recorded = LayoutDecision{choice.format, c10::DeviceTypeName(device.type(), true),
-                              choice.reason, step_signature(config, std::nullopt)};
+                              choice.reason, layout_signature(config)};
   }
   return choice;
 }

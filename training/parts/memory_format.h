@@ -3,12 +3,13 @@
 // the CIFAR stem ran 2x faster channels_last), so auto is decided for each run, before anything
 // is built, the way cuDNN's benchmark mode decides algorithms: by timing.
 //   - CUDA: channels_last, not timed (docs/gpu.md's H200 figures were taken channels_last).
-//   - CPU: both layouts timed over a few training steps on a small synthetic batch, the faster
-//     kept; both rates and the choice are logged. Not timed where bf16 is emulated (hundreds of
-//     times slower either way) or with data-parallel training (every rank must choose alike).
+//   - CPU: both layouts timed over a few training steps on a small synthetic batch (under
+//     memory.limit, the run's own batch: a layout whose step does not fit is no candidate), the
+//     faster kept; both rates and the choice are logged. Not timed where bf16 is emulated (hundreds
+//     of times slower either way) or with data-parallel training (every rank must choose alike).
 // The chosen layout is the run's decision (config/decisions.h: decisions.json and the checkpoint),
-// so a resume uses the same one without timing again. train sweep and train plan keep explicit
-// layouts.
+// so a resume of the same step (layout_signature) uses the same one without timing again. train
+// sweep and train plan keep explicit layouts.
 #pragma once
 
 #include <torch/torch.h>
@@ -34,6 +35,10 @@ struct MemoryFormatChoice {
   std::string reason;  // why it is this layout, for the log
 };
 
+// What a recorded layout was chosen for, its chosen_for: the step, and what its timing depended
+// on beyond it (the CPU threads; memory.limit, under which a layout that does not fit is none).
+std::string layout_signature(const Config& config);
+
 // Images/s of a few training steps of `config` (its training.memory_format set) on `device`.
 using MeasureRate = std::function<double(const Config& config, const torch::Device& device)>;
 
@@ -49,7 +54,8 @@ MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisio
                                         const MeasureRate& measure = {});
 
 // The timing choose_memory_format does by default: 1 warm-up and 2 timed steps on a synthetic
-// batch of min(training.batch_size, 8) images; the median step's images/s.
+// batch of training.batch_size images (choose_memory_format gives it min(batch, 8) and no weight
+// average, or under memory.limit the run's own); the median step's images/s.
 double measure_training_rate(const Config& config, const torch::Device& device);
 
 // One line when an explicit layout is known to be far slower than the other on this machine:

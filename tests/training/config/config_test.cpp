@@ -729,7 +729,33 @@ TEST(Config, TheNearNamesakesCheckpointAndCheckpointingPointToEachOther) {
             "backward; writing checkpoint.pt is checkpoint.enabled");
   // A bad value in checkpointing says only what is wrong with it.
   EXPECT_EQ(error_of("checkpointing: {headroom: 3}\n"),
-            "c.yaml: checkpointing.headroom: expected a number in [0, 0.9], got 3");
+            "c.yaml: checkpointing.headroom: expected a number in [0, 0.9] or a percentage up to "
+            "90%, got 3");
+}
+
+// auto's refusal advises "checkpointing.headroom at most 5.0% (now 10%: ...)": typed back as
+// printed, the share was refused ("expected a number in [0, 0.9], got '5.0%'").
+TEST(Config, TheHeadroomIsTakenAsAPercentageAsTheProgramPrintsIt) {
+  EXPECT_DOUBLE_EQ(training::parse_config("", "c.yaml", {"checkpointing.headroom=5.0%"})
+                       .checkpointing.headroom(),
+                   0.05);
+  EXPECT_DOUBLE_EQ(
+      training::parse_config("checkpointing: {headroom: 10%}\n", "c.yaml").checkpointing.headroom(),
+      0.1);
+  EXPECT_DOUBLE_EQ(
+      training::parse_config("checkpointing: {headroom: 0.2}\n", "c.yaml").checkpointing.headroom(),
+      0.2);
+  for (const std::string text : {"95%", "-1%", "%", "5%%", "x%"}) {
+    EXPECT_EQ(error_of("checkpointing: {headroom: '" + text + "'}\n"),
+              "c.yaml: checkpointing.headroom: expected a number in [0, 0.9] or a percentage up to "
+              "90%, got " +
+                  (text == "95%" || text == "-1%" ? text : "'" + text + "'"));
+  }
+  EXPECT_EQ(error_of("training: {label_smoothing: 5%}\n")
+                .rfind("c.yaml: training.label_smoothing: "
+                       "expected a number in [0, ",
+                       0),
+            0u);
 }
 
 }  // namespace

@@ -605,4 +605,25 @@ TEST(CheckpointChoice, MeasuringAResNetGivesEachBlocksBytesAndTheStepsWindows) {
   EXPECT_GT(all.plain_peak, all.smallest_peak);
 }
 
+// Eighth hostile pass: "budget 185.00 MiB (memory.limit 185.00 MiB less checkpointing.headroom
+// 0% less 2.00 KiB the run holds beside the step ...)": the budget and the memory it comes from,
+// in one line, read alike where they differ by 2 KiB.
+TEST(CheckpointChoice, TheBudgetIsWrittenApartFromTheMemoryItComesFrom) {
+  const int64_t mib = int64_t{1} << 20, limit = 185 * mib, budget = limit - 2048;
+  const auto [peak, text] = training::peak_and_budget_text(180 * mib, budget, limit);
+  EXPECT_EQ(peak, "180.00 MiB");
+  EXPECT_EQ(text, "184.998 MiB");
+  training::CheckpointChoice choice;
+  choice.fits = true;
+  choice.budget = budget;
+  choice.budget_named = limit;
+  choice.plain_peak = 180 * mib;
+  choice.budget_source = "memory.limit " + training::format_bytes(limit) + " less ...";
+  const std::string line = training::describe_choice(choice);
+  EXPECT_EQ(line.rfind("budget 184.998 MiB (memory.limit 185.00 MiB less ...)", 0), 0u) << line;
+  // Where they read apart already, or the source names no memory, as format_bytes_apart writes.
+  EXPECT_EQ(training::peak_and_budget_text(180 * mib, 170 * mib, limit).second, "170.00 MiB");
+  EXPECT_EQ(training::peak_and_budget_text(180 * mib, budget, 0).second, "185.00 MiB");
+}
+
 }  // namespace

@@ -99,7 +99,7 @@ TEST(MemoryFormat, Bf16ContiguousOnANativeBf16CpuIsWarnedAbout) {
 
 // The default timing really trains: a positive rate for each layout.
 TEST(MemoryFormat, TheDefaultTimingMeasuresTrainingSteps) {
-  auto config = layout_config(", memory_format: channels_last");
+  auto config = layout_config(", memory_format: channels_last, batch_size: 8");
   EXPECT_GT(training::measure_training_rate(config, torch::kCPU), 0.0);
 }
 
@@ -111,7 +111,7 @@ TEST(MemoryFormat, ARecordedLayoutHoldsOnlyForTheStepItWasTimedFor) {
   training::Decisions decisions;
   training::decide_memory_format(config, decisions, torch::kCPU, false, rates.measure());
   ASSERT_TRUE(decisions.layout);
-  EXPECT_EQ(decisions.layout->chosen_for, training::step_signature(config, std::nullopt));
+  EXPECT_EQ(decisions.layout->chosen_for, training::layout_signature(config));
   EXPECT_EQ(rates.asked.size(), 2u);
   // The same step: kept, not timed.
   auto kept = decisions;
@@ -143,7 +143,50 @@ TEST(MemoryFormat, ARecordedLayoutHoldsOnlyForTheStepItWasTimedFor) {
   auto older = decisions;
   older.layout->chosen_for.clear();
   training::decide_memory_format(config, older, torch::kCPU, false, rates.measure());
-  EXPECT_EQ(older.layout->chosen_for, training::step_signature(config, std::nullopt));
+  EXPECT_EQ(older.layout->chosen_for, training::layout_signature(config));
+}
+
+// Eighth hostile pass: under memory.limit the layouts were timed on 8 images, so a layout whose
+// step fits at 8 and not at the run's batch (16) was chosen, and the run ran out of memory in
+// its first step where the other layout trains; a recorded layout was kept under a new limit,
+// and with other CPU threads than it was timed with.
+TEST(MemoryFormat, UnderAMemoryLimitTheLayoutIsTimedAtTheRunsBatchAndHoldsForThatLimitAlone) {
+  std::vector<std::pair<int64_t, double>> timed;  // batch, weight average
+  const training::MeasureRate measure = [&](const training::Config& c, const torch::Device&) {
+    timed.emplace_back(c.training.batch_size, c.training.ema_decay);
+    return 10.0;
+  };
+  auto run = [&](const training::Config& config) {
+    timed.clear();
+    training::choose_memory_format(config, torch::kCPU, false, measure);
+    return timed;
+  };
+  const auto free = layout_config(", batch_size: 16, ema_decay: 0.99");
+  EXPECT_EQ(run(free), (std::vector<std::pair<int64_t, double>>{{8, 0.0}, {8, 0.0}}));
+  auto limited = free;
+  limited.memory.limit = 196LL << 20;
+  EXPECT_EQ(run(limited), (std::vector<std::pair<int64_t, double>>{{16, 0.99}, {16, 0.99}}));
+  const auto choice = training::choose_memory_format(limited, torch::kCPU, false, measure);
+  EXPECT_NE(choice.reason.find("over 3 steps of 16 images"), std::string::npos) << choice.reason;
+  // The same step under another limit, or on other threads: timed again.
+  FakeRates rates{10.0, 25.0, {}};
+  training::Decisions decisions;
+  training::decide_memory_format(limited, decisions, torch::kCPU, false, rates.measure());
+  ASSERT_EQ(rates.asked.size(), 2u);
+  auto kept = decisions;
+  training::decide_memory_format(limited, kept, torch::kCPU, false, rates.measure());
+  EXPECT_EQ(rates.asked.size(), 2u);
+  auto other_limit = limited;
+  other_limit.memory.limit = 200LL << 20;
+  auto again = decisions;
+  training::decide_memory_format(other_limit, again, torch::kCPU, false, rates.measure());
+  EXPECT_EQ(rates.asked.size(), 4u) << "the layout timed under 196 MiB was kept under 200 MiB";
+  const int threads = at::get_num_threads();
+  at::set_num_threads(threads + 1);
+  again = decisions;
+  training::decide_memory_format(limited, again, torch::kCPU, false, rates.measure());
+  at::set_num_threads(threads);
+  EXPECT_EQ(rates.asked.size(), 6u) << "the layout timed on " << threads << " threads was kept";
 }
 
 // Hostile pass: a layout whose timing step ran out of memory under memory.limit ended the run
