@@ -59,6 +59,14 @@ std::string Card::unsupported(Precision precision) const {
   return "";
 }
 
+std::string Card::unsupported(const std::vector<Precision>& precisions) const {
+  std::string why;
+  for (const Precision precision : precisions) {
+    if ((why = unsupported(precision)).empty()) return "";
+  }
+  return why;
+}
+
 const std::vector<Card>& known_cards() {
   // name, nvidia-smi MiB, compute capability; bandwidth GB/s, SMs, boost MHz, fp32, TF32 and
   // fp16/bf16 TFLOP/s.

@@ -43,6 +43,8 @@ struct Card {
 
   // Why the card cannot run `precision` ("" where it can): bf16 before compute capability 8.0.
   std::string unsupported(Precision precision) const;
+  // Why it can run none of `precisions` (a sweep's grid): "" where it runs one, or none is given.
+  std::string unsupported(const std::vector<Precision>& precisions) const;
 };
 
 // What a CUDA process holds outside the caching allocator (the context, the kernels loaded, the

@@ -93,6 +93,19 @@ void check_launcher(const SweepConfig& sweep, Fail&& fail) {
   }
 }
 
+// sweep.max_batch bounds the find-max search: with it on, at least the grid's largest batch.
+template <class Fail>
+void check_find_max(const SweepConfig& sweep, Fail&& fail) {
+  const auto largest = std::max_element(sweep.batch_sizes.begin(), sweep.batch_sizes.end());
+  if (!sweep.find_max || largest == sweep.batch_sizes.end() || *largest <= sweep.max_batch) return;
+  const std::string batch = std::to_string(*largest);
+  fail("sweep.max_batch: " + std::to_string(sweep.max_batch) + " is below the grid's batch " +
+       batch +
+       " (sweep.batch_sizes), and with sweep.find_max no batch above sweep.max_batch is "
+       "searched; give a sweep.max_batch of at least " +
+       batch + ", or a smaller sweep.batch_sizes");
+}
+
 }  // namespace
 
 std::string blocks_problem(const std::vector<std::string>& blocks,
@@ -193,6 +206,7 @@ void validate(const Config& c, const std::function<std::string(const std::string
   once_each("sweep.devices", c.sweep.devices);
   once_each("sweep.slurm.options", c.sweep.slurm.options);
   check_launcher(c.sweep, fail);
+  check_find_max(c.sweep, fail);
   if (const std::string refused = batch_norm_refusal(c, c.training.batch_size); !refused.empty()) {
     fail("training.batch_size: " + refused);
   }

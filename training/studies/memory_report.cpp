@@ -284,8 +284,8 @@ int report_breakdown(const StepBreakdown& b, const Setting& cell, const fs::path
   return exit_code;
 }
 
-// What the settings cannot do here: checkpointing auto without a budget (blocks given by hand need
-// none: nothing is chosen), --card-only without a card, a card prediction of accumulation.
+// What the settings cannot do here: auto without a budget (blocks given by hand need none), a limit
+// below what one holds whatever the batch, --card-only without a card, a card's accumulation.
 void refuse_settings(const MemoryRequest& request, const Config& config,
                      const torch::Device& device, const std::vector<Setting>& settings, bool card) {
   const std::string missing =
@@ -294,6 +294,9 @@ void refuse_settings(const MemoryRequest& request, const Config& config,
     if (setting.checkpointing == CheckpointMode::Auto && !missing.empty()) {
       throw UserError("--settings: " + setting.label() + " " + missing);
     }
+    Config at = config;
+    setting.apply_to(at);
+    if (!request.card_only) refuse_what_no_batch_fits(at);
   }
   if (request.card_only && !card) throw UserError("--card-only: give the card with --card");
   if (request.snapshot) check_snapshot_files(*request.snapshot, card, settings, request.output_dir);

@@ -227,15 +227,10 @@ void settle_needs(const Plan& plan, PlanCandidate& c) {
   const auto trains = [](const PlanCandidate& c) { return c.untrainable.empty(); };
   const bool some_untrainable =
       !std::all_of(plan.candidates.begin(), plan.candidates.end(), trains);
-  if (std::none_of(plan.candidates.begin(), plan.candidates.end(), trains)) {
-    int64_t fewest = std::numeric_limits<int64_t>::max();
-    for (const auto& c : plan.candidates)
-      fewest = std::min(fewest, c.batch * c.setting.accumulate_steps);
-    throw UserError(flag + ": every measured setting takes more images a step (the fewest: " +
-                    std::to_string(fewest) + ") than the " + std::to_string(plan.train_images) +
-                    " training images of the sweep's config, which train refuses; sweep smaller "
-                    "batches (--batch-sizes)");
-  }
+  int64_t fewest = std::numeric_limits<int64_t>::max();
+  for (const auto& c : plan.candidates)
+    fewest = std::min(fewest, c.batch * c.setting.accumulate_steps);
+  refuse_too_few_images(fewest, plan.train_images, flag, "measured setting");
   const auto smallest = *std::min_element(
       plan.candidates.begin(), plan.candidates.end(), [](const auto& a, const auto& b) {
         return std::make_tuple(!a.untrainable.empty(), !a.unsupported.empty(), a.needed_limit) <
@@ -251,6 +246,15 @@ void settle_needs(const Plan& plan, PlanCandidate& c) {
 }
 
 }  // namespace
+
+void refuse_too_few_images(int64_t fewest, int64_t train_images, const std::string& flag,
+                           const std::string& what) {
+  if (train_images <= 0 || fewest <= train_images) return;
+  throw UserError(flag + ": every " + what + " takes more images a step (the fewest: " +
+                  std::to_string(fewest) + ") than the " + std::to_string(train_images) +
+                  " training images of the sweep's config, which train refuses; sweep smaller "
+                  "batches (--batch-sizes)");
+}
 
 std::string percent_text(double share) {
   return fmt::format("{:.9g}%", share * 100);  // as given: "12.345%", "99.9%", "10%"

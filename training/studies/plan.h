@@ -95,6 +95,9 @@ void refuse_no_room(const std::optional<Card>& card, int64_t card_bytes, double 
 // more than `train_images` (0: not known).
 void check_target_batch(int64_t target, std::vector<int64_t> batches, int64_t train_images,
                         const std::string& measured);
+// UserError naming `flag` where the `fewest` images a step of `what` are more than `train_images`.
+void refuse_too_few_images(int64_t fewest, int64_t train_images, const std::string& flag,
+                           const std::string& what);
 // The smallest card (whole MiB) whose memory, less the plan's headroom and what lies outside the
 // allocator, leaves the allocator `limit` bytes.
 int64_t card_needed_for(const Plan& plan, int64_t limit);

@@ -55,6 +55,21 @@ fs::path run_small_sweep(const PlanRequest& request) {
       {"sweep.time_budget=" + std::to_string(request.budget_seconds), "--budget"}};
   // The user's own --set last: they may change the grid.
   sweep.overrides.insert(sweep.overrides.end(), request.overrides.begin(), request.overrides.end());
+  // What no setting of its grid can do, refused before it (a --target-batch is checked above).
+  const Config grid = load_config(request.config_path, sweep.overrides);
+  const auto& [batches, steps] = std::tie(grid.sweep.batch_sizes, grid.sweep.accumulate_steps);
+  const std::string measured = "setting the small sweep will measure",
+                    flag = request.card ? "--card" : "--memory";
+  if (request.target_batch == 0) {
+    refuse_too_few_images(*std::min_element(batches.begin(), batches.end()) *
+                              *std::min_element(steps.begin(), steps.end()),
+                          train_images_at_most(grid.data), flag, measured);
+  }
+  if (const std::string why = request.card ? request.card->unsupported(grid.sweep.precisions) : "";
+      !why.empty()) {
+    throw UserError("--card: no " + measured + " can run on " + request.card->name + " (" +
+                    format_bytes(request.card->memory_bytes) + "): " + why);
+  }
   sweep.output_dir =
       !request.output_dir.empty()
           ? request.output_dir

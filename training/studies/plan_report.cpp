@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "training/cards/alloc_conf.h"
+#include "training/cards/speed_model.h"
 #include "training/platform/memory.h"
 #include "training/studies/plan.h"
 
@@ -148,6 +149,13 @@ static nlohmann::ordered_json text_or_null(const std::string& text) {
   return text.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(text);
 }
 
+// Why a candidate's images/s is null, as train memory --card says it per setting; "" with a speed.
+static std::string no_speed_text(const Plan& plan, const PlanCandidate& c) {
+  if (!c.speed_not_estimated.empty() || !plan.card) return c.speed_not_estimated;
+  const bool none = plan.speed == Plan::Speed::None || !c.unsupported.empty();
+  return none ? speed_unknown(*plan.card, c.setting.precision, /*allow_tf32=*/true) : "";
+}
+
 nlohmann::ordered_json plan_json(const Plan& plan) {
   nlohmann::ordered_json candidates = nlohmann::ordered_json::array();
   for (size_t i = 0; i < plan.candidates.size(); ++i) {
@@ -170,7 +178,7 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
         {"speed_bound", plan.speed == Plan::Speed::Estimated && !c.speed_why.empty()
                             ? nlohmann::ordered_json(c.speed_why)
                             : nlohmann::ordered_json(nullptr)},
-        {"speed_not_estimated", text_or_null(c.speed_not_estimated)},
+        {"speed_not_estimated", text_or_null(no_speed_text(plan, c))},
         {"fits", c.fits},
         // The smallest card it fits, as the verdict says it (null where it fits or cannot run).
         {"needed_card_bytes", !c.fits && runs

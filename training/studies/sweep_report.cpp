@@ -71,7 +71,8 @@ ordered_json cell_summary_json(const SettingSummary& c) {
   entry["max_batch_searched"] = c.searched;
   entry["max_batch_reached"] = c.max_batch_reached;
   entry["fastest_batch"] = optional_json(c.fastest_batch);
-  entry["fastest_images_per_second"] = c.fastest_images_per_second;
+  entry["fastest_images_per_second"] =  // null beside a null fastest batch: nothing measured
+      c.fastest_batch ? ordered_json(c.fastest_images_per_second) : ordered_json(nullptr);
   if (c.fit) {
     entry["fit"] = {{"intercept_bytes", c.fit->intercept},
                     {"bytes_per_sample", c.fit->slope},

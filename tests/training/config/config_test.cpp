@@ -119,6 +119,12 @@ TEST(Config, YamlRoundTripIsExact) {
 
 // A run's config.yaml is what the run was asked: train sweep's grid is not, and is left out; the
 // text reads back to the same run with the sweep's defaults.
+// sweep.max_batch bounds the find-max search only: below a grid batch without it, nothing to say.
+TEST(Config, AMaxBatchBelowAGridBatchIsTakenWithoutFindMax) {
+  EXPECT_EQ(error_of("sweep: {batch_sizes: [16], max_batch: 8}"), "no error");
+  EXPECT_EQ(error_of("sweep: {batch_sizes: [8], find_max: true, max_batch: 8}"), "no error");
+}
+
 TEST(Config, ARunsYamlLeavesOutTheSweepsSection) {
   const Config c = training::parse_config(
       "training: {batch_size: 16}\nsweep: {batch_sizes: [8, 9], find_max: true}\n", "c.yaml");
@@ -258,6 +264,20 @@ INSTANTIATE_TEST_SUITE_P(
                   {},
                   "c.yaml: unknown key 'sweep.slurm_options' (did you mean "
                   "'sweep.slurm.options'?)"},
+        // Hostile pass 8: a find-max bound below a grid batch was taken, and the search that
+        // never ran said "at least 8 (the search stops at sweep.max_batch, 4)".
+        BadConfig{"AFindMaxBoundBelowAGridBatch",
+                  "sweep: {batch_sizes: [2, 8], find_max: true}",
+                  {"sweep.max_batch=4"},
+                  "--set sweep.max_batch: sweep.max_batch: 4 is below the grid's batch 8 "
+                  "(sweep.batch_sizes), and with sweep.find_max no batch above sweep.max_batch is "
+                  "searched; give a sweep.max_batch of at least 8, or a smaller sweep.batch_sizes"},
+        BadConfig{"AFindMaxBoundBelowAGridBatchInTheFile",
+                  "sweep: {batch_sizes: [16], find_max: true, max_batch: 15}",
+                  {},
+                  "c.yaml: sweep.max_batch: 15 is below the grid's batch 16 (sweep.batch_sizes), "
+                  "and with sweep.find_max no batch above sweep.max_batch is searched; give a "
+                  "sweep.max_batch of at least 16, or a smaller sweep.batch_sizes"},
         BadConfig{"SetTheRetiredSlurmOptionsKey",
                   "",
                   {"sweep.slurm_options=[--partition=gpu]"},

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <tuple>
 
 #include "test_support.h"
 #include "training/platform/errors.h"
@@ -134,7 +135,9 @@ TEST(MemoryReport, ASettingThatRanOutOfMemoryMeasuredNothing) {
     ~NoLimitAfter() { training::TrackingCpuAllocator::instance().set_limit(0); }
   } no_limit_after;
   auto limited = request(dir, "fp32,fp32+checkpointing=auto");
-  limited.overrides.emplace_back("memory.limit=1MiB");
+  // Above what the run holds whatever the batch (127.91 MiB: below it the study is refused), below
+  // what a step holds.
+  limited.overrides.emplace_back("memory.limit=128MiB");
   EXPECT_EQ(training::memory_command(limited), training::kExitOutOfMemory);
   std::ifstream in(dir / "study" / "memory_breakdown.json");
   const auto settings = nlohmann::json::parse(in).at("settings");
@@ -148,7 +151,7 @@ TEST(MemoryReport, ASettingThatRanOutOfMemoryMeasuredNothing) {
   }
   EXPECT_EQ(settings.at(1).at("checkpointing"), "auto");
   std::ifstream limited_in(dir / "study" / "memory_breakdown.json");
-  EXPECT_EQ(nlohmann::json::parse(limited_in).at("memory_limit_bytes"), 1 << 20);
+  EXPECT_EQ(nlohmann::json::parse(limited_in).at("memory_limit_bytes"), 128 << 20);
   limited.settings = "fp32";
   // With a card it is predicted all the same (the card's recording is its own): round 5 found
   // such a setting silently without its card fields, where --card-only predicted it.
@@ -158,8 +161,39 @@ TEST(MemoryReport, ASettingThatRanOutOfMemoryMeasuredNothing) {
   std::ifstream on_card(dir / "on-card" / "memory_breakdown.json");
   const auto predicted = nlohmann::json::parse(on_card).at("settings").at(0);
   EXPECT_EQ(predicted.at("status"), "oom");
-  EXPECT_EQ(predicted.at("fits"), false) << predicted.dump();  // under memory.limit's 1 MiB
-  EXPECT_GT(predicted.at("needed_allocator_limit_bytes").get<int64_t>(), 1 << 20);
+  EXPECT_EQ(predicted.at("fits"), false) << predicted.dump();  // under memory.limit's 128 MiB
+  EXPECT_GT(predicted.at("needed_allocator_limit_bytes").get<int64_t>(), 128 << 20);
+}
+
+// Hostile pass 8: under a memory.limit below what every setting holds whatever the batch (the
+// weights, their gradients and momentum: 127.91 MiB for ResNet-18) the study measured each setting
+// out of memory and wrote its folder (exit 3), where train and train sweep refuse at once: refused
+// the same way, one line, exit 3, nothing written; likewise a checkpointing.budget below it for a
+// setting whose blocks auto chooses.
+TEST(MemoryReport, ALimitNoBatchFitsIsRefusedBeforeAnythingIsMeasured) {
+  test_support::TempDir dir;
+  struct NoLimitAfter {
+    ~NoLimitAfter() { training::TrackingCpuAllocator::instance().set_limit(0); }
+  } no_limit_after;
+  for (const auto& [settings, set, says] :
+       {std::tuple<std::string, std::string, std::string>{
+            "fp32,fp32+checkpointing", "memory.limit=50MiB",
+            "memory.limit 50.00 MiB: the weights and their gradients and momentum alone take "
+            "127.91 MiB: more memory or a smaller model.arch"},
+        std::tuple<std::string, std::string, std::string>{
+            "fp32,fp32+checkpointing=auto", "checkpointing.budget=100MiB",
+            "checkpointing.budget 100.00 MiB: the weights and their gradients and momentum alone "
+            "take 127.91 MiB: a larger checkpointing.budget or a smaller model.arch"}}) {
+    auto limited = request(dir, settings);
+    limited.overrides.emplace_back(set);
+    try {
+      training::memory_command(limited);
+      ADD_FAILURE() << "a study measured under " << set;
+    } catch (const training::OutOfMemory& e) {
+      EXPECT_EQ(std::string(e.what()), says);
+    }
+    EXPECT_FALSE(fs::exists(dir / "study")) << set;
+  }
 }
 
 // Blocks given by hand need no budget (nothing is chosen; train takes them without one), and the

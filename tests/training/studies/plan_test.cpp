@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <regex>
+#include <tuple>
 
 #include "data/loader.h"
 #include "test_support.h"
@@ -45,6 +46,12 @@ training::SweepTrial trial(int64_t id, Setting cell, int64_t batch, int64_t peak
   }
   t.result.steps = 3;
   return t;
+}
+
+// The plan's JSON candidates, by value: a range-for over `plan_json(plan).at("candidates")` walks
+// a temporary already destroyed (its assertions never ran).
+nlohmann::ordered_json candidates_of(const training::Plan& plan) {
+  return training::plan_json(plan).at("candidates");
 }
 
 // A sweep's folder as `train sweep` leaves it: its marker says so.
@@ -405,6 +412,40 @@ TEST(Plan, ATargetBatchTheSmallSweepCannotMakeIsRefusedBeforeIt) {
   }
 }
 
+// Hostile pass 8: what no setting of the small sweep's grid can do, known before it, was refused
+// after it (its folder written): a grid of bf16 only on a T4 (compute capability 7.5), and one
+// whose every batch is more than the config's training images (18 s to minutes of sweep first).
+TEST(Plan, WhatNoSettingOfTheSmallSweepsGridCanDoIsRefusedBeforeIt) {
+  test_support::TempDir dir;
+  auto plan = small_sweep_plan(dir, "{source: synthetic, synthetic_train_size: 8}",
+                               "{batch_sizes: [4, 8]}");
+  const std::string too_few =
+      ": every setting the small sweep will measure takes more images a step (the fewest: 16) "
+      "than the 8 training images of the sweep's config, which train refuses; sweep smaller "
+      "batches (--batch-sizes)";
+  for (const auto& [set, card, says] :
+       {std::tuple<std::string, std::string, std::string>{
+            "sweep.precisions=[bf16]", "T4",
+            "--card: no setting the small sweep will measure can run on T4 (15.00 GiB): bf16 "
+            "needs compute capability 8.0 or later; T4 is sm_75"},
+        std::tuple<std::string, std::string, std::string>{"sweep.batch_sizes=[16, 32]", "T4",
+                                                          "--card" + too_few},
+        std::tuple<std::string, std::string, std::string>{"sweep.batch_sizes=[16, 32]", "",
+                                                          "--memory" + too_few}}) {
+    plan.overrides = {training::Override(set)};
+    plan.card.reset();
+    if (!card.empty()) plan.card = training::find_card(card);
+    plan.memory = plan.card ? plan.card->memory_bytes : 4 * kGiB;
+    try {
+      training::plan_command(plan);
+      ADD_FAILURE() << "a sweep ran for " << set;
+    } catch (const training::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dir / "planned")) << set;
+  }
+}
+
 // --target-batch 1024: each measured batch that divides it becomes micro-batch x accumulate_steps,
 // its peak with the accumulated gradients (ResNet-50's, about 90 MiB) added; the fastest that fits
 // a 4 GiB card (2.6 GiB for the allocator) is 64 x 16 without checkpointing: 128 x 8 (3400 MiB
@@ -604,6 +645,12 @@ TEST(Plan, ACardGivenBySizeHasNoSpeedAndIsRankedByMemory) {
   EXPECT_EQ(table.find("images/s (estimated)"), std::string::npos) << table;
   EXPECT_NE(table.find("fits (speed not estimated"), std::string::npos) << table;
   EXPECT_TRUE(training::plan_json(plan).at("candidates")[0].at("images_per_second").is_null());
+  // Hostile pass 8: each candidate's `speed_not_estimated` was null where the table says "speed
+  // not estimated": why, as train memory --card says it per setting.
+  for (const auto& row : candidates_of(plan)) {
+    EXPECT_EQ(row.at("speed_not_estimated"), "no data sheet for '16GiB': speeds not estimated")
+        << row.dump();
+  }
 }
 
 // Without a speed the candidates rank by images a step, then by the smaller peak; a candidate that
@@ -697,7 +744,7 @@ TEST(Plan, AnAutoCellWhoseEveryBlockRecomputedDoesNotFitTheCardDoesNotFit) {
                        "checkpointing auto holds): needs a card of at least"),
             std::string::npos)
       << table;
-  for (const auto& c : training::plan_json(plan).at("candidates")) {
+  for (const auto& c : candidates_of(plan)) {
     if (c.at("checkpointing") == "auto") {
       EXPECT_FALSE(c.at("fits").get<bool>()) << c.dump();
       EXPECT_GT(c.at("predicted_reserved_peak_bytes").get<int64_t>(), plan.card_bytes);
@@ -730,12 +777,16 @@ TEST(Plan, ACardThatCannotRunBf16SaysSo) {
             std::string::npos);
   // Round 5: their JSON gave images/s 0 and the CPU sweep's peaks as the card's: null, as the
   // table's "-" (they are neither replayed nor timed).
-  for (const auto& row : training::plan_json(plan).at("candidates")) {
+  for (const auto& row : candidates_of(plan)) {
     if (row.at("precision") != "bf16") continue;
     for (const char* key : {"images_per_second", "predicted_reserved_peak_bytes",
                             "predicted_device_bytes", "predicted_allocated_peak_bytes"}) {
       EXPECT_TRUE(row.at(key).is_null()) << key << ": " << row.dump();
     }
+    // Hostile pass 8: with images/s null, why (as train memory --card says it), not null.
+    EXPECT_EQ(row.at("speed_not_estimated"),
+              "bf16 needs compute capability 8.0 or later; T4 is sm_75")
+        << row.dump();
   }
   EXPECT_NE(training::plan_table(plan).find(" | - | - | cannot run: bf16"), std::string::npos)
       << training::plan_table(plan);
@@ -802,7 +853,7 @@ TEST(Plan, TheCardItSaysItNeedsIsOneItsPlanIsMadeOn) {
   const training::Card sized = training::find_card(m[2].str());
   const auto plan = training::make_plan(sweep, by_size, 0.10, std::nullopt, sized);
   EXPECT_TRUE(plan.chosen);
-  for (const auto& row : training::plan_json(plan).at("candidates")) {
+  for (const auto& row : candidates_of(plan)) {
     EXPECT_EQ(row.at("needed_card_by_size_bytes").is_null(), true) << row.dump();
     EXPECT_EQ(row.at("needed_card_bytes").is_null(), row.at("fits").get<bool>()) << row.dump();
   }
@@ -836,7 +887,7 @@ TEST(Plan, ABatchTheTrainingSetCannotFillIsNeverRecommended) {
                        "(training.batch_size) |"),
             std::string::npos)
       << table;
-  for (const auto& row : training::plan_json(plan).at("candidates")) {
+  for (const auto& row : candidates_of(plan)) {
     EXPECT_EQ(row.at("untrainable").is_null(), row.at("batch_size").get<int64_t>() <= 100);
   }
   // Accumulated: micro-batch x steps is what an epoch must hold.

@@ -155,7 +155,8 @@ sweep: {batch_sizes: [16, 32], warmup_steps: 0, measure_steps: 2, find_max: true
   const std::string csv = test_support::read_text(dir / "out/sweep.csv");
   EXPECT_NE(csv.find(",recomputed_blocks,"), std::string::npos) << csv;
   EXPECT_EQ(csv.find("[]"), std::string::npos) << csv;
-  for (const auto& trial : read_json(dir / "out" / "sweep.json").at("trials")) {
+  const auto swept = read_json(dir / "out" / "sweep.json");  // held: the loop walks its part
+  for (const auto& trial : swept.at("trials")) {
     EXPECT_TRUE(trial.at("recomputed_blocks").is_null()) << trial.dump();
     const bool measured = trial.at("steps") > 0;  // no warm-up: every step completed is measured
     for (const char* key : {"median_step_seconds", "images_per_second",
@@ -1010,6 +1011,15 @@ TEST(Summarize, FindsLargestFittingFastestAndFitsPerCell) {
   EXPECT_FALSE(failed.largest_fitting);
   EXPECT_FALSE(failed.fit);
   EXPECT_FALSE(failed.predictions[0].second);
+  // Hostile pass 8: sweep.json gave the cell measured nothing a fastest images/s of 0.0 beside
+  // its null fastest batch: null, as its trials' unmeasured figures.
+  test_support::TempDir dir;
+  training::SweepFacts facts{"resnet18", "cifar", "cpu", "cpu", int64_t{2} << 30, true, 1, 1, {}};
+  training::write_sweep_tables(dir.path(), facts, summaries, trials, true);
+  const auto json = read_json(dir / "sweep.json").at("cells");
+  EXPECT_EQ(json.at(0).at("fastest_images_per_second"), 150.0);
+  EXPECT_TRUE(json.at(1).at("fastest_batch").is_null());
+  EXPECT_TRUE(json.at(1).at("fastest_images_per_second").is_null()) << json.at(1).dump();
 }
 
 // Round 5: find-max stopped at sweep.max_batch gave that cap as "largest batch that fits" without
