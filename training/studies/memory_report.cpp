@@ -296,7 +296,7 @@ void refuse_settings(const MemoryRequest& request, const Config& config,
     }
     Config at = config;
     setting.apply_to(at);
-    if (!request.card_only) refuse_what_no_batch_fits(at);
+    if (!request.card_only) refuse_what_no_batch_fits(at, device);
   }
   if (request.card_only && !card) throw UserError("--card-only: give the card with --card");
   if (request.snapshot) check_snapshot_files(*request.snapshot, card, settings, request.output_dir);

@@ -42,8 +42,7 @@ void check_sweep(const Config& config, const torch::Device& device) {
     if (precision == Precision::BF16) check_bf16_supported(device, "sweep.precisions");
   }
   as_key("memory.limit", [&] { check_memory_limit(device, config.memory.limit); });
-  refuse_what_no_batch_fits(config,
-                            device);  // every trial would run out of memory (exit 3, one line)
+  refuse_what_no_batch_fits(config, device);  // every trial would run out of memory (exit 3)
   // WORLD_SIZE alone: the rest of a launch (RANK, MASTER_PORT) is not asked for a sweep.
   if (const int64_t world_size = world_size_from_environment(); world_size > 1) {
     throw UserError("WORLD_SIZE=" + std::to_string(world_size) +
