@@ -81,7 +81,9 @@ inline fs::path finished_tiny_run(const test_support::TempDir& dir,
 // `train` with `args`, running in the background with its output in `log`.
 class Background {
  public:
-  Background(std::vector<std::string> args, const fs::path& log) {
+  // `own_group`: in a process group of its own (as a shell's job), which stop_as_timeout_does
+  // signals.
+  Background(std::vector<std::string> args, const fs::path& log, bool own_group = false) {
     args.insert(args.begin(), TRAIN_BINARY);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -90,7 +92,16 @@ class Background {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    if (posix_spawn(&pid_, TRAIN_BINARY, &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    if (own_group) {
+      posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+      posix_spawnattr_setpgroup(&attributes, 0);
+    }
+    if (posix_spawn(&pid_, TRAIN_BINARY, &actions, &attributes, argv.data(), environ) != 0) {
+      pid_ = -1;
+    }
+    posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);
   }
   ~Background() {
@@ -101,6 +112,21 @@ class Background {
   }
   pid_t pid() const { return pid_; }
   void signal(int number) const { ::kill(pid_, number); }
+  // `number` from another process than this one (a child that sends it): a stop of its own, never
+  // the one before passed on again (stop_signal.h).
+  void signal_from_another_process(int number) const {
+    const pid_t sender = ::fork();
+    if (sender == 0) {
+      ::kill(pid_, number);
+      ::_exit(0);
+    }
+    ::waitpid(sender, nullptr, 0);
+  }
+  // As GNU `timeout -s NUMBER` stops it: the process, then its process group (own_group), at once.
+  void stop_as_timeout_does(int number) const {
+    ::kill(pid_, number);
+    ::kill(-pid_, number);
+  }
   // The exit code (128 + the signal when a signal ended it).
   int wait() {
     int status = 0;

@@ -254,4 +254,31 @@ TEST(Stops, AMasterPortInUseSaysItCannotListen) {
   EXPECT_EQ(r.output.find("is every rank started"), std::string::npos) << r.output;
 }
 
+// Issue 51, the eighth pass: `timeout -s INT 7 train sweep ...` often ended "by a second signal,
+// at once", sweep.md not saying it stopped and the stopped trial's file left beside a sweep.json
+// without it: GNU timeout signals the process and then its process group, microseconds apart.
+// One stop, stopped as any: the tables say so (the mechanism: StopSignal's test).
+TEST(Stops, AStopSentToTheProcessAndItsGroupAsTimeoutDoesIsOneStop) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "sweep.yaml") << "model: {arch: resnet18, stem: cifar}\n"
+                                       "data: {source: synthetic, synthetic_train_size: 256, "
+                                       "synthetic_test_size: 64}\n"
+                                       "training: {device: cpu, threads: 1}\n"
+                                       "sweep: {warmup_steps: 0, measure_steps: 20}\n";
+  // Trial 1 (batch 2) is short; trial 2 (batch 128) runs long enough to be stopped.
+  const auto sweep = dir / "sweep";
+  cli::Background running({"sweep", "--config", (dir / "sweep.yaml").string(), "--batch-sizes",
+                           "2,128", "--output-dir", sweep.string()},
+                          dir / "sweep.log", /*own_group=*/true);
+  ASSERT_TRUE(cli::wait_for_text(dir / "sweep.log", "[1] "));
+  ASSERT_TRUE(cli::wait_for_file(sweep / "trials/002.log")) << "trial 2 did not start";
+  running.stop_as_timeout_does(SIGINT);
+  EXPECT_EQ(running.wait(), 130);
+  const auto log = test_support::read_text(dir / "sweep.log");
+  EXPECT_EQ(log.find("second signal"), std::string::npos) << log;
+  EXPECT_NE(log.find("sweep stopped by signal after 1 trial(s)"), std::string::npos) << log;
+  const auto md = test_support::read_text(sweep / "sweep.md");
+  EXPECT_NE(md.find("stopped by a signal after 1 trial(s)"), std::string::npos) << md;
+}
+
 }  // namespace

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "training/platform/errors.h"
 
@@ -23,6 +24,10 @@ std::atomic<int> deferred_signal{0};    // a repeated signal that arrived during
 std::atomic<bool> exit_at_once{false};  // install_exit_on_stop's handlers are the ones installed
 std::atomic<int> stop_line_fd{-1};      // also_write_stop_line_to's
 std::atomic<bool> too_late{false};      // ignore_stops_from_now's: the outputs are complete
+// The stop signal counted last: its number, its sender (-1: none, the kernel's) and when it came.
+std::atomic<int> counted_signal{0};
+std::atomic<pid_t> counted_sender{-1};
+std::atomic<int64_t> counted_at_ns{0};
 
 // Writes `line` (async-signal-safe) to stderr and, where set, the run's log; what write(2) returns
 // does not matter to a process ending here.
@@ -60,8 +65,37 @@ void run_exit_command() {
   ::_exit(kExitStopped);
 }
 
-extern "C" void on_stop_signal(int signal) {
+int64_t now_ns() {  // clock_gettime is async-signal-safe
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+// The process that sent it (kill, raise, sigqueue), -1 where the kernel did (a terminal's Ctrl-C,
+// whose every press is its own delivery).
+pid_t sender_of(const siginfo_t* info) {
+  return info != nullptr && info->si_code <= 0 ? info->si_pid : -1;
+}
+
+// Whether `signal` is the stop counted last passed on again (kSameStopSeconds): the same signal
+// from the same process moments later, as GNU timeout sends it to the process and then to its
+// group; else it is counted (and becomes the one counted last).
+bool same_stop_again(int signal, pid_t sender) {
+  const int64_t now = now_ns();
+  if (signals.load() > 0 && signal == counted_signal.load() && sender >= 0 &&
+      sender == counted_sender.load() &&
+      now - counted_at_ns.load() < static_cast<int64_t>(kSameStopSeconds * 1e9)) {
+    return true;
+  }
+  counted_signal.store(signal);
+  counted_sender.store(sender);
+  counted_at_ns.store(now);
+  return false;
+}
+
+extern "C" void on_stop_signal(int signal, siginfo_t* info, void*) {
   if (too_late.load()) return;
+  if (same_stop_again(signal, sender_of(info))) return;  // one stop, delivered twice
   requested.store(true);
   if (signals.fetch_add(1) == 0) return;  // the first: a graceful stop
   // A repeated one terminates immediately, except during a durable write: after it.
@@ -78,7 +112,7 @@ extern "C" void on_stop_signal(int signal) {
   ::_exit(kExitStopped);
 }
 
-extern "C" void exit_on_stop_signal(int signal) {
+extern "C" void exit_on_stop_signal(int signal, siginfo_t*, void*) {
   if (too_late.load()) return;
   if (deferring.load() > 0) {  // an atomic write under way finishes first: no temporary is left
     deferred_signal.store(signal);
@@ -87,13 +121,18 @@ extern "C" void exit_on_stop_signal(int signal) {
   exit_stopped();
 }
 
-// SIGINT, SIGTERM and SIGHUP to `handler`; SIGHUP not where it was ignored (nohup).
-void handle_stops(void (*handler)(int)) {
-  std::signal(SIGINT, handler);
-  std::signal(SIGTERM, handler);
+// SIGINT, SIGTERM and SIGHUP to `handler` (with the sender's siginfo); SIGHUP not where it was
+// ignored (nohup).
+void handle_stops(void (*handler)(int, siginfo_t*, void*)) {
+  struct sigaction action {};
+  action.sa_sigaction = handler;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
   struct sigaction hangup {};
   if (::sigaction(SIGHUP, nullptr, &hangup) == 0 && hangup.sa_handler == SIG_IGN) return;
-  std::signal(SIGHUP, handler);
+  ::sigaction(SIGHUP, &action, nullptr);
 }
 
 }  // namespace

@@ -1,6 +1,11 @@
 // A graceful stop: the first SIGINT/SIGTERM/SIGHUP asks the trainer to finish the current step,
 // write a checkpoint and exit; a second one ends the process at once (exit 130, one line), except
 // during a durable write (DeferRepeatedStops), which finishes first.
+//
+// One stop passed on twice is one stop: the same signal from the same process (its sender,
+// siginfo's si_pid) within kSameStopSeconds of the one counted. GNU `timeout` sends it to the
+// process and then to its process group, microseconds apart; a terminal's Ctrl-C is the kernel's
+// (no sender), so each press counts, however fast; and no one types two commands 0.1 s apart.
 #pragma once
 
 #include <filesystem>
@@ -8,6 +13,8 @@
 #include <vector>
 
 namespace training {
+
+inline constexpr double kSameStopSeconds = 0.1;
 
 // SIGHUP (the terminal closed, an ssh session dropped) is a stop like SIGTERM, unless it was
 // ignored when the process started (nohup): then it stays ignored.

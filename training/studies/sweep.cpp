@@ -151,8 +151,11 @@ TrialResult SweepRunner::trial_in_child_process(const Setting& setting, int64_t 
   log_trial(trial);
   trials_.push_back(trial);
   if (!predicted) throw SweepStopped{};  // a stop during the card's recordings: its row is kept
+  // What is measured is kept if the sweep dies, or a second stop ends it at once (its signal
+  // handler writes nothing).
   write_tables(/*complete=*/false,
-               "the sweep is running, or died");  // what is measured is kept if the sweep dies
+               "the sweep is running, or it ended before it finished (killed, or ended at once by "
+               "a second stop)");
   return trial.result;
 }
 

@@ -20,6 +20,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// `signal` to this process from another (a child that sends it, waited for): a stop of its own,
+// not the one before it passed on again (stop_signal.h). The handler has run when it returns.
+void signal_from_another_process(int signal) {
+  const pid_t parent = ::getpid();
+  const pid_t sender = ::fork();
+  if (sender == 0) {
+    ::kill(parent, signal);
+    ::_exit(0);
+  }
+  ::waitpid(sender, nullptr, 0);
+}
+
 TEST(AtomicFile, AFailedWriteLeavesTheOldFileAndNoTemporary) {
   test_support::TempDir dir;
   training::write_file_atomically(dir / "f.txt", "old");
@@ -91,7 +103,7 @@ TEST(AtomicFile, ARepeatedStopSignalWaitsForTheWriteToFinish) {
     std::raise(SIGTERM);  // the first: a graceful stop, which writes a checkpoint
     training::replace_file_atomically(dir / "checkpoint.pt", [](const fs::path& temporary) {
       std::ofstream(temporary) << "first half,";
-      std::raise(SIGTERM);  // the second, mid-write
+      signal_from_another_process(SIGTERM);  // the second, mid-write
       std::ofstream(temporary, std::ios::app) << " second half";
     });
     ::_exit(0);  // not reached: the repeated signal ends the process after the write
@@ -195,6 +207,36 @@ TEST(StopSignal, AHangupIsAStopAndAnExitAtOnceRunsItsCommandFirst) {
               ::_exit(training::stop_requested() ? 1 : 0);
             }),
             0);
+}
+
+// Issue 51, the eighth pass: `timeout -s INT 7 train sweep ...` ended "by a second signal, at
+// once" in 4 of 6 tries, sweep.md not saying it stopped: GNU timeout sends its signal to the
+// process and then to its process group, microseconds apart. The same signal from the same
+// sender within kSameStopSeconds is one stop; from another sender, or later, it is a second.
+TEST(StopSignal, OneStopPassedOnTwiceByItsSenderIsOneStop) {
+  EXPECT_EQ(child_exit([] {
+              training::install_stop_handlers();
+              std::raise(SIGINT);  // as timeout: the process,
+              std::raise(SIGINT);  // then its group
+              ::_exit(training::stop_requested() ? 0 : 1);
+            }),
+            0);
+  EXPECT_EQ(
+      child_exit([] {
+        training::install_stop_handlers();
+        std::raise(SIGTERM);
+        std::this_thread::sleep_for(std::chrono::duration<double>(2 * training::kSameStopSeconds));
+        std::raise(SIGTERM);  // typed again: a second stop
+        ::_exit(0);
+      }),
+      training::kExitStopped);
+  EXPECT_EQ(child_exit([] {
+              training::install_stop_handlers();
+              std::raise(SIGINT);
+              signal_from_another_process(SIGINT);  // another sender's, at once
+              ::_exit(0);
+            }),
+            training::kExitStopped);
 }
 
 }  // namespace
