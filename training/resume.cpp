@@ -77,12 +77,12 @@ ResumeTarget resume_target(const std::string& resume) {
   return {run, found};
 }
 
-std::unique_ptr<StopLineFile> stop_line_in_resumed_log(const ResumeTarget& resume) {
+std::unique_ptr<ResumedRunLog> resumed_run_log(const ResumeTarget& resume) {
   if (resume.run_dir.empty() || locked_by_another_process(resume.run_dir)) return nullptr;
   if (const auto launch = launch_env_from_environment(); launch && launch->rank != 0) {
     return nullptr;
   }
-  return std::make_unique<StopLineFile>(resume.run_dir / "train.log");
+  return std::make_unique<ResumedRunLog>(resume.run_dir / "train.log");
 }
 
 namespace {

@@ -27,11 +27,12 @@ struct ResumeTarget {
 
 ResumeTarget resume_target(const std::string& resume);
 
-// A resumed run's train.log, where the line of a stop also goes (stop_signal.h) before its
-// RunDirectory opens it: its checkpoint read, the data, the checks and the measurements come
-// first. Rank 0's, which writes it; none while another process holds the run (the resume is
-// refused at its lock) or for a new run (its folder is made once it has measured).
-std::unique_ptr<StopLineFile> stop_line_in_resumed_log(const ResumeTarget& resume);
+// A resumed run's train.log, where the line of a stop or of an error also goes before its
+// RunDirectory opens it (run_dir.h's ResumedRunLog): its checkpoint read, the data, the checks
+// and the measurements come first. Rank 0's, which writes it; none while another process holds
+// the run (the resume is refused at its lock) or for a new run (its folder is made once it has
+// measured).
+std::unique_ptr<ResumedRunLog> resumed_run_log(const ResumeTarget& resume);
 
 // The config this run trains with, as asked: --config and the overrides; a resumed run's
 // checkpoint's stored config with config.yaml's hand edits (taken as --set would take them) and

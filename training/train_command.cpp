@@ -389,7 +389,7 @@ int train_command(const TrainRequest& request) {
         shell_word(config.string()) + " --output-dir " + shell_word(request.output_dir));
   }
   const ResumeTarget resume = resume_target(request.resume);
-  const auto stop_line = stop_line_in_resumed_log(resume);  // a stop says so in its log from here
+  const auto resumed_log = resumed_run_log(resume);  // a stop's or an error's line goes there too
   Decisions recorded;
   const Config config = effective_config(request, resume, recorded);
   if (request.print_config) return std::cout << to_yaml(config), kExitOk;

@@ -240,6 +240,13 @@ std::string Config::origin_of(const std::string& key) const {
   return found != flags.end() ? found->second : origin;
 }
 
+std::string Config::origin_of(const std::vector<std::string>& keys) const {
+  for (const auto& key : keys) {
+    if (const auto found = flags.find(key); found != flags.end()) return found->second;
+  }
+  return origin;
+}
+
 Config load_config(const std::string& path, const std::vector<Override>& overrides) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);

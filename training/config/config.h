@@ -197,6 +197,9 @@ struct Config {
   // training.device"), else the config's origin (its file). Messages about a value that is
   // checked only where it is used name it, as the config's own checks do.
   std::string origin_of(const std::string& key) const;
+  // Of keys that make one refusal together: the first's flag, else the flag of the first another
+  // set, else the config's origin.
+  std::string origin_of(const std::vector<std::string>& keys) const;
   std::string origin;                        // the config file (or the text's origin)
   std::map<std::string, std::string> flags;  // "section.key" → the flag that set it
 };
@@ -209,7 +212,7 @@ auto with_key_origins(const Config& config, Work&& work) -> decltype(work()) {
   try {
     return work();
   } catch (const KeyError& e) {
-    throw ConfigError(config.origin_of(e.key()) + ": " + e.what());
+    throw ConfigError(config.origin_of(e.keys()) + ": " + e.what());
   }
 }
 

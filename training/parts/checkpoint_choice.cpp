@@ -154,7 +154,8 @@ CheckpointBudget checkpointing_budget(const Config& config, const torch::Device&
                 format_bytes(outside) + " outside the allocator",
             card};
   }
-  throw KeyError("checkpointing.enabled", "auto " + missing_budget(config, device));
+  throw KeyError("checkpointing.enabled", "auto " + missing_budget(config, device),
+                 {"memory.limit", "checkpointing.budget"});
 }
 
 std::optional<std::pair<std::vector<std::string>, int64_t>> auto_blocks(

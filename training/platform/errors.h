@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace training {
 
@@ -67,14 +68,24 @@ class UserError : public std::runtime_error {
 // device the machine lacks, a memory limit above the device's memory, a batch larger than the
 // data. The message starts with the key ("training.device: ..."); a command that holds the Config
 // puts where the key was set in front of it (training/config/config.h, with_key_origins).
+// `with` names the other keys whose values make the refusal with `key`'s (memory.limit beside
+// checkpointing.enabled: auto): where `key` was not set by a flag and one of them was, that flag
+// is the one named (a resume's `--set memory.limit=none`, not the checkpoint's stored config).
 class KeyError : public UserError {
  public:
-  KeyError(std::string key, const std::string& what)
-      : UserError(key + ": " + what), key_(std::move(key)) {}
+  KeyError(std::string key, const std::string& what, std::vector<std::string> with = {})
+      : UserError(key + ": " + what), key_(std::move(key)), with_(std::move(with)) {}
   const std::string& key() const { return key_; }
+  // `key`, then `with`.
+  std::vector<std::string> keys() const {
+    std::vector<std::string> all{key_};
+    all.insert(all.end(), with_.begin(), with_.end());
+    return all;
+  }
 
  private:
   std::string key_;
+  std::vector<std::string> with_;
 };
 
 // What a process group refuses before it waits for anyone, said as facts without a config key:

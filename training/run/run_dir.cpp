@@ -141,6 +141,20 @@ RunDirectory::~RunDirectory() {
   if (std::uncaught_exceptions() > uncaught_) closed_by_error() = log_sink_;
 }
 
+ResumedRunLog::ResumedRunLog(fs::path train_log)
+    : file_(std::move(train_log)), stop_line_(file_), uncaught_(std::uncaught_exceptions()) {}
+
+ResumedRunLog::~ResumedRunLog() {
+  // A RunDirectory that closed as the error left it has set its own sink already.
+  if (std::uncaught_exceptions() <= uncaught_ || closed_by_error()) return;
+  std::error_code ec;
+  if (!fs::is_regular_file(file_, ec)) return;
+  try {
+    closed_by_error() = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file_.string());
+  } catch (const spdlog::spdlog_ex&) {  // the terminal has the line
+  }
+}
+
 void log_final_error(spdlog::level::level_enum level, const std::string& line) {
   const auto sink = std::exchange(closed_by_error(), nullptr);
   auto& sinks = spdlog::default_logger()->sinks();

@@ -91,6 +91,23 @@ class RunDirectory {
 // a run folder closed as that error left it, in its train.log too (it ended at the line before).
 void log_final_error(spdlog::level::level_enum level, const std::string& line);
 
+// A resumed run's train.log before its RunDirectory opens it (its checkpoint read, the data, the
+// checks and the measurements come first): while one lives, a stop's line goes there
+// (StopLineFile), and an error that leaves it is logged there too by log_final_error, as where the
+// folder was open. Only to a train.log that is a regular file, never created.
+class ResumedRunLog {
+ public:
+  explicit ResumedRunLog(std::filesystem::path train_log);
+  ~ResumedRunLog();
+  ResumedRunLog(const ResumedRunLog&) = delete;
+  ResumedRunLog& operator=(const ResumedRunLog&) = delete;
+
+ private:
+  std::filesystem::path file_;
+  StopLineFile stop_line_;
+  int uncaught_ = 0;
+};
+
 // The epoch records of a metrics.jsonl (none when it is missing); UserError naming the file and
 // row for a row that is not a record.
 std::vector<EpochRecord> read_metrics(const std::filesystem::path& file);

@@ -88,7 +88,8 @@ void check_sweep(const Config& config, const torch::Device& device) {
     // Refuses a CPU without memory.limit or a budget (CUDA: each trial takes its card's; the
     // parent opens no CUDA context of its own).
     if (const std::string missing = missing_budget(config, device); !missing.empty()) {
-      throw KeyError("sweep.checkpointing", "auto " + missing);
+      throw KeyError("sweep.checkpointing", "auto " + missing,
+                     {"memory.limit", "checkpointing.budget"});
     }
   }
   if (!config.sweep.devices.empty()) check_sweep_devices(config.sweep.devices, device);
