@@ -4,6 +4,7 @@
 
 #include "training/config/config_yaml.h"
 #include "training/platform/errors.h"
+#include "training/platform/process.h"
 
 namespace app {
 
@@ -84,7 +85,7 @@ std::string flag_error(const CLI::App& app, const CLI::Error& error) {
                                                    : "";
     if (!expected.empty()) what = name + ": expected " + expected + ", got '" + value + "'";
   }
-  return "[error] " + what + " (train --help lists the flags)\n";
+  return "[error] " + what + " (" + training::advised_program() + " --help lists the flags)\n";
 }
 
 void refuse_bad_values(const CLI::App& command) {

@@ -73,6 +73,7 @@ int dispatch(app::Arguments& a, const app::Commands& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  training::set_invoked_as(argc > 0 ? argv[0] : "");  // advice names the program as it was run
   CLI::App cli{
       "Train ResNet on CIFAR-10 with LibTorch and measure memory and speed.\n"
       "Without a subcommand: train. Subcommands: sweep, memory, plan, compare, report, convert, "

@@ -5,6 +5,7 @@
 
 #include "training/parts/components.h"
 #include "training/platform/memory.h"
+#include "training/platform/process.h"
 
 namespace training {
 
@@ -65,7 +66,8 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
   if (!config.checkpointing.enabled()) message += ", checkpointing.enabled: auto or true";
   if (config.data.device_resident) message += ", data.device_resident: false";
   message += step_size_remedies(config);
-  return message + "; `train sweep --find-max` finds the largest batch that fits." + intact;
+  return message + "; `" + advised_program() +
+         " sweep --find-max` finds the largest batch that fits." + intact;
 }
 
 std::string measured_error_line(const Config& config, const std::exception& error) {

@@ -23,6 +23,7 @@
 #include "training/platform/errors.h"
 #include "training/platform/heartbeat.h"
 #include "training/platform/memory.h"
+#include "training/platform/process.h"
 #include "training/platform/stop_signal.h"
 #include "training/resume.h"
 #include "training/run/checkpoint_io.h"
@@ -243,7 +244,7 @@ int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
     // After the last epoch's training (its evaluation, the checkpoint, the report's plots): the
     // training is kept, and the stop is said as any other.
     spdlog::warn("stopped by signal after the last epoch's training (its results are recorded){}",
-                 run ? ": train --resume " + shell_word(run->path().string()) +
+                 run ? ": " + advised_program() + " --resume " + shell_word(run->path().string()) +
                            " finishes what was left (the report and its plots)"
                      : std::string());
     return kExitStopped;

@@ -281,4 +281,28 @@ TEST(Stops, AStopSentToTheProcessAndItsGroupAsTimeoutDoesIsOneStop) {
   EXPECT_NE(md.find("stopped by a signal after 1 trial(s)"), std::string::npos) << md;
 }
 
+// Steps of 2 micro-batches (2 steps an epoch of the tiny config): a test's stop point comes
+// between a step's micro-batches.
+const char* const kTwoMicroBatches =
+    "--set training.accumulate_steps=2 --set training.memory_format=contiguous";
+
+// Issue 51, the eighth pass: "continue with: train --resume runs/tt" from `./build/train`: no
+// `train` is on PATH. Advice names the program as it was run, one shell word (here a relative
+// path with a space, run from its folder), and typed back it continues the run.
+TEST(Stops, AdviceNamesTheProgramAsItWasRun) {
+  test_support::TempDir dir;
+  fs::create_directories(dir / "my bin");
+  fs::create_symlink(TRAIN_BINARY, dir / "my bin" / "train");
+  const std::string in_dir = "cd " + dir.path().string() + " && ";
+  // (A stop is taken between a step's micro-batches.)
+  auto r = run_shell(in_dir + "TRAIN_TEST_STOP_AT='step 2 micro-batch 2' './my bin/train' " +
+                     tiny_run(dir, "run", 1, kTwoMicroBatches));
+  ASSERT_EQ(r.code, 130) << r.output;
+  const std::string advice = "'./my bin/train' --resume run";
+  EXPECT_NE(r.output.find("continue with: " + advice + "\n"), std::string::npos) << r.output;
+  r = run_shell(in_dir + advice);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(rows(dir / "run"), 1);
+}
+
 }  // namespace

@@ -16,6 +16,7 @@
 #include "training/platform/duration.h"
 #include "training/platform/errors.h"
 #include "training/platform/heartbeat.h"
+#include "training/platform/process.h"
 #include "training/platform/stop_signal.h"
 #include "training/run/diagnosis.h"
 #include "training/step/optim.h"
@@ -114,9 +115,11 @@ bool Trainer::checkpoint_exists() const {
 }
 
 std::string Trainer::resume_command() const {
-  if (run_) return "train --resume " + shell_word(run_->path().string());
-  if (!run_path_.empty()) return "train --resume " + shell_word(run_path_.string());
-  return "train --resume with rank 0's run directory (rank 0's log names it)";
+  // The program as it was run (advised_program): a bare `train` may be on no PATH.
+  const std::string resume = advised_program() + " --resume ";
+  if (run_) return resume + shell_word(run_->path().string());
+  if (!run_path_.empty()) return resume + shell_word(run_path_.string());
+  return resume + "with rank 0's run directory (rank 0's log names it)";
 }
 
 void Trainer::write_to(RunDirectory& run) {

@@ -162,8 +162,8 @@ class Trainer {
   RunDirectory* run_;
   std::filesystem::path run_path_;  // name_run's (rank > 0); empty: rank 0's log names it
 
-  // "train --resume DIR" with the run directory as one shell word; on a rank that does not know
-  // it, what names it.
+  // "PROGRAM --resume DIR" (the program as it was run, advised_program) with the run directory
+  // as one shell word; on a rank that does not know it, what names it.
   std::string resume_command() const;
   ProcessGroup* group_;
   StepParts parts_;  // model, optimizer, loss scaler

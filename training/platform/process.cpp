@@ -191,6 +191,27 @@ fs::path current_executable() {
   return fs::read_symlink("/proc/self/exe");
 }
 
+namespace {
+std::string& invoked_as() {
+  static std::string argv0;
+  return argv0;
+}
+}  // namespace
+
+void set_invoked_as(const std::string& argv0) {
+  invoked_as() = argv0;
+}
+
+std::string advised_program() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const std::string& argv0 = invoked_as();
+  // A bare name is looked up on PATH, as a shell would; a path is read from this folder.
+  const std::string found = argv0.empty() ? std::string() : find_on_path(argv0);
+  if (!found.empty() && !ec && fs::equivalent(found, self, ec) && !ec) return shell_word(argv0);
+  return shell_word(ec ? std::string("train") : self.string());
+}
+
 std::string python_executable() {
   if (const char* python = std::getenv("TRAIN_PYTHON")) return python;
   const char* venv = std::getenv("TRAIN_VENV");

@@ -51,6 +51,12 @@ std::string last_line(const std::filesystem::path& file);
 // The running executable (/proc/self/exe).
 std::filesystem::path current_executable();
 
+// The program as advice names it ("continue with: ./build/train --resume runs/x"), one shell word:
+// the path it was run as (argv[0], set by main: `./build/train`, or `train` found on PATH) where
+// that names this executable from here, else its absolute path (current_executable()).
+void set_invoked_as(const std::string& argv0);
+std::string advised_program();
+
 // The Python that runs the plotting scripts: $TRAIN_PYTHON, else the project's virtualenv
 // ($TRAIN_VENV or ~/.cache/train-studies/venv), else python3.
 std::string python_executable();
