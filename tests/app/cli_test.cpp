@@ -374,6 +374,24 @@ TEST(Cli, TrainsWritesTheRunDirectoryAndResumes) {
       r.output.find("cannot create the folder (" + (dir / "a-file").string() + " is not a folder)"),
       std::string::npos)
       << r.output;
+  // Issue 51, the eighth pass: an existing file as the folder was refused without the flag.
+  for (const std::string& command :
+       {std::string(), std::string("sweep --batch-sizes 4"), std::string("memory --settings fp32"),
+        std::string("plan --card T4 --batch-sizes 4")}) {
+    r = run_train(command + " --config " + write_tiny_config(dir).string() + " --output-dir " +
+                  (dir / "a-file").string());
+    EXPECT_EQ(r.code, 2) << command << ": " << r.output;
+    EXPECT_NE(r.output.find("[error] --output-dir: " + (dir / "a-file").string() +
+                            ": cannot create the folder"),
+              std::string::npos)
+        << command << ": " << r.output;
+  }
+  r = run_train("compare " + run.string() + " --output " + (dir / "a-file").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("[error] --output: " + (dir / "a-file").string() +
+                          ": cannot create the folder"),
+            std::string::npos)
+      << r.output;
   // Below a link to nothing: named ("File exists" before, after the measurements).
   fs::create_symlink(dir / "nowhere", dir / "dangling");
   r = run_train("--config " + write_tiny_config(dir).string() + autos + " --output-dir " +

@@ -236,13 +236,13 @@ void judge_output_dir(const fs::path& dir, const HeldOutputs& held, OutputKind k
     existing = existing.parent_path();
   }
   if (fs::is_symlink(fs::symlink_status(existing, ec)) && !fs::exists(existing, ec)) {
-    throw UserError(dir.string() + ": cannot create the folder (" + existing.string() +
-                    " is a symbolic link to " + fs::read_symlink(existing, ec).string() +
-                    ", which does not exist)");
+    throw UserError(flag + ": " + dir.string() + ": cannot create the folder (" +
+                    existing.string() + " is a symbolic link to " +
+                    fs::read_symlink(existing, ec).string() + ", which does not exist)");
   }
   if (fs::exists(existing, ec) && !fs::is_directory(existing, ec)) {
-    throw UserError(dir.string() + ": cannot create the folder (" + existing.string() +
-                    " is not a folder)");
+    throw UserError(flag + ": " + dir.string() + ": cannot create the folder (" +
+                    existing.string() + " is not a folder)");
   }
   refuse_unwritable_folder(existing, dir, flag);
 }
@@ -266,7 +266,10 @@ std::unique_ptr<DirectoryLock> claim_output_dir(const fs::path& dir, OutputKind 
                  kind_text(kind), kind == OutputKind::Run ? "started" : "finished");
   }
   fs::create_directories(dir, ec);
-  if (ec) throw UserError(dir.string() + ": cannot create the folder (" + ec.message() + ")");
+  if (ec) {
+    throw UserError(flag + ": " + dir.string() + ": cannot create the folder (" + ec.message() +
+                    ")");
+  }
   if (!lock) lock = std::make_unique<DirectoryLock>(dir);
   // A sweep, study or comparison started again starts afresh: nothing of the attempt that
   // stopped (its trials, tables, temporaries) is read back or left beside this one's files.

@@ -144,6 +144,20 @@ TEST(OutputDir, ADanglingLinkIsNamedWithItsTarget) {
                 ", which does not exist; create it or choose another --output-dir");
 }
 
+// Issue 51, the eighth pass: `--output-dir FILE` (an existing file) was refused as "FILE: cannot
+// create the folder (FILE is not a folder)", without the flag the other refusals name.
+TEST(OutputDir, AFolderThatCannotBeCreatedNamesTheFlag) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "a-file") << "not a folder";
+  for (const auto& path : {dir / "a-file", dir / "a-file" / "below"}) {
+    EXPECT_EQ(refusal(path, OutputKind::Run), "--output-dir: " + path.string() +
+                                                  ": cannot create the folder (" +
+                                                  (dir / "a-file").string() + " is not a folder)");
+  }
+  fs::create_symlink(dir / "nowhere", dir / "dangling");
+  EXPECT_EQ(refusal(dir / "dangling" / "sub", OutputKind::Sweep).rfind("--output-dir: ", 0), 0u);
+}
+
 // Round 5: outputs written inside another command's folder (a plan's --json in a sweep's trials/,
 // removed when the sweep ran again; a run inside a run), and paths no file can be written at (a
 // name above 255 bytes, a loop of links: refused only after the measuring, the loop said as a
