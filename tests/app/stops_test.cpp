@@ -305,4 +305,25 @@ TEST(Stops, AdviceNamesTheProgramAsItWasRun) {
   EXPECT_EQ(rows(dir / "run"), 1);
 }
 
+// Issue 51, the eighth pass: a stopped run's report.md gave epoch 1's accuracy as the "final"
+// one, and said neither that the run stopped nor how to continue it (a diverged run has its row).
+TEST(Stops, AStoppedRunsReportSaysWhereItStoppedAndHowToContinue) {
+  test_support::TempDir dir;
+  const auto run = dir / "run";
+  auto r = run_shell("TRAIN_TEST_STOP_AT='step 4 micro-batch 2' " + std::string(TRAIN_BINARY) +
+                     " " + tiny_run(dir, run, 2, kTwoMicroBatches));
+  ASSERT_EQ(r.code, 130) << r.output;
+  ASSERT_EQ(rows(run), 1);
+  const std::string row =
+      "| **stopped** | in epoch 2 after step 3, before the end of its 2 "
+      "epoch(s): the figures below are of the 1 epoch(s) recorded; continue "
+      "with: " +
+      std::string(TRAIN_BINARY) + " --resume " + run.string() + " |";
+  EXPECT_NE(test_support::read_text(run / "report.md").find(row), std::string::npos)
+      << test_support::read_text(run / "report.md");
+  r = run_train("--resume " + run.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(test_support::read_text(run / "report.md").find("**stopped**"), std::string::npos);
+}
+
 }  // namespace

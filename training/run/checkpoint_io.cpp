@@ -329,6 +329,13 @@ void read_position(torch::serialize::InputArchive& archive, const fs::path& file
   state.config_yaml = read_value(archive, file, "config").toStringRef();
 }
 
+TrainState checkpoint_position(const fs::path& file) {
+  auto archive = open_archive(file, torch::kCPU);
+  TrainState position;
+  read_position(archive, file, position);
+  return position;
+}
+
 TrainState check_checkpoint_model(const fs::path& file, torch::nn::Module& model,
                                   torch::optim::Optimizer& optimizer) {
   auto archive = open_archive(file, torch::kCPU);

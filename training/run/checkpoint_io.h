@@ -74,6 +74,9 @@ void save_checkpoint(const std::filesystem::path& file, torch::nn::Module& model
 
 // The inputs stored in a checkpoint.
 RunInputs checkpoint_inputs(const std::filesystem::path& file);
+// Where a checkpoint stands (epoch, step, batch_in_epoch, world_size, batch_size, config_yaml; no
+// tensors): the report's "stopped" row. Throws UserError naming the file where it cannot be read.
+TrainState checkpoint_position(const std::filesystem::path& file);
 
 // Throws the UserError load_checkpoint would, naming the file, when the stored model's tensors are
 // not `model`'s (names and shapes) or the stored optimizer state does not fit `optimizer` (its

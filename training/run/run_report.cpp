@@ -16,6 +16,7 @@
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
+#include "training/run/checkpoint_io.h"
 #include "training/run/diagnosis.h"
 #include "training/run/output_dir.h"
 #include "training/run/run_dir.h"
@@ -123,14 +124,52 @@ void write_setup(std::ostringstream& md, const Config& c, const std::string& lay
      << (c.memory.limit > 0 ? byte_size_text(c.memory.limit) : std::string("none")) << " |\n\n";
 }
 
+bool reached_its_end(const Config& c, int64_t epochs_done, int64_t step) {
+  return epochs_done >= c.training.epochs ||
+         (c.training.max_steps > 0 && step >= c.training.max_steps);
+}
+
+// The row of a run that has not reached its end (stopped, or killed): where it stands, from its
+// checkpoint, and the command that continues it; empty for a run that reached it or diverged.
+std::string stopped_row(const fs::path& run_dir, const std::vector<EpochRecord>& epochs,
+                        const Config& c) {
+  if (first_diverged(epochs)) return "";  // its own row says where it stopped
+  const auto& last = epochs.back();
+  const std::string recorded = fmt::format(
+      ", before the end of its {} epoch(s): the figures below are of the {} epoch(s) recorded",
+      c.training.epochs, epochs.size());
+  std::optional<TrainState> at;
+  std::error_code ec;
+  if (fs::is_regular_file(run_dir / "checkpoint.pt", ec)) {
+    try {
+      at = checkpoint_position(run_dir / "checkpoint.pt");
+    } catch (const std::exception&) {  // a damaged checkpoint is --resume's to refuse
+    }
+  }
+  if (!at) {
+    if (reached_its_end(c, last.epoch, last.step)) return "";
+    return fmt::format(
+        "| **stopped** | after epoch {} (step {}){}; no readable checkpoint.pt, so "
+        "it cannot be continued |\n",
+        last.epoch, last.step, recorded);
+  }
+  if (reached_its_end(c, at->epoch, at->step)) return "";
+  const std::string where = at->batch_in_epoch > 0
+                                ? fmt::format("in epoch {} after step {}", at->epoch + 1, at->step)
+                                : fmt::format("after epoch {} (step {})", at->epoch, at->step);
+  return "| **stopped** | " + where + recorded + "; continue with: " + advised_program() +
+         " --resume " + shell_word(run_dir.string()) + " |\n";
+}
+
 void write_results(std::ostringstream& md, const std::vector<EpochRecord>& epochs, const Totals& t,
-                   const Config& c) {
+                   const Config& c, const std::string& stopped) {
   const auto& last = epochs.back();
   const auto& best = epochs[t.best];
   const bool cuda = last.device.rfind("cuda", 0) == 0;
   const EpochRecord* diverged = first_diverged(epochs);
   const double wait = t.train_seconds > 0 ? t.data_seconds / t.train_seconds : 0;
   md << "## Results\n\n| | |\n|---|---|\n"
+     << stopped
      << fmt::format("| final test accuracy | {:.2f}% (epoch {}) |\n", 100 * last.test_acc,
                     last.epoch)
      << fmt::format("| best test accuracy | {:.2f}% (epoch {}) |\n", 100 * best.test_acc,
@@ -261,7 +300,7 @@ fs::path write_report(const fs::path& run_dir) {
   md << "# Run report: " << run_dir.filename().string() << "\n\n";
   if (!recorded.note.empty()) md << "**Note:** " << recorded.note << ".\n\n";
   write_setup(md, config, layout_text(asked, decisions), epochs.back());
-  write_results(md, epochs, totals_of(epochs), config);
+  write_results(md, epochs, totals_of(epochs), config, stopped_row(run_dir, epochs, config));
   write_checkpointing(md, config, decisions, epochs);
   write_epochs(md, epochs);
   md << "\n## Plots\n\n";
