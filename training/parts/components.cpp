@@ -131,7 +131,8 @@ void refuse_what_no_batch_fits(const Config& config, const torch::Device& device
     refuse(config.checkpointing.budget(), "checkpointing.budget", "a larger checkpointing.budget");
     const std::string no_budget = missing_budget(config, device);
     if (!config.checkpointing.blocks() && !no_budget.empty())
-      throw KeyError("checkpointing.enabled", "auto " + no_budget);
+      throw KeyError("checkpointing.enabled", "auto " + no_budget,
+                     {"memory.limit", "checkpointing.budget"});
   }
 }
 

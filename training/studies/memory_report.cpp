@@ -48,7 +48,6 @@ std::vector<Setting> memory_settings(const std::optional<std::string>& requested
     // A repeated setting is refused, never merged.
     if (const std::string repeat = config_yaml::first_repeat(cells); !repeat.empty())
       throw UserError("--settings: '" + *requested + "': " + repeat);
-    if (cells.empty()) throw UserError("--settings: expected at least one setting, e.g. fp32");
     return cells;
   }
   const bool bf16 = has_fast_bf16(device);
@@ -80,10 +79,6 @@ std::string auto_choice_text(const StepBreakdown& b) {
               ? " (predicted peak " + format_bytes(b.predicted_peak_bytes) + ")"
               : std::string(" (given by checkpointing.blocks)"));
 }
-
-}  // namespace
-
-namespace {
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text;
