@@ -27,6 +27,8 @@ constexpr int64_t MiB = training::kMiB;
 constexpr int64_t kGiB = 1024 * MiB;  // the overhead the arithmetic below plans with
 
 const Setting plain{Precision::FP32, training::CheckpointMode::Off, c10::MemoryFormat::Contiguous};
+const Setting automatic{Precision::FP32, training::CheckpointMode::Auto,
+                        c10::MemoryFormat::Contiguous};
 const Setting checkpointed{Precision::FP32, training::CheckpointMode::On,
                            c10::MemoryFormat::Contiguous};
 
@@ -707,8 +709,6 @@ training::Plan plan_on_card(const test_support::TempDir& dir, const std::vector<
 // budget, not replayed): plan.json gave it an allocated peak of 0.
 TEST(Plan, AnAutoCellOnACardKeepsItsMeasuredPeaks) {
   test_support::TempDir dir;
-  const Setting automatic{training::Precision::FP32, training::CheckpointMode::Auto,
-                          c10::MemoryFormat::Contiguous};
   const auto ok = training::TrialStatus::Ok;
   std::vector<training::SweepTrial> trials = {trial(1, plain, 32, 1000 * MiB, 100, ok),
                                               trial(2, automatic, 64, 700 * MiB, 90, ok)};
@@ -730,8 +730,6 @@ TEST(Plan, AnAutoCellOnACardKeepsItsMeasuredPeaks) {
 // now does not fit, and says why.
 TEST(Plan, AnAutoCellWhoseEveryBlockRecomputedDoesNotFitTheCardDoesNotFit) {
   test_support::TempDir dir;
-  const Setting automatic{training::Precision::FP32, training::CheckpointMode::Auto,
-                          c10::MemoryFormat::Contiguous};
   const auto ok = training::TrialStatus::Ok;
   // Measured under a large budget on another machine: batch 4096 at 700 MiB, as its trial said.
   std::vector<training::SweepTrial> trials = {trial(1, plain, 8, 300 * MiB, 100, ok),

@@ -262,6 +262,24 @@ sweep: {batch_sizes: [16], accumulate_steps: [1, 2], warmup_steps: 1, measure_st
   EXPECT_NE(md.find("| fp32 | off | contiguous | 16 x 2 | ok |"), std::string::npos) << md;
 }
 
+// `train` with `config` for `max_steps` steps into dir/train, no checkpoint, then the words of
+// `flags` (a --set line the program advises, a limit).
+std::vector<std::string> train_args(const test_support::TempDir& dir, const fs::path& config,
+                                    int64_t max_steps, const std::string& flags) {
+  std::vector<std::string> args{TRAIN_BINARY,
+                                "--config",
+                                config.string(),
+                                "--output-dir",
+                                (dir / "train").string(),
+                                "--set",
+                                "training.max_steps=" + std::to_string(max_steps),
+                                "--set",
+                                "checkpoint.enabled=false"};
+  std::istringstream words(flags);
+  for (std::string word; words >> word;) args.push_back(word);
+  return args;
+}
+
 // Round 5: a trial of 1 + 1 steps of 2 micro-batches each, with data.prefetch 2, drew an epoch of
 // 4 batches: its measured step held no prefetched batch, where training's steady steps hold the
 // full queue, so find-max's answer ran out of memory in training's second step under the limit it
@@ -279,19 +297,9 @@ sweep: {warmup_steps: 1, measure_steps: 1}
   const auto trial = trial_result(dir, config, 32);
   ASSERT_EQ(trial.at("status"), "ok") << trial.dump();
   const int64_t peak = trial.at("peak_reserved_bytes");
-  std::vector<std::string> args{TRAIN_BINARY,
-                                "--config",
-                                config.string(),
-                                "--output-dir",
-                                (dir / "train").string(),
-                                "--set",
-                                "training.max_steps=3",
-                                "--set",
-                                "checkpoint.enabled=false",
-                                "--memory-limit",
-                                std::to_string(peak + 1024)};
-  std::istringstream flags(training::run_flags(training::Setting{}, 32, 0));
-  for (std::string word; flags >> word;) args.push_back(word);
+  const auto args = train_args(dir, config, 3,
+                               "--memory-limit " + std::to_string(peak + 1024) + " " +
+                                   training::run_flags(training::Setting{}, 32, 0));
   EXPECT_EQ(training::run_process(args, dir / "train.log", 600).exit_code, 0)
       << test_support::read_text(dir / "train.log");
 }
@@ -318,18 +326,8 @@ sweep: {batch_sizes: [32], checkpointing: [true], precisions: [fp32], memory_for
   const std::string flags = training::recommended_flags(plan, plan.candidates.at(*plan.chosen));
   ASSERT_NE(flags.find("checkpointing.budget=" + training::byte_size_text(peak)), std::string::npos)
       << flags;
-  std::vector<std::string> args{TRAIN_BINARY,
-                                "--config",
-                                config.string(),
-                                "--output-dir",
-                                (dir / "train").string(),
-                                "--set",
-                                "training.max_steps=2",
-                                "--set",
-                                "checkpoint.enabled=false"};
-  std::istringstream words(flags);
-  for (std::string word; words >> word;) args.push_back(word);
-  EXPECT_EQ(training::run_process(args, dir / "train.log", 600).exit_code, 0)
+  EXPECT_EQ(
+      training::run_process(train_args(dir, config, 2, flags), dir / "train.log", 600).exit_code, 0)
       << flags << "\n"
       << test_support::read_text(dir / "train.log");
 }
