@@ -237,6 +237,21 @@ TEST(Cli, BadAccumulationValuesAreOneLineErrors) {
   EXPECT_FALSE(fs::exists(dir / "run"));
 }
 
+// Issue 51, the eighth pass's "left": a file as the small sweep's folder was refused after the
+// line announcing the sweep (two lines); refused first now, in one line.
+TEST(Cli, APlansSmallSweepIntoAFileIsRefusedBeforeItsAnnouncement) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir);
+  std::ofstream(dir / "a-file") << "not a folder";
+  const auto into_file = run_train("plan --memory 4GiB --config " + config.string() +
+                                   " --output-dir " + (dir / "a-file").string());
+  EXPECT_EQ(into_file.code, 2) << into_file.output;
+  EXPECT_EQ(count_lines(into_file.output), 1) << into_file.output;
+  EXPECT_NE(into_file.output.find("--output-dir: " + (dir / "a-file").string() + ": cannot create"),
+            std::string::npos)
+      << into_file.output;
+}
+
 TEST(Cli, CudaWithoutAGpuIsAClearError) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a CUDA device";
   test_support::TempDir dir;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "app/cli_support.h"
+#include "training/platform/dir_lock.h"
 
 namespace {
 
@@ -321,6 +322,17 @@ TEST(Stops, AStoppedRunsReportSaysWhereItStoppedAndHowToContinue) {
       std::string(TRAIN_BINARY) + " --resume " + run.string() + " |";
   EXPECT_NE(test_support::read_text(run / "report.md").find(row), std::string::npos)
       << test_support::read_text(run / "report.md");
+  {  // The eighth pass's "left": `train report` while a train process holds the run said stopped.
+    const training::DirectoryLock training_it(run);
+    r = run_train("report " + run.string());
+    ASSERT_EQ(r.code, 0) << r.output;
+    const std::string report = test_support::read_text(run / "report.md");
+    EXPECT_EQ(report.find("**stopped**"), std::string::npos) << report;
+    EXPECT_NE(report.find("| **training** | another train process holds the run now: the figures "
+                          "below are of the 1 epoch(s) recorded so far, of its 2 |"),
+              std::string::npos)
+        << report;
+  }
   r = run_train("--resume " + run.string());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(test_support::read_text(run / "report.md").find("**stopped**"), std::string::npos);

@@ -132,9 +132,15 @@ bool reached_its_end(const Config& c, int64_t epochs_done, int64_t step) {
 // The row of a run that has not reached its end (stopped, or killed): where it stands, from its
 // checkpoint, and the command that continues it; empty for a run that reached it or diverged.
 std::string stopped_row(const fs::path& run_dir, const std::vector<EpochRecord>& epochs,
-                        const Config& c) {
+                        const Config& c, bool in_training) {
   if (first_diverged(epochs)) return "";  // its own row says where it stopped
   const auto& last = epochs.back();
+  if (in_training && !reached_its_end(c, last.epoch, last.step)) {
+    return fmt::format(
+        "| **training** | another train process holds the run now: the figures below are of the "
+        "{} epoch(s) recorded so far, of its {} |\n",
+        epochs.size(), c.training.epochs);
+  }
   const std::string recorded = fmt::format(
       ", before the end of its {} epoch(s): the figures below are of the {} epoch(s) recorded",
       c.training.epochs, epochs.size());
@@ -283,7 +289,7 @@ std::string format_epoch_time(const std::optional<EpochTime>& time) {
   return fmt::format("{:.1f} s, projected from {} steady steps", time->seconds, time->steady_steps);
 }
 
-fs::path write_report(const fs::path& run_dir) {
+fs::path write_report(const fs::path& run_dir, bool in_training) {
   const auto epochs = read_metrics(run_dir / "metrics.jsonl");
   if (epochs.empty()) {
     throw UserError(run_dir.string() + ": no metrics.jsonl with epochs, so no run to report on");
@@ -300,7 +306,8 @@ fs::path write_report(const fs::path& run_dir) {
   md << "# Run report: " << run_dir.filename().string() << "\n\n";
   if (!recorded.note.empty()) md << "**Note:** " << recorded.note << ".\n\n";
   write_setup(md, config, layout_text(asked, decisions), epochs.back());
-  write_results(md, epochs, totals_of(epochs), config, stopped_row(run_dir, epochs, config));
+  write_results(md, epochs, totals_of(epochs), config,
+                stopped_row(run_dir, epochs, config, in_training));
   write_checkpointing(md, config, decisions, epochs);
   write_epochs(md, epochs);
   md << "\n## Plots\n\n";
@@ -325,6 +332,7 @@ fs::path write_report(const fs::path& run_dir) {
 
 fs::path report_command(const fs::path& run_dir) {
   check_output_format(run_dir, OutputKind::Run);
+  const bool in_training = locked_by_another_process(run_dir);
   // Held for the whole report when it can be taken, so that no other command's temporaries are
   // taken for stale; a run being trained keeps its lock, and its report is written without it.
   std::optional<DirectoryLock> lock;
@@ -342,7 +350,7 @@ fs::path report_command(const fs::path& run_dir) {
                    run_dir.string());
     }
   }
-  return write_report(run_dir);
+  return write_report(run_dir, in_training);
 }
 
 }  // namespace training

@@ -37,8 +37,10 @@ Totals totals_of(const std::vector<EpochRecord>& epochs);
 std::string format_epoch_time(const std::optional<EpochTime>& time);
 
 // Writes the report (atomically) and returns its path. Throws UserError when `run_dir` holds
-// no run (no metrics.jsonl). Missing plots (no Python/matplotlib) are noted in the report.
-std::filesystem::path write_report(const std::filesystem::path& run_dir);
+// no run (no metrics.jsonl). Missing plots (no Python/matplotlib) are noted in the report. A run
+// that has not reached its end is said to be stopped, or, `in_training` (another process holds
+// it), still training.
+std::filesystem::path write_report(const std::filesystem::path& run_dir, bool in_training = false);
 
 // `train report RUN`: when no process holds the run, takes its lock for the report and first
 // removes the temporaries an interrupted write left, as --resume does (a training run's own are

@@ -6,13 +6,13 @@
 #include <iostream>
 
 #include "training/cards/card_prediction.h"
-#include "training/config/config_yaml.h"
 #include "training/parts/memory_format.h"
 #include "training/parts/setup.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
 #include "training/platform/stop_signal.h"
+#include "training/run/output_dir.h"
 #include "training/run/run_dir.h"
 #include "training/studies/plan.h"
 
@@ -75,6 +75,7 @@ fs::path run_small_sweep(const PlanRequest& request) {
           ? request.output_dir
           : new_run_path(config.output.dir, "", "plan-" + arch_name(config.model)).string();
   sweep.executable = request.executable;
+  check_output_dir(sweep.output_dir, OutputKind::Sweep, "--output-dir");  // before its line
   spdlog::info(
       "plan: no --from, so a small sweep runs first in {}: precisions {}, checkpointing off and "
       "on, batch sizes from sweep.batch_sizes, 1 warm-up + 2 measured steps per trial; no trial "
