@@ -324,8 +324,12 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
                             "in the training step timed in each layout (training.memory_format: "
                             "auto): in contiguous and in channels_last");
   const MemoryFormatChoice layout = out_of_memory_is_exit_3(asked, device, timing, [&] {
-    return position.trained ? kept_decisions(asked, decisions)
-                            : decide_memory_format(asked, decisions, device, data_parallel);
+    if (position.trained) return kept_decisions(asked, decisions);
+    // Under a limit, each layout is timed with what the run holds beside its step.
+    const int64_t beside = !asked.training.memory_format && asked.memory.limit > 0
+                               ? held_beside_step(asked, device, data.train, data.test.size())
+                               : 0;
+    return decide_memory_format(asked, decisions, device, data_parallel, {}, beside);
   });
   const auto checkpointing = out_of_memory_is_exit_3(asked, device, building, [&] {
     if (position.trained) return std::optional<CheckpointChoice>();

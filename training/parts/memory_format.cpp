@@ -38,11 +38,13 @@ Config timing_config(const Config& config) {
 
 }  // namespace
 
-std::string layout_signature(const Config& config) {
+std::string layout_signature(const Config& config, int64_t beside_step) {
   std::string signature =
       step_signature(config, std::nullopt) + fmt::format(", {} CPU threads", at::get_num_threads());
-  if (config.memory.limit > 0)
-    signature += ", under memory.limit " + format_bytes(config.memory.limit);
+  if (config.memory.limit > 0) {
+    signature += fmt::format(", under memory.limit {} ({} bytes), {} bytes held beside the step",
+                             format_bytes(config.memory.limit), config.memory.limit, beside_step);
+  }
   return signature;
 }
 
@@ -58,15 +60,22 @@ double measure_training_rate(const Config& config, const torch::Device& device) 
   StepParts parts = build_measured_step_parts(c, device);
   parts.model->train();
   const auto [images, labels] = synthetic_batch(c, device);
+  const int64_t micro_batches = c.training.accumulate_steps > 1 ? 2 : 1;
+  const StepOptions options = step_options(c).accumulate_steps(micro_batches);
   std::vector<double> seconds(2);  // steps 1 and 2; the first step warms up
   for (int step = 0; step < 3; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    train_step(parts, images, labels, step_options(c));
+    std::vector<torch::Tensor> buffers_at_start;  // held through the step, as training does
+    for (int64_t micro = 0; micro < micro_batches; ++micro) {
+      if (micro == 0 && micro_batches > 1) buffers_at_start = copy_buffers(*parts.model);
+      train_step(parts, images, labels, options, micro);
+    }
     synchronize(device);
     const double took = seconds_since(start);
     if (step > 0) seconds[step - 1] = took;
   }
-  return static_cast<double>(c.training.batch_size) / std::max(median(seconds), 1e-12);
+  return static_cast<double>(c.training.batch_size * micro_batches) /
+         std::max(median(seconds), 1e-12);
 }
 
 namespace {
@@ -90,7 +99,8 @@ Timed time_layout(const MeasureRate& rate, const Config& config, const torch::De
 }  // namespace
 
 MemoryFormatChoice choose_memory_format(const Config& config, const torch::Device& device,
-                                        bool data_parallel, const MeasureRate& measure) {
+                                        bool data_parallel, const MeasureRate& measure,
+                                        int64_t beside_step) {
   MemoryFormatChoice choice;
   choice.format = memory_format_for(config, device);
   if (config.training.memory_format) {
@@ -113,6 +123,11 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
   Config c = timing_config(config);
   Heartbeat beat("memory_format auto: timing a few steps in each layout", 2, "layouts");
   test_stop_point("layout timing");  // tests: a stop while the layouts are timed
+  // Under a limit, what the run holds beside its step is held beside each layout's step.
+  const torch::Tensor beside =
+      config.memory.limit > 0 && beside_step > 0
+          ? torch::empty({beside_step}, torch::TensorOptions(torch::kUInt8).device(device))
+          : torch::Tensor();
   c.training.memory_format = c10::MemoryFormat::Contiguous;
   const Timed contiguous = time_layout(rate, c, device);
   beat.advance(1);
@@ -125,28 +140,30 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
   choice.contiguous_rate = contiguous.rate;
   choice.channels_last_rate = channels_last.rate;
   choice.timed = true;
-  const int64_t batch = c.training.batch_size;
+  const std::string steps = fmt::format(
+      "3 steps of {}{} images", c.training.accumulate_steps > 1 ? "2 micro-batches of " : "",
+      c.training.batch_size);
   if (contiguous.out_of_memory || channels_last.out_of_memory) {
     const bool fits_contiguous = !contiguous.out_of_memory;
     choice.format =
         fits_contiguous ? c10::MemoryFormat::Contiguous : c10::MemoryFormat::ChannelsLast;
     choice.reason = fmt::format(
         "auto: {} ran out of memory in its timing step ({}), no candidate; {} timed at {:.1f} "
-        "images/s over 3 steps of {} images",
+        "images/s over {}",
         fits_contiguous ? "channels_last" : "contiguous",
         config.memory.limit > 0 ? "memory.limit " + format_bytes(config.memory.limit)
                                 : std::string("the device's memory"),
         memory_format_name(choice.format),
-        fits_contiguous ? choice.contiguous_rate : choice.channels_last_rate, batch);
+        fits_contiguous ? choice.contiguous_rate : choice.channels_last_rate, steps);
     return choice;
   }
   choice.format = choice.channels_last_rate > choice.contiguous_rate
                       ? c10::MemoryFormat::ChannelsLast
                       : c10::MemoryFormat::Contiguous;
   choice.reason = fmt::format(
-      "auto: timed here over 3 steps of {} images, contiguous {:.1f} images/s, channels_last "
+      "auto: timed here over {}, contiguous {:.1f} images/s, channels_last "
       "{:.1f} images/s ({} {:.2f}x faster)",
-      batch, choice.contiguous_rate, choice.channels_last_rate, memory_format_name(choice.format),
+      steps, choice.contiguous_rate, choice.channels_last_rate, memory_format_name(choice.format),
       std::max(choice.contiguous_rate, choice.channels_last_rate) /
           std::max(std::min(choice.contiguous_rate, choice.channels_last_rate), 1e-12));
   return choice;
@@ -154,21 +171,22 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
 
 MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisions,
                                         const torch::Device& device, bool data_parallel,
-                                        const MeasureRate& measure) {
+                                        const MeasureRate& measure, int64_t beside_step) {
   auto& recorded = decisions.layout;
   if (config.training.memory_format) {
     recorded.reset();
   } else if (recorded && recorded->device_type == c10::DeviceTypeName(device.type(), true) &&
-             recorded->chosen_for == layout_signature(config)) {
+             recorded->chosen_for == layout_signature(config, beside_step)) {
     MemoryFormatChoice kept;
     kept.format = recorded->format;
     kept.reason = "auto: as this run decided before (its checkpoint's decisions), not timed again";
     return kept;
   }
-  MemoryFormatChoice choice = choose_memory_format(config, device, data_parallel, measure);
+  MemoryFormatChoice choice =
+      choose_memory_format(config, device, data_parallel, measure, beside_step);
   if (!config.training.memory_format) {
     recorded = LayoutDecision{choice.format, c10::DeviceTypeName(device.type(), true),
-                              choice.reason, layout_signature(config)};
+                              choice.reason, layout_signature(config, beside_step)};
   }
   return choice;
 }

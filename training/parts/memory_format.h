@@ -36,26 +36,32 @@ struct MemoryFormatChoice {
 };
 
 // What a recorded layout was chosen for, its chosen_for: the step, and what its timing depended
-// on beyond it (the CPU threads; memory.limit, under which a layout that does not fit is none).
-std::string layout_signature(const Config& config);
+// on beyond it (the CPU threads; memory.limit in bytes and the `beside_step` bytes held with the
+// step, under which a layout whose step does not fit is none).
+std::string layout_signature(const Config& config, int64_t beside_step = 0);
 
 // Images/s of a few training steps of `config` (its training.memory_format set) on `device`.
 using MeasureRate = std::function<double(const Config& config, const torch::Device& device)>;
 
 // The layout for this run (see the top of this file); `measure` replaces the timing in tests.
+// `beside_step`: bytes the run holds on the device beside its step (held_beside_step), held while
+// each layout is timed under memory.limit.
 MemoryFormatChoice choose_memory_format(const Config& config, const torch::Device& device,
-                                        bool data_parallel, const MeasureRate& measure = {});
+                                        bool data_parallel, const MeasureRate& measure = {},
+                                        int64_t beside_step = 0);
 
 // training.memory_format: auto's decision for this run, in `decisions.layout`: the recorded one
 // when it was made on this device type (a resume: not timed again), else choose_memory_format's
 // (none when the config sets the layout).
 MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisions,
                                         const torch::Device& device, bool data_parallel,
-                                        const MeasureRate& measure = {});
+                                        const MeasureRate& measure = {}, int64_t beside_step = 0);
 
 // The timing choose_memory_format does by default: 1 warm-up and 2 timed steps on a synthetic
 // batch of training.batch_size images (choose_memory_format gives it min(batch, 8) and no weight
-// average, or under memory.limit the run's own); the median step's images/s.
+// average, or under memory.limit the run's own), each step with training.accumulate_steps > 1 a
+// micro-batch after one (the first's gradients and BatchNorm copy held through the second, as
+// training does); the median step's images/s.
 double measure_training_rate(const Config& config, const torch::Device& device);
 
 // One line when an explicit layout is known to be far slower than the other on this machine:

@@ -278,11 +278,14 @@ std::string plan_target_text(const std::optional<Card>& card, int64_t card_bytes
 }
 
 void refuse_no_room(const std::optional<Card>& card, int64_t card_bytes, double headroom,
-                    int64_t overhead) {
-  if (usable_of(card_bytes, headroom) - overhead > 0) return;
+                    int64_t overhead, const Config* grid) {
+  const int64_t share = usable_of(card_bytes, headroom) - overhead;
+  const std::string held = share > 0 && grid ? weights_alone_remedy(*grid, share, "a larger card")
+                           : share > 0       ? ""
+                                             : "that leaves the allocator no memory";
+  if (held.empty()) return;
   throw UserError(std::string(card ? "--card" : "--memory") + ": nothing fits in " +
-                  plan_target_text(card, card_bytes, headroom, overhead) +
-                  ": that leaves the allocator no memory");
+                  plan_target_text(card, card_bytes, headroom, overhead) + ": " + held);
 }
 
 int64_t card_needed_for(const Plan& plan, int64_t limit) {

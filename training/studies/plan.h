@@ -87,9 +87,11 @@ std::string plan_target_text(const std::optional<Card>& card, int64_t card_bytes
                              int64_t overhead);
 // UserError ("...: that leaves the allocator no memory") where the card (--card) less its
 // headroom and what lies outside the allocator leaves the allocator nothing: known before any
-// measurement or replay (with --from and --memory, a plan says instead how large a card it needs).
+// measurement or replay (with --from and --memory, a plan says instead how large a card it needs);
+// given the small sweep's `grid`, also where that share is below what its weights, gradients and
+// momentum alone take, whatever the batch.
 void refuse_no_room(const std::optional<Card>& card, int64_t card_bytes, double headroom,
-                    int64_t overhead);
+                    int64_t overhead, const Config* grid = nullptr);
 // UserError naming --target-batch where no batch of `batches` (what the sweep `measured` or will)
 // makes `target` in at most training.accumulate_steps' most micro-batches, or where `target` is
 // more than `train_images` (0: not known).

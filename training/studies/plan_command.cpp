@@ -27,14 +27,6 @@ fs::path run_small_sweep(const PlanRequest& request) {
   const Config config = load_config(request.config_path, request.overrides);
   const torch::Device device = with_key_origins(config, [&] { return training_device(config); });
   if (request.card) held_data(config);  // data.device_resident's data missing: refused first
-  // A card the allocator gets nothing of (its headroom, what lies outside the allocator: given,
-  // or, where the sweep will not measure it, assumed as make_plan assumes it): refused first.
-  if (request.overhead || !device.is_cuda()) {
-    refuse_no_room(
-        request.card, request.memory, request.headroom,
-        request.overhead.value_or(request.card ? beside_tensors(*request.card).outside_allocator
-                                               : kOutsideAllocatorBytes));
-  }
   // A target batch no batch of the grid can make, or more than the training images: refused too.
   if (request.target_batch > 0) {
     check_target_batch(request.target_batch, config.sweep.batch_sizes,
@@ -57,6 +49,16 @@ fs::path run_small_sweep(const PlanRequest& request) {
   sweep.overrides.insert(sweep.overrides.end(), request.overrides.begin(), request.overrides.end());
   // What no setting of its grid can do, refused before it (a --target-batch is checked above).
   const Config grid = load_config(request.config_path, sweep.overrides);
+  // A card whose allocator gets less than the weights, gradients and momentum (its headroom, what
+  // lies outside the allocator: given, or, where the sweep will not measure it, assumed as
+  // make_plan assumes it): refused first.
+  if (request.overhead || !device.is_cuda()) {
+    refuse_no_room(
+        request.card, request.memory, request.headroom,
+        request.overhead.value_or(request.card ? beside_tensors(*request.card).outside_allocator
+                                               : kOutsideAllocatorBytes),
+        &grid);
+  }
   const auto& [batches, steps] = std::tie(grid.sweep.batch_sizes, grid.sweep.accumulate_steps);
   const std::string measured = "setting the small sweep will measure",
                     flag = request.card ? "--card" : "--memory";

@@ -265,4 +265,50 @@ TEST(MemoryFormat, AutoCheckpointingIsTimedWithEveryBlockRecomputedNotThePlainSt
   }
 }
 
+// Issue 51, a ninth pass: under memory.limit the layouts were timed in a bare micro-batch, without
+// what the run holds beside its step (data.prefetch's batches) nor, with training.accumulate_steps
+// > 1, the gradients and BatchNorm copy held from the step's first micro-batch: channels_last
+// won the timing and the run was exit 3 where contiguous trains. The timing step is the run's (a
+// micro-batch after one, as checkpointing auto's measurement), with the bytes beside it held while
+// each layout is timed, and its chosen_for names both (the limit in bytes: 4 KiB apart is another).
+TEST(MemoryFormat, UnderALimitTheTimingStepIsTheRunsWithWhatItHoldsBesideIt) {
+  auto& allocator = training::TrackingCpuAllocator::instance();
+  auto peak_of = [&](const training::Config& c) {
+    allocator.reset_peak();
+    const int64_t before = allocator.stats().allocated;
+    training::measure_training_rate(c, torch::kCPU);
+    return allocator.stats().peak_allocated - before;
+  };
+  auto config = training::parse_config(
+      "model: {arch: resnet18, stem: cifar}\ntraining: {device: cpu, batch_size: 4, "
+      "memory_format: contiguous}\n",
+      "layout");
+  const int64_t one = peak_of(config);
+  config.training.accumulate_steps = 3;
+  EXPECT_GT(peak_of(config), one) << "an accumulating step was timed as a bare micro-batch";
+  auto limited = layout_config(", batch_size: 4");
+  limited.memory.limit = 300LL << 20;
+  std::vector<int64_t> held;
+  const training::MeasureRate measure = [&](const training::Config&, const torch::Device&) {
+    held.push_back(allocator.stats().allocated);
+    return 10.0;
+  };
+  const int64_t beside = 5LL << 20, before = allocator.stats().allocated;
+  training::Decisions decisions;
+  training::decide_memory_format(limited, decisions, torch::kCPU, false, measure, beside);
+  ASSERT_EQ(held.size(), 2u);
+  for (const int64_t bytes : held) EXPECT_GE(bytes - before, beside);
+  EXPECT_NE(decisions.layout->chosen_for.find("314572800 bytes"), std::string::npos)
+      << decisions.layout->chosen_for;
+  auto kept = decisions;
+  training::decide_memory_format(limited, kept, torch::kCPU, false, measure, beside);
+  EXPECT_EQ(held.size(), 2u) << "the same step, limit and bytes beside: kept";
+  training::decide_memory_format(limited, kept, torch::kCPU, false, measure, 2 * beside);
+  EXPECT_EQ(held.size(), 4u) << "timed with 5 MiB beside the step, kept with 10 MiB";
+  limited.memory.limit += 4096;
+  kept = decisions;
+  training::decide_memory_format(limited, kept, torch::kCPU, false, measure, beside);
+  EXPECT_EQ(held.size(), 6u) << "timed under 300 MiB, kept 4 KiB above";
+}
+
 }  // namespace

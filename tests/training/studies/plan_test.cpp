@@ -385,6 +385,22 @@ TEST(Plan, ACardThatLeavesTheAllocatorNothingIsRefusedBeforeTheSmallSweep) {
     }
     EXPECT_FALSE(fs::exists(dir / "planned"));
   }
+  // Issue 51, a ninth pass: 950 MiB less 10% and 771 MiB leaves 84 MiB, below ResNet-18's weights,
+  // gradients and momentum (127.91 MiB): the sweep ran (16 s, its folder written) first.
+  plan.memory = 950 * MiB;
+  plan.overhead.reset();
+  try {
+    training::plan_command(plan);
+    ADD_FAILURE() << "a sweep ran for a card whose allocator gets less than the weights";
+  } catch (const training::UserError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "--memory: nothing fits in 950MiB (950.00 MiB) with 10% headroom and 771.00 MiB "
+            "outside the allocator: the weights and their gradients and momentum alone take "),
+        std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "planned"));
 }
 
 // Without --from, a --target-batch that no batch of the small sweep's grid makes, or above the
