@@ -66,8 +66,9 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
   if (!config.checkpointing.enabled()) message += ", checkpointing.enabled: auto or true";
   if (config.data.device_resident) message += ", data.device_resident: false";
   message += step_size_remedies(config);
-  return message + "; `" + advised_program() +
-         " sweep --find-max` finds the largest batch that fits." + intact;
+  // The sweep needs more than its flag to run (the run's config, its limit): named, not typed out.
+  return message + "; a sweep's --find-max finds the largest batch that fits (" +
+         advised_program() + " sweep --help)." + intact;
 }
 
 std::string measured_error_line(const Config& config, const std::exception& error) {

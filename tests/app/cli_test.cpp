@@ -497,10 +497,12 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
     if (line.find("[error]") != std::string::npos) error_line = line, ++errors;
   }
   EXPECT_EQ(errors, 1) << r.output;
-  for (const char* part :
-       {"out of memory on cpu in epoch 2 after 4 steps (tried to allocate ", "MiB): peak",
-        "(memory.limit)", "training.batch_size (now 256)", "training.precision: bf16 or fp16",
-        "checkpointing.enabled: auto or true", "train sweep --find-max"}) {
+  for (const std::string part : std::vector<std::string>{
+           "out of memory on cpu in epoch 2 after 4 steps (tried to allocate ", "MiB): peak",
+           "(memory.limit)", "training.batch_size (now 256)", "training.precision: bf16 or fp16",
+           "checkpointing.enabled: auto or true",
+           "a sweep's --find-max finds the largest batch that fits (" + std::string(TRAIN_BINARY) +
+               " sweep --help)"}) {
     EXPECT_NE(error_line.find(part), std::string::npos) << part << " in " << error_line;
   }
   EXPECT_EQ(test_support::read_text(run / "checkpoint.pt"), checkpoint_before);

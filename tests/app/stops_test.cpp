@@ -333,6 +333,12 @@ TEST(Stops, AStoppedRunsReportSaysWhereItStoppedAndHowToContinue) {
               std::string::npos)
         << report;
   }
+  // A ninth pass: `train report run` from the run's folder wrote "--resume run", a path that holds
+  // from there alone; the file is read from anywhere, so its advice names the absolute path.
+  r = run_shell("cd " + dir.path().string() + " && " + TRAIN_BINARY + " report run");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(test_support::read_text(run / "report.md").find(row), std::string::npos)
+      << test_support::read_text(run / "report.md");
   r = run_train("--resume " + run.string());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(test_support::read_text(run / "report.md").find("**stopped**"), std::string::npos);

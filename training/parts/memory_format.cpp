@@ -7,6 +7,7 @@
 #include <exception>
 #include <vector>
 
+#include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/platform/device.h"
 #include "training/platform/duration.h"
@@ -25,12 +26,26 @@ c10::MemoryFormat memory_format_for(const Config& config, const torch::Device& d
 
 namespace {
 
-// The images of the timing step: at most 8 (a few seconds on a CPU), but under memory.limit the
-// run's own batch, weight average and all: a layout whose step fits the limit at 8 images may
+// What the timing step must fit, as the reason names it: with checkpointing auto the budget its
+// blocks are chosen for (the step timed is its least, every block recomputed), else memory.limit;
+// 0 bytes when nothing.
+CheckpointBudget timing_budget(const Config& config) {
+  const auto& c = config.checkpointing;
+  if (c.mode() == CheckpointMode::Auto && !c.blocks() &&
+      (c.budget() > 0 || config.memory.limit > 0)) {
+    const CheckpointBudget budget = checkpointing_budget(config, torch::kCPU);
+    return {budget.bytes,
+            "checkpointing's budget " + format_bytes(budget.bytes) + " (" + budget.source + ")"};
+  }
+  return {config.memory.limit, "memory.limit " + format_bytes(config.memory.limit)};
+}
+
+// The images of the timing step: at most 8 (a few seconds on a CPU), but under a budget the
+// run's own batch, weight average and all: a layout whose step fits the budget at 8 images may
 // not at the run's batch, and only a step that fits is a candidate.
 Config timing_config(const Config& config) {
   Config c = config;
-  if (config.memory.limit > 0) return c;
+  if (timing_budget(config).bytes > 0) return c;
   c.training.batch_size = std::min<int64_t>(config.training.batch_size, 8);
   c.training.ema_decay = 0;
   return c;
@@ -42,8 +57,12 @@ std::string layout_signature(const Config& config, int64_t beside_step) {
   std::string signature =
       step_signature(config, std::nullopt) + fmt::format(", {} CPU threads", at::get_num_threads());
   if (config.memory.limit > 0) {
-    signature += fmt::format(", under memory.limit {} ({} bytes), {} bytes held beside the step",
-                             format_bytes(config.memory.limit), config.memory.limit, beside_step);
+    signature += fmt::format(", under memory.limit {} ({} bytes)",
+                             format_bytes(config.memory.limit), config.memory.limit);
+  }
+  if (const int64_t budget = timing_budget(config).bytes; budget > 0) {
+    signature +=
+        fmt::format(", its step within {} bytes with {} bytes held beside it", budget, beside_step);
   }
   return signature;
 }
@@ -123,20 +142,33 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
   Config c = timing_config(config);
   Heartbeat beat("memory_format auto: timing a few steps in each layout", 2, "layouts");
   test_stop_point("layout timing");  // tests: a stop while the layouts are timed
-  // Under a limit, what the run holds beside its step is held beside each layout's step.
+  // Under a budget, each layout's step must fit it with what the run holds beside its step.
+  const CheckpointBudget budget = timing_budget(config);
   const torch::Tensor beside =
-      config.memory.limit > 0 && beside_step > 0
+      budget.bytes > 0 && beside_step > 0
           ? torch::empty({beside_step}, torch::TensorOptions(torch::kUInt8).device(device))
           : torch::Tensor();
+  auto& allocator = TrackingCpuAllocator::instance();
+  struct Limit {  // the budget as the allocator's limit while the layouts are timed
+    TrackingCpuAllocator& allocator;
+    int64_t before;
+    ~Limit() { allocator.set_limit(before); }
+  } limit{allocator, allocator.limit()};
+  if (budget.bytes > 0 && (limit.before == 0 || budget.bytes < limit.before))
+    allocator.set_limit(budget.bytes);
   c.training.memory_format = c10::MemoryFormat::Contiguous;
   const Timed contiguous = time_layout(rate, c, device);
   beat.advance(1);
   c.training.memory_format = c10::MemoryFormat::ChannelsLast;
   const Timed channels_last = time_layout(rate, c, device);
-  // A layout whose step runs out of memory is no candidate; in both, the run cannot train
-  // (the command words the error: the step ran out in each layout).
-  if (contiguous.out_of_memory && channels_last.out_of_memory)
-    std::rethrow_exception(channels_last.out_of_memory);
+  // A layout whose step runs out of memory is no candidate; in both, the run cannot train (the
+  // command words the error: the step ran out in each layout), but under checkpointing auto's
+  // budget alone its choice goes on in the default layout and says what nothing fits means.
+  if (contiguous.out_of_memory && channels_last.out_of_memory) {
+    if (allocator.limit() == limit.before) std::rethrow_exception(channels_last.out_of_memory);
+    choice.reason = "auto: neither layout's step fits " + budget.source + "; contiguous kept";
+    return choice;
+  }
   choice.contiguous_rate = contiguous.rate;
   choice.channels_last_rate = channels_last.rate;
   choice.timed = true;
@@ -151,8 +183,7 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
         "auto: {} ran out of memory in its timing step ({}), no candidate; {} timed at {:.1f} "
         "images/s over {}",
         fits_contiguous ? "channels_last" : "contiguous",
-        config.memory.limit > 0 ? "memory.limit " + format_bytes(config.memory.limit)
-                                : std::string("the device's memory"),
+        budget.bytes > 0 ? budget.source : std::string("the device's memory"),
         memory_format_name(choice.format),
         fits_contiguous ? choice.contiguous_rate : choice.channels_last_rate, steps);
     return choice;

@@ -204,12 +204,18 @@ void set_invoked_as(const std::string& argv0) {
 
 std::string advised_program() {
   std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  std::string self = fs::read_symlink("/proc/self/exe", ec).string();
+  // A binary replaced while it runs (rebuilt) reads "PATH (deleted)": PATH holds its successor.
+  const std::string deleted = " (deleted)";
+  if (self.size() > deleted.size() &&
+      self.compare(self.size() - deleted.size(), deleted.size(), deleted) == 0) {
+    self.resize(self.size() - deleted.size());
+  }
   const std::string& argv0 = invoked_as();
   // A bare name is looked up on PATH, as a shell would; a path is read from this folder.
   const std::string found = argv0.empty() ? std::string() : find_on_path(argv0);
   if (!found.empty() && !ec && fs::equivalent(found, self, ec) && !ec) return shell_word(argv0);
-  return shell_word(ec ? std::string("train") : self.string());
+  return shell_word(ec ? std::string("train") : self);
 }
 
 std::string python_executable() {

@@ -130,7 +130,8 @@ bool reached_its_end(const Config& c, int64_t epochs_done, int64_t step) {
 }
 
 // The row of a run that has not reached its end (stopped, or killed): where it stands, from its
-// checkpoint, and the command that continues it; empty for a run that reached it or diverged.
+// checkpoint, and the command that continues it (the run's absolute path: the file is read from
+// anywhere); empty for a run that reached it or diverged.
 std::string stopped_row(const fs::path& run_dir, const std::vector<EpochRecord>& epochs,
                         const Config& c, bool in_training) {
   if (first_diverged(epochs)) return "";  // its own row says where it stopped
@@ -164,7 +165,7 @@ std::string stopped_row(const fs::path& run_dir, const std::vector<EpochRecord>&
                                 ? fmt::format("in epoch {} after step {}", at->epoch + 1, at->step)
                                 : fmt::format("after epoch {} (step {})", at->epoch, at->step);
   return "| **stopped** | " + where + recorded + "; continue with: " + advised_program() +
-         " --resume " + shell_word(run_dir.string()) + " |\n";
+         " --resume " + shell_word(fs::absolute(run_dir).string()) + " |\n";
 }
 
 void write_results(std::ostringstream& md, const std::vector<EpochRecord>& epochs, const Totals& t,
@@ -300,7 +301,7 @@ fs::path write_report(const fs::path& run_dir, bool in_training) {
   const Decisions& decisions = recorded.decisions;
   const Config config = decided(asked, decisions);
   const std::string plot_problem =
-      run_python_script("plot_run.py", {run_dir.string()}, run_dir / "plot.log");
+      run_python_script("plot_run.py", {fs::absolute(run_dir).string()}, run_dir / "plot.log");
 
   std::ostringstream md;
   md << "# Run report: " << run_dir.filename().string() << "\n\n";

@@ -77,4 +77,17 @@ TEST(Process, AStoppedPlotAdvisesThePythonThatRunsIt) {
   EXPECT_EQ(advice.find("python3 "), std::string::npos) << advice;
 }
 
+// Issue 51, a ninth pass: a binary replaced while it ran (a rebuild: a new file renamed over it)
+// advised "'/path/train (deleted)' --resume run", a path that does not exist. Here this test's own
+// binary is replaced by an identical copy; the advice names it as it was run.
+TEST(Process, AdviceNamesAProgramReplacedWhileItRunsByItsPath) {
+  const fs::path self = training::current_executable();
+  fs::copy_file(self, self.string() + ".copy", fs::copy_options::overwrite_existing);
+  fs::rename(self.string() + ".copy", self);
+  ASSERT_NE(fs::read_symlink("/proc/self/exe").string().find(" (deleted)"), std::string::npos);
+  training::set_invoked_as(self.string());
+  EXPECT_EQ(training::advised_program(), training::shell_word(self.string()));
+  training::set_invoked_as("");
+}
+
 }  // namespace
