@@ -244,15 +244,23 @@ TEST(AutoCheckpointing, ABudgetNothingFitsIsExit3InOneLineAndWritesNothing) {
        {"--config " + cli::write_tiny_config(dir).string() + run +
             " --memory-limit 50MiB --set training.memory_format=contiguous",
         "sweep --batch-sizes 4 --config " + cli::write_tiny_config(dir).string() + run +
-            " --memory-limit 50MiB"}) {
+            " --memory-limit 50MiB",
+        // A ninth pass: a sweep's auto cells under a budget below the weights ran their trials
+        // (each oom, exit 0) where train refuses at once.
+        "sweep --batch-sizes 4 --config " + cli::write_tiny_config(dir).string() + run +
+            " --set sweep.checkpointing=[auto] --set checkpointing.budget=1MiB"}) {
     const auto limited = run_train(args);
     EXPECT_EQ(limited.code, 3) << args << ": " << limited.output;
     EXPECT_EQ(cli::count_lines(limited.output), 1) << limited.output;
-    EXPECT_NE(limited.output.find("memory.limit 50.00 MiB: the weights and their gradients and "
-                                  "momentum alone take "),
+    const bool budget = args.find("budget") != std::string::npos;
+    EXPECT_NE(limited.output.find(
+                  (budget ? "checkpointing.budget 1.00 MiB" : "memory.limit 50.00 MiB") +
+                  std::string(": the weights and their gradients and momentum alone take ")),
               std::string::npos)
         << limited.output;
-    EXPECT_NE(limited.output.find(": more memory or a smaller model.arch"), std::string::npos)
+    EXPECT_NE(limited.output.find(budget ? ": a larger checkpointing.budget or a smaller model.arch"
+                                         : ": more memory or a smaller model.arch"),
+              std::string::npos)
         << limited.output;
     EXPECT_FALSE(fs::exists(dir / "run")) << args;
   }

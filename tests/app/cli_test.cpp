@@ -238,8 +238,9 @@ TEST(Cli, BadAccumulationValuesAreOneLineErrors) {
 }
 
 // Issue 51, the eighth pass's "left": a file as the small sweep's folder was refused after the
-// line announcing the sweep (two lines); refused first now, in one line.
-TEST(Cli, APlansSmallSweepIntoAFileIsRefusedBeforeItsAnnouncement) {
+// line announcing the sweep (two lines); refused first now, in one line; so too (a ninth pass) the
+// sweep's own checks (a memory.limit below the weights: exit 3).
+TEST(Cli, APlansSmallSweepIsCheckedBeforeItsAnnouncement) {
   test_support::TempDir dir;
   const auto config = write_tiny_config(dir);
   std::ofstream(dir / "a-file") << "not a folder";
@@ -250,6 +251,12 @@ TEST(Cli, APlansSmallSweepIntoAFileIsRefusedBeforeItsAnnouncement) {
   EXPECT_NE(into_file.output.find("--output-dir: " + (dir / "a-file").string() + ": cannot create"),
             std::string::npos)
       << into_file.output;
+  const auto limited = run_train("plan --memory 4GiB --config " + config.string() +
+                                 " --set memory.limit=50MiB --output-dir " + (dir / "p").string());
+  EXPECT_EQ(limited.code, 3) << limited.output;
+  EXPECT_EQ(count_lines(limited.output), 1) << limited.output;
+  EXPECT_NE(limited.output.find("memory.limit 50.00 MiB: the weights"), std::string::npos)
+      << limited.output;
 }
 
 TEST(Cli, CudaWithoutAGpuIsAClearError) {

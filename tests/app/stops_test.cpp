@@ -339,9 +339,21 @@ TEST(Stops, AStoppedRunsReportSaysWhereItStoppedAndHowToContinue) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(test_support::read_text(run / "report.md").find(row), std::string::npos)
       << test_support::read_text(run / "report.md");
+  // A ninth pass: `train compare` gave the stopped run's last epoch as its final accuracy, and
+  // said nothing of the stop.
+  r = run_train("compare " + run.string() + " --output " + (dir / "cmp").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(test_support::read_text(dir / "cmp/compare.md")
+                .find("| stopped | in epoch 2 after step 3, before the end of its 2 epoch(s) |"),
+            std::string::npos)
+      << test_support::read_text(dir / "cmp/compare.md");
   r = run_train("--resume " + run.string());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(test_support::read_text(run / "report.md").find("**stopped**"), std::string::npos);
+  r = run_train("compare " + run.string() + " --output " + (dir / "cmp2").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(test_support::read_text(dir / "cmp2/compare.md").find("| stopped | no |"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -173,8 +173,7 @@ FitEnd Trainer::fit() {
   while (state_.epoch < config_.training.epochs && state_.step < total_steps_) {
     const bool finished = train_epoch();
     if (!finished && stopping_) {
-      spdlog::warn("stopped by signal in epoch {} after step {}; {}", state_.epoch + 1, state_.step,
-                   save_on_stop());
+      spdlog::warn("stopped by signal {}; {}", position_text(state_), save_on_stop());
       return FitEnd::Stopped;
     }
     const int64_t epoch = state_.epoch + 1;

@@ -329,6 +329,13 @@ void read_position(torch::serialize::InputArchive& archive, const fs::path& file
   state.config_yaml = read_value(archive, file, "config").toStringRef();
 }
 
+std::string position_text(const TrainState& state) {
+  return state.batch_in_epoch > 0 ? "in epoch " + std::to_string(state.epoch + 1) + " after step " +
+                                        std::to_string(state.step)
+                                  : "after epoch " + std::to_string(state.epoch) + " (step " +
+                                        std::to_string(state.step) + ")";
+}
+
 TrainState checkpoint_position(const fs::path& file) {
   auto archive = open_archive(file, torch::kCPU);
   TrainState position;

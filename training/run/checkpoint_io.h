@@ -78,6 +78,10 @@ RunInputs checkpoint_inputs(const std::filesystem::path& file);
 // tensors): the report's "stopped" row. Throws UserError naming the file where it cannot be read.
 TrainState checkpoint_position(const std::filesystem::path& file);
 
+// Where a run stands, one wording for the log and the reports: "in epoch 3 after step 18" part-way
+// through an epoch, "after epoch 2 (step 8)" at an epoch's end.
+std::string position_text(const TrainState& state);
+
 // Throws the UserError load_checkpoint would, naming the file, when the stored model's tensors are
 // not `model`'s (names and shapes) or the stored optimizer state does not fit `optimizer` (its
 // parameter groups); reads nothing into the model. A resume checks this on a model and optimizer

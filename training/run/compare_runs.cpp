@@ -63,6 +63,8 @@ nlohmann::ordered_json to_json(const ComparedRun& run, const std::vector<std::st
   j["dir"] = run.dir.string();
   j["name"] = run.name;
   j["model"] = model_of(run);
+  j["stopped"] =
+      run.stopped.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(run.stopped);
   const Totals t = totals_of(run.epochs);
   j["totals"] = {
       {"steady_images_per_second", optional_json(t.steady_images_per_second)},
@@ -116,6 +118,7 @@ ComparedRun read_compared_run(const fs::path& dir) {
   if (run.epochs.empty()) {
     throw UserError(dir.string() + ": the run has no finished epoch yet (metrics.jsonl is empty)");
   }
+  if (const auto stopped = stopped_at(dir, run.epochs, asked)) run.stopped = stopped->where;
   return run;
 }
 
@@ -204,6 +207,9 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
   const auto rate = [](const Totals& t) {
     return t.steady_images_per_second.value_or(t.images / std::max(t.train_seconds, 1e-12));
   };
+  row("stopped", [](const ComparedRun& r, const Totals&) {
+    return r.stopped.empty() ? std::string("no") : r.stopped;
+  });
   row("diverged", [](const ComparedRun& r, const Totals&) {
     const EpochRecord* diverged = first_diverged(r.epochs);
     return diverged ? "in epoch " + std::to_string(diverged->epoch) : std::string("no");

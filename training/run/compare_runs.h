@@ -23,6 +23,7 @@ struct ComparedRun {
   // as "decided.training.memory_format", "decided.checkpointing.blocks" and ".predicted_peak".
   std::map<std::string, std::string> config;
   std::vector<EpochRecord> epochs;
+  std::string stopped;  // where a run that has not reached its end stands (stopped_at); "" if none
 };
 
 // Reads a run directory (config.yaml and metrics.jsonl with at least one epoch); UserError naming

@@ -129,22 +129,12 @@ bool reached_its_end(const Config& c, int64_t epochs_done, int64_t step) {
          (c.training.max_steps > 0 && step >= c.training.max_steps);
 }
 
-// The row of a run that has not reached its end (stopped, or killed): where it stands, from its
-// checkpoint, and the command that continues it (the run's absolute path: the file is read from
-// anywhere); empty for a run that reached it or diverged.
-std::string stopped_row(const fs::path& run_dir, const std::vector<EpochRecord>& epochs,
-                        const Config& c, bool in_training) {
-  if (first_diverged(epochs)) return "";  // its own row says where it stopped
+}  // namespace
+
+std::optional<Stopped> stopped_at(const fs::path& run_dir, const std::vector<EpochRecord>& epochs,
+                                  const Config& c) {
+  if (first_diverged(epochs)) return std::nullopt;  // its own row says where it stopped
   const auto& last = epochs.back();
-  if (in_training && !reached_its_end(c, last.epoch, last.step)) {
-    return fmt::format(
-        "| **training** | another train process holds the run now: the figures below are of the "
-        "{} epoch(s) recorded so far, of its {} |\n",
-        epochs.size(), c.training.epochs);
-  }
-  const std::string recorded = fmt::format(
-      ", before the end of its {} epoch(s): the figures below are of the {} epoch(s) recorded",
-      c.training.epochs, epochs.size());
   std::optional<TrainState> at;
   std::error_code ec;
   if (fs::is_regular_file(run_dir / "checkpoint.pt", ec)) {
@@ -153,18 +143,38 @@ std::string stopped_row(const fs::path& run_dir, const std::vector<EpochRecord>&
     } catch (const std::exception&) {  // a damaged checkpoint is --resume's to refuse
     }
   }
-  if (!at) {
-    if (reached_its_end(c, last.epoch, last.step)) return "";
+  const int64_t epoch = at ? at->epoch : last.epoch, step = at ? at->step : last.step;
+  if (reached_its_end(c, epoch, step)) return std::nullopt;
+  TrainState recorded;  // without a readable checkpoint, the last epoch recorded
+  recorded.epoch = last.epoch;
+  recorded.step = last.step;
+  return Stopped{position_text(at ? *at : recorded) +
+                     fmt::format(", before the end of its {} epoch(s)", c.training.epochs),
+                 at.has_value()};
+}
+
+namespace {
+
+// The row of a run that has not reached its end (stopped, or killed): where it stands and the
+// command that continues it (the run's absolute path: the file is read from anywhere), or, held by
+// another process, that it is training; empty for a run that reached it or diverged.
+std::string stopped_row(const fs::path& run_dir, const std::vector<EpochRecord>& epochs,
+                        const Config& c, bool in_training) {
+  const std::optional<Stopped> stopped = stopped_at(run_dir, epochs, c);
+  if (!stopped) return "";
+  if (in_training) {
     return fmt::format(
-        "| **stopped** | after epoch {} (step {}){}; no readable checkpoint.pt, so "
-        "it cannot be continued |\n",
-        last.epoch, last.step, recorded);
+        "| **training** | another train process holds the run now: the figures below are of the "
+        "{} epoch(s) recorded so far, of its {} |\n",
+        epochs.size(), c.training.epochs);
   }
-  if (reached_its_end(c, at->epoch, at->step)) return "";
-  const std::string where = at->batch_in_epoch > 0
-                                ? fmt::format("in epoch {} after step {}", at->epoch + 1, at->step)
-                                : fmt::format("after epoch {} (step {})", at->epoch, at->step);
-  return "| **stopped** | " + where + recorded + "; continue with: " + advised_program() +
+  const std::string recorded =
+      fmt::format(": the figures below are of the {} epoch(s) recorded", epochs.size());
+  if (!stopped->resumable) {
+    return "| **stopped** | " + stopped->where + recorded +
+           "; no readable checkpoint.pt, so it cannot be continued |\n";
+  }
+  return "| **stopped** | " + stopped->where + recorded + "; continue with: " + advised_program() +
          " --resume " + shell_word(fs::absolute(run_dir).string()) + " |\n";
 }
 

@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "training/config/config.h"
 #include "training/run/epoch_record.h"
 
 namespace training {
@@ -32,6 +34,16 @@ struct Totals {
   std::optional<EpochTime> epoch_time;
 };
 Totals totals_of(const std::vector<EpochRecord>& epochs);
+
+// Where a run that has not reached its end stands: from its checkpoint ("in epoch 2 after step 18,
+// before the end of its 2 epoch(s)"; `resumable`), else from its last epoch recorded; nullopt for
+// a run that reached its end or diverged (its own row says where).
+struct Stopped {
+  std::string where;
+  bool resumable = false;  // a readable checkpoint.pt continues it
+};
+std::optional<Stopped> stopped_at(const std::filesystem::path& run_dir,
+                                  const std::vector<EpochRecord>& epochs, const Config& config);
 
 // "12.90 s", "2014.3 s, projected from 25 steady steps", "-" (no steady step to project from).
 std::string format_epoch_time(const std::optional<EpochTime>& time);

@@ -77,7 +77,9 @@ fs::path run_small_sweep(const PlanRequest& request) {
           ? request.output_dir
           : new_run_path(config.output.dir, "", "plan-" + arch_name(config.model)).string();
   sweep.executable = request.executable;
-  check_output_dir(sweep.output_dir, OutputKind::Sweep, "--output-dir");  // before its line
+  // The sweep's own checks too, before the line that announces it.
+  check_output_dir(sweep.output_dir, OutputKind::Sweep, "--output-dir");
+  with_key_origins(grid, [&] { check_sweep(grid, device); });
   spdlog::info(
       "plan: no --from, so a small sweep runs first in {}: precisions {}, checkpointing off and "
       "on, batch sizes from sweep.batch_sizes, 1 warm-up + 2 measured steps per trial; no trial "

@@ -91,6 +91,9 @@ void check_sweep(const Config& config, const torch::Device& device) {
       throw KeyError("sweep.checkpointing", "auto " + missing,
                      {"memory.limit", "checkpointing.budget"});
     }
+    Config cell = config;  // an auto cell's budget below what every batch holds: exit 3 first
+    cell.checkpointing.mode(CheckpointMode::Auto);
+    refuse_what_no_batch_fits(cell, device);
   }
   if (!config.sweep.devices.empty()) check_sweep_devices(config.sweep.devices, device);
   resident_splits(config, device);  // counted: data.device_resident's data missing is refused

@@ -237,4 +237,16 @@ TEST(CheckpointFrame, AWrittenCheckpointIsVerifiedAndLoads) {
   EXPECT_EQ(training::checkpoint_inputs(dir / "c.pt").config_yaml, "model: {}\n");
 }
 
+// Issue 51, a ninth pass: a stop at an epoch's end was "stopped by signal in epoch 3 after step 8"
+// in train.log and "after epoch 2 (step 8)" in report.md; one wording for both.
+TEST(Checkpoint, APositionIsSaidOneWayForTheLogAndTheReports) {
+  training::TrainState state;
+  state.epoch = 2;
+  state.step = 8;
+  EXPECT_EQ(training::position_text(state), "after epoch 2 (step 8)");
+  state.batch_in_epoch = 2;
+  state.step = 10;
+  EXPECT_EQ(training::position_text(state), "in epoch 3 after step 10");
+}
+
 }  // namespace
