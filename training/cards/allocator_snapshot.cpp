@@ -76,21 +76,9 @@ List new_list() {
 }
 
 const char* action_name(AllocatorEvent::Action action) {
-  switch (action) {
-    case AllocatorEvent::Action::SegmentAlloc:
-      return "segment_alloc";
-    case AllocatorEvent::Action::SegmentFree:
-      return "segment_free";
-    case AllocatorEvent::Action::SegmentMap:
-      return "segment_map";
-    case AllocatorEvent::Action::SegmentUnmap:
-      return "segment_unmap";
-    case AllocatorEvent::Action::Alloc:
-      return "alloc";
-    case AllocatorEvent::Action::Free:
-      return "free_completed";
-  }
-  return "";
+  static const char* const names[] = {"segment_alloc", "segment_free", "segment_map",
+                                      "segment_unmap", "alloc",        "free_completed"};
+  return names[static_cast<int>(action)];
 }
 
 // A trace entry (TraceEntry: action, addr, size, stream, frames).

@@ -58,10 +58,8 @@ struct CachingAllocatorModel::Pool {
   bool small;
   std::set<Block*, BySizeThenAddress> free;  // the free blocks with memory
   std::unordered_map<Block*, std::unique_ptr<Block>> owned;
-  // expandable_segments: the pool's one segment starts at `base` (-1: none yet); its blocks
-  // without memory, by address.
-  int64_t base = -1;
-  std::set<Block*, ByAddress> unmapped;
+  int64_t base = -1;  // expandable_segments: where its one segment starts (-1: none yet)
+  std::set<Block*, ByAddress> unmapped;  // its blocks without memory
   int64_t page() const;  // the pages of its expandable segment: 2 MiB small, 20 MiB large
 };
 

@@ -19,6 +19,100 @@ std::string speed_text(const CardPrediction& p) {
                      p.speed->images_per_second(), 1e3 * p.speed->seconds, p.speed->why());
 }
 
+// The speed fields of a prediction: estimated, with the model's name; null with the reason where
+// the card has no speed.
+nlohmann::ordered_json speed_json(const CardPrediction& p) {
+  if (!p.speed) {
+    return {{"predicted_step_seconds", nullptr},
+            {"predicted_images_per_second", nullptr},
+            {"speed_model", nullptr},
+            {"predicted_gpu_seconds", nullptr},
+            {"predicted_host_seconds", nullptr},
+            {"speed_bound", nullptr},
+            {"operations", nullptr},
+            {"speed_not_estimated", p.no_speed}};
+  }
+  const StepEstimate& e = *p.speed;
+  nlohmann::ordered_json kinds = nlohmann::ordered_json::array();
+  for (int i = 0; i < kOpKinds; ++i) {
+    const KindTime& k = e.kinds[static_cast<size_t>(i)];
+    if (k.kernels == 0 && k.seconds <= 0) continue;
+    kinds.push_back({{"operation", op_kind_name(static_cast<OpKind>(i))},
+                     {"seconds", k.seconds},
+                     {"share_of_gpu_time", e.gpu_seconds > 0 ? k.seconds / e.gpu_seconds : 0},
+                     {"kernels", k.kernels},
+                     {"bound", k.compute_bound() ? "compute" : "memory"}});
+  }
+  return {{"predicted_step_seconds", e.seconds},
+          {"predicted_images_per_second", e.images_per_second()},
+          {"speed_model", std::string(kSpeedModelName) + ", estimated"},
+          {"predicted_gpu_seconds", e.gpu_seconds},
+          {"predicted_host_seconds", e.host_seconds},
+          {"speed_bound", e.why()},
+          {"operations", kinds},
+          {"speed_not_estimated", nullptr}};
+}
+
+// data.device_resident's bytes on the card; null without it.
+nlohmann::ordered_json resident_json(const CardPrediction& p) {
+  if (p.held.resident.empty()) return nullptr;
+  return p.held.resident_bytes();
+}
+
+// The allocator's limit a prediction replayed under, and where it comes from.
+std::string allocator_limit_text(const CardPrediction& p) {
+  const std::string card_less =
+      fmt::format("the card less {} outside the allocator: {}",
+                  format_bytes(p.beside.outside_allocator), p.beside.outside_source);
+  if (!p.limited_by_memory_limit) {
+    return fmt::format("{} ({})", format_bytes(p.allocator.limit), card_less);
+  }
+  const auto [limit, card] =
+      format_bytes_apart(p.allocator.limit, p.card.memory_bytes - p.beside.outside_allocator);
+  return fmt::format("{}, memory.limit, which is below {} ({})", limit, card, card_less);
+}
+
+// The estimated step on the card per setting: its time, why, and a table of its operations by
+// kind (share of the GPU's time, compute- or memory-bound).
+std::string speed_markdown(const std::vector<std::pair<std::string, CardPrediction>>& rows) {
+  const auto& first = rows.front().second;
+  const bool any = std::any_of(rows.begin(), rows.end(),
+                               [](const auto& row) { return row.second.speed.has_value(); });
+  if (!any) return "\nSpeed: " + first.no_speed + ".\n";
+  std::string md = fmt::format(
+      "\n### The step on {}, estimated\n\n{}: each operation the larger of its FLOPs at the "
+      "card's peak and its bytes at its bandwidth, each times an efficiency fitted on published "
+      "figures (`train cards` prints the fit), plus the host's kernel launches where they take "
+      "longer. Not measured.\n\n| setting | step ms | img/s | why |\n|---|---:|---:|---|\n",
+      first.card.name, kSpeedModelName);
+  for (const auto& [setting, p] : rows) {
+    md += p.speed ? fmt::format("| {} | {:.2f} | {:.0f} | {} |\n", setting, 1e3 * p.speed->seconds,
+                                p.speed->images_per_second(), p.speed->why())
+                  : fmt::format("| {} | - | - | {} |\n", setting, p.no_speed);
+  }
+  md += "\n| operation (share of the GPU's time) |";
+  std::string rule = "|---|";
+  for (const auto& row : rows) md += " " + row.first + " |", rule += "---:|";
+  md += "\n" + rule + "\n";
+  for (int i = 0; i < kOpKinds; ++i) {
+    std::string line = fmt::format("| {} |", op_kind_name(static_cast<OpKind>(i)));
+    bool any = false;
+    for (const auto& row : rows) {
+      const auto& speed = row.second.speed;
+      const KindTime* k = speed ? &speed->kinds[static_cast<size_t>(i)] : nullptr;
+      if (!k || k->seconds <= 0) {
+        line += " - |";
+        continue;
+      }
+      any = true;
+      line += fmt::format(" {:.1f}% {} |", 100 * k->seconds / speed->gpu_seconds,
+                          k->compute_bound() ? "compute" : "memory");
+    }
+    if (any) md += line + "\n";
+  }
+  return md;
+}
+
 }  // namespace
 
 std::string CardPrediction::largest_batch_text() const {
@@ -34,8 +128,7 @@ std::string CardPrediction::fits_text() const {
   const std::string below =
       batch_size < largest_batch
           ? fmt::format(
-                "; below the largest batch that fits, {}: fitting is not monotone in the "
-                "batch",
+                "; below the largest batch that fits, {}: fitting is not monotone in the batch",
                 largest_batch)
           : "";
   return "no (out of memory in " + replay.failed_at + below + ")";
@@ -81,50 +174,6 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
              p.largest_batch_text()) +
          speed_text(p);
 }
-
-namespace {
-
-// The speed fields of a prediction: estimated, with the model's name; null with the reason where
-// the card has no speed.
-nlohmann::ordered_json speed_json(const CardPrediction& p) {
-  if (!p.speed) {
-    return {{"predicted_step_seconds", nullptr},
-            {"predicted_images_per_second", nullptr},
-            {"speed_model", nullptr},
-            {"predicted_gpu_seconds", nullptr},
-            {"predicted_host_seconds", nullptr},
-            {"speed_bound", nullptr},
-            {"operations", nullptr},
-            {"speed_not_estimated", p.no_speed}};
-  }
-  const StepEstimate& e = *p.speed;
-  nlohmann::ordered_json kinds = nlohmann::ordered_json::array();
-  for (int i = 0; i < kOpKinds; ++i) {
-    const KindTime& k = e.kinds[static_cast<size_t>(i)];
-    if (k.kernels == 0 && k.seconds <= 0) continue;
-    kinds.push_back({{"operation", op_kind_name(static_cast<OpKind>(i))},
-                     {"seconds", k.seconds},
-                     {"share_of_gpu_time", e.gpu_seconds > 0 ? k.seconds / e.gpu_seconds : 0},
-                     {"kernels", k.kernels},
-                     {"bound", k.compute_bound() ? "compute" : "memory"}});
-  }
-  return {{"predicted_step_seconds", e.seconds},
-          {"predicted_images_per_second", e.images_per_second()},
-          {"speed_model", std::string(kSpeedModelName) + ", estimated"},
-          {"predicted_gpu_seconds", e.gpu_seconds},
-          {"predicted_host_seconds", e.host_seconds},
-          {"speed_bound", e.why()},
-          {"operations", kinds},
-          {"speed_not_estimated", nullptr}};
-}
-
-// data.device_resident's bytes on the card; null without it.
-nlohmann::ordered_json resident_json(const CardPrediction& p) {
-  if (p.held.resident.empty()) return nullptr;
-  return p.held.resident_bytes();
-}
-
-}  // namespace
 
 nlohmann::ordered_json prediction_json(const CardPrediction& p) {
   nlohmann::ordered_json phases = nlohmann::ordered_json::array();
@@ -208,73 +257,14 @@ nlohmann::ordered_json prediction_columns(const CardPrediction& p) {
            p.speed ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(p.no_speed)}};
 }
 
-namespace {
-
-// The allocator's limit a prediction replayed under, and where it comes from.
-std::string allocator_limit_text(const CardPrediction& p) {
-  const std::string card_less =
-      fmt::format("the card less {} outside the allocator: {}",
-                  format_bytes(p.beside.outside_allocator), p.beside.outside_source);
-  if (!p.limited_by_memory_limit) {
-    return fmt::format("{} ({})", format_bytes(p.allocator.limit), card_less);
-  }
-  const auto [limit, card] =
-      format_bytes_apart(p.allocator.limit, p.card.memory_bytes - p.beside.outside_allocator);
-  return fmt::format("{}, memory.limit, which is below {} ({})", limit, card, card_less);
-}
-
-// The estimated step on the card per setting: its time, why, and a table of its operations by
-// kind (share of the GPU's time, compute- or memory-bound).
-std::string speed_markdown(const std::vector<std::pair<std::string, CardPrediction>>& rows) {
-  const auto& first = rows.front().second;
-  const bool any = std::any_of(rows.begin(), rows.end(),
-                               [](const auto& row) { return row.second.speed.has_value(); });
-  if (!any) return "\nSpeed: " + first.no_speed + ".\n";
-  std::string md = fmt::format(
-      "\n### The step on {}, estimated\n\n{}: each operation the larger of its FLOPs at the "
-      "card's peak and its bytes at its bandwidth, each times an efficiency fitted on published "
-      "figures (`train cards` prints the fit), plus the host's kernel launches where they take "
-      "longer. Not measured.\n\n| setting | step ms | img/s | why |\n|---|---:|---:|---|\n",
-      first.card.name, kSpeedModelName);
-  for (const auto& [setting, p] : rows) {
-    md += p.speed ? fmt::format("| {} | {:.2f} | {:.0f} | {} |\n", setting, 1e3 * p.speed->seconds,
-                                p.speed->images_per_second(), p.speed->why())
-                  : fmt::format("| {} | - | - | {} |\n", setting, p.no_speed);
-  }
-  md += "\n| operation (share of the GPU's time) |";
-  std::string rule = "|---|";
-  for (const auto& row : rows) md += " " + row.first + " |", rule += "---:|";
-  md += "\n" + rule + "\n";
-  for (int i = 0; i < kOpKinds; ++i) {
-    std::string line = fmt::format("| {} |", op_kind_name(static_cast<OpKind>(i)));
-    bool any = false;
-    for (const auto& row : rows) {
-      const auto& speed = row.second.speed;
-      const KindTime* k = speed ? &speed->kinds[static_cast<size_t>(i)] : nullptr;
-      if (!k || k->seconds <= 0) {
-        line += " - |";
-        continue;
-      }
-      any = true;
-      line += fmt::format(" {:.1f}% {} |", 100 * k->seconds / speed->gpu_seconds,
-                          k->compute_bound() ? "compute" : "memory");
-    }
-    if (any) md += line + "\n";
-  }
-  return md;
-}
-
-}  // namespace
-
 std::string prediction_markdown(const std::vector<std::pair<std::string, CardPrediction>>& rows) {
   if (rows.empty()) return "";
   const auto& first = rows.front().second;
   std::string md = fmt::format(
       "## On {} ({}, {})\n\nPredicted from this machine's allocation stream, replayed through a "
       "model of the CUDA caching allocator{} under {}.\n\n| setting | batch | allocated peak MiB | "
-      "reserved peak MiB | on the device MiB | "
-      "fits | margin MiB | largest batch that fits | estimated img/s |\n"
-      "|---|---:|---:|---:|---:|---|---:|---:|---:|\n",
+      "reserved peak MiB | on the device MiB | fits | margin MiB | largest batch that fits | "
+      "estimated img/s |\n|---|---:|---:|---:|---:|---|---:|---:|---:|\n",
       first.card.name, format_bytes(first.card.memory_bytes), first.card.memory_source,
       alloc_conf_text(first.allocator).empty() ? "" : " (" + alloc_conf_text(first.allocator) + ")",
       allocator_limit_text(first));

@@ -19,11 +19,8 @@ std::string figure(double value, const char* format = "{:.1f}") {
 }
 
 // A data sheet's figure, null where there is none (0: not published, or a card given by size).
-nlohmann::json figure_or_null(double value) {
-  return value > 0 ? nlohmann::json(value) : nlohmann::json(nullptr);
-}
-
-nlohmann::json count_or_null(int value) {
+template <class Number>
+nlohmann::json figure_or_null(Number value) {
   return value > 0 ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
@@ -37,11 +34,11 @@ nlohmann::json card_json(const Card& c) {
           {"known", s.known()},  // a card known by name; false: a card given by its size
           {"memory_bytes", c.memory_bytes},
           {"memory_source", c.memory_source},
-          {"compute_major", count_or_null(c.compute_major)},
+          {"compute_major", figure_or_null(c.compute_major)},
           {"architecture", text_or_null(c.architecture)},
           {"bandwidth_gbps", figure_or_null(s.bandwidth_gbps)},
-          {"sms", count_or_null(s.sms)},
-          {"boost_mhz", count_or_null(s.boost_mhz)},
+          {"sms", figure_or_null(s.sms)},
+          {"boost_mhz", figure_or_null(s.boost_mhz)},
           {"fp32_tflops", figure_or_null(s.fp32_tflops)},
           {"tf32_tflops", figure_or_null(s.tf32_tflops)},
           {"half_tflops", figure_or_null(s.half_tflops)},

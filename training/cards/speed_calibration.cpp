@@ -117,11 +117,9 @@ Point minimise(const FigureSteps& steps, const Point& start, int& evaluations) {
 }  // namespace
 
 std::string PublishedFigure::setting() const {
-  const char* precision_name = precision == Precision::FP32   ? "fp32"
-                               : precision == Precision::BF16 ? "bf16"
-                                                              : "fp16";
   return fmt::format("ResNet-{} {}x{} {} {} batch {}", model.depth(), image_size, image_size,
-                     precision_name, channels_last ? "channels_last" : "contiguous", batch);
+                     precision_name(precision), channels_last ? "channels_last" : "contiguous",
+                     batch);
 }
 
 const std::vector<PublishedFigure>& calibration_figures() {
@@ -185,9 +183,8 @@ StepEstimate predict_step(const Config& config, int64_t batch, const Card& card)
   }
   if (config.training.cuda_graph != CudaGraphMode::Off && cuda_graph_obstacle(config).empty()) {
     throw std::invalid_argument(
-        "training.cuda_graph: a graph-captured step's speed is not estimated (no captured step "
-        "has been measured to calibrate it); speeds are for the eager step, training.cuda_graph: "
-        "off");
+        "training.cuda_graph: a graph-captured step's speed is not estimated (no captured step has "
+        "been measured to calibrate it); speeds are for the eager step, training.cuda_graph: off");
   }
   return estimate_step(step_operations(shape), card, shape, config.training.allow_tf32,
                        fitted_speed().parameters);

@@ -68,10 +68,9 @@ class StepBuilder {
   void forward_layer(const Layer& layer, OpPass pass) {
     const double in = batch_elements(layer.input), out = batch_elements(layer.output);
     switch (layer.kind) {
-      case LayerKind::Convolution: {
+      case LayerKind::Convolution:
         convolution(layer, pass, /*backward=*/false);
         break;
-      }
       case LayerKind::BatchNorm:
         add(OpKind::BatchNorm, pass, 8 * out, s_ * 3 * out, 3);  // statistics, running, normalise
         break;

@@ -10,11 +10,6 @@ namespace training {
 ConsoleObserver::ConsoleObserver(const Config& config, torch::Device device)
     : config_(config), device_(device) {}
 
-void ConsoleObserver::on_interval(const Interval& i) {
-  progress_.show({i.epoch, i.epochs, i.batch, i.batches, i.images_per_second, i.loss, i.accuracy,
-                  i.lr, i.eta_seconds});
-}
-
 void ConsoleObserver::on_epoch_end(const EpochRecord& r) {
   spdlog::info(
       "epoch {}/{}  step {}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  "

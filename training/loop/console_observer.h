@@ -14,7 +14,7 @@ namespace training {
 class ConsoleObserver final : public LoopObserver {
  public:
   ConsoleObserver(const Config& config, torch::Device device);
-  void on_interval(const Interval& interval) override;
+  void on_interval(const Interval& interval) override { progress_.show(interval); }
   void on_training_end() override { progress_.clear(); }
   void on_epoch_end(const EpochRecord& record) override;
 

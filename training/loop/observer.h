@@ -7,25 +7,13 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <vector>
 
+#include "training/loop/progress.h"
 #include "training/run/checkpoint_io.h"
 #include "training/run/epoch_record.h"
 
 namespace training {
-
-// What the loop read back at a log interval (the running sums waited for the queued steps).
-struct Interval {
-  int64_t epoch = 0, epochs = 0;
-  int64_t step = 0;                // steps done in the run
-  int64_t batch = 0, batches = 0;  // batches done in this epoch / in the whole epoch
-  double images_per_second = 0;    // over the interval
-  double loss = 0, accuracy = 0;   // running, over the epoch so far
-  double lr = 0;
-  // The rest of this epoch's training at the steady rate; empty while the process warms up.
-  std::optional<double> eta_seconds;
-};
 
 // One of two observer interfaces, split by where they look: this one sees the loop between steps
 // (epochs, batches, intervals, records); step/step.h's StepObserver sees inside one micro-batch.

@@ -7,13 +7,12 @@
 
 namespace training {
 
-std::string format_progress(const ProgressSnapshot& s) {
+std::string format_progress(const Interval& s) {
   char text[256];
   std::snprintf(text, sizeof text,
                 "epoch %ld/%ld  step %ld/%ld  %.0f img/s  loss %.4f  acc %.2f%%  lr %.4g  ETA %s",
                 static_cast<long>(s.epoch), static_cast<long>(s.epochs), static_cast<long>(s.batch),
-                static_cast<long>(s.batches), s.images_per_second, s.running_loss,
-                100.0 * s.running_acc, s.lr,
+                static_cast<long>(s.batches), s.images_per_second, s.loss, 100.0 * s.accuracy, s.lr,
                 s.eta_seconds ? format_duration(*s.eta_seconds).c_str() : "after warm-up");
   return text;
 }
@@ -25,8 +24,8 @@ bool progress_due_by_time(bool shown_before, int64_t steps, double seconds, doub
 
 ProgressLine::ProgressLine() : live_(::isatty(STDERR_FILENO) == 1) {}
 
-void ProgressLine::show(const ProgressSnapshot& snapshot) {
-  const auto text = format_progress(snapshot);
+void ProgressLine::show(const Interval& interval) {
+  const auto text = format_progress(interval);
   if (!live_) {
     spdlog::info("{}", text);
     return;

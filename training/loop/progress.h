@@ -10,11 +10,13 @@
 
 namespace training {
 
-struct ProgressSnapshot {
+// What the loop read back at a log interval (the running sums waited for the queued steps).
+struct Interval {
   int64_t epoch = 0, epochs = 0;
+  int64_t step = 0;                // steps done in the run
   int64_t batch = 0, batches = 0;  // batches done in this epoch / in the whole epoch
-  double images_per_second = 0;
-  double running_loss = 0, running_acc = 0;
+  double images_per_second = 0;    // over the interval
+  double loss = 0, accuracy = 0;   // running, over the epoch so far
   double lr = 0;
   // Rest of this epoch's training at the steady rate; empty while the process still warms up.
   std::optional<double> eta_seconds;
@@ -29,13 +31,13 @@ constexpr double kFirstLineSeconds = 10.0;
 constexpr double kEverySeconds = 30.0;
 bool progress_due_by_time(bool shown_before, int64_t steps, double seconds, double since_last);
 
-std::string format_progress(const ProgressSnapshot& snapshot);
+std::string format_progress(const Interval& interval);
 
 class ProgressLine {
  public:
   ProgressLine();  // live when stderr is a terminal
   ~ProgressLine() { clear(); }
-  void show(const ProgressSnapshot& snapshot);
+  void show(const Interval& interval);
   // Removes a live line so that the next log line starts on a clean row.
   void clear();
 

@@ -110,10 +110,6 @@ void Trainer::check_steps(const Config& config, int64_t train_size, int64_t worl
   check_profiler_window(config, 0, capped_by_max_steps(config, config.training.epochs * steps));
 }
 
-bool Trainer::checkpoint_exists() const {
-  return run_ && std::filesystem::exists(run_->checkpoint_path());
-}
-
 std::string Trainer::resume_command() const {
   // The program as it was run (advised_program): a bare `train` may be on no PATH.
   const std::string resume = advised_program() + " --resume ";
@@ -127,9 +123,8 @@ void Trainer::write_to(RunDirectory& run) {
   if (auto sampler = make_sampler(config_.monitor, device_, run.path() / "gpu.jsonl")) {
     observers_.add(std::make_unique<SamplerObserver>(std::move(sampler)));
   }
-  if (config_.monitor.tensorboard) {
+  if (config_.monitor.tensorboard)
     observers_.add(std::make_unique<TensorBoardObserver>(run.path()));
-  }
   if (config_.profiler.enabled) {
     observers_.add(
         std::make_unique<StepWindowObserver<StepProfiler>>(std::make_unique<StepProfiler>(
@@ -331,10 +326,6 @@ void Trainer::judge_cpu_run_length() {
       steps_left, config_.training.batch_size * accumulate_steps_, *timing_.steady_rate(),
       evaluations, test_loader_->shard_size(), config_.training.eval_flip);
   if (warning) spdlog::warn("{}", *warning);
-}
-
-Evaluation Trainer::evaluate() {
-  return evaluator_.run(evaluated_model(), *test_loader_);
 }
 
 models::ResNet& Trainer::evaluated_model() {

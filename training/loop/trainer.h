@@ -66,11 +66,11 @@ class Trainer {
   // resume's, or --output-dir), for the commands it advises.
   void name_run(std::filesystem::path path) { run_path_ = std::move(path); }
   // Whether this run's checkpoint exists (rank 0; a resume's, or one saved since the start).
-  bool checkpoint_exists() const;
-  // What its checkpoints store as the run's inputs: the config asked for and the decisions made
-  // (train); by default the config it was built from and no decisions. `with_checkpoint`: also
-  // written to the run directory (config.yaml, decisions.json) just before the first epoch row or
-  // checkpoint it writes.
+  bool checkpoint_exists() const {
+    return run_ && std::filesystem::exists(run_->checkpoint_path());
+  }
+  // The run's inputs its checkpoints store (default: the config it was built from, no decisions);
+  // `with_checkpoint`: also config.yaml and decisions.json, before its first row or checkpoint.
   void record_inputs(RunInputs inputs, bool with_checkpoint = false) {
     inputs_ = std::move(inputs);
     inputs_pending_ = with_checkpoint;
@@ -86,7 +86,7 @@ class Trainer {
   // has them). The evaluation probe before the first step runs beside them.
   std::vector<torch::Tensor> held_from_the_first_update() const;
 
-  Evaluation evaluate();
+  Evaluation evaluate() { return evaluator_.run(evaluated_model(), *test_loader_); }
   // True while evaluate() runs (an out-of-memory error there needs other remedies).
   bool evaluating() const { return evaluator_.evaluating(); }
   bool evaluating_one_image() const { return evaluator_.at_one_image(); }
@@ -137,9 +137,7 @@ class Trainer {
   // Whether a checkpoint of this point could be resumed (not part-way through a torch_data epoch).
   bool resumable_here() const;
   void save();
-  // record_inputs' with_checkpoint: config.yaml and decisions.json, before the first epoch row or
-  // checkpoint this process writes.
-  void write_pending_inputs();
+  void write_pending_inputs();  // record_inputs' with_checkpoint
   // Resuming part-way through an epoch, data-parallel: this rank's own sums from the checkpoint.
   void take_own_sums();
   // Data-parallel: returns once every rank got here (rank 0 after its checkpoint write).
@@ -151,8 +149,12 @@ class Trainer {
   // data-parallel, so steps stay free of extra synchronisation).
   bool stop_now();
   // Sums (maxima) over all ranks, in place (identity when training alone).
-  void all_reduce_sum(std::vector<torch::Tensor> tensors);
-  void all_reduce_max(std::vector<torch::Tensor> tensors);
+  void all_reduce_sum(std::vector<torch::Tensor> tensors) {
+    if (group_) group_->all_reduce(tensors);
+  }
+  void all_reduce_max(std::vector<torch::Tensor> tensors) {
+    if (group_) group_->all_reduce(tensors, /*max=*/true);
+  }
 
   Config config_;
   RunInputs inputs_;

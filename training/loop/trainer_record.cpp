@@ -88,12 +88,4 @@ void Trainer::record_memory(EpochRecord& r, const MemoryStats& evaluation) {
   r.peak_reserved_bytes = reserved(std::max(bytes(1), bytes(3)));
 }
 
-void Trainer::all_reduce_sum(std::vector<torch::Tensor> tensors) {
-  if (group_) group_->all_reduce(tensors);
-}
-
-void Trainer::all_reduce_max(std::vector<torch::Tensor> tensors) {
-  if (group_) group_->all_reduce(tensors, /*max=*/true);
-}
-
 }  // namespace training

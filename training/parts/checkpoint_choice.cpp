@@ -63,6 +63,73 @@ std::vector<int64_t> prefix_limits(const BlockMeasurement& m, int64_t budget) {
   return limit;
 }
 
+// Whether a larger checkpointing.budget is the remedy: given, and within memory.limit (which
+// the budget may not pass) the step with every block recomputed needs `needed`.
+bool budget_stands_in_the_way(const Config& config, std::optional<int64_t> needed) {
+  return config.checkpointing.budget() > 0 && needed &&
+         (config.memory.limit <= 0 || *needed <= config.memory.limit);
+}
+
+// What would fit when the step with every block recomputed needs `needed` bytes (nullopt: it ran
+// out under the limit): a checkpointing.budget of at least that where one was given; a smaller
+// checkpointing.headroom where the memory holds it; else more memory.
+std::string more_budget(const Config& config, const torch::Device& device,
+                        std::optional<int64_t> needed) {
+  if (budget_stands_in_the_way(config, needed)) {
+    const int64_t mib = int64_t{1} << 20;
+    return fmt::format(
+        "a checkpointing.budget of at least {}MiB (every block recomputed needs {} with what the "
+        "run holds beside the step)",
+        (*needed + mib - 1) / mib, format_bytes(*needed));
+  }
+  if (!needed || config.checkpointing.budget() > 0) return "more memory";
+  // As checkpointing_budget takes the budget: memory * (1 - headroom) - outside.
+  const bool card = device.is_cuda() && config.memory.limit <= 0;
+  const int64_t memory = card ? total_memory(device) : config.memory.limit;
+  const int64_t outside = card ? memory_outside_allocator(device) : 0;
+  if (memory <= 0 || *needed + outside > memory) return "more memory";
+  // The most headroom that leaves `needed`, rounded down to 0.1% (never past it).
+  const double most = 1 - static_cast<double>(*needed + outside) / static_cast<double>(memory);
+  return fmt::format(
+      "checkpointing.headroom at most {:.1f}% (now {:g}%: every block recomputed needs {} of {}{} "
+      "with what the run holds beside the step), or more memory",
+      std::max(0.0, std::floor(most * 1000 - 1e-9) / 10), 100 * config.checkpointing.headroom(),
+      format_bytes(*needed), card ? "the card's " : "memory.limit ", format_bytes(memory));
+}
+
+// What lowers the smallest peak, or widens the budget, when nothing fits within `budget`. Where
+// the weights, their gradients and momentum alone take more, no batch or precision helps (and
+// with a given budget the memory they need is that budget's).
+std::string remedies(const Config& config, const torch::Device& device, int64_t budget,
+                     std::optional<int64_t> needed) {
+  const std::string more =
+      budget_stands_in_the_way(config, needed) ? "a larger checkpointing.budget" : "more memory";
+  if (std::string held = weights_alone_remedy(config, budget, more); !held.empty()) return held;
+  return "a smaller training.batch_size" +
+         std::string(config.training.precision == Precision::FP32
+                         ? ", training.precision bf16 or fp16"
+                         : "") +
+         step_size_remedies(config) + ", or " + more_budget(config, device, needed);
+}
+
+// Whether the recorded choice `c` holds for this run (its step, and its peak within this run's
+// budget); kept, it is checked against that budget from now on. `why`: why it does not. A run with
+// no budget (memory.limit taken away on the CPU) is refused as a fresh one is.
+bool recorded_choice_holds(CheckpointingDecision& c, const Config& config,
+                           const torch::Device& device, int64_t beside_step, std::string* why) {
+  const int64_t budget = checkpointing_budget(config, device).bytes - beside_step;
+  const std::string step = step_signature(config, device);
+  if (c.chosen_for != step) {
+    *why = "it was chosen for " + c.chosen_for + ", and this run is " + step;
+  } else if (c.predicted_peak > budget) {
+    const auto [peak, allowed] = format_bytes_apart(c.predicted_peak, budget);
+    *why = "its predicted peak " + peak + " is above this run's budget " + allowed;
+  }
+  if (!why->empty()) return false;
+  std::tie(c.budget, c.beside_bytes) = std::pair(budget, beside_step);
+  return true;
+}
+
 }  // namespace
 
 CheckpointChoice choose_blocks(const BlockMeasurement& m, int64_t budget) {
@@ -147,15 +214,12 @@ CheckpointBudget checkpointing_budget(const Config& config, const torch::Device&
             "memory.limit " + format_bytes(config.memory.limit) + " less " + headroom,
             config.memory.limit};
   }
-  if (device.is_cuda()) {
-    const int64_t card = total_memory(device), outside = memory_outside_allocator(device);
-    return {static_cast<int64_t>(static_cast<double>(card) * keep) - outside,
-            "the card's " + format_bytes(card) + " less " + headroom + " and " +
-                format_bytes(outside) + " outside the allocator",
-            card};
-  }
-  throw KeyError("checkpointing.enabled", "auto " + missing_budget(config, device),
-                 {"memory.limit", "checkpointing.budget"});
+  missing_budget(config, device, "checkpointing.enabled");  // throws on the CPU
+  const int64_t card = total_memory(device), outside = memory_outside_allocator(device);
+  return {static_cast<int64_t>(static_cast<double>(card) * keep) - outside,
+          "the card's " + format_bytes(card) + " less " + headroom + " and " +
+              format_bytes(outside) + " outside the allocator",
+          card};
 }
 
 std::optional<std::pair<std::vector<std::string>, int64_t>> auto_blocks(
@@ -167,10 +231,13 @@ std::optional<std::pair<std::vector<std::string>, int64_t>> auto_blocks(
   return std::pair{config.checkpointing.blocks().value_or(std::vector<std::string>{}), int64_t{0}};
 }
 
-std::string missing_budget(const Config& config, const torch::Device& device) {
+std::string missing_budget(const Config& config, const torch::Device& device, const char* key) {
   if (!device.is_cpu() || config.memory.limit > 0 || config.checkpointing.budget() > 0) return "";
-  return "needs a memory budget, and on the CPU there is no card to take it from: set "
-         "memory.limit (--memory-limit 2GiB) or checkpointing.budget";
+  const std::string missing =
+      "needs a memory budget, and on the CPU there is no card to take it from: set memory.limit "
+      "(--memory-limit 2GiB) or checkpointing.budget";
+  if (key) throw KeyError(key, "auto " + missing, {"memory.limit", "checkpointing.budget"});
+  return missing;
 }
 
 std::pair<std::string, std::string> peak_and_budget_text(int64_t peak, int64_t budget,
@@ -190,9 +257,8 @@ std::string describe_choice(const CheckpointChoice& c) {
     return budget + ": nothing recomputed, the plain step's predicted peak " + peak + " fits";
   }
   return budget + fmt::format(
-                      ": recompute {} ({} block{}): predicted peak {} (plain {}, every "
-                      "block recomputed {}), {:.0f} ms added to a step (every block: "
-                      "{:.0f} ms)",
+                      ": recompute {} ({} block{}): predicted peak {} (plain {}, every block "
+                      "recomputed {}), {:.0f} ms added to a step (every block: {:.0f} ms)",
                       blocks, c.blocks.size(), c.blocks.size() == 1 ? "" : "s", peak,
                       format_bytes(c.plain_peak), format_bytes(c.smallest_peak),
                       1000 * c.extra_seconds, 1000 * c.all_extra_seconds);
@@ -240,78 +306,6 @@ std::string checkpointing_outcome(const std::optional<CheckpointingDecision>& de
 std::string step_signature(const Config& config, const torch::Device& device) {
   return step_signature(config, memory_format_for(config, device));
 }
-
-namespace {
-
-// Whether a larger checkpointing.budget is the remedy: given, and within memory.limit (which
-// the budget may not pass) the step with every block recomputed needs `needed`.
-bool budget_stands_in_the_way(const Config& config, std::optional<int64_t> needed) {
-  return config.checkpointing.budget() > 0 && needed &&
-         (config.memory.limit <= 0 || *needed <= config.memory.limit);
-}
-
-// What would fit a budget that the step with every block recomputed, needing `needed` bytes
-// (its peak and what the run holds beside it; nullopt: unknown, it ran out under the limit),
-// does not: a checkpointing.budget of at least `needed` where one was given; where the memory
-// the headroom is kept of holds it, checkpointing.headroom at most so much; else more memory.
-std::string more_budget(const Config& config, const torch::Device& device,
-                        std::optional<int64_t> needed) {
-  if (budget_stands_in_the_way(config, needed)) {
-    const int64_t mib = int64_t{1} << 20;
-    return fmt::format(
-        "a checkpointing.budget of at least {}MiB (every block recomputed needs {} with what the "
-        "run holds beside the step)",
-        (*needed + mib - 1) / mib, format_bytes(*needed));
-  }
-  if (!needed || config.checkpointing.budget() > 0) return "more memory";
-  // As checkpointing_budget takes the budget: memory * (1 - headroom) - outside.
-  const bool card = device.is_cuda() && config.memory.limit <= 0;
-  const int64_t memory = card ? total_memory(device) : config.memory.limit;
-  const int64_t outside = card ? memory_outside_allocator(device) : 0;
-  if (memory <= 0 || *needed + outside > memory) return "more memory";
-  // The most headroom that leaves `needed`, rounded down to 0.1% (never past it).
-  const double most = 1 - static_cast<double>(*needed + outside) / static_cast<double>(memory);
-  return fmt::format(
-      "checkpointing.headroom at most {:.1f}% (now {:g}%: every block recomputed needs {} of {}{} "
-      "with what the run holds beside the step), or more memory",
-      std::max(0.0, std::floor(most * 1000 - 1e-9) / 10), 100 * config.checkpointing.headroom(),
-      format_bytes(*needed), card ? "the card's " : "memory.limit ", format_bytes(memory));
-}
-
-// What lowers the smallest peak, or widens the budget, when nothing fits within `budget`. Where
-// the weights, their gradients and momentum alone take more, no batch or precision helps (and
-// with a given budget the memory they need is that budget's).
-std::string remedies(const Config& config, const torch::Device& device, int64_t budget,
-                     std::optional<int64_t> needed) {
-  const std::string more =
-      budget_stands_in_the_way(config, needed) ? "a larger checkpointing.budget" : "more memory";
-  if (std::string held = weights_alone_remedy(config, budget, more); !held.empty()) return held;
-  return "a smaller training.batch_size" +
-         std::string(config.training.precision == Precision::FP32
-                         ? ", training.precision bf16 or fp16"
-                         : "") +
-         step_size_remedies(config) + ", or " + more_budget(config, device, needed);
-}
-
-// Whether the recorded choice `c` holds for this run (its step, and its peak within this run's
-// budget); kept, it is checked against that budget from now on. `why`: why it does not. A run with
-// no budget (memory.limit taken away on the CPU) is refused as a fresh one is.
-bool recorded_choice_holds(CheckpointingDecision& c, const Config& config,
-                           const torch::Device& device, int64_t beside_step, std::string* why) {
-  const int64_t budget = checkpointing_budget(config, device).bytes - beside_step;
-  const std::string step = step_signature(config, device);
-  if (c.chosen_for != step) {
-    *why = "it was chosen for " + c.chosen_for + ", and this run is " + step;
-  } else if (c.predicted_peak > budget) {
-    const auto [peak, allowed] = format_bytes_apart(c.predicted_peak, budget);
-    *why = "its predicted peak " + peak + " is above this run's budget " + allowed;
-  }
-  if (!why->empty()) return false;
-  std::tie(c.budget, c.beside_bytes) = std::pair(budget, beside_step);
-  return true;
-}
-
-}  // namespace
 
 std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Decisions& decisions,
                                                       const torch::Device& device,

@@ -94,9 +94,10 @@ std::pair<std::string, std::string> peak_and_budget_text(int64_t peak, int64_t b
                                                          int64_t named);
 
 // Why checkpointing auto has no budget on `device`: on the CPU, neither checkpointing.budget nor
-// memory.limit ("needs a memory budget, and on the CPU ..."); empty when it has one. Touches no
-// CUDA context (a sweep's parent asks it).
-std::string missing_budget(const Config& config, const torch::Device& device);
+// memory.limit ("needs a memory budget, and on the CPU ..."); empty when it has one. With `key`,
+// a KeyError naming it instead. Touches no CUDA context (a sweep's parent asks it).
+std::string missing_budget(const Config& config, const torch::Device& device,
+                           const char* key = nullptr);
 
 // checkpointing.budget when set; else memory.limit, or on CUDA the card's memory less what this
 // process holds outside the allocator, less checkpointing.headroom. KeyError naming

@@ -129,10 +129,7 @@ void refuse_what_no_batch_fits(const Config& config, const torch::Device& device
   refuse(config.memory.limit, "memory.limit", "more memory");
   if (config.checkpointing.mode() == CheckpointMode::Auto) {
     refuse(config.checkpointing.budget(), "checkpointing.budget", "a larger checkpointing.budget");
-    const std::string no_budget = missing_budget(config, device);
-    if (!config.checkpointing.blocks() && !no_budget.empty())
-      throw KeyError("checkpointing.enabled", "auto " + no_budget,
-                     {"memory.limit", "checkpointing.budget"});
+    if (!config.checkpointing.blocks()) missing_budget(config, device, "checkpointing.enabled");
   }
 }
 
@@ -193,16 +190,14 @@ ProfilerOptions profiler_options(const ProfilerConfig& config) {
 std::unique_ptr<Sampler> make_sampler(const MonitorConfig& config, const torch::Device& device,
                                       const std::filesystem::path& file) {
   if (config.sample_period <= 0) return nullptr;
-  std::unique_ptr<Probe> probe;
-  if (device.is_cuda()) {
-    std::string why_not;
-    probe = make_nvml_probe(device.str(), pci_bus_id(device), "libnvidia-ml.so.1", &why_not);
-    if (!probe) {
-      spdlog::warn("GPU sampling off: {}; training goes on without gpu.jsonl", why_not);
-      return nullptr;
-    }
-  } else {
-    probe = make_cpu_probe();
+  std::string why_not;
+  std::unique_ptr<Probe> probe =
+      device.is_cuda()
+          ? make_nvml_probe(device.str(), pci_bus_id(device), "libnvidia-ml.so.1", &why_not)
+          : make_cpu_probe();
+  if (!probe) {
+    spdlog::warn("GPU sampling off: {}; training goes on without gpu.jsonl", why_not);
+    return nullptr;
   }
   return std::make_unique<Sampler>(std::move(probe), config.sample_period, file);
 }

@@ -51,6 +51,22 @@ Config timing_config(const Config& config) {
   return c;
 }
 
+// One layout's timing: its images/s, or the out-of-memory error of its step (the layout is no
+// candidate). Any other error goes on.
+struct Timed {
+  double rate = 0;
+  std::exception_ptr out_of_memory;
+};
+
+Timed time_layout(const MeasureRate& rate, const Config& config, const torch::Device& device) {
+  try {
+    return {rate(config, device), nullptr};
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    return {0, std::current_exception()};
+  }
+}
+
 }  // namespace
 
 std::string layout_signature(const Config& config, int64_t beside_step) {
@@ -96,26 +112,6 @@ double measure_training_rate(const Config& config, const torch::Device& device) 
   return static_cast<double>(c.training.batch_size * micro_batches) /
          std::max(median(seconds), 1e-12);
 }
-
-namespace {
-
-// One layout's timing: its images/s, or the out-of-memory error of its step (the layout is no
-// candidate). Any other error goes on.
-struct Timed {
-  double rate = 0;
-  std::exception_ptr out_of_memory;
-};
-
-Timed time_layout(const MeasureRate& rate, const Config& config, const torch::Device& device) {
-  try {
-    return {rate(config, device), nullptr};
-  } catch (const std::exception& e) {
-    if (!is_out_of_memory(e)) throw;
-    return {0, std::current_exception()};
-  }
-}
-
-}  // namespace
 
 MemoryFormatChoice choose_memory_format(const Config& config, const torch::Device& device,
                                         bool data_parallel, const MeasureRate& measure,

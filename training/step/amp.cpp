@@ -6,15 +6,8 @@
 namespace training {
 
 const char* precision_name(Precision precision) {
-  switch (precision) {
-    case Precision::FP32:
-      return "fp32";
-    case Precision::BF16:
-      return "bf16";
-    case Precision::FP16:
-      return "fp16";
-  }
-  return "?";
+  static const char* const names[] = {"fp32", "bf16", "fp16"};
+  return names[static_cast<int>(precision)];
 }
 
 AutocastGuard::AutocastGuard(c10::DeviceType device_type, Precision precision)
@@ -63,12 +56,10 @@ void GradScaler::unscale(torch::optim::Optimizer& optimizer) {
 }
 
 bool GradScaler::step(torch::optim::Optimizer& optimizer) {
-  if (!enabled_) {
-    optimizer.step();
-    return true;
+  if (enabled_) {
+    unscale(optimizer);
+    if (found_inf_.item<float>() != 0.0f) return false;
   }
-  unscale(optimizer);
-  if (found_inf_.item<float>() != 0.0f) return false;
   optimizer.step();
   return true;
 }
@@ -79,10 +70,6 @@ void GradScaler::update() {
                          options_.backoff_factor(), options_.growth_interval());
   found_inf_.zero_();
   unscaled_ = false;
-}
-
-double GradScaler::current_scale() const {
-  return enabled_ ? scale_.item<double>() : 1.0;
 }
 
 void GradScaler::load_state(const torch::Tensor& scale, const torch::Tensor& growth_tracker) {

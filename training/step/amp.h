@@ -56,7 +56,7 @@ class GradScaler {
   int64_t state_bytes() const {
     return static_cast<int64_t>(scale_.nbytes() + growth_tracker_.nbytes() + found_inf_.nbytes());
   }
-  double current_scale() const;
+  double current_scale() const { return enabled_ ? scale_.item<double>() : 1.0; }
   // State for checkpoints: the scale (float32 [1]) and the clean-step count (int32 [1]).
   torch::Tensor scale_state() const { return scale_; }
   torch::Tensor growth_tracker_state() const { return growth_tracker_; }

@@ -1,6 +1,6 @@
 #include "training/step/ema.h"
 
-#include <stdexcept>
+#include <c10/util/Exception.h>
 
 namespace training {
 
@@ -19,9 +19,7 @@ std::vector<torch::Tensor> state_of(models::ResNet& model) {
 WeightAverage::WeightAverage(models::ResNet model, models::ResNet average, double decay)
     : model_(std::move(model)), average_(std::move(average)), decay_(decay) {
   const auto from = state_of(model_), to = state_of(average_);
-  if (from.size() != to.size()) {
-    throw std::logic_error("WeightAverage: the average's architecture differs from the model's");
-  }
+  TORCH_INTERNAL_ASSERT(from.size() == to.size(), "the average's architecture is the model's");
   for (size_t i = 0; i < from.size(); ++i) {
     const bool floating = at::isFloatingType(from[i].scalar_type());
     (floating ? model_floats_ : model_ints_).push_back(from[i]);

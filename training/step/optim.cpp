@@ -63,15 +63,12 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
     }
     for (int first = 0; first < 2; ++first) {
       if (params[first].empty()) continue;
-      if (lr_.defined()) {
+      const auto fused_sgd = [&](const auto& lr) {  // the device tensor, or the group's value
         at::_fused_sgd_(params[first], grads[first], buffers[first], options.weight_decay(),
-                        options.momentum(), lr_, options.dampening(), options.nesterov(),
+                        options.momentum(), lr, options.dampening(), options.nesterov(),
                         /*maximize=*/false, /*is_first_step=*/first == 1);
-      } else {
-        at::_fused_sgd_(params[first], grads[first], buffers[first], options.weight_decay(),
-                        options.momentum(), options.lr(), options.dampening(), options.nesterov(),
-                        /*maximize=*/false, /*is_first_step=*/first == 1);
-      }
+      };
+      lr_.defined() ? fused_sgd(lr_) : fused_sgd(options.lr());
     }
   }
   return loss;

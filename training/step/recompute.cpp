@@ -161,9 +161,7 @@ void apply_checkpointing(models::ResNetImpl& model, const CheckpointingOptions& 
 
 models::SegmentRunner chosen_blocks_runner(const models::ResNetImpl& model,
                                            const CheckpointingOptions& options) {
-  if (!options.blocks()) {
-    throw std::logic_error("checkpointing.enabled: auto with its blocks not chosen yet");
-  }
+  TORCH_INTERNAL_ASSERT(options.blocks(), "checkpointing.enabled: auto with its blocks not chosen");
   const auto names = models::block_names(model.options().depth());
   std::vector<bool> recomputed(names.size(), false);
   for (const auto& name : *options.blocks()) {

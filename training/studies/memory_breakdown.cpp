@@ -17,17 +17,8 @@
 namespace training {
 
 const char* group_name(RowGroup group) {
-  switch (group) {
-    case RowGroup::Static:
-      return "static";
-    case RowGroup::Gradients:
-      return "gradients";
-    case RowGroup::Activations:
-      return "activations";
-    case RowGroup::Transient:
-      return "transient";
-  }
-  return "";
+  static const char* const names[] = {"static", "gradients", "activations", "transient"};
+  return names[static_cast<int>(group)];
 }
 
 const char* phase_name(StepPhase phase) {

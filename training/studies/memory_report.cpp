@@ -87,69 +87,10 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 const MemoryRow* find_row(const StepBreakdown& b, const std::string& name) {
-  for (const auto& row : b.rows) {
-    if (row.name == name) return &row;
-  }
-  return nullptr;
+  const auto row =
+      std::find_if(b.rows.begin(), b.rows.end(), [&](const auto& r) { return r.name == name; });
+  return row == b.rows.end() ? nullptr : &*row;
 }
-
-}  // namespace
-
-std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns) {
-  std::vector<const MemoryRow*> order;  // every row name once, in first-seen order
-  for (const auto& b : breakdowns) {
-    for (const auto& row : b.rows) {
-      const bool seen = std::any_of(order.begin(), order.end(),
-                                    [&](const MemoryRow* r) { return r->name == row.name; });
-      if (!seen) order.push_back(&row);
-    }
-  }
-  std::ostringstream md;
-  md << "| MiB | output shape |";
-  for (const auto& b : breakdowns) md << " " << b.setting.label() << " |";
-  md << "\n|---|---|";
-  for (size_t i = 0; i < breakdowns.size(); ++i) md << "---:|";
-  md << "\n";
-  for (const MemoryRow* named : order) {
-    md << "| " << named->name << " | " << shape_text(named->shape) << " |";
-    for (const auto& b : breakdowns) {
-      const MemoryRow* row = find_row(b, named->name);
-      if (row)
-        md << " " << (row->at_peak ? mib_text(row->bytes) : "(" + mib_text(row->bytes) + ")");
-      md << " |";
-    }
-    md << "\n";
-  }
-  auto line = [&](const std::string& label, auto cell) {
-    md << "| " << label << " | |";
-    for (const auto& b : breakdowns)
-      md << " " << (b.status == TrialStatus::Ok ? cell(b) : "") << " |";
-    md << "\n";
-  };
-  line("**itemized peak**", [](const StepBreakdown& b) {
-    return "**" + mib_text(b.itemized_peak_bytes) + "** (" + phase_name(b.peak_phase) + ")";
-  });
-  line("**measured peak**",
-       [](const StepBreakdown& b) { return "**" + mib_text(b.measured_peak_bytes) + "**"; });
-  line("unexplained", [](const StepBreakdown& b) {
-    const double share = b.measured_peak_bytes > 0
-                             ? 100.0 * static_cast<double>(b.unexplained_bytes()) /
-                                   static_cast<double>(b.measured_peak_bytes)
-                             : 0.0;
-    return fmt::format("{} ({:.1f}%)", mib_text(b.unexplained_bytes()), share);
-  });
-  for (const auto& b : breakdowns) {
-    if (b.status == TrialStatus::Ok && b.setting.checkpointing == CheckpointMode::Auto) {
-      md << "\n" << b.setting.label() << ": " << auto_choice_text(b) << ".\n";
-    }
-    if (b.status != TrialStatus::Ok) {
-      md << "\n" << b.setting.label() << ": " << status_name(b.status) << ": " << b.message << "\n";
-    }
-  }
-  return md.str();
-}
-
-namespace {
 
 ordered_json breakdown_json(const StepBreakdown& b) {
   ordered_json rows = ordered_json::array();
@@ -380,6 +321,60 @@ int memory_study(const MemoryRequest& request, const Config& config) {
 }
 
 }  // namespace
+
+std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns) {
+  std::vector<const MemoryRow*> order;  // every row name once, in first-seen order
+  for (const auto& b : breakdowns) {
+    for (const auto& row : b.rows) {
+      const bool seen = std::any_of(order.begin(), order.end(),
+                                    [&](const MemoryRow* r) { return r->name == row.name; });
+      if (!seen) order.push_back(&row);
+    }
+  }
+  std::ostringstream md;
+  md << "| MiB | output shape |";
+  for (const auto& b : breakdowns) md << " " << b.setting.label() << " |";
+  md << "\n|---|---|";
+  for (size_t i = 0; i < breakdowns.size(); ++i) md << "---:|";
+  md << "\n";
+  for (const MemoryRow* named : order) {
+    md << "| " << named->name << " | " << shape_text(named->shape) << " |";
+    for (const auto& b : breakdowns) {
+      const MemoryRow* row = find_row(b, named->name);
+      if (row)
+        md << " " << (row->at_peak ? mib_text(row->bytes) : "(" + mib_text(row->bytes) + ")");
+      md << " |";
+    }
+    md << "\n";
+  }
+  auto line = [&](const std::string& label, auto cell) {
+    md << "| " << label << " | |";
+    for (const auto& b : breakdowns)
+      md << " " << (b.status == TrialStatus::Ok ? cell(b) : "") << " |";
+    md << "\n";
+  };
+  line("**itemized peak**", [](const StepBreakdown& b) {
+    return "**" + mib_text(b.itemized_peak_bytes) + "** (" + phase_name(b.peak_phase) + ")";
+  });
+  line("**measured peak**",
+       [](const StepBreakdown& b) { return "**" + mib_text(b.measured_peak_bytes) + "**"; });
+  line("unexplained", [](const StepBreakdown& b) {
+    const double share = b.measured_peak_bytes > 0
+                             ? 100.0 * static_cast<double>(b.unexplained_bytes()) /
+                                   static_cast<double>(b.measured_peak_bytes)
+                             : 0.0;
+    return fmt::format("{} ({:.1f}%)", mib_text(b.unexplained_bytes()), share);
+  });
+  for (const auto& b : breakdowns) {
+    if (b.status == TrialStatus::Ok && b.setting.checkpointing == CheckpointMode::Auto) {
+      md << "\n" << b.setting.label() << ": " << auto_choice_text(b) << ".\n";
+    }
+    if (b.status != TrialStatus::Ok) {
+      md << "\n" << b.setting.label() << ": " << status_name(b.status) << ": " << b.message << "\n";
+    }
+  }
+  return md.str();
+}
 
 int memory_command(const MemoryRequest& request) {
   const Config config = load_config(request.config_path, request.overrides);

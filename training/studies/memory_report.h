@@ -28,11 +28,9 @@ struct MemoryRequest {
   std::vector<Override> overrides;
   std::optional<std::string> settings;  // "fp32,bf16+checkpointing"; none = the default list
   std::string output_dir;               // "" = <output.dir>/<date>-<time>-memory-<arch>
-  // A card to predict each setting on (cards.h: a name or a size); "" = none. The allocator's
-  // options come from PYTORCH_CUDA_ALLOC_CONF, as the card's process would read them.
-  std::string card;
-  // With card: predict only; the step is not measured at the batch on this machine (a ResNet-50
-  // step at batch 512 takes minutes on a CPU; the prediction records batches of 2 to 4).
+  std::string card;                     // a card to predict each setting on (cards.h); "" = none
+  // With card: predict only, not measured here (a ResNet-50 step at batch 512 takes minutes on a
+  // CPU; the prediction records batches of 2 to 4).
   bool card_only = false;
   // With card: each setting's predicted allocator written here as PyTorch's memory snapshot
   // (card_snapshot.h; with several settings, one file each); "" = none.

@@ -88,9 +88,7 @@ void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int6
       c.images_per_second = 0;  // ranked last
       continue;                 // nothing to predict or estimate
     }
-    if (c.setting.unpredictable().empty()) {  // auto: the sweep's own peak stands
-      // Accumulating: the step replayed micro-batch by micro-batch, the gradients held from the
-      // second on (card_prediction.h).
+    if (c.setting.unpredictable().empty()) {
       const CardPrediction p = predictor.predict(c.setting, c.batch);
       c.predicted_peak = p.figures().peak_reserved;
       c.predicted_allocated = p.figures().peak_allocated;
@@ -245,6 +243,12 @@ void settle_needs(const Plan& plan, PlanCandidate& c) {
                   std::to_string(smallest.batch) + ", " + needs_card_text(plan, smallest));
 }
 
+// What a card leaves after its headroom, rounded down: one formula for the plan and for the card
+// it advises, which is then read back with it.
+int64_t usable_of(int64_t card_bytes, double headroom) {
+  return static_cast<int64_t>(static_cast<double>(card_bytes) * (1 - headroom));
+}
+
 }  // namespace
 
 void refuse_too_few_images(int64_t fewest, int64_t train_images, const std::string& flag,
@@ -259,16 +263,6 @@ void refuse_too_few_images(int64_t fewest, int64_t train_images, const std::stri
 std::string percent_text(double share) {
   return fmt::format("{:.9g}%", share * 100);  // as given: "12.345%", "99.9%", "10%"
 }
-
-namespace {
-
-// What a card leaves after its headroom, rounded down: one formula for the plan and for the card
-// it advises, which is then read back with it.
-int64_t usable_of(int64_t card_bytes, double headroom) {
-  return static_cast<int64_t>(static_cast<double>(card_bytes) * (1 - headroom));
-}
-
-}  // namespace
 
 std::string plan_target_text(const std::optional<Card>& card, int64_t card_bytes, double headroom,
                              int64_t overhead) {
@@ -294,9 +288,7 @@ int64_t card_needed_for(const Plan& plan, int64_t limit) {
       (static_cast<int64_t>(std::ceil(static_cast<double>(wanted) / (1 - plan.headroom))) + kMiB -
        1) /
       kMiB * kMiB;
-  while (usable_of(card, plan.headroom) < wanted) {  // as make_plan reads it back
-    card += kMiB;
-  }
+  while (usable_of(card, plan.headroom) < wanted) card += kMiB;  // as make_plan reads it back
   return card;
 }
 

@@ -24,16 +24,13 @@ struct PlanCandidate {
   double images_per_second = 0;  // measured, or with a card the sweep did not run on, estimated
   int64_t predicted_peak = 0;  // bytes the allocator will hold at the peak (with a card: reserved)
   int64_t predicted_allocated = 0;  // with a card: the allocated peak by replay
-  bool fits = false;  // predicted_peak + overhead <= usable (with a card: the replay fits)
-  // Why the card cannot run it at all (bf16 before compute capability 8.0); empty when it can.
-  std::string unsupported;
+  bool fits = false;        // predicted_peak + overhead <= usable (with a card: the replay fits)
+  std::string unsupported;  // why the card cannot run it at all (bf16 before sm_80)
   // Why `train` would refuse it with the sweep's config (more images a step than the training set
   // it has at most, config.h's train_images_at_most); empty when it trains. Never recommended.
   std::string untrainable;
-  // An estimated speed's bound ("memory-bound: BatchNorm and ReLU 58% of the step").
-  std::string speed_why;
-  // Why its speed is not estimated where the plan's others are (a graph-captured step); empty
-  // when it is. Ranked after every candidate with a speed; its images/s is no figure.
+  std::string speed_why;  // an estimated speed's bound ("memory-bound: BatchNorm and ReLU 58% ...")
+  // Why its speed is not estimated where the others' are (a graph-captured step): ranked last.
   std::string speed_not_estimated;
   // Where it does not fit (else 0): the allocator's limit it needs (with a card: the smallest on
   // which its replay fits; else predicted_peak) and, where the card's cuBLAS workspaces are not

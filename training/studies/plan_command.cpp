@@ -131,9 +131,7 @@ int plan_command(const PlanRequest& request) {
   }
   const Plan plan = make_plan(sweep_dir, request.memory, request.headroom, request.overhead,
                               request.card, request.target_batch);
-  if (!request.json.empty()) {
-    write_file_atomically(request.json, plan_json(plan).dump(2) + "\n");
-  }
+  if (!request.json.empty()) write_file_atomically(request.json, plan_json(plan).dump(2) + "\n");
   std::cout << plan_table(plan)
             << "\nrecommended: " << recommended_flags(plan, plan.candidates.at(*plan.chosen))
             << std::endl;

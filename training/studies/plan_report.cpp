@@ -175,9 +175,7 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
                                   : figure(c.images_per_second)},
         {"predicted_reserved_peak_bytes", figure(c.predicted_peak)},
         {"predicted_device_bytes", figure(c.predicted_peak + plan.overhead_bytes)},
-        {"speed_bound", plan.speed == Plan::Speed::Estimated && !c.speed_why.empty()
-                            ? nlohmann::ordered_json(c.speed_why)
-                            : nlohmann::ordered_json(nullptr)},
+        {"speed_bound", text_or_null(plan.speed == Plan::Speed::Estimated ? c.speed_why : "")},
         {"speed_not_estimated", text_or_null(no_speed_text(plan, c))},
         {"fits", c.fits},
         // The smallest card it fits, as the verdict says it (null where it fits or cannot run).

@@ -43,6 +43,41 @@ struct SweepStopped {};
 // Unwinds the sweep when sweep.time_budget is spent (no new trial starts).
 struct BudgetSpent {};
 
+// The sweep itself, from its config.
+int sweep(const SweepRequest& request, const Config& config) {
+  set_cpu_threads(config.training.threads);
+  const torch::Device device = training_device(config);
+  check_sweep(config, device);
+  std::optional<CardPredictor> predictor;
+  if (!request.card.empty()) {
+    predictor.emplace(config, find_card(request.card), alloc_conf_from_environment());
+  }
+  const fs::path dir =
+      !request.output_dir.empty()
+          ? fs::path(request.output_dir)
+          : new_run_path(config.output.dir, config.output.name, "sweep-" + arch_name(config.model));
+  const bool slurm = config.sweep.launcher == SweepLauncher::Slurm;
+  if (slurm) {  // before the folder exists
+    check_slurm(config.sweep.slurm.options, static_cast<int64_t>(grid_cells(config.sweep).size() *
+                                                                 config.sweep.batch_sizes.size()));
+  }
+  // A Slurm sweep run again on its folder keeps the trials measured (their results).
+  const auto lock =
+      claim_output_dir(dir, OutputKind::Sweep, "--output-dir",
+                       slurm ? std::vector<std::string>{"trials"} : std::vector<std::string>{});
+  std::error_code ec;
+  fs::create_directories(dir / "trials", ec);
+  if (ec) throw UserError(dir.string() + ": cannot create the sweep directory: " + ec.message());
+  write_file_atomically(dir / "config.yaml", to_yaml(config));
+  install_stop_handlers();
+  SweepRunner sweep(config, dir, request.executable, device, predictor ? &*predictor : nullptr);
+  if (!(slurm ? sweep.run_on_slurm() : sweep.run())) return kExitStopped;
+  // Trials whose task ended without a result: the folder stays unfinished, to be run again.
+  if (sweep.failed_tasks() > 0) return stop_requested() ? kExitStopped : kExitTrialsFailed;
+  mark_finished(dir, OutputKind::Sweep);
+  return stop_requested() ? kExitStopped : kExitOk;  // a stop while the plots were drawn
+}
+
 }  // namespace
 
 std::vector<Setting> grid_cells(const SweepConfig& sweep) {
@@ -228,45 +263,6 @@ void SweepRunner::find_max(const Setting& setting, int64_t gpu) {
     if (!probe(fits + (fails - fits) / 2)) return;
   }
 }
-
-namespace {
-
-// The sweep itself, from its config.
-int sweep(const SweepRequest& request, const Config& config) {
-  set_cpu_threads(config.training.threads);
-  const torch::Device device = training_device(config);
-  check_sweep(config, device);
-  std::optional<CardPredictor> predictor;
-  if (!request.card.empty()) {
-    predictor.emplace(config, find_card(request.card), alloc_conf_from_environment());
-  }
-  const fs::path dir =
-      !request.output_dir.empty()
-          ? fs::path(request.output_dir)
-          : new_run_path(config.output.dir, config.output.name, "sweep-" + arch_name(config.model));
-  const bool slurm = config.sweep.launcher == SweepLauncher::Slurm;
-  if (slurm) {  // before the folder exists
-    check_slurm(config.sweep.slurm.options, static_cast<int64_t>(grid_cells(config.sweep).size() *
-                                                                 config.sweep.batch_sizes.size()));
-  }
-  // A Slurm sweep run again on its folder keeps the trials measured (their results).
-  const auto lock =
-      claim_output_dir(dir, OutputKind::Sweep, "--output-dir",
-                       slurm ? std::vector<std::string>{"trials"} : std::vector<std::string>{});
-  std::error_code ec;
-  fs::create_directories(dir / "trials", ec);
-  if (ec) throw UserError(dir.string() + ": cannot create the sweep directory: " + ec.message());
-  write_file_atomically(dir / "config.yaml", to_yaml(config));
-  install_stop_handlers();
-  SweepRunner sweep(config, dir, request.executable, device, predictor ? &*predictor : nullptr);
-  if (!(slurm ? sweep.run_on_slurm() : sweep.run())) return kExitStopped;
-  // Trials whose task ended without a result: the folder stays unfinished, to be run again.
-  if (sweep.failed_tasks() > 0) return stop_requested() ? kExitStopped : kExitTrialsFailed;
-  mark_finished(dir, OutputKind::Sweep);
-  return stop_requested() ? kExitStopped : kExitOk;  // a stop while the plots were drawn
-}
-
-}  // namespace
 
 int run_sweep(const SweepRequest& request) {
   const Config config = load_config(request.config_path, request.overrides);

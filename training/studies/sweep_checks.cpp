@@ -73,9 +73,8 @@ void check_sweep(const Config& config, const torch::Device& device) {
             c.end() ||
         std::find_if(n.begin(), n.end(), [](int64_t steps) { return steps > 1; }) != n.end()) {
       throw UserError(
-          "training.cuda_graph: on cannot capture the sweep's fp16, checkpointing or "
-          "accumulation cells; set it to auto, which runs those cells eager and captures the "
-          "others");
+          "training.cuda_graph: on cannot capture the sweep's fp16, checkpointing or accumulation "
+          "cells; set it to auto, which runs those cells eager and captures the others");
     }
   }
   const auto& modes = config.sweep.checkpointing;
@@ -85,12 +84,8 @@ void check_sweep(const Config& config, const torch::Device& device) {
                      "auto is not combined with sweep.data_parallel: true (the choice is measured "
                      "without the reducer's buckets); drop one of them");
     }
-    // Refuses a CPU without memory.limit or a budget (CUDA: each trial takes its card's; the
-    // parent opens no CUDA context of its own).
-    if (const std::string missing = missing_budget(config, device); !missing.empty()) {
-      throw KeyError("sweep.checkpointing", "auto " + missing,
-                     {"memory.limit", "checkpointing.budget"});
-    }
+    // A CPU without memory.limit or a budget (CUDA: each trial takes its card's).
+    missing_budget(config, device, "sweep.checkpointing");
     Config cell = config;  // an auto cell's budget below what every batch holds: exit 3 first
     cell.checkpointing.mode(CheckpointMode::Auto);
     refuse_what_no_batch_fits(cell, device);

@@ -50,12 +50,6 @@ std::vector<ordered_json> trial_rows(const std::vector<SweepTrial>& trials) {
     row["batch_size"] = t.batch;
     row["source"] = t.source;
     row.update(to_json(t.result));
-    // Blocks chosen by checkpointing auto; null for the other trials and where auto chose none
-    // (to_json; sweep.csv's cell is empty). A result kept from an older sweep wrote [] for them.
-    if (t.setting.checkpointing != CheckpointMode::Auto) {
-      row["recomputed_blocks"] = nullptr;
-      row["predicted_peak_bytes"] = nullptr;
-    }
     row["wall_seconds"] = t.wall_seconds;
     if (t.on_card) row.update(prediction_columns(*t.on_card));
     if (!t.on_card_error.empty()) row["card_prediction_error"] = t.on_card_error;
@@ -73,14 +67,11 @@ ordered_json cell_summary_json(const SettingSummary& c) {
   entry["fastest_batch"] = optional_json(c.fastest_batch);
   entry["fastest_images_per_second"] =  // null beside a null fastest batch: nothing measured
       c.fastest_batch ? ordered_json(c.fastest_images_per_second) : ordered_json(nullptr);
-  if (c.fit) {
-    entry["fit"] = {{"intercept_bytes", c.fit->intercept},
-                    {"bytes_per_sample", c.fit->slope},
-                    {"r_squared", c.fit->r_squared},
-                    {"points", c.fit->points}};
-  } else {
-    entry["fit"] = nullptr;
-  }
+  entry["fit"] = c.fit ? ordered_json{{"intercept_bytes", c.fit->intercept},
+                                      {"bytes_per_sample", c.fit->slope},
+                                      {"r_squared", c.fit->r_squared},
+                                      {"points", c.fit->points}}
+                       : ordered_json(nullptr);
   ordered_json predictions = ordered_json::array();
   for (const auto& [bytes, batch] : c.predictions) {
     predictions.push_back({{"memory_bytes", bytes}, {"max_batch", optional_json(batch)}});
@@ -230,9 +221,8 @@ void predictions_table(std::ostringstream& md, const SweepFacts& facts,
                        const std::vector<SettingSummary>& cells) {
   md << "\n## Predicted largest batch per memory size\n\n"
      << "From each setting's fit (peak reserved bytes; on the CPU reserved = allocated). The "
-        "first column is this sweep's memory. Predictions leave out memory outside the "
-        "allocator (the CUDA context, library workspaces), typically a few hundred MiB on a "
-        "GPU.\n\n"
+        "first column is this sweep's memory. Predictions leave out memory outside the allocator "
+        "(the CUDA context, library workspaces), typically a few hundred MiB on a GPU.\n\n"
      << "| setting |";
   for (int64_t size : facts.memory_sizes) md << " " << format_bytes(size) << " |";
   md << "\n|---|";
@@ -264,10 +254,9 @@ std::string markdown(const SweepFacts& facts, const std::vector<SettingSummary>&
      << ". Each trial ran in its own process: " << facts.warmup_steps << " warm-up + "
      << facts.measure_steps
      << " measured steps on synthetic images through the run's loader; step time (the step alone) "
-        "is the median. "
-        "Peaks include the first step (what must fit); the steady peak is over the measured "
-        "steps after the warm-up. The answers are the training step's: `train` evaluates at "
-        "training.eval_batch_size "
+        "is the median. Peaks include the first step (what must fit); the steady peak is over the "
+        "measured steps after the warm-up. The answers are the training step's: `train` evaluates "
+        "at training.eval_batch_size "
      << facts.eval_batch_size
      << ", tried before its first step and split into smaller chunks where it does not fit "
         "(the results do not depend on it).";

@@ -40,7 +40,7 @@ void write_sweep_tables(const std::filesystem::path& dir, const SweepFacts& fact
 struct SweepRecord {
   std::string arch, stem, device;
   int64_t image_size = kStoredImageSize;  // data.image_size it measured at
-  bool cuda = false;  // the device is a CUDA device
+  bool cuda = false;                      // the device is a CUDA device
   bool complete = false;
   std::vector<Setting> cells;
   std::vector<SweepTrial> trials;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <set>
@@ -28,18 +29,13 @@ constexpr int64_t kSbatchSeconds = 120;
 
 std::string array_script(const fs::path& dir, const fs::path& executable) {
   return fmt::format(
-      "#!/bin/sh\n"
-      "# Written by train sweep: array task N runs trial N of this sweep folder\n"
-      "# (trials/NNN.yaml -> trials/NNN.json, its output in trials/NNN.log).\n"
-      "#SBATCH --job-name=train-sweep\n"
-      "#SBATCH --output=/dev/null\n"
-      "#SBATCH --no-requeue\n"
-      "dir={}\ntrain={}\n"
-      "id=$(printf %03d \"$SLURM_ARRAY_TASK_ID\")\n"
-      "[ -r \"$dir/trials/$id.yaml\" ] && [ -w \"$dir/trials\" ] || exit {}\n"
-      "[ -x \"$train\" ] || exit {}\n"
-      "exec \"$train\" sweep-trial --config \"$dir/trials/$id.yaml\" "
-      "--result \"$dir/trials/$id.json\" >>\"$dir/trials/$id.log\" 2>&1\n",
+      "#!/bin/sh\n# Written by train sweep: array task N runs trial N of this sweep folder\n# "
+      "(trials/NNN.yaml -> trials/NNN.json, its output in trials/NNN.log).\n#SBATCH "
+      "--job-name=train-sweep\n#SBATCH --output=/dev/null\n#SBATCH "
+      "--no-requeue\ndir={}\ntrain={}\nid=$(printf %03d \"$SLURM_ARRAY_TASK_ID\")\n[ -r "
+      "\"$dir/trials/$id.yaml\" ] && [ -w \"$dir/trials\" ] || exit {}\n[ -x \"$train\" ] || exit "
+      "{}\nexec \"$train\" sweep-trial --config \"$dir/trials/$id.yaml\" --result "
+      "\"$dir/trials/$id.json\" >>\"$dir/trials/$id.log\" 2>&1\n",
       shell_word(dir.string()), shell_word(executable.string()), kFolderNotVisible,
       kTrainNotVisible);
 }
@@ -80,10 +76,8 @@ class ArrayWatch {
   }
 
   bool all_ended() const {
-    for (const auto& [id, task] : tasks_) {
-      if (!task.ended()) return false;
-    }
-    return true;
+    return std::all_of(tasks_.begin(), tasks_.end(),
+                       [](const auto& t) { return t.second.ended(); });
   }
 
   // A task whose node cannot see the sweep folder or `train`: why, else "".

@@ -45,23 +45,12 @@ double slurm_time(const std::string& text) {
 
 // Why a task was pending: stale once it started.
 bool pending_reason(const std::string& reason) {
-  static const std::set<std::string> pending = {"Priority",
-                                                "Dependency",
-                                                "Resources",
-                                                "BeginTime",
-                                                "JobHeldUser",
-                                                "JobHeldAdmin",
-                                                "ReqNodeNotAvail",
-                                                "JobArrayTaskLimit",
-                                                "Reservation",
-                                                "Licenses",
-                                                "None",
-                                                "PartitionNodeLimit",
-                                                "PartitionDown",
-                                                "PartitionTimeLimit",
-                                                "QOSJobLimit",
-                                                "AssocJobLimit"};
-  return pending.count(reason) > 0 || reason.rfind("ReqNodeNotAvail", 0) == 0;
+  static const std::string pending =  // Slurm's reasons, each between blanks
+      " Priority Dependency Resources BeginTime JobHeldUser JobHeldAdmin ReqNodeNotAvail "
+      "JobArrayTaskLimit Reservation Licenses None PartitionNodeLimit PartitionDown "
+      "PartitionTimeLimit QOSJobLimit AssocJobLimit ";
+  return pending.find(" " + reason + " ") != std::string::npos ||
+         reason.rfind("ReqNodeNotAvail", 0) == 0;
 }
 
 }  // namespace
@@ -178,8 +167,7 @@ void check_slurm(const std::vector<std::string>& options, int64_t trials) {
   const CommandOutput config = run_command({"scontrol", "show", "config"}, 60);
   if (config.exit_code != 0) {
     throw UserError(
-        "sweep.launcher: slurm: the Slurm controller did not answer (scontrol show "
-        "config: " +
+        "sweep.launcher: slurm: the Slurm controller did not answer (scontrol show config: " +
         slurm_error(config.output) + ")");
   }
   if (const auto largest = largest_array_index(config.output); largest && trials > *largest) {

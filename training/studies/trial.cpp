@@ -32,15 +32,8 @@
 namespace training {
 
 const char* status_name(TrialStatus status) {
-  switch (status) {
-    case TrialStatus::Ok:
-      return "ok";
-    case TrialStatus::OutOfMemory:
-      return "oom";
-    case TrialStatus::Error:
-      break;
-  }
-  return "error";
+  static const char* const names[] = {"ok", "oom", "error"};
+  return names[static_cast<int>(status)];
 }
 
 nlohmann::ordered_json to_json(const TrialResult& r) {

@@ -16,7 +16,7 @@ TEST(Progress, TheFirstLineComesAfterThreeStepsAndTenSecondsThenEveryThirtySecon
 
 // The ETA is said only once a steady rate gives it.
 TEST(Progress, TheLineSaysWhenTheEtaIsNotKnownYet) {
-  training::ProgressSnapshot s{1, 30, 3, 390, 25.0, 2.3, 0.1, 0.01, std::nullopt};
+  training::Interval s{1, 30, 3, 3, 390, 25.0, 2.3, 0.1, 0.01, std::nullopt};
   EXPECT_EQ(
       training::format_progress(s),
       "epoch 1/30  step 3/390  25 img/s  loss 2.3000  acc 10.00%  lr 0.01  ETA after warm-up");
