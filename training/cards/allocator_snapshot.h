@@ -5,12 +5,9 @@
 // https://pytorch.org/memory_viz). The viewer takes the segments as the state after the last
 // event and draws the memory over time by undoing the events from there.
 //
-// The state is the one at the last moment the reserved bytes are at their peak, with the events
-// up to it: the segments' total is the replay's reserved peak. The caching allocator returns
-// segments only when an allocation would pass its limit (or, with max_split_size_mb, oversize
-// cached ones), so in a step that fits with room to spare that moment is the step's end and every
-// event is there; where segments are returned after the peak, the events after it are left out
-// (counted in `left_out`).
+// The state is the one at the last moment of the reserved peak, with the events up to it; the
+// allocator returns segments only when an allocation would pass its limit, so in a step that fits
+// that is its end; where segments are returned after the peak, the later events are `left_out`.
 #pragma once
 
 #include <cstddef>

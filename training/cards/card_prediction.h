@@ -47,30 +47,24 @@ struct CardPrediction {
   // on which it fits; without a limit nothing cached is freed, so it would need far more.
   Replay needed;
   int64_t needed_limit = 0;
-  // Where it does not fit and this card's cuBLAS workspaces are not those of a card given by its
-  // size (compute capability below 9: 8.125 MiB, against 32 MiB): the smallest `--card SIZE`
-  // (whole MiB, with what lies outside the allocator) on which the step fits; else 0.
+  // Where it does not fit and a card given by its size has other cuBLAS workspaces (32 MiB against
+  // 8.125 MiB below compute capability 9): the smallest `--card SIZE` that fits it; else 0.
   int64_t needed_by_size = 0;
-  // By replay (stream_replay.h's largest_fitting_batch): a batch that fits with the next one not
-  // fitting, at or above every batch of the setting its predictor was asked for that fits (fitting
-  // is not monotone in the batch); 0 = none fits.
+  // By replay (largest_fitting_batch): fits with the next one not, at or above every batch of the
+  // setting asked for that fits (fitting is not monotone in the batch); 0 = none fits.
   int64_t largest_batch = 0;
-  // The config's training set at most (config.h's train_images_at_most; 0: not known): a largest
-  // batch above it fits but train refuses it, and is said so.
+  // train_images_at_most (0: not known): a largest batch above it is said to be refused by train.
   int64_t train_images = 0;
   std::string largest_batch_text() const;  // "3136", "5000 (more than the 256 training ...)"
   int64_t checked_batch = 0;               // the batch the scaling was checked on
   int64_t mismatched = 0;                  // allocations of that batch the scaling got wrong
-  // The step's time on the card, estimated (speed_calibration.h); none where the card has no
-  // speed, and why in no_speed.
+  // The step's time on the card, estimated (speed_calibration.h); else why not in no_speed.
   std::optional<StepEstimate> speed;
   std::string no_speed;
-  // Why the card cannot run the setting at all (bf16 before compute capability 8.0; cards.h), as
-  // `train plan` says it: its memory is predicted, but the tables say "cannot run"; else empty.
+  // Why the card cannot run the setting (bf16 before sm_80); its memory is still predicted.
   std::string unsupported;
   // "yes", "no (out of memory in ...)", or "cannot run: ..."; a batch below largest_batch that
-  // does not fit says so: "no (out of memory in step2 backward; below the largest batch that fits,
-  // 103: fitting is not monotone in the batch)".
+  // does not fit says so.
   std::string fits_text() const;
   // The peaks to report: the card's replay where it fits; where it does not (the replay stops at
   // the allocation that fails), what the step needs, so that the margin says how much is missing.
@@ -95,11 +89,10 @@ class RecordingStopped : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Predictions for many settings and batches on one card, from `config` (its model, data.prefetch,
-// data.device_resident, memory.limit): each setting's stream is recorded once (three recordings,
-// the third the check), with held_data(config) beside each step.
-// The allocator's limit: `allocator_limit` when given (> 0), else the card's memory less what lies
-// outside the allocator, or memory.limit when that is smaller.
+// Predictions for many settings and batches on one card, from `config`: each setting's stream is
+// recorded once (three recordings, the third the check), with held_data(config) beside each step.
+// The allocator's limit: `allocator_limit` when > 0, else the card's memory less what lies outside
+// the allocator, or memory.limit when that is smaller.
 class CardPredictor {
  public:
   CardPredictor(Config config, Card card, AllocatorOptions options, int64_t allocator_limit = 0);
@@ -108,9 +101,8 @@ class CardPredictor {
   // under the smallest limit on which it fits.
   CardPrediction predict(const Setting& setting, int64_t batch,
                          AllocatorSnapshot* snapshot = nullptr);
-  // The setting's largest batch that fits after every prediction of it so far: at or above each
-  // batch predicted to fit, the figure its latest prediction gave; none before any prediction.
-  // Outputs that show several batches of a setting show this one figure for all of them.
+  // The setting's largest batch by its latest prediction (at or above each batch predicted to fit),
+  // one figure for all its batches; none before any prediction.
   std::optional<int64_t> largest_batch(const Setting& setting) const;
   const Card& card() const { return card_; }
   const HeldData& held() const { return held_; }  // held_data(config), counted once
@@ -143,14 +135,10 @@ CardPrediction predict_on_card(const Config& config, const Setting& setting, con
 
 // The prediction as it is logged: one line a setting.
 std::string prediction_line(const std::string& setting, const CardPrediction& p);
-// The fields every output with --card carries for a setting: card (name, memory_bytes,
-// memory_source, architecture), predicted_allocated_peak_bytes, predicted_reserved_peak_bytes,
-// predicted_device_bytes, fits, margin_bytes, largest_batch, and how (the phases, the workspaces,
-// what lies outside the allocator and its source, the allocator's options, the scaling check).
+// The fields every output with --card carries for a setting: the card, the predicted peaks, fits,
+// margin, largest batch, and how (phases, workspaces, outside the allocator, options, scaling).
 nlohmann::ordered_json prediction_json(const CardPrediction& p);
-// Flat columns for a table row (a sweep trial): card, card_memory_bytes,
-// predicted_allocated_peak_bytes, predicted_reserved_peak_bytes, predicted_device_bytes, fits
-// (fits_on_card), largest_batch_on_card.
+// Flat columns for a table row (a sweep trial): the card, the predicted peaks, fits_on_card, ...
 nlohmann::ordered_json prediction_columns(const CardPrediction& p);
 // A markdown section: a row a setting, and what is modelled and what is not.
 std::string prediction_markdown(const std::vector<std::pair<std::string, CardPrediction>>& rows);

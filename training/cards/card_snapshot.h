@@ -18,10 +18,9 @@ namespace training {
 std::filesystem::path snapshot_file(const std::string& file, const Setting& setting,
                                     size_t settings);
 
-// --snapshot's refusals, before anything runs (UserError naming --snapshot, exit 2): no card, a
-// path inside the study's own folder (`output_dir`, --output-dir), a folder that does not exist,
-// a path that is a folder, a file that is no pickle (an earlier snapshot is replaced, nothing
-// else), a folder that holds another command's outputs.
+// --snapshot's refusals, before anything runs (UserError naming --snapshot): no card, a path in
+// the study's own folder or another command's, a missing folder, a folder, a file that is no
+// snapshot train wrote.
 void check_snapshot_files(const std::string& file, bool card, const std::vector<Setting>& settings,
                           const std::string& output_dir);
 

@@ -9,10 +9,9 @@
 
 namespace training {
 
-// `asked`: the cards to list, in order, each found as every --card finds it (cards.h's find_card:
-// a name with case, '-', '_' and spaces ignored, or a size; an unknown one is refused with its
-// UserError); empty: every card known by name. `json`: {"cards": [...]}, each card's name,
-// memory and data sheet (null where none), with "given" when asked.
+// `asked`: the cards to list, in order, each found as --card finds it (find_card); empty: every
+// card known by name. `json`: {"cards": [...]}, each card's name, memory and data sheet (null where
+// none), with "given" when asked.
 std::string cards_report(const std::vector<std::string>& asked = {}, bool json = false);
 
 }  // namespace training

@@ -1,21 +1,16 @@
 // A training step on a card, operation by operation: from the model's recorded forward
 // (forward_layers.h), every operation the step runs for a setting, with its FLOPs, the bytes it
 // reads and writes for that precision and layout, and the kernels it launches:
-//   - the input on the device: uint8 to float in its layout and normalised, resized to
-//     data.image_size (data/augment.h);
+//   - the input: uint8 to float in its layout, normalised, resized to data.image_size;
 //   - the forward: convolutions, BatchNorm (and its counter), ReLU, residual adds, pooling, the
-//     classifier, the loss; under AMP the casts of the weights (autocast casts each weight once a
-//     forward) and, in the contiguous layout, the NCHW<->NHWC transposes cuDNN's tensor-core
-//     kernels run around each half-precision convolution call: its two operands and its result,
-//     for the forward and again for each of the two gradients;
-//   - the recomputed forward of the checkpointed blocks, with their BatchNorm statistics saved and
-//     restored (training/step/recompute.h);
-//   - the backward of each: a convolution's input gradient (none for the first, whose input is the
-//     image) and weight gradient, the gradient of a residual block's input summed from its two
-//     paths, the weight gradients cast back to fp32 under AMP;
+//     classifier, the loss; under AMP each weight's cast, and in the contiguous layout the
+//     NCHW<->NHWC transposes cuDNN's tensor-core kernels run around each half-precision
+//     convolution call (its operands and result, in the forward and each gradient);
+//   - the checkpointed blocks' recomputed forward, their BatchNorm statistics saved and restored;
+//   - the backward of each (no input gradient for the first convolution), a residual input's two
+//     gradients summed, the weight gradients cast back to fp32 under AMP;
 //   - per micro-batch after the first, the gradients accumulated;
-//   - the update: SGD fused (multi-tensor launches, training/step/optim.h) or per parameter, and
-//     fp16's GradScaler (unscale and check, update).
+//   - the update: SGD fused (multi-tensor launches) or per parameter, and fp16's GradScaler.
 // Bytes count each tensor read or written once per pass over it; what a cache keeps is not
 // modelled. Counts are exact for the layout the model runs; a kernel library's choices (split-K
 // reductions, fused epilogues) are not.

@@ -29,11 +29,10 @@ struct Replay {
   int64_t retries = 0;
 };
 
-// Replays `stream` through the model; the card's workspaces are allocated where the first
-// backward begins (cuBLAS creates them at the first matrix multiply of each thread) and kept.
-// With `snapshot`, also the allocator at its reserved peak and its events (allocator_snapshot.h),
-// each event in its phase of the stream ("step2 backward"; what is held before the first step,
-// "held before the first step (weights, batches)"; the workspaces, "<phase>: cuBLAS workspace").
+// Replays `stream` through the model, the card's workspaces allocated where the first backward
+// begins and kept. With `snapshot`, also the allocator at its reserved peak and its events, each in
+// its phase ("step2 backward", "held before the first step (weights, batches)", "<phase>: cuBLAS
+// workspace").
 Replay replay_stream(const AllocationStream& stream, const AllocatorOptions& options,
                      const BesideTensors& beside, AllocatorSnapshot* snapshot = nullptr);
 
@@ -60,16 +59,12 @@ struct HeldData {
 // before the first step): the resident data first, then the prefetched batches.
 AllocationStream with_held_data(AllocationStream stream, int64_t batch, const HeldData& held);
 
-// The largest batch whose replay (with `held`) fits under `options` (its limit set): a batch
-// that fits with the next one not fitting, found by doubling from `smallest` (the smallest batch
-// that trains: 2 where a BatchNorm would see one value per channel at 1,
-// models::smallest_trainable_batch), then bisection, below the first batch at which one
-// allocation alone outgrows the limit, and at most kMaxBatchSize (training.batch_size's largest).
-// Fitting is not monotone in the batch (the allocator's rounding and its reuse of segments: 99
-// can fit, 100 not, 102 again), so it is also at or above every batch of `shown` (those an output
-// judges, at least `smallest`) whose replay fits: where the largest of them lies above that edge,
-// the search goes on up from it. A function of the set `shown`, not of its order. 0 when neither
-// `smallest` nor any batch of `shown` fits. Throws std::runtime_error when no allocation grows.
+// The largest batch whose replay (with `held`) fits under `options`: one that fits with the next
+// not, by doubling from `smallest` (smallest_trainable_batch) then bisection, below the batch at
+// which one allocation alone outgrows the limit and at most kMaxBatchSize. Fitting is not monotone
+// in the batch (99 can fit, 100 not, 102 again), so the search also goes on up from the largest
+// batch of the set `shown` that fits above that edge. 0 when none fits; std::runtime_error when no
+// allocation grows.
 int64_t largest_fitting_batch(const LinearStream& stream, const HeldData& held,
                               const AllocatorOptions& options, const BesideTensors& beside,
                               int64_t smallest, const std::vector<int64_t>& shown = {});

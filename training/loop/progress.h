@@ -18,7 +18,7 @@ struct Interval {
   double images_per_second = 0;    // over the interval
   double loss = 0, accuracy = 0;   // running, over the epoch so far
   double lr = 0;
-  // Rest of this epoch's training at the steady rate; empty while the process still warms up.
+  // The rest of this epoch's training at the steady rate; empty while the process warms up.
   std::optional<double> eta_seconds;
 };
 

@@ -22,11 +22,9 @@ TensorBoardObserver::TensorBoardObserver(const std::filesystem::path& run_dir)
 
 void TensorBoardObserver::on_fit_start(const TrainState& state, bool trains_on) {
   if (!earlier_events_) return;
-  // A resumed (or restarted) run: TensorBoard drops the dead session's points from this step
-  // on, which this one writes again (a redone epoch's, an evaluation killed part-way). At this
-  // step itself the points stay, written again here, except a part-trained epoch's
-  // evaluation when this run trains on: it replaces that row of metrics.jsonl
-  // (RunDirectory::keep_epochs_through); a run with nothing left to train keeps the row.
+  // A resumed run: TensorBoard drops the dead session's points from this step on, which this one
+  // writes again; this step's own points stay, written again here, except a part-trained epoch's
+  // evaluation when this run trains on (it replaces that row of metrics.jsonl).
   auto kept = scalars_at(run_dir_, state.step);
   if (state.batch_in_epoch > 0 && trains_on) {
     kept.erase(std::remove_if(kept.begin(), kept.end(),

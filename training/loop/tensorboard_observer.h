@@ -1,7 +1,6 @@
 // The loop in TensorBoard's event files (monitor.tensorboard): the progress scalars at each log
-// interval (train/loss, train/accuracy, train/lr, train/images_per_second) and the epoch's record
-// (epoch_record.h's tensorboard_scalars). A resumed run writes a restart first, so that the
-// event files agree with metrics.jsonl (on_fit_start).
+// interval and the epoch's record; a resumed run writes a restart first, so that the event files
+// agree with metrics.jsonl.
 #pragma once
 
 #include <filesystem>

@@ -161,9 +161,8 @@ FitEnd Trainer::fit() {
   }
   parts_.model->train();
   observers_.on_fit_start(state_, training);
-  // A start checkpoint: whatever instant the process dies at from here on (kill -9 between an
-  // epoch's row and its checkpoint included), a checkpoint exists and rows ahead of it are
-  // trained again on resume.
+  // A start checkpoint: wherever the process dies from here on (kill -9 included), a checkpoint
+  // exists and the rows ahead of it are trained again on resume.
   if (training && state_.step == 0 && state_.batch_in_epoch == 0) save();
   while (state_.epoch < config_.training.epochs && state_.step < total_steps_) {
     const bool finished = train_epoch();
@@ -330,7 +329,6 @@ void Trainer::judge_cpu_run_length() {
 
 models::ResNet& Trainer::evaluated_model() {
   parts_.model->eval();
-  // With training.ema_decay, the weight average is the model evaluated.
   return parts_.ema ? parts_.ema->average() : parts_.model;
 }
 

@@ -81,9 +81,9 @@ class Trainer {
   // training.batch_size: the rest of that epoch would be other samples (trainer_checkpoint.cpp).
   void resume(const std::filesystem::path& checkpoint);
   FitEnd fit();
-  // What training holds from its first update on that the run does not hold yet: a gradient per
-  // parameter and, with momentum, a momentum buffer where the optimizer has none (a resumed one
-  // has them). The evaluation probe before the first step runs beside them.
+  // What training holds from its first update on and the run does not yet (a gradient, with
+  // momentum a momentum buffer, per parameter): the evaluation probe before the first step runs
+  // beside them.
   std::vector<torch::Tensor> held_from_the_first_update() const;
 
   Evaluation evaluate() { return evaluator_.run(evaluated_model(), *test_loader_); }
@@ -105,11 +105,9 @@ class Trainer {
   // Trains epoch state_.epoch + 1 from batch state_.batch_in_epoch; false when it stopped early
   // (max_steps or a stop signal) with the epoch unfinished.
   bool train_epoch();
-  // One optimizer step's sums over its micro-batches (device tensors).
-  // Trains one optimizer step: training.accumulate_steps micro-batches from the loader. Empty
-  // when the data ended, or when a stop signal came between two micro-batches (training alone):
-  // the group is then restarted on resume (its BatchNorm statistics are put back, its gradients
-  // were never applied).
+  // Trains one optimizer step of training.accumulate_steps micro-batches; its sums (device
+  // tensors), or none when the data ended or a stop came between two micro-batches (training
+  // alone: the group restarts on resume, its BatchNorm statistics put back).
   std::optional<StepSums> train_group(int64_t epoch);
   StepResult step(const data::Batch& batch, int64_t micro);
   // Optimizer steps trained in the current epoch.
@@ -164,8 +162,8 @@ class Trainer {
   RunDirectory* run_;
   std::filesystem::path run_path_;  // name_run's (rank > 0); empty: rank 0's log names it
 
-  // "PROGRAM --resume DIR" (the program as it was run, advised_program) with the run directory
-  // as one shell word; on a rank that does not know it, what names it.
+  // "PROGRAM --resume DIR" (advised_program, the directory as one shell word); on a rank that
+  // does not know it, what names it.
   std::string resume_command() const;
   ProcessGroup* group_;
   StepParts parts_;  // model, optimizer, loss scaler
@@ -185,9 +183,8 @@ class Trainer {
   std::chrono::steady_clock::time_point last_line_;
   bool stopping_ = false;  // a stop was agreed (see stop_now)
   bool diverged_ = false;  // the running training loss is not a number (one process only)
-  // The device's peaks in this epoch's training phase: the peak counters are reset at each
-  // phase boundary, so each phase's peak is its own (the first step stays in the training peak:
-  // it is what must fit).
+  // The device's peaks in this epoch's training phase, its own (the counters are reset at each
+  // phase boundary); the first step stays in it: it is what must fit.
   MemoryStats train_memory_;
 };
 

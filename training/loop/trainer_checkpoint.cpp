@@ -12,8 +12,7 @@ namespace training {
 namespace {
 
 // A mid-epoch checkpoint continues its epoch only on the samples it started: the keys that choose
-// them (the order, the crops, the data itself) must be as stored. (training.batch_size has its own
-// message in resume().)
+// them (the order, the crops, the data itself) must be as stored.
 void check_same_samples(const std::filesystem::path& checkpoint, const TrainState& state,
                         const std::string& current_yaml) {
   const YAML::Node stored = YAML::Load(state.config_yaml);
@@ -185,8 +184,7 @@ std::string Trainer::save_on_stop() {
 }
 
 bool Trainer::resumable_here() const {
-  // torch_data's crops and flips are not a function of the batch: its epochs cannot be continued
-  // part-way.
+  // torch_data's crops and flips are no function of the batch: its epochs cannot resume part-way.
   return config_.data.loader != LoaderKind::TorchData || state_.batch_in_epoch == 0;
 }
 
@@ -197,7 +195,6 @@ void Trainer::save() {
   // (each rank calls save() at the same step), and a resume gives each rank its own (resume()).
   TrainState saved = state_;
   if (group_ && state_.batch_in_epoch > 0) {
-    // Each rank's sums at its index, summed over the ranks: every rank's, and their totals.
     const int64_t world = group_->world_size(), rank = group_->rank();
     const auto on_device = torch::TensorOptions().device(device_);
     auto loss = torch::zeros({world}, on_device.dtype(torch::kFloat64));

@@ -2,27 +2,22 @@
 // fit a memory budget: which residual blocks to recompute in backward, chosen per run from
 // measurements, the way training.memory_format: auto is chosen by timing.
 //
-// The measurement (measure_blocks): one warm-up and two measured training steps at the run's
-// batch, precision and layout on a synthetic batch, every block recomputed alone (the least
-// memory this choice can reach). For each block: the bytes it keeps for backward beyond what it
-// keeps when recomputed (its activations, measured while backward recomputes them) and the time
-// of that recomputation (what recomputing it adds to a step). The step is cut into windows at
-// the block boundaries, forward and backward, each with its measured peak.
+// The measurement (measure_blocks): one warm-up and two measured steps at the run's batch,
+// precision and layout, every block recomputed alone (the least memory this choice can reach).
+// Per block: the bytes it keeps for backward beyond what it keeps when recomputed, and the time
+// its recomputation adds; the step cut into windows at the block boundaries, each with its peak.
 //
 // The model (predicted_peak): a block not recomputed holds its kept bytes from its forward until
-// its backward, so a window's peak grows by the kept bytes of every block not recomputed that
-// runs before it. The step's peak is the largest window's.
+// its backward, so a window's peak grows by those of every such block before it; the step's peak
+// is the largest window's.
 //
-// The choice (choose_blocks): the set of blocks to recompute with the least added time whose
-// predicted peak is within the budget; among equal times the fewest blocks, then the fewest
-// bytes kept. The windows constrain prefixes of the blocks, so it is a knapsack solved exactly by
-// dynamic programming over the blocks in forward order, on byte counts rounded so that the
-// choice never exceeds the budget (at most 65536 units). Nothing is recomputed when the plain
-// step fits; nothing fits when the measured step itself does not.
+// The choice (choose_blocks): the blocks to recompute with the least added time whose predicted
+// peak is within the budget (then the fewest blocks, the fewest bytes kept): a knapsack over
+// prefixes, solved exactly by dynamic programming on byte counts rounded so that it never exceeds
+// the budget. Nothing is recomputed when the plain step fits.
 //
-// The choice is the run's decision (config/decisions.h: the blocks, the step it was chosen for,
-// the budget, the predictions), in decisions.json and the checkpoint, so that report.md shows it
-// and a resume recomputes the same blocks without measuring again.
+// The choice is the run's decision (decisions.json and the checkpoint): report.md shows it and a
+// resume recomputes the same blocks without measuring again.
 #pragma once
 
 #include <torch/torch.h>
@@ -114,25 +109,19 @@ using MeasureBlocks = std::function<BlockMeasurement(const Config&, const torch:
 // step_signature, with the layout this config runs in on `device`).
 std::string step_signature(const Config& config, const torch::Device& device);
 
-// What a run holds on `device` beside one training step, which the measurement does not (with
-// training.accumulate_steps > 1 the measured step holds the accumulated gradients itself): what
-// its training loader over `train` holds ahead (data/loader.h's Ahead: each batch ready as one
-// batch, each in preparation as one preparation's peak, measured here on a batch of `train`),
-// the epoch's order where it lives on the device (on the CPU; on CUDA with data.device_resident)
-// and, on CUDA with data.device_resident, both splits (`train` and the test split's `test_size`
-// samples, data::device_resident_bytes). On the CPU the splits are host data, not counted.
+// What a run holds on `device` beside one training step, which the measurement does not: what its
+// loader over `train` holds ahead (data/loader.h's Ahead, a preparation's peak measured on a batch
+// of `train`), the epoch's order where it lives on the device, and on CUDA with
+// data.device_resident both splits (`train` and `test_size` samples; on the CPU host data).
 int64_t held_beside_step(const Config& config, const torch::Device& device,
                          const data::Split& train, int64_t test_size);
 
-// checkpointing.enabled: auto's decision for this run, in `decisions.checkpointing`: the one
-// recorded there when it still holds (made for this step, its predicted peak within this run's
-// budget: a resume; a budget that cannot be derived here keeps it), else measured (`measure`
-// replaces the measurement in tests) and chosen now. `config`: what was asked, with its layout
-// decided. `beside_step`: bytes the run holds on the device beside one step (device-resident
-// data, prefetched batches), taken off the budget. Returns the choice made now; nullopt when
-// none was (not auto, blocks given by hand: no decision then; or the recorded one kept).
-// Refused: data-parallel (KeyError: each rank would measure its own choice; blocks given work),
-// and a budget nothing fits (OutOfMemory, one line: the budget, the smallest peak reachable).
+// checkpointing.enabled: auto's decision, in `decisions.checkpointing`: the recorded one while it
+// holds (this step, its peak within this run's budget), else measured (`measure`: tests' stand-in)
+// and chosen now. `config` has its layout decided; `beside_step` (held_beside_step) is taken off
+// the budget. Returns the choice made now (nullopt: not auto, blocks given, or the recorded one
+// kept). Refused: data-parallel (KeyError: each rank would choose its own) and a budget nothing
+// fits (OutOfMemory: the budget, the smallest peak reachable).
 std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Decisions& decisions,
                                                       const torch::Device& device,
                                                       bool data_parallel,

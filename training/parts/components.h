@@ -1,7 +1,5 @@
-// The config turned into the parts of a run: the model as training runs it, the optimizer and
-// the loss scaler (what one step needs, shared by the trainer and sweep trials), the loaders, the
-// profiler's and the sampler's options, the label checks and the max_steps cap. The trainer keeps
-// only the loop.
+// The config turned into the parts of a run: the model, optimizer and loss scaler (shared by the
+// trainer and sweep trials), the loaders, the profiler's and sampler's options, the label checks.
 #pragma once
 
 #include <torch/torch.h>
@@ -29,11 +27,9 @@ models::ResNet build_model(const Config& config, const torch::Device& device);
 StepParts build_step_parts(const Config& config, const torch::Device& device,
                            ProcessGroup* group = nullptr);
 
-// The same for a step that is measured (its memory, its time, its allocation stream) rather than
-// trained: a step the optimizer takes. fp16's GradScaler starts at 1 instead of 2^16, at which the
-// first steps' gradients overflow and the steps are skipped (on the CPU every step of a card
-// prediction's recording and of a sweep trial): the optimizer's momentum was never made, and fp16's
-// peaks fell short of the steady step's by it (ResNet-18: 44.7 MB).
+// The same for a step that is measured rather than trained: fp16's GradScaler starts at 1, not
+// 2^16, at which the first steps overflow and are skipped (on the CPU every measured step), so the
+// momentum was never made and fp16's peaks fell short of the steady step's (ResNet-18: 44.7 MB).
 StepParts build_measured_step_parts(const Config& config, const torch::Device& device,
                                     ProcessGroup* group = nullptr);
 
@@ -50,24 +46,19 @@ std::pair<int64_t, int64_t> batch_bytes(int64_t batch, int64_t image_size);
 // accumulation holds beside the step from its second micro-batch on.
 int64_t gradient_bytes(const models::ResNetOptions& model);
 
-// What a run holds on the device beside its step whatever the batch, in one count: the weights
-// (parameters and buffers), their gradients, the optimizer's momentum (optimizer.momentum > 0),
-// the weight average's copy of the weights (training.ema_decay > 0) and fp16's GradScaler state
-// (its scale, growth tracker and inf flag: 12 bytes). `without_average`: the same less the weight
-// average's copy. Counts outside memory.limit (TrackingCpuAllocator::HostData).
+// What a run holds on the device whatever the batch: the weights and buffers, their gradients,
+// the momentum, the weight average's copy (`without_average`: less it) and fp16's GradScaler state
+// (12 bytes). Counted outside memory.limit (TrackingCpuAllocator::HostData).
 struct HeldWhateverTheBatch {
   int64_t bytes = 0;
   int64_t without_average = 0;
 };
 HeldWhateverTheBatch held_whatever_the_batch(const Config& config);
 
-// Where what the run holds whatever the batch (held_whatever_the_batch) takes `limit` bytes or
-// more, which no batch size, precision or checkpointing lowers: the one remedy, saying so
-// (ResNet-18, CIFAR stem: "the weights and their gradients and momentum alone take 127.91 MiB:
-// more memory or a smaller model.arch"; ImageNet stem with a weight average: "... and momentum
-// and the weight average (training.ema_decay) alone take 170.69 MiB: more memory,
-// training.ema_decay: 0 or a smaller model.arch", ema_decay 0 offered only where the rest fits);
-// empty where it takes less.
+// Where held_whatever_the_batch takes `limit` bytes or more, which no batch, precision or
+// checkpointing lowers, the one remedy ("the weights and their gradients and momentum alone take
+// 127.91 MiB: more memory or a smaller model.arch"; training.ema_decay: 0 offered where the rest
+// fits); empty where it takes less.
 std::string weights_alone_remedy(const Config& config, int64_t limit,
                                  const std::string& more = "more memory");
 
@@ -76,12 +67,10 @@ std::string weights_alone_remedy(const Config& config, int64_t limit,
 // training.ema_decay: 0 where a weight average is kept; empty where neither applies.
 std::string step_size_remedies(const Config& config);
 
-// Refuses (OutOfMemory, exit 3) before anything is measured or written where what the run holds
-// whatever the batch takes memory.limit, or with checkpointing auto checkpointing.budget, or
-// more: "memory.limit 50.00 MiB: the weights and their gradients and momentum alone take 127.91
-// MiB: more memory or a smaller model.arch" (found after the measurements, or in the first step
-// with its folder written); and checkpointing auto on the CPU with no budget to choose for
-// (KeyError naming checkpointing.enabled: missing_budget), found after the layout's timing.
+// Refuses before anything is measured or written: what the run holds whatever the batch taking
+// memory.limit (or with checkpointing auto, checkpointing.budget) or more (OutOfMemory, exit 3:
+// "memory.limit 50.00 MiB: " + weights_alone_remedy), and checkpointing auto on the CPU without a
+// budget (missing_budget's KeyError).
 void refuse_what_no_batch_fits(const Config& config, const torch::Device& device);
 
 // The step's precision and label smoothing, from training.* (one micro-batch per step: callers
@@ -107,10 +96,8 @@ ProfilerOptions profiler_options(const ProfilerConfig& config);
 std::unique_ptr<Sampler> make_sampler(const MonitorConfig& config, const torch::Device& device,
                                       const std::filesystem::path& file);
 
-// Whether training.cuda_graph puts this run's step in a graph. off: no. auto: yes on CUDA when
-// training alone with fp32 or bf16, the fused SGD and no gradient checkpointing. on: yes, and a
-// CPU device or data-parallel training is refused (UserError naming training.cuda_graph; the
-// config's validation refuses what cuda_graph_obstacle names).
+// Whether training.cuda_graph puts this run's step in a graph. auto: on CUDA, training alone, where
+// cuda_graph_obstacle names nothing. on: yes, refusing a CPU device or data-parallel training.
 bool use_cuda_graph(const Config& config, const torch::Device& device, bool data_parallel);
 
 }  // namespace training

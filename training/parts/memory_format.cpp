@@ -85,10 +85,9 @@ std::string layout_signature(const Config& config, int64_t beside_step) {
 
 double measure_training_rate(const Config& config, const torch::Device& device) {
   Config c = config;
-  // The layout is settled before checkpointing.enabled: auto chooses its blocks (the choice is
-  // measured in the layout): until then timed in the step auto's measurement takes, every block
-  // recomputed alone, the least memory auto can reach (not the plain step, which auto exists to
-  // avoid: under memory.limit it can run out where the run would not).
+  // Checkpointing auto chooses its blocks in the layout chosen here: until then the step is timed
+  // as auto's measurement takes it, every block recomputed alone (the plain step, which auto
+  // exists to avoid, can run out under memory.limit where the run would not).
   if (c.checkpointing.mode() == CheckpointMode::Auto && !c.checkpointing.blocks()) {
     c.checkpointing.mode(CheckpointMode::On).granularity(CheckpointGranularity::Block);
   }

@@ -3,13 +3,10 @@
 // the CIFAR stem ran 2x faster channels_last), so auto is decided for each run, before anything
 // is built, the way cuDNN's benchmark mode decides algorithms: by timing.
 //   - CUDA: channels_last, not timed (docs/gpu.md's H200 figures were taken channels_last).
-//   - CPU: both layouts timed over a few training steps on a small synthetic batch (under
-//     memory.limit, the run's own batch: a layout whose step does not fit is no candidate), the
-//     faster kept; both rates and the choice are logged. Not timed where bf16 is emulated (hundreds
-//     of times slower either way) or with data-parallel training (every rank must choose alike).
-// The chosen layout is the run's decision (config/decisions.h: decisions.json and the checkpoint),
-// so a resume of the same step (layout_signature) uses the same one without timing again. train
-// sweep and train plan keep explicit layouts.
+//   - CPU: both layouts timed over a few steps (measure_training_rate), the faster kept and both
+//     rates logged; not timed where bf16 is emulated or with data-parallel training.
+// The choice is the run's decision (decisions.json, the checkpoint): a resume of the same step
+// (layout_signature) keeps it untimed. train sweep and train plan keep explicit layouts.
 #pragma once
 
 #include <torch/torch.h>
@@ -50,18 +47,16 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
                                         bool data_parallel, const MeasureRate& measure = {},
                                         int64_t beside_step = 0);
 
-// training.memory_format: auto's decision for this run, in `decisions.layout`: the recorded one
-// when it was made on this device type (a resume: not timed again), else choose_memory_format's
-// (none when the config sets the layout).
+// training.memory_format: auto's decision, in `decisions.layout`: the recorded one where it holds
+// (a resume), else choose_memory_format's (none when the config sets the layout).
 MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisions,
                                         const torch::Device& device, bool data_parallel,
                                         const MeasureRate& measure = {}, int64_t beside_step = 0);
 
-// The timing choose_memory_format does by default: 1 warm-up and 2 timed steps on a synthetic
-// batch of training.batch_size images (choose_memory_format gives it min(batch, 8) and no weight
-// average, or under memory.limit the run's own), each step with training.accumulate_steps > 1 a
-// micro-batch after one (the first's gradients and BatchNorm copy held through the second, as
-// training does); the median step's images/s.
+// The default timing: 1 warm-up and 2 timed steps on a synthetic batch (at most 8 images and no
+// weight average, or under a budget the run's own), each step a micro-batch after one when
+// accumulating (the first's gradients and BatchNorm copy held, as training does); the median
+// step's images/s.
 double measure_training_rate(const Config& config, const torch::Device& device);
 
 // One line when an explicit layout is known to be far slower than the other on this machine:

@@ -14,8 +14,7 @@ namespace training {
 
 class WeightAverage {
  public:
-  // `average` is a model of the same architecture as `model` (built apart, on the same device);
-  // it starts as a copy of `model`'s weights.
+  // `average`: a model of `model`'s architecture on its device; it starts as a copy of its weights.
   WeightAverage(models::ResNet model, models::ResNet average, double decay);
 
   void update();

@@ -3,18 +3,13 @@
 // much as running them; a replay launches the whole step (forward, loss, backward, optimizer) at
 // once. This is the gain PyTorch users get from torch.compile's CUDA graphs.
 //
-// With training.ema_decay the weight average's update is part of the captured step (train_step's).
-// The first kWarmupSteps steps run eagerly on the graph's side stream (cuDNN's algorithm search,
-// cuBLAS's workspaces and the momentum buffers are created there), the next step is captured and
-// replayed, and every later step replays. Each of them is a real training step on the batch given
-// to run(), which is copied into static input tensors first. The learning rate lives in the
-// FusedSGD's device tensor (set_learning_rate fills it between replays), so schedules work.
-// Gradients are allocated in the graph's private pool; evaluation stays eager.
-//
-// A capture that fails is rethrown (training.cuda_graph: on), or, with eager_if_capture_fails
-// (training.cuda_graph: auto), said in one warning and the run goes on with the eager step: the
-// failed capture ran nothing on the device (DeviceGraph leaves the allocator as it was), and the
-// step is run again eagerly on the same batch.
+// The first kWarmupSteps steps run eagerly on the graph's side stream (cuDNN's search, cuBLAS's
+// workspaces and the momentum are made there), the next is captured and replayed, and every later
+// one replays; each is a real step on run()'s batch, copied into static inputs. The learning rate
+// lives in the FusedSGD's device tensor, so schedules work; the weight average's update is in the
+// graph; gradients live in its private pool; evaluation stays eager. A failed capture is rethrown
+// (on), or with eager_if_capture_fails (auto) said once and the step run eagerly from then on (the
+// capture ran nothing on the device).
 #pragma once
 
 #include <torch/torch.h>

@@ -2,10 +2,8 @@
 // blocks without keeping its activations, keeps only the segment's input, and recomputes the
 // segment in backward with the forward's RNG and autocast state restored.
 //
-// BatchNorm: in training mode the recomputation would update the running mean/variance a
-// second time. The segment's buffers are therefore saved before and restored after the
-// recomputation, so running statistics see each batch once, exactly as without checkpointing
-// (the normalisation itself uses the batch's own statistics, which the recomputation reproduces).
+// BatchNorm: the segment's buffers are saved before and restored after the recomputation, so the
+// running statistics see each batch once, as without checkpointing.
 #pragma once
 
 #include <torch/arg.h>
@@ -36,10 +34,8 @@ struct CheckpointingOptions {
   TORCH_ARG(CheckpointMode, mode) = CheckpointMode::Off;
   TORCH_ARG(CheckpointGranularity, granularity) = CheckpointGranularity::Block;
   TORCH_ARG(int64_t, segments) = 4;  // with granularity Segments
-  // auto: the blocks recomputed, by name ("layer3.2"): given by hand, or nullopt until the
-  // choice is made (the run's decisions, training/config/decisions.h, record it; a run builds
-  // from the config with the choice in place). The choice's budget in bytes (0: from
-  // memory.limit or the card, less `headroom`).
+  // auto: the blocks recomputed ("layer3.2"), given by hand or nullopt until chosen; the choice's
+  // budget in bytes (0: memory.limit or the card, less `headroom`).
   TORCH_ARG(std::optional<std::vector<std::string>>, blocks);
   TORCH_ARG(int64_t, budget) = 0;
   TORCH_ARG(double, headroom) = 0.1;
@@ -53,14 +49,12 @@ torch::Tensor checkpoint(const models::Segment& segment, const torch::Tensor& x)
 std::vector<int64_t> checkpoint_segment_sizes(const CheckpointingOptions& options,
                                               const std::vector<int64_t>& stage_sizes);
 
-// Auto: runs each one-block segment of `model` through checkpoint() when options.blocks names its
-// block, plainly otherwise (std::logic_error when the blocks are not chosen yet;
-// std::invalid_argument for a name the model has not).
+// Auto: runs each one-block segment of `model` through checkpoint() when options.blocks (chosen
+// already) names its block, plainly otherwise (std::invalid_argument for a name the model has not).
 models::SegmentRunner chosen_blocks_runner(const models::ResNetImpl& model,
                                            const CheckpointingOptions& options);
 
-// Installs checkpointing on the model (or removes it when the mode is Off). Auto needs its blocks
-// chosen (std::logic_error otherwise; std::invalid_argument for a name the model has not).
+// Installs checkpointing on the model (or removes it when the mode is Off); auto as above.
 void apply_checkpointing(models::ResNetImpl& model, const CheckpointingOptions& options);
 
 }  // namespace training

@@ -58,13 +58,11 @@ struct StepOptions {
   TORCH_ARG(ObserverPtr, observer) = nullptr;  // memory studies
 };
 
-// Micro-batch `micro` (0 .. accumulate_steps - 1) of an optimizer step: the first drops the
-// gradients; each runs forward under autocast, cross-entropy, and the (scaled) backward of
-// loss / accumulate_steps, so that the gradients add up to the mean over the effective batch. The
-// last then takes the optimizer step unless the GradScaler found inf/NaN gradients (one check and
-// one unscale per optimizer step: an overflow skips the whole group), the scaler's update, and
-// the weight average's update after a step that was taken. With accumulate_steps 1 (the default)
-// every call is a whole step.
+// Micro-batch `micro` of an optimizer step: the first drops the gradients; each runs forward under
+// autocast, cross-entropy and the (scaled) backward of loss / accumulate_steps, so the gradients
+// add up to the mean over the effective batch. The last takes the optimizer step unless the
+// GradScaler found inf/NaN gradients (an overflow skips the whole group), updates the scaler and,
+// after a step taken, the weight average.
 StepResult train_step(StepParts& parts, const torch::Tensor& images, const torch::Tensor& labels,
                       const StepOptions& options = {}, int64_t micro = 0);
 
@@ -78,10 +76,8 @@ struct StepSums {
   void add(const StepResult& result, const torch::Tensor& labels);
 };
 
-// A copy of the model's buffers (BatchNorm's statistics), which training holds through each
-// optimizer step of several micro-batches in one process, to put back where a stop comes between
-// two of them: every measurement of such a step (a sweep trial, the checkpointing choice) holds
-// it too.
+// A copy of the model's buffers (BatchNorm's statistics), held through each optimizer step of
+// several micro-batches to put back where a stop comes between two (measurements hold it too).
 std::vector<torch::Tensor> copy_buffers(const torch::nn::Module& model);
 void restore_buffers(torch::nn::Module& model, const std::vector<torch::Tensor>& copies);
 

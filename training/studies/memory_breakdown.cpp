@@ -223,9 +223,8 @@ void fill_rows(StepBreakdown& b, const BreakdownProbe& probe, const StaticBytes&
   if (fixed.average > 0) add("weight average (EMA)", RowGroup::Static, "", fixed.average, true);
   add("GradScaler state", RowGroup::Static, "", scaler_bytes, true);
   add("batch (images, labels)", RowGroup::Static, "", batch_bytes, true);
-  // Held between steps by none of the tensors above: the libraries' workspaces the allocator keeps
-  // (cuBLAS and cuBLASLt take theirs from the caching allocator: about 65 MiB on an H200; 0 on the
-  // CPU). Measured where the probed step's forward pass starts.
+  // The libraries' workspaces the allocator keeps between steps (cuBLAS's: about 65 MiB on an
+  // H200; 0 on the CPU), measured where the probed step's forward pass starts.
   add("library workspaces", RowGroup::Static, "",
       probe.forward_start - fixed.weights - fixed.optimizer_state - fixed.average - scaler_bytes -
           batch_bytes - (accumulating ? fixed.gradients : 0),

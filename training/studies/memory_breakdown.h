@@ -1,8 +1,7 @@
-// Where the memory of one training step goes. One warm-up step, then one measured step of the
-// real train_step (step.h) whose phases are observed: the allocated bytes at each boundary and
-// each phase's peak, every allocation and free on a timeline (memory_timeline.h), and the
-// activations kept for backward per residual block (per checkpointed segment with gradient
-// checkpointing): the allocated-bytes delta across the block's forward while autograd records.
+// Where the memory of one training step goes. One warm-up step, then one measured train_step whose
+// phases are observed: the allocated bytes at each boundary, each phase's peak, every allocation
+// and free on a timeline, and the activations each residual block (checkpointed segment) keeps
+// for backward: the allocated-bytes delta across its forward while autograd records.
 //
 // The rows and how they add up to the step's peak:
 //   static       weights (+ BN buffers), optimizer state (momentum), GradScaler state, the batch
@@ -56,9 +55,7 @@ struct StepBreakdown {
   int64_t timeline_events = 0;
   // memory.snapshot (CUDA): the caching allocator's pickled history of the measured step.
   std::string snapshot;
-  // checkpointing auto: the blocks chosen ([]: none) and the peak the choice predicted (0: blocks
-  // given by hand). nullopt where none was chosen: not auto, or the step never came to run (its
-  // choice ran out of memory).
+  // checkpointing auto: as TrialResult's.
   std::optional<std::vector<std::string>> recomputed_blocks;
   int64_t predicted_peak_bytes = 0;
 

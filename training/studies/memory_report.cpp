@@ -104,8 +104,7 @@ ordered_json breakdown_json(const StepBreakdown& b) {
   }
   ordered_json json = {{"setting", b.setting.label()}};
   json.update(b.setting.json());
-  // Only checkpointing auto chooses blocks; the others, and an auto whose choice ran out of memory
-  // (its step never ran), have none to say (null). A step that did not run to its end measured no
+  // Blocks only where auto chose them (else null); a step that did not run to its end measured no
   // peak: its figures are null, not 0.
   const bool measured = b.status == TrialStatus::Ok;
   auto figure = [&](const ordered_json& value) { return measured ? value : ordered_json(nullptr); };
@@ -156,9 +155,8 @@ std::string accumulation_text(const Config& config) {
                 : "");
 }
 
-// The card to predict on, checked before anything runs: its allocator's options, the settings
-// it can predict, and what a run holds beside the step (data.device_resident's splits counted
-// once, here). Predicts what train memory measures: one process, no Reducer's buckets.
+// The card to predict on, checked before anything runs (its allocator's options, the settings it
+// can predict, the data held beside the step); one process, as train memory measures.
 std::optional<CardPredictor> card_request(const MemoryRequest& request, const Config& config,
                                           const std::vector<Setting>& cells) {
   if (request.card.empty()) return std::nullopt;

@@ -4,13 +4,11 @@
 //   <dir>/config.yaml              the effective config
 //   <dir>/memory_breakdown.md      the rows per setting in MiB (the same table is logged)
 //   <dir>/memory_breakdown.json    the rows in bytes, with each block's output shape
-//   <dir>/memory_timeline.json     per setting: bytes held after every allocation and free,
-//                                  and the phase marks
+//   <dir>/memory_timeline.json     per setting: bytes held after each allocation and free, marks
 //   <dir>/memory_breakdown.png, memory_timeline.png    (scripts/plot_memory.py)
 //   <dir>/memory_snapshot-<setting>.pickle    with memory.snapshot (CUDA)
-// and, with --card and --snapshot FILE, FILE (outside the folder): the card's predicted allocator.
-// With --card, each setting is also predicted on that card (card_prediction.h): the table in
-// memory_breakdown.md and the log, the fields in memory_breakdown.json.
+// With --card each setting is also predicted on that card (card_prediction.h), in the table, the
+// log and the JSON; with --snapshot FILE, the card's predicted allocator in FILE.
 #pragma once
 
 #include <filesystem>
@@ -32,8 +30,7 @@ struct MemoryRequest {
   // With card: predict only, not measured here (a ResNet-50 step at batch 512 takes minutes on a
   // CPU; the prediction records batches of 2 to 4).
   bool card_only = false;
-  // With card: each setting's predicted allocator written here as PyTorch's memory snapshot
-  // (card_snapshot.h; with several settings, one file each); "" = none.
+  // With card: each setting's predicted allocator as PyTorch's memory snapshot (card_snapshot.h).
   std::optional<std::string> snapshot;
 };
 
@@ -46,9 +43,8 @@ std::vector<Setting> memory_settings(const std::optional<std::string>& requested
 // The side-by-side table in MiB; a value outside its setting's peak is in parentheses.
 std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns);
 
-// Runs the study and writes its folder. Returns kExitOk when every setting was measured,
-// kExitOutOfMemory when one ran out of memory, kExitInternalError when one failed otherwise (the
-// outputs hold every setting either way). UserError for bad input, before anything is written.
+// Runs the study and writes its folder (every setting either way): kExitOk, kExitOutOfMemory when
+// one ran out of memory, kExitInternalError when one failed; UserError before anything is written.
 int memory_command(const MemoryRequest& request);
 
 }  // namespace training

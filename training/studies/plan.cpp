@@ -57,10 +57,9 @@ void estimate_speed(PlanCandidate& c, const Config& config, const Card& card) {
   }
 }
 
-// With a card: each candidate's peaks by replaying its setting's stream (recorded here once per
-// setting) on the card, and, for a sweep not run on CUDA, its images/s estimated for the card.
-// `config` is the sweep's. After aim_at_target_batch: an accumulating candidate is replayed as
-// it would train, in place of the gradients' bytes added to a measured peak.
+// With a card: each candidate's peaks by replay on it and, for a sweep not run on CUDA, its
+// images/s estimated there. `config` is the sweep's. After aim_at_target_batch (accumulating
+// candidates replay as they would train).
 void apply_card(Plan& plan, const SweepRecord& sweep, const Config& config, int64_t for_allocator) {
   const Card& card = *plan.card;
   const AllocatorOptions options = alloc_conf_from_environment();
@@ -147,9 +146,8 @@ void rank_candidates(Plan& plan) {
 }
 
 // --target-batch: each measured trial whose batch divides `target` becomes micro-batch x
-// accumulate_steps = target. A trial measured at one micro-batch per step gets the accumulated
-// gradients added to its peak (held from the second micro-batch on); one measured accumulating
-// already holds them, and stands for every accumulate_steps > 1 of its micro-batch.
+// accumulate_steps = target, its peak with the accumulated gradients added (a trial measured
+// accumulating holds them already, and stands for every accumulate_steps > 1 of its batch).
 void aim_at_target_batch(Plan& plan, int64_t target, int64_t gradients, int64_t for_allocator) {
   std::vector<int64_t> batches;
   for (const auto& c : plan.candidates) batches.push_back(c.batch);
@@ -203,9 +201,8 @@ void check_sweeps_config(const SweepRecord& sweep, const Config& swept, const fs
           std::to_string(sweep.image_size));
 }
 
-// What a candidate needs that the card or the sweep's config does not give: the allocator limit
-// where it does not fit (a card's replay set its own; else the peak is the need), and why train
-// refuses it where it takes more images a step than the training set has.
+// What a candidate needs: the allocator limit where it does not fit (a replay's own, else its
+// peak), and why train refuses it where it takes more images a step than the training set has.
 void settle_needs(const Plan& plan, PlanCandidate& c) {
   if (!c.fits && c.needed_limit == 0) c.needed_limit = c.predicted_peak;
   const int64_t images = c.batch * c.setting.accumulate_steps;
@@ -218,8 +215,7 @@ void settle_needs(const Plan& plan, PlanCandidate& c) {
 }
 
 // Nothing to recommend: where no candidate trains with the sweep's config, that; else the smallest
-// of those the card can run (a setting it cannot run was never replayed there) and the card it
-// would need, or, where none can run, why.
+// the card can run and the card it would need, or where none can run, why.
 [[noreturn]] void refuse_nothing_fits(const Plan& plan, const std::string& flag,
                                       const std::string& on) {
   const auto trains = [](const PlanCandidate& c) { return c.untrainable.empty(); };

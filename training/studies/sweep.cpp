@@ -216,9 +216,8 @@ TrialResult SweepRunner::read_result(const fs::path& file, const ProcessOutcome&
   return crashed;
 }
 
-// Doubling from the largest batch known to fit, then binary search between the largest that
-// fits and the smallest that does not, never below the smallest batch that trains (a batch of 1
-// where a BatchNorm would see one value per channel is no answer: it does not train).
+// Doubling from the largest batch known to fit, then binary search up to the smallest that does
+// not, never below the smallest batch that trains (smallest_trainable_batch).
 void SweepRunner::find_max(const Setting& setting, int64_t gpu) {
   int64_t fits = 0, fails = 0;
   std::unique_lock<std::mutex> lock(mutex_);
@@ -235,9 +234,8 @@ void SweepRunner::find_max(const Setting& setting, int64_t gpu) {
   fits =
       std::max(fits, models::smallest_trainable_batch(config_.model, config_.data.image_size) - 1);
   const int64_t cap = config_.sweep.max_batch;
-  // Measures `batch` and moves the bound it decides. A trial that failed for another reason
-  // than memory is tried once more; failing again, it ends this setting's search, and the sweep
-  // is not complete: its largest batch is not known (a smaller one is no answer).
+  // Measures `batch` and moves the bound it decides. A trial that failed for another reason than
+  // memory is tried once more; failing again, it ends the search, the sweep not complete.
   auto probe = [&](int64_t batch) {
     TrialResult result = trial_in_child_process(setting, batch, "find-max", gpu);
     if (result.status == TrialStatus::Error) {

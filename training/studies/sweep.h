@@ -1,10 +1,7 @@
 // `train sweep`: batch sizes x precision x checkpointing x memory format, each trial in its own
-// child process (trial.h), one per GPU of sweep.devices, or as the tasks of one Slurm job array
-// (sweep.launcher: slurm, sweep_slurm.h); optionally the largest batch that fits per cell
-// (doubling, then binary search); a linear memory model per cell with predictions for other card
-// sizes. The sweep folder
-// holds config.yaml, trials/NNN.{yaml,json,log} (each trial's config, result and output) and the
-// tables and plots of sweep_report.h.
+// child process (sweep_runner.h); optionally the largest batch that fits per cell (doubling, then
+// binary search); a linear memory model per cell with predictions for other card sizes. The sweep
+// folder holds config.yaml, trials/NNN.{yaml,json,log} and the tables and plots of sweep_report.h.
 #pragma once
 
 #include <filesystem>
@@ -25,8 +22,7 @@ namespace training {
 // `memory_limit` (the sweep's emulated memory.limit; 0: none) as --memory-limit.
 std::string run_flags(const Setting& cell, int64_t batch, int64_t memory_limit);
 
-// Why `train` would refuse `batch` with the sweep's config (more than the `train_images` it has at
-// most, config.h's train_images_at_most; 0: not known), so that no flags are advised; "" else.
+// Why `train` would refuse `batch` (more than `train_images`; 0: not known); "" else.
 std::string untrainable_batch(int64_t batch, int64_t train_images);
 
 struct SweepTrial {
@@ -46,8 +42,8 @@ struct SettingSummary {
   std::optional<int64_t> largest_fitting;   // largest batch measured ok
   std::optional<int64_t> smallest_failing;  // smallest batch measured oom
   bool searched = false;                    // find_max ran for this cell
-  // find_max stopped at sweep.max_batch (`max_batch`) with no failing batch above its answer: the
-  // search went no higher, so the largest batch that fits is at least largest_fitting.
+  // find_max stopped at sweep.max_batch with no failing batch above: the largest that fits is at
+  // least largest_fitting.
   bool max_batch_reached = false;
   int64_t max_batch = 0;
   std::optional<int64_t> fastest_batch;
@@ -57,8 +53,7 @@ struct SettingSummary {
 };
 
 // Summaries for each cell from its trials; predictions for `memory_sizes`, none below
-// `smallest_batch` (the smallest batch that trains the sweep's model: models.h's
-// smallest_trainable_batch). `max_batch`: sweep.max_batch, where a search stops (0: none).
+// `smallest_batch` (smallest_trainable_batch). `max_batch`: where a search stops (0: none).
 std::vector<SettingSummary> summarize(const std::vector<Setting>& cells,
                                       const std::vector<SweepTrial>& trials,
                                       const std::vector<int64_t>& memory_sizes, bool searched,
@@ -76,20 +71,13 @@ struct SweepRequest {
   std::string card;  // --card: each trial also predicted on this card (card_prediction.h)
 };
 
-// Refuses, before anything is written, a sweep this device cannot run or whose keys do not
-// combine: bf16 cells where bf16 cannot run, memory.limit above the device's memory, WORLD_SIZE,
-// training.accumulate_steps (the grid's axis is sweep.accumulate_steps), training.cuda_graph: on
-// with cells it cannot capture or with sweep.data_parallel, checkpointing auto without a budget or
-// with sweep.data_parallel, find_max on the CPU without memory.limit, data.device_resident on CUDA
-// without its data (sweep_checks.cpp).
+// Refuses, before anything is written, a sweep this device cannot run or whose keys clash.
 void check_sweep(const Config& config, const torch::Device& device);
 
-// Runs the whole sweep; returns kExitOk, or kExitStopped when Ctrl-C/SIGTERM stopped it (the
-// running trial is stopped too -- with sweep.launcher: slurm, the job array is cancelled -- and
-// the outputs hold the trials completed so far), or with slurm kExitTrialsFailed when tasks ended
-// without a result (the same sweep run again on its folder submits only those). Throws
-// UserError/ConfigError for a bad grid, or a directory that already holds a run or a sweep,
-// before any trial runs. The sweep directory is locked while the sweep runs (dir_lock.h).
+// Runs the whole sweep, its folder locked; kExitOk, kExitStopped when Ctrl-C/SIGTERM stopped it
+// (the running trial or job array too; the outputs hold the trials done), or with slurm
+// kExitTrialsFailed when tasks ended without a result. UserError/ConfigError for a bad grid or a
+// folder that holds a run or a sweep, before any trial runs.
 int run_sweep(const SweepRequest& request);
 
 }  // namespace training

@@ -28,8 +28,7 @@ struct SweepFacts {
   int64_t image_size = kStoredImageSize;  // data.image_size
 };
 
-// Writes sweep.json, sweep.csv and sweep.md (each atomically); `complete` is false while the
-// sweep runs, when it was stopped, or when sweep.time_budget ended it early; sweep.md then says
+// Writes sweep.json, sweep.csv and sweep.md (each atomically); not `complete`, sweep.md says
 // `why_incomplete` ("stopped by a signal after 2 trials").
 void write_sweep_tables(const std::filesystem::path& dir, const SweepFacts& facts,
                         const std::vector<SettingSummary>& cells,
@@ -49,7 +48,7 @@ struct SweepRecord {
 SweepRecord read_sweep(const std::filesystem::path& dir);
 
 // Draws peak_memory.png and throughput.png; a problem (no matplotlib, a stop) is logged, not
-// thrown, saying whether the tables are `complete` or hold the trials measured so far.
+// thrown.
 void plot_sweep(const std::filesystem::path& dir, bool complete);
 
 }  // namespace training

@@ -21,9 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// What of a trial's config decides its measurement: the config less the sweep's grid, its
-// launcher and scheduling keys and the output folder (of its section a trial reads
-// sweep.warmup_steps, sweep.measure_steps and sweep.data_parallel alone).
+// What of a trial's config decides its measurement: the config less the output folder and the
+// sweep's keys but sweep.warmup_steps, sweep.measure_steps and sweep.data_parallel.
 std::string measured_part(const Config& config) {
   Config c = config;
   SweepConfig kept;
@@ -107,10 +106,9 @@ bool SweepRunner::run_on_slurm() {
   return true;
 }
 
-// The trial's row from its result: a submitted trial's counts only when its array task wrote
-// it (is_task_result: another array's is removed, and the row says so); else the task's Slurm
-// state (CANCELLED where a stop cancelled it). wall_seconds: the task's run time as Slurm
-// records it. False when the trial has no result.
+// The trial's row from its result, a submitted trial's only when its own array task wrote it
+// (another array's is removed, said in the row); else the task's Slurm state. False when the trial
+// has no result.
 bool SweepRunner::slurm_row(SweepTrial& trial, const SlurmOutcome& outcome, bool submitted) const {
   const fs::path stem = dir_ / "trials" / fmt::format("{:03d}", trial.id);
   const fs::path json = stem.string() + ".json";

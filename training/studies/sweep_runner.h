@@ -1,8 +1,6 @@
-// The parent side of `train sweep` (sweep.h's run_sweep): the grid's trials run in child
-// processes (`train sweep-trial`, trial.h), one at a time, one per GPU of sweep.devices
-// (trial_pool.h), or as the tasks of one Slurm job array (sweep_slurm.h); then the tables.
-// Internal to training/studies: sweep.cpp (the local launcher) and sweep_runner.cpp (the Slurm
-// launcher, the trials' files and the tables).
+// The parent side of `train sweep`: the grid's trials in child processes (`train sweep-trial`),
+// one at a time, one per GPU of sweep.devices, or as one Slurm job array; then the tables.
+// sweep.cpp holds the local launcher, sweep_runner.cpp the Slurm one, the trials' files and tables.
 #pragma once
 
 #include <atomic>
@@ -34,11 +32,9 @@ class SweepRunner {
   // Runs the grid and the searches; false when a stop signal ended the sweep early (the outputs
   // then hold the trials completed so far).
   bool run();
-  // sweep.launcher: slurm -- the grid as one job array (sweep_slurm.h). A trial whose result is
-  // in the folder already (ok or oom, of a trial config that measures the same) is not submitted
-  // again; the files of trials no longer in the grid are removed. False when a stop signal
-  // cancelled the array before every trial had its result; failed_tasks() counts the trials
-  // without a result.
+  // sweep.launcher: slurm -- the grid as one job array, less the trials whose result is kept
+  // (prepare_trial); the files of trials no longer in the grid removed. False when a stop cancelled
+  // the array before every trial had its result; failed_tasks() counts those without one.
   bool run_on_slurm();
   int64_t failed_tasks() const { return failed_tasks_; }
 
@@ -47,29 +43,23 @@ class SweepRunner {
   // The grid's trials in the order they start: setting by setting, or with sweep.time_budget
   // batch by batch across the settings (every setting gets its small batches first).
   std::vector<std::pair<Setting, int64_t>> grid_trials() const;
-  // Writes trials/NNN.yaml and removes an earlier attempt's result and log, so that what is read
-  // back is what this trial writes. With `keep_result`, a result (ok or oom) of a trial config
-  // that measures the same (not the launcher, the options or the grid) is kept instead, and true
-  // returned; a kept result not reused says why. A kept result holding a value `train
-  // sweep-trial` never writes is refused (UserError naming the file).
+  // Writes trials/NNN.yaml and removes an earlier attempt's result and log. With `keep_result`, a
+  // result (ok or oom) of a trial config that measures the same is kept instead and true returned
+  // (one not kept says why; one holding a value no trial writes is a UserError naming the file).
   bool prepare_trial(const SweepTrial& trial, bool keep_result = false) const;
-  // Why the result kept in `result` is not the measurement `measured` (its config's
-  // measured_part) asks for; "" when it is.
+  // Why the result in `result` is not the measurement `measured` asks for; "" when it is.
   static std::string why_not_kept(const std::filesystem::path& yaml,
                                   const std::filesystem::path& result, const std::string& measured);
   bool slurm_row(SweepTrial& trial, const SlurmOutcome& outcome, bool submitted) const;
   // slurm: removes trials/NNN.* of trials above this grid's `trials` (an earlier, larger grid).
   void remove_trials_not_in_grid(int64_t trials) const;
-  // Measures one trial in a child process (parent side), on GPU `gpu` alone when it is not -1; a
-  // batch already measured for this setting is not measured twice. Several run at once with
-  // sweep.devices, one per GPU: the trials and the tables are shared under mutex_.
+  // Measures one trial in a child process, on GPU `gpu` alone (-1: none set), never a batch twice;
+  // with sweep.devices several run at once, sharing the trials and tables under mutex_.
   TrialResult trial_in_child_process(const Setting& setting, int64_t batch,
                                      const std::string& source, int64_t gpu, bool again = false);
-  // With --card: the trial's prediction, or why there is none, into its row, and every earlier
-  // trial of its setting given the setting's largest batch that fits after it
-  // (CardPredictor::largest_batch: one figure for all, at or above each batch that fits). False
-  // when a stop came before one of the card's recordings (RecordingStopped): the sweep stops.
-  // Under mutex_ where trials run at once.
+  // With --card: the trial's prediction, or why there is none, into its row, and the setting's
+  // largest batch (CardPredictor::largest_batch) into every earlier row of it. False when a stop
+  // came before one of the card's recordings: the sweep stops. Under mutex_.
   bool predict_on_card(SweepTrial& trial);
   static void log_trial(const SweepTrial& trial);
   // The child's result file; nullopt when it is missing or unreadable.

@@ -1,7 +1,6 @@
-// sweep.launcher: slurm -- a sweep's trials as the tasks of one Slurm job array, submitted with
-// sbatch --array (array index = trial id), followed with scontrol, cancelled with scancel. Each
-// task runs the trial the local launcher would run (`train sweep-trial`) on the trial's files in
-// the sweep folder, which must be on a filesystem the nodes share, as must `train` itself.
+// sweep.launcher: slurm -- a sweep's trials as the tasks of one Slurm job array (sbatch --array,
+// array index = trial id; scontrol, scancel), each running `train sweep-trial` on its files in the
+// sweep folder, which must be on a filesystem the nodes share, as must `train` itself.
 #pragma once
 
 #include <cstdint>
@@ -36,16 +35,12 @@ struct SlurmOutcome {
   bool stopped = false;                // a stop signal came and the array was cancelled
 };
 
-// Refuses (UserError, one line) before the sweep folder exists: no sbatch, scontrol or scancel
-// on PATH, a controller that does not answer (scontrol show config), a grid of `trials` trials
-// larger than one job array may be here (MaxArraySize - 1: the indices are 1..trials), or sbatch
-// refusing `options` (a job tried with sbatch --test-only: nothing runs). The options sbatch
-// would read as its own (--array, --wrap, --test-only, --wait, --parsable) are refused earlier,
-// with the config (validate.cpp).
+// Refuses (UserError, one line) before the sweep folder exists: no sbatch, scontrol or scancel on
+// PATH, a controller that does not answer, `trials` above MaxArraySize - 1, or sbatch --test-only
+// refusing `options`.
 void check_slurm(const std::vector<std::string>& options, int64_t trials);
 
-// The grid's size a job array takes: MaxArraySize - 1 read from `scontrol show config`'s text;
-// nullopt when it does not say.
+// The most trials a job array takes: MaxArraySize - 1 in `scontrol show config`'s text, if any.
 std::optional<int64_t> largest_array_index(const std::string& config_text);
 
 // The line of a Slurm command's output that says what went wrong, the most specific first: an
@@ -61,13 +56,10 @@ std::string options_text(const std::vector<std::string>& options);
 bool is_task_result(const TrialResult& result, const std::string& job_id, int64_t index);
 
 // Writes <dir>/slurm/array.sh, submits `ids` as one job array with `options` and waits for its
-// tasks, saying where it is (done / running / pending / failed, the job id) every 30 s at least
-// and on every change. A stop signal cancels the array (scancel) and waits for its tasks to end.
-// A task that cannot read the sweep folder or run `executable` on its node cancels the array and
-// throws UserError naming them and the node; sbatch refusing the job throws UserError, after
-// cancelling what it may have submitted (a job id it printed, or, when it did not answer in time,
-// the jobs running this sweep's script). "Done" counts the tasks whose own result is there
-// (is_task_result).
+// tasks, saying where it is every 30 s at least and on every change. A stop signal cancels the
+// array and waits for its tasks. UserError (the array cancelled) where a task's node cannot see
+// the sweep folder or `executable`, and where sbatch refuses the job (what it may have submitted
+// cancelled: the job id it printed, or the jobs running this sweep's script).
 SlurmOutcome run_slurm_array(const std::filesystem::path& dir,
                              const std::filesystem::path& executable,
                              const std::vector<int64_t>& ids,
@@ -78,8 +70,7 @@ SlurmOutcome run_slurm_array(const std::filesystem::path& dir,
 TrialResult failed_task_result(const SlurmTask& task, const std::string& job_id, int64_t id,
                                const std::filesystem::path& log, const std::string& why = "");
 
-// scontrol -o show job's records parsed into the tasks they cover (a pending record covers a
-// range such as "3-5,7%2").
+// scontrol -o show job's records, as the tasks they cover (a pending one a range: "3-5,7%2").
 std::map<int64_t, SlurmTask> parse_scontrol_records(const std::string& text);
 
 }  // namespace training

@@ -1,6 +1,5 @@
-// The Slurm launcher's reading of Slurm (sweep_slurm.h): scontrol's records and a task's row, the
-// lines of a command's output that say what went wrong, and the checks before the sweep folder
-// exists.
+// The Slurm launcher's reading of Slurm (sweep_slurm.h): scontrol's records, a task's row, the
+// line of a command's output that says what went wrong, and the checks before the folder exists.
 #include <ctime>
 #include <iomanip>
 #include <regex>

@@ -69,8 +69,7 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   // No peak is larger than the largest card (cards.h): a sum of peaks cannot overflow.
   r.peak_allocated_bytes = read_at_least<int64_t>(j, "peak_allocated_bytes", 0, kLargestCard);
   r.peak_reserved_bytes = read_at_least<int64_t>(j, "peak_reserved_bytes", 0, kLargestCard);
-  // The measured steps' figures: null where none completed, never for an ok trial (the sweeps
-  // written before wrote 0 for them: read as written).
+  // The measured steps' figures: null where none completed, never for an ok trial.
   auto measured = [&](const char* key, auto low, auto high) {
     using T = decltype(low);
     if (!j.at(key).is_null()) return std::optional<T>(read_at_least<T>(j, key, low, high));
@@ -88,8 +87,7 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   r.steps = read_at_least<int64_t>(j, "steps", r.status == TrialStatus::Ok ? 1 : 0);
   r.replayed_steps = read_at_least<int64_t>(j, "replayed_steps", 0, r.steps);
   r.outside_allocator_bytes = read_at_least<int64_t>(j, "outside_allocator_bytes", 0, kLargestCard);
-  // A list for checkpointing auto; null for the sweep's other trials and where auto chose nothing
-  // (its predicted peak null too; 0 in the sweeps written before).
+  // A list for checkpointing auto; null (its predicted peak too) where auto chose nothing.
   if (!j.at("recomputed_blocks").is_null())
     r.recomputed_blocks = j.at("recomputed_blocks").get<std::vector<std::string>>();
   if (!j.at("predicted_peak_bytes").is_null())
@@ -114,14 +112,11 @@ int64_t training_samples(const Config& config) {
   }
 }
 
-// The training data: synthetic images for the run's own loader (data.loader, data.prefetch,
-// data.device_resident, data.augment), so that a trial holds on the device what training's steady
-// steps hold -- the prefetched batches and the blocks of the loader's stream -- and the largest
-// batch that fits a trial under memory.limit also trains under it. Enough batches that the queue
-// stays full through the trial's `micro_batches` (prefetch ready and one in preparation behind the
-// last); with data.device_resident on CUDA as many as the run's training split (its loader holds
-// them on the device), and on the CPU at least as many as the run's training split, whose epoch
-// order the loader holds there (one image repeated, a view: host data is not counted).
+// Synthetic images for the run's own loader, so that a trial holds on the device what training's
+// steady steps hold and the largest batch that fits a trial also trains: enough batches that the
+// queue stays full through `micro_batches`; with data.device_resident on CUDA, and on the CPU
+// (whose epoch order the loader holds), at least the run's training split (one image repeated: a
+// view, host data not counted).
 data::Split trial_split(const Config& config, const torch::Device& device, int64_t resident,
                         int64_t micro_batches) {
   const int64_t batches = micro_batches + prefetch_for(config.data, device.is_cuda()) + 1;
@@ -194,9 +189,8 @@ void record_times(TrialResult& result, const std::vector<double>& step_seconds, 
   result.images_per_second = static_cast<double>(images) / seconds;
 }
 
-// checkpointing auto: this batch's choice under the sweep's budget (out of memory when none),
-// less what the trial's loaders over `split` and `test_size` images hold beside the step, as in
-// training. Returns the config with it; the blocks and the prediction go to `result`.
+// checkpointing auto: this batch's choice under the sweep's budget less what the trial's loaders
+// hold beside the step, as in training; the config with it, the blocks and prediction in `result`.
 Config with_auto_blocks(const Config& config, const torch::Device& device, const data::Split& split,
                         int64_t test_size, TrialResult& result) {
   Decisions decisions;
@@ -266,8 +260,7 @@ TrialResult measure_trial(const Config& given, int64_t warmup_steps, int64_t mea
           /*eager_if_capture_fails=*/config.training.cuda_graph == CudaGraphMode::Auto);
       warmup_steps = std::max(warmup_steps, GraphedStep::kWarmupSteps + 1);
     }
-    // What fits is judged on a step that holds the momentum the first step makes: a trial of one
-    // step in all gets a warm-up step before it.
+    // What fits is judged on a step that holds the momentum the first step makes.
     if (warmup_steps + measure_steps < 2) warmup_steps = 1;
     synchronize(device);
     reset_peak_memory(device);

@@ -10,10 +10,9 @@
 
 namespace training {
 
-// Runs work(job, device) for every job in [0, jobs), each on one of `devices`; a device runs one
-// job at a time and takes the next job as soon as its own ends (the jobs start in order). When a
-// job throws, no further job starts, the running ones finish, and the first exception is
-// rethrown here. With one device the jobs run one after another on it.
+// Runs work(job, device) for every job in [0, jobs), in order, each on the first of `devices` free;
+// when a job throws, no further job starts, the running ones finish, and the first exception is
+// rethrown here.
 void run_on_devices(const std::vector<int64_t>& devices, size_t jobs,
                     const std::function<void(size_t job, int64_t device)>& work);
 
