@@ -1,7 +1,5 @@
 #include "app/flags.h"
 
-#include <system_error>
-
 #include "training/config/config_yaml.h"
 #include "training/platform/errors.h"
 #include "training/platform/process.h"
@@ -67,54 +65,6 @@ const CLI::Option* find_flag(const CLI::App& app, const std::string& name) {
   }
   return nullptr;
 }
-
-}  // namespace
-
-std::string flag_error(const CLI::App& app, const CLI::Error& error) {
-  std::string what = error.what();
-  const std::string prefix = "Could not convert: ", separator = " = ";
-  const size_t equals = what.find(separator);
-  if (what.rfind(prefix, 0) == 0 && equals != std::string::npos) {
-    const std::string name = what.substr(prefix.size(), equals - prefix.size());
-    const std::string value = what.substr(equals + separator.size());
-    const CLI::Option* flag = find_flag(app, name);
-    const std::string type = flag ? flag->get_type_name() : "";
-    const std::string expected = type == "INT"     ? "a whole number"
-                                 : type == "UINT"  ? "a whole number, 0 or more"
-                                 : type == "FLOAT" ? "a number"
-                                                   : "";
-    if (!expected.empty()) what = name + ": expected " + expected + ", got '" + value + "'";
-  }
-  return "[error] " + what + " (" + training::advised_program() + " --help lists the flags)\n";
-}
-
-void refuse_bad_values(const CLI::App& command) {
-  for (const CLI::Option* option : command.get_options()) {
-    if (option->get_type_size_max() == 0) continue;  // a flag
-    for (const auto& value : option->results()) {
-      if (value.empty()) {
-        throw training::UserError(option->get_name() + ": expected a value, got an empty string");
-      }
-    }
-  }
-  for (const CLI::App* subcommand : command.get_subcommands()) refuse_bad_values(*subcommand);
-}
-
-void refuse_small_sweep_flags_with_from(const CLI::App& plan) {
-  if (plan.get_option("--from")->count() == 0) return;
-  for (const CLI::Option* option : plan.get_options()) {
-    const std::string name = option->get_name();
-    if (option->count() == 0 || name == "--from" || name == "--memory" || name == "--card" ||
-        name == "--json" || name == "--target-batch" || name == "--headroom" ||
-        name == "--overhead" || name == "--help" || name == "--config") {
-      continue;
-    }
-    throw training::UserError(name + ": sets up the small sweep that --from replaces (plan " +
-                              "reads the sweep already run); give one of them");
-  }
-}
-
-namespace {
 
 // A flag given once: given twice it is refused (one line, exit 2), as a valued flag is.
 CLI::Option* once(CLI::Option* flag) {
@@ -277,6 +227,50 @@ CLI::App* add_convert_command(CLI::App& app, Arguments& a) {
 }
 
 }  // namespace
+
+std::string flag_error(const CLI::App& app, const CLI::Error& error) {
+  std::string what = error.what();
+  const std::string prefix = "Could not convert: ", separator = " = ";
+  const size_t equals = what.find(separator);
+  if (what.rfind(prefix, 0) == 0 && equals != std::string::npos) {
+    const std::string name = what.substr(prefix.size(), equals - prefix.size());
+    const std::string value = what.substr(equals + separator.size());
+    const CLI::Option* flag = find_flag(app, name);
+    const std::string type = flag ? flag->get_type_name() : "";
+    const std::string expected = type == "INT"     ? "a whole number"
+                                 : type == "UINT"  ? "a whole number, 0 or more"
+                                 : type == "FLOAT" ? "a number"
+                                                   : "";
+    if (!expected.empty()) what = name + ": expected " + expected + ", got '" + value + "'";
+  }
+  return "[error] " + what + " (" + training::advised_program() + " --help lists the flags)\n";
+}
+
+void refuse_bad_values(const CLI::App& command) {
+  for (const CLI::Option* option : command.get_options()) {
+    if (option->get_type_size_max() == 0) continue;  // a flag
+    for (const auto& value : option->results()) {
+      if (value.empty()) {
+        throw training::UserError(option->get_name() + ": expected a value, got an empty string");
+      }
+    }
+  }
+  for (const CLI::App* subcommand : command.get_subcommands()) refuse_bad_values(*subcommand);
+}
+
+void refuse_small_sweep_flags_with_from(const CLI::App& plan) {
+  if (plan.get_option("--from")->count() == 0) return;
+  for (const CLI::Option* option : plan.get_options()) {
+    const std::string name = option->get_name();
+    if (option->count() == 0 || name == "--from" || name == "--memory" || name == "--card" ||
+        name == "--json" || name == "--target-batch" || name == "--headroom" ||
+        name == "--overhead" || name == "--help" || name == "--config") {
+      continue;
+    }
+    throw training::UserError(name + ": sets up the small sweep that --from replaces (plan " +
+                              "reads the sweep already run); give one of them");
+  }
+}
 
 Commands add_commands(CLI::App& app, Arguments& a) {
   Commands c{};

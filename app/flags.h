@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "app/flag_values.h"
+#include "training/bench/bench_loader.h"
+#include "training/bench/bench_matmul.h"
 #include "training/config/config_input.h"
 #include "training/convert_command.h"
 #include "training/run/compare_runs.h"
-#include "training/bench/bench_loader.h"
-#include "training/bench/bench_matmul.h"
 #include "training/studies/memory_report.h"
 #include "training/studies/plan.h"
 #include "training/studies/sweep.h"

@@ -36,6 +36,67 @@ int64_t recorded_epochs(const fs::path& run_dir) {
   return epochs;
 }
 
+// A resume's overrides: the keys of the run's config.yaml edited by hand (where it differs from
+// the checkpoint's copy; the same rules as --set apply, and the file is named in messages), then
+// the flags'. config.yaml is rewritten from the effective config: an edit is never lost silently.
+std::vector<Override> with_hand_edits(const fs::path& config_yaml, const std::string& stored,
+                                      const std::string& origin,
+                                      const std::vector<Override>& overrides) {
+  std::error_code ec;
+  if (!fs::is_regular_file(config_yaml, ec)) return overrides;
+  // A run's keys only: the sweep section is no input of a run.
+  const std::string edited = run_yaml(load_config(config_yaml.string()));
+  const auto edits =
+      config_yaml::differing_assignments(run_yaml(parse_config(stored, origin)), edited);
+  if (edits.empty()) return overrides;
+  spdlog::info(
+      "{}: differs from the config {} holds; its edits are taken as --set would take them: {}",
+      config_yaml.string(), origin, config_yaml::join(edits, ", "));
+  std::vector<Override> all;
+  for (const auto& edit : edits) all.emplace_back(edit, config_yaml.string());
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return all;
+}
+
+// The checkpoint's decisions; an edit of decisions.json (their record) is said, not taken.
+Decisions stored_decisions(const ResumeTarget& resume, const RunInputs& stored, Config& config) {
+  Decisions recorded;
+  if (!stored.decisions_json.empty()) {
+    const std::string origin = resume.checkpoint.string() + " (stored decisions)";
+    try {
+      recorded = parse_decisions(stored.decisions_json, origin);
+      check_decisions(recorded, config, origin);
+    } catch (const UserError& e) {
+      // Damaged (a hand-made checkpoint): not needed where the resume sets what they decide.
+      const std::string still_auto = undecided_keys(config);
+      if (!still_auto.empty()) {
+        throw UserError(std::string(e.what()) + "; to resume without them, set " + still_auto +
+                        " (--set), which they decide");
+      }
+      spdlog::warn("{}; not used: this resume sets what they decide", e.what());
+      recorded = {};
+    }
+  }
+  std::error_code ec;
+  const fs::path file = resume.run_dir / "decisions.json";
+  if (fs::is_regular_file(file, ec)) {
+    const std::string text = read_whole_file(file);
+    bool same = false;
+    try {
+      same = decisions_json(parse_decisions(text, file.string())) == decisions_json(recorded);
+    } catch (const std::exception&) {
+    }
+    if (!same) {
+      spdlog::warn(
+          "{}: differs from the decisions {} holds, which this resume keeps where they hold; "
+          "the file is a record and is rewritten (to decide otherwise, set "
+          "training.memory_format or checkpointing.blocks)",
+          file.string(), resume.checkpoint.string());
+    }
+  }
+  return recorded;
+}
+
 }  // namespace
 
 ResumeTarget resume_target(const std::string& resume) {
@@ -84,76 +145,6 @@ std::unique_ptr<ResumedRunLog> resumed_run_log(const ResumeTarget& resume) {
   }
   return std::make_unique<ResumedRunLog>(resume.run_dir / "train.log");
 }
-
-namespace {
-
-// A resume's overrides: the keys of the run's config.yaml edited by hand (where it differs from
-// the checkpoint's copy; the same rules as --set apply, and the file is named in messages), then
-// the flags'. config.yaml is rewritten from the effective config: an edit is never lost silently.
-std::vector<Override> with_hand_edits(const fs::path& config_yaml, const std::string& stored,
-                                      const std::string& origin,
-                                      const std::vector<Override>& overrides) {
-  std::error_code ec;
-  if (!fs::is_regular_file(config_yaml, ec)) return overrides;
-  // A run's keys only: the sweep section is no input of a run.
-  const std::string edited = run_yaml(load_config(config_yaml.string()));
-  const auto edits =
-      config_yaml::differing_assignments(run_yaml(parse_config(stored, origin)), edited);
-  if (edits.empty()) return overrides;
-  spdlog::info(
-      "{}: differs from the config {} holds; its edits are taken as --set would take them: {}",
-      config_yaml.string(), origin, config_yaml::join(edits, ", "));
-  std::vector<Override> all;
-  for (const auto& edit : edits) all.emplace_back(edit, config_yaml.string());
-  all.insert(all.end(), overrides.begin(), overrides.end());
-  return all;
-}
-
-}  // namespace
-
-namespace {
-
-// The checkpoint's decisions. A run directory's decisions.json is only their
-// record: an edit of it is said and not taken.
-Decisions stored_decisions(const ResumeTarget& resume, const RunInputs& stored, Config& config) {
-  Decisions recorded;
-  if (!stored.decisions_json.empty()) {
-    const std::string origin = resume.checkpoint.string() + " (stored decisions)";
-    try {
-      recorded = parse_decisions(stored.decisions_json, origin);
-      check_decisions(recorded, config, origin);
-    } catch (const UserError& e) {
-      // Damaged (a hand-made checkpoint): not needed where the resume sets what they decide.
-      const std::string still_auto = undecided_keys(config);
-      if (!still_auto.empty()) {
-        throw UserError(std::string(e.what()) + "; to resume without them, set " + still_auto +
-                        " (--set), which they decide");
-      }
-      spdlog::warn("{}; not used: this resume sets what they decide", e.what());
-      recorded = {};
-    }
-  }
-  std::error_code ec;
-  const fs::path file = resume.run_dir / "decisions.json";
-  if (fs::is_regular_file(file, ec)) {
-    const std::string text = read_whole_file(file);
-    bool same = false;
-    try {
-      same = decisions_json(parse_decisions(text, file.string())) == decisions_json(recorded);
-    } catch (const std::exception&) {
-    }
-    if (!same) {
-      spdlog::warn(
-          "{}: differs from the decisions {} holds, which this resume keeps where they hold; "
-          "the file is a record and is rewritten (to decide otherwise, set "
-          "training.memory_format or checkpointing.blocks)",
-          file.string(), resume.checkpoint.string());
-    }
-  }
-  return recorded;
-}
-
-}  // namespace
 
 Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
                         Decisions& recorded) {

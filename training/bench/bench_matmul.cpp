@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -21,6 +24,31 @@
 namespace training {
 
 namespace {
+
+struct MatmulBenchOptions {
+  std::vector<int64_t> sizes;
+  std::vector<std::string> devices = {"cpu"};  // cpu, cuda, cuda:N
+  std::vector<std::string> dtypes = {"fp32"};  // fp64, fp32, bf16, fp16
+  int64_t repeats = 5;
+  std::map<std::string, double> peak_gflops;  // "cpu:fp32" -> GFLOP/s, given by the user
+  int64_t memory_limit = 0;  // bytes each device may hold, as memory.limit (0 = the device's)
+};
+
+struct MatmulResult {
+  std::string device, dtype;
+  int64_t size = 0;
+  bool available = true;
+  bool out_of_memory = false;  // the device ran out of memory for this size (not available)
+  std::string note;            // why not available
+  double median_seconds = 0, gflops = 0;
+  std::optional<double> fraction_of_peak;
+  std::string peak_source;  // "given" / "best measured"
+  // What the row allocated at its peak beyond what was held before it: A, B, C and any
+  // workspace the multiply allocated through the allocator (peak allocated, not reserved, so
+  // blocks cached by earlier rows are not counted again).
+  int64_t memory_bytes = 0;
+  double relative_error = 0;  // max |C - C64| / max |C64| on the sampled rows
+};
 
 // A given peak's key: "cpu:fp32", "cuda:0:bf16" (cuda is cuda:0, auto the GPU it would pick).
 std::string peak_key(const DeviceSpec& spec, const std::string& dtype) {
@@ -48,8 +76,7 @@ void measure(const MatmulBenchOptions& options, const torch::Device& device,
   reset_peak_memory(device);
   auto a = torch::randn({size, size}, opts);
   auto b = torch::randn({size, size}, opts);
-  torch::Tensor c;
-  for (int64_t i = 0; i < options.warmup; ++i) c = torch::mm(a, b);
+  torch::Tensor c = torch::mm(a, b);  // warm-up
   std::vector<double> seconds;
   for (int64_t i = 0; i < options.repeats; ++i) {
     synchronize(device);
@@ -69,15 +96,11 @@ void measure(const MatmulBenchOptions& options, const torch::Device& device,
   r.relative_error = ((got - reference).abs().max() / reference.abs().max()).item<double>();
 }
 
-}  // namespace
-
-MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::string& devices,
-                                        const std::string& dtypes, int64_t repeats,
-                                        const std::vector<std::string>& peaks,
-                                        int64_t memory_limit) {
+// Parses "--devices cpu,cuda", "--dtypes fp32,bf16", "--peak cpu:fp32=1500"...; throws
+// UserError naming the flag and the allowed values.
+MatmulBenchOptions parse_matmul_options(const MatmulRequest& request) {
   MatmulBenchOptions options;
-  options.sizes.clear();
-  for (const auto& item : config_yaml::split_items(sizes, "--size")) {
+  for (const auto& item : config_yaml::split_items(request.sizes, "--size")) {
     int64_t size = 0;
     try {
       size_t used = 0;
@@ -91,14 +114,14 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
     options.sizes.push_back(size);
   }
   if (options.sizes.empty()) throw UserError("--size: expected at least one size");
-  options.devices = config_yaml::split_items(devices, "--devices");
+  options.devices = config_yaml::split_items(request.devices, "--devices");
   for (const auto& device : options.devices) {
     const auto spec = parse_device_spec(device);
     if (!spec || spec->kind == DeviceSpec::Kind::Auto) {
       throw UserError("--devices: expected cpu, cuda or cuda:N, got '" + device + "'");
     }
   }
-  options.dtypes = config_yaml::split_items(dtypes, "--dtypes");
+  options.dtypes = config_yaml::split_items(request.dtypes, "--dtypes");
   for (const auto& dtype : options.dtypes) {
     if (!dtype_table().count(dtype)) {
       throw UserError("--dtypes: expected fp64, fp32, bf16 or fp16, got '" + dtype + "'");
@@ -113,12 +136,13 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
   if (options.devices.empty() || options.dtypes.empty()) {
     throw UserError("--devices and --dtypes need at least one entry each");
   }
-  if (repeats < 1 || repeats > 1000) {
-    throw UserError("--repeats: expected an integer in [1, 1000], got " + std::to_string(repeats));
+  if (request.repeats < 1 || request.repeats > 1000) {
+    throw UserError("--repeats: expected an integer in [1, 1000], got " +
+                    std::to_string(request.repeats));
   }
-  options.repeats = repeats;
+  options.repeats = request.repeats;
   std::vector<std::string> peak_keys;  // device:dtype, each once (a repeat would overwrite)
-  for (const auto& peak : peaks) {
+  for (const auto& peak : request.peaks) {
     // device:dtype=GFLOPS, the device in the device grammar (device.h).
     const std::string expected =
         "--peak: expected device:dtype=GFLOPS, e.g. cuda:bf16=989000, got '" + peak + "'";
@@ -146,7 +170,7 @@ MatmulBenchOptions parse_matmul_options(const std::string& sizes, const std::str
   if (const std::string repeat = config_yaml::first_repeat(peak_keys); !repeat.empty()) {
     throw UserError("--peak: " + repeat + " (a device and dtype's peak is given once)");
   }
-  options.memory_limit = memory_limit;
+  options.memory_limit = request.memory_limit;
   return options;
 }
 
@@ -246,9 +270,10 @@ nlohmann::ordered_json matmul_json(const std::vector<MatmulResult>& results) {
   return rows;
 }
 
+}  // namespace
+
 int matmul_command(const MatmulRequest& request) {
-  const auto options = parse_matmul_options(request.sizes, request.devices, request.dtypes,
-                                            request.repeats, request.peaks, request.memory_limit);
+  const auto options = parse_matmul_options(request);
   if (request.threads < 0 || request.threads > kMaxThreads) {
     throw UserError("--threads: expected 0 (LibTorch's default) to " + std::to_string(kMaxThreads) +
                     ", as training.threads, got " + std::to_string(request.threads));

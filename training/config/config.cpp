@@ -196,6 +196,13 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
   });
 }
 
+std::string yaml_without(const Config& config, std::vector<std::string> omitted) {
+  config_yaml::Writer writer(std::move(omitted));
+  Config copy = config;  // walk() takes a mutable Config; the writer only reads it
+  walk(writer, copy);
+  return writer.str();
+}
+
 }  // namespace
 
 static_assert(kAutoPrefetch == config_yaml::kAuto, "data.prefetch's auto is the reader's auto");
@@ -301,17 +308,6 @@ std::string cuda_graph_obstacle(const Config& config) {
   }
   return "";
 }
-
-namespace {
-
-std::string yaml_without(const Config& config, std::vector<std::string> omitted) {
-  config_yaml::Writer writer(std::move(omitted));
-  Config copy = config;  // walk() takes a mutable Config; the writer only reads it
-  walk(writer, copy);
-  return writer.str();
-}
-
-}  // namespace
 
 std::string to_yaml(const Config& config) {
   return yaml_without(config, {});

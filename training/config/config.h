@@ -107,9 +107,7 @@ struct TrainingConfig {
   // Test accuracies whose first crossing is logged with the wall time (time to accuracy).
   std::vector<double> accuracy_thresholds = {0.90, 0.93, 0.94, 0.95};
   CudaGraphMode cuda_graph = CudaGraphMode::Off;
-  // Evaluate an exponential moving average of the weights with this decay (0 = off;
-  // training/step/ema.h).
-  double ema_decay = 0.0;
+  double ema_decay = 0.0;  // evaluate the weights' moving average (0 = off; step/ema.h)
 };
 
 struct MemoryConfig {
@@ -135,9 +133,9 @@ struct SweepConfig {
   int64_t max_batch = 65536;              // find_max stops doubling here
   std::vector<int64_t> predict_for = {};  // card sizes (bytes) to predict the max batch for
   int64_t trial_timeout = 1800;           // seconds before a trial is killed
-  // Seconds after which no new trial starts (0 = none); with a budget the grid runs batch by
-  // batch across the settings, so every setting gets its small batches first.
-  int64_t time_budget = 0;  // seconds, up to kMaxTimeBudget
+  // Seconds after which no new trial starts (0 = none, at most kMaxTimeBudget); with a budget the
+  // grid runs batch by batch across the settings, so every setting gets its small batches first.
+  int64_t time_budget = 0;
   // Each trial holds what one rank of a data-parallel run holds: a one-rank process group of
   // distributed.backend and c10d's reducer with its gradient buckets (distributed.bucket_mb).
   bool data_parallel = false;

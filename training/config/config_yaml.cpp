@@ -25,6 +25,30 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+std::string flow_text(const YAML::Node& node) {
+  YAML::Emitter out;
+  out.SetSeqFormat(YAML::Flow);
+  out.SetMapFormat(YAML::Flow);
+  out << node;
+  return out.c_str();
+}
+
+// The keys of `edited` (a section, or a sub-section inside one) whose values differ from `base`'s.
+void add_differences(const YAML::Node& base, const YAML::Node& edited, const std::string& prefix,
+                     std::vector<std::string>& out) {
+  for (const auto& key : edited) {
+    const std::string name = key.first.as<std::string>();
+    const YAML::Node was = is_map(base) ? base[name] : YAML::Node();
+    if (is_map(key.second)) {
+      add_differences(was, key.second, prefix + name + ".", out);
+      continue;
+    }
+    const std::string text = flow_text(key.second);
+    if (was.IsDefined() && flow_text(was) == text) continue;
+    out.push_back(prefix + name + "=" + text);
+  }
+}
+
 }  // namespace
 
 std::string join(const std::vector<std::string>& items, const std::string& separator) {
@@ -225,34 +249,6 @@ void check_duplicate_keys(const YAML::Node& node, const std::string& origin,
     check_duplicate_keys(entry.second, origin, prefix + key + ".");
   }
 }
-
-namespace {
-
-std::string flow_text(const YAML::Node& node) {
-  YAML::Emitter out;
-  out.SetSeqFormat(YAML::Flow);
-  out.SetMapFormat(YAML::Flow);
-  out << node;
-  return out.c_str();
-}
-
-// The keys of `edited` (a section, or a sub-section inside one) whose values differ from `base`'s.
-void add_differences(const YAML::Node& base, const YAML::Node& edited, const std::string& prefix,
-                     std::vector<std::string>& out) {
-  for (const auto& key : edited) {
-    const std::string name = key.first.as<std::string>();
-    const YAML::Node was = is_map(base) ? base[name] : YAML::Node();
-    if (is_map(key.second)) {
-      add_differences(was, key.second, prefix + name + ".", out);
-      continue;
-    }
-    const std::string text = flow_text(key.second);
-    if (was.IsDefined() && flow_text(was) == text) continue;
-    out.push_back(prefix + name + "=" + text);
-  }
-}
-
-}  // namespace
 
 std::vector<std::string> differing_assignments(const std::string& base_yaml,
                                                const std::string& edited_yaml) {

@@ -15,6 +15,11 @@
 
 #ifdef TRAIN_WITH_CUDA
 #include "training/platform/device_cuda.h"
+// Returns cuda::call's result where `device` is a GPU.
+#define ON_CUDA(device, call) \
+  if ((device).is_cuda()) return cuda::call
+#else
+#define ON_CUDA(device, call) (void)(device)
 #endif
 
 namespace training {
@@ -40,9 +45,7 @@ DeviceGraph::DeviceGraph(const torch::Device& device) {
                   " and this build uses a CPU-only LibTorch");
 }
 DeviceGraph::~DeviceGraph() = default;
-void DeviceGraph::warm_up(const std::function<void()>& work) {
-  work();
-}
+void DeviceGraph::warm_up(const std::function<void()>& /*work*/) {}
 void DeviceGraph::capture(const std::function<void()>& /*work*/) {}
 void DeviceGraph::replay() {}
 bool DeviceGraph::captured() const {
@@ -95,17 +98,11 @@ torch::Device rank_device(const torch::Device& configured, int64_t local_rank) {
 }
 
 void make_current(const torch::Device& device) {
-#ifdef TRAIN_WITH_CUDA
-  if (device.is_cuda()) cuda::make_current(device.index());
-#endif
-  (void)device;
+  ON_CUDA(device, make_current(device.index()));
 }
 
 std::string pci_bus_id(const torch::Device& device) {
-#ifdef TRAIN_WITH_CUDA
-  if (device.is_cuda()) return cuda::pci_bus_id(device.index());
-#endif
-  (void)device;
+  ON_CUDA(device, pci_bus_id(device.index()));
   return "";
 }
 
@@ -135,23 +132,17 @@ void seed_everything(uint64_t seed) {
 }
 
 MemoryStats memory_stats(const torch::Device& device) {
-#ifdef TRAIN_WITH_CUDA
-  if (device.is_cuda()) return cuda::memory_stats(device.index());
-#endif
+  ON_CUDA(device, memory_stats(device.index()));
   return TrackingCpuAllocator::instance().stats();
 }
 
 void reset_peak_memory(const torch::Device& device) {
-#ifdef TRAIN_WITH_CUDA
-  if (device.is_cuda()) return cuda::reset_peak_memory(device.index());
-#endif
+  ON_CUDA(device, reset_peak_memory(device.index()));
   TrackingCpuAllocator::instance().reset_peak();
 }
 
 void trace_allocations(const torch::Device& device, MemoryTimeline* timeline) {
-#ifdef TRAIN_WITH_CUDA
-  if (device.is_cuda()) return cuda::trace_allocations(device.index(), timeline);
-#endif
+  ON_CUDA(device, trace_allocations(device.index(), timeline));
   TrackingCpuAllocator::instance().set_timeline(timeline);
 }
 
@@ -186,17 +177,12 @@ void stop_memory_history(const torch::Device& device) {
 }
 
 int64_t memory_outside_allocator(const torch::Device& device) {
-#ifdef TRAIN_WITH_CUDA
-  if (device.is_cuda()) return cuda::memory_outside_allocator(device.index());
-#endif
-  (void)device;
+  ON_CUDA(device, memory_outside_allocator(device.index()));
   return 0;
 }
 
 int64_t total_memory(const torch::Device& device) {
-#ifdef TRAIN_WITH_CUDA
-  if (device.is_cuda()) return cuda::total_memory(device.index());
-#endif
+  ON_CUDA(device, total_memory(device.index()));
   return static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
 }
 
@@ -267,9 +253,7 @@ bool cpu_has_native_bf16() {
 }
 
 bool has_fast_bf16(const torch::Device& device) {
-#ifdef TRAIN_WITH_CUDA
-  if (device.is_cuda()) return cuda::compute_capability_major(device.index()) >= 8;
-#endif
+  ON_CUDA(device, compute_capability_major(device.index()) >= 8);
   return device.is_cpu() && cpu_has_native_bf16();
 }
 
@@ -287,3 +271,5 @@ void check_bf16_supported(const torch::Device& device, const std::string& key) {
 }
 
 }  // namespace training
+
+#undef ON_CUDA  // (unity builds)

@@ -23,15 +23,12 @@
 
 #include <cstdlib>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-
-#include "training/platform/errors.h"
 #endif
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
-#include <optional>
 #include <string>
 
 namespace training::cuda {
@@ -49,6 +46,12 @@ void initialize() {
 c10::DeviceIndex device_index(int index) {
   return static_cast<c10::DeviceIndex>(index);
 }
+
+// The timeline the caching allocator's trace feeds, and the device it is for. The allocator calls
+// the tracker with its own lock held, so the tracker only adds a number under this mutex.
+std::mutex traced_mutex;
+MemoryTimeline* traced_timeline = nullptr;
+c10::DeviceIndex traced_device = 0;
 
 }  // namespace
 
@@ -100,14 +103,6 @@ std::string pci_bus_id(int index) {
   C10_CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof id, index));
   return id;
 }
-
-namespace {
-// The timeline the caching allocator's trace feeds, and the device it is for. The allocator calls
-// the tracker with its own lock held, so the tracker only adds a number under this mutex.
-std::mutex traced_mutex;
-MemoryTimeline* traced_timeline = nullptr;
-c10::DeviceIndex traced_device = 0;
-}  // namespace
 
 void trace_allocations(int index, MemoryTimeline* timeline) {
   initialize();

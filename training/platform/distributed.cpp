@@ -89,6 +89,31 @@ c10::intrusive_ptr<c10d::Backend> make_backend(bool nccl, const LaunchEnv& env,
   return gloo;
 }
 
+class ReducerAverager : public ProcessGroup::GradientAverager {
+ public:
+  ReducerAverager(torch::nn::Module& module, const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                  int64_t bucket_bytes) {
+    std::vector<torch::Tensor> params;
+    for (auto& p : module.parameters()) {
+      if (p.requires_grad()) params.push_back(p);
+    }
+    reducer_ = std::make_unique<c10d::Reducer>(
+        params, gradient_buckets(params, bucket_bytes), group,
+        std::vector<bool>(params.size(), false), bucket_bytes,
+        /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
+        std::unordered_map<size_t, std::string>{}, kFirstBucketBytes,
+        /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
+        std::vector<int64_t>{});
+  }
+  void prepare(const torch::Tensor& output) override {
+    reducer_->prepare_for_backward({output});
+    ++reductions_;
+  }
+
+ private:
+  std::unique_ptr<c10d::Reducer> reducer_;
+};
+
 }  // namespace
 
 bool uses_nccl(DistributedBackend backend, const torch::Device& device) {
@@ -308,35 +333,6 @@ std::vector<std::vector<size_t>> gradient_buckets(const std::vector<torch::Tenso
   std::reverse(buckets.begin(), buckets.end());
   return buckets;
 }
-
-namespace {
-
-class ReducerAverager : public ProcessGroup::GradientAverager {
- public:
-  ReducerAverager(torch::nn::Module& module, const c10::intrusive_ptr<c10d::ProcessGroup>& group,
-                  int64_t bucket_bytes) {
-    std::vector<torch::Tensor> params;
-    for (auto& p : module.parameters()) {
-      if (p.requires_grad()) params.push_back(p);
-    }
-    reducer_ = std::make_unique<c10d::Reducer>(
-        params, gradient_buckets(params, bucket_bytes), group,
-        std::vector<bool>(params.size(), false), bucket_bytes,
-        /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
-        std::unordered_map<size_t, std::string>{}, kFirstBucketBytes,
-        /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
-        std::vector<int64_t>{});
-  }
-  void prepare(const torch::Tensor& output) override {
-    reducer_->prepare_for_backward({output});
-    ++reductions_;
-  }
-
- private:
-  std::unique_ptr<c10d::Reducer> reducer_;
-};
-
-}  // namespace
 
 std::unique_ptr<ProcessGroup::GradientAverager> ProcessGroup::gradient_averager(
     torch::nn::Module& module) const {

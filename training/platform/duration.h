@@ -14,6 +14,11 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Seconds since the epoch, on the system clock.
+inline double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 inline std::string format_duration(double seconds) {
   const auto total = static_cast<long>(seconds + 0.5);
   char text[32];

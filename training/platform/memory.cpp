@@ -19,6 +19,37 @@ namespace training {
 
 namespace {
 thread_local bool host_data_scope = false;  // inside a HostData scope on this thread
+const char* const kByteUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+
+// The largest binary unit that keeps |bytes| >= 1 in it (TiB at most).
+int byte_unit(int64_t bytes) {
+  int unit = 0;
+  for (double value = std::abs(static_cast<double>(bytes)); value >= 1024.0 && unit < 4;
+       value /= 1024.0) {
+    ++unit;
+  }
+  return unit;
+}
+
+// "1.50 GiB" at unit 3 and 2 decimals; plain bytes at unit 0.
+std::string bytes_in(int64_t bytes, int unit, int decimals) {
+  if (unit == 0) return std::to_string(bytes) + " B";
+  return fmt::format("{:.{}f} {}", static_cast<double>(bytes) / std::pow(1024.0, unit), decimals,
+                     kByteUnits[unit]);
+}
+
+// A size with a unit the reader takes for the number `number` (GiB, else MiB, KiB or B, the
+// first that is at least a byte within the largest size), else the forms in general.
+std::string with_a_unit(const std::string& number) {
+  for (const char* unit : {"GiB", "MiB", "KiB", "B"}) {
+    try {
+      if (parse_byte_size(number + unit) > 0) return number + unit;
+    } catch (const std::invalid_argument&) {
+    }
+  }
+  return "1536MiB or 1.5GiB";
+}
+
 }  // namespace
 
 TrackingCpuAllocator::HostData::HostData() : previous_(host_data_scope) {
@@ -124,22 +155,6 @@ void TrackingCpuAllocator::reset_peak() {
   peak_.store(current_.load());
 }
 
-namespace {
-
-// A size with a unit the reader takes for the number `number` (GiB, else MiB, KiB or B, the
-// first that is at least a byte within the largest size), else the forms in general.
-std::string with_a_unit(const std::string& number) {
-  for (const char* unit : {"GiB", "MiB", "KiB", "B"}) {
-    try {
-      if (parse_byte_size(number + unit) > 0) return number + unit;
-    } catch (const std::invalid_argument&) {
-    }
-  }
-  return "1536MiB or 1.5GiB";
-}
-
-}  // namespace
-
 int64_t parse_byte_size(const std::string& text, bool bare_bytes) {
   // Digits, an optional fraction and a unit, read exactly: no sign, exponent, hexadecimal,
   // infinity or NaN (which a floating-point reader takes). A fraction of a byte is dropped where
@@ -222,29 +237,6 @@ std::string mib_text(int64_t bytes) {
   std::snprintf(text, sizeof text, "%.1f", to_mib(bytes));
   return text;
 }
-
-namespace {
-
-const char* const kByteUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-
-// The largest binary unit that keeps |bytes| >= 1 in it (TiB at most).
-int byte_unit(int64_t bytes) {
-  int unit = 0;
-  for (double value = std::abs(static_cast<double>(bytes)); value >= 1024.0 && unit < 4;
-       value /= 1024.0) {
-    ++unit;
-  }
-  return unit;
-}
-
-// "1.50 GiB" at unit 3 and 2 decimals; plain bytes at unit 0.
-std::string bytes_in(int64_t bytes, int unit, int decimals) {
-  if (unit == 0) return std::to_string(bytes) + " B";
-  return fmt::format("{:.{}f} {}", static_cast<double>(bytes) / std::pow(1024.0, unit), decimals,
-                     kByteUnits[unit]);
-}
-
-}  // namespace
 
 std::string format_bytes(int64_t bytes) {
   return bytes_in(bytes, byte_unit(bytes), 2);

@@ -6,12 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <type_traits>
 
+#include "training/platform/duration.h"
 #include "training/platform/json_rows.h"
 
 namespace training {
@@ -19,10 +19,6 @@ namespace training {
 namespace fs = std::filesystem;
 
 namespace {
-
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 class CpuProbe : public Probe {
  public:

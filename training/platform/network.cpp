@@ -65,8 +65,7 @@ std::string names_of(const std::vector<NetworkInterface>& interfaces) {
   return names.empty() ? "none" : names;
 }
 
-}  // namespace
-
+// Every interface of this host that has an IPv4 or IPv6 address, by name (first address each).
 std::vector<NetworkInterface> host_interfaces() {
   std::vector<NetworkInterface> first;
   for (const auto& entry : all_addresses()) {
@@ -84,6 +83,8 @@ std::vector<NetworkInterface> host_interfaces() {
   }
   return first;
 }
+
+}  // namespace
 
 NetworkInterface route_to(const std::string& host, int port) {
   addrinfo hints{};

@@ -15,12 +15,8 @@ struct NetworkInterface {
   std::string address;  // numeric: "10.0.0.2", "fe80::1"
 };
 
-// Every interface of this host that has an IPv4 or IPv6 address, by name (first address each).
-std::vector<NetworkInterface> host_interfaces();
-
-// The interface and address this host sends from to reach host:port (a connected UDP socket's
-// local end; nothing is sent). Throws UserError when the host name does not resolve, and
-// DistributedError when there is no route to it.
+// The interface and address this host reaches host:port from (a connected UDP socket's local end,
+// nothing sent); UserError where the name does not resolve, DistributedError without a route.
 NetworkInterface route_to(const std::string& host, int port);
 
 // The interfaces named in `list` ("eth0" or "eth0,eth1"), each with its address. Throws

@@ -99,6 +99,39 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   return out;
 }
 
+// Waits for `pid`, killing it after `timeout_seconds`; with `pass_stops`, a stop of this process
+// is passed on to it as SIGTERM (SIGKILL 10 s later).
+ProcessOutcome wait_for_child(pid_t pid, int64_t timeout_seconds, bool pass_stops) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto deadline = start + std::chrono::seconds(timeout_seconds);
+  ProcessOutcome outcome;
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (pass_stops && stop_requested() && !outcome.stopped) {
+      ::kill(pid, SIGTERM);
+      outcome.stopped = true;
+      deadline = Clock::now() + std::chrono::seconds(10);  // then it is killed
+    }
+    if (Clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      outcome.timed_out = !outcome.stopped;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (WIFEXITED(status)) outcome.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) outcome.signal = WTERMSIG(status);
+  return outcome;
+}
+
+std::string& invoked_as() {
+  static std::string argv0;
+  return argv0;
+}
+
 }  // namespace
 
 std::string find_on_path(const std::string& name) {
@@ -125,19 +158,8 @@ CommandOutput run_command(const std::vector<std::string>& argv, int64_t timeout_
   if (fd < 0) throw UserError(std::string("cannot make a temporary file: ") + strerror(errno));
   ::close(fd);
   std::vector<char*> args = pointers(copies);
-  const pid_t pid = start_child(args, temp);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_seconds);
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  CommandOutput result;
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  CommandOutput result{wait_for_child(start_child(args, temp), timeout_seconds, false).exit_code,
+                       ""};
   std::ifstream in(temp);
   result.output.assign(std::istreambuf_iterator<char>(in), {});
   if (result.output.size() > (1 << 20)) result.output.resize(1 << 20);
@@ -151,31 +173,7 @@ ProcessOutcome run_process(const std::vector<std::string>& argv, const fs::path&
   std::vector<char*> args = pointers(copies);
   std::vector<std::string> env_entries = environment_with(environment);
   std::vector<char*> env = pointers(env_entries);
-  const pid_t pid = start_child(args, log_file, env.data());
-
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  auto deadline = start + std::chrono::seconds(timeout_seconds);
-  ProcessOutcome outcome;
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (stop_requested() && !outcome.stopped) {
-      ::kill(pid, SIGTERM);
-      outcome.stopped = true;
-      deadline = Clock::now() + std::chrono::seconds(10);  // then it is killed
-    }
-    if (Clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      outcome.timed_out = !outcome.stopped;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (WIFEXITED(status)) outcome.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) outcome.signal = WTERMSIG(status);
-  return outcome;
+  return wait_for_child(start_child(args, log_file, env.data()), timeout_seconds, true);
 }
 
 std::string last_line(const fs::path& file) {
@@ -190,13 +188,6 @@ std::string last_line(const fs::path& file) {
 fs::path current_executable() {
   return fs::read_symlink("/proc/self/exe");
 }
-
-namespace {
-std::string& invoked_as() {
-  static std::string argv0;
-  return argv0;
-}
-}  // namespace
 
 void set_invoked_as(const std::string& argv0) {
   invoked_as() = argv0;

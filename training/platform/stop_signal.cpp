@@ -135,6 +135,11 @@ void handle_stops(void (*handler)(int, siginfo_t*, void*)) {
   ::sigaction(SIGHUP, &action, nullptr);
 }
 
+// While `fd` is set (-1: none), the stop line also goes there; returns the one it replaces.
+int also_write_stop_line_to(int fd) {
+  return stop_line_fd.exchange(fd);
+}
+
 }  // namespace
 
 void install_exit_on_stop() {
@@ -150,10 +155,6 @@ void run_on_exit_at_once(const std::vector<std::string>& argv) {
   for (auto& item : exit_command) exit_command_argv.push_back(item.data());
   exit_command_argv.push_back(nullptr);
   if (!argv.empty()) exit_argv.store(exit_command_argv.data());
-}
-
-int also_write_stop_line_to(int fd) {
-  return stop_line_fd.exchange(fd);
 }
 
 StopLineFile::StopLineFile(const std::filesystem::path& file) {

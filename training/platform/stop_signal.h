@@ -24,13 +24,8 @@ inline constexpr double kSameStopSeconds = 0.1;
 // nothing is half-written"). Nothing is lost: an atomic write under way (DeferRepeatedStops)
 // finishes first, so no temporary is left.
 void install_exit_on_stop();
-// While `fd` is set (a file descriptor open for appending; -1: none), that line also goes there: a
-// run's train.log (run_dir.h). Returns the one it replaces.
-int also_write_stop_line_to(int fd);
-// While one lives, the stop line also goes to `file` where it is a regular file (opened for
-// appending, never created), in place of the one set before it, which it sets again when it ends:
-// a run's train.log from its RunDirectory (run_dir.h), and a resumed run's from the start of
-// `train --resume`, before its checks and measurements (train_command.cpp).
+// While one lives, the stop line also goes to `file` if it is a regular file (never created), in
+// place of the one set before: a run's train.log, from RunDirectory or ResumedRunLog (run_dir.h).
 class StopLineFile {
  public:
   explicit StopLineFile(const std::filesystem::path& file);

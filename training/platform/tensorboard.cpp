@@ -3,10 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "build_config.h"
+#include "training/platform/duration.h"
 #include "training/platform/errors.h"
 
 #ifdef TRAIN_WITH_TENSORBOARD
@@ -21,21 +21,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double wall_time() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 #ifdef TRAIN_WITH_TENSORBOARD
 std::string encode_file_version() {
   tensorboard::Event event;
-  event.set_wall_time(wall_time());
+  event.set_wall_time(wall_seconds());
   event.set_file_version("brain.Event:2");
   return event.SerializeAsString();
 }
 
 std::string encode_scalars(int64_t step, const Scalars& scalars) {
   tensorboard::Event event;
-  event.set_wall_time(wall_time());
+  event.set_wall_time(wall_seconds());
   event.set_step(step);
   for (const auto& [tag, value] : scalars) {
     auto* entry = event.mutable_summary()->add_value();
@@ -47,7 +43,7 @@ std::string encode_scalars(int64_t step, const Scalars& scalars) {
 
 std::string encode_session_start(int64_t step) {
   tensorboard::Event event;
-  event.set_wall_time(wall_time());
+  event.set_wall_time(wall_seconds());
   event.set_step(step);
   event.mutable_session_log()->set_status(tensorboard::SessionLog::START);
   return event.SerializeAsString();
@@ -130,6 +126,21 @@ void scalars_in(const fs::path&, int64_t, Scalars&) {
 }
 #endif
 
+// The event files of `dir` in the order they were written (their names start with the second
+// they were made). Regular files only: a FIFO or a device named like one would block the read.
+std::vector<fs::path> event_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0 &&
+        entry.is_regular_file(error)) {
+      files.push_back(entry.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 }  // namespace
 
 bool tensorboard_built() {
@@ -152,25 +163,6 @@ uint32_t masked_crc32c(const void* data, size_t size) {
 #endif
 }
 
-namespace {
-
-// The event files of `dir` in the order they were written (their names start with the second
-// they were made). Regular files only: a FIFO or a device named like one would block the read.
-std::vector<fs::path> event_files(const fs::path& dir) {
-  std::vector<fs::path> files;
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
-    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0 &&
-        entry.is_regular_file(error)) {
-      files.push_back(entry.path());
-    }
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-}  // namespace
-
 int64_t last_event_step(const fs::path& dir) {
   int64_t last = -1;
   for (const auto& file : event_files(dir)) last = std::max(last, last_step_in(file));
@@ -186,7 +178,7 @@ Scalars scalars_at(const fs::path& dir, int64_t step) {
 EventWriter::EventWriter(const fs::path& dir) {
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
-  const auto seconds = static_cast<int64_t>(wall_time());
+  const auto seconds = static_cast<int64_t>(wall_seconds());
   path_ = dir / ("events.out.tfevents." + std::to_string(seconds) + "." + host + "." +
                  std::to_string(::getpid()));
   out_.open(path_, std::ios::binary | std::ios::trunc);

@@ -183,6 +183,26 @@ void seal(std::string& framed) {
   framed.replace(0, kCheckpointHeaderBytes, header);
 }
 
+// What stands at `path`, for a message: "missing", "a dangling symbolic link", "a loop of
+// symbolic links", "a folder", "a file", ...
+std::string what_stands_at(const fs::path& path) {
+  std::error_code ec;
+  const auto link = fs::symlink_status(path, ec);
+  if (link.type() == fs::file_type::not_found) return "missing";
+  const auto target = fs::status(path, ec);
+  if (ec == std::errc::too_many_symbolic_link_levels) return "a loop of symbolic links";
+  if (target.type() == fs::file_type::not_found) return "a dangling symbolic link";
+  if (ec) return ec.message();
+  switch (target.type()) {
+    case fs::file_type::regular:
+      return "a file";
+    case fs::file_type::directory:
+      return "a folder";
+    default:
+      return "not a regular file";
+  }
+}
+
 }  // namespace
 
 std::string frame_checkpoint(std::string_view payload) {
@@ -218,24 +238,6 @@ std::string_view verified_payload(std::string_view bytes, const std::string& nam
                     hex(computed).substr(0, 16) + "... computed; it was not loaded");
   }
   return payload;
-}
-
-std::string what_stands_at(const fs::path& path) {
-  std::error_code ec;
-  const auto link = fs::symlink_status(path, ec);
-  if (link.type() == fs::file_type::not_found) return "missing";
-  const auto target = fs::status(path, ec);
-  if (ec == std::errc::too_many_symbolic_link_levels) return "a loop of symbolic links";
-  if (target.type() == fs::file_type::not_found) return "a dangling symbolic link";
-  if (ec) return ec.message();
-  switch (target.type()) {
-    case fs::file_type::regular:
-      return "a file";
-    case fs::file_type::directory:
-      return "a folder";
-    default:
-      return "not a regular file";
-  }
 }
 
 fs::path find_checkpoint(const fs::path& run_dir_or_file) {

@@ -57,14 +57,8 @@ std::string frame_checkpoint(std::string_view payload);
 // naming `name` ("<name>: damaged checkpoint: ...") otherwise. Never reads past `bytes`.
 std::string_view verified_payload(std::string_view bytes, const std::string& name);
 
-// What stands at `path`, for a message: "missing", "a dangling symbolic link", "a loop of
-// symbolic links", "a folder", "a FIFO", "a file", ...
-std::string what_stands_at(const std::filesystem::path& path);
-
-// The checkpoint named by a run directory (its checkpoint.pt) or by a file path (a folder named
-// "*.pt" is that path, not a run directory). Throws UserError naming the path and what stands
-// there ("RUN/checkpoint.pt: a dangling symbolic link; no checkpoint to resume from") when it is
-// not a regular file.
+// A run directory's checkpoint.pt, or a file path (a folder named "*.pt" is that path). Throws
+// UserError when it is no regular file: "RUN/checkpoint.pt: a dangling symbolic link; no ...".
 std::filesystem::path find_checkpoint(const std::filesystem::path& run_dir_or_file);
 
 // `average`: the weight average (training.ema_decay), stored beside the model when given.

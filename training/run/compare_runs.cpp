@@ -86,6 +86,36 @@ nlohmann::ordered_json to_json(const ComparedRun& run, const std::vector<std::st
   return j;
 }
 
+// Under the table: how its rows are defined.
+constexpr const char* kTableNotes =
+    "\nAs in each run's report.md. Steady images/s leave out each process's first "
+    "warm-up steps (cuDNN's autotuning, first allocations, a graph's capture), which are "
+    "listed apart; \"vs the first run\" compares steady rates (all-training rates where "
+    "neither run has one; none between the two). Time per epoch: the mean over "
+    "whole epochs, or a stopped epoch's time with its missing batches at the steady rate "
+    "(projected). Peaks: the largest of any epoch (reserved: CUDA only). Utilisation: the "
+    "run's own sampler (GPU on CUDA, the process's CPU share on the CPU). Config rows: the "
+    "keys whose values differ between the runs.\n\n"
+    "Plots: `accuracy.png` (test accuracy per epoch and against wall time), `loss.png` (test "
+    "loss likewise), `memory.png` (peak allocated and reserved per epoch).\n";
+
+// The title, a note when the runs train different models, and the table's header row.
+void write_head(std::ostringstream& md, const std::vector<ComparedRun>& runs) {
+  md << "# Runs compared\n\n";
+  const bool same_model = std::all_of(runs.begin(), runs.end(), [&](const ComparedRun& r) {
+    return model_of(r) == model_of(runs.front());
+  });
+  if (!same_model) {
+    md << "**Note: these runs train different models**; their accuracy, time and memory differ "
+          "for that reason too.\n\n";
+  }
+  md << "| |";
+  for (const auto& run : runs) md << " " << run.name << " |";
+  md << "\n|---|";
+  for (size_t i = 0; i < runs.size(); ++i) md << "---:|";
+  md << "\n";
+}
+
 }  // namespace
 
 ComparedRun read_compared_run(const fs::path& dir) {
@@ -142,40 +172,6 @@ std::vector<std::string> differing_keys(const std::vector<ComparedRun>& runs) {
   }
   return keys;
 }
-
-namespace {
-
-// Under the table: how its rows are defined.
-constexpr const char* kTableNotes =
-    "\nAs in each run's report.md. Steady images/s leave out each process's first "
-    "warm-up steps (cuDNN's autotuning, first allocations, a graph's capture), which are "
-    "listed apart; \"vs the first run\" compares steady rates (all-training rates where "
-    "neither run has one; none between the two). Time per epoch: the mean over "
-    "whole epochs, or a stopped epoch's time with its missing batches at the steady rate "
-    "(projected). Peaks: the largest of any epoch (reserved: CUDA only). Utilisation: the "
-    "run's own sampler (GPU on CUDA, the process's CPU share on the CPU). Config rows: the "
-    "keys whose values differ between the runs.\n\n"
-    "Plots: `accuracy.png` (test accuracy per epoch and against wall time), `loss.png` (test "
-    "loss likewise), `memory.png` (peak allocated and reserved per epoch).\n";
-
-// The title, a note when the runs train different models, and the table's header row.
-void write_head(std::ostringstream& md, const std::vector<ComparedRun>& runs) {
-  md << "# Runs compared\n\n";
-  const bool same_model = std::all_of(runs.begin(), runs.end(), [&](const ComparedRun& r) {
-    return model_of(r) == model_of(runs.front());
-  });
-  if (!same_model) {
-    md << "**Note: these runs train different models**; their accuracy, time and memory differ "
-          "for that reason too.\n\n";
-  }
-  md << "| |";
-  for (const auto& run : runs) md << " " << run.name << " |";
-  md << "\n|---|";
-  for (size_t i = 0; i < runs.size(); ++i) md << "---:|";
-  md << "\n";
-}
-
-}  // namespace
 
 std::string compare_markdown(const std::vector<ComparedRun>& runs) {
   const auto keys = differing_keys(runs);

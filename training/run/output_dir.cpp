@@ -25,32 +25,20 @@ namespace {
 constexpr const char* kMarker = ".train-output";
 
 struct KindInfo {
-  OutputKind kind;
   const char* word;  // in the marker
   const char* text;  // in messages
   int format;        // output_format's
 };
 constexpr std::array<KindInfo, 4> kKinds = {{
-    {OutputKind::Sweep, "sweep", "a sweep", 3},
-    {OutputKind::MemoryStudy, "memory-study", "a memory study", 3},
-    {OutputKind::Comparison, "comparison", "a comparison", 2},
-    {OutputKind::Run, "run", "a run", 2},
-}};
+    {"run", "a run", 2},
+    {"sweep", "a sweep", 3},
+    {"memory-study", "a memory study", 3},
+    {"comparison", "a comparison", 2},
+}};  // in OutputKind's order
 
 const KindInfo& info(OutputKind kind) {
-  for (const auto& k : kKinds) {
-    if (k.kind == kind) return k;
-  }
-  return kKinds.back();  // unreachable: every kind has its entry
+  return kKinds[static_cast<size_t>(kind)];
 }
-
-}  // namespace
-
-int output_format(OutputKind kind) {
-  return info(kind).format;
-}
-
-namespace {
 
 // The marker's text: "run 2", "sweep 3 finished".
 std::string marker_text(OutputKind kind, bool finished) {
@@ -97,47 +85,10 @@ void remove_earlier_attempt(const fs::path& dir, const std::vector<std::string>&
   for (const auto& path : earlier) remove_tree(path);
 }
 
-}  // namespace
-
+// "a run", "a sweep", "a memory study", "a comparison".
 std::string kind_text(OutputKind kind) {
   return info(kind).text;
 }
-
-HeldOutputs held_outputs(const fs::path& dir) {
-  HeldOutputs held;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return held;
-  held.marker = fs::symlink_status(dir / kMarker, ec).type() != fs::file_type::not_found;
-  // A regular file only: a FIFO in its place would block the read.
-  if (std::ifstream marker{is_file(dir / kMarker) ? dir / kMarker : fs::path()}) {
-    std::string word, format, state;
-    marker >> word >> format >> state;
-    for (const auto& k : kKinds) {
-      if (word == k.word) held.kind = k.kind;
-    }
-    if (format == "finished") state = format;  // format 1 wrote none
-    int number = 0;
-    const char* end = format.data() + format.size();
-    const auto [stop, error] = std::from_chars(format.data(), end, number);
-    held.format = format.empty() || format == "finished"              ? 1
-                  : stop == end && error == std::errc() && number > 0 ? number
-                                                                      : 0;
-    held.finished = state == "finished";
-  }
-  if (held.kind == OutputKind::Run) {
-    held.never_started = !is_file(dir / "config.yaml") && !is_file(dir / "checkpoint.pt") &&
-                         !is_file(dir / "metrics.jsonl");
-  }
-  if (!held.kind) {
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (!is_bookkeeping(name) && held.other_files.size() < 3) held.other_files.push_back(name);
-    }
-  }
-  return held;
-}
-
-namespace {
 
 // A folder with a lock may be being written: its holder is named (DirectoryLock refuses) before
 // its contents are read. Null where there is no lock file.
@@ -248,6 +199,44 @@ void judge_output_dir(const fs::path& dir, const HeldOutputs& held, OutputKind k
 }
 
 }  // namespace
+
+int output_format(OutputKind kind) {
+  return info(kind).format;
+}
+
+HeldOutputs held_outputs(const fs::path& dir) {
+  HeldOutputs held;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return held;
+  held.marker = fs::symlink_status(dir / kMarker, ec).type() != fs::file_type::not_found;
+  // A regular file only: a FIFO in its place would block the read.
+  if (std::ifstream marker{is_file(dir / kMarker) ? dir / kMarker : fs::path()}) {
+    std::string word, format, state;
+    marker >> word >> format >> state;
+    for (size_t i = 0; i < kKinds.size(); ++i) {
+      if (word == kKinds[i].word) held.kind = static_cast<OutputKind>(i);
+    }
+    if (format == "finished") state = format;  // format 1 wrote none
+    int number = 0;
+    const char* end = format.data() + format.size();
+    const auto [stop, error] = std::from_chars(format.data(), end, number);
+    held.format = format.empty() || format == "finished"              ? 1
+                  : stop == end && error == std::errc() && number > 0 ? number
+                                                                      : 0;
+    held.finished = state == "finished";
+  }
+  if (held.kind == OutputKind::Run) {
+    held.never_started = !is_file(dir / "config.yaml") && !is_file(dir / "checkpoint.pt") &&
+                         !is_file(dir / "metrics.jsonl");
+  }
+  if (!held.kind) {
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!is_bookkeeping(name) && held.other_files.size() < 3) held.other_files.push_back(name);
+    }
+  }
+  return held;
+}
 
 void check_output_dir(const fs::path& dir, OutputKind kind, const std::string& flag) {
   const auto lock = lock_if_locked(dir);

@@ -28,9 +28,6 @@ enum class OutputKind { Run, Sweep, MemoryStudy, Comparison };
 // run's config.yaml holds no sweep section: runs and comparisons stay at 2).
 int output_format(OutputKind kind);
 
-// "a run", "a sweep", "a memory study", "a comparison".
-std::string kind_text(OutputKind kind);
-
 struct HeldOutputs {
   std::optional<OutputKind> kind;  // none: absent, empty, or not one of ours (no marker)
   bool marker = false;             // a .train-output stands there, readable or not

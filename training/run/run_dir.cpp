@@ -7,16 +7,12 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <fstream>
-#include <optional>
-#include <sstream>
 #include <utility>
 
 #include "training/config/config_yaml.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
-#include "training/platform/stop_signal.h"
 #include "training/run/checkpoint_io.h"
 #include "training/run/output_dir.h"
 

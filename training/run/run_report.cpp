@@ -3,8 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <fstream>
-#include <optional>
 #include <sstream>
 
 #include "training/config/config.h"
@@ -255,8 +253,9 @@ void write_epochs(std::ostringstream& md, const std::vector<EpochRecord>& epochs
 
 Totals totals_of(const std::vector<EpochRecord>& epochs) {
   Totals t;
-  double utilization_sum = 0;
+  double utilization_sum = 0, steady_images = 0, steady_seconds = 0, whole_seconds = 0;
   int utilization_epochs = 0;
+  int64_t whole = 0;
   for (size_t i = 0; i < epochs.size(); ++i) {
     const auto& r = epochs[i];
     t.train_seconds += r.epoch_seconds;
@@ -270,11 +269,6 @@ Totals totals_of(const std::vector<EpochRecord>& epochs) {
     t.device_used = std::max(t.device_used, r.memory_used_max_bytes.value_or(0));
     if (r.utilization_mean) utilization_sum += *r.utilization_mean, ++utilization_epochs;
     if (r.test_acc > epochs[t.best].test_acc) t.best = i;
-  }
-  if (utilization_epochs > 0) t.utilization_mean = utilization_sum / utilization_epochs;
-  double steady_images = 0, steady_seconds = 0, whole_seconds = 0;
-  int64_t whole = 0;
-  for (const auto& r : epochs) {
     t.warmup_steps += r.warmup_steps;
     t.warmup_seconds += r.warmup_seconds;
     if (r.steady_images_per_second) {
@@ -285,6 +279,7 @@ Totals totals_of(const std::vector<EpochRecord>& epochs) {
     const auto time = epoch_time(r);
     if (time && !time->projected) whole_seconds += time->seconds, ++whole;
   }
+  if (utilization_epochs > 0) t.utilization_mean = utilization_sum / utilization_epochs;
   if (steady_seconds > 0) t.steady_images_per_second = steady_images / steady_seconds;
   if (whole > 0) {
     t.epoch_time = EpochTime{whole_seconds / static_cast<double>(whole)};
