@@ -41,9 +41,8 @@ double headroom_flag(const std::string& text) {
   return value;
 }
 
-// A size with its unit: a card's memory is no bare number of bytes ("24" was 24 bytes). The size
-// offered is one the flag takes: in `unit` (GiB for a card, MiB for what lies beside the
-// allocator) where that is within the largest size, else in bytes.
+// A size with its unit ("24" was 24 bytes), offering `unit` (GiB for a card, MiB beside the
+// allocator) where that is within the largest size, else bytes.
 int64_t size_with_unit(const std::string& flag, const std::string& text, const char* unit) {
   // A bare 0 is no size at all: size_flag says so, rather than offer 0GiB.
   if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos &&
@@ -60,9 +59,8 @@ int64_t size_with_unit(const std::string& flag, const std::string& text, const c
   return training::size_flag(flag, text, /*bare_bytes=*/false);
 }
 
-// --json replaces only an earlier plan: any other path that exists (a sweep's file, a config), in a
-// folder that exists and is none of another command's outputs nor this plan's small sweep's
-// (`output_dir`, --output-dir).
+// --json replaces only an earlier plan, in an existing folder outside other commands' outputs and
+// this plan's small sweep's (`output_dir`).
 void check_json_output(const std::string& path, const std::string& output_dir) {
   std::error_code error;
   if (path.empty()) return;

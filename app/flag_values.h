@@ -13,9 +13,8 @@ struct PlanFlags {
   std::string memory, card, headroom = "10%", overhead, target_batch;
 };
 
-// `request` with the flags' typed values, every flag checked: one of --memory and --card, sizes
-// above 0, a headroom in [0, 1), --target-batch and --budget in range, one of --from and --config,
-// and a --json path that holds nothing or an earlier plan.
+// `request` with the flags' typed values, each checked (one of --memory and --card, of --from and
+// --config; sizes, headroom, --target-batch, --budget in range; --json no file or a plan).
 training::PlanRequest plan_request(const PlanFlags& flags, training::PlanRequest request);
 
 }  // namespace app

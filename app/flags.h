@@ -50,9 +50,8 @@ CLI::Option* add_config_flags(CLI::App& command, std::string& config_path, Confi
                                   "Override one config key: "
                                   "section.key=value (repeatable)");
 
-// A parse error as the one line every bad input gets: "[error] ", CLI11's message, and for a
-// value the flag cannot take ("Could not convert: --budget = 2.5") what it takes ("a whole
-// number"); then "(train --help lists the flags)".
+// A parse error as every bad input's one line: "[error] ", CLI11's message, what a value's flag
+// takes ("a whole number"), then "(train --help lists the flags)".
 std::string flag_error(const CLI::App& app, const CLI::Error& error);
 
 // Every command's arguments, bound to CLI11 options by the add_* functions below.

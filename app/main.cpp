@@ -1,6 +1,5 @@
-// `train`: command-line parsing and dispatch only. The flags are in app/flags.h, the process
-// around a command (set-up, errors to exit codes) in app/process.h, every behaviour in the
-// libraries.
+// `train`: parsing and dispatch only; flags in app/flags.h, set-up and exit codes in app/process.h,
+// every behaviour in the libraries.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>

@@ -95,9 +95,8 @@ bool is_ours(const fs::path& file) {  // what a conversion writes into its tempo
          name.rfind(".data_batch_", 0) == 0 || is_temporary_of(file, "batches.meta.txt");
 }
 
-// Removes a temporary folder of a conversion: only the files a conversion writes, then the folder
-// (which stays when it holds anything else). (The pip LibTorch's std::filesystem::remove_all is
-// not safe to call: tests/test_support.h.)
+// Removes a conversion's temporary folder: only the files it writes, then the folder if empty (the
+// pip LibTorch's std::filesystem::remove_all is not safe to call: tests/test_support.h).
 void remove_work(const fs::path& work) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(work, ec)) {
@@ -106,8 +105,7 @@ void remove_work(const fs::path& work) {
   fs::remove(work, ec);
 }
 
-// The temporary folders that conversions killed before they could remove them left in `parent`
-// (their process is gone).
+// The temporary folders in `parent` of conversions that were killed (their process is gone).
 void remove_stale_work(const fs::path& parent) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(parent, ec)) {
@@ -120,8 +118,7 @@ void remove_stale_work(const fs::path& parent) {
   }
 }
 
-// The folder to create, as given (the kernel resolves it as mkdir would), without trailing
-// slashes.
+// The folder to create, as given (resolved as mkdir would), without trailing slashes.
 fs::path output_path(const std::string& given) {
   std::string text = given;
   while (text.size() > 1 && text.back() == '/') text.pop_back();
@@ -160,9 +157,8 @@ fs::path make_work(const fs::path& output) {
   return name;
 }
 
-// A full disk (quota, file-size limit) while writing into the work folder, said of the output
-// (the work folder is removed, and nothing was there before): "OUTPUT: could not be written (No
-// space left on device); ...".
+// A full disk while writing into the work folder, said of the output (the work folder is removed):
+// "OUTPUT: could not be written (No space left on device); ...".
 [[noreturn]] void throw_for_output(const fs::path& output, const CannotWrite& error) {
   const std::string text = error.what();
   const auto close = text.rfind(')');

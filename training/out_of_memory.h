@@ -1,8 +1,6 @@
-// Out of memory, worded at the command boundary: the one place an out-of-memory error of a
-// command that trains becomes its one-line message, with the keys that set the memory it ran out
-// of (memory.limit, training.batch_size, ...) and the remedies for its phase. Lower layers throw
-// the fact (c10's OutOfMemoryError, platform/errors.h's OutOfMemory); studies that measure
-// record it as a result (TrialStatus::OutOfMemory).
+// Out of memory, worded at the command boundary: the one line naming the keys that set the memory
+// (memory.limit, training.batch_size, ...) and its phase's remedies. Lower layers throw the fact;
+// studies record it as a result (TrialStatus::OutOfMemory).
 #pragma once
 
 #include <torch/torch.h>
@@ -16,8 +14,7 @@
 
 namespace training {
 
-// Where an out-of-memory error happened: "in epoch 2 after 40 steps", and which phase, which
-// decides the remedies.
+// Where out of memory happened ("in epoch 2 after 40 steps") and its phase, for the remedies.
 struct OutOfMemoryWhere {
   enum Phase { Setup, Training, Evaluation } phase;
   std::string text;
@@ -25,8 +22,7 @@ struct OutOfMemoryWhere {
   bool one_image = false;    // Evaluation: its forward passes were down to one image
 };
 
-// One line for an out-of-memory error: where it happened, the peak reached, the limit, and the
-// remedies for that phase.
+// Out of memory's one line: where, the peak reached, the limit, and the phase's remedies.
 std::string out_of_memory_message(const Config& config, const torch::Device& device,
                                   const OutOfMemoryWhere& where,
                                   const std::string& allocator_message);
@@ -35,8 +31,7 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
 // memory`): the error's first line; out of memory under memory.limit says that key.
 std::string measured_error_line(const Config& config, const std::exception& error);
 
-// Runs `body`; an out-of-memory error inside it (device.h's is_out_of_memory) becomes
-// OutOfMemory with its one-line message.
+// Runs `body`, turning out of memory (is_out_of_memory) into OutOfMemory with its one line.
 template <class Body>
 auto out_of_memory_is_exit_3(const Config& config, const torch::Device& device,
                              const std::function<OutOfMemoryWhere()>& where, Body&& body) {

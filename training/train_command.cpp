@@ -111,9 +111,8 @@ LoadedData load_data(const Config& config) {
   return loaded;
 }
 
-// Opens rank 0's (or a single process's) run directory into `run`: new, or the one being
-// resumed in place. (A RunDirectory holds a lock and a log sink: it is not moved.)
-// Other ranks name it where they know it (resumed, or --output-dir) for the commands they advise.
+// Opens rank 0's run directory into `run` (new, or resumed in place; never moved: it holds a lock
+// and a log sink); other ranks name it, where they know it, for the commands they advise.
 void open_run(const TrainRequest& request, const ResumeTarget& resume, const Config& config,
               const ProcessGroup* group, Trainer& trainer, std::optional<RunDirectory>& run) {
   const bool in_place = !resume.run_dir.empty();  // a resume has no --output-dir (train_command)
@@ -132,10 +131,8 @@ void open_run(const TrainRequest& request, const ResumeTarget& resume, const Con
       run->path().string());
 }
 
-// The start-up summary, on the terminal and in train.log: device and threads, data, model,
-// precision, layout, batch and epochs (the run directory was said when it was opened). The full
-// effective config and the memory arithmetic go to train.log only (trace level: the console shows
-// info and above); config.yaml holds the config too.
+// The start-up summary (device, data, model, precision, layout, batch, epochs); the config and the
+// memory arithmetic at trace level, in train.log only.
 void log_start(const Config& config, const RunInputs& inputs, const torch::Device& device,
                const LoadedData& data, Trainer& trainer, const MemoryFormatChoice& layout,
                bool resuming, bool trained) {
@@ -230,8 +227,7 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
   }
 }
 
-// The run's end: the checkpointing's outcome and the report (when epochs were recorded), the
-// last line, and the exit code.
+// The run's end: checkpointing's outcome, the report, the last line and the exit code.
 int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
            std::optional<RunDirectory>& run, std::chrono::steady_clock::time_point start,
            int64_t first_step) {
@@ -261,11 +257,9 @@ int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
   return kExitOk;
 }
 
-// What needs no measurement is refused before anything is measured: the labels, the batch, the
-// profiler's window, a resumed checkpoint's model and its position (ranks, batch, samples), and
-// the folder the run will write (rank 0's), not after the autos were measured. Returns where a
-// resumed run stands: its optimizer steps, and whether it has nothing left to train (its
-// epochs, or training.max_steps, done).
+// Refuses what needs no measurement before the autos measure: the labels, the batch, the
+// profiler's window, a resumed checkpoint's model and position, rank 0's output folder. Returns a
+// resumed run's optimizer steps and whether it has nothing left to train.
 struct Position {
   int64_t step = 0;
   bool trained = false;
@@ -301,8 +295,7 @@ Position check_before_measuring(const TrainRequest& request, const ResumeTarget&
   return {};
 }
 
-// The run itself, from the config asked for and the decisions recorded (a resume): set up,
-// decide, train, report.
+// The run from the config asked and the decisions recorded: set up, decide, train, report.
 int train(const TrainRequest& request, const ResumeTarget& resume, const Config& asked,
           Decisions decisions) {
   const auto launch = launch_env_from_environment();

@@ -174,6 +174,8 @@ MatmulBenchOptions parse_matmul_options(const MatmulRequest& request) {
   return options;
 }
 
+// Devices without CUDA are reported as not available, not as errors; so is a size that runs out
+// of memory (out_of_memory set), and the remaining rows still run.
 std::vector<MatmulResult> run_matmul_bench(const MatmulBenchOptions& options) {
   std::vector<MatmulResult> results;
   for (const auto& device_name : options.devices) {

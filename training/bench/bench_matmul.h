@@ -1,7 +1,6 @@
-// `train bench matmul`: the seed's CuPy-vs-NumPy experiment in LibTorch. Square random matrices
-// on each device and dtype, warm-up, device-synchronised timing, and per entry the median time,
-// GFLOP/s (2·N³ / t), the fraction of a peak, the memory used, and the error against a float64
-// reference on a sample of rows.
+// `train bench matmul`: the seed's CuPy-vs-NumPy experiment in LibTorch. Per device, dtype and
+// size: the median synchronised time, GFLOP/s (2·N³ / t), fraction of a peak, memory, and the error
+// against float64 on sampled rows.
 #pragma once
 
 #include <string>

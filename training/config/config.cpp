@@ -264,8 +264,7 @@ Config load_config(const std::string& path, const std::vector<Override>& overrid
     throw ConfigError(path + ": is not a regular file (a device, pipe or socket), expected a " +
                       "YAML config file");
   }
-  // A config is a few KiB; a bound keeps a wrong path (a huge log, a disk image) from being read
-  // until memory runs out.
+  // A config is a few KiB; a bound keeps a wrong path (a disk image) from filling memory.
   if (std::filesystem::is_regular_file(status) && std::filesystem::file_size(path, ec) > kMiB) {
     throw ConfigError(path + ": is larger than 1 MiB, expected a YAML config file of a few KiB");
   }

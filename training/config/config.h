@@ -1,6 +1,5 @@
-// The one typed configuration of a run. YAML file -> --set overrides -> Config, validated in one
-// place: config.cpp holds the schema (every section, key, type, range and choice, and the checks
-// that span keys); config_yaml.h the YAML machinery it drives.
+// The one typed configuration of a run (YAML file -> --set overrides -> Config); config.cpp holds
+// the schema, validated in one place, config_yaml.h the YAML machinery it drives.
 #pragma once
 
 #include <map>
@@ -27,8 +26,7 @@ inline constexpr int64_t kAutoPrefetch = -1;
 // torch::data loader over the same dataset (data/torch_data.h).
 enum class LoaderKind { Batched, TorchData };
 
-// The largest training.threads (and bench matmul --threads) and sweep.time_budget (and plan
-// --budget), in seconds: 7 days.
+// The largest training.threads and sweep.time_budget (7 days), also bench's and plan's flags'.
 inline constexpr int64_t kMaxThreads = 4096;
 inline constexpr int64_t kMaxTimeBudget = 7 * 86400;
 
@@ -37,8 +35,7 @@ inline constexpr int64_t kStoredImageSize = 32;
 // data.image_size's bounds: 8 keeps a feature map in every stage; 1024 is 20x ResNet-50's 224.
 inline constexpr int64_t kMinImageSize = 8, kMaxImageSize = 1024;
 
-// " at 224x224" where the images are resized, "" at the size they are stored at: said after the
-// model or the batch in logs, headers and decisions.
+// " at 224x224" where the images are resized, "" at the stored size: after the model or batch.
 inline std::string resized_text(int64_t image_size) {
   if (image_size == kStoredImageSize) return "";
   return " at " + std::to_string(image_size) + "x" + std::to_string(image_size);
@@ -55,9 +52,8 @@ struct DataConfig {
   double simulated_delay_ms = 0;  // extra time to prepare each training batch (pipeline studies)
   LoaderKind loader = LoaderKind::Batched;
   int64_t workers = 0;  // torch_data: LibTorch's worker threads (0: batches made in next())
-  // The side the images are resized to, after augmentation, on the training device (bilinear):
-  // 224 is where ImageNet-style ResNet-50 recipes train CIFAR-10. The step, its memory and its
-  // speed follow it everywhere (train, evaluation, memory studies, sweeps, card predictions).
+  // The side images are resized to after augmentation, on the device (bilinear; 224 is where
+  // ImageNet-style ResNet-50 recipes train CIFAR-10); every step and study follows it.
   int64_t image_size = kStoredImageSize;
 };
 
@@ -65,14 +61,12 @@ struct DataConfig {
 // (training/step/graphed_step.h). Auto: on for CUDA with fp32 or bf16 when training alone.
 enum class CudaGraphMode { Off, On, Auto };
 
-// sweep.launcher: where a sweep's trials run -- child processes of `train sweep` on this machine,
-// or the tasks of one Slurm job array (training/studies/sweep_slurm.h).
+// sweep.launcher: trials as child processes here, or as one Slurm job array (sweep_slurm.h).
 enum class SweepLauncher { Local, Slurm };
 
 // sweep.slurm: the Slurm launcher's own keys, a section inside sweep.
 struct SlurmConfig {
-  // sweep.slurm.options: sbatch's options for the job array, passed as given (e.g.
-  // --partition=gpu, --gres=gpu:1).
+  // sbatch's options for the job array, as given (e.g. --partition=gpu, --gres=gpu:1).
   std::vector<std::string> options = {};
 };
 
@@ -86,9 +80,8 @@ struct TrainingConfig {
   int64_t epochs = 30;
   int64_t max_steps = 0;     // stop after this many optimizer steps (0 = run all epochs)
   int64_t batch_size = 128;  // images per micro-batch (per rank when data-parallel)
-  // Gradient accumulation: micro-batches of batch_size per optimizer step (effective batch:
-  // batch_size x accumulate_steps x ranks). Steps, the schedule, max_steps and EMA count optimizer
-  // steps; an epoch's last incomplete group of micro-batches is dropped.
+  // Micro-batches per optimizer step (what steps, the schedule, max_steps and EMA count); an
+  // epoch's last incomplete group is dropped.
   int64_t accumulate_steps = 1;  // at most kMaxAccumulateSteps
   int64_t eval_batch_size = 500;
   int64_t seed = 0;
@@ -101,8 +94,7 @@ struct TrainingConfig {
   std::optional<c10::MemoryFormat> memory_format;
   bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms once per shape
   bool allow_tf32 = true;       // CUDA (Ampere+): TF32 tensor cores for fp32 matmul/convolution
-  // Evaluation averages the logits of each test image and of its mirror image (test-time
-  // augmentation; twice the evaluation's forward passes).
+  // Evaluation averages each test image's logits with its mirror's (twice the forward passes).
   bool eval_flip = false;
   // Test accuracies whose first crossing is logged with the wall time (time to accuracy).
   std::vector<double> accuracy_thresholds = {0.90, 0.93, 0.94, 0.95};
@@ -191,9 +183,8 @@ struct Config {
   SweepConfig sweep;
   DistributedOptions distributed;
 
-  // Where `key` ("section.key") was set: the flag that set it ("--device", "--set
-  // training.device"), else the config's origin (its file). Messages about a value that is
-  // checked only where it is used name it, as the config's own checks do.
+  // Where `key` ("section.key") was set, for messages: its flag ("--device", "--set
+  // training.device"), else the config's origin (its file).
   std::string origin_of(const std::string& key) const;
   // Of keys that make one refusal together: the first's flag, else the flag of the first another
   // set, else the config's origin.
@@ -202,9 +193,8 @@ struct Config {
   std::map<std::string, std::string> flags;  // "section.key" → the flag that set it
 };
 
-// Runs `work` and returns what it returns. A KeyError from it (a value this machine or this data
-// cannot use) becomes a ConfigError led by where the key was set, as the config's own checks are:
-// "--device: training.device: 'cuda:3' requested, but this machine has 1 CUDA device(s) ...".
+// Runs `work`, a KeyError from it becoming a ConfigError led by where the key was set: "--device:
+// training.device: 'cuda:3' requested, but this machine has 1 CUDA device(s) ...".
 template <class Work>
 auto with_key_origins(const Config& config, Work&& work) -> decltype(work()) {
   try {
@@ -224,32 +214,25 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
 
 // Images per optimizer step: training.batch_size x training.accumulate_steps x `ranks`.
 int64_t effective_batch_size(const Config& config, int64_t ranks);
-// "128", or with accumulation or ranks "128 x 4 micro-batches x 2 ranks = 1024 per optimizer
-// step".
+// "128", or "128 x 4 micro-batches x 2 ranks = 1024 per optimizer step".
 std::string batch_description(const Config& config, int64_t ranks);
 
-// Why a graph-captured step (training.cuda_graph) cannot run this config, as the end of the
-// sentence "training.cuda_graph: on ..." (fp16, the unfused SGD, checkpointing); empty when it
-// can. The device and data-parallel training are checked apart, once they are known
-// (training/step/graphed_step.h).
+// Why training.cuda_graph cannot run this config, ending "training.cuda_graph: on ..." (fp16, the
+// unfused SGD, checkpointing); empty when it can. The device and ranks are checked apart.
 std::string cuda_graph_obstacle(const Config& config);
 
-// The effective config as YAML (every key, defaults included); parse_config() reads it back
-// to an equal Config.
+// The effective config as YAML, every key; parse_config() reads it back to an equal Config.
 std::string to_yaml(const Config& config);
 
-// A training run's config as asked (its config.yaml and its checkpoint's copy): to_yaml without
-// the section sweep, which is train sweep's input and not a run's (parse_config() gives its
-// defaults). A sweep's own config.yaml and its trials' keep it.
+// A run's config as asked (its config.yaml, its checkpoint's copy): to_yaml without the sweep
+// section, which is train sweep's input and not a run's; a sweep's and its trials' keep it.
 std::string run_yaml(const Config& config);
 
 // Every valid key as "section.key".
 std::vector<std::string> config_keys();
 
-// "resnet50" etc., as written in the config.
+// "resnet50" etc. and "cifar" / "imagenet", as written in the config.
 std::string arch_name(const models::ResNetOptions& model);
-
-// "cifar" / "imagenet", as written in the config.
 std::string stem_name(const models::ResNetOptions& model);
 
 // "contiguous" / "channels_last".

@@ -1,6 +1,5 @@
-// What a config is read from besides its file, and what a bad one throws: the overrides of --set
-// and the shorthand flags, and ConfigError. Below both the schema (config.h) and the YAML
-// machinery (config_yaml.h), which include it.
+// A config's overrides (--set, the shorthand flags) and ConfigError, below both the schema
+// (config.h) and the YAML machinery (config_yaml.h).
 #pragma once
 
 #include <string>
@@ -16,9 +15,8 @@ class ConfigError : public UserError {
   using UserError::UserError;
 };
 
-// One override of a config key: "section.key=value" (the value is YAML), and the flag it came
-// from, which error messages name: "--set" (then the message names "--set section.key"), or a
-// shorthand such as "--device" or "--memory-limit".
+// One override, "section.key=value" (YAML), and the flag messages name: "--set" (then "--set
+// section.key"), or a shorthand such as "--device".
 struct Override {
   Override(std::string assignment, std::string flag = "--set")
       : assignment(std::move(assignment)), flag(std::move(flag)) {}

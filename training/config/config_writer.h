@@ -1,5 +1,4 @@
-// The Writer the schema's walk() drives (config.cpp's to_yaml): the other half of config_yaml.h's
-// Reader.
+// The Writer config.cpp's walk() drives (to_yaml): the other half of config_yaml.h's Reader.
 #pragma once
 
 #include <yaml-cpp/yaml.h>

@@ -1,6 +1,5 @@
-// The YAML machinery behind the config (config.cpp holds the schema): a Reader that the schema's
-// walk() drives (its Writer: config_writer.h), the overrides of --set and the shorthand flags, the
-// duplicate-key check, and the "did you mean" suggestions. Nothing here knows a config key.
+// The YAML machinery behind the schema (config.cpp's walk() drives the Reader and config_writer.h's
+// Writer): overrides, the duplicate-key check, "did you mean". Nothing here knows a config key.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -40,14 +39,12 @@ inline constexpr int64_t kAuto = -1;
 std::string suggestion(const std::string& wrong, const std::vector<std::string>& valid,
                        const std::string& prefix);
 std::string join(const std::vector<std::string>& items, const std::string& separator);
-// "fp32,bf16" -> {"fp32", "bf16"}, the one reading of a comma-separated flag value: spaces around
-// an item are not part of it ("fp32, bf16", as YAML reads a list); an empty item ("fp32,",
-// ",fp32", "32,,64") is a ConfigError naming `flag`, never an item dropped in silence.
+// "fp32, bf16" -> {"fp32", "bf16"}, the one reading of a comma-separated flag value (spaces
+// trimmed, as YAML reads a list); an empty item ("fp32,", "32,,64") is a ConfigError naming `flag`.
 std::vector<std::string> split_items(const std::string& text, const std::string& flag);
 
-// The one rule for every list a user gives (a config's grid, a flag's items): each value once.
-// "item 3 repeats item 1; list each value once" for the first repeat, "" when there is none
-// (a list that names a value twice would say "2 settings" and measure one).
+// Every list a user gives lists each value once (twice, it would say "2 settings" and measure
+// one): "item 3 repeats item 1; list each value once" for the first repeat, else "".
 template <class T>
 std::string first_repeat(const std::vector<T>& values) {
   for (size_t i = 0; i < values.size(); ++i) {
@@ -74,9 +71,8 @@ std::string shortest_double(double value);
 // YAML 1.1's octal 8), "+5" is 5; "0x10", "0o10", "1e3", "1.0" and overflow are not integers.
 bool decimal_integer(const YAML::Node& node, int64_t& out);
 
-// Reads a parsed YAML document into a typed config as walk() visits the schema: every field
-// read is checked (type, range, choice) and every key the document has but the schema lacks is
-// refused with the nearest valid name. Messages name the file, or the flag that set the key.
+// Reads a YAML document as walk() visits the schema, checking each field (type, range, choice) and
+// refusing keys the schema lacks with the nearest valid name, naming the file or the flag.
 class Reader {
  public:
   // `overridden`: the paths ("section.key", and "section" for sections that only an override
@@ -84,10 +80,8 @@ class Reader {
   Reader(YAML::Node root, std::string origin, std::map<std::string, std::string> overridden)
       : root_(std::move(root)), origin_(std::move(origin)), overridden_(std::move(overridden)) {}
 
-  // A section of keys: at the top level ("sweep"), or inside the section being read (a
-  // sub-section, "sweep.slurm", whose keys are "sweep.slurm.options"). Every key the document
-  // has in it but the schema lacks is refused, with the nearest valid name among the section's
-  // keys and its sub-sections' keys ("slurm_options": did you mean 'sweep.slurm.options'?).
+  // A section ("sweep") or a sub-section of the one being read ("sweep.slurm"); unknown keys get
+  // the nearest name among its keys and sub-keys ("slurm_options": 'sweep.slurm.options'?).
   template <class Body>
   void section(const std::string& name, Body&& body) {
     Scope enclosing = enter(name);

@@ -1,8 +1,6 @@
-// What the program decided for a run, beside what was asked: the layout
-// training.memory_format: auto chose and the blocks checkpointing.enabled: auto chose, with what
-// each was decided from. config.yaml keeps what was asked (auto stays auto); the decisions go to
-// the run directory's decisions.json and into the checkpoint, a resume reads them back (and keeps
-// those that still hold), report.md and train compare show them.
+// What a run's autos decided (the layout, checkpointing's blocks) and from what, beside
+// config.yaml's auto: in decisions.json and the checkpoint, kept by a resume where they hold, shown
+// by report.md and train compare.
 #pragma once
 
 #include <c10/core/MemoryFormat.h>
@@ -35,9 +33,7 @@ struct CheckpointingDecision {
                           // recorded after it (a step count above) trained under it
 };
 
-// The training peak of the last epoch recorded under `decision` (its row's step above
-// from_step: a resume that chose again measured nothing under the earlier rows); nullopt when
-// none was.
+// The training peak of the last epoch recorded under `decision` (a row past its from_step), if any.
 template <typename Rows>
 std::optional<int64_t> peak_under(const CheckpointingDecision& decision, const Rows& epochs) {
   for (auto it = epochs.rbegin(); it != epochs.rend(); ++it) {
@@ -46,12 +42,9 @@ std::optional<int64_t> peak_under(const CheckpointingDecision& decision, const R
   return std::nullopt;
 }
 
-// The step a decision is made for, as its chosen_for records it: everything that sets one
-// training step's memory and time -- the model, the micro-batch and its image size (where not 32),
-// the micro-batches per optimizer step, the precision, the layout (when given: a layout decision's
-// step has none yet), the optimizer and the weight average. "resnet18 cifar stem, 10 classes, batch
-// 32, fp32, contiguous, sgd momentum 0.9 nesterov weight decay 0.0005 fused". A recorded decision
-// holds only for the step it names; what a run holds beside the step (the loader's batches,
+// The step a decision holds for (its chosen_for): all that sets a step's memory and time, the
+// layout where given: "resnet18 cifar stem, 10 classes, batch 32, fp32, contiguous, sgd momentum
+// 0.9 nesterov weight decay 0.0005 fused". What a run holds beside the step (the loader's batches,
 // device-resident data) is taken off the budget a recorded choice is checked against instead.
 std::string step_signature(const Config& config, const std::optional<c10::MemoryFormat>& layout);
 
@@ -60,13 +53,10 @@ struct Decisions {
   std::optional<CheckpointingDecision> checkpointing;
 };
 
-// The config a run builds its parts from: `asked` with each decision in the place of its auto
-// (a layout only where training.memory_format is auto; blocks only where checkpointing is auto
-// and gives none).
+// `asked` with each decision in place of its auto (blocks where checkpointing auto gives none).
 Config decided(const Config& asked, const Decisions& decisions);
 
-// The keys of `asked` a decision would fill ("training.memory_format and checkpointing.blocks";
-// "" when it gives every one).
+// The keys of `asked` a decision would fill ("training.memory_format and ..."; "" for none).
 std::string undecided_keys(const Config& asked);
 
 // decisions.json's text (a JSON object; "{}" when nothing was decided).

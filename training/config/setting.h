@@ -1,6 +1,5 @@
-// A setting of one training step as the studies vary it: what `train sweep` crosses in its grid,
-// `train memory` measures and `train plan` ranks — the precision, the checkpointing, the layout
-// and the accumulation. Everything else comes from the study's config.
+// A step's setting as the studies vary it (sweep's grid, memory's measurements, plan's ranks):
+// precision, checkpointing, layout, accumulation; the rest comes from the study's config.
 #pragma once
 
 #include <nlohmann/json.hpp>

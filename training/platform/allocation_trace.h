@@ -1,15 +1,12 @@
-// An allocation stream: every allocation (its size as requested) and free of a window, in order,
-// each free naming the allocation it ends, with phase marks. The CPU's tracking allocator records
-// it (memory.h, set_trace); the card prediction replays it through a model of the CUDA caching
-// allocator (cards/card_prediction.h). Allocations live when the window opens come first, in the
-// order they were made.
+// An allocation stream: every allocation (its size as requested) and free of a window in order,
+// each free naming its allocation, with phase marks; those live when the window opens come first.
+// The CPU's tracking allocator records it (memory.h), the card prediction replays it through a
+// model of the CUDA caching allocator (cards/card_prediction.h).
 //
-// The stream holds the tensors a device would hold, never an operation's own working memory: an
-// allocation made and freed inside one operation (an ATen operator that runs no autograd node
-// inside it) is left out. On the CPU that is the kernel's scratch (oneDNN's, taken through
-// raw_allocate, differs between its AVX2, AVX-512 and AMX kernels) and its temporaries; a card's
-// operations keep their own (cuDNN's workspaces), which the stream cannot tell. What crosses an
-// operation's boundary (its outputs, what autograd saves, what the optimizer keeps) stays.
+// It holds the tensors a device would hold, never an operation's own working memory: what an
+// operator without an autograd node inside allocates and frees is left out (on the CPU oneDNN's
+// scratch, which differs between its AVX2, AVX-512 and AMX kernels; a card's operations keep their
+// own, cuDNN's workspaces). Outputs, what autograd saves and what the optimizer keeps stay.
 // OperationWatch tells the trace where operations begin and end.
 #pragma once
 
@@ -51,11 +48,9 @@ class AllocationTrace {
   // Operations nest, on one thread (OperationWatch's): each end closes the innermost one begun.
   void operation_begins(Operation kind);
   void operation_ends();
-  // The stream so far, without the operations' own allocations (above), numbered in order from 0,
-  // each run of frees (with no allocation or mark between them) sorted by allocation number.
-  // Autograd frees a graph's saved tensors in an order that follows their addresses, which differ
-  // between recordings; the order inside a run changes no peak, and no caching allocator's state:
-  // a freed block merges with its free neighbours in any order.
+  // The stream so far, numbered from 0, each run of frees sorted by allocation number: autograd
+  // frees saved tensors in address order, which differs between recordings, and the order inside
+  // a run changes no peak or allocator state (a freed block merges with its neighbours anyway).
   AllocationStream stream() const;
 
  private:

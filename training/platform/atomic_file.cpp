@@ -25,8 +25,7 @@ fs::path temporary_for(const fs::path& target) {
          ("." + target.filename().string() + ".tmp" + std::to_string(::getpid()));
 }
 
-// SIGPIPE ignored while one lives (a write into a pipe meets EPIPE instead), restored however it
-// ends.
+// SIGPIPE ignored while one lives (a pipe's write meets EPIPE instead), restored as it ends.
 class SigpipeIgnored {
  public:
   SigpipeIgnored() {

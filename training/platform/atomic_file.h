@@ -8,10 +8,8 @@
 
 namespace training {
 
-// Writes `content` to `target` atomically. Throws CannotWrite (exit 5) when the disk is full, a
-// quota or the file-size limit is hit, or the device fails, and UserError (exit 2) naming the
-// path for any other reason (no such folder, no permission, the target is a folder); either way
-// the temporary is removed and the old file is untouched.
+// Writes `content` to `target` atomically; throws CannotWrite (a full disk, quota or failing
+// device) or UserError naming the path, the temporary removed and the old file untouched.
 void write_file_atomically(const std::filesystem::path& target, const std::string& content);
 
 // Writes `content` to `file` (not atomically: for the temporaries of replace_file_atomically);
@@ -19,11 +17,9 @@ void write_file_atomically(const std::filesystem::path& target, const std::strin
 void write_whole_file(const std::filesystem::path& file, const std::string& content,
                       const std::filesystem::path& reported_as);
 
-// For writers that need a path (e.g. torch archives): `write` fills the temporary path given to
-// it; on success it is renamed over `target`, on failure removed, and the error rethrown. A
-// character device or a FIFO at `target`, or a link to one (/dev/null, /dev/stdout, a pipe), is
-// written directly, never replaced (/dev/full: CannotWrite; a pipe without its reader:
-// UserError); a block device or a socket is refused (UserError).
+// For writers that need a path (torch archives): `write` fills a temporary, renamed over `target`
+// on success, removed on failure. A character device or FIFO at `target` (/dev/null, a pipe) is
+// written directly, never replaced; a block device or a socket is refused (UserError).
 void replace_file_atomically(const std::filesystem::path& target,
                              const std::function<void(const std::filesystem::path&)>& write);
 
@@ -34,8 +30,7 @@ std::string read_whole_file(const std::filesystem::path& file);
 // The temporaries these functions write beside `target` (".<name>.tmp<pid>").
 bool is_temporary_of(const std::filesystem::path& file, const std::string& target_name);
 
-// Throws the error for a failed write of `path` with errno `error` (CannotWrite or UserError,
-// as above).
+// Throws the error for `path`'s failed write with errno `error` (CannotWrite or UserError).
 [[noreturn]] void throw_write_error(const std::filesystem::path& path, int error);
 
 }  // namespace training

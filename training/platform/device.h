@@ -1,6 +1,5 @@
-// The device seam. Everything that needs CUDA headers or libraries lives behind these
-// functions, in device_cuda.cpp, which is compiled only when the LibTorch found is a CUDA build;
-// nothing else in the project includes c10/cuda or ATen/cuda.
+// The device seam: everything that needs CUDA lives behind these functions, in device_cuda.cpp
+// (compiled only against a CUDA LibTorch); nothing else includes c10/cuda or ATen/cuda.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -58,9 +57,8 @@ void set_cpu_threads(int64_t threads);
 // and TF32 for fp32 matmuls and convolutions on GPUs that have it.
 void set_cuda_math(bool cudnn_benchmark, bool allow_tf32);
 
-// Device work recorded once and replayed: what training/step/graphed_step.h needs of a graph.
-// warm_up runs the work eagerly; capture records it without running it; replay runs what was
-// recorded (the work's host logic is not run again, only its device operations).
+// Device work recorded once and replayed (training/step/graphed_step.h): warm_up runs it eagerly,
+// capture records it without running it, replay runs its device operations (not its host logic).
 class Graph {
  public:
   virtual ~Graph() = default;
@@ -71,18 +69,14 @@ class Graph {
   virtual int64_t pool_bytes() const = 0;  // device memory the recorded work holds
 };
 
-// A CUDA graph of some device work (ATen's CUDAGraph), on its own side stream (from the
-// high-priority stream pool, which nothing else here takes from). warm_up runs the
-// work eagerly on that stream (cuDNN's algorithm search, cuBLAS's per-stream workspaces and
-// first-use allocations happen there, not in the capture); capture first empties the caching
-// allocator's and the pinned-host allocator's caches (as torch.cuda.graph does), then records the
-// work without running it (autocast's cast cache off), in the graph's private memory pool; replay
-// runs the recorded work on the current stream. A capture that fails (the work throws, or CUDA
-// refuses the capture) ends the stream's capture and the allocators' routing to the pool and
-// releases the pool before the error is rethrown: the process goes on as before the capture, and
-// this graph stays uncaptured. Tensors the work reads and writes keep their addresses:
-// inputs are copied into tensors allocated before the capture, outputs are read after replay.
-// Throws UserError on the CPU and in builds without CUDA (the step words it with its key).
+// A CUDA graph (ATen's CUDAGraph) on its own side stream from the high-priority pool, which
+// nothing else takes from. warm_up runs the work there (cuDNN's algorithm search, cuBLAS's
+// workspaces and first allocations happen outside the capture); capture empties the caching and
+// pinned-host allocators' caches (as torch.cuda.graph does) and records the work, autocast's cast
+// cache off, in the graph's private pool; replay runs it on the current stream. A failed capture
+// is undone (capture ended, routing to the pool ended, pool released) before the error is
+// rethrown, and the graph stays uncaptured. Inputs are copied into tensors allocated before the
+// capture, outputs read after replay. Throws UserError on the CPU and in builds without CUDA.
 class DeviceGraph final : public Graph {
  public:
   explicit DeviceGraph(const torch::Device& device);
@@ -117,18 +111,16 @@ void reset_peak_memory(const torch::Device& device);
 // frees completed) on CUDA. Once it returns, the previous timeline is no longer touched.
 void trace_allocations(const torch::Device& device, MemoryTimeline* timeline);
 
-// The CUDA caching allocator's history, as torch.cuda.memory._record_memory_history records it:
-// start (keeping at most `max_entries` events, with C++ stack traces), the pickled snapshot that
-// pytorch.org/memory_viz opens, stop. Each throws check_memory_history_supported's UserError
-// on the CPU; call that first to refuse before anything is written.
+// The CUDA caching allocator's history (torch.cuda.memory._record_memory_history): start (at most
+// `max_entries` events, with C++ stack traces), the pickle pytorch.org/memory_viz opens, stop.
+// Each throws check_memory_history_supported's UserError on the CPU; call that first.
 void check_memory_history_supported(const torch::Device& device);
 void start_memory_history(const torch::Device& device, int64_t max_entries);
 std::string memory_snapshot_pickle(const torch::Device& device);
 void stop_memory_history(const torch::Device& device);
 
-// Device memory this process holds outside the caching allocator (the CUDA context, cuBLAS and
-// cuDNN handles and workspaces): the device's used memory minus the allocator's reserved bytes.
-// Other processes on the same GPU count too. 0 on the CPU, where there is no such overhead.
+// Device memory outside the caching allocator (CUDA context, cuBLAS and cuDNN handles): the
+// device's used memory (other processes' too) minus the allocator's reserved bytes; 0 on the CPU.
 int64_t memory_outside_allocator(const torch::Device& device);
 
 // Makes allocations beyond `bytes` on `device` fail with c10::OutOfMemoryError, as on a card
@@ -142,18 +134,15 @@ void check_memory_limit(const torch::Device& device, int64_t bytes);
 // The device's memory: the GPU's total, or the machine's physical memory.
 int64_t total_memory(const torch::Device& device);
 
-// True for the errors that mean the device ran out of memory: c10::OutOfMemoryError (the CUDA
-// caching allocator's, or on the CPU the tracking allocator's) and the plain errors raised when
-// CUDA, cuBLAS or cuDNN fail to allocate memory of their own (workspaces, handles); and this
-// project's OutOfMemory (errors.h), already worded. The one test of "ran out of memory".
+// The one test of "ran out of memory": c10::OutOfMemoryError (CUDA's caching or the CPU's tracking
+// allocator), CUDA's, cuBLAS's or cuDNN's own allocation failures, and OutOfMemory (errors.h).
 bool is_out_of_memory(const std::exception& error);
 bool is_out_of_memory_message(const std::string& message);
 
-// True when this CPU computes bf16 natively (AVX-512 BF16 or AMX-BF16) and oneDNN may use those
-// instructions (ONEDNN_MAX_CPU_ISA, or DNNL_MAX_CPU_ISA, unset or AVX512_CORE_BF16 and above).
-// Elsewhere (AVX2-only CPUs, or oneDNN capped below) a bf16 matmul is emulated, hundreds of times
-// slower than fp32. has_native_bf16 decides from a capability table like
-// at::cpu::get_cpu_capabilities()'s, onednn_isa_has_bf16 from the variable's value.
+// This CPU computes bf16 natively (AVX-512 BF16 or AMX-BF16) and oneDNN may use it
+// (ONEDNN_MAX_CPU_ISA or DNNL_MAX_CPU_ISA unset or AVX512_CORE_BF16 and above); elsewhere bf16 is
+// emulated, hundreds of times slower than fp32. has_native_bf16 reads a capability table like
+// at::cpu::get_cpu_capabilities()'s, onednn_isa_has_bf16 the variable's value.
 bool cpu_has_native_bf16();
 bool has_native_bf16(const std::unordered_map<std::string, c10::IValue>& capabilities);
 bool onednn_isa_has_bf16(const char* max_isa);

@@ -35,10 +35,8 @@ namespace training::cuda {
 
 namespace {
 
-// CUDA starts lazily, as in Python (torch.cuda._lazy_init): the caching allocator has no
-// per-device state until the CUDA hooks' init() ran, and asking it for statistics, a peak reset
-// or a memory fraction before that fails its "Allocator not initialized for device" assertion.
-// The first CUDA tensor would run it; these calls may come before any tensor exists.
+// CUDA starts lazily (torch.cuda._lazy_init): before the first CUDA tensor the caching allocator
+// fails its "Allocator not initialized for device" assertion, and these calls may come first.
 void initialize() {
   at::globalContext().lazyInitDevice(c10::kCUDA);
 }
@@ -126,10 +124,8 @@ void trace_allocations(int index, MemoryTimeline* timeline) {
 void start_memory_history(int index, int64_t max_entries) {
   initialize();
   make_current(index);
-  // As torch.cuda.memory._record_memory_history(max_entries=...): allocations, frees and segment
-  // events. The C++ overload that takes `stacks` accepts only "python" or "all", and "all"
-  // unwinds and symbolises a C++ stack per event; this one records the events with the (here
-  // empty) Python context and no C++ stacks.
+  // As torch.cuda.memory._record_memory_history(max_entries=...), without C++ stacks (the overload
+  // taking `stacks` knows only "python" or "all", which symbolises a stack per event).
   torch::cuda::_record_memory_history(/*enabled=*/true, /*record_context=*/true, max_entries,
                                       /*trace_alloc_record_context=*/true,
                                       /*record_cpp_context=*/false);
@@ -185,11 +181,8 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
                                                     int64_t rank, int64_t world_size,
                                                     std::chrono::seconds timeout) {
   check_nccl_version();
-  // Blocking wait: a collective that fails or outlives the timeout throws from wait(), which the
-  // trainer reports with exit code 4. Without it wait() returns at once and ProcessGroupNCCL's
-  // watchdog thread aborts the whole process (SIGABRT) when a peer is lost. It is read from the
-  // environment when the process group is built (there is no Options field); a value the user
-  // set is kept.
+  // A failed or timed-out collective then throws from wait() (exit 4) instead of the watchdog
+  // aborting the process; read from the environment only (no Options field), a user's value kept.
   ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
@@ -219,11 +212,9 @@ DeviceGraph::DeviceGraph(const torch::Device& device) {
   const auto index = static_cast<c10::DeviceIndex>(device.has_index() ? device.index() : 0);
   at::globalContext().lazyInitDevice(c10::kCUDA);
   c10::cuda::CUDAGuard on_device(index);
-  // A stream of its own: a capture cannot run on the legacy default stream, and the warm-up runs
-  // where the capture will, so that per-stream state (cuBLAS workspaces) exists beforehand. It
-  // comes from the high-priority pool: every other stream of this program (the loader's prefetch
-  // stream, c10d's) comes from the low-priority pool, so the two can never be the same stream,
-  // however many streams are taken in between (each pool hands out its 32 streams round-robin).
+  // A stream of its own (no capture on the legacy default stream; the warm-up runs there so that
+  // cuBLAS's workspaces exist beforehand), from the high-priority pool: every other stream here
+  // comes from the low-priority one, so none is ever this one (pools hand out 32 round-robin).
   state_ =
       std::make_unique<State>(index, c10::cuda::getStreamFromPool(/*isHighPriority=*/true, index));
 }
@@ -250,13 +241,10 @@ bool quietly(Undo&& undo) {
   }
 }
 
-// After a capture that failed (the work threw, or cudaStreamEndCapture refused the capture),
-// leaves the stream, the allocators and the error state as they were before capture_begin.
-// CUDAGraph::capture_end throws at cudaStreamEndCapture before it ends the allocators' routing to
-// the graph's pool, so without this every later allocation on the stream would keep consulting
-// the dead capture's filter and the pool's blocks would never be reclaimed. A routing that
-// capture_end did end is left alone, and so is its pool: CUDAGraph's destructor releases the
-// pool of a capture that got that far, and a second release would abort the process.
+// After a failed capture, leaves the stream, allocators and error state as before capture_begin:
+// CUDAGraph::capture_end throws before it ends the allocators' routing to the pool, which would
+// leave later allocations consulting a dead capture and the pool never reclaimed. A routing it did
+// end is left alone with its pool: CUDAGraph's destructor releases it, and twice would abort.
 void abandon_capture(c10::DeviceIndex device, const c10::cuda::CUDAStream& stream,
                      c10::MempoolId_t pool) {
   cudaGraph_t partial = nullptr;
@@ -287,10 +275,8 @@ void DeviceGraph::warm_up(const std::function<void()>& work) {
 
 void DeviceGraph::capture(const std::function<void()>& work) {
   c10::cuda::CUDAGuard on_device(state_->index);
-  // As torch.cuda.graph does before capture_begin: nothing else in flight, and the blocks the
-  // warm-up freed given back to the device (and the pinned-host cache emptied). Blocks cached in
-  // the default pool cannot serve the graph's private pool, so without this reserved memory
-  // would hold the step's transient memory twice.
+  // As torch.cuda.graph does: nothing in flight, the warm-up's cached blocks (which cannot serve
+  // the graph's pool, so would hold the step's transients twice) and the pinned cache released.
   c10::cuda::device_synchronize();
   c10::cuda::CUDACachingAllocator::emptyCache();
   at::getHostAllocator(at::kCUDA)->empty_cache();

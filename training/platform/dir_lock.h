@@ -1,8 +1,6 @@
-// An exclusive lock on an output directory (a run or a sweep), so that two processes never write
-// the same directory: `flock` on <dir>/.lock, held for the life of the object (in practice the
-// process's), released by the operating system when the process dies, so kill -9 never leaves a
-// directory locked. The holder's pid is written into the file, for the message the next process
-// gets. `train report` takes it when it is free (run_report.h) and writes without it otherwise.
+// An exclusive lock on an output directory: `flock` on <dir>/.lock for the object's life, released
+// by the kernel when the process dies (kill -9 too), with the holder's pid in the file for the next
+// one's message. `train report` takes it when it is free (run_report.h), writes without it else.
 #pragma once
 
 #include <filesystem>
@@ -14,8 +12,7 @@ bool locked_by_another_process(const std::filesystem::path& dir);
 
 class DirectoryLock {
  public:
-  // Takes the lock on existing directory `dir`; throws UserError naming the holder's pid when
-  // another process holds it.
+  // Locks existing directory `dir`; UserError naming the holder's pid where another holds it.
   explicit DirectoryLock(const std::filesystem::path& dir);
   ~DirectoryLock();
   DirectoryLock(const DirectoryLock&) = delete;

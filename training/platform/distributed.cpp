@@ -63,9 +63,9 @@ std::string store_host(const LaunchEnv& env) {
   return env.agent_store ? "torchrun's agent on node 0" : "rank 0";
 }
 
-// The group's backend: NCCL's (`nccl`: uses_nccl said so, in a build with NCCL), or Gloo's full
-// mesh over the peer network's interfaces (connected within `connect_within`, what is left of the
-// join's; its collectives then get `timeout`).
+// NCCL's backend (`nccl`: uses_nccl said so), or Gloo's full mesh over the peer network's
+// interfaces, connected within `connect_within` (what is left of the join's), collectives
+// `timeout`.
 c10::intrusive_ptr<c10d::Backend> make_backend(bool nccl, const LaunchEnv& env,
                                                const PeerNetwork& network,
                                                std::chrono::milliseconds connect_within,
@@ -76,8 +76,6 @@ c10::intrusive_ptr<c10d::Backend> make_backend(bool nccl, const LaunchEnv& env,
 #else
   (void)nccl;
 #endif
-  // Gloo connects its full mesh in its constructor, within the options' timeout: what is left
-  // of the join's. Its collectives then get the whole distributed.timeout_seconds.
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(connect_within);
   for (const auto& interface : network.interfaces) {
     gloo_options->devices.push_back(
@@ -157,8 +155,7 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
   const auto timeout = std::chrono::seconds(options.timeout_seconds);
   const std::string store_address = env.master_addr + ":" + std::to_string(env.master_port);
   const std::string within = " within " + std::to_string(options.timeout_seconds) + " s";
-  // Each stage's message, said by the deadline if the stage outlives it, or with the error that
-  // ended it.
+  // Each stage's message, said by the deadline or with the error that ended it.
   const std::string unreachable =
       me + ": could not reach the other ranks through " + store_address + within +
       " (the store, hosted by " + store_host(env) +
@@ -234,9 +231,7 @@ void ProcessGroup::meet_peers(std::chrono::milliseconds timeout, const std::stri
     }
   }
   store.setTimeout(std::chrono::seconds(options_.timeout_seconds));
-  // An address on loopback is reachable from its own host only: with a peer elsewhere (one not on
-  // loopback), the mesh would wait the whole timeout. (A host name mapped to 127.0.1.1 on one
-  // host.)
+  // A loopback address with a peer elsewhere: the mesh would wait the whole timeout.
   for (int64_t r = 0; missing.empty() && r < env_.world_size; ++r) {
     const std::string address = peers_[r].substr(0, peers_[r].find(' '));
     for (int64_t other = 0; is_loopback_address(address) && other < env_.world_size; ++other) {

@@ -1,11 +1,8 @@
-// Data-parallel training on LibTorch's own distributed engine, c10d: a TCPStore rendezvous, a
-// Gloo (CPU) or NCCL (CUDA) process group, and c10d's Reducer, which averages gradients in
-// flattened buckets with all-reduce as backward produces them (the engine under PyTorch's DDP).
-// Ranks are started like torchrun starts them: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-// MASTER_PORT in the environment (scripts/launch.py sets them).
-//
-// BatchNorm normalises with each rank's own batch; the running estimates are rank 0's, broadcast
-// before each step and before evaluating (broadcast_buffers, as PyTorch's DDP does).
+// Data-parallel training on c10d, the engine under PyTorch's DDP: a TCPStore rendezvous, a Gloo
+// (CPU) or NCCL (CUDA) process group, and the Reducer, which all-reduces gradients in buckets as
+// backward produces them. Ranks start as torchrun starts them (RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR, MASTER_PORT; scripts/launch.py). BatchNorm normalises with each rank's batch; the
+// running estimates are rank 0's, broadcast before each step and evaluation, as DDP does.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -48,12 +45,9 @@ struct DistributedOptions {
   std::string interface;  // the interfaces peers reach this rank through ("" = route to the store)
 };
 
-// The gradient buckets of `params` (in definition order) as c10d's Reducer all-reduces them, each
-// a list of parameter indices: assigned by size as PyTorch's DDP does (a small first bucket of
-// kFirstBucketBytes for the parameters defined first, then buckets of `bucket_bytes`), then
-// reversed, because backward produces gradients in roughly the reverse of definition order and the
-// Reducer all-reduces bucket i only after buckets 0..i-1: so the output layers' bucket goes first,
-// overlapping the rest of backward, and the stem's small bucket last.
+// The Reducer's gradient buckets of `params` (parameter indices), assigned by size as DDP does
+// (kFirstBucketBytes first, then `bucket_bytes` each) and reversed: backward produces gradients in
+// about reverse order and bucket i goes after 0..i-1, so the output layers' overlap backward.
 inline constexpr int64_t kFirstBucketBytes = 1 << 20;
 std::vector<std::vector<size_t>> gradient_buckets(const std::vector<torch::Tensor>& params,
                                                   int64_t bucket_bytes);
@@ -65,13 +59,10 @@ bool uses_nccl(DistributedBackend backend, const torch::Device& device);
 
 class ProcessGroup {
  public:
-  // Joins the group: the store, the peers' addresses, the backend's connections and a first
-  // collective, all within distributed.timeout_seconds (a rank still joining a few seconds after
-  // it exits with code 4 and the stage it was in). Throws, before waiting for anyone,
-  // BackendRefused for a backend it cannot use and InterfaceRefused for options.interface naming
-  // one this host lacks (errors.h: facts, which the caller words with its keys); DistributedError
-  // when a peer cannot be reached. `interface_setting` is what users set options.interface with
-  // ("distributed.interface"), named in messages beside GLOO_SOCKET_IFNAME.
+  // Joins the group (store, peers' addresses, connections, a first collective) within
+  // distributed.timeout_seconds, else exits 4 naming the stage. Throws BackendRefused or
+  // InterfaceRefused (errors.h) before waiting for anyone, DistributedError when a peer cannot be
+  // reached; `interface_setting` ("distributed.interface") is named beside GLOO_SOCKET_IFNAME.
   ProcessGroup(const LaunchEnv& env, const DistributedOptions& options, const torch::Device& device,
                const std::string& interface_setting);
   ~ProcessGroup();

@@ -1,5 +1,4 @@
-// Durations: measured (seconds_since), and as people read them: "1:02:03", "4:05" (hours only
-// when there are any).
+// Durations: measured (seconds_since), and as people read them: "1:02:03", "4:05".
 #pragma once
 
 #include <chrono>

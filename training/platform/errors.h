@@ -64,13 +64,10 @@ class UserError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A config value that passed the config's checks but that this machine or this data cannot use: a
-// device the machine lacks, a memory limit above the device's memory, a batch larger than the
-// data. The message starts with the key ("training.device: ..."); a command that holds the Config
-// puts where the key was set in front of it (training/config/config.h, with_key_origins).
-// `with` names the other keys whose values make the refusal with `key`'s (memory.limit beside
-// checkpointing.enabled: auto): where `key` was not set by a flag and one of them was, that flag
-// is the one named (a resume's `--set memory.limit=none`, not the checkpoint's stored config).
+// A valid config value this machine or data cannot use (a device it lacks, a batch larger than the
+// data): "training.device: ...", led by where the key was set (config.h, with_key_origins). `with`
+// names the keys that make the refusal with `key`: where one of them, not `key`, was set by a
+// flag, that flag is named (a resume's `--set memory.limit=none`, not the stored config).
 class KeyError : public UserError {
  public:
   KeyError(std::string key, const std::string& what, std::vector<std::string> with = {})
@@ -88,10 +85,8 @@ class KeyError : public UserError {
   std::vector<std::string> with_;
 };
 
-// What a process group refuses before it waits for anyone, said as facts without a config key:
-// the backend asked for (nccl without a CUDA device or build, a mismatched NCCL) and the network
-// interfaces named (one this host lacks, two settings that disagree). The set-up words each with
-// the key that asked for it (training/parts/setup.h, join_group).
+// What a process group refuses before waiting for anyone (a backend it cannot use, an interface
+// this host lacks or two that disagree), as facts the set-up words with their keys (join_group).
 class BackendRefused : public UserError {
  public:
   using UserError::UserError;

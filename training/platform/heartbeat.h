@@ -1,8 +1,5 @@
-// A long phase says that it is still going: one line once it has run kFirstLineSeconds (10 s),
-// then one every kEverySeconds (30 s), the rule of the training progress lines
-// (loop/progress.h), from a thread of its own, so that a phase made of one long call (drawing
-// the report's plots) is covered as well as one made of many (evaluating 20 batches). Phases
-// shorter than 10 s print nothing.
+// A long phase says it is still going, from a thread of its own (one long call is covered too):
+// a line after kFirstLineSeconds (10 s), then every kEverySeconds (30 s), as loop/progress.h.
 //
 //   Heartbeat beat("evaluation", batches, "batches");   // "evaluation: 12/20 batches, 500 img/s
 //   for (...) { ...; beat.advance(done, images); }      //  (12.3 s so far, about 0:08 left)"
@@ -33,8 +30,7 @@ class Heartbeat {
   // The line for `done` of `total` after `seconds` (what the thread logs).
   static std::string line(const std::string& what, int64_t done, int64_t total,
                           const std::string& unit, int64_t images, double seconds);
-  // For tests: the first line after `first` seconds, then every `every` seconds (0, 0: the
-  // defaults above).
+  // For tests: the first line after `first` s, then every `every` s (0, 0: the defaults).
   static void set_intervals(double first, double every);
 
  private:

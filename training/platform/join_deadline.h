@@ -13,8 +13,7 @@ namespace training {
 // Seconds past distributed.timeout_seconds after which a rank still joining its group ends itself.
 inline constexpr auto kJoinGrace = std::chrono::seconds(5);
 
-// Ends the process with exit code 4 and the message of its current stage when the join has not
-// finished by its deadline.
+// Exits 4 with its current stage's message when the join has not finished by its deadline.
 class JoinDeadline {
  public:
   using Clock = std::chrono::steady_clock;

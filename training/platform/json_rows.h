@@ -25,9 +25,8 @@ nlohmann::ordered_json optional_json(const std::optional<T>& value) {
   return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json();
 }
 
-// `json[key]`, read back as its writer wrote it: a number of type T (a whole number for an integral
-// T), at least `low` and at most `high` (a NaN is neither). std::out_of_range naming the field
-// otherwise.
+// `json[key]` as its writer wrote it: a T (whole for an integral T) in [`low`, `high`] (a NaN is
+// not), else std::out_of_range naming the field.
 template <typename T>
 T read_at_least(const nlohmann::json& json, const char* key, T low,
                 T high = std::numeric_limits<T>::max()) {

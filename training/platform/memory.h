@@ -1,6 +1,5 @@
-// Memory accounting that works without a GPU: a CPU allocator that counts the bytes held by CPU
-// tensors (current and peak) and can refuse allocations beyond a limit exactly like a device
-// out of memory, plus byte-size parsing and printing for configs and logs.
+// Memory accounting without a GPU: a CPU allocator that counts bytes held (current, peak) and
+// refuses allocations beyond a limit as a device would; byte sizes read and printed.
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -25,10 +24,9 @@ struct MemoryStats {
   int64_t peak_reserved = 0;
 };
 
-// Wraps LibTorch's default CPU allocator. Install it once at start-up, before tensors are
-// made; tensors made earlier are not counted (and are freed correctly all the same).
-// oneDNN's scratch comes through raw_allocate and is counted: it is this CPU's peak (other CPUs'
-// kernels keep other scratch). A card's prediction leaves it out (allocation_trace.h).
+// Wraps LibTorch's default CPU allocator, installed before tensors are made (earlier ones are not
+// counted). oneDNN's scratch (raw_allocate) is counted: it is this CPU's peak, which a card's
+// prediction leaves out (allocation_trace.h).
 class TrackingCpuAllocator final : public c10::Allocator {
  public:
   // The process-wide instance, installed as LibTorch's CPU allocator on first call.
@@ -41,21 +39,16 @@ class TrackingCpuAllocator final : public c10::Allocator {
 
   MemoryStats stats() const;
   void reset_peak();
-  // Allocations that would take the held bytes above `bytes` throw c10::OutOfMemoryError
-  // (0 = no limit).
+  // Allocations above `bytes` held throw c10::OutOfMemoryError (0 = no limit).
   void set_limit(int64_t bytes) { limit_.store(bytes); }
   int64_t limit() const { return limit_.load(); }
-  // Every counted allocation and free is added to `timeline` until this is called again (nullptr
-  // stops). Once it returns, the previous timeline is no longer touched.
+  // Every counted allocation and free goes to `timeline` or `trace` until called again (nullptr
+  // stops); a trace starts with the allocations held, in the order they were made.
   void set_timeline(MemoryTimeline* timeline);
-  // Every counted allocation and free is recorded in `trace` until this is called again (nullptr
-  // stops); the allocations held when it starts are recorded first, in the order they were made.
   void set_trace(AllocationTrace* trace);
 
-  // CPU tensors allocated on this thread while a HostData object lives are host-side data (the
-  // decoded dataset): neither counted nor limited, because on a GPU they would not be in device
-  // memory either. That keeps memory.limit's meaning the same on the CPU as on CUDA, and a
-  // sweep's largest batch (whose trials hold no dataset) true for `train`.
+  // CPU tensors allocated on this thread while one lives are host data (the decoded dataset), not
+  // counted or limited as on a GPU: memory.limit means the same on the CPU as on CUDA.
   class HostData {
    public:
     HostData();
@@ -88,13 +81,11 @@ class TrackingCpuAllocator final : public c10::Allocator {
   std::atomic<int64_t> limit_{0};
 };
 
-// "12GiB", "512MiB", "1.5GB", "64KiB", "1000" (bytes). Binary (KiB, MiB, GiB, TiB) and decimal
-// (KB, MB, GB, TB) units, case-insensitive. Throws std::invalid_argument naming what it expected
-// (a whole number of bytes among the forms only where `bare_bytes` takes one).
+// "12GiB", "512MiB", "1.5GB", "1000" (bytes, where `bare_bytes`): binary and decimal units up to
+// TiB/TB, case-insensitive; std::invalid_argument naming what it expected.
 int64_t parse_byte_size(const std::string& text, bool bare_bytes = true);
-// A size a flag gives (`flag`: "--memory"), above 0: UserError naming the flag otherwise. The one
-// reading of a size flag: app/flag_values.cpp's and a card's size (cards.h) use it, with
-// `bare_bytes` false (their sizes take a unit: the message offers none without).
+// The one reading of a size flag (`flag`: "--memory"), above 0, else UserError naming the flag;
+// `bare_bytes` false for sizes that take a unit (flag_values.cpp's, cards.h's).
 int64_t size_flag(const std::string& flag, const std::string& text, bool bare_bytes = true);
 
 // A byte size as the config writes it: "12GiB", "512MiB", or plain bytes (exact, re-readable).
@@ -106,9 +97,8 @@ std::string size_at_least_text(int64_t bytes);
 
 // "1.50 GiB", "512.0 MiB", "12 B": the largest binary unit that keeps the number >= 1.
 std::string format_bytes(int64_t bytes);
-// The two sides of a comparison as format_bytes writes them, or where that writes two different
-// sizes alike, in one unit with the decimals that tell them apart ("139.964 MiB" against
-// "139.961 MiB"; to the byte where six do not).
+// Two sizes as format_bytes writes them, or where it writes different ones alike, with the decimals
+// that tell them apart ("139.964 MiB" against "139.961 MiB"; to the byte where six do not).
 std::pair<std::string, std::string> format_bytes_apart(int64_t a, int64_t b);
 
 inline double to_mib(int64_t bytes) {

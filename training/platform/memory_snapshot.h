@@ -1,8 +1,6 @@
-// memory.snapshot: the CUDA caching allocator's history over a window of training steps (the
-// profiler's window, profiler.steps), written as a pickled snapshot that PyTorch's memory viewer
-// opens: drag <run>/memory_snapshot.pickle onto https://pytorch.org/memory_viz. CUDA only
-// (device.h's check_memory_history_supported refuses the CPU). A card's predicted allocator, in
-// the same format on any machine: training/cards/allocator_snapshot.h.
+// memory.snapshot (CUDA only): the caching allocator's history over profiler.steps as the pickle
+// https://pytorch.org/memory_viz opens (<run>/memory_snapshot.pickle); a card's predicted one, on
+// any machine: training/cards/allocator_snapshot.h.
 #pragma once
 
 #include <torch/types.h>
@@ -13,8 +11,7 @@ namespace training {
 
 class StepMemorySnapshot {
  public:
-  // Steps are 1-based global optimizer steps, inclusive; at most `max_entries` allocator events
-  // are kept (the newest).
+  // Steps: 1-based optimizer steps, inclusive; the newest `max_entries` events are kept.
   StepMemorySnapshot(int64_t first_step, int64_t last_step, int64_t max_entries,
                      std::filesystem::path file, torch::Device device);
   // Call before and after optimizer step `step`: recording starts before the first step of the

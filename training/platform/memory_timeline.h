@@ -1,8 +1,6 @@
-// A memory timeline: the bytes held after every allocation and free over a window (one training
-// step), with named marks at phase boundaries. The CPU's tracking allocator and the CUDA caching
-// allocator's trace both feed it (device.h's trace_allocations). Bounded: beyond max_points,
-// neighbouring points merge pairwise keeping the larger, so peaks survive and later events are
-// merged at the same stride.
+// The bytes held after every allocation and free over a window (one step), with marks at phase
+// boundaries, fed by device.h's trace_allocations. Beyond max_points neighbours merge pairwise
+// keeping the larger, so peaks survive, and later events merge at the same stride.
 #pragma once
 
 #include <cstdint>

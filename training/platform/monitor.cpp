@@ -99,10 +99,8 @@ class NvmlProbe : public Probe {
   }
 
   bool bind(const std::string& pci_bus_id, std::string* why_not) {
-    // Required: without these there is nothing to sample. The rest is optional (some drivers,
-    // and virtual GPUs, lack power or clock readings), so one missing symbol costs one column.
-    // Required: without these there is nothing to sample. The rest is optional (some drivers,
-    // and virtual GPUs, lack power or clock readings), so one missing symbol costs one column.
+    // Required, the first five (nothing to sample without them); the rest optional (some drivers
+    // and virtual GPUs lack power or clock readings): a missing one costs one column.
     auto find = [&](auto& entry, const char* name, bool required) {
       entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(::dlsym(library_, name));
       if (!entry && required && why_not->empty()) *why_not = std::string("NVML has no ") + name;

@@ -1,8 +1,6 @@
-// An in-process `nvidia-smi -l 1`: a background thread samples the device every period and
-// appends one JSON line per sample to <run>/gpu.jsonl, stamped with time, epoch and step.
-// On CUDA the probe reads NVML, loaded at run time (dlopen of libnvidia-ml.so.1), so the binary
-// runs where NVML is absent; on the CPU it reads the process's CPU utilisation and RSS, in the
-// same format. Per-epoch summaries go into the epoch metrics.
+// An in-process `nvidia-smi -l 1`: a thread appends a JSON line per period to <run>/gpu.jsonl
+// (time, epoch, step) from NVML, dlopen'ed so the binary runs without it, or on the CPU from the
+// process's CPU utilisation and RSS. Per-epoch summaries go into the epoch metrics.
 #pragma once
 
 #include <atomic>
@@ -32,19 +30,16 @@ class Probe {
   virtual Sample read() = 0;
 };
 
-// The process's CPU utilisation (CPU time / wall time / usable_cpus(), since the previous read)
-// and RSS.
+// The process's CPU utilisation (CPU / wall time / usable_cpus(), since the last read), RSS.
 std::unique_ptr<Probe> make_cpu_probe();
 // The CPUs this process may run on: its affinity mask (not every CPU online: a process limited
 // to some of them is busy when it keeps those busy).
 int usable_cpus();
 
-// NVML for the GPU at PCI bus id `pci_bus_id` (device.h's pci_bus_id(): NVML numbers GPUs
-// physically and ignores CUDA_VISIBLE_DEVICES, so an index would name the wrong GPU), labelled
-// `device` ("cuda:0") in the samples, from `library` (default "libnvidia-ml.so.1"; a test can
-// hand in a fake). Utilisation and memory are required; power, SM clock and temperature are read
-// when the library has them. nullptr with the reason in `why_not` when the library, a required
-// symbol or the GPU is unavailable.
+// NVML (`library`; tests pass a fake) for the GPU at `pci_bus_id` (NVML ignores
+// CUDA_VISIBLE_DEVICES, so an index could name another GPU), labelled `device`. Power, SM clock and
+// temperature where the library has them; nullptr and `why_not` without it, a required symbol
+// (utilisation, memory) or the GPU.
 std::unique_ptr<Probe> make_nvml_probe(const std::string& device, const std::string& pci_bus_id,
                                        const std::string& library, std::string* why_not);
 
@@ -56,8 +51,7 @@ struct SamplerSummary {
 
 class Sampler {
  public:
-  // Samples `probe` every `period_seconds` (the first sample at once) into `file` (appended,
-  // one whole line per sample).
+  // Samples `probe` every `period_seconds`, at once first, a whole line each appended to `file`.
   Sampler(std::unique_ptr<Probe> probe, double period_seconds, std::filesystem::path file);
   ~Sampler();
   Sampler(const Sampler&) = delete;

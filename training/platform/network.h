@@ -1,8 +1,6 @@
-// Which network interface a data-parallel rank talks to its peers through. By default the one this
-// host reaches the store (MASTER_ADDR) from: the local end of its route there, so that ranks on
-// several hosts advertise an address the others can reach with no variable set (what the host
-// name resolves to is often 127.0.0.1 on cloud images and containers). GLOO_SOCKET_IFNAME (a
-// comma-separated list, as PyTorch reads it) or distributed.interface name the interfaces instead.
+// The network interface a data-parallel rank talks to its peers through: by default the local end
+// of its route to MASTER_ADDR (the host name often resolves to 127.0.0.1 in containers), else those
+// GLOO_SOCKET_IFNAME (a comma-separated list, as PyTorch reads it) or distributed.interface name.
 #pragma once
 
 #include <string>
@@ -19,9 +17,8 @@ struct NetworkInterface {
 // nothing sent); UserError where the name does not resolve, DistributedError without a route.
 NetworkInterface route_to(const std::string& host, int port);
 
-// The interfaces named in `list` ("eth0" or "eth0,eth1"), each with its address. Throws
-// InterfaceRefused (errors.h) when a name is empty, repeated, or not an interface of this host
-// with an address (the message lists the ones it has); whoever read the list names it.
+// The interfaces `list` names ("eth0,eth1") with their addresses; InterfaceRefused (listing this
+// host's) for a name empty, repeated or not an interface here with an address.
 std::vector<NetworkInterface> interfaces_named(const std::string& list);
 
 bool is_loopback_address(const std::string& address);

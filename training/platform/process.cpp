@@ -39,8 +39,7 @@ bool ProcessOutcome::ended_by_stop() const {
 
 namespace {
 
-// fork + exec, where the child asks the kernel to kill it when this process dies (kill -9
-// included: PR_SET_PDEATHSIG), so no trial outlives its sweep. The child does only
+// fork + exec, the child killed when this process dies (PR_SET_PDEATHSIG) and making only
 // async-signal-safe calls before exec; an exec failure's errno comes back through a pipe.
 pid_t start_child(std::vector<char*>& args, const fs::path& log_file, char** env = environ) {
   int pipe_fds[2];

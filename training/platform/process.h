@@ -1,5 +1,4 @@
-// Child processes for isolated sweep trials: a failed, crashed or out-of-memory trial cannot
-// pollute the next one.
+// Child processes for sweep trials: a failed or crashed trial cannot pollute the next one.
 #pragma once
 
 #include <filesystem>
@@ -21,13 +20,10 @@ struct ProcessOutcome {
   bool ended_by_stop() const;
 };
 
-// Runs argv[0] (a path) with stdout and stderr appended to `log_file`; kills it after
-// `timeout_seconds`. When this process is asked to stop (stop_signal.h: Ctrl-C, SIGTERM), passes
-// SIGTERM on to the child and waits for it (SIGKILL after 10 s), so no child is left running.
-// The child is killed when this process dies (PR_SET_PDEATHSIG), kill -9 included. Throws
-// UserError when it cannot be started.
-// `environment`: "NAME=value" entries set in the child's environment beside this process's
-// (CUDA_VISIBLE_DEVICES for a sweep's trial on one GPU of several).
+// Runs argv[0] (a path), output appended to `log_file`, with `environment`'s "NAME=value" entries
+// added (CUDA_VISIBLE_DEVICES); killed after `timeout_seconds` and when this process dies (kill -9
+// too: PR_SET_PDEATHSIG). A stop of this process is passed on as SIGTERM (SIGKILL 10 s later), so
+// no child is left running. Throws UserError when it cannot be started.
 ProcessOutcome run_process(const std::vector<std::string>& argv,
                            const std::filesystem::path& log_file, int64_t timeout_seconds,
                            const std::vector<std::string>& environment = {});
@@ -37,9 +33,8 @@ struct CommandOutput {
   int exit_code = -1;  // -1: killed by a signal or after the timeout
   std::string output;
 };
-// Runs argv (argv[0] a name found on PATH, or a path) to its end or `timeout_seconds`, whatever
-// this process's stop state (scancel must run during a stop). Throws UserError when it cannot
-// be started (not found, not executable).
+// Runs argv (argv[0] on PATH, or a path) to its end or `timeout_seconds`, stopping or not (scancel
+// must run during a stop); UserError when it cannot be started.
 CommandOutput run_command(const std::vector<std::string>& argv, int64_t timeout_seconds);
 
 // The path of `name` found on PATH, executable; "" when there is none.
@@ -51,9 +46,8 @@ std::string last_line(const std::filesystem::path& file);
 // The running executable (/proc/self/exe).
 std::filesystem::path current_executable();
 
-// The program as advice names it ("continue with: ./build/train --resume runs/x"), one shell word:
-// the path it was run as (argv[0], set by main: `./build/train`, or `train` found on PATH) where
-// that names this executable from here, else its absolute path (current_executable()).
+// The program as advice names it ("continue with: ./build/train --resume runs/x"): argv[0] where
+// that names this executable from here, else current_executable(); one shell word.
 void set_invoked_as(const std::string& argv0);
 std::string advised_program();
 
@@ -61,9 +55,8 @@ std::string advised_program();
 // ($TRAIN_VENV or ~/.cache/train-studies/venv), else python3.
 std::string python_executable();
 
-// Runs scripts/<script> (from the source tree this binary was built from) with `arguments`,
-// output to `log_file`, in python_executable(). Returns an empty string on success, else what went
-// wrong; stopped, the command that draws them, naming that Python.
+// Runs the build's source tree's scripts/<script> in python_executable(), output to `log_file`;
+// returns "" on success, else what went wrong (stopped: the command that draws them).
 std::string run_python_script(const std::string& script, const std::vector<std::string>& arguments,
                               const std::filesystem::path& log_file);
 

@@ -121,8 +121,7 @@ extern "C" void exit_on_stop_signal(int signal, siginfo_t*, void*) {
   exit_stopped();
 }
 
-// SIGINT, SIGTERM and SIGHUP to `handler` (with the sender's siginfo); SIGHUP not where it was
-// ignored (nohup).
+// SIGINT, SIGTERM and SIGHUP (not where ignored: nohup) to `handler`, with siginfo.
 void handle_stops(void (*handler)(int, siginfo_t*, void*)) {
   struct sigaction action {};
   action.sa_sigaction = handler;

@@ -19,10 +19,8 @@ inline constexpr double kSameStopSeconds = 0.1;
 // SIGHUP (the terminal closed, an ssh session dropped) is a stop like SIGTERM, unless it was
 // ignored when the process started (nohup): then it stays ignored.
 
-// Before a command can stop gracefully: SIGINT/SIGTERM/SIGHUP exit at once with kExitStopped (130),
-// the code a stop has everywhere, after one line on stderr ("[stopped] by a signal (exit 130);
-// nothing is half-written"). Nothing is lost: an atomic write under way (DeferRepeatedStops)
-// finishes first, so no temporary is left.
+// Before a command can stop gracefully: a stop signal exits 130 at once after one line on stderr,
+// once an atomic write under way (DeferRepeatedStops) has finished, so no temporary is left.
 void install_exit_on_stop();
 // While one lives, the stop line also goes to `file` if it is a regular file (never created), in
 // place of the one set before: a run's train.log, from RunDirectory or ResumedRunLog (run_dir.h).
@@ -37,10 +35,8 @@ class StopLineFile {
   int fd_ = -1;
   int previous_ = -1;
 };
-// From here on a stop signal is ignored: the command's outputs are complete (its folder marked
-// finished, output_dir.h's mark_finished), so a stop that arrives after them is too late to stop
-// anything, and the command exits 0, not 130 with a folder that cannot be used again. A stop
-// deferred by a write under way (DeferRepeatedStops) is dropped too.
+// From here on stop signals (a deferred one too) are ignored: the outputs are complete (marked
+// finished), so the command exits 0, not 130 with a folder that cannot be used again.
 void ignore_stops_from_now();
 // The graceful stop (the flag below), for loops that check it.
 void install_stop_handlers();
@@ -53,9 +49,7 @@ void clear_stop_request();
 // a job id) and waits for it: what this process started elsewhere stops with it. Empty: nothing.
 void run_on_exit_at_once(const std::vector<std::string>& argv);
 
-// While one lives (a checkpoint or another atomic write), a stop signal that ends the process (a
-// repeated one, or any under install_exit_on_stop) waits: the write finishes, then the signal
-// takes effect. Nests.
+// While one lives (an atomic write), a stop that exits at once waits for it. Nests.
 class DeferRepeatedStops {
  public:
   DeferRepeatedStops();
@@ -64,12 +58,9 @@ class DeferRepeatedStops {
   DeferRepeatedStops& operator=(const DeferRepeatedStops&) = delete;
 };
 
-// A test hook: kills the process (SIGKILL, as kill -9) when the environment variable
-// TRAIN_TEST_KILL_AT names `point`, so that tests can die at an exact instant.
+// Test hooks, to die or stop at an exact instant: SIGKILL where TRAIN_TEST_KILL_AT names `point`;
+// what SIGINT would do where TRAIN_TEST_STOP_AT names it.
 void test_kill_point(const char* point);
-// A test hook: when TRAIN_TEST_STOP_AT names `point`, does what SIGINT would do there (the
-// signal itself under install_exit_on_stop, else the graceful stop's request), so that
-// tests can stop at an exact instant.
 void test_stop_point(const std::string& point);
 
 }  // namespace training

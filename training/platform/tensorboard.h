@@ -1,8 +1,7 @@
-// TensorBoard event files: `events.out.tfevents.<seconds>.<host>.<pid>` in a run directory, read by
-// `tensorboard --logdir`. Each record is a protobuf Event (tensorboard_event.proto) in TFRecord
-// framing: the length (8 bytes, little-endian), its masked CRC-32C, the bytes, their masked
-// CRC-32C. A record is written whole and flushed with the others at each call of flush(); a
-// reader tolerates a torn last record, so a killed run loses at most what was not flushed.
+// TensorBoard event files (`events.out.tfevents.<seconds>.<host>.<pid>`): protobuf Events
+// (tensorboard_event.proto) in TFRecord framing (length, 8 bytes little-endian, its masked CRC-32C,
+// the bytes, their masked CRC-32C). Readers tolerate a torn last record: a killed run loses at most
+// what was not flushed.
 #pragma once
 
 #include <cstdint>
@@ -17,8 +16,7 @@ namespace training {
 // protobuf and Boost.CRC were found at configure time.
 bool tensorboard_built();
 
-// TFRecord's check value: CRC-32C (Castagnoli) of `size` bytes, rotated right by 15 bits plus
-// 0xa282ead8.
+// TFRecord's check: CRC-32C of `size` bytes, rotated right by 15 bits plus 0xa282ead8.
 uint32_t masked_crc32c(const void* data, size_t size);
 
 using Scalars = std::vector<std::pair<std::string, double>>;

@@ -109,8 +109,7 @@ void write_state(torch::serialize::OutputArchive& archive, const std::string& pr
   archive.write(prefix + "_tensors", c10::IValue(tensors));
 }
 
-// Copies the stored `prefix` state into `model`, checking every name and shape first (only
-// checks with `copy` false).
+// Checks the stored `prefix` state's names and shapes against `model`, then (`copy`) copies it.
 void read_state(torch::serialize::InputArchive& archive, const fs::path& file,
                 const std::string& prefix, torch::nn::Module& model, bool copy = true) {
   const auto names = read_value(archive, file, prefix + "_names").toListRef();

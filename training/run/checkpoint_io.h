@@ -1,15 +1,12 @@
-// Checkpoints: model, optimizer, the position in the run, the partial-epoch accumulators, RNG
-// state and the effective config, in one torch archive written atomically. Loading one and
-// continuing gives the same per-epoch metrics as never having stopped.
-//
+// Checkpoints: model, optimizer, position, partial-epoch accumulators, RNG state and config in one
+// torch archive written atomically; continuing from one gives the metrics of never having stopped.
 // On disk the archive is framed with a checksum, verified before LibTorch's loader sees a byte:
 //   bytes 0-7    "TRNCKPT\n"   magic
 //   bytes 8-11   format version, little-endian uint32 (kCheckpointFrameVersion)
 //   bytes 12-19  payload length in bytes, little-endian uint64
 //   bytes 20-51  SHA-256 of the payload (OpenSSL)
 //   bytes 52-    the payload: the torch archive (a zip, as torch::save writes it)
-// A damaged file is refused in one line naming it; a written checkpoint is read back and verified
-// before it replaces the previous one, which is therefore never replaced by an unverifiable file.
+// A damaged file is refused in one line; a new checkpoint is verified before it replaces the last.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -76,19 +73,14 @@ TrainState checkpoint_position(const std::filesystem::path& file);
 // through an epoch, "after epoch 2 (step 8)" at an epoch's end.
 std::string position_text(const TrainState& state);
 
-// Throws the UserError load_checkpoint would, naming the file, when the stored model's tensors are
-// not `model`'s (names and shapes) or the stored optimizer state does not fit `optimizer` (its
-// parameter groups); reads nothing into the model. A resume checks this on a model and optimizer
-// built for the purpose before it decides or measures anything for the run. Returns where the
-// checkpoint stands (epoch, step, batch_in_epoch, world_size, batch_size, config_yaml; no
-// tensors), for the checks a resume makes before it measures (Trainer::check_resumable).
+// Throws the UserError load_checkpoint would where the stored tensors (names, shapes) or optimizer
+// state do not fit, reading nothing into `model`: a resume checks before it measures anything.
+// Returns checkpoint_position's, for Trainer::check_resumable.
 TrainState check_checkpoint_model(const std::filesystem::path& file, torch::nn::Module& model,
                                   torch::optim::Optimizer& optimizer);
 
-// Restores model, optimizer and RNG into existing objects of the same shape; returns the
-// position to continue from. Throws UserError naming the file when it does not fit the model.
-// With `average`, restores the stored weight average into it when the file holds one, and says
-// whether it did in `*had_average`.
+// Restores model, optimizer, RNG (and into `average` a stored weight average, `*had_average`
+// saying so) and returns the position to continue from; UserError where it does not fit.
 TrainState load_checkpoint(const std::filesystem::path& file, torch::nn::Module& model,
                            torch::optim::Optimizer& optimizer, const torch::Device& device,
                            torch::nn::Module* average = nullptr, bool* had_average = nullptr);

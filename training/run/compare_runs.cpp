@@ -129,8 +129,7 @@ ComparedRun read_compared_run(const fs::path& dir) {
   ComparedRun run;
   run.dir = dir.filename().empty() ? dir.parent_path() : dir;  // "runs/a/" is "runs/a"
   run.name = run.dir.filename().string();
-  // The run's effective config, read and checked as train reads it: every key, one a run's file
-  // leaves out at its default.
+  // The run's config as train reads it: every key, those left out at their defaults.
   const RecordedInputs recorded = recorded_inputs(dir);
   if (!recorded.note.empty()) spdlog::warn("{}", recorded.note);
   const Config& asked = recorded.asked;

@@ -1,10 +1,7 @@
-// `train compare RUN_DIR... [--output DIR]`: finished runs side by side, one column per run (one
-// run alone is a table of one column): the config keys whose values differ between the runs, the
-// model, device, accuracy (final and best), time per epoch, images/s and its ratio to the first
-// run, memory peaks and the wait for data; written as compare.md and compare.json, with overlaid
-// curves drawn by scripts/plot_compare.py (accuracy.png: test accuracy per epoch and against wall
-// time; loss.png: test loss likewise; memory.png: peak allocated and reserved per epoch). Runs of
-// different models are compared all the same and flagged.
+// `train compare RUN_DIR... [--output DIR]`: finished runs side by side, a column each (differing
+// config keys, model, device, accuracy, time per epoch, images/s against the first run, memory
+// peaks, wait for data) in compare.md and compare.json, with curves by scripts/plot_compare.py
+// (accuracy.png, loss.png, memory.png). Runs of different models are compared and flagged.
 #pragma once
 
 #include <filesystem>

@@ -12,8 +12,7 @@ namespace training {
 std::optional<std::string> long_cpu_run_warning(int64_t steps_left, int64_t batch_size,
                                                 double images_per_second, int64_t evaluations,
                                                 int64_t test_images, bool eval_flip) {
-  // An evaluated image is one forward pass (two with eval_flip), a trained one a forward and a
-  // backward pass: about three.
+  // An evaluated image is one forward pass (two with eval_flip), a trained one about three.
   const double evaluated = static_cast<double>(evaluations * test_images) * (eval_flip ? 2 : 1) / 3;
   const double seconds = (static_cast<double>(steps_left * batch_size) + evaluated) /
                          std::max(images_per_second, 1e-9);

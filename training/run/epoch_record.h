@@ -1,6 +1,5 @@
-// One epoch's measurements: a row of metrics.jsonl and metrics.csv. The columns are the members,
-// in file order; the trainer fills one per epoch, the run directory writes it, the report and the
-// comparison read it back. A column is added here (and to_json / epoch_record_from_json).
+// One epoch's measurements, a row of metrics.jsonl and metrics.csv, columns in member order; a
+// column is added here (and to_json / epoch_record_from_json).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -51,9 +50,8 @@ struct EpochRecord {
   int64_t effective_batch_size = 0;
 };
 
-// The time a whole epoch takes: epoch_seconds for a whole epoch, or, for an epoch that stopped
-// early (training.max_steps), its time plus its missing batches at the steady rate -- projected,
-// with the number of steady steps it rests on. Null when an unfinished epoch has no steady step.
+// A whole epoch's time: its epoch_seconds, or an early-stopped one's plus its missing batches at
+// the steady rate (projected, from its steady steps); null without a steady step.
 struct EpochTime {
   double seconds = 0;
   bool projected = false;
@@ -61,9 +59,8 @@ struct EpochTime {
 };
 std::optional<EpochTime> epoch_time(const EpochRecord& record);
 
-// A run diverged when a loss stopped being a number (NaN or infinite): its training loss, or its
-// test loss (a model whose weights overflowed). JSON has no NaN: such values are written as null
-// and read back as NaN.
+// A run diverged when its training or test loss stopped being a number (NaN or infinite), written
+// as null in JSON and read back as NaN.
 bool diverged(const EpochRecord& record);
 // The first diverged epoch's record, if any.
 const EpochRecord* first_diverged(const std::vector<EpochRecord>& records);
@@ -74,9 +71,8 @@ std::string divergence_text(const EpochRecord& record);
 
 nlohmann::ordered_json to_json(const EpochRecord& record);
 
-// The record as TensorBoard scalars, tags grouped by section: train/ (the epoch's running loss and
-// accuracy, lr), test/, time/, memory/ (bytes), device/ (the sampler's). Absent optional columns
-// give no scalar.
+// The record as TensorBoard scalars: train/ (running loss and accuracy, lr), test/, time/, memory/
+// (bytes), device/ (the sampler's); absent optional columns give none.
 Scalars tensorboard_scalars(const EpochRecord& record);
 
 // When the test accuracy first reached `threshold`: the epoch, its last step, and the training and
@@ -86,13 +82,11 @@ struct AccuracyCrossing {
   int64_t epoch = 0, step = 0;
   double seconds = 0;
 };
-// The first crossing of each threshold in `records` (in epoch order); thresholds never reached are
-// left out.
+// Each threshold's first crossing in `records` (epoch order); those never reached left out.
 std::vector<AccuracyCrossing> accuracy_crossings(const std::vector<EpochRecord>& records,
                                                  const std::vector<double>& thresholds);
 
-// Reads a row back; throws UserError naming `where` (file and line) and the missing or mistyped
-// column.
+// Reads a row back; UserError naming `where` (file, line) and the missing or mistyped column.
 EpochRecord epoch_record_from_json(const nlohmann::json& row, const std::string& where);
 
 }  // namespace training

@@ -57,9 +57,8 @@ bool is_bookkeeping(const std::string& name) {
          (name.size() > 1 && name[0] == '.' && name.find(".tmp") != std::string::npos);
 }
 
-// `path` and, for a folder, what it holds (links are removed, not followed); throws UserError
-// naming what cannot be removed. (The pip LibTorch's std::filesystem::remove_all is not safe to
-// call: tests/test_support.h.)
+// Removes `path` and what it holds, links not followed (the pip LibTorch's
+// std::filesystem::remove_all is not safe: tests/test_support.h); UserError naming what stays.
 void remove_tree(const fs::path& path) {
   std::error_code ec;
   if (fs::is_directory(fs::symlink_status(path, ec))) {
@@ -119,9 +118,8 @@ void refuse_unusable_path(const fs::path& path, const std::string& flag) {
   }
 }
 
-// Refuses `path` where its folder `folder` (when it exists) takes no new file (a read-only file
-// system, no permission, /proc or /sys): tried with a file created and removed at once, before
-// anything runs rather than after the measuring.
+// Refuses `path` where its existing `folder` takes no new file (read-only, no permission, /proc),
+// tried with a file created and removed, before anything is measured.
 void refuse_unwritable_folder(const fs::path& folder, const fs::path& path,
                               const std::string& flag) {
   std::error_code ec;

@@ -1,12 +1,8 @@
-// Which command's folder a directory is. Every output directory (a run, a sweep, a memory study,
-// a comparison) carries a marker, `.train-output`, naming its kind, and "finished" once a sweep,
-// study or comparison completed; only its own command writes into it:
-//   - a new output goes into an absent or empty folder, or into an unfinished one of its own kind
-//     (a sweep, study or comparison stopped part-way is started again; a run is continued with
-//     --resume instead);
-//   - `train --resume` continues runs only.
-// The marker also carries the format of the files the folder holds (output_format): a folder of
-// another format is refused in one line where it is read back.
+// Which command's folder a directory is: every output directory carries a marker, `.train-output`,
+// naming its kind and format (output_format), and "finished" once its command completed. Only its
+// own command writes into it: a new output goes into an absent or empty folder or an unfinished one
+// of its kind (started again; a run is continued with --resume, which continues runs only). A
+// folder of another format is refused in one line where it is read back.
 #pragma once
 
 #include <filesystem>
@@ -21,11 +17,9 @@ namespace training {
 
 enum class OutputKind { Run, Sweep, MemoryStudy, Comparison };
 
-// The format of what an output folder of `kind` holds (config.yaml, decisions.json,
-// metrics.jsonl, sweep.json, ...); raised for a kind when one of its files changes in a way this
-// build cannot read back. 1: the markers that carried no format; 2: the first with one; 3 (sweeps
-// and memory studies): sweep.slurm_options became sweep.slurm.options in their config.yaml (a
-// run's config.yaml holds no sweep section: runs and comparisons stay at 2).
+// The format of an output folder of `kind`'s files, raised when one changes in a way this build
+// cannot read back. 1: markers without one; 2: the first with one; 3 (sweeps and memory studies):
+// sweep.slurm_options became sweep.slurm.options (runs and comparisons have no sweep section).
 int output_format(OutputKind kind);
 
 struct HeldOutputs {
@@ -41,19 +35,14 @@ struct HeldOutputs {
 
 HeldOutputs held_outputs(const std::filesystem::path& dir);
 
-// Creates `dir` for a new output of `kind` and returns its lock (dir_lock.h), or refuses
-// (UserError, one line naming `flag` and what the folder holds). The lock is taken before the
-// folder's contents are judged: a folder another process is writing is refused naming that
-// process, not what it holds so far. The marker is written before anything else.
-// An unfinished folder of the same kind is started again, emptied first but for the names in
-// `keep` (a Slurm sweep's trials/, whose results are not measured again).
+// Creates `dir` for a new output of `kind`, marker first, and returns its lock, or refuses in one
+// line naming `flag`; the lock comes first, so a folder being written is refused naming its
+// writer. An unfinished folder of the kind is emptied but for `keep` (a Slurm sweep's trials/).
 [[nodiscard]] std::unique_ptr<DirectoryLock> claim_output_dir(
     const std::filesystem::path& dir, OutputKind kind, const std::string& flag,
     const std::vector<std::string>& keep = {});
 
-// What claim_output_dir would refuse, refused now without creating or writing anything: for a
-// command that measures before it writes (train's autos), so that a folder it cannot use is
-// exit 2 before any measurement.
+// What claim_output_dir would refuse, without writing anything: before train's autos measure.
 void check_output_dir(const std::filesystem::path& dir, OutputKind kind, const std::string& flag);
 
 // The marker says the command finished (a finished sweep, study or comparison is not redone).
@@ -62,10 +51,8 @@ void mark_finished(const std::filesystem::path& dir, OutputKind kind);
 // Refuses (UserError, naming `flag`) a file output (a bench's --output) that would land in an
 // output folder of ours: only that folder's own command writes there.
 void check_file_outside_outputs(const std::filesystem::path& file, const std::string& flag);
-// Refuses (UserError, naming both flags) a file output inside the folder the same command claims
-// (`own_dir`, given with `own_flag`; "" for none), existing, empty or not yet created: only the
-// command's own files go there, and starting it again empties it. Checked before the file's
-// other refusals, as the command line's own contradiction.
+// Refuses (naming both flags) a file output inside the folder the same command claims (`own_dir`,
+// "" for none), which holds only its own files and is emptied when it starts again.
 void check_file_outside_own_output(const std::filesystem::path& file, const std::string& flag,
                                    const std::filesystem::path& own_dir,
                                    const std::string& own_flag = "--output-dir");

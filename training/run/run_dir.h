@@ -53,10 +53,8 @@ RecordedInputs recorded_inputs(const std::filesystem::path& run_dir);
 
 class RunDirectory {
  public:
-  // Opens `dir` for a new run (claim_output_dir in output_dir.h: absent, empty, or a run that
-  // never started) or, when `resuming`, an existing run (train_command checked that it is one:
-  // check_is_run) whose metrics are read back. Takes the directory's lock (dir_lock.h) for the
-  // object's life, removes temporaries an interrupted write left, and starts logging to train.log.
+  // Opens `dir` for a new run (claim_output_dir) or, `resuming`, an existing one whose metrics are
+  // read back; holds its lock, removes temporaries an interrupted write left, logs to train.log.
   RunDirectory(std::filesystem::path dir, bool resuming);
   ~RunDirectory();
   RunDirectory(const RunDirectory&) = delete;
@@ -91,10 +89,8 @@ class RunDirectory {
 // a run folder closed as that error left it, in its train.log too (it ended at the line before).
 void log_final_error(spdlog::level::level_enum level, const std::string& line);
 
-// A resumed run's train.log before its RunDirectory opens it (its checkpoint read, the data, the
-// checks and the measurements come first): while one lives, a stop's line goes there
-// (StopLineFile), and an error that leaves it is logged there too by log_final_error, as where the
-// folder was open. Only to a train.log that is a regular file, never created.
+// A resumed run's train.log before its RunDirectory opens it: while one lives, a stop's line
+// (StopLineFile) and log_final_error's go there too, if it is a regular file (never created).
 class ResumedRunLog {
  public:
   explicit ResumedRunLog(std::filesystem::path train_log);

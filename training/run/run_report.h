@@ -2,8 +2,7 @@
 // gpu.jsonl), with PNG plots drawn by scripts/plot_run.py:
 //   loss_accuracy.png  train/test loss and accuracy per epoch
 //   throughput.png     training images/s per epoch
-//   memory.png         allocator peaks per epoch and sampled device memory (NVML used / RSS) over
-//   time
+//   memory.png         allocator peaks per epoch, sampled device memory (NVML used / RSS) in time
 #pragma once
 
 #include <cstdint>
