@@ -504,7 +504,7 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
     if (line.find("[error]") != std::string::npos) error_line = line, ++errors;
   }
   EXPECT_EQ(errors, 1) << r.output;
-  for (const std::string part : std::vector<std::string>{
+  for (const std::string& part : std::vector<std::string>{
            "out of memory on cpu in epoch 2 after 4 steps (tried to allocate ", "MiB): peak",
            "(memory.limit)", "training.batch_size (now 256)", "training.precision: bf16 or fp16",
            "checkpointing.enabled: auto or true",

@@ -58,6 +58,28 @@ struct Timed {
   std::exception_ptr out_of_memory;
 };
 
+// While the layouts are timed under a budget: the budget as the allocator's limit (where below its
+// own) and what the run holds beside its step allocated beside it, so that each step must fit.
+class HeldWhileTimed {
+ public:
+  HeldWhileTimed(int64_t budget, int64_t beside_step, const torch::Device& device)
+      : allocator_(TrackingCpuAllocator::instance()), before_(allocator_.limit()) {
+    if (budget <= 0) return;
+    if (beside_step > 0)
+      beside_ = torch::empty({beside_step}, torch::TensorOptions(torch::kUInt8).device(device));
+    if (before_ == 0 || budget < before_) allocator_.set_limit(budget);
+  }
+  ~HeldWhileTimed() { allocator_.set_limit(before_); }
+  HeldWhileTimed(const HeldWhileTimed&) = delete;
+  HeldWhileTimed& operator=(const HeldWhileTimed&) = delete;
+  bool lowered_the_limit() const { return allocator_.limit() != before_; }
+
+ private:
+  TrackingCpuAllocator& allocator_;
+  int64_t before_;
+  torch::Tensor beside_;
+};
+
 Timed time_layout(const MeasureRate& rate, const Config& config, const torch::Device& device) {
   try {
     return {rate(config, device), nullptr};
@@ -137,20 +159,8 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
   Config c = timing_config(config);
   Heartbeat beat("memory_format auto: timing a few steps in each layout", 2, "layouts");
   test_stop_point("layout timing");  // tests: a stop while the layouts are timed
-  // Under a budget, each layout's step must fit it with what the run holds beside its step.
   const CheckpointBudget budget = timing_budget(config);
-  const torch::Tensor beside =
-      budget.bytes > 0 && beside_step > 0
-          ? torch::empty({beside_step}, torch::TensorOptions(torch::kUInt8).device(device))
-          : torch::Tensor();
-  auto& allocator = TrackingCpuAllocator::instance();
-  struct Limit {  // the budget as the allocator's limit while the layouts are timed
-    TrackingCpuAllocator& allocator;
-    int64_t before;
-    ~Limit() { allocator.set_limit(before); }
-  } limit{allocator, allocator.limit()};
-  if (budget.bytes > 0 && (limit.before == 0 || budget.bytes < limit.before))
-    allocator.set_limit(budget.bytes);
+  const HeldWhileTimed held(budget.bytes, beside_step, device);
   c.training.memory_format = c10::MemoryFormat::Contiguous;
   const Timed contiguous = time_layout(rate, c, device);
   beat.advance(1);
@@ -160,7 +170,7 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
   // command words the error: the step ran out in each layout), but under checkpointing auto's
   // budget alone its choice goes on in the default layout and says what nothing fits means.
   if (contiguous.out_of_memory && channels_last.out_of_memory) {
-    if (allocator.limit() == limit.before) std::rethrow_exception(channels_last.out_of_memory);
+    if (!held.lowered_the_limit()) std::rethrow_exception(channels_last.out_of_memory);
     choice.reason = "auto: neither layout's step fits " + budget.source + "; contiguous kept";
     return choice;
   }
