@@ -243,7 +243,10 @@ std::string flag_error(const CLI::App& app, const CLI::Error& error) {
                                                    : "";
     if (!expected.empty()) what = name + ": expected " + expected + ", got '" + value + "'";
   }
-  return "[error] " + what + " (" + training::advised_program() + " --help lists the flags)\n";
+  std::string command = training::advised_program();  // with the (sub)command whose flags they are
+  for (const CLI::App* at = &app; !at->get_subcommands().empty(); at = at->get_subcommands()[0])
+    command += " " + at->get_subcommands()[0]->get_name();
+  return "[error] " + what + " (" + command + " --help lists the flags)\n";
 }
 
 void refuse_bad_values(const CLI::App& command) {
