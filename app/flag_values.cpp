@@ -25,20 +25,9 @@ double headroom_flag(const std::string& text) {
       "--headroom: expected the share of the card to keep free, below 100%, e.g. 10% or 0.1; "
       "got '" +
       text + "'";
-  std::string number = text;
-  const bool percent = !number.empty() && number.back() == '%';
-  if (percent) number.pop_back();
-  double value = 0;
-  size_t end = 0;
-  try {
-    value = std::stod(number, &end);
-  } catch (const std::exception&) {
-    throw UserError(expected);
-  }
-  if (end != number.size() || !std::isfinite(value)) throw UserError(expected);
-  if (percent) value /= 100;
-  if (value < 0 || value >= 1) throw UserError(expected);
-  return value;
+  const std::optional<double> value = training::config_yaml::real_number(text, /*percent=*/true);
+  if (!value || *value < 0 || *value >= 1) throw UserError(expected);
+  return *value;
 }
 
 // A size with its unit ("24" was 24 bytes), offering `unit` (GiB for a card, MiB beside the

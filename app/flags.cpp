@@ -1,10 +1,18 @@
 #include "app/flags.h"
 
+#include <filesystem>
+#include <utility>
+
+#include "build_config.h"
 #include "training/config/config_yaml.h"
 #include "training/platform/errors.h"
 #include "training/platform/process.h"
 
 namespace app {
+
+namespace fs = std::filesystem;
+
+namespace {
 
 const char* kExamples = R"(More examples:
   train --config configs/resnet50_cifar10.yaml
@@ -31,6 +39,22 @@ Start here (copy and paste; about a minute each on a CPU):
   train --config configs/quick_cpu.yaml --set training.precision=bf16 --output-dir runs/quick-bf16
   train sweep --config configs/quick_cpu.yaml --batch-sizes 32,64 --output-dir runs/quick-sweep
   train compare runs/quick-fp32 runs/quick-bf16 --output runs/quick-compare)";
+
+}  // namespace
+
+std::string examples() {
+  // The program as it was run and the project's own configs: the examples run as pasted.
+  const std::string configs =
+      training::shell_word((fs::path(TRAIN_SCRIPTS_DIR).parent_path() / "configs").string());
+  std::string text = kExamples;
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{
+                                     "\n  train ", "\n  " + training::advised_program() + " "},
+                                 {"configs/", configs + "/"}}) {
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+      text.replace(at, from.size(), to);
+  }
+  return text;
+}
 
 std::vector<training::Override> ConfigFlags::overrides() const {
   std::vector<training::Override> overrides(sets.begin(), sets.end());

@@ -19,8 +19,9 @@
 
 namespace app {
 
-// The examples, the exit codes and the first commands: `train --help`'s footer.
-extern const char* kExamples;
+// The examples, the exit codes and the first commands: `train --help`'s footer, naming the
+// program as it was run and the project's configs folder, so that they run as pasted.
+std::string examples();
 
 // A flag that is shorthand for one config key (--device sets training.device), for `train` and
 // `train sweep` alike. A list flag's "a,b,c" becomes the YAML list [a,b,c].

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
       "Train ResNet on CIFAR-10 with LibTorch and measure memory and speed.\n"
       "Without a subcommand: train. Subcommands: sweep, memory, plan, compare, report, convert, "
       "cards, bench."};
-  cli.footer(app::kExamples);
+  cli.footer(app::examples());
   cli.require_subcommand(0, 1);
   // One line, as every bad input gets (CLI11's own adds "Run with --help for more information.").
   cli.failure_message(

@@ -26,11 +26,16 @@ TEST(Cli, HelpShowsExamplesAndExitsZero) {
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.output.find("More examples:"), std::string::npos);
   EXPECT_NE(r.output.find("--resume"), std::string::npos);
-  // It ends with copy-paste examples: train, sweep, compare.
+  // It ends with copy-paste examples: train, sweep, compare, naming the program as it was run and
+  // the project's configs (a ninth pass: a bare `train` on no PATH, configs/ relative to the
+  // source tree).
   const auto tail = r.output.substr(r.output.rfind("Start here"));
-  EXPECT_NE(tail.find("train --config configs/quick_cpu.yaml"), std::string::npos) << tail;
-  EXPECT_NE(tail.find("train sweep --config"), std::string::npos) << tail;
-  EXPECT_NE(tail.find("train compare runs/"), std::string::npos) << tail;
+  const std::string program = TRAIN_BINARY;
+  EXPECT_NE(tail.find(program + " --config " PROJECT_SOURCE_DIR "/configs/quick_cpu.yaml"),
+            std::string::npos)
+      << tail;
+  EXPECT_NE(tail.find(program + " sweep --config"), std::string::npos) << tail;
+  EXPECT_NE(tail.find(program + " compare runs/"), std::string::npos) << tail;
 }
 
 TEST(Cli, NoConfigIsABadInput) {

@@ -41,7 +41,8 @@ TEST(FlagValues, APlanRequestIsCheckedBeforeTheCommandRuns) {
   EXPECT_DOUBLE_EQ(request.headroom, 0.10);
   EXPECT_EQ(request.target_batch, 0);
   for (const auto& [headroom, share] :
-       {std::pair{"10%", 0.10}, std::pair{"0.25", 0.25}, std::pair{"0", 0.0}}) {
+       {std::pair{"10%", 0.10}, std::pair{"0.25", 0.25}, std::pair{"0", 0.0},
+        std::pair{"5 %", 0.05}}) {  // a ninth pass: "5 %" was a key's only (one reader now)
     flags.headroom = headroom;
     EXPECT_DOUBLE_EQ(app::plan_request(flags, from_sweep()).headroom, share);
   }

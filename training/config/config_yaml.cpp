@@ -114,6 +114,15 @@ std::string shortest_double(double value) {
   return buffer;
 }
 
+std::optional<double> real_number(std::string text, bool percent) {
+  const bool as_percent = percent && !text.empty() && text.back() == '%';
+  if (as_percent) text.pop_back();
+  double value = 0;
+  if (!YAML::convert<double>::decode(YAML::Node(text), value) || !std::isfinite(value))
+    return std::nullopt;
+  return as_percent ? value / 100 : value;
+}
+
 bool decimal_integer(const YAML::Node& node, int64_t& out) {
   if (!node.IsScalar()) return false;
   const std::string& text = node.Scalar();

@@ -70,6 +70,9 @@ std::string shortest_double(double value);
 // A scalar read as the decimal integer it is written as: "010" is 10 (yaml-cpp alone would read
 // YAML 1.1's octal 8), "+5" is 5; "0x10", "0o10", "1e3", "1.0" and overflow are not integers.
 bool decimal_integer(const YAML::Node& node, int64_t& out);
+// A finite number, or with `percent` also a percentage as the program prints one ("5.0%", "5 %"
+// are 0.05); nullopt when it is neither. One reader for the keys and the flags that take a share.
+std::optional<double> real_number(std::string text, bool percent);
 
 // Reads a YAML document as walk() visits the schema, checking each field (type, range, choice) and
 // refusing keys the schema lacks with the nearest valid name, naming the file or the flag.
@@ -162,17 +165,11 @@ class Reader {
     const std::string expected =
         "expected a number in [" + shortest_double(lo) + ", " + shortest_double(hi) + "]" +
         (percent ? " or a percentage up to " + shortest_double(100 * hi) + "%" : "");
-    std::string text = node->IsScalar() ? node->Scalar() : "";
-    const bool as_percent = percent && !text.empty() && text.back() == '%';
-    if (as_percent) text.pop_back();
-    double value = 0;
-    if (!node->IsScalar() || !YAML::convert<double>::decode(YAML::Node(text), value) ||
-        !std::isfinite(value)) {
-      fail(name, expected + ", got " + describe(*node));
-    }
-    if (as_percent) value /= 100;
-    if (value < lo || value > hi) fail(name, expected + ", got " + node->Scalar());
-    out = value;
+    const std::optional<double> value =
+        node->IsScalar() ? real_number(node->Scalar(), percent) : std::nullopt;
+    if (!value) fail(name, expected + ", got " + describe(*node));
+    if (*value < lo || *value > hi) fail(name, expected + ", got " + node->Scalar());
+    out = *value;
   }
 
   void boolean(const std::string& name, bool& out) {

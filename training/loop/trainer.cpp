@@ -51,6 +51,7 @@ void start_next_epoch(TrainState& state, int64_t done) {
   state.seen = 0;
   state.train_seconds = 0;
   state.skipped_steps = 0;
+  state.peak_allocated = state.peak_reserved = 0;
 }
 
 }  // namespace
@@ -231,7 +232,9 @@ bool Trainer::train_epoch() {
   }
   synchronize(device_);
   state_.train_seconds = seconds_before + timing_.end_epoch(start);
-  train_memory_ = memory_stats(device_);
+  train_memory_ = memory_stats(device_);  // with the peaks before a resume part-way through it
+  train_memory_.peak_allocated = std::max(train_memory_.peak_allocated, state_.peak_allocated);
+  train_memory_.peak_reserved = std::max(train_memory_.peak_reserved, state_.peak_reserved);
   observers_.on_training_end();
   return state_.batch_in_epoch == batches;
 }

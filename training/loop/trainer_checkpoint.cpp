@@ -194,6 +194,10 @@ void Trainer::save() {
   // A part-way epoch's sums are every rank's: the checkpoint holds each rank's and their totals
   // (each rank calls save() at the same step), and a resume gives each rank its own (resume()).
   TrainState saved = state_;
+  if (state_.batch_in_epoch > 0) {  // the part-way epoch's training peaks, for its row on resume
+    saved.peak_allocated = train_memory_.peak_allocated;
+    saved.peak_reserved = train_memory_.peak_reserved;
+  }
   if (group_ && state_.batch_in_epoch > 0) {
     const int64_t world = group_->world_size(), rank = group_->rank();
     const auto on_device = torch::TensorOptions().device(device_);

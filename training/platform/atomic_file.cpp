@@ -86,7 +86,15 @@ void replace_file_atomically(const fs::path& target,
     write(target);
     return;
   }
-  const fs::path temporary = temporary_for(target);
+  // A symbolic link is followed, as a shell's `>` follows it: the file it names is replaced, the
+  // link kept (a link to nothing gets its file).
+  std::error_code linked;
+  fs::path file = target;
+  if (fs::is_symlink(fs::symlink_status(target, linked))) {
+    const fs::path to = fs::read_symlink(target, linked);
+    file = fs::weakly_canonical(to.is_absolute() ? to : target.parent_path() / to, linked);
+  }
+  const fs::path temporary = temporary_for(file);
   // A repeated stop signal waits for the write: it never leaves the new file half-way.
   const DeferRepeatedStops defer;
   try {
@@ -99,7 +107,7 @@ void replace_file_atomically(const fs::path& target,
     }
     ::close(fd);
     std::error_code ec;
-    fs::rename(temporary, target, ec);
+    fs::rename(temporary, file, ec);
     if (ec) throw_write_error(target, ec.value());
   } catch (...) {
     std::error_code ignored;

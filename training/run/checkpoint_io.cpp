@@ -271,6 +271,8 @@ void save_checkpoint(const fs::path& file, torch::nn::Module& model,
   archive.write("seen", c10::IValue(state.seen));
   archive.write("train_seconds", c10::IValue(state.train_seconds));
   archive.write("skipped_steps", c10::IValue(state.skipped_steps));
+  archive.write("peak_allocated", c10::IValue(state.peak_allocated));
+  archive.write("peak_reserved", c10::IValue(state.peak_reserved));
   archive.write("world_size", c10::IValue(state.world_size));
   archive.write("batch_size", c10::IValue(state.batch_size));
   if (state.grad_scale.defined()) {
@@ -330,11 +332,9 @@ void read_position(torch::serialize::InputArchive& archive, const fs::path& file
   state.config_yaml = read_value(archive, file, "config").toStringRef();
 }
 
-std::string position_text(const TrainState& state) {
-  return state.batch_in_epoch > 0 ? "in epoch " + std::to_string(state.epoch + 1) + " after step " +
-                                        std::to_string(state.step)
-                                  : "after epoch " + std::to_string(state.epoch) + " (step " +
-                                        std::to_string(state.step) + ")";
+std::string position_text(const TrainState& s) {
+  return s.batch_in_epoch > 0 ? fmt::format("in epoch {} after step {}", s.epoch + 1, s.step)
+                              : fmt::format("after epoch {} (step {})", s.epoch, s.step);
 }
 
 TrainState checkpoint_position(const fs::path& file) {
@@ -360,7 +360,6 @@ TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
                            torch::nn::Module* average, bool* had_average) {
   auto archive = open_archive(file, device);
   check_format(archive, file);
-
   read_state(archive, file, "model", model);
   c10::IValue stored_average;
   const bool has_average = archive.try_read("average_names", stored_average);
@@ -368,12 +367,13 @@ TrainState load_checkpoint(const fs::path& file, torch::nn::Module& model,
   if (had_average) *had_average = average && has_average;
 
   read_optimizer(archive, file, optimizer);
-
   TrainState state;
   read_position(archive, file, state);
   state.seen = read_number<int64_t>(archive, file, "seen", 0);
   state.train_seconds = read_number<double>(archive, file, "train_seconds", 0);
   state.skipped_steps = read_number<int64_t>(archive, file, "skipped_steps", 0);
+  state.peak_allocated = read_number<int64_t>(archive, file, "peak_allocated", 0);
+  state.peak_reserved = read_number<int64_t>(archive, file, "peak_reserved", 0);
   c10::IValue scale, tracker;
   if (archive.try_read("grad_scale", scale) && archive.try_read("growth_tracker", tracker)) {
     state.grad_scale = scale.toTensor();

@@ -35,16 +35,18 @@ struct TrainState {
   torch::Tensor rank_correct;    // int64 [world_size]
   torch::Tensor rank_seen;       // int64 [world_size]
   double train_seconds = 0.0;    // training time spent in this epoch so far
-  int64_t skipped_steps = 0;     // fp16 steps skipped this epoch (inf/NaN gradients)
-  int64_t world_size = 1;        // data-parallel ranks that wrote it (resume needs the same)
-  int64_t batch_size = 0;        // training.batch_size that wrote it (mid-epoch resume needs it)
-  std::string config_yaml;       // the config it was written with (read back; save takes its own)
+  int64_t peak_allocated = 0;    // this epoch's training peaks so far (with the process's since)
+  int64_t peak_reserved = 0;
+  int64_t skipped_steps = 0;  // fp16 steps skipped this epoch (inf/NaN gradients)
+  int64_t world_size = 1;     // data-parallel ranks that wrote it (resume needs the same)
+  int64_t batch_size = 0;     // training.batch_size that wrote it (mid-epoch resume needs it)
+  std::string config_yaml;    // the config it was written with (read back; save takes its own)
   // GradScaler state (fp16 only; undefined otherwise).
   torch::Tensor grad_scale;
   torch::Tensor growth_tracker;
 };
 
-inline constexpr uint32_t kCheckpointFrameVersion = 2;
+inline constexpr uint32_t kCheckpointFrameVersion = 3;
 inline constexpr size_t kCheckpointHeaderBytes = 52;
 
 // The framed file for `payload` (header + payload).

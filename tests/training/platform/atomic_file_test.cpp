@@ -49,6 +49,21 @@ TEST(AtomicFile, AFailedWriteLeavesTheOldFileAndNoTemporary) {
 // node with a regular file (the temporary renamed over it). A character device or a FIFO is
 // written into, never replaced: a null device takes the bytes and stays a device, a full one is
 // the documented full disk (exit 5); a block device is no output. Made here with mknod (root).
+// Issue 51, a ninth pass: `plan --json LINK` renamed its file over the link: the plan the link
+// named was left stale, the link gone. The link is followed, as a shell's `>` follows it.
+TEST(AtomicFile, ASymbolicLinkIsFollowedAndKept) {
+  test_support::TempDir dir;
+  std::ofstream(dir / "plan.json") << "old";
+  fs::create_symlink("plan.json", dir / "link.json");
+  fs::create_symlink("nowhere.json", dir / "dangling.json");
+  training::write_file_atomically(dir / "link.json", "new");
+  training::write_file_atomically(dir / "dangling.json", "made");
+  EXPECT_TRUE(fs::is_symlink(dir / "link.json"));
+  EXPECT_EQ(test_support::read_text(dir / "plan.json"), "new");
+  EXPECT_TRUE(fs::is_symlink(dir / "dangling.json"));
+  EXPECT_EQ(test_support::read_text(dir / "nowhere.json"), "made");
+}
+
 TEST(AtomicFile, ADeviceIsWrittenIntoNeverReplaced) {
   test_support::TempDir dir;
   const auto null = dir / "null", full = dir / "full", disk = dir / "disk";

@@ -219,7 +219,7 @@ TEST(CheckpointFrame, RoundTripsAndRefusesEveryDamage) {
             "c.pt: not a readable checkpoint (no TRNCKPT header: not written by train)");
   std::string other_version = framed;
   other_version[8] = 7;
-  EXPECT_EQ(refused(other_version), "c.pt: checkpoint frame version 7, this build reads version 2");
+  EXPECT_EQ(refused(other_version), "c.pt: checkpoint frame version 7, this build reads version 3");
 }
 
 TEST(CheckpointFrame, AWrittenCheckpointIsVerifiedAndLoads) {
