@@ -318,10 +318,11 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
                             "auto): in contiguous and in channels_last");
   const MemoryFormatChoice layout = out_of_memory_is_exit_3(asked, device, timing, [&] {
     if (position.trained) return kept_decisions(asked, decisions);
-    // Under a limit, each layout is timed with what the run holds beside its step.
-    const int64_t beside = !asked.training.memory_format && asked.memory.limit > 0
-                               ? held_beside_step(asked, device, data.train, data.test.size())
-                               : 0;
+    // Under a budget, each layout is timed with what the run holds beside its step.
+    const int64_t beside =
+        !asked.training.memory_format && device.is_cpu() && layout_timing_budget(asked) > 0
+            ? held_beside_step(asked, device, data.train, data.test.size())
+            : 0;
     return decide_memory_format(asked, decisions, device, data_parallel, {}, beside);
   });
   const auto checkpointing = out_of_memory_is_exit_3(asked, device, building, [&] {

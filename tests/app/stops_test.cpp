@@ -332,6 +332,11 @@ TEST(Stops, AStoppedRunsReportSaysWhereItStoppedAndHowToContinue) {
                           "below are of the 1 epoch(s) recorded so far, of its 2 |"),
               std::string::npos)
         << report;
+    r = run_train("compare " + run.string() + " --output " + (dir / "cmp0").string());
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(test_support::read_text(dir / "cmp0/compare.md")
+                  .find("| stopped | training now (another train process holds the run) |"),
+              std::string::npos);
   }
   // A ninth pass: `train report run` from the run's folder wrote "--resume run", a path that holds
   // from there alone; the file is read from anywhere, so its advice names the absolute path.

@@ -194,9 +194,13 @@ void Trainer::save() {
   // A part-way epoch's sums are every rank's: the checkpoint holds each rank's and their totals
   // (each rank calls save() at the same step), and a resume gives each rank its own (resume()).
   TrainState saved = state_;
-  if (state_.batch_in_epoch > 0) {  // the part-way epoch's training peaks, for its row on resume
-    saved.peak_allocated = train_memory_.peak_allocated;
-    saved.peak_reserved = train_memory_.peak_reserved;
+  // The part-way epoch's training peaks (the largest rank's), for the epoch's row after a resume.
+  if (state_.batch_in_epoch > 0) {
+    auto peaks = torch::tensor({train_memory_.peak_allocated, train_memory_.peak_reserved},
+                               torch::TensorOptions(torch::kInt64).device(device_));
+    all_reduce_max({peaks});
+    saved.peak_allocated = peaks[0].item<int64_t>();
+    saved.peak_reserved = peaks[1].item<int64_t>();
   }
   if (group_ && state_.batch_in_epoch > 0) {
     const int64_t world = group_->world_size(), rank = group_->rank();

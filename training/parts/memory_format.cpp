@@ -72,7 +72,6 @@ class HeldWhileTimed {
   ~HeldWhileTimed() { allocator_.set_limit(before_); }
   HeldWhileTimed(const HeldWhileTimed&) = delete;
   HeldWhileTimed& operator=(const HeldWhileTimed&) = delete;
-  bool lowered_the_limit() const { return allocator_.limit() != before_; }
 
  private:
   TrackingCpuAllocator& allocator_;
@@ -90,6 +89,10 @@ Timed time_layout(const MeasureRate& rate, const Config& config, const torch::De
 }
 
 }  // namespace
+
+int64_t layout_timing_budget(const Config& config) {
+  return timing_budget(config).bytes;
+}
 
 std::string layout_signature(const Config& config, int64_t beside_step) {
   std::string signature =
@@ -170,7 +173,9 @@ MemoryFormatChoice choose_memory_format(const Config& config, const torch::Devic
   // command words the error: the step ran out in each layout), but under checkpointing auto's
   // budget alone its choice goes on in the default layout and says what nothing fits means.
   if (contiguous.out_of_memory && channels_last.out_of_memory) {
-    if (!held.lowered_the_limit()) std::rethrow_exception(channels_last.out_of_memory);
+    const auto& auto_blocks = config.checkpointing;
+    if (auto_blocks.mode() != CheckpointMode::Auto || auto_blocks.blocks())
+      std::rethrow_exception(channels_last.out_of_memory);
     choice.reason = "auto: neither layout's step fits " + budget.source + "; contiguous kept";
     return choice;
   }

@@ -32,6 +32,10 @@ struct MemoryFormatChoice {
   std::string reason;  // why it is this layout, for the log
 };
 
+// The bytes each layout's timing step must fit on the CPU: with checkpointing auto choosing its
+// blocks the budget they are chosen for, else memory.limit; 0 when there is none.
+int64_t layout_timing_budget(const Config& config);
+
 // What a recorded layout was chosen for, its chosen_for: the step, and what its timing depended
 // on beyond it (the CPU threads; memory.limit in bytes and the `beside_step` bytes held with the
 // step, under which a layout whose step does not fit is none).

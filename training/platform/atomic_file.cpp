@@ -90,9 +90,10 @@ void replace_file_atomically(const fs::path& target,
   // link kept (a link to nothing gets its file).
   std::error_code linked;
   fs::path file = target;
-  if (fs::is_symlink(fs::symlink_status(target, linked))) {
-    const fs::path to = fs::read_symlink(target, linked);
-    file = fs::weakly_canonical(to.is_absolute() ? to : target.parent_path() / to, linked);
+  for (int hops = 0; fs::is_symlink(fs::symlink_status(file, linked)); ++hops) {
+    const fs::path to = fs::read_symlink(file, linked);
+    if (linked || hops == 40) throw_write_error(target, linked ? linked.value() : ELOOP);
+    file = to.is_absolute() ? to : file.parent_path() / to;
   }
   const fs::path temporary = temporary_for(file);
   // A repeated stop signal waits for the write: it never leaves the new file half-way.

@@ -147,7 +147,11 @@ ComparedRun read_compared_run(const fs::path& dir) {
   if (run.epochs.empty()) {
     throw UserError(dir.string() + ": the run has no finished epoch yet (metrics.jsonl is empty)");
   }
-  if (const auto stopped = stopped_at(dir, run.epochs, asked)) run.stopped = stopped->where;
+  if (const auto stopped = stopped_at(dir, run.epochs, asked)) {
+    run.stopped = locked_by_another_process(dir)
+                      ? "training now (another train process holds the run)"
+                      : stopped->where;
+  }
   return run;
 }
 

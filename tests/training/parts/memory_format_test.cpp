@@ -328,6 +328,20 @@ TEST(MemoryFormat, UnderALimitTheTimingStepIsTheRunsWithWhatItHoldsBesideIt) {
   EXPECT_EQ(allocator.limit(), 0);
   EXPECT_NE(training::layout_signature(budgeted).find("its step within 181403648 bytes"),
             std::string::npos);
+  // Neither layout's step within auto's budget: the default layout, and auto's own "nothing fits"
+  // says what would (the same with memory.limit alone is the step's exit 3: rethrown).
+  const training::MeasureRate neither = [](const training::Config&,
+                                           const torch::Device&) -> double {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory: Tried to allocate 2.00 MiB");
+  };
+  const auto contiguous = training::choose_memory_format(budgeted, torch::kCPU, false, neither);
+  EXPECT_EQ(contiguous.format, c10::MemoryFormat::Contiguous);
+  EXPECT_EQ(contiguous.reason.rfind(
+                "auto: neither layout's step fits checkpointing's budget 173.00 MiB", 0),
+            0u)
+      << contiguous.reason;
+  EXPECT_THROW(training::choose_memory_format(limited, torch::kCPU, false, neither),
+               c10::OutOfMemoryError);
 }
 
 }  // namespace

@@ -62,6 +62,12 @@ TEST(AtomicFile, ASymbolicLinkIsFollowedAndKept) {
   EXPECT_EQ(test_support::read_text(dir / "plan.json"), "new");
   EXPECT_TRUE(fs::is_symlink(dir / "dangling.json"));
   EXPECT_EQ(test_support::read_text(dir / "nowhere.json"), "made");
+  fs::create_symlink("dangling.json", dir / "chain.json");  // chain -> dangling -> nowhere
+  training::write_file_atomically(dir / "chain.json", "again");
+  EXPECT_TRUE(fs::is_symlink(dir / "chain.json") && fs::is_symlink(dir / "dangling.json"));
+  EXPECT_EQ(test_support::read_text(dir / "nowhere.json"), "again");
+  fs::create_symlink("loop.json", dir / "loop.json");
+  EXPECT_THROW(training::write_file_atomically(dir / "loop.json", "x"), training::UserError);
 }
 
 TEST(AtomicFile, ADeviceIsWrittenIntoNeverReplaced) {
