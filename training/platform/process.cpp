@@ -184,8 +184,22 @@ std::string last_line(const fs::path& file) {
   return last;
 }
 
+fs::path current_executable(std::error_code& ec) {
+  std::string self = fs::read_symlink("/proc/self/exe", ec).string();
+  // A binary replaced while it runs (rebuilt) reads "PATH (deleted)": PATH holds its successor.
+  const std::string deleted = " (deleted)";
+  if (self.size() > deleted.size() &&
+      self.compare(self.size() - deleted.size(), deleted.size(), deleted) == 0) {
+    self.resize(self.size() - deleted.size());
+  }
+  return self;
+}
+
 fs::path current_executable() {
-  return fs::read_symlink("/proc/self/exe");
+  std::error_code ec;
+  const fs::path self = current_executable(ec);
+  if (ec) throw fs::filesystem_error("/proc/self/exe", ec);
+  return self;
 }
 
 void set_invoked_as(const std::string& argv0) {
@@ -194,18 +208,12 @@ void set_invoked_as(const std::string& argv0) {
 
 std::string advised_program() {
   std::error_code ec;
-  std::string self = fs::read_symlink("/proc/self/exe", ec).string();
-  // A binary replaced while it runs (rebuilt) reads "PATH (deleted)": PATH holds its successor.
-  const std::string deleted = " (deleted)";
-  if (self.size() > deleted.size() &&
-      self.compare(self.size() - deleted.size(), deleted.size(), deleted) == 0) {
-    self.resize(self.size() - deleted.size());
-  }
+  const fs::path self = current_executable(ec);
   const std::string& argv0 = invoked_as();
   // A bare name is looked up on PATH, as a shell would; a path is read from this folder.
   const std::string found = argv0.empty() ? std::string() : find_on_path(argv0);
   if (!found.empty() && !ec && fs::equivalent(found, self, ec) && !ec) return shell_word(argv0);
-  return shell_word(ec ? std::string("train") : self);
+  return shell_word(ec ? std::string("train") : self.string());
 }
 
 std::string python_executable() {

@@ -43,8 +43,9 @@ std::string find_on_path(const std::string& name);
 // The last non-empty line of a text file ("" when there is none): a crashed child's last words.
 std::string last_line(const std::filesystem::path& file);
 
-// The running executable (/proc/self/exe).
+// The running executable (/proc/self/exe; a binary replaced while it runs, by its path).
 std::filesystem::path current_executable();
+std::filesystem::path current_executable(std::error_code& ec);
 
 // The program as advice names it ("continue with: ./build/train --resume runs/x"): argv[0] where
 // that names this executable from here, else current_executable(); one shell word.
