@@ -254,6 +254,12 @@ CLI::App* add_convert_command(CLI::App& app, Arguments& a) {
 
 std::string flag_error(const CLI::App& app, const CLI::Error& error) {
   std::string what = error.what();
+  // CLI11 checks required flags before it reports arguments it does not know: the unknown one is
+  // the mistake ("train sweep --confg F" is not "--config is required").
+  if (const auto extras = app.remaining(/*recurse=*/true);
+      error.get_name() == "RequiredError" && !extras.empty()) {
+    what = CLI::ExtrasError(extras).what();
+  }
   const std::string prefix = "Could not convert: ", separator = " = ";
   const size_t equals = what.find(separator);
   if (what.rfind(prefix, 0) == 0 && equals != std::string::npos) {

@@ -80,7 +80,12 @@ TEST(Cli, UnknownFlagIsABadInput) {
   // A value the flag cannot take says what it takes.
   for (const auto& [bad, said] : std::vector<std::pair<std::string, std::string>>{
            {"plan --memory 4GiB --budget 2.5", "--budget: expected a whole number, got '2.5'"},
-           {"bench loader --batches 1.5", "--batches: expected a whole number, got '1.5'"}}) {
+           {"bench loader --batches 1.5", "--batches: expected a whole number, got '1.5'"},
+           // An unknown flag is the mistake, not the required flag it may stand for (CLI11 checks
+           // required flags first; the ninth pass's F16).
+           {"sweep --bogus", "The following argument was not expected: --bogus"},
+           {"memory --confg x.yaml", "The following arguments were not expected: x.yaml --confg"},
+           {"report --bogus", "The following argument was not expected: --bogus"}}) {
     const auto r = run_train(bad);
     EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
     EXPECT_NE(r.output.find("[error] " + said + " (" + std::string(TRAIN_BINARY) + command_of(bad) +
