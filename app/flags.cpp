@@ -26,7 +26,7 @@ const char* kExamples = R"(More examples:
   train bench matmul --size 4096 --devices cpu,cuda --dtypes fp32,bf16
   train convert datasets/cifar10 datasets/cifar10-bin  (image folders as binary batches)
   train --config configs/quick_cpu.yaml --print-config
-  scripts/launch.py -n 2 build/train --config FILE     (data-parallel, torchrun-style)
+  scripts/launch.py -n 2 train --config FILE     (data-parallel, torchrun-style)
 
 Exit codes: 0 done, 1 internal error, 2 bad input (arguments, config, data),
 3 out of memory (device or memory.limit), 4 lost contact with the other data-parallel ranks,
@@ -46,10 +46,13 @@ std::string examples() {
   // The program as it was run and the project's own configs: the examples run as pasted.
   const std::string configs =
       training::shell_word((fs::path(TRAIN_SCRIPTS_DIR).parent_path() / "configs").string());
+  const std::string program = training::advised_program();
   std::string text = kExamples;
-  for (const auto& [from, to] : {std::pair<std::string, std::string>{
-                                     "\n  train ", "\n  " + training::advised_program() + " "},
-                                 {"configs/", configs + "/"}}) {
+  for (const auto& [from, to] :
+       {std::pair<std::string, std::string>{"\n  train ", "\n  " + program + " "},
+        {" 2 train ", " 2 " + program + " "},
+        {"configs/", configs + "/"},
+        {"scripts/", training::shell_word(TRAIN_SCRIPTS_DIR) + "/"}}) {
     for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
       text.replace(at, from.size(), to);
   }

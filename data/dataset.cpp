@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iterator>
 
+#include "build_config.h"
 #include "data/cifar10_binary.h"
 #include "data/image_folder.h"
 
@@ -22,8 +23,13 @@ fs::path binary_dir(const fs::path& root) {
   return fs::is_directory(nested) ? nested : root;
 }
 
+// The command as one copies it: the project's script by its path, the root one shell word (in
+// single quotes, as training/platform/errors.h's shell_word, which this layer cannot include).
 std::string how_to_get_data(const fs::path& root) {
-  return "run `scripts/get-data.sh --root " + root.string() + "` to download or unpack CIFAR-10";
+  std::string word = "'";
+  for (const char c : root.string()) word += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return "run `" TRAIN_SCRIPTS_DIR "/get-data.sh --root " + word +
+         "'` to download or unpack CIFAR-10";
 }
 
 // The binary batch files of a split, the first known to exist.

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "build_config.h"
 #include "data/cifar10_binary.h"
 #include "data/dataset.h"
 #include "data/image_folder.h"
@@ -215,9 +216,10 @@ int convert_command(const ConvertRequest& request) {
   if (!data::image_folders_supported()) {
     throw data::DataError(root.string() +
                           ": this build has no OpenCV, so train convert cannot decode images; run "
-                          "it where train has OpenCV, or here `scripts/get-data.sh --from " +
-                          root.string() + " --to-binary --decode-with-pillow` (train's listing, " +
-                          "Pillow's pixels)");
+                          "it where train has OpenCV, or here `" +
+                          shell_word(TRAIN_SCRIPTS_DIR "/get-data.sh") + " --from " +
+                          shell_word(root.string()) +
+                          " --to-binary --decode-with-pillow` (train's listing, Pillow's pixels)");
   }
   install_stop_handlers();
   // Both splits are read (and refused as train refuses them) before anything is written.

@@ -146,6 +146,26 @@ std::unique_ptr<ResumedRunLog> resumed_run_log(const ResumeTarget& resume) {
   return std::make_unique<ResumedRunLog>(resume.run_dir / "train.log");
 }
 
+void refuse_another_folder(const TrainRequest& request) {
+  if (request.resume.empty()) return;
+  std::string given = request.output_dir.empty() ? "" : "--output-dir " + request.output_dir;
+  std::string again = " --output-dir " + shell_word(request.output_dir);
+  for (const Override& o : request.overrides) {
+    const size_t equals = o.assignment.find('=');
+    const std::string key = o.assignment.substr(0, equals);
+    if (key != "output.dir" && key != "output.name") continue;
+    given = o.flag + " " + o.assignment;
+    again = " " + o.flag + " " + shell_word(o.assignment);
+  }
+  if (given.empty()) return;
+  const fs::path resumed(request.resume);  // a run directory or its checkpoint file
+  const fs::path config =
+      (fs::is_directory(resumed) ? resumed : resumed.parent_path()) / "config.yaml";
+  throw UserError(given + ": a resumed run continues in its own directory (" + request.resume +
+                  "); drop it, or train a new run from its config: --config " +
+                  shell_word(config.string()) + again);
+}
+
 Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
                         Decisions& recorded) {
   recorded = {};

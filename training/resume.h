@@ -25,6 +25,10 @@ struct ResumeTarget {
 
 ResumeTarget resume_target(const std::string& resume);
 
+// A resumed run continues in its own folder: refuses --output-dir, or output.dir / output.name set
+// on the command line, with --resume (UserError: drop it, or train a new run from its config).
+void refuse_another_folder(const TrainRequest& request);
+
 // Rank 0's ResumedRunLog (run_dir.h) of a resumed run; none for a new run or while another
 // process holds the run (refused at its lock).
 std::unique_ptr<ResumedRunLog> resumed_run_log(const ResumeTarget& resume);

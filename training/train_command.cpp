@@ -113,18 +113,15 @@ LoadedData load_data(const Config& config) {
 
 // Opens rank 0's run directory into `run` (new, or resumed in place; never moved: it holds a lock
 // and a log sink); other ranks name it, where they know it, for the commands they advise.
-void open_run(const TrainRequest& request, const ResumeTarget& resume, const Config& config,
-              const ProcessGroup* group, Trainer& trainer, std::optional<RunDirectory>& run) {
+void open_run(const OutputFolder& folder, const ResumeTarget& resume, const ProcessGroup* group,
+              Trainer& trainer, std::optional<RunDirectory>& run) {
   const bool in_place = !resume.run_dir.empty();  // a resume has no --output-dir (train_command)
-  const fs::path known = in_place ? resume.run_dir : fs::path(request.output_dir);
+  const fs::path path = in_place ? resume.run_dir : folder.path;
   if (group && !group->is_main()) {
-    trainer.name_run(known);
+    trainer.name_run(path);
     return;
   }
-  run.emplace(known.empty()
-                  ? new_run_path(config.output.dir, config.output.name, arch_name(config.model))
-                  : known,
-              in_place);
+  run.emplace(path, in_place, folder.named_by);
   spdlog::info(
       "run directory: {} (config.yaml holds the config as asked, decisions.json what auto "
       "decided, train.log everything said)",
@@ -258,41 +255,45 @@ int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
 }
 
 // Refuses what needs no measurement before the autos measure: the labels, the batch, the
-// profiler's window, a resumed checkpoint's model and position, rank 0's output folder. Returns a
-// resumed run's optimizer steps and whether it has nothing left to train.
+// profiler's window, a resumed checkpoint's model and position, rank 0's run folder (a new one's,
+// or the resumed one's lock and metrics). Returns a resumed run's optimizer steps and whether it
+// has nothing left to train.
 struct Position {
   int64_t step = 0;
   bool trained = false;
 };
-Position check_before_measuring(const TrainRequest& request, const ResumeTarget& resume,
+Position check_before_measuring(const ResumeTarget& resume, const OutputFolder& folder,
                                 const Config& asked, const torch::Device& device,
                                 const LoadedData& data, const std::optional<LaunchEnv>& launch) {
   const int64_t ranks = launch ? launch->world_size : 1;
+  const bool writes = !launch || launch->rank == 0;
   check_labels(data.train, "training", asked.model.num_classes());
   check_labels(data.test, "test", asked.model.num_classes());
-  Trainer::check_steps(asked, data.train.size(), ranks);
   // training.cuda_graph: on where it cannot run (no CUDA device, ...): not after timing layouts.
   if (asked.training.cuda_graph == CudaGraphMode::On) use_cuda_graph(asked, device, ranks > 1);
-  if (!resume.checkpoint.empty()) {
-    // Its model and optimizer state against the config's (UserError naming the file), on a model
-    // built to compare with (host data, not the run's); then its position (check_resumable).
-    TrackingCpuAllocator::HostData host_data;
-    models::ResNet model(asked.model);
-    const auto optimizer = make_sgd(*model, asked.optimizer);
-    const TrainState position = check_checkpoint_model(resume.checkpoint, *model, *optimizer);
-    Trainer::check_resumable(resume.checkpoint, position, asked, run_yaml(asked), ranks);
-    const bool trained = nothing_left_to_train(position, asked);
-    if (!trained) refuse_what_no_batch_fits(asked, device);  // the weights alone, no budget
-    // Nothing runs under memory.limit then: the model and the checkpoint's tensors are read
-    // without it (under it a finished run ran out of memory reading them; load_resumed says so).
-    if (trained) set_memory_limit(device, 0);
-    return {position.step, trained};
+  if (resume.checkpoint.empty()) {
+    Trainer::check_steps(asked, data.train.size(), ranks);
+    if (writes && resume.run_dir.empty())
+      check_output_dir(folder.path, OutputKind::Run, folder.named_by);
+    if (writes && !resume.run_dir.empty()) check_run_to_resume(resume.run_dir);
+    refuse_what_no_batch_fits(asked, device);  // the weights alone above the limit or budget
+    return {};
   }
-  if (resume.run_dir.empty() && !request.output_dir.empty() && (!launch || launch->rank == 0)) {
-    check_output_dir(request.output_dir, OutputKind::Run, "--output-dir");
-  }
-  refuse_what_no_batch_fits(asked, device);  // the weights alone above the limit or budget
-  return {};
+  // Its model and optimizer state against the config's (UserError naming the file), on a model
+  // built to compare with (host data, not the run's); then its position (check_resumable).
+  TrackingCpuAllocator::HostData host_data;
+  models::ResNet model(asked.model);
+  const auto optimizer = make_sgd(*model, asked.optimizer);
+  const TrainState position = check_checkpoint_model(resume.checkpoint, *model, *optimizer);
+  Trainer::check_resumable(resume.checkpoint, position, asked, run_yaml(asked), ranks);
+  Trainer::check_steps(asked, data.train.size(), ranks, &position);
+  if (writes) check_run_to_resume(resume.run_dir);
+  const bool trained = nothing_left_to_train(position, asked);
+  if (!trained) refuse_what_no_batch_fits(asked, device);  // the weights alone, no budget
+  // Nothing runs under memory.limit then: the model and the checkpoint's tensors are read
+  // without it (under it a finished run ran out of memory reading them; load_resumed says so).
+  if (trained) set_memory_limit(device, 0);
+  return {position.step, trained};
 }
 
 // The run from the config asked and the decisions recorded: set up, decide, train, report.
@@ -300,11 +301,12 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
           Decisions decisions) {
   const auto launch = launch_env_from_environment();
   // Everything that can be refused is checked, and everything that can run out of memory before
-  // the first step is built, before the run directory is created or touched.
+  // the first step is built, before the run directory (named once: `folder`) is claimed.
   const torch::Device device = set_up_device(asked, DeviceUse::Step, launch);
   LoadedData data = load_data(asked);
   const bool data_parallel = launch && launch->world_size > 1;
-  const Position position = check_before_measuring(request, resume, asked, device, data, launch);
+  const auto folder = output_folder(request.output_dir, asked, arch_name(asked.model), true);
+  const Position position = check_before_measuring(resume, folder, asked, device, data, launch);
   auto where = [&resume](OutOfMemoryWhere::Phase phase, const char* doing) {  // out of memory
     return [phase, doing, &resume] {  // a fresh run has no checkpoint to call intact
       return OutOfMemoryWhere{phase, doing, !resume.checkpoint.empty()};
@@ -349,7 +351,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   trainer.record_inputs(inputs,
                         /*with_checkpoint=*/!resume.checkpoint.empty() && !position.trained);
   std::optional<RunDirectory> run;
-  open_run(request, resume, config, group.get(), trainer, run);
+  open_run(folder, resume, group.get(), trainer, run);
   if (group) {
     spdlog::info(
         "rank {} of {} ({}, local rank {}, rendezvous {}:{}; {}); only rank 0 writes the run "
@@ -378,15 +380,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
 }  // namespace
 
 int train_command(const TrainRequest& request) {
-  if (!request.resume.empty() && !request.output_dir.empty()) {
-    const fs::path resumed(request.resume);  // a run directory or its checkpoint file
-    const fs::path config =
-        (fs::is_directory(resumed) ? resumed : resumed.parent_path()) / "config.yaml";
-    throw UserError(
-        "--output-dir " + request.output_dir + ": a resumed run continues in its own directory (" +
-        request.resume + "); drop --output-dir, or train a new run from its config: --config " +
-        shell_word(config.string()) + " --output-dir " + shell_word(request.output_dir));
-  }
+  refuse_another_folder(request);
   const ResumeTarget resume = resume_target(request.resume);
   const auto resumed_log = resumed_run_log(resume);  // a stop's or an error's line goes there too
   Decisions recorded;

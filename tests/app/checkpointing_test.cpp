@@ -264,6 +264,32 @@ TEST(AutoCheckpointing, ABudgetNothingFitsIsExit3InOneLineAndWritesNothing) {
         << limited.output;
     EXPECT_FALSE(fs::exists(dir / "run")) << args;
   }
+  // The tenth pass's F4: the budget auto takes from memory.limit less its headroom, below the
+  // weights, was refused after the measurement ("peaks at 138.46 MiB"), a sweep's auto cells ran
+  // out of memory (exit 0) and `train memory` wrote its study first: now the same line as an
+  // explicit budget's, before anything is measured or written.
+  const std::string halved = " --memory-limit 150MiB --set checkpointing.headroom=0.5";
+  for (const std::string& args :
+       {"--config " + cli::write_tiny_config(dir).string() + run + halved +
+            " --set checkpointing.enabled=auto",
+        "sweep --batch-sizes 4 --config " + cli::write_tiny_config(dir).string() + run + halved +
+            " --set sweep.checkpointing=[auto]",
+        "memory --batch-size 4 --settings fp32,fp32+checkpointing=auto --config " +
+            cli::write_tiny_config(dir).string() + run + halved}) {
+    const auto limited = run_train(args);
+    EXPECT_EQ(limited.code, 3) << args << ": " << limited.output;
+    EXPECT_EQ(cli::count_lines(limited.output), 1) << limited.output;
+    EXPECT_NE(limited.output.find("checkpointing auto's budget (memory.limit 150.00 MiB less "
+                                  "checkpointing.headroom 50%), 75.00 MiB: the weights and their "
+                                  "gradients and momentum alone take "),
+              std::string::npos)
+        << limited.output;
+    EXPECT_NE(limited.output.find(": a smaller checkpointing.headroom, more memory or a smaller "
+                                  "model.arch"),
+              std::string::npos)
+        << limited.output;
+    EXPECT_FALSE(fs::exists(dir / "run")) << args;
+  }
   // On the CPU a budget must come from somewhere: refused at once, one line (hostile pass 8: after
   // the layout was timed, 30 s for ResNet-50 at 64x64), fresh or resumed.
   const auto none =

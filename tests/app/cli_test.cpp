@@ -36,6 +36,10 @@ TEST(Cli, HelpShowsExamplesAndExitsZero) {
       << tail;
   EXPECT_NE(tail.find(program + " sweep --config"), std::string::npos) << tail;
   EXPECT_NE(tail.find(program + " compare runs/"), std::string::npos) << tail;
+  // The launcher too, by its path (the tenth pass's F7).
+  EXPECT_NE(r.output.find(PROJECT_SOURCE_DIR "/scripts/launch.py -n 2 " + program + " --config"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(Cli, NoConfigIsABadInput) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "app/cli_support.h"
+#include "training/platform/dir_lock.h"
 
 namespace {
 
@@ -62,6 +63,86 @@ TEST(Sources, AResumeIntoAnotherDirectoryIsRefused) {
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "other"));
   EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
+  // The tenth pass's F9: output.name or output.dir set on the command line named another folder
+  // too, and was taken: the run trained in its own, its config.yaml recording the other name.
+  const std::string config_before = test_support::read_text(run / "config.yaml");
+  for (const std::string& set :
+       std::vector<std::string>{"output.name=elsewhere", "output.dir=" + dir.path().string()}) {
+    const auto named =
+        run_train("--resume " + run.string() + " --set training.epochs=2 --set " + set);
+    EXPECT_EQ(named.code, 2) << named.output;
+    EXPECT_EQ(count_lines(named.output), 1) << named.output;
+    EXPECT_NE(named.output.find("--set " + set + ": a resumed run continues in its own directory"),
+              std::string::npos)
+        << named.output;
+    EXPECT_NE(named.output.find("--config " + (run / "config.yaml").string() + " --set " + set),
+              std::string::npos)
+        << named.output;
+  }
+  EXPECT_EQ(test_support::read_text(run / "config.yaml"), config_before);
+  EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
+}
+
+// The tenth pass's F2, F3, F10: a run's folder named by output.dir / output.name was judged when
+// it was claimed, after the layout's timing and auto's measurement (exit 2 after 2.4 s, or never:
+// exit 3 "nothing fits" first), a resumed run's lock and metrics.jsonl too; and the refusal named
+// --output-dir where none was given. Each is one line before any measurement, naming its key.
+TEST(Sources, TheRunsFolderIsJudgedBeforeAnyMeasurementNamingWhatNamedIt) {
+  test_support::TempDir dir;
+  const auto run = cli::finished_tiny_run(dir);
+  const std::string autos = " --set checkpointing.enabled=auto --memory-limit 400MiB";
+  const auto config = write_tiny_config(dir).string();
+  const std::string inside = " --set output.dir=" + (run / "config.yaml").string();
+  for (const auto& [args, said] : std::vector<std::pair<std::string, std::string>>{
+           {"--config " + config + autos + " --set output.dir=" + dir.path().string() +
+                " --set output.name=run",
+            run.string() + ": already holds a run; choose another output.name"},
+           {"--config " + config + autos + inside, "[error] output.dir: "},
+           {"sweep --batch-sizes 4 --config " + config + inside, "[error] output.dir: "},
+           {"memory --batch-size 4 --config " + config + inside, "[error] output.dir: "}}) {
+    const auto r = run_train(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(said), std::string::npos) << args << ": " << r.output;
+  }
+  // A resume whose metrics.jsonl cannot be read back, or that another process holds.
+  replace_in(run / "metrics.jsonl", "\"test_acc\"", "\"test_accuracy\"");
+  auto r = run_train("--resume " + run.string() + " --set training.epochs=2" + autos);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find("metrics.jsonl row 1: column 'test_acc'"), std::string::npos) << r.output;
+  replace_in(run / "metrics.jsonl", "\"test_accuracy\"", "\"test_acc\"");
+  {
+    const training::DirectoryLock held(run);  // this process: "another train process" to it
+    r = run_train("--resume " + run.string() + " --set training.epochs=2" + autos);
+  }
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find(": in use by another train process"), std::string::npos) << r.output;
+  EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
+}
+
+// The tenth pass's F5, F6: a resume at another batch checked the profiler's window against a fresh
+// run's steps (and after the layout's timing); with both caps reached the advice raised one.
+TEST(Sources, AResumesStepsAreCountedFromItsCheckpointBeforeAnyMeasurement) {
+  test_support::TempDir dir;
+  const auto run = cli::finished_tiny_run(dir);  // 1 epoch of 4 steps at batch 32
+  auto r = run_train("--resume " + run.string() +
+                     " --set training.epochs=2 --set training.batch_size=16 --set "
+                     "profiler.enabled=true --set profiler.steps=[13,14] --set "
+                     "checkpointing.enabled=auto --memory-limit 400MiB");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;  // 4 done + 8 at batch 16: 12, not 16
+  EXPECT_NE(r.output.find("the window starts at step 13, but this run makes 12 steps"),
+            std::string::npos)
+      << r.output;
+  r = run_train("--resume " + run.string() + " --set training.max_steps=2");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("all 1 epochs of training.epochs are trained and training.max_steps 2 "
+                          "is reached (4 steps done); to train on, raise both (e.g. --set "
+                          "training.epochs=11 --set training.max_steps=0)"),
+            std::string::npos)
+      << r.output;
 }
 
 // Round 5: a resume said "2 epochs of 2 steps (4 steps planned)" at start-up, then "6 steps planned

@@ -76,7 +76,7 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
                     parts_, step_options(config), device,
                     /*eager_if_capture_fails=*/config.training.cuda_graph == CudaGraphMode::Auto)
               : nullptr),
-      total_steps_(capped_by_max_steps(config, config.training.epochs * steps_per_epoch())),
+      total_steps_(planned_steps(config, steps_per_epoch(), nullptr)),
       schedule_(config.schedule, config.optimizer.lr(), steps_per_epoch(), total_steps_),
       timing_(device),
       evaluator_(config_, device, group) {
@@ -90,7 +90,17 @@ Trainer::Trainer(const Config& config, torch::Device device, data::Split train, 
   observers_.add(std::make_unique<ConsoleObserver>(config_, device_));
 }
 
-void Trainer::check_steps(const Config& config, int64_t train_size, int64_t world_size) {
+int64_t Trainer::planned_steps(const Config& config, int64_t steps_per_epoch,
+                               const TrainState* resumed) {
+  const int64_t epochs = config.training.epochs;
+  if (!resumed) return capped_by_max_steps(config, epochs * steps_per_epoch);
+  const int64_t before_epoch =
+      resumed->step - resumed->batch_in_epoch / config.training.accumulate_steps;
+  return capped_by_max_steps(config, before_epoch + (epochs - resumed->epoch) * steps_per_epoch);
+}
+
+void Trainer::check_steps(const Config& config, int64_t train_size, int64_t world_size,
+                          const TrainState* resumed) {
   const int64_t batches = data::batch_count(
       train_size,
       data::LoaderOptions().batch_size(config.training.batch_size).shard_count(world_size));
@@ -108,7 +118,7 @@ void Trainer::check_steps(const Config& config, int64_t train_size, int64_t worl
                        std::to_string(config.training.batch_size) +
                        ", so it has no whole step; lower it or training.batch_size");
   }
-  check_profiler_window(config, 0, capped_by_max_steps(config, config.training.epochs * steps));
+  check_profiler_window(config, resumed ? resumed->step : 0, planned_steps(config, steps, resumed));
 }
 
 std::string Trainer::resume_command() const {

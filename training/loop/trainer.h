@@ -49,8 +49,15 @@ class Trainer {
   // What the constructor refuses that needs no parts, from the training set's size alone, so that
   // a command says it before deciding, measuring or building anything: a batch larger than the
   // (per-rank) training set, an epoch with no whole step of training.accumulate_steps, a profiler
-  // window after a fresh run's last step. KeyError naming the key.
-  static void check_steps(const Config& config, int64_t train_size, int64_t world_size);
+  // window after the run's last step (a resumed run's: from `resumed`, its checkpoint's
+  // position). KeyError naming the key.
+  static void check_steps(const Config& config, int64_t train_size, int64_t world_size,
+                          const TrainState* resumed = nullptr);
+  // The optimizer steps a run plans in all: a fresh run's epochs of `steps_per_epoch`; a resumed
+  // one's steps before its checkpoint's epoch and the epochs left at this config's batch; either
+  // capped by training.max_steps.
+  static int64_t planned_steps(const Config& config, int64_t steps_per_epoch,
+                               const TrainState* resumed);
   // What a resume of `checkpoint` (standing at `state`: check_checkpoint_model's) refuses that
   // needs no parts, so that a command says it before deciding or measuring anything: another number
   // of ranks; part-way through an epoch, another training.batch_size, training.accumulate_steps, a

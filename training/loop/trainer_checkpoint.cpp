@@ -103,9 +103,7 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
                   group_ ? group_->world_size() : 1);
   if (group_ && state_.batch_in_epoch > 0) take_own_sums();
   // The remaining epochs at this run's batch size (which may differ from the checkpoint's).
-  const int64_t by_epochs =
-      state_.step - steps_in_epoch() + (config_.training.epochs - state_.epoch) * steps_per_epoch();
-  total_steps_ = capped_by_max_steps(config_, by_epochs);
+  total_steps_ = planned_steps(config_, steps_per_epoch(), &state_);
   schedule_ = LrSchedule(config_.schedule, config_.optimizer.lr(), steps_per_epoch(), total_steps_);
   check_profiler_window(config_, state_.step, total_steps_);
   if (state_.grad_scale.defined() && parts_.scaler.enabled()) {
@@ -119,7 +117,15 @@ void Trainer::resume(const std::filesystem::path& checkpoint) {
                                                        state_.batch_in_epoch, state_.epoch + 1)
                                          : "",
                total_steps_);
-  if (state_.epoch >= config_.training.epochs) {
+  const bool capped = config_.training.max_steps > 0 && state_.step >= config_.training.max_steps;
+  if (state_.epoch >= config_.training.epochs && capped) {  // both: the advice raises both
+    spdlog::info(
+        "all {} epochs of training.epochs are trained and training.max_steps {} is reached ({} "
+        "steps done); to train on, raise both (e.g. --set training.epochs={} --set "
+        "training.max_steps=0)",
+        config_.training.epochs, config_.training.max_steps, state_.step,
+        config_.training.epochs + 10);
+  } else if (state_.epoch >= config_.training.epochs) {
     spdlog::info(
         "all {} epochs of training.epochs are trained; to train on, raise it (e.g. --set "
         "training.epochs={})",

@@ -127,9 +127,15 @@ void refuse_what_no_batch_fits(const Config& config, const torch::Device& device
     if (!held.empty()) throw OutOfMemory(key + " " + format_bytes(limit) + ": " + held);
   };
   refuse(config.memory.limit, "memory.limit", "more memory");
-  if (config.checkpointing.mode() == CheckpointMode::Auto) {
-    refuse(config.checkpointing.budget(), "checkpointing.budget", "a larger checkpointing.budget");
-    if (!config.checkpointing.blocks()) missing_budget(config, device, "checkpointing.enabled");
+  const auto& ck = config.checkpointing;
+  if (ck.mode() != CheckpointMode::Auto) return;
+  refuse(ck.budget(), "checkpointing.budget", "a larger checkpointing.budget");
+  if (ck.blocks()) return;
+  missing_budget(config, device, "checkpointing.enabled");
+  if (ck.budget() == 0 && config.memory.limit > 0) {  // memory.limit less the headroom
+    const CheckpointBudget budget = checkpointing_budget(config, device);
+    refuse(budget.bytes, "checkpointing auto's budget (" + budget.source + "),",
+           "a smaller checkpointing.headroom, more memory");
   }
 }
 

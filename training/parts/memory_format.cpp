@@ -1,6 +1,7 @@
 #include "training/parts/memory_format.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -88,6 +89,23 @@ Timed time_layout(const MeasureRate& rate, const Config& config, const torch::De
   }
 }
 
+// The recomputation the timing step runs (measure_training_rate): another one is another step.
+std::string timed_recomputation(const CheckpointingOptions& ck) {
+  switch (ck.mode()) {
+    case CheckpointMode::Off:
+      return "no block recomputed";
+    case CheckpointMode::On:
+      return "recomputed by " + granularity_name(ck.granularity()) +
+             (ck.granularity() == CheckpointGranularity::Segments
+                  ? fmt::format(" ({})", ck.segments())
+                  : "");
+    case CheckpointMode::Auto:
+      return ck.blocks() ? fmt::format("recomputed: [{}]", fmt::join(*ck.blocks(), ", "))
+                         : "every block recomputed alone (checkpointing auto, to be chosen)";
+  }
+  return "";
+}
+
 }  // namespace
 
 int64_t layout_timing_budget(const Config& config) {
@@ -95,8 +113,9 @@ int64_t layout_timing_budget(const Config& config) {
 }
 
 std::string layout_signature(const Config& config, int64_t beside_step) {
-  std::string signature =
-      step_signature(config, std::nullopt) + fmt::format(", {} CPU threads", at::get_num_threads());
+  std::string signature = step_signature(config, std::nullopt) + ", " +
+                          timed_recomputation(config.checkpointing) +
+                          fmt::format(", {} CPU threads", at::get_num_threads());
   if (config.memory.limit > 0) {
     signature += fmt::format(", under memory.limit {} ({} bytes)",
                              format_bytes(config.memory.limit), config.memory.limit);

@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "build_config.h"
 #include "training/platform/distributed.h"
 #include "training/platform/errors.h"
 
@@ -42,7 +43,8 @@ std::optional<LaunchEnv> launch_env_from_environment() {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) env.gloo_socket_ifname = ifname;
   if (env.world_size > 1 && (!std::getenv("RANK") || !std::getenv("MASTER_PORT"))) {
     throw UserError("WORLD_SIZE=" + std::to_string(env.world_size) +
-                    " needs RANK and MASTER_PORT too (start the ranks with scripts/launch.py)");
+                    " needs RANK and MASTER_PORT too (start the ranks with " +
+                    shell_word(TRAIN_SCRIPTS_DIR "/launch.py") + ")");
   }
   return env;
 }

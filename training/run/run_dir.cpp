@@ -102,7 +102,14 @@ std::shared_ptr<spdlog::sinks::sink>& closed_by_error() {
 
 }  // namespace
 
-RunDirectory::RunDirectory(fs::path dir, bool resuming)
+void check_run_to_resume(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw UserError(dir.string() + ": run directory not found");
+  if (locked_by_another_process(dir)) DirectoryLock{dir};  // refuses, naming the holder
+  (void)read_metrics(dir / "metrics.jsonl");
+}
+
+RunDirectory::RunDirectory(fs::path dir, bool resuming, const std::string& named_by)
     : dir_(std::move(dir)), uncaught_(std::uncaught_exceptions()) {
   closed_by_error().reset();
   std::error_code ec;
@@ -111,7 +118,7 @@ RunDirectory::RunDirectory(fs::path dir, bool resuming)
     lock_ = std::make_unique<DirectoryLock>(dir_);
     adopt_as_run(dir_);  // a checkpoint file resumed in a folder without a marker
   } else {
-    lock_ = claim_output_dir(dir_, OutputKind::Run, "--output-dir");
+    lock_ = claim_output_dir(dir_, OutputKind::Run, named_by);
   }
   const int stale = remove_stale_temporaries(dir_);
   if (resuming) epochs_ = read_metrics(dir_ / "metrics.jsonl");
@@ -235,6 +242,13 @@ fs::path new_run_path(const fs::path& parent, const std::string& name, const std
     path = parent / (std::string(stamp) + "-" + arch + "-" + std::to_string(n));
   }
   return path;
+}
+
+OutputFolder output_folder(const std::string& output_dir_flag, const Config& config,
+                           const std::string& what, bool takes_name) {
+  if (!output_dir_flag.empty()) return {output_dir_flag, "--output-dir"};
+  const std::string name = takes_name ? config.output.name : "";
+  return {new_run_path(config.output.dir, name, what), name.empty() ? "output.dir" : "output.name"};
 }
 
 }  // namespace training

@@ -55,7 +55,9 @@ class RunDirectory {
  public:
   // Opens `dir` for a new run (claim_output_dir) or, `resuming`, an existing one whose metrics are
   // read back; holds its lock, removes temporaries an interrupted write left, logs to train.log.
-  RunDirectory(std::filesystem::path dir, bool resuming);
+  // `named_by`: what named a new run's folder, for claim_output_dir's refusals.
+  RunDirectory(std::filesystem::path dir, bool resuming,
+               const std::string& named_by = "--output-dir");
   ~RunDirectory();
   RunDirectory(const RunDirectory&) = delete;
   RunDirectory& operator=(const RunDirectory&) = delete;
@@ -108,6 +110,10 @@ class ResumedRunLog {
 // row for a row that is not a record.
 std::vector<EpochRecord> read_metrics(const std::filesystem::path& file);
 
+// What RunDirectory(dir, resuming) refuses, checked without writing anything: a folder that is not
+// there, another process's lock (naming it), a metrics.jsonl it cannot read back.
+void check_run_to_resume(const std::filesystem::path& dir);
+
 // The app's logger: info and above to stderr. The logger itself passes trace level so that
 // train.log, whose sink takes everything, also receives the live progress lines.
 void configure_console_logging();
@@ -115,5 +121,15 @@ void configure_console_logging();
 // <parent>/<name>, or <parent>/<YYYYmmdd-HHMMSS>-<arch>[-N] when name is empty (N makes it new).
 std::filesystem::path new_run_path(const std::filesystem::path& parent, const std::string& name,
                                    const std::string& arch);
+
+// The folder a command's new output goes to, and what named it, for its refusals to name: the
+// --output-dir given, else output.dir / output.name where the command takes a name (a run, a
+// sweep) and one is set, else output.dir / <YYYYmmdd-HHMMSS>-<what>.
+struct OutputFolder {
+  std::filesystem::path path;
+  std::string named_by;  // "--output-dir", "output.name" or "output.dir"
+};
+OutputFolder output_folder(const std::string& output_dir_flag, const Config& config,
+                           const std::string& what, bool takes_name);
 
 }  // namespace training

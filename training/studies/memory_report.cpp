@@ -136,12 +136,10 @@ ordered_json timeline_json(const StepBreakdown& b) {
 
 fs::path study_directory(const MemoryRequest& request, const Config& config,
                          std::unique_ptr<DirectoryLock>& lock) {
-  const fs::path dir =
-      !request.output_dir.empty()
-          ? fs::path(request.output_dir)
-          : new_run_path(config.output.dir, "", "memory-" + arch_name(config.model));
-  lock = claim_output_dir(dir, OutputKind::MemoryStudy, "--output-dir");
-  return dir;
+  const OutputFolder out =
+      output_folder(request.output_dir, config, "memory-" + arch_name(config.model), false);
+  lock = claim_output_dir(out.path, OutputKind::MemoryStudy, out.named_by);
+  return out.path;
 }
 
 // "32", or with accumulation "32 (the last of 4 micro-batches of an optimizer step, the

@@ -72,13 +72,12 @@ fs::path run_small_sweep(const PlanRequest& request) {
     throw UserError("--card: no " + measured + " can run on " + request.card->name + " (" +
                     format_bytes(request.card->memory_bytes) + "): " + why);
   }
-  sweep.output_dir =
-      !request.output_dir.empty()
-          ? request.output_dir
-          : new_run_path(config.output.dir, "", "plan-" + arch_name(config.model)).string();
+  const OutputFolder out =
+      output_folder(request.output_dir, config, "plan-" + arch_name(config.model), false);
+  sweep.output_dir = out.path.string();
   sweep.executable = request.executable;
   // The sweep's own checks too, before the line that announces it.
-  check_output_dir(sweep.output_dir, OutputKind::Sweep, "--output-dir");
+  check_output_dir(sweep.output_dir, OutputKind::Sweep, out.named_by);
   with_key_origins(grid, [&] { check_sweep(grid, device); });
   spdlog::info(
       "plan: no --from, so a small sweep runs first in {}: precisions {}, checkpointing off and "

@@ -52,10 +52,9 @@ int sweep(const SweepRequest& request, const Config& config) {
   if (!request.card.empty()) {
     predictor.emplace(config, find_card(request.card), alloc_conf_from_environment());
   }
-  const fs::path dir =
-      !request.output_dir.empty()
-          ? fs::path(request.output_dir)
-          : new_run_path(config.output.dir, config.output.name, "sweep-" + arch_name(config.model));
+  const OutputFolder out =
+      output_folder(request.output_dir, config, "sweep-" + arch_name(config.model), true);
+  const fs::path& dir = out.path;
   const bool slurm = config.sweep.launcher == SweepLauncher::Slurm;
   if (slurm) {  // before the folder exists
     check_slurm(config.sweep.slurm.options, static_cast<int64_t>(grid_cells(config.sweep).size() *
@@ -63,7 +62,7 @@ int sweep(const SweepRequest& request, const Config& config) {
   }
   // A Slurm sweep run again on its folder keeps the trials measured (their results).
   const auto lock =
-      claim_output_dir(dir, OutputKind::Sweep, "--output-dir",
+      claim_output_dir(dir, OutputKind::Sweep, out.named_by,
                        slurm ? std::vector<std::string>{"trials"} : std::vector<std::string>{});
   std::error_code ec;
   fs::create_directories(dir / "trials", ec);

@@ -131,6 +131,23 @@ TEST(MemoryFormat, ARecordedLayoutHoldsOnlyForTheStepItWasTimedFor) {
                                    rates.measure());
     EXPECT_EQ(rates.asked.size(), before + 2) << changed << ": the recorded layout was kept";
   }
+  // The recomputation the timing step ran (the tenth pass's F1: a layout timed with every block
+  // recomputed was kept for a resume without checkpointing, which then ran out of memory).
+  const std::vector<std::string> one_block = {"layer1.0"}, none = {};
+  for (const auto& checkpointing :
+       {training::CheckpointingOptions().mode(training::CheckpointMode::On),
+        training::CheckpointingOptions()
+            .mode(training::CheckpointMode::On)
+            .granularity(training::CheckpointGranularity::Stage),
+        training::CheckpointingOptions().mode(training::CheckpointMode::Auto).blocks(one_block),
+        training::CheckpointingOptions().mode(training::CheckpointMode::Auto).blocks(none)}) {
+    auto changed = config;
+    changed.checkpointing = checkpointing;
+    auto again = decisions;
+    const auto before = rates.asked.size();
+    training::decide_memory_format(changed, again, torch::kCPU, false, rates.measure());
+    EXPECT_EQ(rates.asked.size(), before + 2) << training::layout_signature(changed);
+  }
   auto resized = config;  // data.image_size: another step
   resized.data.image_size = 64;
   EXPECT_NE(training::step_signature(resized, std::nullopt).find("batch 8 at 64x64"),

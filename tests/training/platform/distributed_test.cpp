@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "build_config.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "models/resnet.h"
@@ -464,9 +465,19 @@ TEST(DataParallel, MalformedLaunchVariablesAreRefused) {
   } catch (const training::UserError& e) {
     EXPECT_EQ(std::string(e.what()), "RANK: expected an integer in [0, 1], got '2'");
   }
-  unsetenv("WORLD_SIZE");
   unsetenv("RANK");
   unsetenv("MASTER_PORT");
+  // Without RANK: the launcher advised by its path (the tenth pass's F7: "scripts/launch.py" ran
+  // from the source tree only).
+  try {
+    training::launch_env_from_environment();
+    FAIL();
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("(start the ranks with " TRAIN_SCRIPTS_DIR "/launch.py)"),
+              std::string::npos)
+        << e.what();
+  }
+  unsetenv("WORLD_SIZE");
   EXPECT_FALSE(training::launch_env_from_environment().has_value());
 }
 
