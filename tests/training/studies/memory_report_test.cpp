@@ -138,6 +138,9 @@ TEST(MemoryReport, ASettingThatRanOutOfMemoryMeasuredNothing) {
   // Above what the run holds whatever the batch (127.91 MiB: below it the study is refused), below
   // what a step holds.
   limited.overrides.emplace_back("memory.limit=128MiB");
+  // auto's budget is the whole limit (its 10% headroom would put the budget below the weights:
+  // refused before any measurement, the tenth pass's F4).
+  limited.overrides.emplace_back("checkpointing.headroom=0");
   EXPECT_EQ(training::memory_command(limited), training::kExitOutOfMemory);
   std::ifstream in(dir / "study" / "memory_breakdown.json");
   const auto settings = nlohmann::json::parse(in).at("settings");
