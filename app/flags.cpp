@@ -1,5 +1,6 @@
 #include "app/flags.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <utility>
 
@@ -47,14 +48,24 @@ std::string examples() {
   const std::string configs =
       training::shell_word((fs::path(TRAIN_SCRIPTS_DIR).parent_path() / "configs").string());
   const std::string program = training::advised_program();
-  std::string text = kExamples;
-  for (const auto& [from, to] :
-       {std::pair<std::string, std::string>{"\n  train ", "\n  " + program + " "},
-        {" 2 train ", " 2 " + program + " "},
-        {"configs/", configs + "/"},
-        {"scripts/", training::shell_word(TRAIN_SCRIPTS_DIR) + "/"}}) {
-    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
-      text.replace(at, from.size(), to);
+  const std::pair<std::string, std::string> words[] = {
+      {"\n  train ", "\n  " + program + " "},
+      {" 2 train ", " 2 " + program + " "},
+      {"configs/", configs + "/"},
+      {"scripts/", training::shell_word(TRAIN_SCRIPTS_DIR) + "/"}};
+  // One pass from left to right: what is put in is not read again (a path holding "scripts/").
+  const std::string from = kExamples;
+  std::string text;
+  for (size_t at = 0; at < from.size();) {
+    const auto word = std::find_if(std::begin(words), std::end(words), [&](const auto& w) {
+      return from.compare(at, w.first.size(), w.first) == 0;
+    });
+    if (word == std::end(words)) {
+      text += from[at++];
+    } else {
+      text += word->second;
+      at += word->first.size();
+    }
   }
   return text;
 }

@@ -26,10 +26,13 @@ fs::path binary_dir(const fs::path& root) {
 // The command as one copies it: the project's script by its path, the root one shell word (in
 // single quotes, as training/platform/errors.h's shell_word, which this layer cannot include).
 std::string how_to_get_data(const fs::path& root) {
-  std::string word = "'";
-  for (const char c : root.string()) word += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return "run `" TRAIN_SCRIPTS_DIR "/get-data.sh --root " + word +
-         "'` to download or unpack CIFAR-10";
+  const auto word = [](const std::string& text) {
+    std::string quoted = "'";
+    for (const char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return quoted + "'";
+  };
+  return "run `" + word(TRAIN_SCRIPTS_DIR "/get-data.sh") + " --root " + word(root.string()) +
+         "` to download or unpack CIFAR-10";
 }
 
 // The binary batch files of a split, the first known to exist.

@@ -116,12 +116,13 @@ LoadedData load_data(const Config& config) {
 void open_run(const OutputFolder& folder, const ResumeTarget& resume, const ProcessGroup* group,
               Trainer& trainer, std::optional<RunDirectory>& run) {
   const bool in_place = !resume.run_dir.empty();  // a resume has no --output-dir (train_command)
-  const fs::path path = in_place ? resume.run_dir : folder.path;
-  if (group && !group->is_main()) {
-    trainer.name_run(path);
+  if (group && !group->is_main()) {  // a dated name is rank 0's to choose: its log names it
+    trainer.name_run(in_place                    ? resume.run_dir
+                     : folder.dated_what.empty() ? folder.path
+                                                 : fs::path());
     return;
   }
-  run.emplace(path, in_place, folder.named_by);
+  run.emplace(in_place ? resume.run_dir : folder.to_claim(), in_place, folder.named_by);
   spdlog::info(
       "run directory: {} (config.yaml holds the config as asked, decisions.json what auto "
       "decided, train.log everything said)",

@@ -40,6 +40,15 @@ TEST(Cli, HelpShowsExamplesAndExitsZero) {
   EXPECT_NE(r.output.find(PROJECT_SOURCE_DIR "/scripts/launch.py -n 2 " + program + " --config"),
             std::string::npos)
       << r.output;
+  // A program whose path holds "scripts/" is named as run (the words put in are not rewritten).
+  test_support::TempDir dir;
+  fs::create_directories(dir / "myscripts");
+  fs::create_symlink(TRAIN_BINARY, dir / "myscripts" / "train");
+  const auto linked = cli::run_shell("cd " + dir.path().string() + " && ./myscripts/train --help");
+  EXPECT_NE(linked.output.find("\n  ./myscripts/train --config " PROJECT_SOURCE_DIR
+                               "/configs/quick_cpu.yaml"),
+            std::string::npos)
+      << linked.output;
 }
 
 TEST(Cli, NoConfigIsABadInput) {

@@ -90,6 +90,9 @@ TEST(Sources, AResumeIntoAnotherDirectoryIsRefused) {
 TEST(Sources, TheRunsFolderIsJudgedBeforeAnyMeasurementNamingWhatNamedIt) {
   test_support::TempDir dir;
   const auto run = cli::finished_tiny_run(dir);
+  // A stop at the layout's timing (the tiny config's layout is auto): a refusal after it would be
+  // exit 130, not the refusal.
+  const std::string train = "TRAIN_TEST_STOP_AT='layout timing' " + std::string(TRAIN_BINARY);
   const std::string autos = " --set checkpointing.enabled=auto --memory-limit 400MiB";
   const auto config = write_tiny_config(dir).string();
   const std::string inside = " --set output.dir=" + (run / "config.yaml").string();
@@ -98,28 +101,33 @@ TEST(Sources, TheRunsFolderIsJudgedBeforeAnyMeasurementNamingWhatNamedIt) {
                 " --set output.name=run",
             run.string() + ": already holds a run; choose another output.name"},
            {"--config " + config + autos + inside, "[error] output.dir: "},
+           {"--config " + config + autos + inside + " --set output.name=x",
+            "[error] output.dir/output.name: "},
            {"sweep --batch-sizes 4 --config " + config + inside, "[error] output.dir: "},
            {"memory --batch-size 4 --config " + config + inside, "[error] output.dir: "}}) {
-    const auto r = run_train(args);
+    const auto r = cli::run_shell(train + " " + args);
     EXPECT_EQ(r.code, 2) << args << ": " << r.output;
     EXPECT_EQ(count_lines(r.output), 1) << args << ": " << r.output;
     EXPECT_NE(r.output.find(said), std::string::npos) << args << ": " << r.output;
   }
   // A resume whose metrics.jsonl cannot be read back, or that another process holds.
+  const std::string resume =
+      train + " --resume " + run.string() + " --set training.epochs=2" + autos;
   replace_in(run / "metrics.jsonl", "\"test_acc\"", "\"test_accuracy\"");
-  auto r = run_train("--resume " + run.string() + " --set training.epochs=2" + autos);
+  auto r = cli::run_shell(resume);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
   EXPECT_NE(r.output.find("metrics.jsonl row 1: column 'test_acc'"), std::string::npos) << r.output;
   replace_in(run / "metrics.jsonl", "\"test_accuracy\"", "\"test_acc\"");
   {
     const training::DirectoryLock held(run);  // this process: "another train process" to it
-    r = run_train("--resume " + run.string() + " --set training.epochs=2" + autos);
+    r = cli::run_shell(resume);
   }
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
   EXPECT_NE(r.output.find(": in use by another train process"), std::string::npos) << r.output;
   EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
+  EXPECT_EQ(cli::run_shell(resume).code, 130);  // the same resume reaches the timing
 }
 
 // The tenth pass's F5, F6: a resume at another batch checked the profiler's window against a fresh
@@ -127,10 +135,10 @@ TEST(Sources, TheRunsFolderIsJudgedBeforeAnyMeasurementNamingWhatNamedIt) {
 TEST(Sources, AResumesStepsAreCountedFromItsCheckpointBeforeAnyMeasurement) {
   test_support::TempDir dir;
   const auto run = cli::finished_tiny_run(dir);  // 1 epoch of 4 steps at batch 32
-  auto r = run_train("--resume " + run.string() +
-                     " --set training.epochs=2 --set training.batch_size=16 --set "
-                     "profiler.enabled=true --set profiler.steps=[13,14] --set "
-                     "checkpointing.enabled=auto --memory-limit 400MiB");
+  auto r = cli::run_shell("TRAIN_TEST_STOP_AT='layout timing' " + std::string(TRAIN_BINARY) +
+                          " --resume " + run.string() +
+                          " --set training.epochs=2 --set training.batch_size=16 --set "
+                          "profiler.enabled=true --set profiler.steps=[13,14]");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_EQ(count_lines(r.output), 1) << r.output;  // 4 done + 8 at batch 16: 12, not 16
   EXPECT_NE(r.output.find("the window starts at step 13, but this run makes 12 steps"),

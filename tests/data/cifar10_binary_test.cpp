@@ -170,9 +170,9 @@ TEST(Dataset, EmptyRootSaysHowToGetTheData) {
   EXPECT_NE(message.find("no CIFAR-10 found"), std::string::npos) << message;
   // The script by its path and the root one shell word (the tenth pass's F7: "scripts/..."
   // from another folder, and a root with a space, did not run as advised).
-  EXPECT_NE(message.find(std::string(TRAIN_SCRIPTS_DIR) + "/get-data.sh --root '" +
-                         dir.path().string() + "'"),
-            std::string::npos)
+  EXPECT_NE(
+      message.find("'" TRAIN_SCRIPTS_DIR "/get-data.sh' --root '" + dir.path().string() + "'"),
+      std::string::npos)
       << message;
 }
 

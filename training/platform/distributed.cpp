@@ -167,10 +167,10 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
     const std::string error = first_line(e.what());
     // The store's host cannot listen (MASTER_PORT in use): the cause, not the peers, is said.
     if (error.find("failed to listen") != std::string::npos) {
-      throw DistributedError(me + ": cannot host the store on " + store_address +
-                             ": failed to listen (" + listen_failure(error) +
-                             "); choose another MASTER_PORT (scripts/launch.py --master-port 0 "
-                             "picks a free one)");
+      throw DistributedError(
+          me + ": cannot host the store on " + store_address + ": failed to listen (" +
+          listen_failure(error) + "); choose another MASTER_PORT (" +
+          shell_word(TRAIN_SCRIPTS_DIR "/launch.py") + " --master-port 0 picks a free one)");
     }
     throw DistributedError(unreachable + ": " + error);
   }

@@ -253,7 +253,8 @@ std::string run_python_script(const std::string& script, const std::vector<std::
     Heartbeat beat("plots: " + script + " drawing into " + log_file.parent_path().string());
     outcome = run_process(argv, log_file, 600);
   } catch (const UserError& e) {  // the plots are optional: a missing Python is said, not fatal
-    return std::string("Python ") + e.what() + " (set TRAIN_PYTHON, or run scripts/setup.sh)";
+    return std::string("Python ") + e.what() + " (set TRAIN_PYTHON, or run " +
+           shell_word(TRAIN_SCRIPTS_DIR "/setup.sh") + ")";
   }
   if (outcome.stopped) return stopped;
   if (outcome.exit_code == 0) return "";

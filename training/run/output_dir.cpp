@@ -118,24 +118,6 @@ void refuse_unusable_path(const fs::path& path, const std::string& flag) {
   }
 }
 
-// Refuses `path` where its existing `folder` takes no new file (read-only, no permission, /proc),
-// tried with a file created and removed, before anything is measured.
-void refuse_unwritable_folder(const fs::path& folder, const fs::path& path,
-                              const std::string& flag) {
-  std::error_code ec;
-  if (!fs::is_directory(folder, ec)) return;  // created later, or said by the other checks
-  const fs::path probe = folder / (".train-write-probe-" + std::to_string(::getpid()));
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    const int error = errno;
-    if (error == EEXIST) return;  // another of ours is probing: the folder takes files
-    throw UserError(flag + ": " + path.string() + ": cannot write in " + folder.string() + " (" +
-                    std::strerror(error) + ")");
-  }
-  ::close(fd);
-  fs::remove(probe, ec);
-}
-
 // Refuses a path inside a folder that holds another command's outputs, at any depth: only that
 // command writes there, and run again it removes what it does not know.
 void refuse_inside_outputs(const fs::path& path, const std::string& flag) {
@@ -343,6 +325,22 @@ void adopt_as_run(const fs::path& dir) {
   if (!held_outputs(dir).marker) {
     write_file_atomically(dir / kMarker, marker_text(OutputKind::Run, false));
   }
+}
+
+void refuse_unwritable_folder(const fs::path& folder, const fs::path& path,
+                              const std::string& flag) {
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return;  // created later, or said by the other checks
+  const fs::path probe = folder / (".train-write-probe-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int error = errno;
+    if (error == EEXIST) return;  // another of ours is probing: the folder takes files
+    throw UserError(flag + ": " + path.string() + ": cannot write in " + folder.string() + " (" +
+                    std::strerror(error) + ")");
+  }
+  ::close(fd);
+  fs::remove(probe, ec);
 }
 
 }  // namespace training

@@ -42,6 +42,11 @@ HeldOutputs held_outputs(const std::filesystem::path& dir);
     const std::filesystem::path& dir, OutputKind kind, const std::string& flag,
     const std::vector<std::string>& keep = {});
 
+// Refuses `path` where its existing `folder` takes no new file (read-only, no permission, /proc),
+// tried with a file created and removed, before anything is measured; UserError naming `flag`.
+void refuse_unwritable_folder(const std::filesystem::path& folder,
+                              const std::filesystem::path& path, const std::string& flag);
+
 // What claim_output_dir would refuse, without writing anything: before train's autos measure.
 void check_output_dir(const std::filesystem::path& dir, OutputKind kind, const std::string& flag);
 

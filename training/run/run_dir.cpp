@@ -106,6 +106,7 @@ void check_run_to_resume(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw UserError(dir.string() + ": run directory not found");
   if (locked_by_another_process(dir)) DirectoryLock{dir};  // refuses, naming the holder
+  refuse_unwritable_folder(dir, dir, "--resume");
   (void)read_metrics(dir / "metrics.jsonl");
 }
 
@@ -246,9 +247,17 @@ fs::path new_run_path(const fs::path& parent, const std::string& name, const std
 
 OutputFolder output_folder(const std::string& output_dir_flag, const Config& config,
                            const std::string& what, bool takes_name) {
-  if (!output_dir_flag.empty()) return {output_dir_flag, "--output-dir"};
-  const std::string name = takes_name ? config.output.name : "";
-  return {new_run_path(config.output.dir, name, what), name.empty() ? "output.dir" : "output.name"};
+  if (!output_dir_flag.empty()) return {output_dir_flag, "--output-dir", ""};
+  if (takes_name && !config.output.name.empty()) {
+    const fs::path path = fs::path(config.output.dir) / config.output.name;
+    std::error_code ec;
+    return {path, fs::exists(path, ec) ? "output.name" : "output.dir/output.name", ""};
+  }
+  return {new_run_path(config.output.dir, "", what), "output.dir", what};
+}
+
+fs::path OutputFolder::to_claim() const {
+  return dated_what.empty() ? path : new_run_path(path.parent_path(), "", dated_what);
 }
 
 }  // namespace training

@@ -126,8 +126,13 @@ std::filesystem::path new_run_path(const std::filesystem::path& parent, const st
 // --output-dir given, else output.dir / output.name where the command takes a name (a run, a
 // sweep) and one is set, else output.dir / <YYYYmmdd-HHMMSS>-<what>.
 struct OutputFolder {
-  std::filesystem::path path;
-  std::string named_by;  // "--output-dir", "output.name" or "output.dir"
+  std::filesystem::path path;  // a dated name: the one free when it was named
+  // "--output-dir"; "output.name" where that folder exists (the name is what collides), else
+  // "output.dir/output.name"; "output.dir" for a dated name.
+  std::string named_by;
+  std::string dated_what;  // a dated name's <what>; empty otherwise
+  // The folder to claim: a dated name is named again then (another run may have taken this one).
+  std::filesystem::path to_claim() const;
 };
 OutputFolder output_folder(const std::string& output_dir_flag, const Config& config,
                            const std::string& what, bool takes_name);

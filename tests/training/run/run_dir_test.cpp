@@ -177,4 +177,30 @@ TEST(RunDirectory, NewRunPathsAreNamedOrStampedAndUnique) {
   EXPECT_NE(training::new_run_path(dir.path(), "", "resnet50"), stamped);
 }
 
+// The folder a new output goes to, named before anything is measured and claimed after: a dated
+// name taken by another run meanwhile is named again when claimed (a review of the tenth pass:
+// two runs started in one second took one name, the second refused after its measurements); a
+// refusal names what named the folder.
+TEST(RunDirectory, AnOutputFolderSaysWhatNamedItAndADatedOneIsNamedAgainWhenClaimed) {
+  test_support::TempDir dir;
+  training::Config config;
+  config.output.dir = dir.path().string();
+  const auto flag = training::output_folder((dir / "given").string(), config, "resnet18", true);
+  EXPECT_EQ(flag.path, dir / "given");
+  EXPECT_EQ(flag.named_by, "--output-dir");
+  EXPECT_EQ(flag.to_claim(), flag.path);
+  const auto dated = training::output_folder("", config, "resnet18", true);
+  EXPECT_EQ(dated.named_by, "output.dir");
+  fs::create_directories(dated.path);  // another run took it in the meantime
+  EXPECT_NE(dated.to_claim(), dated.path);
+  EXPECT_EQ(dated.to_claim().parent_path(), dated.path.parent_path());
+  config.output.name = "exp";
+  const auto named = training::output_folder("", config, "resnet18", true);
+  EXPECT_EQ(named.path, dir / "exp");
+  EXPECT_EQ(named.named_by, "output.dir/output.name");  // a bad output.dir is said too
+  fs::create_directories(dir / "exp");
+  EXPECT_EQ(training::output_folder("", config, "resnet18", true).named_by, "output.name");
+  EXPECT_EQ(training::output_folder("", config, "memory-resnet18", false).named_by, "output.dir");
+}
+
 }  // namespace
