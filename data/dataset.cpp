@@ -31,7 +31,8 @@ std::string how_to_get_data(const fs::path& root) {
     for (const char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
     return quoted + "'";
   };
-  return "run `" + word(TRAIN_SCRIPTS_DIR "/get-data.sh") + " --root " + word(root.string()) +
+  // --root=VALUE: a root that starts with '-' is its value, not another option.
+  return "run `" + word(TRAIN_SCRIPTS_DIR "/get-data.sh") + " --root=" + word(root.string()) +
          "` to download or unpack CIFAR-10";
 }
 

@@ -97,6 +97,28 @@ Decisions stored_decisions(const ResumeTarget& resume, const RunInputs& stored, 
   return recorded;
 }
 
+// A resumed run continues in its own folder: output.dir or output.name other than the run's
+// recorded ones (from --set, --config or an edit of its config.yaml) would record another there.
+void refuse_another_output(const Config& config, const std::string& recorded_yaml,
+                           const fs::path& run) {
+  const Config recorded = parse_config(recorded_yaml, "the run's recorded config");
+  const OutputConfig &now = config.output, &was = recorded.output;
+  if (now.dir == was.dir && now.name == was.name) return;
+  const std::string key = now.dir != was.dir ? "output.dir" : "output.name";
+  const std::string& value = now.dir != was.dir ? now.dir : now.name;
+  const std::string& before = now.dir != was.dir ? was.dir : was.name;
+  std::string again;  // the keys that differ, as a new run from the run's config takes them
+  if (now.dir != was.dir) again += " --set " + shell_word("output.dir=" + now.dir);
+  if (now.name != was.name && !now.name.empty())
+    again += " --set " + shell_word("output.name=" + now.name);
+  with_key_origins(config, [&] {
+    throw KeyError(key, "'" + value + "', where the run recorded '" + before +
+                            "': a resumed run continues in its own directory (" + run.string() +
+                            "); drop it, or train a new run from its config: --config " +
+                            shell_word((run / "config.yaml").string()) + again);
+  });
+}
+
 }  // namespace
 
 ResumeTarget resume_target(const std::string& resume) {
@@ -147,23 +169,14 @@ std::unique_ptr<ResumedRunLog> resumed_run_log(const ResumeTarget& resume) {
 }
 
 void refuse_another_folder(const TrainRequest& request) {
-  if (request.resume.empty()) return;
-  std::string given = request.output_dir.empty() ? "" : "--output-dir " + request.output_dir;
-  std::string again = " --output-dir " + shell_word(request.output_dir);
-  for (const Override& o : request.overrides) {
-    const size_t equals = o.assignment.find('=');
-    const std::string key = o.assignment.substr(0, equals);
-    if (key != "output.dir" && key != "output.name") continue;
-    given = o.flag + " " + o.assignment;
-    again = " " + o.flag + " " + shell_word(o.assignment);
-  }
-  if (given.empty()) return;
+  if (request.resume.empty() || request.output_dir.empty()) return;
   const fs::path resumed(request.resume);  // a run directory or its checkpoint file
-  const fs::path config =
-      (fs::is_directory(resumed) ? resumed : resumed.parent_path()) / "config.yaml";
-  throw UserError(given + ": a resumed run continues in its own directory (" + request.resume +
+  const fs::path run = fs::is_directory(resumed) ? resumed : resumed.parent_path();
+  throw UserError("--output-dir " + request.output_dir +
+                  ": a resumed run continues in its own directory (" + run.string() +
                   "); drop it, or train a new run from its config: --config " +
-                  shell_word(config.string()) + again);
+                  shell_word((run / "config.yaml").string()) + " --output-dir " +
+                  shell_word(request.output_dir));
 }
 
 Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
@@ -189,6 +202,7 @@ Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
         stored.config_yaml, origin,
         with_hand_edits(resume.run_dir / "config.yaml", stored.config_yaml, origin, overrides));
   }
+  refuse_another_output(config, stored.config_yaml, resume.run_dir);
   recorded = stored_decisions(resume, stored, config);
   return config;
 }

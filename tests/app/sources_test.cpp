@@ -63,24 +63,36 @@ TEST(Sources, AResumeIntoAnotherDirectoryIsRefused) {
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "other"));
   EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
-  // The tenth pass's F9: output.name or output.dir set on the command line named another folder
-  // too, and was taken: the run trained in its own, its config.yaml recording the other name.
+  // The tenth pass's F9 and the eleventh's: output.name or output.dir other than the run's, set
+  // with --set, by another --config or by an edit of its config.yaml, was taken: the run trained
+  // in its own folder, its config.yaml recording the other one. Its own values are no change.
   const std::string config_before = test_support::read_text(run / "config.yaml");
-  for (const std::string& set :
-       std::vector<std::string>{"output.name=elsewhere", "output.dir=" + dir.path().string()}) {
-    const auto named =
-        run_train("--resume " + run.string() + " --set training.epochs=2 --set " + set);
-    EXPECT_EQ(named.code, 2) << named.output;
+  std::ofstream(dir / "other.yaml")
+      << test_support::read_text(write_tiny_config(dir)) << "output: {name: other}\n";
+  for (const auto& [args, advice] : std::vector<std::pair<std::string, std::string>>{
+           {" --set output.name=elsewhere", " --set output.name=elsewhere"},
+           {" --set output.dir=" + dir.path().string(), " --set output.dir=" + dir.path().string()},
+           {" --config " + (dir / "other.yaml").string(), " --set output.name=other"}}) {
+    const auto named = run_train("--resume " + run.string() + " --set training.epochs=2" + args);
+    EXPECT_EQ(named.code, 2) << args << ": " << named.output;
     EXPECT_EQ(count_lines(named.output), 1) << named.output;
-    EXPECT_NE(named.output.find("--set " + set + ": a resumed run continues in its own directory"),
-              std::string::npos)
-        << named.output;
-    EXPECT_NE(named.output.find("--config " + (run / "config.yaml").string() + " --set " + set),
+    EXPECT_NE(named.output.find("a resumed run continues in its own directory (" + run.string() +
+                                "); drop it, or train a new run from its config: --config " +
+                                (run / "config.yaml").string() + advice),
               std::string::npos)
         << named.output;
   }
-  EXPECT_EQ(test_support::read_text(run / "config.yaml"), config_before);
+  replace_in(run / "config.yaml", "  name: \"\"", "  name: \"renamed\"");
+  const auto edited = run_train("--resume " + run.string() + " --set training.epochs=2");
+  EXPECT_EQ(edited.code, 2) << edited.output;
+  EXPECT_NE(edited.output.find("'renamed', where the run recorded ''"), std::string::npos)
+      << edited.output;
+  std::ofstream(run / "config.yaml") << config_before;
   EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
+  const auto own = run_train("--resume " + run.string() + " --set training.epochs=2 --set " +
+                             "output.dir=runs");  // the recorded one: no other folder
+  EXPECT_EQ(own.code, 0) << own.output;
+  EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 2);
 }
 
 // The tenth pass's F2, F3, F10: a run's folder named by output.dir / output.name was judged when
@@ -127,6 +139,36 @@ TEST(Sources, TheRunsFolderIsJudgedBeforeAnyMeasurementNamingWhatNamedIt) {
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
   EXPECT_NE(r.output.find(": in use by another train process"), std::string::npos) << r.output;
   EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
+  // The eleventh pass: a file the resume rewrites that is a folder, a metrics.jsonl without the
+  // checkpoint's epochs (metrics.csv was rewritten without them), and a checkpoint copied into a
+  // folder that holds other things (it was made the run's, its files written beside them).
+  fs::rename(run / "metrics.csv", dir / "metrics.csv");
+  fs::create_directories(run / "metrics.csv");
+  r = cli::run_shell(resume);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("metrics.csv: not a file, and a resume rewrites it"), std::string::npos)
+      << r.output;
+  fs::remove(run / "metrics.csv");
+  fs::rename(dir / "metrics.csv", run / "metrics.csv");
+  fs::rename(run / "metrics.jsonl", dir / "metrics.jsonl");
+  r = cli::run_shell(resume);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("metrics.jsonl: holds 0 of the 1 epoch(s) its checkpoint has done"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.csv")), 2);  // header and row
+  fs::rename(dir / "metrics.jsonl", run / "metrics.jsonl");
+  const auto loose = dir / "loose";
+  fs::create_directories(loose / "runs");
+  std::ofstream(loose / "my.yaml") << "mine\n";
+  fs::copy_file(run / "checkpoint.pt", loose / "checkpoint.pt");
+  r = cli::run_shell(train + " --resume " + (loose / "checkpoint.pt").string() +
+                     " --set training.epochs=2");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(loose.string() + ": holds what a run does not ("), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(loose / ".train-output"));
+  EXPECT_FALSE(fs::exists(loose / "config.yaml"));
   EXPECT_EQ(cli::run_shell(resume).code, 130);  // the same resume reaches the timing
 }
 

@@ -171,7 +171,7 @@ TEST(Dataset, EmptyRootSaysHowToGetTheData) {
   // The script by its path and the root one shell word (the tenth pass's F7: "scripts/..."
   // from another folder, and a root with a space, did not run as advised).
   EXPECT_NE(
-      message.find("'" TRAIN_SCRIPTS_DIR "/get-data.sh' --root '" + dir.path().string() + "'"),
+      message.find("'" TRAIN_SCRIPTS_DIR "/get-data.sh' --root='" + dir.path().string() + "'"),
       std::string::npos)
       << message;
 }

@@ -321,7 +321,36 @@ void check_output_format(const fs::path& dir, OutputKind kind, const std::string
   }
 }
 
+void check_adoptable_as_run(const fs::path& dir) {
+  if (held_outputs(dir).marker) return;
+  // What a run writes (run_dir.h, the observers, the plots): a folder of these is a run's.
+  const auto a_runs = [](const fs::directory_entry& entry) {
+    const std::string name = entry.path().filename().string(), ext = entry.path().extension();
+    std::error_code ec;
+    return entry.is_regular_file(ec) &&
+           (ext == ".png" || ext == ".pt" || name.rfind("events.out.tfevents.", 0) == 0 ||
+            name == "config.yaml" || name == "decisions.json" || name == "metrics.jsonl" ||
+            name == "metrics.csv" || name == "train.log" || name == "report.md" ||
+            name == "plot.log" || name == "gpu.jsonl" || name == "trace.json" ||
+            name == "memory_snapshot.pickle");
+  };
+  std::string others;
+  int count = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (is_bookkeeping(name) || a_runs(entry) || ++count > 3) continue;
+    others += (others.empty() ? "" : ", ") + name;
+  }
+  if (!others.empty()) {
+    throw UserError(dir.string() + ": holds what a run does not (" + others +
+                    ") and no .train-output marker: a checkpoint is resumed in its run's own "
+                    "folder; copy it into a folder of its own first");
+  }
+}
+
 void adopt_as_run(const fs::path& dir) {
+  check_adoptable_as_run(dir);
   if (!held_outputs(dir).marker) {
     write_file_atomically(dir / kMarker, marker_text(OutputKind::Run, false));
   }

@@ -78,7 +78,10 @@ void check_is_run(const std::filesystem::path& dir);
 void check_output_format(const std::filesystem::path& dir, OutputKind kind,
                          const std::string& advice = "");
 
-// A run resumed from a checkpoint file in a folder without a marker: the folder becomes the run's.
+// A run resumed from a checkpoint file in a folder without a marker: the folder becomes the run's,
+// where it holds nothing but what a run writes (check_adoptable_as_run refuses other files and any
+// folder, naming up to three, before anything is written).
+void check_adoptable_as_run(const std::filesystem::path& dir);
 void adopt_as_run(const std::filesystem::path& dir);
 
 }  // namespace training

@@ -102,12 +102,28 @@ std::shared_ptr<spdlog::sinks::sink>& closed_by_error() {
 
 }  // namespace
 
-void check_run_to_resume(const fs::path& dir) {
+void check_run_to_resume(const fs::path& dir, int64_t epochs_done) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw UserError(dir.string() + ": run directory not found");
   if (locked_by_another_process(dir)) DirectoryLock{dir};  // refuses, naming the holder
   refuse_unwritable_folder(dir, dir, "--resume");
-  (void)read_metrics(dir / "metrics.jsonl");
+  check_adoptable_as_run(dir);
+  for (const char* name : {"config.yaml", "decisions.json", "metrics.jsonl", "metrics.csv",
+                           "report.md", "train.log", "checkpoint.pt"}) {
+    const fs::path file = dir / name;
+    if (fs::exists(fs::symlink_status(file, ec)) && !fs::is_regular_file(file, ec)) {
+      throw UserError(file.string() + ": not a file, and a resume rewrites it; move it away");
+    }
+  }
+  const auto rows = read_metrics(dir / "metrics.jsonl");
+  const auto done = std::count_if(rows.begin(), rows.end(),
+                                  [&](const EpochRecord& r) { return r.epoch <= epochs_done; });
+  if (done < epochs_done) {
+    throw UserError((dir / "metrics.jsonl").string() + ": holds " + std::to_string(done) +
+                    " of the " + std::to_string(epochs_done) +
+                    " epoch(s) its checkpoint has done (removed or cut), and a resume rewrites "
+                    "metrics.csv from it; put its rows back (metrics.csv holds them) first");
+  }
 }
 
 RunDirectory::RunDirectory(fs::path dir, bool resuming, const std::string& named_by)

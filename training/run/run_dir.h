@@ -110,9 +110,11 @@ class ResumedRunLog {
 // row for a row that is not a record.
 std::vector<EpochRecord> read_metrics(const std::filesystem::path& file);
 
-// What RunDirectory(dir, resuming) refuses, checked without writing anything: a folder that is not
-// there, another process's lock (naming it), a metrics.jsonl it cannot read back.
-void check_run_to_resume(const std::filesystem::path& dir);
+// What resuming the run in `dir` would meet, checked without writing anything: a folder that is
+// not there or takes no file, another process's lock (naming it), a file the resume rewrites that
+// is not a file, a metrics.jsonl it cannot read back or without the `epochs_done` the checkpoint
+// has (a resume would rewrite metrics.csv without them).
+void check_run_to_resume(const std::filesystem::path& dir, int64_t epochs_done);
 
 // The app's logger: info and above to stderr. The logger itself passes trace level so that
 // train.log, whose sink takes everything, also receives the live progress lines.
