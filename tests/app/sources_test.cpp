@@ -163,12 +163,14 @@ TEST(Sources, TheRunsFolderIsJudgedBeforeAnyMeasurementNamingWhatNamedIt) {
   const auto loose = dir / "loose";
   fs::create_directories(loose / "runs");
   std::ofstream(loose / "my.yaml") << "mine\n";
+  std::ofstream(loose / ".train-write-probe-1");  // a killed probe's: bookkeeping, not named
   fs::copy_file(run / "checkpoint.pt", loose / "checkpoint.pt");
   r = cli::run_shell(train + " --resume " + (loose / "checkpoint.pt").string() +
                      " --set training.epochs=2");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find(loose.string() + ": holds what a run does not ("), std::string::npos)
       << r.output;
+  EXPECT_EQ(r.output.find(".train-write-probe"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(loose / ".train-output"));
   EXPECT_FALSE(fs::exists(loose / "config.yaml"));
   EXPECT_EQ(cli::run_shell(resume).code, 130);  // the same resume reaches the timing

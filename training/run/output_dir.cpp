@@ -23,6 +23,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kMarker = ".train-output";
+constexpr const char* kWriteProbe = ".train-write-probe-";
 
 struct KindInfo {
   const char* word;  // in the marker
@@ -52,8 +53,10 @@ bool is_file(const fs::path& path) {
 }
 
 // Files this program leaves in any folder it writes: the lock, the marker, temporaries.
+// The lock, the marker, a temporary of an interrupted write, and refuse_unwritable_folder's probe
+// left by a process killed while it probed.
 bool is_bookkeeping(const std::string& name) {
-  return name == ".lock" || name == kMarker ||
+  return name == ".lock" || name == kMarker || name.rfind(kWriteProbe, 0) == 0 ||
          (name.size() > 1 && name[0] == '.' && name.find(".tmp") != std::string::npos);
 }
 
@@ -360,7 +363,7 @@ void refuse_unwritable_folder(const fs::path& folder, const fs::path& path,
                               const std::string& flag) {
   std::error_code ec;
   if (!fs::is_directory(folder, ec)) return;  // created later, or said by the other checks
-  const fs::path probe = folder / (".train-write-probe-" + std::to_string(::getpid()));
+  const fs::path probe = folder / (kWriteProbe + std::to_string(::getpid()));
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     const int error = errno;
