@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "training/cards/alloc_conf.h"
@@ -10,7 +9,7 @@
 #include "training/config/config_yaml.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
-#include "training/run/output_dir.h"
+#include "training/run/output_file.h"
 
 namespace app {
 
@@ -51,25 +50,14 @@ int64_t size_with_unit(const std::string& flag, const std::string& text, const c
 // --json replaces only an earlier plan, in an existing folder outside other commands' outputs and
 // this plan's small sweep's (`output_dir`).
 void check_json_output(const std::string& path, const std::string& output_dir) {
-  std::error_code error;
   if (path.empty()) return;
   training::check_file_outside_own_output(path, "--json", output_dir);
-  const fs::path folder = fs::path(path).parent_path();
-  if (!folder.empty() && !fs::is_directory(folder, error)) {
-    throw UserError("--json: " + folder.string() + " is not a folder; give a path in one");
-  }
-  training::check_file_outside_outputs(path, "--json");
-  if (!fs::exists(path, error)) return;
-  bool a_plan = false;
-  if (fs::is_regular_file(path, error)) {
-    std::ifstream in(path);
-    const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    a_plan = json.is_object() && json.contains("candidates") &&
-             json.contains("images_per_second_source");
-  }
-  if (!a_plan) {
-    throw UserError("--json: " + path + " exists and is not a plan written by `train plan`");
-  }
+  const auto a_plan = [](const fs::path& file) {
+    return training::json_file_where(file, [](const nlohmann::json& j) {
+      return j.is_object() && j.contains("candidates") && j.contains("images_per_second_source");
+    });
+  };
+  training::check_output_file(path, "--json", a_plan, "a plan written by `train plan`");
 }
 
 }  // namespace

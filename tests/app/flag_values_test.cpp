@@ -76,10 +76,12 @@ TEST(FlagValues, APlansJsonReplacesOnlyAnEarlierPlan) {
   app::PlanFlags flags;
   flags.memory = "4GiB";
   training::PlanRequest request;
-  for (const fs::path& json : {dir / "config.yaml", dir.path()}) {
-    request.json = json.string();
-    EXPECT_EQ(refusal(flags, request).rfind("--json: " + json.string() + " exists", 0), 0u);
-  }
+  request.json = (dir / "config.yaml").string();
+  EXPECT_EQ(
+      refusal(flags, request).rfind("--json: " + request.json + " exists and is not a plan", 0),
+      0u);
+  request.json = dir.path().string();
+  EXPECT_EQ(refusal(flags, request), "--json: " + request.json + " is a folder; give a file name");
   request.json = (dir / "plan.json").string();
   EXPECT_EQ(refusal(flags, request), "");
   request.json = (dir / "nowhere/plan.json").string();  // refused before the replay, not after

@@ -3,9 +3,11 @@
 // made it pass.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <fstream>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "app/cli_support.h"
 #include "training/platform/dir_lock.h"
@@ -241,6 +243,34 @@ TEST(Sources, NoCommandWritesItsOutputOntoItsInput) {
       run_train("sweep-trial --config " + config.string() + " --result " + config.string());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_EQ(test_support::read_text(config), before);
+}
+
+// Twelfth pass: a bench's --output in a missing folder, or a file of the user's, was found when the
+// result was written, after the measuring (the JSON line printed, then exit 2 naming no flag), or
+// replaced. Refused in one line naming --output before anything runs; an earlier result is
+// replaced.
+TEST(Sources, ABenchsOutputIsJudgedBeforeItMeasures) {
+  test_support::TempDir dir;
+  const auto config = write_tiny_config(dir).string();
+  std::ofstream(dir / "notes.json") << "{}";
+  for (const auto& [command, output, message] : std::vector<std::array<std::string, 3>>{
+           {"bench loader --config " + config + " --batches 1", (dir / "missing/r.json").string(),
+            "--output: " + (dir / "missing").string() + " is not a folder"},
+           {"bench loader --config " + config + " --batches 1", (dir / "notes.json").string(),
+            " exists and is not a result of `train bench loader`"},
+           {"bench matmul --size 8 --repeats 1", (dir / "notes.json").string(),
+            " exists and is not a result of `train bench matmul`"}}) {
+    const auto r = run_train(command + " --output " + output);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(test_support::read_text(dir / "notes.json"), "{}");
+  for (int i = 0; i < 2; ++i) {  // its own earlier result is replaced
+    const auto r = run_train("bench loader --config " + config + " --batches 1 --output " +
+                             (dir / "r.json").string());
+    EXPECT_EQ(r.code, 0) << r.output;
+  }
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include "training/platform/duration.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
-#include "training/run/output_dir.h"
+#include "training/run/output_file.h"
 
 namespace training {
 
@@ -68,8 +68,13 @@ void bench_loader(const LoaderBenchRequest& request, const Config& config) {
 void loader_bench_command(const LoaderBenchRequest& request) {
   if (request.batches < 1) throw UserError("--batches: expected 1 or more");
   if (!request.output.empty()) {
-    check_file_outside_outputs(request.output, "--output");
     check_not_an_input(request.output, "--output", request.config_path, "--config");
+    const auto a_result = [](const std::filesystem::path& file) {
+      return json_file_where(file, [](const nlohmann::json& j) {
+        return j.is_object() && j.contains("loader") && j.contains("images_per_second");
+      });
+    };
+    check_output_file(request.output, "--output", a_result, "a result of `train bench loader`");
   }
   const Config config = load_config(request.config_path, request.overrides);
   with_key_origins(config, [&] { bench_loader(request, config); });

@@ -19,7 +19,7 @@
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/statistics.h"
-#include "training/run/output_dir.h"
+#include "training/run/output_file.h"
 
 namespace training {
 
@@ -280,7 +280,15 @@ int matmul_command(const MatmulRequest& request) {
     throw UserError("--threads: expected 0 (LibTorch's default) to " + std::to_string(kMaxThreads) +
                     ", as training.threads, got " + std::to_string(request.threads));
   }
-  check_file_outside_outputs(request.output, "--output");
+  const auto a_result = [](const std::filesystem::path& file) {
+    return json_file_where(file, [](const nlohmann::json& rows) {
+      return rows.is_array() && !rows.empty() &&
+             std::all_of(rows.begin(), rows.end(), [](const nlohmann::json& row) {
+               return row.is_object() && row.contains("dtype") && row.contains("available");
+             });
+    });
+  };
+  check_output_file(request.output, "--output", a_result, "a result of `train bench matmul`");
   set_cpu_threads(request.threads);
   const auto results = run_matmul_bench(options);
   std::printf("%s", format_matmul_table(results).c_str());

@@ -9,7 +9,7 @@
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/stop_signal.h"
-#include "training/run/output_dir.h"
+#include "training/run/output_file.h"
 
 namespace training {
 
@@ -44,27 +44,15 @@ void check_snapshot_files(const std::string& file, bool card, const std::vector<
   }
   if (file.empty()) throw UserError("--snapshot: expected a file to write, e.g. h200.pickle");
   check_file_outside_own_output(file, "--snapshot", output_dir);
-  std::error_code error;
   // A folder in FILE's place is refused however many settings there are (with several, the files
   // were written beside it, named after it).
+  std::error_code error;
   if (fs::is_directory(file, error)) {
     throw UserError("--snapshot: " + file + " is a folder; give a file name");
   }
-  const fs::path folder = fs::path(file).parent_path();
-  if (!folder.empty() && !fs::is_directory(folder, error)) {
-    throw UserError("--snapshot: " + folder.string() + " is not a folder; give a path in one");
-  }
   for (const Setting& setting : settings) {
-    const fs::path path = snapshot_file(file, setting, settings.size());
-    if (fs::is_directory(path, error)) {
-      throw UserError("--snapshot: " + path.string() + " is a folder; give a file name");
-    }
-    if (fs::exists(path, error) && (!fs::is_regular_file(path, error) || !is_our_snapshot(path))) {
-      throw UserError("--snapshot: " + path.string() +
-                      " exists and is not a snapshot train wrote (an earlier snapshot is "
-                      "replaced, nothing else)");
-    }
-    check_file_outside_outputs(path, "--snapshot");
+    check_output_file(snapshot_file(file, setting, settings.size()), "--snapshot", is_our_snapshot,
+                      "a snapshot train wrote");
   }
 }
 

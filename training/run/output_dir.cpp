@@ -270,31 +270,6 @@ void check_file_outside_outputs(const fs::path& file, const std::string& flag) {
   refuse_unwritable_folder(folder, file, flag);
 }
 
-void check_file_outside_own_output(const fs::path& file, const std::string& flag,
-                                   const fs::path& own_dir, const std::string& own_flag) {
-  if (own_dir.empty() || file.empty()) return;
-  std::error_code ec;
-  const fs::path own = fs::weakly_canonical(fs::absolute(own_dir, ec), ec);
-  if (ec) return;
-  for (fs::path at = fs::weakly_canonical(fs::absolute(file, ec), ec);
-       !ec && at.has_relative_path(); at = at.parent_path()) {
-    if (at.parent_path() != own) continue;
-    throw UserError(flag + ": " + file.string() + " is inside " + own_dir.string() +
-                    ", the folder " + own_flag + " gives this command; give a path outside it");
-  }
-}
-
-void check_not_an_input(const fs::path& output, const std::string& flag, const fs::path& input,
-                        const std::string& input_flag) {
-  std::error_code ec;
-  const bool same = fs::exists(output, ec) && fs::exists(input, ec)
-                        ? fs::equivalent(output, input, ec)
-                        : fs::weakly_canonical(output, ec) == fs::weakly_canonical(input, ec);
-  if (!same) return;
-  throw UserError(flag + ": " + output.string() + " is the " + input_flag + " file " +
-                  input.string() + ", which this command reads; give another path for " + flag);
-}
-
 void check_is_run(const fs::path& dir) {
   const HeldOutputs held = held_outputs(dir);
   if (held.kind && *held.kind != OutputKind::Run) {

@@ -53,21 +53,10 @@ void check_output_dir(const std::filesystem::path& dir, OutputKind kind, const s
 // The marker says the command finished (a finished sweep, study or comparison is not redone).
 void mark_finished(const std::filesystem::path& dir, OutputKind kind);
 
-// Refuses (UserError, naming `flag`) a file output (a bench's --output) that would land in an
-// output folder of ours: only that folder's own command writes there.
+// Refuses (UserError, naming `flag`) a file output that would land in an output folder of ours
+// (only that folder's own command writes there) or in a folder that takes no new file; the rest
+// of a file output's checks are check_output_file's (output_file.h).
 void check_file_outside_outputs(const std::filesystem::path& file, const std::string& flag);
-// Refuses (naming both flags) a file output inside the folder the same command claims (`own_dir`,
-// "" for none), which holds only its own files and is emptied when it starts again.
-void check_file_outside_own_output(const std::filesystem::path& file, const std::string& flag,
-                                   const std::filesystem::path& own_dir,
-                                   const std::string& own_flag = "--output-dir");
-
-// Refuses (UserError, naming both flags) an output file that is one of the command's own inputs
-// (`bench loader --config X.yaml --output X.yaml` replaced the config): no command writes onto
-// what it reads.
-void check_not_an_input(const std::filesystem::path& output, const std::string& flag,
-                        const std::filesystem::path& input, const std::string& input_flag);
-
 // Refuses (UserError) a `--resume` of a folder that holds another kind of output or another format
 // (a folder without a marker: refused by resume_target, unless a checkpoint file is named).
 void check_is_run(const std::filesystem::path& dir);

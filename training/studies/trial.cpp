@@ -24,7 +24,7 @@
 #include "training/platform/memory.h"
 #include "training/platform/network.h"
 #include "training/platform/statistics.h"
-#include "training/run/output_dir.h"
+#include "training/run/output_file.h"
 #include "training/step/graphed_step.h"
 #include "training/step/optim.h"
 #include "training/step/step.h"

@@ -212,33 +212,6 @@ TEST(OutputDir, APathInsideAnotherOutputOrUnwritableIsRefusedFirst) {
   }
 }
 
-// Round 5, a sixth pass: a file output (--snapshot, plan's --json) inside the folder the same
-// command claims with --output-dir, existing and empty, was written among its files. Refused at
-// any depth, whether the folder exists or not, however the paths are spelt; beside it is taken.
-TEST(OutputDir, AFileInsideTheCommandsOwnOutputDirIsRefused) {
-  test_support::TempDir dir;
-  fs::create_directories(dir / "study/sub");
-  auto refusal = [&](const fs::path& file, const fs::path& own) {
-    try {
-      training::check_file_outside_own_output(file, "--snapshot", own);
-    } catch (const training::UserError& e) {
-      return std::string(e.what());
-    }
-    return std::string("taken");
-  };
-  for (const fs::path& file :
-       {dir / "study/s.pickle", dir / "study/sub/s.pickle", dir / "study/../study/s.pickle"}) {
-    EXPECT_EQ(refusal(file, dir / "study"),
-              "--snapshot: " + file.string() + " is inside " + (dir / "study").string() +
-                  ", the folder --output-dir gives this command; give a path outside it");
-  }
-  EXPECT_NE(refusal(dir / "new/s.pickle", dir / "new"), "taken");  // not created yet
-  EXPECT_NE(refusal(dir / "study/s.pickle", dir / "study/"), "taken");
-  EXPECT_EQ(refusal(dir / "s.pickle", dir / "study"), "taken");
-  EXPECT_EQ(refusal(dir / "study.pickle", dir / "study"), "taken");
-  EXPECT_EQ(refusal(dir / "study/s.pickle", ""), "taken");  // no --output-dir: none claimed
-}
-
 // A sweep, study or comparison started again in a stopped one's folder starts afresh: nothing of
 // the stopped attempt (trials, tables, temporaries) is left to be read back as this one's.
 TEST(OutputDir, AStudyStartedAgainRemovesTheStoppedAttemptsFiles) {
