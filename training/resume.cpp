@@ -168,10 +168,9 @@ std::unique_ptr<ResumedRunLog> resumed_run_log(const ResumeTarget& resume) {
   return std::make_unique<ResumedRunLog>(resume.run_dir / "train.log");
 }
 
-void refuse_another_folder(const TrainRequest& request) {
-  if (request.resume.empty() || request.output_dir.empty()) return;
-  const fs::path resumed(request.resume);  // a run directory or its checkpoint file
-  const fs::path run = fs::is_directory(resumed) ? resumed : resumed.parent_path();
+void refuse_another_folder(const TrainRequest& request, const ResumeTarget& resume) {
+  if (resume.run_dir.empty() || request.output_dir.empty()) return;
+  const fs::path& run = resume.run_dir;
   throw UserError("--output-dir " + request.output_dir +
                   ": a resumed run continues in its own directory (" + run.string() +
                   "); drop it, or train a new run from its config: --config " +

@@ -28,7 +28,7 @@ ResumeTarget resume_target(const std::string& resume);
 // A resumed run continues in its own folder: refuses --output-dir with --resume (UserError: drop
 // it, or train a new run from its config). effective_config refuses output.dir or output.name
 // other than the run's recorded ones, wherever they were set.
-void refuse_another_folder(const TrainRequest& request);
+void refuse_another_folder(const TrainRequest& request, const ResumeTarget& resume);
 
 // Rank 0's ResumedRunLog (run_dir.h) of a resumed run; none for a new run or while another
 // process holds the run (refused at its lock).

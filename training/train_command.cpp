@@ -381,8 +381,8 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
 }  // namespace
 
 int train_command(const TrainRequest& request) {
-  refuse_another_folder(request);
   const ResumeTarget resume = resume_target(request.resume);
+  refuse_another_folder(request, resume);
   const auto resumed_log = resumed_run_log(resume);  // a stop's or an error's line goes there too
   Decisions recorded;
   const Config config = effective_config(request, resume, recorded);

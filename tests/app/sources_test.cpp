@@ -65,6 +65,15 @@ TEST(Sources, AResumeIntoAnotherDirectoryIsRefused) {
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "other"));
   EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
+  // Twelfth pass: its checkpoint named from inside the run ("checkpoint.pt") gave "its own
+  // directory ()", and a config path the shell could not find from there.
+  const auto inside = cli::run_shell("cd " + run.string() + " && " + TRAIN_BINARY +
+                                     " --resume checkpoint.pt --output-dir ../other");
+  EXPECT_EQ(inside.code, 2) << inside.output;
+  EXPECT_NE(inside.output.find("its own directory (.); drop it, or train a new run from its "
+                               "config: --config ./config.yaml --output-dir ../other"),
+            std::string::npos)
+      << inside.output;
   // The tenth pass's F9 and the eleventh's: output.name or output.dir other than the run's, set
   // with --set, by another --config or by an edit of its config.yaml, was taken: the run trained
   // in its own folder, its config.yaml recording the other one. Its own values are no change.
