@@ -29,22 +29,26 @@ double headroom_flag(const std::string& text) {
   return *value;
 }
 
-// A size with its unit ("24" was 24 bytes), offering `unit` (GiB for a card, MiB beside the
-// allocator) where that is within the largest size, else bytes.
+// A size with its unit ("24" was 24 bytes), at most the largest card's, offering `unit` (GiB for a
+// card, MiB beside the allocator) where that is within the largest card, else bytes.
 int64_t size_with_unit(const std::string& flag, const std::string& text, const char* unit) {
   // A bare 0 is no size at all: size_flag says so, rather than offer 0GiB.
   if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos &&
       text.find_first_not_of('0') != std::string::npos) {
     bool in_unit = true;
     try {
-      training::parse_byte_size(text + unit);
+      in_unit = training::parse_byte_size(text + unit) <= training::kLargestCard;
     } catch (const std::invalid_argument&) {
       in_unit = false;
     }
     throw UserError(flag + ": '" + text + "' has no unit; give one, e.g. " + text +
                     (in_unit ? unit : "B"));
   }
-  return training::size_flag(flag, text, /*bare_bytes=*/false);
+  const int64_t bytes = training::size_flag(flag, text, /*bare_bytes=*/false);
+  if (bytes > training::kLargestCard) {
+    throw UserError(flag + ": expected at most 1024TiB (the largest card), got '" + text + "'");
+  }
+  return bytes;
 }
 
 // --json replaces only an earlier plan, in an existing folder outside other commands' outputs and

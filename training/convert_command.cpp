@@ -119,8 +119,9 @@ void remove_stale_work(const fs::path& parent) {
   }
 }
 
-// The folder to create, as given (resolved as mkdir would), without trailing slashes.
-fs::path output_path(const std::string& given) {
+// The folder to create, as given (resolved as mkdir would), without trailing slashes; never inside
+// `root`'s splits (a folder there is a class to every later reader).
+fs::path output_path(const std::string& given, const fs::path& root) {
   std::string text = given;
   while (text.size() > 1 && text.back() == '/') text.pop_back();
   const fs::path output = text;
@@ -139,7 +140,18 @@ fs::path output_path(const std::string& given) {
   }
   const fs::path parent = output.has_parent_path() ? output.parent_path() : fs::path(".");
   if (!fs::is_directory(parent, ec)) {
-    throw UserError(parent.string() + ": no such folder to create " + name.string() + " in");
+    throw UserError(output.string() + ": cannot create the folder (" + parent.string() +
+                    (fs::exists(parent, ec) ? " is not a folder)" : " does not exist)"));
+  }
+  const fs::path at = fs::weakly_canonical(fs::absolute(parent, ec), ec);
+  for (const char* split : {"train", "test"}) {
+    const fs::path inside = fs::weakly_canonical(fs::absolute(root / split, ec), ec);
+    for (fs::path folder = at; !ec && folder.has_relative_path(); folder = folder.parent_path()) {
+      if (folder != inside) continue;
+      throw UserError(output.string() + ": inside " + (root / split).string() +
+                      ", where a folder is a class to every reader of the images; give a path "
+                      "outside the data root's splits");
+    }
   }
   remove_stale_work(parent);
   return output;
@@ -212,7 +224,7 @@ int convert_command(const ConvertRequest& request) {
     print_listing(root, classes);
     return kExitOk;
   }
-  const fs::path output = output_path(request.output);
+  const fs::path output = output_path(request.output, root);
   if (!data::image_folders_supported()) {
     throw data::DataError(root.string() +
                           ": this build has no OpenCV, so train convert cannot decode images; run "

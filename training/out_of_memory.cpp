@@ -36,6 +36,9 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
              (config.data.device_resident ? ", data.device_resident: false" : "") +
              " or a smaller model.arch." + intact;
     case OutOfMemoryWhere::Evaluation:
+      // Where what the run holds leaves less than one image needs, no batch helps.
+      if (std::string held = weights_alone_remedy(config, limit); !held.empty())
+        return message + held + "." + intact;
       if (!where.one_image) {  // making the evaluation batch
         return message + "a smaller training.eval_batch_size (now " +
                std::to_string(config.training.eval_batch_size) +
@@ -56,7 +59,7 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
     case OutOfMemoryWhere::Training:
       break;
   }
-  // Where the weights, gradients and momentum alone exceed the limit, no batch or precision helps.
+  // Where the weights, gradients and momentum leave less than one image needs, nothing else helps.
   if (std::string held = weights_alone_remedy(config, limit); !held.empty())
     return message + held + "." + intact;
   message +=

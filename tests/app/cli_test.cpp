@@ -675,8 +675,9 @@ TEST(Cli, SweepRefusesABadGridBeforeAnyTrial) {
             "sweep.checkpointing: expected a non-empty list of true, false or auto, got 'maybe' in "
             "the list"},
            {"--predict-for 12GB,lots",
-            "sweep.predict_for: expected a list of sizes like [12GiB, 24GiB], got 'lots' in the "
-            "list"},
+            "sweep.predict_for: expected a list of sizes with their unit like [12GiB, 24GiB], each "
+            "at most 1024TiB, got 'lots' in the list"},
+           {"--predict-for 24", "sweep.predict_for: expected a list of sizes with their unit"},
            {"--find-max", "sweep.find_max: on the CPU there is no device memory to fill"}}) {
     const auto r = run_train("sweep --config " + config + " " + flags + " --output-dir " +
                              (dir / "sweep").string());

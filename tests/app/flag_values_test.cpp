@@ -85,8 +85,9 @@ TEST(FlagValues, APlansJsonReplacesOnlyAnEarlierPlan) {
   request.json = (dir / "plan.json").string();
   EXPECT_EQ(refusal(flags, request), "");
   request.json = (dir / "nowhere/plan.json").string();  // refused before the replay, not after
-  EXPECT_EQ(refusal(flags, request).rfind("--json: " + (dir / "nowhere").string() + " is not a", 0),
-            0u);
+  EXPECT_EQ(
+      refusal(flags, request).rfind("--json: " + (dir / "nowhere").string() + " does not exist", 0),
+      0u);
   { auto lock = training::claim_output_dir(dir / "run", training::OutputKind::Run, "-o"); }
   request.json = (dir / "run/plan.json").string();  // only a folder's own command writes there
   EXPECT_NE(refusal(flags, request).find("which holds a run"), std::string::npos);
@@ -123,6 +124,13 @@ TEST(FlagValues, APlansSizesTakeAUnit) {
   EXPECT_EQ(refusal(flags), "--memory: '25769803776' has no unit; give one, e.g. 25769803776B");
   flags.memory = "25769803776B";
   EXPECT_EQ(app::plan_request(flags, from_sweep()).memory, int64_t{24} << 30);
+  // Twelfth pass: "1500000000GiB" was offered (and taken: a card of 1.4 EiB); a size above the
+  // largest card is refused as --card refuses it.
+  flags.memory = "1500000000";
+  EXPECT_EQ(refusal(flags), "--memory: '1500000000' has no unit; give one, e.g. 1500000000B");
+  flags.memory = "1500000000GiB";
+  EXPECT_EQ(refusal(flags),
+            "--memory: expected at most 1024TiB (the largest card), got '1500000000GiB'");
   // A size it cannot read is told the forms it takes, which have a unit (round 5: "or a whole
   // number of bytes", which it then refused).
   for (const std::string bad : {"1e3", "12XB"}) {

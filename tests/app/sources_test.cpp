@@ -264,7 +264,7 @@ TEST(Sources, ABenchsOutputIsJudgedBeforeItMeasures) {
   std::ofstream(dir / "notes.json") << "{}";
   for (const auto& [command, output, message] : std::vector<std::array<std::string, 3>>{
            {"bench loader --config " + config + " --batches 1", (dir / "missing/r.json").string(),
-            "--output: " + (dir / "missing").string() + " is not a folder"},
+            "--output: " + (dir / "missing").string() + " does not exist"},
            {"bench loader --config " + config + " --batches 1", (dir / "notes.json").string(),
             " exists and is not a result of `train bench loader`"},
            {"bench matmul --size 8 --repeats 1", (dir / "notes.json").string(),

@@ -309,6 +309,23 @@ TEST(Stops, AdviceNamesTheProgramAsItWasRun) {
   EXPECT_EQ(rows(dir / "run"), 1);
 }
 
+// Twelfth pass: `train compare` on a run stopped in its first epoch (resumable, no epoch recorded)
+// said "not a run directory"; it says what the run is, as `train report` does.
+TEST(Stops, ARunStoppedInItsFirstEpochIsNamedAsSuchByCompare) {
+  test_support::TempDir dir;
+  const auto run = dir / "first";
+  auto r = run_shell("TRAIN_TEST_STOP_AT='step 2 micro-batch 2' " + std::string(TRAIN_BINARY) +
+                     " " + tiny_run(dir, run, 1, kTwoMicroBatches));
+  ASSERT_EQ(r.code, 130) << r.output;
+  r = run_train("compare " + run.string() + " --output " + (dir / "cmp").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find(run.string() + ": a run with no epoch recorded yet (no metrics.jsonl: "
+                                         "training, or stopped in its first epoch)"),
+            std::string::npos)
+      << r.output;
+}
+
 // Issue 51, the eighth pass: a stopped run's report.md gave epoch 1's accuracy as the "final"
 // one, and said neither that the run stopped nor how to continue it (a diverged run has its row).
 TEST(Stops, AStoppedRunsReportSaysWhereItStoppedAndHowToContinue) {

@@ -71,6 +71,26 @@ TEST(Convert, AFolderThatIsAlreadyThereIsNotReplaced) {
   EXPECT_EQ(entries(dir / "out"), (std::vector<std::string>{"mine.txt"}));
 }
 
+// Twelfth pass: OUTPUT inside ROOT's train/ or test/ was written there, a new class folder that
+// every later reader of the root refused (the class folders differ). Refused before anything is
+// written, however the path is spelt; beside the splits it is taken.
+TEST(Convert, AnOutputInsideTheRootsSplitsIsRefused) {
+  test_support::TempDir dir;
+  fs::create_directories(dir / "root/train/a");
+  fs::create_directories(dir / "root/test/a");
+  for (const fs::path& output :
+       {dir / "root/train/bin", dir / "root/test/a/bin", dir / "root/../root/train/bin"}) {
+    const auto message = refusal_of([&] { convert(dir / "root", output); });
+    EXPECT_NE(message.find(output.string() + ": inside "), std::string::npos) << message;
+  }
+  EXPECT_EQ(entries(dir / "root"),
+            (std::vector<std::string>{"test", "test/a", "train", "train/a"}));
+  std::ofstream(dir / "file") << "mine";
+  const auto message = refusal_of([&] { convert(dir / "root", dir / "file/bin"); });
+  EXPECT_EQ(message, (dir / "file/bin").string() + ": cannot create the folder (" +
+                         (dir / "file").string() + " is not a folder)");
+}
+
 // The folder is created where mkdir would create it (a trailing slash is the same folder); a path
 // that cannot be created says why; a temporary folder a killed conversion left is removed, one of
 // a live process or holding other files is not.

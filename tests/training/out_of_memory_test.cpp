@@ -28,11 +28,50 @@ TEST(OutOfMemory, ATrainingStepWhoseWeightsAloneExceedTheLimitIsToldSo) {
   // The remedy auto gives for the same limit is the same line (one function).
   EXPECT_NE(message.find(training::weights_alone_remedy(config, config.memory.limit)),
             std::string::npos);
-  // Where they fit, the batch and the precision are the remedies.
-  config.memory.limit = held + 1;
+  // Twelfth pass: a limit just above them (by less than one image's input and first convolution
+  // output) was told a smaller batch, checkpointing or evaluation batch, which ran out of memory
+  // the same way: it is told what is left, in training and in evaluation.
+  const int64_t image = training::one_image_bytes(config);
+  EXPECT_EQ(image, (3 * 32 * 32 + 64 * 32 * 32) * 4);  // the CIFAR stem, fp32
+  config.memory.limit = held + image - 1;
+  // Apart where they read alike: 268.00 KiB less a byte against 268.00 KiB.
+  const auto [leaving, needs] = training::format_bytes_apart(image - 1, image);
+  ASSERT_NE(leaving, needs);
+  const training::OutOfMemoryWhere evaluation{training::OutOfMemoryWhere::Evaluation,
+                                              "in the evaluation of epoch 1", false, false};
+  for (const auto& where : {step, evaluation}) {
+    const auto edge = training::out_of_memory_message(config, torch::kCPU, where, "");
+    EXPECT_NE(edge.find(" alone take " + training::format_bytes(held) + " of it, leaving " +
+                        leaving + ", less than one image's input and first convolution output (" +
+                        needs + "): more memory or a smaller model.arch."),
+              std::string::npos)
+        << edge;
+    EXPECT_EQ(edge.find("batch_size"), std::string::npos) << edge;
+  }
+  // Where one image fits beside them, the batch and the precision are the remedies.
+  config.memory.limit = held + image;
   const auto room = training::out_of_memory_message(config, torch::kCPU, step, "");
   EXPECT_NE(room.find("Remedies: a smaller training.batch_size (now "), std::string::npos) << room;
   EXPECT_EQ(room.find("alone take"), std::string::npos) << room;
+}
+
+// Twelfth pass: "memory.limit 127.91 MiB: the weights ... alone take 127.91 MiB" (134,126,104
+// bytes against 127.91 MiB): the two sides are written apart where they differ.
+TEST(OutOfMemory, TheLimitAndWhatTheRunHoldsAreWrittenApart) {
+  training::Config config;
+  const int64_t held = training::held_whatever_the_batch(config).bytes;
+  config.memory.limit = held - 1000;
+  try {
+    training::refuse_what_no_batch_fits(config, torch::kCPU);
+    ADD_FAILURE() << "a limit below the weights was let through";
+  } catch (const std::exception& e) {
+    const auto [limit, taken] = training::format_bytes_apart(config.memory.limit, held);
+    ASSERT_NE(limit, taken);
+    EXPECT_EQ(std::string(e.what()), "memory.limit " + limit +
+                                         ": the weights and their gradients and momentum alone "
+                                         "take " +
+                                         taken + ": more memory or a smaller model.arch");
+  }
 }
 
 // With a weight average (training.ema_decay) its copy of the weights is held beside the step too,
@@ -98,8 +137,9 @@ TEST(OutOfMemory, TheImageSizeAndTheWeightAverageAreRemediesOfAStep) {
 // stays for the evaluation batch itself.
 TEST(OutOfMemory, AnEvaluationDownToOneImageIsNotToldToShrinkItsBatch) {
   training::Config config;
-  config.memory.limit = int64_t{140} << 20;
   config.training.precision = training::Precision::BF16;
+  // Room for more than one image beside what the run holds (else that is the remedy, above).
+  config.memory.limit = training::held_whatever_the_batch(config).bytes + (int64_t{8} << 20);
   const training::OutOfMemoryWhere batch{training::OutOfMemoryWhere::Evaluation,
                                          "in the evaluation of epoch 1 after 8 steps", true, false};
   const auto making = training::out_of_memory_message(config, torch::kCPU, batch, "");

@@ -63,6 +63,8 @@ struct CardPrediction {
   std::string no_speed;
   // Why the card cannot run the setting (bf16 before sm_80); its memory is still predicted.
   std::string unsupported;
+  // Whether the card runs the setting at this batch: it can run it at all, and the replay fits.
+  bool fits() const { return replay.fits && unsupported.empty(); }
   // "yes", "no (out of memory in ...)", or "cannot run: ..."; a batch below largest_batch that
   // does not fit says so.
   std::string fits_text() const;

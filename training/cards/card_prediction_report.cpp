@@ -116,6 +116,7 @@ std::string speed_markdown(const std::vector<std::pair<std::string, CardPredicti
 }  // namespace
 
 std::string CardPrediction::largest_batch_text() const {
+  if (!unsupported.empty()) return "-";  // none: the card cannot run it
   if (train_images <= 0 || largest_batch <= train_images) return std::to_string(largest_batch);
   return fmt::format("{} (more than the {} training images of the config, which train refuses)",
                      largest_batch, train_images);
@@ -136,6 +137,16 @@ std::string CardPrediction::fits_text() const {
 
 std::string prediction_line(const std::string& setting, const CardPrediction& p) {
   const auto& r = p.replay;
+  if (!p.unsupported.empty()) {  // what it needs, whether or not it would fit
+    const auto [card, on_device] = format_bytes_apart(p.card.memory_bytes, p.device_bytes());
+    return fmt::format(
+               "{} on {} ({}): cannot run: {} (its memory all the same: batch {} predicted {} "
+               "allocated, {} reserved, {} on the device)",
+               setting, p.card.name, card, p.unsupported, p.batch_size,
+               format_bytes(p.figures().peak_allocated), format_bytes(p.figures().peak_reserved),
+               on_device) +
+           speed_text(p);
+  }
   if (!r.fits) {
     return fmt::format(
                "{} on {} ({}): batch {} does not fit: out of memory in {}; it needs {} on the "
@@ -149,7 +160,7 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
                                           ": --card " + size_at_least_text(p.needed_by_size)
                                     : "",
                p.margin() < 0 && !p.limited_by_memory_limit
-                   ? size_at_least_text(p.needed_limit - p.allocator.limit) +
+                   ? "up to " + format_bytes(p.needed_limit - p.allocator.limit) +
                          " more than the card has"
                    : "more than the allocator's limit of " + format_bytes(p.allocator.limit) +
                          (p.limited_by_memory_limit ? " (memory.limit)" : ""),
@@ -167,7 +178,9 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
              "outside the allocator; fits with {} to spare{}; the largest batch that fits is {}",
              setting, p.card.name, card, p.batch_size, format_bytes(r.peak_allocated), r.peak_phase,
              format_bytes(r.peak_reserved), on_device, format_bytes(p.beside.outside_allocator),
-             format_bytes(p.margin()),
+             format_bytes_apart(p.margin(),
+                                p.limited_by_memory_limit ? p.allocator.limit : p.card.memory_bytes)
+                 .first,
              p.limited_by_memory_limit
                  ? " (allocator capped at memory.limit " + format_bytes(p.allocator.limit) + ")"
                  : "",
@@ -205,7 +218,7 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
                              : nlohmann::ordered_json(p.card.architecture)},  // as train cards
         {"data_sheet", data_sheet}}},
       {"batch_size", p.batch_size},
-      {"fits", p.replay.fits},
+      {"fits", p.fits()},
       {"unsupported", p.unsupported.empty() ? nlohmann::ordered_json(nullptr)
                                             : nlohmann::ordered_json(p.unsupported)},
       {"failed_in", p.replay.fits ? nlohmann::ordered_json(nullptr)
@@ -218,7 +231,7 @@ nlohmann::ordered_json prediction_json(const CardPrediction& p) {
        p.needed_by_size > 0 ? nlohmann::ordered_json(p.needed_by_size) : nullptr},
       {"predicted_device_bytes", p.device_bytes()},
       {"margin_bytes", p.margin()},
-      {"largest_batch", p.largest_batch},
+      {"largest_batch", p.unsupported.empty() ? nlohmann::ordered_json(p.largest_batch) : nullptr},
       {"cublas_workspace_bytes", p.beside.cublas_workspace * p.beside.workspaces},
       {"outside_allocator_bytes", p.beside.outside_allocator},
       {"outside_allocator_source", p.beside.outside_source},
@@ -242,10 +255,11 @@ nlohmann::ordered_json prediction_columns(const CardPrediction& p) {
           {"predicted_allocated_peak_bytes", p.figures().peak_allocated},
           {"predicted_reserved_peak_bytes", p.figures().peak_reserved},
           {"predicted_device_bytes", p.device_bytes()},
-          {"fits_on_card", p.replay.fits},
+          {"fits_on_card", p.fits()},
           {"unsupported_on_card", p.unsupported.empty() ? nlohmann::ordered_json(nullptr)
                                                         : nlohmann::ordered_json(p.unsupported)},
-          {"largest_batch_on_card", p.largest_batch},
+          {"largest_batch_on_card",
+           p.unsupported.empty() ? nlohmann::ordered_json(p.largest_batch) : nullptr},
           {"allocator_options", alloc_conf_text(p.allocator)},
           {"allocator_limit_bytes", p.allocator.limit},
           {"allocator_limit_source", p.limited_by_memory_limit ? "memory.limit" : "card"},

@@ -50,6 +50,12 @@ void check_snapshot_files(const std::string& file, bool card, const std::vector<
   if (fs::is_directory(file, error)) {
     throw UserError("--snapshot: " + file + " is a folder; give a file name");
   }
+  // With several settings each file is named after FILE: beside a device (/dev/null) none is.
+  if (settings.size() > 1 && fs::exists(file, error) && !fs::is_regular_file(file, error)) {
+    throw UserError("--snapshot: " + file + " is not a file, and with " +
+                    std::to_string(settings.size()) +
+                    " settings each is written beside it under its own name; give a file name");
+  }
   for (const Setting& setting : settings) {
     check_output_file(snapshot_file(file, setting, settings.size()), "--snapshot", is_our_snapshot,
                       "a snapshot train wrote");

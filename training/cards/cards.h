@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "training/platform/memory.h"
 #include "training/step/amp.h"
 
 namespace training {
@@ -62,10 +63,6 @@ struct BesideTensors {
 
 // The table of known cards, in the order docs/memory-studies.md lists them.
 const std::vector<Card>& known_cards();
-
-// The largest card by size: 1 PiB (the caching allocator model's address span for an expandable
-// segment is no smaller).
-inline constexpr int64_t kLargestCard = int64_t{1} << 50;
 
 // A card by name (case and '-'/'_'/' ' ignored) or by size ("24GiB", parse_byte_size's forms).
 // Throws UserError "--card: unknown card 'X' (did you mean 'Y'?)" naming the known ones otherwise.

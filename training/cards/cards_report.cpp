@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "training/cards/cards.h"
@@ -60,7 +61,21 @@ std::string cards_report(const std::vector<std::string>& asked, bool json) {
                                c.sheet.tf32_tflops, c.sheet.half_tflops));
   }
   if (const std::string repeat = config_yaml::first_repeat(keys); !repeat.empty()) {
-    throw UserError("--card: " + repeat + " (one card, however it is named)");
+    // Two names of one data sheet (H100-80GB, H100-SXM) are said as such: the table lists both.
+    std::string names;
+    for (size_t i = 0; i < keys.size() && names.empty(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        const auto known = [](const Card& c) {
+          return std::any_of(known_cards().begin(), known_cards().end(),
+                             [&](const Card& k) { return k.name == c.name; });
+        };
+        if (keys[i] == keys[j] && cards[i].name != cards[j].name && known(cards[i]) &&
+            known(cards[j])) {
+          names = ": " + cards[j].name + " and " + cards[i].name + " have one data sheet";
+        }
+      }
+    }
+    throw UserError("--card: " + repeat + " (one card, however it is named" + names + ")");
   }
   if (asked.empty()) cards = known_cards();
   if (json) {

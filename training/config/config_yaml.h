@@ -261,11 +261,13 @@ class Reader {
   }
 
   void byte_sizes(const std::string& name, std::vector<int64_t>& out) {
-    list(name, out, false, "expected a list of sizes like [12GiB, 24GiB]",
+    // Card sizes: each with its unit ("24" read as 24 bytes was meant as 24GiB), as --card takes.
+    list(name, out, false,
+         "expected a list of sizes with their unit like [12GiB, 24GiB], each at most 1024TiB",
          [](const YAML::Node& item, int64_t& value) {
            try {
-             value = parse_byte_size(item.Scalar());
-             return value > 0;
+             value = parse_byte_size(item.Scalar(), /*bare_bytes=*/false);
+             return value > 0 && value <= kLargestCard;
            } catch (const std::invalid_argument&) {
              return false;
            }

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "training/platform/json_rows.h"
 #include "training/step/amp.h"
 
 namespace training {
@@ -59,8 +60,8 @@ nlohmann::ordered_json Setting::json() const {
 
 Setting Setting::from_json(const nlohmann::json& json) {
   Setting setting;
-  const auto precision = json.at("precision").get<std::string>();
-  const auto format = json.at("memory_format").get<std::string>();
+  const auto precision = read_as<std::string>(json, "precision");
+  const auto format = read_as<std::string>(json, "memory_format");
   if (!precision_named(precision)) {
     throw std::invalid_argument("precision: '" + precision + "' is not fp32, bf16 or fp16");
   }
@@ -70,13 +71,14 @@ Setting Setting::from_json(const nlohmann::json& json) {
   }
   setting.precision = *precision_named(precision);
   setting.memory_format = *memory_format_named(format);
-  const auto& checkpointing = json.at("checkpointing");
+  const auto checkpointing = read_as<nlohmann::json>(json, "checkpointing");
   if (checkpointing.is_string() && checkpointing.get<std::string>() == "auto") {
     setting.checkpointing = CheckpointMode::Auto;
   } else {
-    setting.checkpointing = checkpointing.get<bool>() ? CheckpointMode::On : CheckpointMode::Off;
+    setting.checkpointing =
+        read_as<bool>(json, "checkpointing") ? CheckpointMode::On : CheckpointMode::Off;
   }
-  setting.accumulate_steps = json.at("accumulate_steps").get<int64_t>();
+  setting.accumulate_steps = read_as<int64_t>(json, "accumulate_steps");
   if (setting.accumulate_steps < 1) throw std::invalid_argument("accumulate_steps below 1");
   return setting;
 }

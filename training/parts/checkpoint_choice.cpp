@@ -75,12 +75,11 @@ bool budget_stands_in_the_way(const Config& config, std::optional<int64_t> neede
 // checkpointing.headroom where the memory holds it; else more memory.
 std::string more_budget(const Config& config, const torch::Device& device,
                         std::optional<int64_t> needed) {
-  if (budget_stands_in_the_way(config, needed)) {
-    const int64_t mib = int64_t{1} << 20;
+  if (budget_stands_in_the_way(config, needed)) {  // within memory.limit, which it may not pass
     return fmt::format(
-        "a checkpointing.budget of at least {}MiB (every block recomputed needs {} with what the "
+        "a checkpointing.budget of at least {} (every block recomputed needs {} with what the "
         "run holds beside the step)",
-        (*needed + mib - 1) / mib, format_bytes(*needed));
+        size_at_least_text(*needed, config.memory.limit), format_bytes(*needed));
   }
   if (!needed || config.checkpointing.budget() > 0) return "more memory";
   // As checkpointing_budget takes the budget: memory * (1 - headroom) - outside.

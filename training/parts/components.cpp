@@ -100,15 +100,34 @@ HeldWhateverTheBatch held_whatever_the_batch(const Config& config) {
   return {rest + (config.training.ema_decay > 0 ? weights : 0), rest};
 }
 
-std::string weights_alone_remedy(const Config& config, int64_t limit, const std::string& more) {
+int64_t one_image_bytes(const Config& config) {
+  const int64_t side = config.data.image_size;
+  const int64_t stem_side =
+      config.model.stem() == models::Stem::ImageNet ? (side + 1) / 2 : side;  // 7x7, stride 2
+  const int64_t element = config.training.precision == Precision::FP32 ? 4 : 2;
+  return batch_bytes(1, side).first + 64 * stem_side * stem_side * element;
+}
+
+std::string weights_alone_remedy(const Config& config, int64_t limit, const std::string& more,
+                                 std::string* limit_text) {
   const HeldWhateverTheBatch held = held_whatever_the_batch(config);
-  if (held.bytes < limit) return "";
+  const int64_t image = one_image_bytes(config);
+  if (held.bytes + image <= limit) return "";
   const bool average = config.training.ema_decay > 0;
+  const auto [limit_apart, held_apart] = format_bytes_apart(limit, held.bytes);
+  if (limit_text) *limit_text = limit_apart;
+  // Below the limit, what is left for the batch is less than a step of one image allocates.
+  const auto [leaving, needs] = format_bytes_apart(limit - held.bytes, image);
+  const std::string left =
+      held.bytes < limit
+          ? " of it, leaving " + leaving +
+                ", less than one image's input and first convolution output (" + needs + ")"
+          : "";
   return "the weights and their gradients" +
          std::string(config.optimizer.momentum() > 0 ? " and momentum" : "") +
          (average ? " and the weight average (training.ema_decay)" : "") + " alone take " +
-         format_bytes(held.bytes) + ": " + more +
-         (average && held.without_average < limit ? ", training.ema_decay: 0" : "") +
+         held_apart + left + ": " + more +
+         (average && held.without_average + image <= limit ? ", training.ema_decay: 0" : "") +
          " or a smaller model.arch";
 }
 
@@ -123,8 +142,9 @@ std::string step_size_remedies(const Config& config) {
 void refuse_what_no_batch_fits(const Config& config, const torch::Device& device) {
   const auto refuse = [&](int64_t limit, const std::string& key, const std::string& more) {
     if (limit <= 0) return;
-    const std::string held = weights_alone_remedy(config, limit, more);
-    if (!held.empty()) throw OutOfMemory(key + " " + format_bytes(limit) + ": " + held);
+    std::string limit_text;
+    const std::string held = weights_alone_remedy(config, limit, more, &limit_text);
+    if (!held.empty()) throw OutOfMemory(key + " " + limit_text + ": " + held);
   };
   refuse(config.memory.limit, "memory.limit", "more memory");
   const auto& ck = config.checkpointing;

@@ -55,12 +55,18 @@ struct HeldWhateverTheBatch {
 };
 HeldWhateverTheBatch held_whatever_the_batch(const Config& config);
 
-// Where held_whatever_the_batch takes `limit` bytes or more, which no batch, precision or
-// checkpointing lowers, the one remedy ("the weights and their gradients and momentum alone take
-// 127.91 MiB: more memory or a smaller model.arch"; training.ema_decay: 0 offered where the rest
-// fits); empty where it takes less.
+// The least a step or an evaluation of one image allocates beside what the run holds whatever the
+// batch: its input and the stem convolution's output (64 channels, in the precision's dtype).
+int64_t one_image_bytes(const Config& config);
+
+// Where held_whatever_the_batch leaves less than one_image_bytes of `limit`, which no batch,
+// precision or checkpointing lowers, the one remedy ("the weights and their gradients and momentum
+// alone take 127.91 MiB: more memory or a smaller model.arch"; training.ema_decay: 0 offered where
+// the rest fits); empty where it takes less. The figure is written apart from `limit`
+// (format_bytes_apart), and `limit_text`, where given, gets the limit as written beside it.
 std::string weights_alone_remedy(const Config& config, int64_t limit,
-                                 const std::string& more = "more memory");
+                                 const std::string& more = "more memory",
+                                 std::string* limit_text = nullptr);
 
 // The remedies of a step that runs out of memory beyond its batch, precision and checkpointing,
 // each with a leading ", ": a smaller data.image_size where the images are resized up, and

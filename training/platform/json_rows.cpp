@@ -28,6 +28,20 @@ std::string csv_cell(const ordered_json& value) {
 
 }  // namespace
 
+std::string json_error_text(const std::exception& error) {
+  std::string text(error.what());
+  text = text.substr(0, text.find('\n'));
+  if (text.rfind("[json.exception.", 0) == 0 && text.find("] ") != std::string::npos) {
+    text = text.substr(text.find("] ") + 2);
+  }
+  const std::string key = "key '", missing = "' not found";
+  if (text.rfind(key, 0) == 0 && text.size() > key.size() + missing.size() &&
+      text.compare(text.size() - missing.size(), missing.size(), missing) == 0) {
+    return text.substr(key.size(), text.size() - key.size() - missing.size()) + ": missing";
+  }
+  return text;
+}
+
 std::vector<ordered_json> read_jsonl(const std::filesystem::path& file) {
   std::vector<ordered_json> rows;
   std::ifstream in(file);
@@ -38,7 +52,7 @@ std::vector<ordered_json> read_jsonl(const std::filesystem::path& file) {
       rows.push_back(ordered_json::parse(line));
     } catch (const nlohmann::json::exception& e) {
       throw UserError(file.string() + ": line " + std::to_string(number) + " is not JSON (" +
-                      e.what() + ")");
+                      json_error_text(e) + ")");
     }
   }
   return rows;

@@ -25,8 +25,26 @@ nlohmann::ordered_json optional_json(const std::optional<T>& value) {
   return value ? nlohmann::ordered_json(*value) : nlohmann::ordered_json();
 }
 
+// An error met reading a file's JSON back, as one line naming the field: nlohmann's own prefix
+// ("[json.exception.out_of_range.403] key 'x' not found") said as "x: missing".
+std::string json_error_text(const std::exception& error);
+
+// `json[key]` as a T, else std::out_of_range naming the field ("source: missing", "source: type
+// must be string, but is number").
+template <typename T>
+T read_as(const nlohmann::json& json, const char* key) {
+  if (!json.is_object() || !json.contains(key)) {
+    throw std::out_of_range(std::string(key) + ": missing");
+  }
+  try {
+    return json.at(key).template get<T>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::out_of_range(std::string(key) + ": " + json_error_text(e));
+  }
+}
+
 // `json[key]` as its writer wrote it: a T (whole for an integral T) in [`low`, `high`] (a NaN is
-// not), else std::out_of_range naming the field.
+// not), else std::out_of_range naming the field (nlohmann's own where it is missing).
 template <typename T>
 T read_at_least(const nlohmann::json& json, const char* key, T low,
                 T high = std::numeric_limits<T>::max()) {

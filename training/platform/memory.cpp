@@ -261,11 +261,16 @@ std::string byte_size_text(int64_t bytes) {
   for (const auto& [unit, size] : kUnits) {
     if (bytes >= size && bytes % size == 0) return std::to_string(bytes / size) + unit;
   }
-  return std::to_string(bytes);
+  return std::to_string(bytes) + "B";
 }
 
-std::string size_at_least_text(int64_t bytes) {
-  return byte_size_text((std::max<int64_t>(bytes, 1) + kMiB - 1) / kMiB * kMiB);
+std::string size_at_least_text(int64_t bytes, int64_t at_most) {
+  bytes = std::max<int64_t>(bytes, 1);
+  for (const int64_t unit : {kMiB, int64_t{1024}}) {
+    const int64_t rounded = (bytes + unit - 1) / unit * unit;
+    if (at_most <= 0 || rounded <= at_most) return byte_size_text(rounded);
+  }
+  return byte_size_text(bytes);
 }
 
 }  // namespace training

@@ -81,6 +81,10 @@ class TrackingCpuAllocator final : public c10::Allocator {
   std::atomic<int64_t> limit_{0};
 };
 
+// The largest card by size: 1 PiB (the caching allocator model's address span for an expandable
+// segment is no smaller); a size of a card (--card, --memory, sweep.predict_for) is at most this.
+inline constexpr int64_t kLargestCard = int64_t{1} << 50;
+
 // "12GiB", "512MiB", "1.5GB", "1000" (bytes, where `bare_bytes`): binary and decimal units up to
 // TiB/TB, case-insensitive; std::invalid_argument naming what it expected.
 int64_t parse_byte_size(const std::string& text, bool bare_bytes = true);
@@ -88,12 +92,14 @@ int64_t parse_byte_size(const std::string& text, bool bare_bytes = true);
 // `bare_bytes` false for sizes that take a unit (flag_values.cpp's, cards.h's).
 int64_t size_flag(const std::string& flag, const std::string& text, bool bare_bytes = true);
 
-// A byte size as the config writes it: "12GiB", "512MiB", or plain bytes (exact, re-readable).
+// A byte size as the config writes it: "12GiB", "512MiB", or "1500000000B" (exact, read back by
+// the config and by every size flag, those that take a unit included).
 std::string byte_size_text(int64_t bytes);
 
 // A size to advise ("a card of at least 1137MiB"): `bytes` rounded up to a whole MiB, written as
-// byte_size_text writes it, so that what is typed back is accepted and never below `bytes`.
-std::string size_at_least_text(int64_t bytes);
+// byte_size_text writes it, so that what is typed back is accepted and never below `bytes`; where
+// that passes `at_most` (> 0: a bound the advised value may not pass), to a whole KiB, else exact.
+std::string size_at_least_text(int64_t bytes, int64_t at_most = 0);
 
 // "1.50 GiB", "512.0 MiB", "12 B": the largest binary unit that keeps the number >= 1.
 std::string format_bytes(int64_t bytes);

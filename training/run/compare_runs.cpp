@@ -121,6 +121,10 @@ void write_head(std::ostringstream& md, const std::vector<ComparedRun>& runs) {
 ComparedRun read_compared_run(const fs::path& dir) {
   if (!fs::is_directory(dir)) throw UserError(dir.string() + ": not a directory");
   check_output_format(dir, OutputKind::Run);
+  if (fs::exists(dir / "config.yaml") && !fs::exists(dir / "metrics.jsonl")) {
+    throw UserError(dir.string() + ": a run with no epoch recorded yet (no metrics.jsonl: " +
+                    "training, or stopped in its first epoch), so nothing to compare");
+  }
   if (!fs::exists(dir / "config.yaml") || !fs::exists(dir / "metrics.jsonl")) {
     throw UserError(dir.string() +
                     ": not a run directory (expected config.yaml and metrics.jsonl, as `train` "

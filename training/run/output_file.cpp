@@ -11,6 +11,23 @@ namespace training {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The file a write to `file` lands in: links followed as a shell's `>` follows them (a link to
+// nothing gets its file where it points), as replace_file_atomically writes.
+fs::path written_file(const fs::path& file) {
+  std::error_code error;
+  fs::path at = file;
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(at, error)); ++hops) {
+    const fs::path to = fs::read_symlink(at, error);
+    if (error) break;
+    at = to.is_absolute() ? to : at.parent_path() / to;
+  }
+  return at;
+}
+
+}  // namespace
+
 void check_output_file(const fs::path& file, const std::string& flag,
                        const std::function<bool(const fs::path&)>& ours, const std::string& what) {
   if (file.empty()) throw UserError(flag + ": expected a file to write");
@@ -18,23 +35,30 @@ void check_output_file(const fs::path& file, const std::string& flag,
   if (fs::is_directory(file, error)) {
     throw UserError(flag + ": " + file.string() + " is a folder; give a file name");
   }
-  const fs::path folder = file.parent_path();
+  if (file.string().back() == '/') {
+    throw UserError(flag + ": " + file.string() + " ends in '/'; give a file name");
+  }
+  const fs::path target = written_file(file);
+  const std::string where = target == file ? "" : " (where the link " + file.string() + " points)";
+  const fs::path folder = target.parent_path();
   if (!folder.empty() && !fs::is_directory(folder, error)) {
-    throw UserError(flag + ": " + folder.string() + " is not a folder; give a path in one");
+    throw UserError(flag + ": " + folder.string() + where +
+                    (fs::exists(folder, error) ? " is not a folder" : " does not exist") +
+                    "; give a path in an existing folder");
   }
   struct stat held {};
-  if (::stat(file.c_str(), &held) == 0) {
-    if (S_ISBLK(held.st_mode) || S_ISSOCK(held.st_mode)) {
-      throw UserError(flag + ": " + file.string() + ": " +
-                      (S_ISBLK(held.st_mode) ? "a block device" : "a socket") +
-                      ", not a file to write");
-    }
-    if (S_ISREG(held.st_mode) && !ours(file)) {
-      throw UserError(flag + ": " + file.string() + " exists and is not " + what +
-                      " (an earlier one is replaced, nothing else); give another path");
-    }
+  const bool exists = ::stat(target.c_str(), &held) == 0;
+  if (exists && (S_ISBLK(held.st_mode) || S_ISSOCK(held.st_mode))) {
+    throw UserError(flag + ": " + file.string() + ": " +
+                    (S_ISBLK(held.st_mode) ? "a block device" : "a socket") +
+                    ", not a file to write");
   }
-  check_file_outside_outputs(file, flag);
+  if (exists && !S_ISREG(held.st_mode)) return;  // a device or a pipe: written into, where it is
+  check_file_outside_outputs(target, flag);      // another command's folder first: it says most
+  if (exists && !ours(target)) {
+    throw UserError(flag + ": " + file.string() + " exists and is not " + what +
+                    " (an earlier one is replaced, nothing else); give another path");
+  }
 }
 
 void check_file_outside_own_output(const fs::path& file, const std::string& flag,

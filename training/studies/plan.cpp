@@ -225,7 +225,7 @@ void settle_needs(const Plan& plan, PlanCandidate& c) {
   for (const auto& c : plan.candidates)
     fewest = std::min(fewest, c.batch * c.setting.accumulate_steps);
   refuse_too_few_images(fewest, plan.train_images, flag, "measured setting");
-  const auto smallest = *std::min_element(
+  const auto& smallest = *std::min_element(
       plan.candidates.begin(), plan.candidates.end(), [](const auto& a, const auto& b) {
         return std::make_tuple(!a.untrainable.empty(), !a.unsupported.empty(), a.needed_limit) <
                std::make_tuple(!b.untrainable.empty(), !b.unsupported.empty(), b.needed_limit);
@@ -233,10 +233,18 @@ void settle_needs(const Plan& plan, PlanCandidate& c) {
   if (!smallest.unsupported.empty()) {
     throw UserError(flag + ": no measured setting can run on " + on + ": " + smallest.unsupported);
   }
+  // On a card given by its size (other cuBLAS workspaces) another candidate may be the smallest.
+  const PlanCandidate* by_size = &smallest;
+  for (const auto& c : plan.candidates) {
+    if (c.untrainable.empty() == smallest.untrainable.empty() && c.needed_limit_by_size > 0 &&
+        c.needed_limit_by_size < by_size->needed_limit_by_size) {
+      by_size = &c;
+    }
+  }
   throw UserError(flag + ": no measured setting " +
                   (some_untrainable ? "that the sweep's config trains " : "") + "fits in " + on +
                   "; the smallest, " + smallest.setting.name() + " at batch " +
-                  std::to_string(smallest.batch) + ", " + needs_card_text(plan, smallest));
+                  std::to_string(smallest.batch) + ", " + needs_card_text(plan, smallest, by_size));
 }
 
 // What a card leaves after its headroom, rounded down: one formula for the plan and for the card
@@ -288,13 +296,19 @@ int64_t card_needed_for(const Plan& plan, int64_t limit) {
   return card;
 }
 
-std::string needs_card_text(const Plan& plan, const PlanCandidate& c) {
+std::string needs_card_text(const Plan& plan, const PlanCandidate& c,
+                            const PlanCandidate* by_size) {
   std::string text =
       "needs a card of at least " + byte_size_text(card_needed_for(plan, c.needed_limit));
-  if (c.needed_limit_by_size > 0) {
+  if (!by_size) by_size = &c;
+  if (by_size->needed_limit_by_size > 0) {
     text += " (a card given by its size, with cuBLAS workspaces of " +
             format_bytes(beside_tensors(Card{}).cublas_workspace) + ": --card " +
-            byte_size_text(card_needed_for(plan, c.needed_limit_by_size)) + ")";
+            byte_size_text(card_needed_for(plan, by_size->needed_limit_by_size)) +
+            (by_size != &c ? ", for " + by_size->setting.name() + " at batch " +
+                                 std::to_string(by_size->batch)
+                           : "") +
+            ")";
   }
   return text;
 }

@@ -87,8 +87,11 @@ void refuse_too_few_images(int64_t fewest, int64_t train_images, const std::stri
 // The smallest card (whole MiB) whose memory, less the plan's headroom and what lies outside the
 // allocator, leaves the allocator `limit` bytes.
 int64_t card_needed_for(const Plan& plan, int64_t limit);
-// "needs a card of at least 2138MiB", and the size `--card SIZE` needs where that differs.
-std::string needs_card_text(const Plan& plan, const PlanCandidate& candidate);
+// "needs a card of at least 2138MiB", and the size `--card SIZE` needs where that differs: of
+// `by_size` where given (the candidate smallest on a card given by its size, named where it is
+// another).
+std::string needs_card_text(const Plan& plan, const PlanCandidate& candidate,
+                            const PlanCandidate* by_size = nullptr);
 
 // The plan for a card of `card_bytes` from the sweep in `sweep_dir` (read_sweep). `overhead`:
 // nullopt = measured by a CUDA sweep, or kOutsideAllocatorBytes. With `card`: its peaks by replay,

@@ -42,7 +42,13 @@ void check_sweep(const Config& config, const torch::Device& device) {
     if (precision == Precision::BF16) check_bf16_supported(device, "sweep.precisions");
   }
   as_key("memory.limit", [&] { check_memory_limit(device, config.memory.limit); });
-  refuse_what_no_batch_fits(config, device);  // every trial would run out of memory (exit 3)
+  // Every trial would run out of memory (exit 3): judged at the grid's least demanding precision.
+  Config least = config;
+  const auto& grid = config.sweep.precisions;
+  for (const Precision p : {Precision::FP32, Precision::FP16, Precision::BF16}) {
+    if (std::find(grid.begin(), grid.end(), p) != grid.end()) least.training.precision = p;
+  }
+  refuse_what_no_batch_fits(least, device);
   // WORLD_SIZE alone: the rest of a launch (RANK, MASTER_PORT) is not asked for a sweep.
   if (const int64_t world_size = world_size_from_environment(); world_size > 1) {
     throw UserError("WORLD_SIZE=" + std::to_string(world_size) +

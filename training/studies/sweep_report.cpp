@@ -108,7 +108,7 @@ void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
          << " | " << mib_text(p.device_bytes()) << " | " << p.fits_text() << " | "
          << p.largest_batch_text() << " | "
          << (p.speed ? fmt::format("{:.0f}", p.speed->images_per_second()) : "-") << " |\n";
-      if (p.replay.fits && p.speed &&
+      if (p.fits() && p.speed &&
           (!fastest ||
            p.speed->images_per_second() > fastest->on_card->speed->images_per_second())) {
         fastest = &t;
@@ -231,7 +231,12 @@ void predictions_table(std::ostringstream& md, const SweepFacts& facts,
   for (const auto& c : cells) {
     md << "| " << c.setting.name() << " |";
     for (const auto& [bytes, batch] : c.predictions) {
-      md << " " << (batch ? std::to_string(*batch) : "-") << " |";
+      const bool refused = batch && facts.train_images > 0 && *batch > facts.train_images;
+      md << " " << (batch ? std::to_string(*batch) : "-")
+         << (refused ? fmt::format(" (more than the {} training images, which train refuses)",
+                                   facts.train_images)
+                     : "")
+         << " |";
     }
     md << "\n";
   }
@@ -321,16 +326,16 @@ SweepRecord read_sweep(const fs::path& dir) {
   try {
     std::ifstream in(file);
     const nlohmann::json json = nlohmann::json::parse(in);
-    record.arch = json.at("arch").get<std::string>();
-    record.stem = json.at("stem").get<std::string>();
+    record.arch = read_as<std::string>(json, "arch");
+    record.stem = read_as<std::string>(json, "stem");
     record.image_size = read_at_least<int64_t>(json, "image_size", 1);
-    record.device = json.at("device").get<std::string>();
+    record.device = read_as<std::string>(json, "device");
     const auto spec = parse_device_spec(record.device);
     if (!spec || spec->kind == DeviceSpec::Kind::Auto) {
       throw std::invalid_argument("device: '" + record.device + "' is not cpu or cuda:N");
     }
     record.cuda = spec->kind == DeviceSpec::Kind::Cuda;
-    record.complete = json.at("complete").get<bool>();
+    record.complete = read_as<bool>(json, "complete");
     for (const auto& cell : json.at("cells")) record.cells.push_back(Setting::from_json(cell));
     const auto& rows = json.at("trials");
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -341,17 +346,17 @@ SweepRecord read_sweep(const fs::path& dir) {
                                           static_cast<int64_t>(i) + 1);  // numbered in order
         trial.setting = Setting::from_json(row);
         trial.batch = read_at_least<int64_t>(row, "batch_size", 1, kMaxBatchSize);
-        trial.source = row.at("source").get<std::string>();
+        trial.source = read_as<std::string>(row, "source");
         trial.result = trial_from_json(row);
         trial.wall_seconds = read_at_least<double>(row, "wall_seconds", 0);
         record.trials.push_back(trial);
       } catch (const std::exception& e) {
-        throw std::runtime_error("trials[" + std::to_string(i) + "]." + first_line(e.what()));
+        throw std::runtime_error("trials[" + std::to_string(i) + "]." + json_error_text(e));
       }
     }
   } catch (const std::exception& e) {
     throw UserError(file.string() +
-                    ": not a sweep written by `train sweep`: " + first_line(e.what()));
+                    ": not a sweep written by `train sweep`: " + json_error_text(e));
   }
   return record;
 }

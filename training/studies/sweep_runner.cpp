@@ -10,6 +10,7 @@
 #include "models/resnet.h"
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
+#include "training/platform/json_rows.h"
 #include "training/platform/memory.h"
 #include "training/platform/stop_signal.h"
 #include "training/studies/sweep_report.h"
@@ -209,7 +210,7 @@ std::string SweepRunner::why_not_kept(const fs::path& yaml, const fs::path& resu
                     " (train sweep-trial never writes it: edited or damaged; remove the file to "
                     "measure the trial again)");
   } catch (const std::exception& e) {
-    return "it is unreadable (" + first_line(e.what()) + ")";
+    return "it is unreadable (" + json_error_text(e) + ")";
   }
   if (kept.status == TrialStatus::Error) return "it is an error";
   std::string before;

@@ -58,14 +58,14 @@ nlohmann::ordered_json to_json(const TrialResult& r) {
 
 TrialResult trial_from_json(const nlohmann::json& j) {
   TrialResult r;
-  const auto status = j.at("status").get<std::string>();
+  const auto status = read_as<std::string>(j, "status");
   if (status != "ok" && status != "oom" && status != "error") {
     throw std::invalid_argument("status: '" + status + "' is not ok, oom or error");
   }
   r.status = status == "ok"    ? TrialStatus::Ok
              : status == "oom" ? TrialStatus::OutOfMemory
                                : TrialStatus::Error;
-  r.message = j.at("message").get<std::string>();
+  r.message = read_as<std::string>(j, "message");
   // No peak is larger than the largest card (cards.h): a sum of peaks cannot overflow.
   r.peak_allocated_bytes = read_at_least<int64_t>(j, "peak_allocated_bytes", 0, kLargestCard);
   r.peak_reserved_bytes = read_at_least<int64_t>(j, "peak_reserved_bytes", 0, kLargestCard);
@@ -89,7 +89,7 @@ TrialResult trial_from_json(const nlohmann::json& j) {
   r.outside_allocator_bytes = read_at_least<int64_t>(j, "outside_allocator_bytes", 0, kLargestCard);
   // A list for checkpointing auto; null (its predicted peak too) where auto chose nothing.
   if (!j.at("recomputed_blocks").is_null())
-    r.recomputed_blocks = j.at("recomputed_blocks").get<std::vector<std::string>>();
+    r.recomputed_blocks = read_as<std::vector<std::string>>(j, "recomputed_blocks");
   if (!j.at("predicted_peak_bytes").is_null())
     r.predicted_peak_bytes = read_at_least<int64_t>(j, "predicted_peak_bytes", 0, kLargestCard);
   // Where it ran (absent from the sweeps written before issue 54).

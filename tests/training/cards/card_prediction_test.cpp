@@ -475,12 +475,29 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
   EXPECT_NE(prediction_markdown({{"bf16", bf16}}).find("| cannot run: bf16 needs"),
             std::string::npos);
   EXPECT_EQ(prediction_columns(bf16).at("unsupported_on_card"), bf16.unsupported);
+  // Twelfth pass: it was "fits": true (fits_on_card too) with a largest batch, and its line said
+  // "fits with ... to spare", where `train plan` says it does not fit.
+  bf16.replay.fits = true;  // its memory would fit
+  EXPECT_FALSE(bf16.fits());
+  EXPECT_EQ(prediction_json(bf16).at("fits"), false);
+  EXPECT_TRUE(prediction_json(bf16).at("largest_batch").is_null());
+  EXPECT_EQ(prediction_columns(bf16).at("fits_on_card"), false);
+  EXPECT_TRUE(prediction_columns(bf16).at("largest_batch_on_card").is_null());
+  EXPECT_NE(prediction_line("bf16", bf16).find(": cannot run: bf16 needs compute capability"),
+            std::string::npos)
+      << prediction_line("bf16", bf16);
+  EXPECT_EQ(prediction_line("bf16", bf16).find("fits with"), std::string::npos);
   EXPECT_EQ(prediction_columns(over).at("allocator_options"), "");
   EXPECT_TRUE(prediction_columns(over).at("device_resident_bytes").is_null());
   CardPrediction split = over;  // the options it replayed under, in a sweep's and a plan's columns
   split.allocator.max_split_size = 100 * kMiB;
   EXPECT_EQ(prediction_columns(split).at("allocator_options"), "max_split_size_mb:100");
-  EXPECT_NE(prediction_line("fp32", over).find("more than the card has"), std::string::npos)
+  // Twelfth pass: what is missing was rounded up to a whole MiB ("1MiB more" where 105 bytes
+  // were): the limit is searched in whole MiB, so it is at most the difference, said as such.
+  EXPECT_NE(prediction_line("fp32", over)
+                .find("up to " + training::format_bytes(over.needed_limit - over.allocator.limit) +
+                      " more than the card has"),
+            std::string::npos)
       << prediction_line("fp32", over);
   const Replay edge = replay(p.largest_batch);
   ASSERT_EQ(edge.phases.size(), 12u);  // 3 steps x forward, backward, optimizer, end

@@ -4,6 +4,7 @@
 #include "training/cards/card_snapshot.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -108,7 +109,7 @@ TEST(CardSnapshot, BadPathsAndAMissingCardAreOneLineAndNothingIsWritten) {
        "--snapshot: draws the step predicted on a "
        "card; give the card with --card"},
       {"--card T4 --snapshot " + (dir / "missing" / "s.pickle").string(),
-       "--snapshot: " + (dir / "missing").string() + " is not a folder"},
+       "--snapshot: " + (dir / "missing").string() + " does not exist"},
       {"--card T4 --snapshot " + (dir / "folder.pickle").string(),
        "--snapshot: " + (dir / "folder.pickle").string() + " is a folder"},
       {"--card T4 --snapshot " + (dir / "memory.yaml").string(),
@@ -146,6 +147,19 @@ TEST(CardSnapshot, BadPathsAndAMissingCardAreOneLineAndNothingIsWritten) {
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "folder-fp32.pickle"));
   EXPECT_FALSE(fs::exists(dir / "study"));
+  // Twelfth pass's review: beside a device or a pipe (/dev/null) the named files were made, in
+  // /dev as root: refused with several settings (one setting is written into it).
+  ASSERT_EQ(::mkfifo((dir / "pipe").c_str(), 0600), 0);
+  const auto piped = cli::run_train("memory --config " + (dir / "memory.yaml").string() +
+                                    " --settings fp32,fp32+channels_last --output-dir " +
+                                    (dir / "study").string() +
+                                    " --card T4 --card-only --snapshot " + (dir / "pipe").string());
+  EXPECT_EQ(piped.code, kExitBadInput) << piped.output;
+  EXPECT_NE(piped.output.find("--snapshot: " + (dir / "pipe").string() +
+                              " is not a file, and with 2 settings"),
+            std::string::npos)
+      << piped.output;
+  EXPECT_FALSE(fs::exists(dir / "pipe-fp32.pickle"));
   // Round 5, a sixth pass: inside the study's own --output-dir, existing and empty, the snapshot
   // was written among the study's files; refused before anything runs, naming both flags.
   fs::create_directory(dir / "empty");

@@ -172,9 +172,14 @@ TEST(Cards, TheListingGivesTheCardsAskedForAsJson) {
       cards_report(twice, true);
       ADD_FAILURE() << twice[1];
     } catch (const UserError& e) {
+      // Twelfth pass: two rows of the table refused as one card without saying why.
+      const std::string names = twice[0].find("100") != std::string::npos && twice[1] != "h100sxm"
+                                    ? ": " + twice[0] + " and " + twice[1] + " have one data sheet"
+                                    : "";
       EXPECT_EQ(std::string(e.what()),
                 "--card: item 2 repeats item 1; list each value once (one card, however it is "
-                "named)");
+                "named" +
+                    names + ")");
     }
   }
   // The markdown lists only the cards asked for, then the speed model as always.

@@ -265,10 +265,10 @@ TEST(SpeedModel, ALargerBatchIsNeverFaster) {
   double last = 0;
   for (int64_t batch = 120; batch <= 136; ++batch) {
     shape.batch = batch;
-    const double seconds = training::estimate_step(training::step_operations(shape),
-                                                   training::find_card("V100-16GB"), shape, true,
-                                                   training::fitted_speed().parameters)
-                               .seconds;
+    const double seconds =
+        training::estimate_step(training::step_operations(shape), training::find_card("V100-16GB"),
+                                shape, true, training::fitted_speed().parameters)
+            .seconds;
     EXPECT_GE(seconds, last) << "batch " << batch;
     last = seconds;
   }

@@ -111,6 +111,14 @@ TEST(Config, YamlRoundTripIsExact) {
             (std::vector<training::CheckpointMode>{training::CheckpointMode::Off,
                                                    training::CheckpointMode::On}));
   EXPECT_EQ(back.sweep.predict_for, (std::vector<int64_t>{int64_t{24} << 30, 1500000000}));
+  EXPECT_NE(yaml.find("predict_for: [24GiB, 1500000000B]"), std::string::npos) << yaml;
+  // Twelfth pass: `--predict-for 2` was 2 bytes; a card's size takes its unit, at most 1024TiB.
+  for (const std::string bad : {"[24]", "[2000TiB]"}) {
+    EXPECT_EQ(error_of("sweep: {predict_for: " + bad + "}")
+                  .find("c.yaml: sweep.predict_for: expected a list of sizes with their unit"),
+              0u)
+        << bad;
+  }
   EXPECT_EQ(back.sweep.precisions, (std::vector<training::Precision>{training::Precision::FP16,
                                                                      training::Precision::BF16}));
   EXPECT_EQ(back.training.precision, training::Precision::BF16);

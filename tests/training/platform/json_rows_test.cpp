@@ -11,6 +11,41 @@
 
 namespace {
 
+// Twelfth pass: a field missing from sweep.json was said in nlohmann's words ("trials[0].[json.
+// exception.out_of_range.403] key 'images_per_second' not found").
+TEST(JsonRows, AReadBackErrorNamesTheFieldInPlainWords) {
+  const nlohmann::json row = {{"a", 1}};
+  try {
+    static_cast<void>(row.at("images_per_second"));
+    ADD_FAILURE();
+  } catch (const std::exception& e) {
+    EXPECT_EQ(training::json_error_text(e), "images_per_second: missing");
+  }
+  try {
+    static_cast<void>(row.at("a").get<std::string>());
+    ADD_FAILURE();
+  } catch (const std::exception& e) {
+    EXPECT_EQ(training::json_error_text(e).rfind("type must be string", 0), 0u)
+        << training::json_error_text(e);
+  }
+  EXPECT_EQ(training::json_error_text(std::out_of_range("batch_size: 0 is not at least 1")),
+            "batch_size: 0 is not at least 1");
+  // A value of another type names its field (the review: "trials[0].type must be string").
+  const nlohmann::json trial = {{"source", 5}};
+  try {
+    static_cast<void>(training::read_as<std::string>(trial, "source"));
+    ADD_FAILURE();
+  } catch (const std::out_of_range& e) {
+    EXPECT_EQ(std::string(e.what()), "source: type must be string, but is number");
+  }
+  try {
+    static_cast<void>(training::read_as<std::string>(trial, "arch"));
+    ADD_FAILURE();
+  } catch (const std::out_of_range& e) {
+    EXPECT_EQ(std::string(e.what()), "arch: missing");
+  }
+}
+
 TEST(JsonRows, CsvUnionsColumnsInFirstSeenOrder) {
   nlohmann::ordered_json a, b;
   a["epoch"] = 1;

@@ -236,4 +236,21 @@ TEST(ByteSize, AnAdvisedSizeReadsBackAtOrAboveWhatItAdvises) {
   EXPECT_EQ(training::size_at_least_text(int64_t{2} << 30), "2GiB");
 }
 
+// Twelfth pass: `train plan --memory 1.5GB` named its card "1500000000", which --memory refuses
+// as a size without a unit; and auto's "checkpointing.budget of at least 176MiB", above a
+// memory.limit of 175.9MiB, was refused when typed back. Every size written is read back by a
+// flag that takes a unit, and an advised size stays within the bound it may not pass.
+TEST(ByteSize, WhatIsWrittenIsReadBackByEveryFlagAndStaysWithinItsBound) {
+  EXPECT_EQ(training::byte_size_text(1500000000), "1500000000B");
+  EXPECT_EQ(training::parse_byte_size("1500000000B", /*bare_bytes=*/false), 1500000000);
+  EXPECT_EQ(training::byte_size_text(int64_t{1} << 20), "1MiB");
+  const int64_t limit = static_cast<int64_t>(175.9 * (1 << 20));
+  const int64_t needed = static_cast<int64_t>(175.71 * (1 << 20));
+  EXPECT_EQ(training::size_at_least_text(needed, limit), "179928KiB");  // 176MiB would pass it
+  EXPECT_LE(training::parse_byte_size(training::size_at_least_text(needed, limit)), limit);
+  EXPECT_EQ(training::size_at_least_text(limit - 3, limit - 1),
+            training::byte_size_text(limit - 3));
+  EXPECT_EQ(training::size_at_least_text(needed, int64_t{1} << 30), "176MiB");
+}
+
 }  // namespace

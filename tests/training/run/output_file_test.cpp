@@ -6,6 +6,7 @@
 
 #include "test_support.h"
 #include "training/platform/errors.h"
+#include "training/run/output_dir.h"
 
 namespace {
 
@@ -35,10 +36,18 @@ TEST(OutputFile, AFileOutputIsJudgedBeforeAnythingRuns) {
   };
   EXPECT_EQ(refusal(dir / "folder"),
             "--output: " + (dir / "folder").string() + " is a folder; give a file name");
-  for (const fs::path& folder : {dir / "missing", dir / "file"}) {
-    EXPECT_EQ(refusal(folder / "r.json"),
-              "--output: " + folder.string() + " is not a folder; give a path in one");
-  }
+  EXPECT_EQ(refusal(dir / "missing/r.json"),
+            "--output: " + (dir / "missing").string() +
+                " does not exist; give a path in an existing folder");
+  EXPECT_EQ(refusal(dir / "file/r.json"),
+            "--output: " + (dir / "file").string() +
+                " is not a folder; give a path in an existing folder");
+  // A link to nothing: written where it points, in a folder that must exist.
+  fs::create_symlink(dir / "missing/r.json", dir / "link.json");
+  EXPECT_EQ(refusal(dir / "link.json"),
+            "--output: " + (dir / "missing").string() + " (where the link " +
+                (dir / "link.json").string() +
+                " points) does not exist; give a path in an existing folder");
   EXPECT_EQ(refusal(dir / "notes.json"), "--output: " + (dir / "notes.json").string() +
                                              " exists and is not an earlier result (an earlier "
                                              "one is replaced, nothing else); give another path");
@@ -48,6 +57,13 @@ TEST(OutputFile, AFileOutputIsJudgedBeforeAnythingRuns) {
   EXPECT_EQ(refusal(dir / "earlier.json"), "taken");
   EXPECT_EQ(refusal(dir / "new.json"), "taken");
   EXPECT_EQ(refusal("/dev/null"), "taken");  // written into, never replaced
+  EXPECT_EQ(refusal(dir / "r.json/"),
+            "--output: " + (dir / "r.json/").string() + " ends in '/'; give a file name");
+  // A link to nothing is judged where it points: inside another command's folder it is refused.
+  { auto lock = training::claim_output_dir(dir / "run", training::OutputKind::Run, "-o"); }
+  fs::create_symlink(dir / "run/new.json", dir / "into-run.json");
+  EXPECT_NE(refusal(dir / "into-run.json").find("which holds a run"), std::string::npos)
+      << refusal(dir / "into-run.json");
   EXPECT_EQ(refusal("").rfind("--output: expected a file", 0), 0u);
   EXPECT_EQ(refusal("/proc/r.json").rfind("--output: /proc/r.json: cannot write in /proc (", 0),
             0u);

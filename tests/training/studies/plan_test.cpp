@@ -882,6 +882,28 @@ TEST(Plan, TheCardItSaysItNeedsIsOneItsPlanIsMadeOn) {
   }
 }
 
+// Twelfth pass: with --card T4 the size advised for a card given by its size was the one of the
+// setting smallest on the T4, where another is smaller on a card given by its size (other cuBLAS
+// workspaces): that one's size is advised, naming it.
+TEST(Plan, TheSizeAdvisedForACardGivenByItsSizeIsTheSmallestOnSuchACard) {
+  training::Plan plan;
+  training::PlanCandidate on_t4, by_size;
+  on_t4.setting = by_size.setting = plain;
+  on_t4.batch = 100;
+  on_t4.needed_limit = 1000 * MiB;
+  on_t4.needed_limit_by_size = 1040 * MiB;
+  by_size.batch = 103;
+  by_size.needed_limit = 1010 * MiB;
+  by_size.needed_limit_by_size = 1030 * MiB;
+  EXPECT_EQ(training::needs_card_text(plan, on_t4),
+            "needs a card of at least 1000MiB (a card given by its size, with cuBLAS workspaces "
+            "of 32.00 MiB: --card 1040MiB)");
+  EXPECT_EQ(training::needs_card_text(plan, on_t4, &by_size),
+            "needs a card of at least 1000MiB (a card given by its size, with cuBLAS workspaces "
+            "of 32.00 MiB: --card 1030MiB, for " +
+                plain.name() + " at batch 103)");
+}
+
 // A measured batch larger than the sweep config's training set fits but does not train: `train`
 // refuses it. It is never recommended, its row says why, and where none trains that is said.
 // Round 5: a sweep measured at 128 with 100 training images was recommended

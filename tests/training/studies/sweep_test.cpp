@@ -1020,6 +1020,25 @@ TEST(Summarize, FindsLargestFittingFastestAndFitsPerCell) {
   EXPECT_TRUE(json.at(1).at("fastest_images_per_second").is_null()) << json.at(1).dump();
 }
 
+// Twelfth pass: sweep.md's predicted largest batch per memory size (5731 with 512 training
+// images) said nothing of a batch train refuses, where plan's and memory's tables say it.
+TEST(Summarize, APredictedBatchAboveTheTrainingSetIsSaidToBeRefused) {
+  constexpr auto Ok = training::TrialStatus::Ok;
+  const std::vector<training::Setting> cells = {{}};
+  const std::vector<training::SweepTrial> trials = {trial(8, Ok, 180, 100),
+                                                    trial(16, Ok, 260, 150)};
+  const auto summaries = training::summarize(cells, trials, {500, 5000}, false);
+  ASSERT_EQ(summaries[0].predictions[1].second, 490);  // 100 + 10 * 490 = 5000
+  test_support::TempDir dir;
+  training::SweepFacts facts{"resnet18", "cifar", "cpu", "cpu", 500, true, 1, 1, {500, 5000}};
+  facts.train_images = 256;
+  training::write_sweep_tables(dir.path(), facts, summaries, trials, true);
+  const std::string md = test_support::read_text(dir / "sweep.md");
+  EXPECT_NE(md.find("| 40 | 490 (more than the 256 training images, which train refuses) |"),
+            std::string::npos)
+      << md;
+}
+
 // Round 5: find-max stopped at sweep.max_batch gave that cap as "largest batch that fits" without
 // a word: the search went no higher. Its answer is a lower bound, said as one in sweep.md and
 // sweep.json; a search that found a failing batch above its answer is exact.
