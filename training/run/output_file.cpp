@@ -38,24 +38,25 @@ void check_output_file(const fs::path& file, const std::string& flag,
   if (file.string().back() == '/') {
     throw UserError(flag + ": " + file.string() + " ends in '/'; give a file name");
   }
-  const fs::path target = written_file(file);
-  const std::string where = target == file ? "" : " (where the link " + file.string() + " points)";
-  const fs::path folder = target.parent_path();
-  if (!folder.empty() && !fs::is_directory(folder, error)) {
-    throw UserError(flag + ": " + folder.string() + where +
-                    (fs::exists(folder, error) ? " is not a folder" : " does not exist") +
-                    "; give a path in an existing folder");
-  }
-  struct stat held {};
-  const bool exists = ::stat(target.c_str(), &held) == 0;
+  struct stat held {};  // links followed, as the write follows them
+  const bool exists = ::stat(file.c_str(), &held) == 0;
   if (exists && (S_ISBLK(held.st_mode) || S_ISSOCK(held.st_mode))) {
     throw UserError(flag + ": " + file.string() + ": " +
                     (S_ISBLK(held.st_mode) ? "a block device" : "a socket") +
                     ", not a file to write");
   }
-  if (exists && !S_ISREG(held.st_mode)) return;  // a device or a pipe: written into, where it is
-  check_file_outside_outputs(target, flag);      // another command's folder first: it says most
-  if (exists && !ours(target)) {
+  // A device or a pipe (/dev/null, /dev/stdout) is written into, where it is.
+  if (exists && !S_ISREG(held.st_mode)) return;
+  const fs::path target = written_file(file);
+  const fs::path folder = target.parent_path();
+  if (!exists && !folder.empty() && !fs::is_directory(folder, error)) {
+    throw UserError(flag + ": " + folder.string() +
+                    (target == file ? "" : " (where the link " + file.string() + " points)") +
+                    (fs::exists(folder, error) ? " is not a folder" : " does not exist") +
+                    "; give a path in an existing folder");
+  }
+  check_file_outside_outputs(target, flag);  // another command's folder first: it says most
+  if (exists && !ours(file)) {
     throw UserError(flag + ": " + file.string() + " exists and is not " + what +
                     " (an earlier one is replaced, nothing else); give another path");
   }

@@ -56,7 +56,8 @@ TEST(OutputFile, AFileOutputIsJudgedBeforeAnythingRuns) {
                                        "replaced, nothing else); give another path");
   EXPECT_EQ(refusal(dir / "earlier.json"), "taken");
   EXPECT_EQ(refusal(dir / "new.json"), "taken");
-  EXPECT_EQ(refusal("/dev/null"), "taken");  // written into, never replaced
+  EXPECT_EQ(refusal("/dev/null"), "taken");    // written into, never replaced
+  EXPECT_EQ(refusal("/dev/stdout"), "taken");  // a link to a pipe or a terminal: written into
   EXPECT_EQ(refusal(dir / "r.json/"),
             "--output: " + (dir / "r.json/").string() + " ends in '/'; give a file name");
   // A link to nothing is judged where it points: inside another command's folder it is refused.
