@@ -62,13 +62,13 @@ std::string cards_report(const std::vector<std::string>& asked, bool json) {
   }
   if (const std::string repeat = config_yaml::first_repeat(keys); !repeat.empty()) {
     // Two names of one data sheet (H100-80GB, H100-SXM) are said as such: the table lists both.
+    const auto known = [](const Card& c) {
+      return std::any_of(known_cards().begin(), known_cards().end(),
+                         [&](const Card& k) { return k.name == c.name; });
+    };
     std::string names;
     for (size_t i = 0; i < keys.size() && names.empty(); ++i) {
       for (size_t j = 0; j < i; ++j) {
-        const auto known = [](const Card& c) {
-          return std::any_of(known_cards().begin(), known_cards().end(),
-                             [&](const Card& k) { return k.name == c.name; });
-        };
         if (keys[i] == keys[j] && cards[i].name != cards[j].name && known(cards[i]) &&
             known(cards[j])) {
           names = ": " + cards[j].name + " and " + cards[i].name + " have one data sheet";

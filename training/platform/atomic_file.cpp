@@ -69,6 +69,22 @@ bool is_temporary_of(const fs::path& file, const std::string& target_name) {
   return file.filename().string().rfind(prefix, 0) == 0;
 }
 
+fs::path link_destination(const fs::path& target, std::error_code& error) {
+  error.clear();
+  fs::path file = target;
+  std::error_code absent;  // a path that is not there is no link, and no error
+  for (int hops = 0; fs::is_symlink(fs::symlink_status(file, absent)); ++hops) {
+    const fs::path to = fs::read_symlink(file, error);
+    if (error) return file;
+    if (hops == 40) {
+      error = std::make_error_code(std::errc::too_many_symbolic_link_levels);
+      return file;
+    }
+    file = to.is_absolute() ? to : file.parent_path() / to;
+  }
+  return file;
+}
+
 void replace_file_atomically(const fs::path& target,
                              const std::function<void(const fs::path&)>& write) {
   // A device or a pipe, or a link to one (/dev/stdout is a link to /proc/self/fd/1), is written
@@ -86,15 +102,10 @@ void replace_file_atomically(const fs::path& target,
     write(target);
     return;
   }
-  // A symbolic link is followed, as a shell's `>` follows it: the file it names is replaced, the
-  // link kept (a link to nothing gets its file).
+  // A symbolic link is followed: the file it names is replaced, the link kept.
   std::error_code linked;
-  fs::path file = target;
-  for (int hops = 0; fs::is_symlink(fs::symlink_status(file, linked)); ++hops) {
-    const fs::path to = fs::read_symlink(file, linked);
-    if (linked || hops == 40) throw_write_error(target, linked ? linked.value() : ELOOP);
-    file = to.is_absolute() ? to : file.parent_path() / to;
-  }
+  const fs::path file = link_destination(target, linked);
+  if (linked) throw_write_error(target, linked.value());
   const fs::path temporary = temporary_for(file);
   // A repeated stop signal waits for the write: it never leaves the new file half-way.
   const DeferRepeatedStops defer;

@@ -17,6 +17,10 @@ void write_file_atomically(const std::filesystem::path& target, const std::strin
 void write_whole_file(const std::filesystem::path& file, const std::string& content,
                       const std::filesystem::path& reported_as);
 
+// The file a write to `target` replaces: symbolic links followed as a shell's `>` follows them (a
+// link to nothing gives the file it names); `error` set where a link cannot be read or they loop.
+std::filesystem::path link_destination(const std::filesystem::path& target, std::error_code& error);
+
 // For writers that need a path (torch archives): `write` fills a temporary, renamed over `target`
 // on success, removed on failure. A character device or FIFO at `target` (/dev/null, a pipe) is
 // written directly, never replaced; a block device or a socket is refused (UserError).

@@ -4,29 +4,13 @@
 
 #include <fstream>
 
+#include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
 #include "training/run/output_dir.h"
 
 namespace training {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-// The file a write to `file` lands in: links followed as a shell's `>` follows them (a link to
-// nothing gets its file where it points), as replace_file_atomically writes.
-fs::path written_file(const fs::path& file) {
-  std::error_code error;
-  fs::path at = file;
-  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(at, error)); ++hops) {
-    const fs::path to = fs::read_symlink(at, error);
-    if (error) break;
-    at = to.is_absolute() ? to : at.parent_path() / to;
-  }
-  return at;
-}
-
-}  // namespace
 
 void check_output_file(const fs::path& file, const std::string& flag,
                        const std::function<bool(const fs::path&)>& ours, const std::string& what) {
@@ -47,7 +31,7 @@ void check_output_file(const fs::path& file, const std::string& flag,
   }
   // A device or a pipe (/dev/null, /dev/stdout) is written into, where it is.
   if (exists && !S_ISREG(held.st_mode)) return;
-  const fs::path target = written_file(file);
+  const fs::path target = link_destination(file, error);  // where the write lands
   const fs::path folder = target.parent_path();
   if (!exists && !folder.empty() && !fs::is_directory(folder, error)) {
     throw UserError(flag + ": " + folder.string() +
