@@ -97,6 +97,13 @@ Decisions stored_decisions(const ResumeTarget& resume, const RunInputs& stored, 
   return recorded;
 }
 
+// Why a resumed run refuses another folder, and the new run that would take it (`flags`).
+std::string continues_in_its_own_folder(const fs::path& run, const std::string& flags) {
+  return "a resumed run continues in its own directory (" + run.string() +
+         "); drop it, or train a new run from its config: --config " +
+         shell_word((run / "config.yaml").string()) + flags;
+}
+
 // A resumed run continues in its own folder: output.dir or output.name other than the run's
 // recorded ones (from --set, --config or an edit of its config.yaml) would record another there.
 void refuse_another_output(const Config& config, const std::string& recorded_yaml,
@@ -113,9 +120,7 @@ void refuse_another_output(const Config& config, const std::string& recorded_yam
     again += " --set " + shell_word("output.name=" + now.name);
   with_key_origins(config, [&] {
     throw KeyError(key, "'" + value + "', where the run recorded '" + before +
-                            "': a resumed run continues in its own directory (" + run.string() +
-                            "); drop it, or train a new run from its config: --config " +
-                            shell_word((run / "config.yaml").string()) + again);
+                            "': " + continues_in_its_own_folder(run, again));
   });
 }
 
@@ -171,11 +176,9 @@ std::unique_ptr<ResumedRunLog> resumed_run_log(const ResumeTarget& resume) {
 void refuse_another_folder(const TrainRequest& request, const ResumeTarget& resume) {
   if (resume.run_dir.empty() || request.output_dir.empty()) return;
   const fs::path& run = resume.run_dir;
-  throw UserError("--output-dir " + request.output_dir +
-                  ": a resumed run continues in its own directory (" + run.string() +
-                  "); drop it, or train a new run from its config: --config " +
-                  shell_word((run / "config.yaml").string()) + " --output-dir " +
-                  shell_word(request.output_dir));
+  throw UserError(
+      "--output-dir " + request.output_dir + ": " +
+      continues_in_its_own_folder(run, " --output-dir " + shell_word(request.output_dir)));
 }
 
 Config effective_config(const TrainRequest& request, const ResumeTarget& resume,

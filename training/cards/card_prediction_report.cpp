@@ -155,10 +155,11 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
                setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size, r.failed_at,
                size_at_least_text(p.needed_limit + p.beside.outside_allocator),
                format_bytes(p.needed.peak_reserved), format_bytes(p.needed.peak_allocated),
-               p.needed_by_size > 0 ? "; a card given by its size, with cuBLAS workspaces of " +
-                                          format_bytes(beside_tensors(Card{}).cublas_workspace) +
-                                          ": --card " + size_at_least_text(p.needed_by_size)
-                                    : "",
+               p.needed_by_size > 0 && p.needed_by_size <= kLargestCard
+                   ? "; a card given by its size, with cuBLAS workspaces of " +
+                         format_bytes(beside_tensors(Card{}).cublas_workspace) + ": --card " +
+                         size_at_least_text(p.needed_by_size)
+                   : "",
                p.margin() < 0 && !p.limited_by_memory_limit
                    ? "up to " + format_bytes(p.needed_limit - p.allocator.limit) +
                          " more than the card has"

@@ -301,10 +301,12 @@ std::string needs_card_text(const Plan& plan, const PlanCandidate& c,
   std::string text =
       "needs a card of at least " + byte_size_text(card_needed_for(plan, c.needed_limit));
   if (!by_size) by_size = &c;
-  if (by_size->needed_limit_by_size > 0) {
+  const int64_t size_card =
+      by_size->needed_limit_by_size > 0 ? card_needed_for(plan, by_size->needed_limit_by_size) : 0;
+  if (size_card > 0 && size_card <= kLargestCard) {  // --card takes no larger size
     text += " (a card given by its size, with cuBLAS workspaces of " +
             format_bytes(beside_tensors(Card{}).cublas_workspace) + ": --card " +
-            byte_size_text(card_needed_for(plan, by_size->needed_limit_by_size)) +
+            byte_size_text(size_card) +
             (by_size != &c ? ", for " + by_size->setting.name() + " at batch " +
                                  std::to_string(by_size->batch)
                            : "") +

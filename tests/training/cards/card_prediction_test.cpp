@@ -464,6 +464,10 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
             std::string::npos)
       << prediction_line("fp32", t4);
   EXPECT_EQ(prediction_json(t4).at("needed_card_by_size_bytes"), t4.needed_by_size);
+  CardPrediction beyond_any = t4;  // a size --card refuses (above 1024TiB) is never advised
+  beyond_any.needed_by_size = kLargestCard + kMiB;
+  EXPECT_EQ(prediction_line("fp32", beyond_any).find("--card "), std::string::npos)
+      << prediction_line("fp32", beyond_any);
   // A setting the card cannot run (bf16 on sm_75) is predicted, but every table says it cannot
   // run, as `train plan` does (round 5: sweep.md read "fits: yes" for bf16 on a T4).
   EXPECT_TRUE(t4.unsupported.empty());

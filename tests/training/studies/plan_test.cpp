@@ -904,6 +904,17 @@ TEST(Plan, TheSizeAdvisedForACardGivenByItsSizeIsTheSmallestOnSuchACard) {
                 plain.name() + " at batch 103)");
 }
 
+// A size `--card` refuses (above 1024TiB) is never advised: the needed figure alone is said.
+TEST(Plan, NoSizeAboveTheLargestCardIsAdvisedForACardGivenByItsSize) {
+  training::Plan plan;
+  training::PlanCandidate huge;
+  huge.setting = plain;
+  huge.batch = 100;
+  huge.needed_limit = training::kLargestCard;
+  huge.needed_limit_by_size = training::kLargestCard + MiB;
+  EXPECT_EQ(training::needs_card_text(plan, huge), "needs a card of at least 1024TiB");
+}
+
 // A measured batch larger than the sweep config's training set fits but does not train: `train`
 // refuses it. It is never recommended, its row says why, and where none trains that is said.
 // Round 5: a sweep measured at 128 with 100 training images was recommended
