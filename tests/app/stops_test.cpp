@@ -31,6 +31,18 @@ std::string tiny_run(const test_support::TempDir& dir, const fs::path& run, int 
          " " + extra;
 }
 
+// Steps of 2 micro-batches (2 steps an epoch of the tiny config): a test's stop point comes
+// between a step's micro-batches.
+const char* const kTwoMicroBatches =
+    "--set training.accumulate_steps=2 --set training.memory_format=contiguous";
+
+// A tiny run of `epochs` epochs of two micro-batches a step, stopped at `at` (TRAIN_TEST_STOP_AT).
+cli::Result stopped_tiny_run(const test_support::TempDir& dir, const fs::path& run, int epochs,
+                             const std::string& at) {
+  return run_shell("TRAIN_TEST_STOP_AT='" + at + "' " + std::string(TRAIN_BINARY) + " " +
+                   tiny_run(dir, run, epochs, kTwoMicroBatches));
+}
+
 int rows(const fs::path& run) {
   return count_lines(test_support::read_text(run / "metrics.jsonl"));
 }
@@ -285,11 +297,6 @@ TEST(Stops, AStopSentToTheProcessAndItsGroupAsTimeoutDoesIsOneStop) {
   EXPECT_NE(md.find("stopped by a signal after 1 trial(s)"), std::string::npos) << md;
 }
 
-// Steps of 2 micro-batches (2 steps an epoch of the tiny config): a test's stop point comes
-// between a step's micro-batches.
-const char* const kTwoMicroBatches =
-    "--set training.accumulate_steps=2 --set training.memory_format=contiguous";
-
 // Issue 51, the eighth pass: "continue with: train --resume runs/tt" from `./build/train`: no
 // `train` is on PATH. Advice names the program as it was run, one shell word (here a relative
 // path with a space, run from its folder), and typed back it continues the run.
@@ -314,8 +321,7 @@ TEST(Stops, AdviceNamesTheProgramAsItWasRun) {
 TEST(Stops, ARunStoppedInItsFirstEpochIsNamedAsSuchByCompare) {
   test_support::TempDir dir;
   const auto run = dir / "first";
-  auto r = run_shell("TRAIN_TEST_STOP_AT='step 2 micro-batch 2' " + std::string(TRAIN_BINARY) +
-                     " " + tiny_run(dir, run, 1, kTwoMicroBatches));
+  auto r = stopped_tiny_run(dir, run, 1, "step 2 micro-batch 2");
   ASSERT_EQ(r.code, 130) << r.output;
   r = run_train("compare " + run.string() + " --output " + (dir / "cmp").string());
   EXPECT_EQ(r.code, 2) << r.output;
@@ -331,8 +337,7 @@ TEST(Stops, ARunStoppedInItsFirstEpochIsNamedAsSuchByCompare) {
 TEST(Stops, AStoppedRunsReportSaysWhereItStoppedAndHowToContinue) {
   test_support::TempDir dir;
   const auto run = dir / "run";
-  auto r = run_shell("TRAIN_TEST_STOP_AT='step 4 micro-batch 2' " + std::string(TRAIN_BINARY) +
-                     " " + tiny_run(dir, run, 2, kTwoMicroBatches));
+  auto r = stopped_tiny_run(dir, run, 2, "step 4 micro-batch 2");
   ASSERT_EQ(r.code, 130) << r.output;
   ASSERT_EQ(rows(run), 1);
   const std::string row =
