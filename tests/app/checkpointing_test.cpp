@@ -11,6 +11,7 @@
 #include "data/dataset.h"
 #include "training/config/config.h"
 #include "training/parts/checkpoint_choice.h"
+#include "training/platform/device.h"
 #include "training/platform/memory.h"
 #include "training/run/run_dir.h"
 
@@ -85,8 +86,9 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
   EXPECT_GE(decided->budget, budget - 16 - 64 * 8);  // memory.limit less 3%, less the order
   EXPECT_LE(decided->budget, budget);
   EXPECT_EQ(decided->chosen_for,
-            "resnet18 cifar stem, 10 classes, batch 32, fp32, contiguous, sgd momentum 0.9 "
-            "nesterov weight decay 0.0005 fused");
+            "resnet18 cifar stem, 10 classes, batch 32, fp32, contiguous, sgd with momentum, "
+            "nesterov, weight decay, fused, on " +
+                training::device_identity(torch::kCPU));
 
   // The resume recomputes the same blocks, without measuring again.
   const auto resumed =

@@ -8,6 +8,7 @@
 
 #include "training/config/config_yaml.h"
 #include "training/config/validate.h"
+#include "training/platform/device.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 
@@ -34,7 +35,8 @@ std::string undecided_keys(const Config& asked) {
   return keys;
 }
 
-std::string step_signature(const Config& config, const std::optional<c10::MemoryFormat>& layout) {
+std::string step_signature(const Config& config, const std::optional<c10::MemoryFormat>& layout,
+                           const c10::Device& device) {
   const auto& t = config.training;
   const auto& o = config.optimizer;
   std::string step = fmt::format("{} {} stem, {} classes, batch {}", arch_name(config.model),
@@ -44,13 +46,17 @@ std::string step_signature(const Config& config, const std::optional<c10::Memory
     step += fmt::format(" in {} micro-batches a step", t.accumulate_steps);
   step += std::string(", ") + precision_name(t.precision);
   if (layout) step += ", " + memory_format_name(*layout);
-  step += fmt::format(", sgd momentum {:g}{}", o.momentum(), o.nesterov() ? " nesterov" : "");
-  if (o.weight_decay() > 0) {
-    step += fmt::format(" weight decay {:g}{}", o.weight_decay(),
-                        o.decay_norm_and_bias() ? " on every parameter" : "");
-  }
-  if (o.fused()) step += " fused";
+  step += o.momentum() > 0 ? ", sgd with momentum" : ", sgd";
+  if (o.nesterov()) step += ", nesterov";
+  if (o.weight_decay() > 0)
+    step += o.decay_norm_and_bias() ? ", weight decay on every parameter" : ", weight decay";
+  if (o.fused()) step += ", fused";
   if (t.ema_decay > 0) step += ", weight average";
+  step += ", on " + device_identity(device);
+  if (device.is_cuda()) {
+    step +=
+        std::string(t.cudnn_benchmark ? ", cuDNN benchmark" : "") + (t.allow_tf32 ? ", TF32" : "");
+  }
   return step;
 }
 
@@ -72,7 +78,8 @@ std::string decisions_json(const Decisions& d) {
                           {"predicted_peak_bytes", c.predicted_peak},
                           {"predicted_extra_ms", c.predicted_extra_ms},
                           {"beside_step_bytes", c.beside_bytes},
-                          {"from_step", c.from_step}};
+                          {"from_step", c.from_step},
+                          {"cheaper_from_bytes", c.cheaper_from}};
   }
   return j.dump(2) + "\n";
 }
@@ -133,7 +140,7 @@ CheckpointingDecision parse_checkpointing(const Json& j, const std::string& orig
   const std::string s = "checkpointing";
   check_fields(j, s,
                {"blocks", "chosen_for", "budget_bytes", "predicted_peak_bytes",
-                "predicted_extra_ms", "beside_step_bytes", "from_step"},
+                "predicted_extra_ms", "beside_step_bytes", "from_step", "cheaper_from_bytes"},
                origin);
   CheckpointingDecision c;
   c.blocks = entry(j, s, "blocks", is_names, "a list of block names", origin)
@@ -149,6 +156,11 @@ CheckpointingDecision parse_checkpointing(const Json& j, const std::string& orig
   if (j.contains("from_step")) {
     c.from_step = entry(j, s, "from_step", is_bytes, "a number of steps", origin);
   }
+  // Absent: made before it was recorded; any larger budget may hold a cheaper choice.
+  c.cheaper_from =
+      j.contains("cheaper_from_bytes")
+          ? entry(j, s, "cheaper_from_bytes", is_bytes, "a byte count", origin).get<int64_t>()
+          : (c.blocks.empty() ? 0 : c.budget + 1);
   return c;
 }
 

@@ -3,6 +3,7 @@
 // by report.md and train compare.
 #pragma once
 
+#include <c10/core/Device.h>
 #include <c10/core/MemoryFormat.h>
 
 #include <optional>
@@ -29,8 +30,9 @@ struct CheckpointingDecision {
   int64_t predicted_peak = 0;       // the step's predicted peak with `blocks`
   double predicted_extra_ms = 0;    // the recomputation added to a step
   int64_t beside_bytes = 0;         // what the run holds beside the step, outside `budget`
-  int64_t from_step = 0;  // optimizer steps the run had taken when it was made: the epochs
-                          // recorded after it (a step count above) trained under it
+  int64_t from_step = 0;     // optimizer steps the run had taken when it was made: the epochs
+                             // recorded after it (a step count above) trained under it
+  int64_t cheaper_from = 0;  // the budget from which a cheaper choice fits (0: none is cheaper)
 };
 
 // The training peak of the last epoch recorded under `decision` (a row past its from_step), if any.
@@ -43,10 +45,13 @@ std::optional<int64_t> peak_under(const CheckpointingDecision& decision, const R
 }
 
 // The step a decision holds for (its chosen_for): all that sets a step's memory and time, the
-// layout where given: "resnet18 cifar stem, 10 classes, batch 32, fp32, contiguous, sgd momentum
-// 0.9 nesterov weight decay 0.0005 fused". What a run holds beside the step (the loader's batches,
-// device-resident data) is taken off the budget a recorded choice is checked against instead.
-std::string step_signature(const Config& config, const std::optional<c10::MemoryFormat>& layout);
+// layout where given, and the device (device_identity; on CUDA cuDNN's benchmark mode and TF32):
+// "resnet18 cifar stem, 10 classes, batch 32, fp32, contiguous, sgd with momentum, nesterov, weight
+// decay, fused, on cpu (...)". Optimizer figures that leave the step alike (a momentum of 0.9 or
+// 0.85) are not in it. What a run holds beside the step (the loader's batches, device-resident
+// data) is taken off the budget a recorded choice is checked against instead.
+std::string step_signature(const Config& config, const std::optional<c10::MemoryFormat>& layout,
+                           const c10::Device& device);
 
 struct Decisions {
   std::optional<LayoutDecision> layout;

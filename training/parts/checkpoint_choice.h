@@ -73,8 +73,12 @@ struct CheckpointChoice {
   BlockMeasurement measurement;  // what the choice was made from
 };
 
-// The cheapest choice for `budget` bytes (see the top of this file).
+// The cheapest choice for `budget` bytes (see the top of this file; block_choice.cpp).
 CheckpointChoice choose_blocks(const BlockMeasurement& measurement, int64_t budget);
+
+// The smallest budget under which a choice cheaper than `chosen` (less added time, then fewer
+// blocks) fits; 0 where none is (nothing recomputed). A resume under it or more chooses again.
+int64_t cheaper_budget(const BlockMeasurement& measurement, const CheckpointChoice& chosen);
 
 struct CheckpointBudget {
   int64_t bytes = 0;

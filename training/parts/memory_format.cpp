@@ -112,8 +112,9 @@ int64_t layout_timing_budget(const Config& config) {
   return timing_budget(config).bytes;
 }
 
-std::string layout_signature(const Config& config, int64_t beside_step) {
-  std::string signature = step_signature(config, std::nullopt) + ", " +
+std::string layout_signature(const Config& config, const torch::Device& device,
+                             int64_t beside_step) {
+  std::string signature = step_signature(config, std::nullopt, device) + ", " +
                           timed_recomputation(config.checkpointing) +
                           fmt::format(", {} CPU threads", at::get_num_threads());
   if (config.memory.limit > 0) {
@@ -236,7 +237,7 @@ MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisio
   if (config.training.memory_format) {
     recorded.reset();
   } else if (recorded && recorded->device_type == c10::DeviceTypeName(device.type(), true) &&
-             recorded->chosen_for == layout_signature(config, beside_step)) {
+             recorded->chosen_for == layout_signature(config, device, beside_step)) {
     MemoryFormatChoice kept;
     kept.format = recorded->format;
     kept.reason = "auto: as this run decided before (its checkpoint's decisions), not timed again";
@@ -246,7 +247,7 @@ MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisio
       choose_memory_format(config, device, data_parallel, measure, beside_step);
   if (!config.training.memory_format) {
     recorded = LayoutDecision{choice.format, c10::DeviceTypeName(device.type(), true),
-                              choice.reason, layout_signature(config, beside_step)};
+                              choice.reason, layout_signature(config, device, beside_step)};
   }
   return choice;
 }

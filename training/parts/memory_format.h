@@ -39,7 +39,8 @@ int64_t layout_timing_budget(const Config& config);
 // What a recorded layout was chosen for, its chosen_for: the step, and what its timing depended
 // on beyond it (the CPU threads; memory.limit in bytes and the `beside_step` bytes held with the
 // step, under which a layout whose step does not fit is none).
-std::string layout_signature(const Config& config, int64_t beside_step = 0);
+std::string layout_signature(const Config& config, const torch::Device& device,
+                             int64_t beside_step = 0);
 
 // Images/s of a few training steps of `config` (its training.memory_format set) on `device`.
 using MeasureRate = std::function<double(const Config& config, const torch::Device& device)>;

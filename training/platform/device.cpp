@@ -1,5 +1,6 @@
 #include "training/platform/device.h"
 
+#include <ATen/Version.h>
 #include <ATen/cpu/Utils.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <regex>
 
 #include "build_config.h"
@@ -115,6 +117,41 @@ std::string describe_device(const torch::Device& device) {
   if (device.is_cuda()) return device.str() + " (" + cuda::describe(device.index()) + ")";
 #endif
   return device.str() + " (" + std::to_string(torch::get_num_threads()) + " threads)";
+}
+
+namespace {
+
+// ", NAME=value" where the variable is set, else "".
+std::string variable_text(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? std::string(", ") + name + "=" + value : "";
+}
+
+// /proc/cpuinfo's first "model name" ("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz").
+std::string cpu_model_name() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    const auto colon = line.find(':');
+    if (line.rfind("model name", 0) == 0 && colon != std::string::npos) {
+      const auto start = line.find_first_not_of(" \t", colon + 1);
+      if (start != std::string::npos) return line.substr(start);
+    }
+  }
+  return "model unknown";
+}
+
+}  // namespace
+
+std::string device_identity(const torch::Device& device) {
+#ifdef TRAIN_WITH_CUDA
+  if (device.is_cuda()) {
+    return "cuda (" + cuda::describe(device.index()) + variable_text("CUBLAS_WORKSPACE_CONFIG") +
+           ")";
+  }
+#endif
+  return "cpu (" + cpu_model_name() + ", " + at::get_cpu_capability() + ", bf16 " +
+         (cpu_has_native_bf16() ? "native" : "emulated") + variable_text("ONEDNN_MAX_CPU_ISA") +
+         variable_text("DNNL_MAX_CPU_ISA") + ")";
 }
 
 void set_cpu_threads(int64_t threads) {

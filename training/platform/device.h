@@ -50,6 +50,13 @@ void synchronize(const torch::Device& device);
 // One line for the log: "cpu (2 threads)" or "cuda:0 (NVIDIA H200, 139.8 GiB, sm_90)".
 std::string describe_device(const torch::Device& device);
 
+// What of `device` sets a training step's memory and speed, for the decisions a run records (their
+// chosen_for; another device decides again): the card ("cuda (NVIDIA H200, 139.8 GiB, sm_90)", with
+// CUBLAS_WORKSPACE_CONFIG where set), or the CPU's model and kernels ("cpu (Intel(R) Xeon(R) ...,
+// AVX512, bf16 native)", with ONEDNN_MAX_CPU_ISA where set). Not the threads (the layout's names
+// them).
+std::string device_identity(const torch::Device& device);
+
 // CPU intra-op threads for this process; 0 keeps LibTorch's default (one per core).
 void set_cpu_threads(int64_t threads);
 

@@ -85,7 +85,7 @@ TEST(Decisions, ADamagedFileIsRefusedNamingItAndTheEntry) {
   EXPECT_EQ(decisions_error(j.dump()),
             "run/decisions.json: checkpointing.budget: unknown field (expected blocks, chosen_for, "
             "budget_bytes, predicted_peak_bytes, predicted_extra_ms, beside_step_bytes, from_step, "
-            "decides)");
+            "cheaper_from_bytes, decides)");
   j = nlohmann::json::parse(training::decisions_json(both()));
   j["checkpointing"]["from_step"] = -1;
   EXPECT_EQ(decisions_error(j.dump()),

@@ -238,16 +238,17 @@ TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainWhenItsStepOrBudgetNoLongerHo
   training::Decisions recorded;
   ASSERT_TRUE(training::resolve_checkpointing(config, recorded, cpu, false, measure));
   EXPECT_EQ(recorded.checkpointing->chosen_for,
-            "resnet18 cifar stem, 10 classes, batch 4, fp32, contiguous, sgd momentum 0.9 nesterov "
-            "weight decay 0.0005 fused");
+            "resnet18 cifar stem, 10 classes, batch 4, fp32, contiguous, sgd with momentum, "
+            "nesterov, weight decay, fused, on " +
+                training::device_identity(cpu));
   EXPECT_EQ(recorded.checkpointing->budget, 1250);
-  // A larger budget keeps the choice, now checked against that budget.
+  // A larger budget that holds no cheaper choice keeps it, now checked against that budget.
   Config larger = config;
-  larger.checkpointing.budget(5000);
+  larger.checkpointing.budget(1299);
   auto kept = recorded;
   EXPECT_FALSE(training::resolve_checkpointing(larger, kept, cpu, false, measure));
   EXPECT_EQ(measured, 1);
-  EXPECT_EQ(kept.checkpointing->budget, 5000);
+  EXPECT_EQ(kept.checkpointing->budget, 1299);
   // Another batch: chosen again, saying why; with data parallelism refused, saying why.
   Config rebatched = config;
   rebatched.training.batch_size = 8;
@@ -265,8 +266,9 @@ TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainWhenItsStepOrBudgetNoLongerHo
   ASSERT_TRUE(again);
   EXPECT_EQ(measured, 2);
   EXPECT_NE(again->note.find("it was chosen for resnet18 cifar stem, 10 classes, batch 4, fp32, "
-                             "contiguous, sgd momentum 0.9 nesterov weight decay 0.0005 fused, and "
-                             "this run is resnet18 cifar stem, 10 classes, batch 8, fp32, "
+                             "contiguous, sgd with momentum, nesterov, weight decay, fused, on " +
+                             training::device_identity(cpu) +
+                             ", and this run is resnet18 cifar stem, 10 classes, batch 8, fp32, "
                              "contiguous, sgd"),
             std::string::npos)
       << again->note;
@@ -332,13 +334,51 @@ TEST(CheckpointChoice, ARecordedChoiceHoldsOnlyForTheStepItWasMadeFor) {
         << what << ": " << again->note;
     EXPECT_NE(training::step_signature(changed, cpu), recorded.checkpointing->chosen_for) << what;
   }
-  // What does not change the step keeps it: the epochs, the learning rate, the seed.
+  // What does not change the step keeps it: the epochs, the learning rate, the seed, another
+  // momentum or weight decay above 0 (the thirteenth review: they measured the step again).
   Config same = config;
   same.training.epochs = 3;
   same.optimizer.lr(0.5);
   same.training.seed = 7;
+  same.optimizer.momentum(0.85).weight_decay(0.0004);
   auto kept = recorded;
   EXPECT_FALSE(training::resolve_checkpointing(same, kept, cpu, false, measure));
+}
+
+// The thirteenth review: a choice made under a small budget was kept under a larger one, and
+// recomputed blocks the larger budget needs not recompute. From the budget a cheaper choice fits
+// (recorded as cheaper_from), it is chosen again; below it the choice is kept.
+TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainUnderABudgetThatHoldsACheaperOne) {
+  // Plain peak 1300; at 1250 one block is recomputed; keeping both fits from 1300 on.
+  const auto m = measurement({100, 200}, {1, 2}, 1000);
+  const auto chosen = choose_blocks(m, 1250);
+  ASSERT_EQ(chosen.blocks.size(), 1u);
+  EXPECT_EQ(training::cheaper_budget(m, chosen), 1300);
+  EXPECT_EQ(training::cheaper_budget(m, choose_blocks(m, 1300)), 0);  // nothing recomputed
+  const auto both = choose_blocks(m, 1050);  // both recomputed; b1 alone (2 s) fits from 1100
+  ASSERT_EQ(both.blocks.size(), 2u);
+  EXPECT_EQ(training::cheaper_budget(m, both), 1100);
+
+  Config config = auto_config();
+  config.checkpointing.budget(1250);
+  int measured = 0;
+  const auto measure = two_blocks_counting(measured);
+  const torch::Device cpu(torch::kCPU);
+  training::Decisions recorded;
+  ASSERT_TRUE(training::resolve_checkpointing(config, recorded, cpu, false, measure));
+  EXPECT_EQ(recorded.checkpointing->cheaper_from, 1300);
+  const auto back = training::parse_decisions(training::decisions_json(recorded), "decisions.json");
+  EXPECT_EQ(back.checkpointing->cheaper_from, 1300);
+  Config larger = config;
+  larger.checkpointing.budget(1300);
+  auto decisions = recorded;
+  const auto again = training::resolve_checkpointing(larger, decisions, cpu, false, measure);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(measured, 2);
+  EXPECT_TRUE(again->blocks.empty());
+  EXPECT_NE(again->note.find("this run's budget 1.27 KiB holds a cheaper choice"),
+            std::string::npos)
+      << again->note;
 }
 
 // What the run holds beside the measured step counts on the CPU too: data.prefetch 2 left out ran

@@ -1,5 +1,6 @@
 #include "training/parts/memory_format.h"
 
+#include <ATen/Version.h>
 #include <gtest/gtest.h>
 
 #include <tuple>
@@ -111,7 +112,7 @@ TEST(MemoryFormat, ARecordedLayoutHoldsOnlyForTheStepItWasTimedFor) {
   training::Decisions decisions;
   training::decide_memory_format(config, decisions, torch::kCPU, false, rates.measure());
   ASSERT_TRUE(decisions.layout);
-  EXPECT_EQ(decisions.layout->chosen_for, training::layout_signature(config));
+  EXPECT_EQ(decisions.layout->chosen_for, training::layout_signature(config, torch::kCPU));
   EXPECT_EQ(rates.asked.size(), 2u);
   // The same step: kept, not timed.
   auto kept = decisions;
@@ -146,11 +147,11 @@ TEST(MemoryFormat, ARecordedLayoutHoldsOnlyForTheStepItWasTimedFor) {
     auto again = decisions;
     const auto before = rates.asked.size();
     training::decide_memory_format(changed, again, torch::kCPU, false, rates.measure());
-    EXPECT_EQ(rates.asked.size(), before + 2) << training::layout_signature(changed);
+    EXPECT_EQ(rates.asked.size(), before + 2) << training::layout_signature(changed, torch::kCPU);
   }
   auto resized = config;  // data.image_size: another step
   resized.data.image_size = 64;
-  EXPECT_NE(training::step_signature(resized, std::nullopt).find("batch 8 at 64x64"),
+  EXPECT_NE(training::step_signature(resized, std::nullopt, torch::kCPU).find("batch 8 at 64x64"),
             std::string::npos);
   auto again = decisions;
   const auto before = rates.asked.size();
@@ -160,7 +161,38 @@ TEST(MemoryFormat, ARecordedLayoutHoldsOnlyForTheStepItWasTimedFor) {
   auto older = decisions;
   older.layout->chosen_for.clear();
   training::decide_memory_format(config, older, torch::kCPU, false, rates.measure());
-  EXPECT_EQ(older.layout->chosen_for, training::layout_signature(config));
+  EXPECT_EQ(older.layout->chosen_for, training::layout_signature(config, torch::kCPU));
+}
+
+// The thirteenth review: a layout timed on one CPU was kept on another with as many threads (a
+// bf16 layout left untimed where bf16 is emulated, kept on a CPU with AMX). The CPU's model and
+// kernels are in what it holds for: oneDNN limited to AVX2 is another CPU.
+TEST(MemoryFormat, ARecordedLayoutHoldsOnlyOnTheCpuItWasTimedOn) {
+  const torch::Device cpu(torch::kCPU);
+  const std::string here = training::device_identity(cpu);
+  EXPECT_EQ(here.rfind("cpu (", 0), 0u) << here;
+  EXPECT_NE(here.find(at::get_cpu_capability()), std::string::npos) << here;
+  FakeRates rates{10.0, 25.0, {}};
+  const auto config = layout_config(", batch_size: 8");
+  training::Decisions decisions;
+  training::decide_memory_format(config, decisions, cpu, false, rates.measure());
+  ASSERT_EQ(rates.asked.size(), 2u);
+  EXPECT_NE(decisions.layout->chosen_for.find(", on " + here), std::string::npos)
+      << decisions.layout->chosen_for;
+  const char* before = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const std::string kept_value = before ? before : "";
+  setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+  const std::string avx2 = training::device_identity(cpu);
+  auto again = decisions;
+  training::decide_memory_format(config, again, cpu, false, rates.measure());
+  if (before) {
+    setenv("ONEDNN_MAX_CPU_ISA", kept_value.c_str(), 1);
+  } else {
+    unsetenv("ONEDNN_MAX_CPU_ISA");
+  }
+  EXPECT_NE(avx2, here);
+  EXPECT_NE(avx2.find("ONEDNN_MAX_CPU_ISA=AVX2"), std::string::npos) << avx2;
+  EXPECT_EQ(rates.asked.size(), 4u) << "the layout timed on " << here << " was kept on " << avx2;
 }
 
 // Eighth hostile pass: under memory.limit the layouts were timed on 8 images, so a layout whose
@@ -343,8 +375,9 @@ TEST(MemoryFormat, UnderALimitTheTimingStepIsTheRunsWithWhatItHoldsBesideIt) {
   EXPECT_EQ(timed,
             (std::vector<std::pair<int64_t, int64_t>>{{16, 173LL << 20}, {16, 173LL << 20}}));
   EXPECT_EQ(allocator.limit(), 0);
-  EXPECT_NE(training::layout_signature(budgeted).find("its step within 181403648 bytes"),
-            std::string::npos);
+  EXPECT_NE(
+      training::layout_signature(budgeted, torch::kCPU).find("its step within 181403648 bytes"),
+      std::string::npos);
   // Neither layout's step within auto's budget: the default layout, and auto's own "nothing fits"
   // says what would (the same with memory.limit alone is the step's exit 3: rethrown).
   const training::MeasureRate neither = [](const training::Config&,
