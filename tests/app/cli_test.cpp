@@ -10,6 +10,9 @@
 #include <sstream>
 
 #include "app/cli_support.h"
+#include "training/config/config.h"
+#include "training/parts/components.h"
+#include "training/platform/memory.h"
 #include "training/platform/tensorboard.h"
 #include "training/run/epoch_record.h"
 #include "training/run/output_dir.h"
@@ -581,6 +584,25 @@ TEST(Cli, OutOfMemoryBeforeTheFirstStepIsExitCodeThree) {
                 " --memory-limit 20MiB --set training.memory_format=contiguous");
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_NE(r.output.find("memory.limit 20.00 MiB: the weights"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "small"));
+  // Thirteenth pass: a limit of a few bytes was LibTorch's out of memory (exit 1) reading the
+  // labels; in bf16, autocast's copies of the weights are held whatever the batch (a limit between
+  // fp32's count and bf16's was measured first and written, then out of memory at one image).
+  r = run_train("--config " + config + " --output-dir " + (dir / "small").string() +
+                " --memory-limit 1B");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("memory.limit 1 B: the weights"), std::string::npos) << r.output;
+  const int64_t fp32_held = training::held_whatever_the_batch(
+                                training::parse_config(test_support::read_text(config), config))
+                                .bytes;
+  r = run_train("--config " + config + " --output-dir " + (dir / "small").string() +
+                " --set training.precision=bf16 --memory-limit " +
+                std::to_string(fp32_held + 2 * training::kMiB) + "B");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find(" and autocast's bf16 copies of them alone take "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(", training.precision fp32 or a smaller model.arch"), std::string::npos)
+      << r.output;
   EXPECT_FALSE(fs::exists(dir / "small"));
   EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
   // A fresh run has no checkpoint to be intact (round 5: it said so).

@@ -330,6 +330,16 @@ TEST(Stops, ARunStoppedInItsFirstEpochIsNamedAsSuchByCompare) {
                                          "training, or stopped in its first epoch)"),
             std::string::npos)
       << r.output;
+  // Thirteenth pass: `train report` said "no run to report on"; it says the same, and how to go on.
+  r = run_train("report " + run.string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find(run.string() + ": a run with no epoch recorded yet"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("; continue it with: " + std::string(TRAIN_BINARY) + " --resume " +
+                          run.string() + "\n"),
+            std::string::npos)
+      << r.output;
 }
 
 // Issue 51, the eighth pass: a stopped run's report.md gave epoch 1's accuracy as the "final"

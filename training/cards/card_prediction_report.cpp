@@ -12,9 +12,10 @@ namespace training {
 
 namespace {
 
-// "; estimated 2,470 img/s (101.2 ms a step; memory-bound: ...)", or why there is no speed.
+// "; estimated 2,470 img/s (101.2 ms a step; memory-bound: ...)", or why there is no speed (where
+// that is not why the card cannot run the setting, said already).
 std::string speed_text(const CardPrediction& p) {
-  if (!p.speed) return "; " + p.no_speed;
+  if (!p.speed) return p.no_speed == p.unsupported ? "" : "; " + p.no_speed;
   return fmt::format("; estimated {:.0f} img/s ({:.1f} ms a step; {})",
                      p.speed->images_per_second(), 1e3 * p.speed->seconds, p.speed->why());
 }

@@ -109,7 +109,8 @@ Card find_card(const std::string& given, std::optional<int64_t> outside_allocato
                         text.front() == '-' || text.front() == '+' || text.front() == '.')) {
     // A card's memory has a unit: a bare number is no card's size ("4090" was read as 4090 bytes),
     // and may be part of a card's name.
-    if (text.find_first_not_of("0123456789") == std::string::npos) {
+    if (text.find_first_not_of("0123456789.") == std::string::npos &&
+        std::count(text.begin(), text.end(), '.') <= 1) {  // 0.5 too: 0.5GiB is taken by none
       // What it may have meant: the number with a unit, where that is a card taken, and the cards
       // whose names hold it.
       std::vector<std::string> meant;

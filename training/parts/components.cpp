@@ -85,19 +85,21 @@ HeldWhateverTheBatch held_whatever_the_batch(const Config& config) {
   const models::ResNet model(config.model);
   // One model for every figure (gradient_bytes builds its own): the gradients are those of the
   // trainable parameters, as gradient_bytes counts them.
-  int64_t parameters = 0, buffers = 0, gradients = 0;
+  const bool half = config.training.precision != Precision::FP32;
+  int64_t parameters = 0, buffers = 0, gradients = 0, casts = 0;
   for (const auto& p : model->parameters()) {
     const int64_t bytes = p.numel() * static_cast<int64_t>(p.element_size());
     parameters += bytes;
     if (p.requires_grad()) gradients += bytes;
+    if (half && p.dim() >= 2) casts += p.numel() * 2;  // a convolution's or linear's weight
   }
   for (const auto& b : model->buffers())
     buffers += b.numel() * static_cast<int64_t>(b.element_size());
   const int64_t weights = parameters + buffers;
   const int64_t momentum = config.optimizer.momentum() > 0 ? gradients : 0;
   const int64_t scaler = config.training.precision == Precision::FP16 ? 12 : 0;
-  const int64_t rest = weights + gradients + momentum + scaler;
-  return {rest + (config.training.ema_decay > 0 ? weights : 0), rest};
+  const int64_t rest = weights + gradients + momentum + scaler + casts;
+  return {rest + (config.training.ema_decay > 0 ? weights : 0), rest, casts};
 }
 
 int64_t one_image_bytes(const Config& config) {
@@ -123,11 +125,17 @@ std::string weights_alone_remedy(const Config& config, int64_t limit, const std:
           ? " of it, leaving " + leaving +
                 ", less than one image's input and first convolution output (" + needs + ")"
           : "";
+  const std::string casts =
+      held.casts > 0 ? " and autocast's " + std::string(precision_name(config.training.precision)) +
+                           " copies of them"
+                     : "";
   return "the weights and their gradients" +
          std::string(config.optimizer.momentum() > 0 ? " and momentum" : "") +
-         (average ? " and the weight average (training.ema_decay)" : "") + " alone take " +
+         (average ? " and the weight average (training.ema_decay)" : "") + casts + " alone take " +
          held_apart + left + ": " + more +
          (average && held.without_average + image <= limit ? ", training.ema_decay: 0" : "") +
+         (held.casts > 0 && held.bytes - held.casts + image <= limit ? ", training.precision fp32"
+                                                                     : "") +
          " or a smaller model.arch";
 }
 
@@ -191,6 +199,9 @@ std::unique_ptr<data::Loader> make_loader(data::Split split, const Config& confi
 
 void check_labels(const data::Split& split, const char* name, int64_t num_classes) {
   if (split.size() == 0) throw UserError(std::string("data: the ") + name + " split is empty");
+  // The largest label is host data: outside memory.limit, which is judged after (the thirteenth
+  // pass: under a limit of a few bytes, its 8-byte result was LibTorch's out-of-memory, exit 1).
+  const TrackingCpuAllocator::HostData host_data;
   const int64_t top = split.labels.max().item<int64_t>();
   if (top >= num_classes) {
     throw KeyError("model.num_classes",

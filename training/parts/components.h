@@ -47,11 +47,14 @@ std::pair<int64_t, int64_t> batch_bytes(int64_t batch, int64_t image_size);
 int64_t gradient_bytes(const models::ResNetOptions& model);
 
 // What a run holds on the device whatever the batch: the weights and buffers, their gradients,
-// the momentum, the weight average's copy (`without_average`: less it) and fp16's GradScaler state
-// (12 bytes). Counted outside memory.limit (TrackingCpuAllocator::HostData).
+// the momentum, the weight average's copy (`without_average`: less it), fp16's GradScaler state
+// (12 bytes) and in bf16 or fp16 autocast's copies of the convolution and linear weights, cast in
+// the forward and held for its backward (`casts`: their bytes; biases left out, a lower bound).
+// Counted outside memory.limit (TrackingCpuAllocator::HostData).
 struct HeldWhateverTheBatch {
   int64_t bytes = 0;
   int64_t without_average = 0;
+  int64_t casts = 0;
 };
 HeldWhateverTheBatch held_whatever_the_batch(const Config& config);
 

@@ -83,7 +83,7 @@ torch::Device resolve_device(const std::string& spec) {
   const int64_t index = parsed->index;
   const std::string why = cuda_unavailable_reason(index);
   if (!why.empty()) {
-    throw UserError("'" + spec + "' requested, but " + why + "; use device: cpu or auto");
+    throw UserError("'" + spec + "' requested, but " + why + "; use cpu or auto instead");
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }

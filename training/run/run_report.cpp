@@ -297,8 +297,14 @@ std::string format_epoch_time(const std::optional<EpochTime>& time) {
 
 fs::path write_report(const fs::path& run_dir, bool in_training) {
   const auto epochs = read_metrics(run_dir / "metrics.jsonl");
-  if (epochs.empty()) {
-    throw UserError(run_dir.string() + ": no metrics.jsonl with epochs, so no run to report on");
+  if (epochs.empty()) {  // as train compare says it, with the command that continues it
+    const bool resumable = !in_training && fs::exists(run_dir / "checkpoint.pt");
+    throw UserError(run_dir.string() +
+                    ": a run with no epoch recorded yet (no metrics.jsonl rows: training, or "
+                    "stopped in its first epoch), so nothing to report" +
+                    (resumable ? "; continue it with: " + advised_program() + " --resume " +
+                                     shell_word(run_dir.string())
+                               : ""));
   }
   const RecordedInputs recorded = recorded_inputs(run_dir);
   if (!recorded.note.empty()) spdlog::warn("{}", recorded.note);

@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <exception>
 
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
@@ -35,6 +36,23 @@ void check_sweep_devices(const std::vector<int64_t>& devices, const torch::Devic
   }
 }
 
+// Every trial would run out of memory (exit 3): refused where no precision of the grid fits (what
+// the run holds whatever the batch differs between them), with the first one's line.
+void refuse_what_no_trial_fits(const Config& config, const torch::Device& device) {
+  std::exception_ptr first;
+  for (const Precision precision : config.sweep.precisions) {
+    Config trial = config;
+    trial.training.precision = precision;
+    try {
+      refuse_what_no_batch_fits(trial, device);
+      return;
+    } catch (const OutOfMemory&) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
 }  // namespace
 
 void check_sweep(const Config& config, const torch::Device& device) {
@@ -42,13 +60,14 @@ void check_sweep(const Config& config, const torch::Device& device) {
     if (precision == Precision::BF16) check_bf16_supported(device, "sweep.precisions");
   }
   as_key("memory.limit", [&] { check_memory_limit(device, config.memory.limit); });
-  // Every trial would run out of memory (exit 3): judged at the grid's least demanding precision.
-  Config least = config;
-  const auto& grid = config.sweep.precisions;
-  for (const Precision p : {Precision::FP32, Precision::FP16, Precision::BF16}) {
-    if (std::find(grid.begin(), grid.end(), p) != grid.end()) least.training.precision = p;
+  if (config.memory.snapshot) {
+    throw KeyError("memory.snapshot",
+                   "true is not what train sweep records (its trials keep no allocator history); "
+                   "set it to false, and record one setting's step with train memory "
+                   "--set memory.snapshot=true (CUDA) or a card's with train memory --card NAME "
+                   "--snapshot FILE");
   }
-  refuse_what_no_batch_fits(least, device);
+  refuse_what_no_trial_fits(config, device);
   // WORLD_SIZE alone: the rest of a launch (RANK, MASTER_PORT) is not asked for a sweep.
   if (const int64_t world_size = world_size_from_environment(); world_size > 1) {
     throw UserError("WORLD_SIZE=" + std::to_string(world_size) +

@@ -22,8 +22,14 @@ std::string run_flags(const Setting& setting, int64_t batch, int64_t memory_limi
          (memory_limit > 0 ? " --memory-limit " + byte_size_text(memory_limit) : "");
 }
 
-std::string untrainable_batch(int64_t batch, int64_t train_images) {
-  if (train_images <= 0 || batch <= train_images) return "";
+std::string untrainable_batch(int64_t batch, int64_t accumulate_steps, int64_t train_images) {
+  if (train_images <= 0 || batch * accumulate_steps <= train_images) return "";
+  if (accumulate_steps > 1) {
+    return fmt::format(
+        "batch {} in {} micro-batches ({} images a step) is more than the {} training images of "
+        "the sweep's config, which train refuses (training.accumulate_steps)",
+        batch, accumulate_steps, batch * accumulate_steps, train_images);
+  }
   return fmt::format(
       "batch {} is more than the {} training images of the sweep's config, which "
       "train refuses (training.batch_size)",
@@ -206,7 +212,8 @@ void run_flags_list(std::ostringstream& md, const SweepFacts& facts,
             "the sweep's config):\n\n";
       any = true;
     }
-    const std::string refused = untrainable_batch(*c.largest_fitting, facts.train_images);
+    const std::string refused =
+        untrainable_batch(*c.largest_fitting, c.setting.accumulate_steps, facts.train_images);
     md << "- " << c.setting.name() << ": "
        << (refused.empty() ? "`" +
                                  run_flags(c.setting, *c.largest_fitting,
@@ -224,16 +231,20 @@ void predictions_table(std::ostringstream& md, const SweepFacts& facts,
         "first column is this sweep's memory. Predictions leave out memory outside the allocator "
         "(the CUDA context, library workspaces), typically a few hundred MiB on a GPU.\n\n"
      << "| setting |";
-  for (int64_t size : facts.memory_sizes) md << " " << format_bytes(size) << " |";
+  for (int64_t size : facts.memory_sizes) md << " " << byte_size_text(size) << " |";
   md << "\n|---|";
   for (size_t i = 0; i < facts.memory_sizes.size(); ++i) md << "---|";
   md << "\n";
   for (const auto& c : cells) {
     md << "| " << c.setting.name() << " |";
     for (const auto& [bytes, batch] : c.predictions) {
-      const bool refused = batch && facts.train_images > 0 && *batch > facts.train_images;
+      const int64_t images = batch ? *batch * c.setting.accumulate_steps : 0;
+      const bool refused = facts.train_images > 0 && images > facts.train_images;
       md << " " << (batch ? std::to_string(*batch) : "-")
-         << (refused ? fmt::format(" (more than the {} training images, which train refuses)",
+         << (refused ? fmt::format(" ({}more than the {} training images, which train refuses)",
+                                   c.setting.accumulate_steps > 1
+                                       ? fmt::format("{} images a step: ", images)
+                                       : "",
                                    facts.train_images)
                      : "")
          << " |";

@@ -293,6 +293,11 @@ void SweepRunner::write_tables(bool complete, const std::string& why_incomplete)
 }
 
 void SweepRunner::log_summary(const SettingSummary& summary) const {
+  const std::string refused =
+      summary.largest_fitting
+          ? untrainable_batch(*summary.largest_fitting, summary.setting.accumulate_steps,
+                              train_images_at_most(config_.data))
+          : "";
   spdlog::info("{}: largest batch that fits {}, fastest batch {}{}{}", summary.setting.name(),
                largest_fitting_text(summary),
                summary.fastest_batch ? fmt::format("{} ({:.0f} img/s)", *summary.fastest_batch,
@@ -303,14 +308,10 @@ void SweepRunner::log_summary(const SettingSummary& summary) const {
                                          summary.fit->slope / kMiB, summary.fit->r_squared)
                            : std::string(),
                !summary.largest_fitting ? std::string()
-               : untrainable(*summary.largest_fitting).empty()
+               : refused.empty()
                    ? "; train it as measured: " +
                          run_flags(summary.setting, *summary.largest_fitting, config_.memory.limit)
-                   : "; " + untrainable(*summary.largest_fitting));
-}
-
-std::string SweepRunner::untrainable(int64_t batch) const {
-  return untrainable_batch(batch, train_images_at_most(config_.data));
+                   : "; " + refused);
 }
 
 std::vector<SettingSummary> summarize(const std::vector<Setting>& settings,

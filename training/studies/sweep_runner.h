@@ -72,7 +72,6 @@ class SweepRunner {
   std::vector<SettingSummary> summaries() const;
   void write_tables(bool complete, const std::string& why_incomplete) const;
   void log_summary(const SettingSummary& summary) const;
-  std::string untrainable(int64_t batch) const;
 
   CardPredictor* predictor_;  // null without --card
   Config config_;

@@ -80,8 +80,15 @@ TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
   EXPECT_EQ(refusal("0"), "--card: '0' has no unit; a card's memory takes one (e.g. 24GiB)");
   // A fraction without a unit is a size without a unit too (it was "not a whole number of
   // bytes"), and the form offered is taken.
-  EXPECT_EQ(refusal("1.5"), "--card: '1.5' has no unit; give one, e.g. 1.5GiB");
-  EXPECT_EQ(refusal("2.5"), "--card: '2.5' has no unit; give one, e.g. 2.5GiB");
+  EXPECT_EQ(refusal("1.5"),
+            "--card: '1.5' has no unit; a card's memory takes one (e.g. 24GiB); did you mean "
+            "1.5GiB?");
+  // Thirteenth pass: 0.5GiB was offered, and refused as no larger than what lies outside the
+  // allocator; only what is taken is offered.
+  EXPECT_EQ(refusal("0.5"), "--card: '0.5' has no unit; a card's memory takes one (e.g. 24GiB)");
+  EXPECT_EQ(refusal("2.5."),
+            "--card: expected a size with its unit, like 12GiB, 512MiB or 1.5GB, "
+            "got '2.5.'");
   EXPECT_EQ(find_card("1.5GiB").memory_bytes, int64_t{3} << 29);
   EXPECT_EQ(find_card(" 24GiB ").memory_bytes, int64_t{24} << 30);
   EXPECT_EQ(find_card("24 GiB").memory_bytes, int64_t{24} << 30);

@@ -15,6 +15,7 @@
 #include "test_support.h"
 #include "training/config/config.h"
 #include "training/parts/checkpoint_choice.h"
+#include "training/parts/components.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
@@ -720,8 +721,13 @@ sweep: {batch_sizes: [64, 200]}
             std::string::npos)
       << md;
   EXPECT_EQ(md.find("--set training.batch_size=200"), std::string::npos) << md;
-  EXPECT_EQ(training::untrainable_batch(128, 128), "");
-  EXPECT_EQ(training::untrainable_batch(129, 0), "");  // not known: flags as before
+  EXPECT_EQ(training::untrainable_batch(128, 1, 128), "");
+  EXPECT_EQ(training::untrainable_batch(129, 1, 0), "");  // not known: flags as before
+  // Thirteenth pass: a step is its micro-batches' images (16 x 16 of 128 was advised as flags).
+  EXPECT_EQ(training::untrainable_batch(16, 16, 128),
+            "batch 16 in 16 micro-batches (256 images a step) is more than the 128 training "
+            "images of the sweep's config, which train refuses (training.accumulate_steps)");
+  EXPECT_EQ(training::untrainable_batch(16, 8, 128), "");
 }
 
 // A result belongs to the trial run that wrote it: started again on a stopped sweep's folder with
@@ -898,6 +904,49 @@ TEST(Sweep, ABatchThatDoesNotTrainIsRefusedBeforeAnyTrial) {
   EXPECT_FALSE(fs::exists(dir / "out"));
 }
 
+// Thirteenth pass: memory.snapshot was taken and nothing recorded (exit 0); a limit below what
+// bf16 holds whatever the batch (its autocast copies) ran every trial out of memory. Refused before
+// the folder, judged per precision: a grid with a precision that fits runs.
+TEST(Sweep, WhatNoTrialCanDoIsRefusedBeforeItsFolder) {
+  test_support::TempDir dir;
+  const auto config = write_config(dir, R"(
+training: {device: cpu}
+sweep: {batch_sizes: [8], precisions: [bf16]}
+)");
+  const auto out = dir / "out";
+  auto request = [&](const std::string& sets) {
+    training::SweepRequest r{config.string(), {}, out.string(), TRAIN_BINARY, ""};
+    r.overrides = {sets};
+    return r;
+  };
+  try {
+    training::run_sweep(request("memory.snapshot=true"));
+    ADD_FAILURE() << "memory.snapshot was taken by a sweep";
+  } catch (const training::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("memory.snapshot: true is not what train sweep records"),
+              std::string::npos)
+        << e.what();
+  }
+  training::Config with_fp32 =
+      training::parse_config(test_support::read_text(config), config.string());
+  with_fp32.training.precision = training::Precision::FP32;
+  const int64_t fp32_held = training::held_whatever_the_batch(with_fp32).bytes;
+  const std::string between =
+      "memory.limit=" + std::to_string(fp32_held + 2 * training::kMiB) + "B";
+  try {
+    training::run_sweep(request(between));
+    ADD_FAILURE() << "a bf16 sweep below its weights' copies was run";
+  } catch (const training::OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("autocast's bf16 copies of them alone take"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(out));
+  with_fp32.memory.limit = fp32_held + 2 * training::kMiB;
+  with_fp32.sweep.precisions = {training::Precision::BF16, training::Precision::FP32};
+  EXPECT_NO_THROW(training::check_sweep(with_fp32, torch::kCPU));
+}
+
 // The sweep's predicted largest batch per memory size is none where it would be a batch that does
 // not train.
 TEST(Sweep, APredictedLargestBatchIsOneThatTrains) {
@@ -1037,6 +1086,22 @@ TEST(Summarize, APredictedBatchAboveTheTrainingSetIsSaidToBeRefused) {
   EXPECT_NE(md.find("| 40 | 490 (more than the 256 training images, which train refuses) |"),
             std::string::npos)
       << md;
+  // Thirteenth pass: in micro-batches, a step's images (20 x 2 of 32 was said to train).
+  std::vector<training::Setting> accumulated = {{}};
+  accumulated[0].accumulate_steps = 2;
+  facts.train_images = 32;
+  facts.memory_sizes = {500, 300};
+  auto in_micro_batches = trials;
+  for (auto& t : in_micro_batches) t.setting.accumulate_steps = 2;
+  auto two = training::summarize(accumulated, in_micro_batches, {500, 300}, false);
+  ASSERT_EQ(two[0].predictions[1].second, 20);
+  training::write_sweep_tables(dir.path(), facts, two, in_micro_batches, true);
+  const std::string in_two = test_support::read_text(dir / "sweep.md");
+  EXPECT_NE(in_two.find("| 500B | 300B |"), std::string::npos) << in_two;  // as --predict-for
+  EXPECT_NE(in_two.find(" 20 (40 images a step: more than the 32 training images, which train "
+                        "refuses) |"),
+            std::string::npos)
+      << in_two;
 }
 
 // Round 5: find-max stopped at sweep.max_batch gave that cap as "largest batch that fits" without
