@@ -303,6 +303,8 @@ TEST(Cli, CudaWithoutAGpuIsAClearError) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
   EXPECT_NE(r.output.find("training.device: 'cuda' requested, but"), std::string::npos) << r.output;
+  // Thirteenth pass: "use device: cpu or auto" was neither the flag's spelling nor the key's.
+  EXPECT_NE(r.output.find("; use cpu or auto instead"), std::string::npos) << r.output;
 }
 
 // memory.snapshot is the CUDA caching allocator's history: refused on the CPU, by `train` and by

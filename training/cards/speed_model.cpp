@@ -107,12 +107,12 @@ std::string StepEstimate::why() const {
   for (const auto& k : kinds) kernels += k.kernels;
   if (launch_bound()) {
     // The launches do not grow with the batch; the GPU's work about in proportion.
-    const std::string larger = gpu_seconds > 0
-                                   ? fmt::format(
-                                         "; a batch up to about {:.1f}x larger adds GPU work, no "
-                                         "launches",
-                                         host_seconds / gpu_seconds)
-                                   : "";
+    const std::string larger =
+        gpu_seconds > 0 ? fmt::format(
+                              "; a batch up to about {:.{}f}x larger adds GPU work, no "
+                              "launches",
+                              host_seconds / gpu_seconds, host_seconds < 1.1 * gpu_seconds ? 2 : 1)
+                        : "";
     return fmt::format(
         "launch-bound: the host's {} kernel launches take {:.1f} ms, the GPU's work {:.1f} ms{}",
         kernels, host_seconds * 1e3, gpu_seconds * 1e3, larger);

@@ -1,7 +1,10 @@
 // Small summaries of measured samples, shared by the benchmarks and the sweep trials.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <string>
 #include <vector>
 
 namespace training {
@@ -13,6 +16,12 @@ inline double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// A rate (images/s) as the tables write it: whole from 10 on, two significant digits below, so
+// that a slow measurement is never shown as 0 ("0.43", "3.4", "1534").
+inline std::string rate_text(double per_second) {
+  return per_second >= 9.95 ? fmt::format("{:.0f}", per_second) : fmt::format("{:.2g}", per_second);
 }
 
 }  // namespace training

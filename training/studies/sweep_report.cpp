@@ -13,6 +13,7 @@
 #include "training/platform/json_rows.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
+#include "training/platform/statistics.h"
 #include "training/run/output_dir.h"
 
 namespace training {
@@ -113,7 +114,7 @@ void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
          << mib_text(p.figures().peak_allocated) << " | " << mib_text(p.figures().peak_reserved)
          << " | " << mib_text(p.device_bytes()) << " | " << p.fits_text() << " | "
          << p.largest_batch_text() << " | "
-         << (p.speed ? fmt::format("{:.0f}", p.speed->images_per_second()) : "-") << " |\n";
+         << (p.speed ? rate_text(p.speed->images_per_second()) : "-") << " |\n";
       if (p.fits() && p.speed &&
           (!fastest ||
            p.speed->images_per_second() > fastest->on_card->speed->images_per_second())) {
@@ -172,8 +173,7 @@ void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials)
        << " | " << mib_text(r.peak_allocated_bytes) << " | " << mib_text(r.peak_reserved_bytes)
        << " | " << (r.steady_peak_reserved_bytes ? mib_text(*r.steady_peak_reserved_bytes) : "-")
        << " | " << (r.median_step_seconds ? fmt::format("{:.4f}", *r.median_step_seconds) : "-")
-       << " | " << (r.images_per_second ? fmt::format("{:.0f}", *r.images_per_second) : "-")
-       << " |\n";
+       << " | " << (r.images_per_second ? rate_text(*r.images_per_second) : "-") << " |\n";
   }
 }
 
@@ -187,7 +187,7 @@ void settings_table(std::ostringstream& md, const std::vector<SettingSummary>& c
        << (c.searched ? "" : " (grid only)") << " | "
        << (c.smallest_failing ? std::to_string(*c.smallest_failing) : "-") << " | "
        << (c.fastest_batch
-               ? fmt::format("{} ({:.0f})", *c.fastest_batch, c.fastest_images_per_second)
+               ? fmt::format("{} ({})", *c.fastest_batch, rate_text(c.fastest_images_per_second))
                : "-")
        << " | "
        << (c.fit

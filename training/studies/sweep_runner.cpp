@@ -12,6 +12,7 @@
 #include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
 #include "training/platform/memory.h"
+#include "training/platform/statistics.h"
 #include "training/platform/stop_signal.h"
 #include "training/studies/sweep_report.h"
 #include "training/studies/sweep_slurm.h"
@@ -252,11 +253,12 @@ void SweepRunner::log_trial(const SweepTrial& trial) {
   spdlog::info("[{}] {} batch {}: {}{}", trial.id, setting.name(), batch, status_name(r.status),
                r.status == TrialStatus::Ok
                    ? fmt::format(", peak {} MiB allocated / {} MiB reserved (after the "
-                                 "warm-up {} / {}), {:.4f} s/step, {:.0f} img/s",
+                                 "warm-up {} / {}), {:.4f} s/step, {} img/s",
                                  mib_text(r.peak_allocated_bytes), mib_text(r.peak_reserved_bytes),
                                  mib_text(r.steady_peak_allocated_bytes.value_or(0)),
                                  mib_text(r.steady_peak_reserved_bytes.value_or(0)),
-                                 r.median_step_seconds.value_or(0), r.images_per_second.value_or(0))
+                                 r.median_step_seconds.value_or(0),
+                                 rate_text(r.images_per_second.value_or(0)))
                    : ": " + r.message);
 }
 
@@ -300,8 +302,8 @@ void SweepRunner::log_summary(const SettingSummary& summary) const {
           : "";
   spdlog::info("{}: largest batch that fits {}, fastest batch {}{}{}", summary.setting.name(),
                largest_fitting_text(summary),
-               summary.fastest_batch ? fmt::format("{} ({:.0f} img/s)", *summary.fastest_batch,
-                                                   summary.fastest_images_per_second)
+               summary.fastest_batch ? fmt::format("{} ({} img/s)", *summary.fastest_batch,
+                                                   rate_text(summary.fastest_images_per_second))
                                      : std::string("none"),
                summary.fit ? fmt::format(", peak = {} MiB + {:.2f} MiB x batch (R² {:.4f})",
                                          mib_text(static_cast<int64_t>(summary.fit->intercept)),

@@ -491,6 +491,11 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
             std::string::npos)
       << prediction_line("bf16", bf16);
   EXPECT_EQ(prediction_line("bf16", bf16).find("fits with"), std::string::npos);
+  // Thirteenth pass: the speed's reason, the same, was said again after it.
+  bf16.speed.reset();
+  bf16.no_speed = bf16.unsupported;
+  const std::string line = prediction_line("bf16", bf16);
+  EXPECT_EQ(line.find(bf16.unsupported), line.rfind(bf16.unsupported)) << line;
   EXPECT_EQ(prediction_columns(over).at("allocator_options"), "");
   EXPECT_TRUE(prediction_columns(over).at("device_resident_bytes").is_null());
   CardPrediction split = over;  // the options it replayed under, in a sweep's and a plan's columns
