@@ -320,6 +320,12 @@ TEST(Cli, MemorySnapshotOnTheCpuIsABadInput) {
     EXPECT_NE(r.output.find("memory.snapshot: "), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(dir / "out"));
   }
+  // Thirteenth pass's review: with --card-only (on CUDA) it was taken and recorded nothing.
+  const auto r = run_train("memory --config " + config + " --card T4 --card-only --set " +
+                           "memory.snapshot=true --output-dir " + (dir / "out").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("and --card-only measures none"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out"));
 }
 
 // A graph-captured step needs a CUDA device: `train` and `train sweep` refuse it on the CPU in

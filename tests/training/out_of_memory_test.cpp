@@ -103,9 +103,11 @@ TEST(OutOfMemory, TheWeightAverageIsCountedAmongWhatNoBatchLowers) {
                       ": more memory or a smaller model.arch."),
             std::string::npos)
       << over;
-  // fp16's GradScaler holds its scale, growth tracker and inf flag whatever the batch.
+  // fp16's GradScaler holds its scale, growth tracker and inf flag whatever the batch (and, as
+  // bf16, autocast's copies of the weights).
   config.training.precision = training::Precision::FP16;
-  EXPECT_EQ(training::held_whatever_the_batch(config).bytes, held.bytes + 12);
+  const auto in_fp16 = training::held_whatever_the_batch(config);
+  EXPECT_EQ(in_fp16.bytes, held.bytes + 12 + in_fp16.casts);
 }
 
 // Eighth hostile pass: a step that ran out of memory at 1024x1024 images, or with a weight average
@@ -169,3 +171,38 @@ TEST(OutOfMemory, AnEvaluationDownToOneImageIsNotToldToShrinkItsBatch) {
 }
 
 }  // namespace
+
+// Thirteenth pass: in bf16 autocast's copies of the convolution and linear weights are held
+// whatever the batch (a limit between fp32's count and bf16's was measured, then ran out at one
+// image). A sweep of several precisions is refused only where none fits, offering fp32 in the
+// command's own words; and only where fp32's own image (4-byte stem output) fits too.
+TEST(OutOfMemory, AutocastsCopiesAreHeldWhateverTheBatchAndAStudyIsRefusedWhereNoSettingFits) {
+  training::Config fp32;
+  fp32.training.precision = training::Precision::FP32;
+  training::Config bf16 = fp32;
+  bf16.training.precision = training::Precision::BF16;
+  const auto in_fp32 = training::held_whatever_the_batch(fp32);
+  const auto in_bf16 = training::held_whatever_the_batch(bf16);
+  EXPECT_EQ(in_fp32.casts, 0);
+  EXPECT_GT(in_bf16.casts, 0);
+  EXPECT_EQ(in_bf16.bytes, in_fp32.bytes + in_bf16.casts);
+  const int64_t limit = in_fp32.bytes + training::one_image_bytes(fp32);  // fp32 fits, bf16 not
+  fp32.memory.limit = bf16.memory.limit = limit;
+  EXPECT_NO_THROW(training::refuse_unless_one_fits({bf16, fp32}, torch::kCPU, "--precisions fp32"));
+  try {
+    training::refuse_unless_one_fits({bf16}, torch::kCPU, "--precisions fp32");
+    ADD_FAILURE() << "bf16 below its weights' copies was not refused";
+  } catch (const training::OutOfMemory& e) {
+    const std::string line = e.what();
+    EXPECT_NE(line.find("and autocast's bf16 copies of them alone take"), std::string::npos)
+        << line;
+    EXPECT_NE(line.find(", --precisions fp32 or a smaller model.arch"), std::string::npos) << line;
+  }
+  bf16.memory.limit = limit - 1;  // fp32's own image no longer fits: not offered
+  try {
+    training::refuse_what_no_batch_fits(bf16, torch::kCPU);
+    ADD_FAILURE() << "refused nothing";
+  } catch (const training::OutOfMemory& e) {
+    EXPECT_EQ(std::string(e.what()).find("precision fp32"), std::string::npos) << e.what();
+  }
+}

@@ -127,6 +127,7 @@ CardPrediction CardPredictor::predict(const Setting& setting, int64_t batch,
   TORCH_INTERNAL_ASSERT(!snapshot || snapshot->reserved == p.figures().peak_reserved,
                         "the snapshot is not the prediction's reserved peak");
   p.train_images = train_images_at_most(config_.data);
+  p.accumulate_steps = setting.accumulate_steps;
   p.unsupported = card_.unsupported(setting.precision);
   // At or above every batch of the setting predicted to fit, this one too: one figure for all.
   if (std::find(r.shown.begin(), r.shown.end(), batch) == r.shown.end()) r.shown.push_back(batch);

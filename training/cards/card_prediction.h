@@ -55,6 +55,7 @@ struct CardPrediction {
   int64_t largest_batch = 0;
   // train_images_at_most (0: not known): a largest batch above it is said to be refused by train.
   int64_t train_images = 0;
+  int64_t accumulate_steps = 1;  // the setting's micro-batches a step: a step's images, x batch
   std::string largest_batch_text() const;  // "3136", "5000 (more than the 256 training ...)"
   int64_t checked_batch = 0;               // the batch the scaling was checked on
   int64_t mismatched = 0;                  // allocations of that batch the scaling got wrong

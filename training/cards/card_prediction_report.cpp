@@ -7,6 +7,7 @@
 #include "training/cards/alloc_conf.h"
 #include "training/cards/card_prediction.h"
 #include "training/platform/memory.h"
+#include "training/platform/statistics.h"
 
 namespace training {
 
@@ -16,8 +17,9 @@ namespace {
 // that is not why the card cannot run the setting, said already).
 std::string speed_text(const CardPrediction& p) {
   if (!p.speed) return p.no_speed == p.unsupported ? "" : "; " + p.no_speed;
-  return fmt::format("; estimated {:.0f} img/s ({:.1f} ms a step; {})",
-                     p.speed->images_per_second(), 1e3 * p.speed->seconds, p.speed->why());
+  return fmt::format("; estimated {} img/s ({:.1f} ms a step; {})",
+                     rate_text(p.speed->images_per_second()), 1e3 * p.speed->seconds,
+                     p.speed->why());
 }
 
 // The speed fields of a prediction: estimated, with the model's name; null with the reason where
@@ -87,8 +89,8 @@ std::string speed_markdown(const std::vector<std::pair<std::string, CardPredicti
       "longer. Not measured.\n\n| setting | step ms | img/s | why |\n|---|---:|---:|---|\n",
       first.card.name, kSpeedModelName);
   for (const auto& [setting, p] : rows) {
-    md += p.speed ? fmt::format("| {} | {:.2f} | {:.0f} | {} |\n", setting, 1e3 * p.speed->seconds,
-                                p.speed->images_per_second(), p.speed->why())
+    md += p.speed ? fmt::format("| {} | {:.2f} | {} | {} |\n", setting, 1e3 * p.speed->seconds,
+                                rate_text(p.speed->images_per_second()), p.speed->why())
                   : fmt::format("| {} | - | - | {} |\n", setting, p.no_speed);
   }
   md += "\n| operation (share of the GPU's time) |";
@@ -117,10 +119,12 @@ std::string speed_markdown(const std::vector<std::pair<std::string, CardPredicti
 }  // namespace
 
 std::string CardPrediction::largest_batch_text() const {
-  if (!unsupported.empty()) return "-";  // none: the card cannot run it
-  if (train_images <= 0 || largest_batch <= train_images) return std::to_string(largest_batch);
-  return fmt::format("{} (more than the {} training images of the config, which train refuses)",
-                     largest_batch, train_images);
+  if (!unsupported.empty()) return "-";                     // none: the card cannot run it
+  const int64_t images = largest_batch * accumulate_steps;  // a step's
+  if (train_images <= 0 || images <= train_images) return std::to_string(largest_batch);
+  return fmt::format(
+      "{} ({}more than the {} training images of the config, which train refuses)", largest_batch,
+      accumulate_steps > 1 ? fmt::format("{} images a step: ", images) : "", train_images);
 }
 
 std::string CardPrediction::fits_text() const {
@@ -289,7 +293,7 @@ std::string prediction_markdown(const std::vector<std::pair<std::string, CardPre
                       p.batch_size, to_mib(p.figures().peak_allocated),
                       to_mib(p.figures().peak_reserved), to_mib(p.device_bytes()), p.fits_text(),
                       to_mib(p.margin()), p.largest_batch_text(),
-                      p.speed ? fmt::format("{:.0f}", p.speed->images_per_second()) : "-");
+                      p.speed ? rate_text(p.speed->images_per_second()) : "-");
   }
   md += fmt::format(
       "\nHeld beside the step: {} prefetched batch(es) (data.prefetch){}. Modelled: the "

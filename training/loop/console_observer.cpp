@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "training/platform/memory.h"
+#include "training/platform/statistics.h"
 #include "training/run/diagnosis.h"
 
 namespace training {
@@ -13,10 +14,10 @@ ConsoleObserver::ConsoleObserver(const Config& config, torch::Device device)
 void ConsoleObserver::on_epoch_end(const EpochRecord& r) {
   spdlog::info(
       "epoch {}/{}  step {}  train loss {:.4f} acc {:.2f}%  test loss {:.4f} acc {:.2f}%  "
-      "lr {:.4g}  {:.1f} s  {:.0f} img/s  peak {:.1f} MiB training, {:.1f} MiB evaluation "
+      "lr {:.4g}  {:.1f} s  {} img/s  peak {:.1f} MiB training, {:.1f} MiB evaluation "
       "(allocated{})",
       r.epoch, config_.training.epochs, r.step, r.train_loss, 100 * r.train_acc, r.test_loss,
-      100 * r.test_acc, r.lr, r.epoch_seconds, r.images_per_second,
+      100 * r.test_acc, r.lr, r.epoch_seconds, rate_text(r.images_per_second),
       to_mib(r.train_peak_allocated_bytes), to_mib(r.eval_peak_allocated_bytes),
       r.train_peak_reserved_bytes
           ? fmt::format("; reserved {:.1f} / {:.1f} MiB", to_mib(*r.train_peak_reserved_bytes),

@@ -5,14 +5,17 @@
 
 #include <cstdio>
 
+#include "training/platform/statistics.h"
+
 namespace training {
 
 std::string format_progress(const Interval& s) {
   char text[256];
   std::snprintf(text, sizeof text,
-                "epoch %ld/%ld  step %ld/%ld  %.0f img/s  loss %.4f  acc %.2f%%  lr %.4g  ETA %s",
+                "epoch %ld/%ld  step %ld/%ld  %s img/s  loss %.4f  acc %.2f%%  lr %.4g  ETA %s",
                 static_cast<long>(s.epoch), static_cast<long>(s.epochs), static_cast<long>(s.batch),
-                static_cast<long>(s.batches), s.images_per_second, s.loss, 100.0 * s.accuracy, s.lr,
+                static_cast<long>(s.batches), rate_text(s.images_per_second).c_str(), s.loss,
+                100.0 * s.accuracy, s.lr,
                 s.eta_seconds ? format_duration(*s.eta_seconds).c_str() : "after warm-up");
   return text;
 }

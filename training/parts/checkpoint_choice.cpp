@@ -74,7 +74,13 @@ std::string remedies(const Config& config, const torch::Device& device, int64_t 
 // no budget (memory.limit taken away on the CPU) is refused as a fresh one is.
 bool recorded_choice_holds(CheckpointingDecision& c, const Config& config,
                            const torch::Device& device, int64_t beside_step, std::string* why) {
-  const int64_t budget = checkpointing_budget(config, device).bytes - beside_step;
+  int64_t budget = checkpointing_budget(config, device).bytes - beside_step;
+  // The card's budget (no memory.limit or budget given) is its memory less what lies outside the
+  // allocator, which before this run's first step lacks what cuBLAS and cuDNN take once a step
+  // has run, as the recorded budget (taken after its measurement, on this card: chosen_for names
+  // it) had: the smaller of the two is this run's.
+  if (device.is_cuda() && config.memory.limit <= 0 && config.checkpointing.budget() <= 0)
+    budget = std::min(budget, c.budget);
   const std::string step = step_signature(config, device);
   if (c.chosen_for != step) {
     *why = "it was chosen for " + c.chosen_for + ", and this run is " + step;

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <exception>
+
 #include "data/torch_data.h"
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/memory_format.h"
@@ -111,10 +113,13 @@ int64_t one_image_bytes(const Config& config) {
 }
 
 std::string weights_alone_remedy(const Config& config, int64_t limit, const std::string& more,
-                                 std::string* limit_text) {
+                                 std::string* limit_text, const std::string& fp32) {
   const HeldWhateverTheBatch held = held_whatever_the_batch(config);
   const int64_t image = one_image_bytes(config);
   if (held.bytes + image <= limit) return "";
+  Config in_fp32 = config;  // its image's stem output in 4-byte elements
+  in_fp32.training.precision = Precision::FP32;
+  const int64_t fp32_image = one_image_bytes(in_fp32);
   const bool average = config.training.ema_decay > 0;
   const auto [limit_apart, held_apart] = format_bytes_apart(limit, held.bytes);
   if (limit_text) *limit_text = limit_apart;
@@ -134,8 +139,7 @@ std::string weights_alone_remedy(const Config& config, int64_t limit, const std:
          (average ? " and the weight average (training.ema_decay)" : "") + casts + " alone take " +
          held_apart + left + ": " + more +
          (average && held.without_average + image <= limit ? ", training.ema_decay: 0" : "") +
-         (held.casts > 0 && held.bytes - held.casts + image <= limit ? ", training.precision fp32"
-                                                                     : "") +
+         (held.casts > 0 && held.bytes - held.casts + fp32_image <= limit ? ", " + fp32 : "") +
          " or a smaller model.arch";
 }
 
@@ -147,11 +151,26 @@ std::string step_size_remedies(const Config& config) {
   return more;
 }
 
-void refuse_what_no_batch_fits(const Config& config, const torch::Device& device) {
+void refuse_unless_one_fits(const std::vector<Config>& configs, const torch::Device& device,
+                            const std::string& fp32) {
+  std::exception_ptr first;
+  for (const Config& config : configs) {
+    try {
+      refuse_what_no_batch_fits(config, device, fp32);
+      return;
+    } catch (const OutOfMemory&) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void refuse_what_no_batch_fits(const Config& config, const torch::Device& device,
+                               const std::string& fp32) {
   const auto refuse = [&](int64_t limit, const std::string& key, const std::string& more) {
     if (limit <= 0) return;
     std::string limit_text;
-    const std::string held = weights_alone_remedy(config, limit, more, &limit_text);
+    const std::string held = weights_alone_remedy(config, limit, more, &limit_text, fp32);
     if (!held.empty()) throw OutOfMemory(key + " " + limit_text + ": " + held);
   };
   refuse(config.memory.limit, "memory.limit", "more memory");

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "data/loader.h"
 #include "models/resnet.h"
@@ -66,10 +67,12 @@ int64_t one_image_bytes(const Config& config);
 // precision or checkpointing lowers, the one remedy ("the weights and their gradients and momentum
 // alone take 127.91 MiB: more memory or a smaller model.arch"; training.ema_decay: 0 offered where
 // the rest fits); empty where it takes less. The figure is written apart from `limit`
-// (format_bytes_apart), and `limit_text`, where given, gets the limit as written beside it.
+// (format_bytes_apart), and `limit_text`, where given, gets the limit as written beside it. In bf16
+// or fp16, where fp32 would fit (no autocast copies), `fp32` is offered: how the command takes it.
 std::string weights_alone_remedy(const Config& config, int64_t limit,
                                  const std::string& more = "more memory",
-                                 std::string* limit_text = nullptr);
+                                 std::string* limit_text = nullptr,
+                                 const std::string& fp32 = "training.precision fp32");
 
 // The remedies of a step that runs out of memory beyond its batch, precision and checkpointing,
 // each with a leading ", ": a smaller data.image_size where the images are resized up, and
@@ -79,8 +82,15 @@ std::string step_size_remedies(const Config& config);
 // Refuses before anything is measured or written: what the run holds whatever the batch taking
 // memory.limit (or with checkpointing auto, checkpointing.budget) or more (OutOfMemory, exit 3:
 // "memory.limit 50.00 MiB: " + weights_alone_remedy), and checkpointing auto on the CPU without a
-// budget (missing_budget's KeyError).
-void refuse_what_no_batch_fits(const Config& config, const torch::Device& device);
+// budget (missing_budget's KeyError). `fp32`: as weights_alone_remedy's.
+void refuse_what_no_batch_fits(const Config& config, const torch::Device& device,
+                               const std::string& fp32 = "training.precision fp32");
+
+// A sweep's precisions (`configs`, one each): refused as refuse_what_no_batch_fits refuses the
+// first where none of them fits; one that fits lets the sweep run (the others' trials run out of
+// memory, a result there).
+void refuse_unless_one_fits(const std::vector<Config>& configs, const torch::Device& device,
+                            const std::string& fp32);
 
 // The step's precision and label smoothing, from training.* (one micro-batch per step: callers
 // that accumulate set StepOptions::accumulate_steps).

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "training/platform/duration.h"
+#include "training/platform/statistics.h"
 
 namespace training {
 
@@ -26,7 +27,7 @@ std::string Heartbeat::line(const std::string& what, int64_t done, int64_t total
                             const std::string& unit, int64_t images, double seconds) {
   std::string text = what;
   if (total > 0) text += fmt::format(": {}/{} {}", done, total, unit);
-  if (images > 0) text += fmt::format(", {:.0f} img/s", images / std::max(seconds, 1e-9));
+  if (images > 0) text += ", " + rate_text(images / std::max(seconds, 1e-9)) + " img/s";
   text += fmt::format(" ({:.1f} s so far", seconds);
   if (total > 0 && done > 0 && done < total) {
     text += ", about " + format_duration(seconds / static_cast<double>(done) * (total - done)) +

@@ -6,6 +6,7 @@
 
 #include "training/config/config.h"
 #include "training/platform/duration.h"
+#include "training/platform/statistics.h"
 
 namespace training {
 
@@ -27,10 +28,10 @@ std::optional<std::string> long_cpu_run_warning(int64_t steps_left, int64_t batc
           : fmt::format("{} steps take about {} on this CPU (training alone, evaluation extra)",
                         steps_left, format_duration(seconds));
   return fmt::format(
-      "cpu: at {:.0f} img/s the remaining {}; for a first result in minutes try --config "
+      "cpu: at {} img/s the remaining {}; for a first result in minutes try --config "
       "configs/quick_cpu.yaml, run this config on a GPU (--device cuda), or bound this run with "
       "--set training.max_steps=N{}. Continuing.",
-      images_per_second, work, evaluations > 0 ? " --set data.test_limit=N" : "");
+      rate_text(images_per_second), work, evaluations > 0 ? " --set data.test_limit=N" : "");
 }
 
 Diagnosis diagnose(double data_wait_fraction, std::optional<double> utilization_mean, bool cuda,

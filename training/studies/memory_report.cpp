@@ -222,13 +222,13 @@ void refuse_settings(const MemoryRequest& request, const Config& config,
                      const torch::Device& device, const std::vector<Setting>& settings, bool card) {
   const std::string missing =
       config.checkpointing.blocks() ? std::string() : missing_budget(config, device);
-  for (const auto& setting : settings) {
+  for (const auto& setting : settings) {  // each asked for: one no batch fits is refused
     if (setting.checkpointing == CheckpointMode::Auto && !missing.empty()) {
       throw UserError("--settings: " + setting.label() + " " + missing);
     }
     Config at = config;
     setting.apply_to(at);
-    if (!request.card_only) refuse_what_no_batch_fits(at, device);
+    if (!request.card_only) refuse_what_no_batch_fits(at, device, "--settings fp32");
   }
   if (request.card_only && !card) throw UserError("--card-only: give the card with --card");
   if (request.snapshot) check_snapshot_files(*request.snapshot, card, settings, request.output_dir);
@@ -374,7 +374,14 @@ std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns) {
 
 int memory_command(const MemoryRequest& request) {
   const Config config = load_config(request.config_path, request.overrides);
-  return with_key_origins(config, [&] { return memory_study(request, config); });
+  return with_key_origins(config, [&] {
+    if (request.card_only && config.memory.snapshot) {  // (set_up_device refuses it on the CPU)
+      throw KeyError("memory.snapshot",
+                     "true records a measured step's allocator history, and --card-only measures "
+                     "none; drop it (the card's predicted history: --snapshot FILE)");
+    }
+    return memory_study(request, config);
+  });
 }
 
 }  // namespace training

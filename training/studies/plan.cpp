@@ -209,8 +209,9 @@ void settle_needs(const Plan& plan, PlanCandidate& c) {
   if (plan.train_images > 0 && images > plan.train_images) {
     c.untrainable = fmt::format(
         "{} images a step, more than the {} training images of the sweep's config, which train "
-        "refuses (training.batch_size)",
-        images, plan.train_images);
+        "refuses ({})",
+        images, plan.train_images,
+        c.setting.accumulate_steps > 1 ? "training.accumulate_steps" : "training.batch_size");
   }
 }
 
@@ -278,9 +279,17 @@ std::string plan_target_text(const std::optional<Card>& card, int64_t card_bytes
 void refuse_no_room(const std::optional<Card>& card, int64_t card_bytes, double headroom,
                     int64_t overhead, const Config* grid) {
   const int64_t share = usable_of(card_bytes, headroom) - overhead;
-  const std::string held = share > 0 && grid ? weights_alone_remedy(*grid, share, "a larger card")
-                           : share > 0       ? ""
-                                             : "that leaves the allocator no memory";
+  std::string held = share > 0 ? "" : "that leaves the allocator no memory";
+  if (share > 0 && grid) {  // refused where no precision of the grid fits: the first one's line
+    for (const Precision precision : grid->sweep.precisions) {
+      Config at = *grid;
+      at.training.precision = precision;
+      const std::string one =
+          weights_alone_remedy(at, share, "a larger card", nullptr, "sweep.precisions [fp32]");
+      if (one.empty()) return;
+      if (held.empty()) held = one;
+    }
+  }
   if (held.empty()) return;
   throw UserError(std::string(card ? "--card" : "--memory") + ": nothing fits in " +
                   plan_target_text(card, card_bytes, headroom, overhead) + ": " + held);

@@ -74,7 +74,8 @@ std::string plan_target_text(const std::optional<Card>& card, int64_t card_bytes
                              int64_t overhead);
 // UserError ("...: that leaves the allocator no memory") where the card less its headroom and what
 // lies outside the allocator leaves nothing, or, given the small sweep's `grid`, less than its
-// weights, gradients and momentum take: known before any measurement or replay.
+// weights, gradients and momentum take at every precision it sweeps: known before any
+// measurement or replay.
 void refuse_no_room(const std::optional<Card>& card, int64_t card_bytes, double headroom,
                     int64_t overhead, const Config* grid = nullptr);
 // UserError naming --target-batch where no batch of `batches` makes `target` in at most

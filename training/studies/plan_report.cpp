@@ -7,6 +7,7 @@
 #include "training/cards/alloc_conf.h"
 #include "training/cards/speed_model.h"
 #include "training/platform/memory.h"
+#include "training/platform/statistics.h"
 #include "training/studies/plan.h"
 
 namespace training {
@@ -61,6 +62,18 @@ std::string verdict_of(const Plan& plan, size_t i) {
   return fmt::format("slower: {:.0f}% fewer images/s", fewer);
 }
 
+// A batch a step of which takes more images than the sweep config's training set fits, but train
+// refuses it: said so.
+std::string batch_text(const Plan& plan, int64_t batch, int64_t accumulate_steps) {
+  const int64_t images = batch * accumulate_steps;  // a step's
+  return plan.train_images > 0 && images > plan.train_images
+             ? std::to_string(batch) + " (" +
+                   (accumulate_steps > 1 ? std::to_string(images) + " images a step: " : "") +
+                   "more than the " + std::to_string(plan.train_images) +
+                   " training images, which train refuses)"
+             : std::to_string(batch);
+}
+
 }  // namespace
 
 std::string plan_table(const Plan& plan) {
@@ -109,23 +122,17 @@ std::string plan_table(const Plan& plan) {
         << " | "
         << (c.unsupported.empty() && plan.speed != Plan::Speed::None &&
                     c.speed_not_estimated.empty()
-                ? fmt::format("{:.0f}", c.images_per_second)
+                ? rate_text(c.images_per_second)
                 : "-")
         << " | " << (c.unsupported.empty() ? format_bytes(c.predicted_peak) : "-") << " | "
         << verdict << " |\n";
   }
-  // A batch larger than the sweep config's training set fits, but train refuses it: said so.
-  const auto batch_text = [&](int64_t batch) {
-    return plan.train_images > 0 && batch > plan.train_images
-               ? std::to_string(batch) + " (more than the " + std::to_string(plan.train_images) +
-                     " training images, which train refuses)"
-               : std::to_string(batch);
-  };
   if (plan.card) {
     out << "\nLargest batch that fits on " << plan.card->name
         << " per setting (by replay; not measured):\n\n| setting | largest batch |\n|---|---:|\n";
     for (const auto& [cell, batch] : plan.largest_on_card) {
-      out << "| " << cell.name() << " | " << (batch > 0 ? batch_text(batch) : "none") << " |\n";
+      out << "| " << cell.name() << " | "
+          << (batch > 0 ? batch_text(plan, batch, cell.accumulate_steps) : "none") << " |\n";
     }
     return out.str();
   }
@@ -137,7 +144,7 @@ std::string plan_table(const Plan& plan) {
         << (!cell.fit && cell.setting.checkpointing == CheckpointMode::Auto
                 ? "- (no fit for auto: its recomputed blocks change with the batch)"
             : !cell.fit ? "- (needs two measured batches)"
-            : batch     ? batch_text(*batch)
+            : batch     ? batch_text(plan, *batch, cell.setting.accumulate_steps)
                         : "-")
         << " | " << (cell.fit ? fmt::format("{:.4f}", cell.fit->r_squared) : "-") << " |\n";
   }

@@ -3,7 +3,6 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
-#include <exception>
 
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
@@ -39,18 +38,12 @@ void check_sweep_devices(const std::vector<int64_t>& devices, const torch::Devic
 // Every trial would run out of memory (exit 3): refused where no precision of the grid fits (what
 // the run holds whatever the batch differs between them), with the first one's line.
 void refuse_what_no_trial_fits(const Config& config, const torch::Device& device) {
-  std::exception_ptr first;
+  std::vector<Config> trials;
   for (const Precision precision : config.sweep.precisions) {
-    Config trial = config;
-    trial.training.precision = precision;
-    try {
-      refuse_what_no_batch_fits(trial, device);
-      return;
-    } catch (const OutOfMemory&) {
-      if (!first) first = std::current_exception();
-    }
+    trials.push_back(config);
+    trials.back().training.precision = precision;
   }
-  if (first) std::rethrow_exception(first);
+  refuse_unless_one_fits(trials, device, "--precisions fp32");
 }
 
 }  // namespace
@@ -62,7 +55,7 @@ void check_sweep(const Config& config, const torch::Device& device) {
   as_key("memory.limit", [&] { check_memory_limit(device, config.memory.limit); });
   if (config.memory.snapshot) {
     throw KeyError("memory.snapshot",
-                   "true is not what train sweep records (its trials keep no allocator history); "
+                   "true is not recorded by a sweep's trials (they keep no allocator history); "
                    "set it to false, and record one setting's step with train memory "
                    "--set memory.snapshot=true (CUDA) or a card's with train memory --card NAME "
                    "--snapshot FILE");
@@ -113,7 +106,7 @@ void check_sweep(const Config& config, const torch::Device& device) {
     missing_budget(config, device, "sweep.checkpointing");
     Config cell = config;  // an auto cell's budget below what every batch holds: exit 3 first
     cell.checkpointing.mode(CheckpointMode::Auto);
-    refuse_what_no_batch_fits(cell, device);
+    refuse_what_no_trial_fits(cell, device);
   }
   if (!config.sweep.devices.empty()) check_sweep_devices(config.sweep.devices, device);
   resident_splits(config, device);  // counted: data.device_resident's data missing is refused

@@ -126,9 +126,9 @@ void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
       const StepEstimate& e = *fastest->on_card->speed;
       md << fmt::format(
           "Fastest on {} of the trials that fit, estimated ({}): #{} {} at batch {}, "
-          "{:.0f} img/s; {}.\n\n",
+          "{} img/s; {}.\n\n",
           card.card.name, kSpeedModelName, fastest->id, fastest->setting.name(), fastest->batch,
-          e.images_per_second(), e.why());
+          rate_text(e.images_per_second()), e.why());
     } else if (!card.no_speed.empty()) {
       md << "Speed on the card: " << card.no_speed << ".\n\n";
     }
@@ -231,7 +231,11 @@ void predictions_table(std::ostringstream& md, const SweepFacts& facts,
         "first column is this sweep's memory. Predictions leave out memory outside the allocator "
         "(the CUDA context, library workspaces), typically a few hundred MiB on a GPU.\n\n"
      << "| setting |";
-  for (int64_t size : facts.memory_sizes) md << " " << byte_size_text(size) << " |";
+  // The sweep's own memory first; then each --predict-for size as that flag takes it.
+  for (size_t i = 0; i < facts.memory_sizes.size(); ++i) {
+    const int64_t size = facts.memory_sizes[i];
+    md << " " << (i == 0 ? format_bytes(size) : byte_size_text(size)) << " |";
+  }
   md << "\n|---|";
   for (size_t i = 0; i < facts.memory_sizes.size(); ++i) md << "---|";
   md << "\n";

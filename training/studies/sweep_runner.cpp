@@ -305,7 +305,7 @@ void SweepRunner::log_summary(const SettingSummary& summary) const {
                summary.fastest_batch ? fmt::format("{} ({} img/s)", *summary.fastest_batch,
                                                    rate_text(summary.fastest_images_per_second))
                                      : std::string("none"),
-               summary.fit ? fmt::format(", peak = {} MiB + {:.2f} MiB x batch (R² {:.4f})",
+               summary.fit ? fmt::format(", peak = {} MiB + {:.3f} MiB x batch (R² {:.4f})",
                                          mib_text(static_cast<int64_t>(summary.fit->intercept)),
                                          summary.fit->slope / kMiB, summary.fit->r_squared)
                            : std::string(),

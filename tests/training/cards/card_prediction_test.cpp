@@ -4,6 +4,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/cpu/Utils.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -464,6 +465,14 @@ TEST(CardPrediction, ARealStepScalesExactlyAndItsLargestBatchIsTheEdge) {
             std::string::npos)
       << prediction_line("fp32", t4);
   EXPECT_EQ(prediction_json(t4).at("needed_card_by_size_bytes"), t4.needed_by_size);
+  CardPrediction in_steps = t4;  // the thirteenth review: a step's images are x its micro-batches
+  in_steps.train_images = in_steps.largest_batch * 2 - 1;
+  EXPECT_EQ(in_steps.largest_batch_text(), std::to_string(in_steps.largest_batch));
+  in_steps.accumulate_steps = 2;
+  EXPECT_EQ(in_steps.largest_batch_text(),
+            fmt::format("{} ({} images a step: more than the {} training images of the config, "
+                        "which train refuses)",
+                        in_steps.largest_batch, 2 * in_steps.largest_batch, in_steps.train_images));
   CardPrediction beyond_any = t4;  // a size --card refuses (above 1024TiB) is never advised
   beyond_any.needed_by_size = kLargestCard + kMiB;
   EXPECT_EQ(prediction_line("fp32", beyond_any).find("--card "), std::string::npos)

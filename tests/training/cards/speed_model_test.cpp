@@ -327,3 +327,14 @@ TEST(SpeedModel, AGraphCapturedStepIsNotEstimated) {
 }
 
 }  // namespace
+
+// Thirteenth pass: a step barely launch-bound (the host 1.03x the GPU) said "a batch up to about
+// 1.0x larger adds GPU work", no larger batch at all: below 1.1 the ratio has two decimals.
+TEST(SpeedModel, TheLaunchBoundRatioIsNeverShownAsOne) {
+  training::StepEstimate e;
+  e.gpu_seconds = 0.0100;
+  e.host_seconds = e.seconds = 0.0103;
+  EXPECT_NE(e.why().find("a batch up to about 1.03x larger"), std::string::npos) << e.why();
+  e.host_seconds = e.seconds = 0.0280;
+  EXPECT_NE(e.why().find("a batch up to about 2.8x larger"), std::string::npos) << e.why();
+}

@@ -12,6 +12,7 @@
 
 #include "data/loader.h"
 #include "test_support.h"
+#include "training/parts/components.h"
 #include "training/platform/errors.h"
 #include "training/run/output_dir.h"
 #include "training/studies/sweep.h"
@@ -902,6 +903,30 @@ TEST(Plan, TheSizeAdvisedForACardGivenByItsSizeIsTheSmallestOnSuchACard) {
             "needs a card of at least 1000MiB (a card given by its size, with cuBLAS workspaces "
             "of 32.00 MiB: --card 1030MiB, for " +
                 plain.name() + " at batch 103)");
+}
+
+// Thirteenth pass's review: the plan's no-room check judged the config's precision (bf16, its
+// autocast copies counted) where the grid sweeps fp32 too, which fits: refused only where no
+// precision of the grid fits.
+TEST(Plan, NoRoomIsJudgedAtEachPrecisionTheGridSweeps) {
+  training::Config grid;
+  grid.training.precision = training::Precision::BF16;
+  grid.sweep.precisions = {training::Precision::BF16, training::Precision::FP32};
+  training::Config in_fp32 = grid;
+  in_fp32.training.precision = training::Precision::FP32;
+  const int64_t room = training::held_whatever_the_batch(in_fp32).bytes +
+                       training::one_image_bytes(in_fp32);  // the allocator's share: fp32 fits
+  const int64_t card = room + 100 * MiB;
+  EXPECT_NO_THROW(training::refuse_no_room(std::nullopt, card, 0.0, 100 * MiB, &grid));
+  grid.sweep.precisions = {training::Precision::BF16};
+  try {
+    training::refuse_no_room(std::nullopt, card, 0.0, 100 * MiB, &grid);
+    ADD_FAILURE() << "a bf16 grid below its weights' copies was planned";
+  } catch (const training::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(", sweep.precisions [fp32] or a smaller model.arch"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // A size `--card` refuses (above 1024TiB) is never advised: the needed figure alone is said.

@@ -923,8 +923,9 @@ sweep: {batch_sizes: [8], precisions: [bf16]}
     training::run_sweep(request("memory.snapshot=true"));
     ADD_FAILURE() << "memory.snapshot was taken by a sweep";
   } catch (const training::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("memory.snapshot: true is not what train sweep records"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("memory.snapshot: true is not recorded by a sweep's trials"),
+        std::string::npos)
         << e.what();
   }
   training::Config with_fp32 =
@@ -938,6 +939,9 @@ sweep: {batch_sizes: [8], precisions: [bf16]}
     ADD_FAILURE() << "a bf16 sweep below its weights' copies was run";
   } catch (const training::OutOfMemory& e) {
     EXPECT_NE(std::string(e.what()).find("autocast's bf16 copies of them alone take"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(", --precisions fp32 or a smaller model.arch"),
               std::string::npos)
         << e.what();
   }
@@ -1097,7 +1101,7 @@ TEST(Summarize, APredictedBatchAboveTheTrainingSetIsSaidToBeRefused) {
   ASSERT_EQ(two[0].predictions[1].second, 20);
   training::write_sweep_tables(dir.path(), facts, two, in_micro_batches, true);
   const std::string in_two = test_support::read_text(dir / "sweep.md");
-  EXPECT_NE(in_two.find("| 500B | 300B |"), std::string::npos) << in_two;  // as --predict-for
+  EXPECT_NE(in_two.find("| 500 B | 300B |"), std::string::npos) << in_two;  // as --predict-for
   EXPECT_NE(in_two.find(" 20 (40 images a step: more than the 32 training images, which train "
                         "refuses) |"),
             std::string::npos)
