@@ -198,6 +198,21 @@ training::MeasureBlocks two_blocks_counting(int& measured) {
   };
 }
 
+// The choice two_blocks_counting's measurement gives under a budget of 1250 bytes, recorded (one
+// block recomputed, the plain step's peak 1300).
+struct RecordedChoice {
+  Config config = auto_config();
+  int measured = 0;
+  training::MeasureBlocks measure = two_blocks_counting(measured);
+  torch::Device cpu{torch::kCPU};
+  training::Decisions recorded;
+  RecordedChoice() {
+    config.checkpointing.budget(1250);
+    training::resolve_checkpointing(config, recorded, cpu, false, measure);
+  }
+  RecordedChoice(const RecordedChoice&) = delete;  // `measure` counts into this one's `measured`
+};
+
 TEST(CheckpointChoice, TheChoiceIsTheRunsDecisionAndNotMadeAgain) {
   Config config = auto_config();
   config.checkpointing.budget(1250);
@@ -230,13 +245,9 @@ TEST(CheckpointChoice, TheChoiceIsTheRunsDecisionAndNotMadeAgain) {
 }
 
 TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainWhenItsStepOrBudgetNoLongerHolds) {
-  Config config = auto_config();
-  config.checkpointing.budget(1250);
-  int measured = 0;
-  const auto measure = two_blocks_counting(measured);
-  const torch::Device cpu(torch::kCPU);
-  training::Decisions recorded;
-  ASSERT_TRUE(training::resolve_checkpointing(config, recorded, cpu, false, measure));
+  RecordedChoice choice;
+  auto& [config, measured, measure, cpu, recorded] = choice;
+  ASSERT_TRUE(recorded.checkpointing);
   EXPECT_EQ(recorded.checkpointing->chosen_for,
             "resnet18 cifar stem, 10 classes, batch 4, fp32, contiguous, sgd with momentum, "
             "nesterov, weight decay, fused, on " +
@@ -298,13 +309,9 @@ TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainWhenItsStepOrBudgetNoLongerHo
 // memory in the next epoch. Whatever changes the measured step (its model, micro-batch and
 // micro-batches, precision, layout, optimizer, weight average) makes the recorded choice lapse.
 TEST(CheckpointChoice, ARecordedChoiceHoldsOnlyForTheStepItWasMadeFor) {
-  Config config = auto_config();
-  config.checkpointing.budget(1250);
-  int measured = 0;
-  const auto measure = two_blocks_counting(measured);
-  const torch::Device cpu(torch::kCPU);
-  training::Decisions recorded;
-  ASSERT_TRUE(training::resolve_checkpointing(config, recorded, cpu, false, measure));
+  RecordedChoice choice;
+  auto& [config, measured, measure, cpu, recorded] = choice;
+  ASSERT_TRUE(recorded.checkpointing);
   const std::vector<std::pair<std::string, std::function<void(Config&)>>> changes = {
       {"batch", [](Config& c) { c.training.batch_size = 8; }},
       {"micro-batches", [](Config& c) { c.training.accumulate_steps = 2; }},
@@ -359,13 +366,9 @@ TEST(CheckpointChoice, ARecordedChoiceIsChosenAgainUnderABudgetThatHoldsACheaper
   ASSERT_EQ(both.blocks.size(), 2u);
   EXPECT_EQ(training::cheaper_budget(m, both), 1100);
 
-  Config config = auto_config();
-  config.checkpointing.budget(1250);
-  int measured = 0;
-  const auto measure = two_blocks_counting(measured);
-  const torch::Device cpu(torch::kCPU);
-  training::Decisions recorded;
-  ASSERT_TRUE(training::resolve_checkpointing(config, recorded, cpu, false, measure));
+  RecordedChoice choice;
+  auto& [config, measured, measure, cpu, recorded] = choice;
+  ASSERT_TRUE(recorded.checkpointing);
   EXPECT_EQ(recorded.checkpointing->cheaper_from, 1300);
   const auto back = training::parse_decisions(training::decisions_json(recorded), "decisions.json");
   EXPECT_EQ(back.checkpointing->cheaper_from, 1300);
