@@ -119,12 +119,9 @@ std::string speed_markdown(const std::vector<std::pair<std::string, CardPredicti
 }  // namespace
 
 std::string CardPrediction::largest_batch_text() const {
-  if (!unsupported.empty()) return "-";                     // none: the card cannot run it
-  const int64_t images = largest_batch * accumulate_steps;  // a step's
-  if (train_images <= 0 || images <= train_images) return std::to_string(largest_batch);
-  return fmt::format(
-      "{} ({}more than the {} training images of the config, which train refuses)", largest_batch,
-      accumulate_steps > 1 ? fmt::format("{} images a step: ", images) : "", train_images);
+  if (!unsupported.empty()) return "-";  // none: the card cannot run it
+  return std::to_string(largest_batch) +
+         beyond_training_set(largest_batch, accumulate_steps, train_images, " of the config");
 }
 
 std::string CardPrediction::fits_text() const {

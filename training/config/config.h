@@ -168,6 +168,13 @@ int64_t prefetch_for(const DataConfig& data, bool cuda);
 // data.train_limit, whichever is smaller; 0 where only reading the data would tell.
 int64_t train_images_at_most(const DataConfig& data);
 
+// A table cell's note where a step of `batch` in `accumulate_steps` micro-batches takes more images
+// than `train_images` (0: not known), which train refuses: " (more than the 256 training
+// images`of`, which train refuses)", its images first where it accumulates ("40 images a step: ");
+// else "".
+std::string beyond_training_set(int64_t batch, int64_t accumulate_steps, int64_t train_images,
+                                const std::string& of = "");
+
 struct Config {
   models::ResNetOptions model;
   DataConfig data;

@@ -273,9 +273,8 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
                                    budget.bytes,
                                    choice.predicted_peak,
                                    std::round(10000 * choice.extra_seconds) / 10,  // to 0.1 ms
-                                   beside_step,
-                                   0,
-                                   cheaper_budget(m, choice)};
+                                   beside_step};
+  recorded->cheaper_from = cheaper_budget(m, choice);
   return choice;
 }
 

@@ -127,17 +127,20 @@ std::string variable_text(const char* name) {
   return value ? std::string(", ") + name + "=" + value : "";
 }
 
-// /proc/cpuinfo's first "model name" ("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz").
-std::string cpu_model_name() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    const auto colon = line.find(':');
-    if (line.rfind("model name", 0) == 0 && colon != std::string::npos) {
-      const auto start = line.find_first_not_of(" \t", colon + 1);
-      if (start != std::string::npos) return line.substr(start);
+// /proc/cpuinfo's first "model name" ("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz"), read once.
+const std::string& cpu_model_name() {
+  static const std::string name = [] {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);) {
+      const auto colon = line.find(':');
+      if (line.rfind("model name", 0) == 0 && colon != std::string::npos) {
+        const auto start = line.find_first_not_of(" \t", colon + 1);
+        if (start != std::string::npos) return line.substr(start);
+      }
     }
-  }
-  return "model unknown";
+    return std::string("model unknown");
+  }();
+  return name;
 }
 
 }  // namespace

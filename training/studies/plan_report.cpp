@@ -62,16 +62,10 @@ std::string verdict_of(const Plan& plan, size_t i) {
   return fmt::format("slower: {:.0f}% fewer images/s", fewer);
 }
 
-// A batch a step of which takes more images than the sweep config's training set fits, but train
-// refuses it: said so.
+// A batch, and where a step of it takes more images than the sweep config's training set, that
+// train refuses it (it fits all the same).
 std::string batch_text(const Plan& plan, int64_t batch, int64_t accumulate_steps) {
-  const int64_t images = batch * accumulate_steps;  // a step's
-  return plan.train_images > 0 && images > plan.train_images
-             ? std::to_string(batch) + " (" +
-                   (accumulate_steps > 1 ? std::to_string(images) + " images a step: " : "") +
-                   "more than the " + std::to_string(plan.train_images) +
-                   " training images, which train refuses)"
-             : std::to_string(batch);
+  return std::to_string(batch) + beyond_training_set(batch, accumulate_steps, plan.train_images);
 }
 
 }  // namespace

@@ -242,15 +242,10 @@ void predictions_table(std::ostringstream& md, const SweepFacts& facts,
   for (const auto& c : cells) {
     md << "| " << c.setting.name() << " |";
     for (const auto& [bytes, batch] : c.predictions) {
-      const int64_t images = batch ? *batch * c.setting.accumulate_steps : 0;
-      const bool refused = facts.train_images > 0 && images > facts.train_images;
-      md << " " << (batch ? std::to_string(*batch) : "-")
-         << (refused ? fmt::format(" ({}more than the {} training images, which train refuses)",
-                                   c.setting.accumulate_steps > 1
-                                       ? fmt::format("{} images a step: ", images)
-                                       : "",
-                                   facts.train_images)
-                     : "")
+      md << " "
+         << (batch ? std::to_string(*batch) +
+                         beyond_training_set(*batch, c.setting.accumulate_steps, facts.train_images)
+                   : "-")
          << " |";
     }
     md << "\n";
