@@ -87,6 +87,10 @@ TEST(Decisions, ADamagedFileIsRefusedNamingItAndTheEntry) {
             "budget_bytes, predicted_peak_bytes, predicted_extra_ms, beside_step_bytes, from_step, "
             "cheaper_from_bytes, decides)");
   j = nlohmann::json::parse(training::decisions_json(both()));
+  j["checkpointing"]["cheaper_from_bytes"] = -1;
+  EXPECT_EQ(decisions_error(j.dump()),
+            "run/decisions.json: checkpointing.cheaper_from_bytes: expected a byte count, got -1");
+  j = nlohmann::json::parse(training::decisions_json(both()));
   j["checkpointing"]["from_step"] = -1;
   EXPECT_EQ(decisions_error(j.dump()),
             "run/decisions.json: checkpointing.from_step: expected a number of steps, got -1");
