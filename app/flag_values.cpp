@@ -18,13 +18,16 @@ using training::UserError;
 
 namespace {
 
+using training::config_yaml::trimmed;
+
 // "10%" or "0.1": the share of the card to keep free, in [0, 1).
 double headroom_flag(const std::string& text) {
   const std::string expected =
       "--headroom: expected the share of the card to keep free, below 100%, e.g. 10% or 0.1; "
       "got '" +
       text + "'";
-  const std::optional<double> value = training::config_yaml::real_number(text, /*percent=*/true);
+  const std::optional<double> value =
+      training::config_yaml::real_number(trimmed(text), /*percent=*/true);
   if (!value || *value < 0 || *value >= 1) throw UserError(expected);
   return *value;
 }
@@ -84,9 +87,10 @@ training::PlanRequest plan_request(const PlanFlags& flags, training::PlanRequest
   }
   check_json_output(request.json, request.output_dir);
   request.headroom = headroom_flag(flags.headroom);
-  if (!flags.target_batch.empty() && (!training::config_yaml::decimal_integer(
-                                          YAML::Node(flags.target_batch), request.target_batch) ||
-                                      request.target_batch < 1)) {
+  if (!flags.target_batch.empty() &&
+      (!training::config_yaml::decimal_integer(YAML::Node(trimmed(flags.target_batch)),
+                                               request.target_batch) ||
+       request.target_batch < 1)) {
     throw UserError(
         "--target-batch: expected images per optimizer step, a whole number >= 1, got '" +
         flags.target_batch + "'");

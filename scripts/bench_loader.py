@@ -78,7 +78,7 @@ def training_rate(args, root, loader, workers):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_support.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train", default=str(REPO / "build" / "train"))
     parser.add_argument("--data", default=str(REPO / "datasets" / "cifar10-bin"))
     parser.add_argument("--jpeg", default=str(REPO.parent / "shared" / "data" / "cifar10-jpeg.tar.gz"))

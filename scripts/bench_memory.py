@@ -25,7 +25,7 @@ MIB = 1 << 20
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_support.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train", default=str(REPO / "build" / "train"), help="the train binary")
     parser.add_argument("--arch", default="resnet50")
     parser.add_argument("--stem", default="cifar")

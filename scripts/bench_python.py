@@ -90,7 +90,7 @@ def python_rate(args, bins, work):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_support.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train", default=str(REPO / "build" / "train"))
     parser.add_argument("--data", default=str(REPO / "datasets" / "cifar10-bin"))
     parser.add_argument("--jpeg", default=str(REPO.parent / "shared" / "data" / "cifar10-jpeg.tar.gz"),

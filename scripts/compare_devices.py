@@ -51,6 +51,7 @@ an error while another device ran).
 """
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -61,6 +62,8 @@ import script_support
 REPO = Path(__file__).resolve().parents[1]
 WARMUP_STEPS = 5  # the trainer's warm-up (training/loop/trainer.h, Trainer::kWarmupSteps)
 MIN_STEADY_STEPS = 10
+PRECISIONS = ("fp32", "bf16", "fp16")  # training.precision's values
+MAX_BATCH = 1 << 20  # training.batch_size's largest (kMaxBatchSize, training/config/config.h)
 SEED_SETTINGS = ["model.arch=resnet50", "model.stem=imagenet", "model.num_classes=1000", "training.batch_size=32",
                  "training.precision=fp32", "training.memory_format=contiguous"]
 TABLE_TITLES = {
@@ -182,9 +185,9 @@ def check_cards(args):
         cards = script_support.train_cards(args.train, args.card)
     except script_support.BadInput as e:
         fail(str(e))
-    keys = [script_support.card_key(c) for c in cards]
-    if len(set(keys)) != len(keys):
-        fail(f"--card: {', '.join(args.card)} names one card twice; name each once")
+    repeat = script_support.first_repeat([script_support.card_key(c) for c in cards])
+    if repeat:
+        fail(f"--card: {', '.join(args.card)}: {repeat}")
     args.card = [c["name"] for c in cards]
 
 
@@ -297,7 +300,7 @@ def compare_table(args, table_dir, entries):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_support.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(REPO / "configs" / "resnet50_cifar10.yaml"))
     parser.add_argument("--train", default=str(REPO / "build" / "train"))
     parser.add_argument("--tables", default="seed,study,fastest")
@@ -339,9 +342,15 @@ def parse_args(argv):
         fail(f"--tables: {','.join(unknown)}: expected some of seed,study,fastest")
     if any(d != "cpu" and not d.startswith("cuda") for d in args.devices):
         fail(f"--devices: expected cpu and/or cuda[:N], comma-separated")
-    for flag, items in (("--tables", args.tables), ("--devices", args.devices)):
-        if len(set(items)) != len(items):  # the same run folder twice
-            fail(f"{flag}: {','.join(items)} names one twice; name each once")
+    precisions = args.fastest_precisions.split(",")
+    if any(p not in PRECISIONS for p in precisions):
+        fail(f"--fastest-precisions: {args.fastest_precisions}: expected some of {','.join(PRECISIONS)}")
+    if args.batch_size is not None and args.batch_size > MAX_BATCH:
+        fail(f"--batch-size: {args.batch_size}: expected at most {MAX_BATCH} (training.batch_size's largest)")
+    for flag, items in (("--tables", args.tables), ("--devices", args.devices),
+                        ("--fastest-precisions", precisions)):
+        if repeat := script_support.first_repeat(items):  # the same run folder or trial twice
+            fail(f"{flag}: {','.join(items)}: {repeat}")
     return args
 
 
@@ -401,7 +410,7 @@ def main(argv=None):
              f"Work per device: the CPU {args.cpu_steps} steps (its epoch time projected from the steps after "
              f"the warm-up when they are less than an epoch), a GPU {gpu_work}; steps beyond an epoch are "
              f"trained over more epochs. Trained: {work or 'nothing'}. Command: `scripts/compare_devices.py "
-             f"{' '.join(argv if argv is not None else sys.argv[1:])}`", "", *lines]
+             f"{shlex.join(argv if argv is not None else sys.argv[1:])}`", "", *lines]
     (out / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "compare.md").write_text("\n".join(lines).rstrip("\n") + "\n")
     print("\n".join(lines))

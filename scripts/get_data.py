@@ -375,7 +375,7 @@ def plan(source, root, args, label=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_support.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", default="datasets/cifar10", help="data root (data.root in the config)")
     parser.add_argument("--from", dest="source", help="local tarball or folder instead of downloading")
     parser.add_argument("--to-binary", action="store_true", help="store image folders as binary batches")

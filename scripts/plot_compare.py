@@ -24,7 +24,8 @@ MIB = 1 << 20
 
 
 def label(run):
-    differing = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in run["config"].items())
+    # null: a key the run has not (a decision it did not make), "-" as in compare.md
+    differing = ", ".join(f"{k.split('.')[-1]}={'-' if v is None else v}" for k, v in run["config"].items())
     return f"{run['name']}" + (f" ({differing})" if differing and len(differing) < 60 else "")
 
 

@@ -23,7 +23,6 @@ The cases (each measured value as docs/gpu.md gives it):
      batches): the largest batch that fit.
 Exit code: 0, or 2 for bad arguments or a failed `train` run.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -141,7 +140,7 @@ def rows(train, out):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_support.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train")
     parser.add_argument("--out")
     parser.add_argument("--docs")

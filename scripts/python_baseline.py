@@ -49,7 +49,7 @@ class Cifar10FromBatches(torchvision.datasets.CIFAR10):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_support.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="folder with data_batch_1..5.bin and test_batch.bin")
     parser.add_argument("--arch", default="resnet50", choices=["resnet18", "resnet50"])
     parser.add_argument("--classes", type=int, default=1000)

@@ -8,6 +8,7 @@ name by a rule of its own).
 
 TRAIN_DEBUG=1 shows the traceback instead (for developing the scripts).
 """
+import argparse
 import json
 import math
 import os
@@ -20,6 +21,15 @@ from pathlib import Path
 
 class BadInput(Exception):
     """Input the user can fix: run() prints its message alone on one line and returns 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors (an unknown flag, a value of the wrong type, a flag without
+    its value) are one line, as every other failure (BadInput), not its usage block; --help is
+    argparse's own."""
+
+    def error(self, message):
+        raise BadInput(" ".join(message.split()))
 
 
 def _stop(signum, frame):
@@ -132,9 +142,18 @@ def items(flag, text):
     return found
 
 
+def first_repeat(values):
+    """train's rule for every list: "item 3 repeats item 1; list each value once" for the first
+    value given again (compared as given: pass the values as the program reads them), else ""."""
+    for i, value in enumerate(values):
+        if value in values[:i]:
+            return f"item {i + 1} repeats item {values.index(value) + 1}; list each value once"
+    return ""
+
+
 def train_cards(train, names, flag="--card"):
     """The cards `train cards --json --card NAME...` gives for `names`, in their order: each a dict
-    with the card's "name" (H100-SXM for "h100 sxm", the size as given for "24GiB"), "given",
+    with the card's "name" (H100-SXM for "h100 sxm", a size as it is typed back: "24GiB" for "24 gib"), "given",
     "known" (false for a size), "memory_bytes" and its data sheet. Each is found by train's own
     rule, the one every --card follows; an unknown card (train's line: "--card: unknown card ...",
     said as `flag`'s) or train failing is BadInput."""

@@ -36,7 +36,6 @@ figures' cards are found so too, before any run, whenever there is a train to as
 with --reuse and no train).
 """
 
-import argparse
 import concurrent.futures
 import itertools
 import json
@@ -496,7 +495,7 @@ def run_all(args, train, config, runs_dir, indexed):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = script_support.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--train", default="build/train", help="the train executable (default build/train)")
     parser.add_argument("--figures", default=os.path.join(HERE, "speed_holdout.json"),
                         help="the held-out figures (default: speed_holdout.json beside this script)")

@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // The epochs a run directory recorded: the rows of metrics.jsonl (or of metrics.csv).
-int64_t recorded_epochs(const fs::path& run_dir) {
+int64_t recorded_row_count(const fs::path& run_dir) {
   int64_t epochs = 0;
   for (const auto& [name, header] :
        {std::pair<const char*, int64_t>{"metrics.jsonl", 0}, {"metrics.csv", 1}}) {
@@ -139,7 +139,7 @@ ResumeTarget resume_target(const std::string& resume) {
   const fs::path checkpoint = path / "checkpoint.pt";
   if (run_dir && fs::symlink_status(checkpoint, ec).type() == fs::file_type::not_found &&
       fs::exists(path / "config.yaml", ec)) {
-    if (const int64_t epochs = recorded_epochs(path); epochs > 0) {
+    if (const int64_t epochs = recorded_row_count(path); epochs > 0) {
       throw UserError(checkpoint.string() + ": missing, but the run recorded " +
                       std::to_string(epochs) +
                       " epoch(s) (metrics.jsonl / metrics.csv): starting it again would replace "

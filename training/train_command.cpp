@@ -151,6 +151,7 @@ void log_start(const Config& config, const RunInputs& inputs, const torch::Devic
       // A resume's steps depend on those its checkpoint has done: said once it is read.
       resuming ? std::string("the steps planned follow from the checkpoint")
                : std::to_string(trainer.total_steps()) + " steps planned");
+  if (!layout.lapsed.empty()) spdlog::info("memory format auto: {}: decided again", layout.lapsed);
   spdlog::info("memory format {}: {}", memory_format_name(layout.format), layout.reason);
   const std::string slow_layout = memory_format_warning(config, device);
   if (!slow_layout.empty()) spdlog::warn("{}", slow_layout);

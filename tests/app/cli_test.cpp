@@ -1005,15 +1005,45 @@ TEST(Cli, CompareShowsWhatDiffersAndDrawsTheCurves) {
     EXPECT_TRUE(fs::exists(dir / "cmp" / png))
         << png << ": " << test_support::read_text(dir / "cmp/plot.log");
   }
+  // Fourteenth pass: metrics.jsonl cut by hand (its last row gone) was reported and compared as a
+  // one-epoch run; with the checkpoint's two epochs done it is refused, as --resume refuses it.
+  fs::copy(dir / "b32", dir / "cut", fs::copy_options::recursive);
+  fs::remove(dir / "cut/train.lock");
+  const std::string rows = test_support::read_text(dir / "b32/metrics.jsonl");
+  std::ofstream(dir / "cut/metrics.jsonl") << rows.substr(0, rows.find('\n') + 1);
+  for (const std::string command :
+       {"report " + (dir / "cut").string(),
+        "compare " + (dir / "cut").string() + " --output " + (dir / "cmp-cut").string()}) {
+    r = run_train(command);
+    EXPECT_EQ(r.code, 2) << command << r.output;
+    EXPECT_NE(r.output.find("cut/metrics.jsonl: holds 1 of the 2 epoch(s) its checkpoint has "
+                            "done (removed or cut)"),
+              std::string::npos)
+        << r.output;
+  }
   // Another model is compared all the same, and flagged.
   r = run_train("--config " + config + " --output-dir " + (dir / "rn50").string() +
-                " --set model.arch=resnet50 --set training.epochs=1");
+                " --set model.arch=resnet50 --set training.epochs=1 --set "
+                "training.memory_format=contiguous --set checkpointing.enabled=auto --set "
+                "'checkpointing.blocks=[layer1.0]'");
   ASSERT_EQ(r.code, 0) << r.output;
   r = run_train("compare " + (dir / "b32").string() + " " + (dir / "rn50").string() + " --output " +
                 (dir / "cmp2").string());
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(test_support::read_text(dir / "cmp2/compare.md").find("different models"),
-            std::string::npos);
+  const std::string md2 = test_support::read_text(dir / "cmp2/compare.md");
+  EXPECT_NE(md2.find("different models"), std::string::npos);
+  // A decision one run did not make (its layout given): "-" in the table, null in compare.json
+  // (it was the table's "-" there too).
+  EXPECT_NE(md2.find("| `decided.training.memory_format` | " + b32_layout + " | - |"),
+            std::string::npos)
+      << md2;
+  const auto json2 = nlohmann::json::parse(test_support::read_text(dir / "cmp2/compare.json"));
+  EXPECT_TRUE(json2.at("runs")[1].at("config").at("decided.training.memory_format").is_null())
+      << json2.dump();
+  EXPECT_EQ(json2.at("runs")[0].at("config").at("decided.training.memory_format"), b32_layout);
+  // A key one run leaves unset (checkpointing.blocks: ~) likewise: it was YAML's "~" in both.
+  EXPECT_NE(md2.find("| `checkpointing.blocks` | - | [layer1.0] |"), std::string::npos) << md2;
+  EXPECT_TRUE(json2.at("runs")[0].at("config").at("checkpointing.blocks").is_null());
 }
 
 TEST(Cli, CompareRefusesBadInputInOneLine) {

@@ -42,7 +42,8 @@ TEST(FlagValues, APlanRequestIsCheckedBeforeTheCommandRuns) {
   EXPECT_EQ(request.target_batch, 0);
   for (const auto& [headroom, share] :
        {std::pair{"10%", 0.10}, std::pair{"0.25", 0.25}, std::pair{"0", 0.0},
-        std::pair{"5 %", 0.05}}) {  // a ninth pass: "5 %" was a key's only (one reader now)
+        std::pair{"5 %", 0.05},  // a ninth pass: "5 %" was a key's only (one reader now)
+        std::pair{" 10%", 0.10}, std::pair{"10% ", 0.10}}) {  // fourteenth: spaces, as other flags
     flags.headroom = headroom;
     EXPECT_DOUBLE_EQ(app::plan_request(flags, from_sweep()).headroom, share);
   }
@@ -59,6 +60,8 @@ TEST(FlagValues, APlanRequestIsCheckedBeforeTheCommandRuns) {
   }
   flags.target_batch = "1024";
   EXPECT_EQ(app::plan_request(flags, from_sweep()).target_batch, 1024);
+  flags.target_batch = " 8 ";  // the fourteenth pass: spaces around it, as every flag takes them
+  EXPECT_EQ(app::plan_request(flags, from_sweep()).target_batch, 8);
   training::PlanRequest both;
   both.from = "sweep";
   both.config_path = "c.yaml";

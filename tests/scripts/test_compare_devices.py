@@ -81,9 +81,11 @@ class CompareDevicesTest(unittest.TestCase):
             config = tiny_config(tmp)
             out = Path(tmp) / "compare"
             proc = compare("--config", str(config), "--tables", "study", "--devices", "cpu", "--cpu-steps", "15",
-                           "--threads", "1", "--card", "H100-SXM", "--card", "24GiB", "--out", str(out))
+                           "--threads", "1", "--card", "h100 sxm", "--card", "24GiB", "--out", str(out))
             self.assertEqual(proc.returncode, 0, proc.stderr)
             table = (out / "compare.md").read_text()
+            # The command is written as it can be typed back: each argument one shell word.
+            self.assertIn("--card 'h100 sxm' --card 24GiB", table)
             self.assertIn("| | cpu | H100-SXM (predicted) | 24GiB (predicted) |", table)
             steady = next(line for line in table.splitlines() if line.startswith("| images/s, steady |"))
             cells = [c.strip() for c in steady.strip("|").split("|")]
@@ -150,7 +152,19 @@ class CompareDevicesArgumentsTest(unittest.TestCase):
                     (["--config", str(config), "--tables", "seed,"], "--tables: 'seed,' has an empty item"),
                     (["--config", str(config), "--devices", "cpu,,cuda"], "--devices: 'cpu,,cuda' has an empty"),
                     (["--config", str(config), "--fastest-precisions", "fp32, "],
-                     "--fastest-precisions: 'fp32, ' has an empty item")):
+                     "--fastest-precisions: 'fp32, ' has an empty item"),
+                    # Checked before anything runs (a hostile pass: the sweep ran, then exit 2),
+                    # repeats in train's words for every list.
+                    (["--config", str(config), "--fastest-precisions", "fp32,fp32"],
+                     "--fastest-precisions: fp32,fp32: item 2 repeats item 1; list each value once"),
+                    (["--config", str(config), "--fastest-precisions", "fp64"],
+                     "--fastest-precisions: fp64: expected some of fp32,bf16,fp16"),
+                    (["--config", str(config), "--tables", "seed,seed"], "item 2 repeats item 1"),
+                    (["--config", str(config), "--batch-size", "1048577"], "--batch-size: 1048577: expected at most"),
+                    # argparse's own errors are one line too, not its usage block.
+                    (["--config", str(config), "--cpu-steps", "abc"], "argument --cpu-steps: invalid int value"),
+                    (["--config", str(config), "--bogus"], "unrecognized arguments: --bogus"),
+                    (["--config", str(config), "--card"], "argument --card: expected one argument")):
                 proc = compare(*args, "--out", str(Path(tmp) / "out"))
                 self.assertEqual(proc.returncode, 2, args)
                 self.assertIn(message, proc.stderr)

@@ -243,7 +243,7 @@ class ScriptArgumentsTest(unittest.TestCase):
                           (("compare_devices.py", "--train", train, "--card", "24GiB", "--card", "24576MiB",
                             "--out", str(tmp / "c3")), "--card: item 2 repeats item 1"),
                           (("compare_devices.py", "--train", train, "--card", "T4", "--card", "T4",
-                            "--out", str(tmp / "c4")), "names one card twice"),
+                            "--out", str(tmp / "c4")), "--card: T4, T4: item 2 repeats item 1"),
                           (("speed_holdout.py", "--train", train, "--only", "nosuch", "--out", str(tmp / "h1")),
                            "speed_holdout: --only: unknown card 'nosuch'"),
                           (("speed_holdout.py", "--train", train, "--only", "h100,", "--out", str(tmp / "h2")),

@@ -55,6 +55,45 @@ TEST(OutOfMemory, ATrainingStepWhoseWeightsAloneExceedTheLimitIsToldSo) {
   EXPECT_EQ(room.find("alone take"), std::string::npos) << room;
 }
 
+// Fourteenth pass: with the ImageNet stem at 32x32 (layer4's map 1x1) a batch of 1 does not
+// train, yet a limit between the weights with one image and with two was measured (both layouts
+// timed) and told "a smaller training.batch_size (now 2)", which train then refused. The smallest
+// batch that trains is what must fit, checked before anything is measured; no smaller batch is
+// advised below it.
+TEST(OutOfMemory, TheSmallestBatchThatTrainsIsWhatMustFitAndNoSmallerOneIsAdvised) {
+  training::Config config;
+  config.model.stem(models::Stem::ImageNet);
+  config.training.batch_size = 2;
+  ASSERT_EQ(models::smallest_trainable_batch(config.model, config.data.image_size), 2);
+  const int64_t held = training::held_whatever_the_batch(config).bytes;
+  const int64_t image = training::one_image_bytes(config);
+  config.memory.limit = held + image + image / 2;  // one image fits, the smallest batch not
+  try {
+    training::refuse_what_no_batch_fits(config, torch::kCPU);
+    ADD_FAILURE() << "a limit below the smallest batch that trains was let through";
+  } catch (const training::OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  ", less than 2 images' (the smallest batch that trains: BatchNorm needs two "
+                  "values a channel) input and first convolution output ("),
+              std::string::npos)
+        << e.what();
+  }
+  config.memory.limit =
+      held + 4 * image;  // the batch fits its images; the step ran out all the same
+  const training::OutOfMemoryWhere step{training::OutOfMemoryWhere::Training,
+                                        "in epoch 1 after 0 steps", false, false};
+  const auto message = training::out_of_memory_message(config, torch::kCPU, step, "");
+  EXPECT_EQ(message.find("a smaller training.batch_size"), std::string::npos) << message;
+  EXPECT_EQ(message.find("find-max"), std::string::npos) << message;  // it finds no smaller one
+  EXPECT_NE(message.find("Remedies: training.precision: bf16 or fp16 (now fp32)"),
+            std::string::npos)
+      << message;
+  config.training.batch_size = 3;
+  EXPECT_NE(training::out_of_memory_message(config, torch::kCPU, step, "")
+                .find("Remedies: a smaller training.batch_size (now 3)"),
+            std::string::npos);
+}
+
 // Twelfth pass: "memory.limit 127.91 MiB: the weights ... alone take 127.91 MiB" (134,126,104
 // bytes against 127.91 MiB): the two sides are written apart where they differ.
 TEST(OutOfMemory, TheLimitAndWhatTheRunHoldsAreWrittenApart) {

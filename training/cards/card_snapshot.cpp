@@ -76,7 +76,7 @@ void write_card_snapshot(const fs::path& file, const AllocatorSnapshot& snapshot
       "its {} events in {}; view it with `python -m torch.cuda._memory_viz trace_plot {} -o "
       "{}` or at https://pytorch.org/memory_viz",
       setting, p.card.name, format_bytes(snapshot.reserved), snapshot.peak_phase,
-      snapshot.trace.size(), file.string(), file.string(), page.string());
+      snapshot.trace.size(), file.string(), shell_word(file.string()), shell_word(page.string()));
   if (snapshot.left_out > 0) {
     spdlog::info(
         "{} on {}: the snapshot ends at the reserved peak; the {} events after it (where the "

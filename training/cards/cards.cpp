@@ -99,8 +99,7 @@ const std::vector<Card>& known_cards() {
 
 Card find_card(const std::string& given, std::optional<int64_t> outside_allocator) {
   // Spaces around the flag's value are no part of it (' 24GiB' was an unknown card's name).
-  const auto first = given.find_first_not_of(" \t"), last = given.find_last_not_of(" \t");
-  const std::string text = first == std::string::npos ? "" : given.substr(first, last - first + 1);
+  const std::string text = config_yaml::trimmed(given);
   for (const auto& known : known_cards()) {
     if (folded(known.name) == folded(text)) return known;
   }
@@ -114,7 +113,7 @@ Card find_card(const std::string& given, std::optional<int64_t> outside_allocato
       // What it may have meant: the number with a unit, where that is a card taken, and the cards
       // whose names hold it.
       std::vector<std::string> meant;
-      for (const char* unit : {"GiB", "MiB"}) {
+      for (const char* unit : {"GiB", "MiB", "B"}) {
         try {
           const int64_t bytes = parse_byte_size(text + unit);
           if (bytes <= kLargestCard && bytes > beside_tensors({}).outside_allocator)
@@ -141,7 +140,7 @@ Card find_card(const std::string& given, std::optional<int64_t> outside_allocato
     if (bytes > kLargestCard) {  // caching_allocator.cpp's address span is no larger
       throw UserError("--card: expected a card of at most 1024TiB, got '" + text + "'");
     }
-    const Card card{text, bytes, "given with --card", 0, "", {}};
+    const Card card{size_as_written(text), bytes, "given with --card", 0, "", {}};
     const int64_t outside = outside_allocator.value_or(beside_tensors(card).outside_allocator);
     if (bytes <= outside) {
       throw UserError("--card: " + text + " is no larger than the " + format_bytes(outside) +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "training/cards/forward_layers.h"
 
@@ -36,9 +37,11 @@ class StepBuilder {
     loss();
     recompute();
     for (auto it = forward_.layers.rbegin(); it != forward_.layers.rend(); ++it) backward(*it);
+    running_sums();
     for (auto& op : ops_) op.count = shape_.accumulate_steps;
     if (shape_.accumulate_steps > 1) accumulate();
     update();
+    if (shape_.weight_average) average();
     return std::move(ops_);
   }
 
@@ -71,8 +74,8 @@ class StepBuilder {
       case LayerKind::Convolution:
         convolution(layer, pass, /*backward=*/false);
         break;
-      case LayerKind::BatchNorm:
-        add(OpKind::BatchNorm, pass, 8 * out, s_ * 3 * out, 3);  // statistics, running, normalise
+      case LayerKind::BatchNorm:  // statistics, running statistics, normalised
+        add(OpKind::BatchNorm, pass, 8 * out, s_ * 3 * out, batch_norm_kernels(layer, true));
         break;
       case LayerKind::BatchNormCounter:
         add(OpKind::BatchNorm, pass, 1, 16, 1);
@@ -160,6 +163,10 @@ class StepBuilder {
     add(OpKind::Loss, OpPass::Forward, 5 * logits, 4 * 3 * logits, 2 + scalars);
     // The gradient's seed, NLL's backward (zeroed, scattered), log-softmax's backward.
     add(OpKind::Loss, OpPass::Backward, 3 * logits, 4 * 4 * logits, 4 + scalars);
+    if (shape_.label_smoothing) {  // ATen's cross_entropy: the smoothed term beside NLL's
+      add(OpKind::Loss, OpPass::Forward, 2 * logits, 4 * 2 * logits, 10);
+      add(OpKind::Loss, OpPass::Backward, 2 * logits, 4 * 3 * logits, 6);
+    }
     if (half_) add(OpKind::Cast, OpPass::Backward, 0, logits * (4 + 2), 1);
   }
 
@@ -171,7 +178,8 @@ class StepBuilder {
       if (layer.block < 0 || !shape_.recomputed.at(static_cast<size_t>(layer.block))) continue;
       forward_layer(layer, OpPass::Recompute);
       if (layer.kind == LayerKind::BatchNorm) {
-        add(OpKind::BatchNorm, OpPass::Recompute, 0, 4 * 4 * layer.output[1], 6);
+        // running mean and variance cloned (read, written) and copied back, the counter too
+        add(OpKind::BatchNorm, OpPass::Recompute, 0, 2 * 4 * 4 * layer.output[1] + 2 * 16, 6);
       }
     }
   }
@@ -183,8 +191,8 @@ class StepBuilder {
       case LayerKind::Convolution:
         convolution(layer, pass, /*backward=*/true);
         break;
-      case LayerKind::BatchNorm:
-        add(OpKind::BatchNorm, pass, 12 * out, s_ * 5 * out, 2);  // reduce, then elementwise
+      case LayerKind::BatchNorm:  // reduced, then elementwise
+        add(OpKind::BatchNorm, pass, 12 * out, s_ * 5 * out, batch_norm_kernels(layer, false));
         break;
       case LayerKind::ReLU:
         add(OpKind::ReLU, pass, out, s_ * 3 * out, 1);
@@ -197,7 +205,9 @@ class StepBuilder {
         break;
       }
       case LayerKind::MaxPool:
-        add(OpKind::Pooling, pass, out, s_ * in + (2 * s_ + 8) * out, 2);  // zeroed, scattered
+        // The input's gradient zeroed, then every element of it written from the output's
+        // gradient and the indices.
+        add(OpKind::Pooling, pass, out, 2 * s_ * in + (s_ + 8) * out, 2);
         break;
       case LayerKind::AveragePool:
         add(OpKind::Pooling, pass, in, s_ * (in + out), 1);
@@ -214,11 +224,57 @@ class StepBuilder {
     }
   }
 
-  // Each micro-batch after the first adds its gradients to those held (fp32), one kernel each.
+  // Each micro-batch after the first adds its gradients to those held (fp32), one kernel each;
+  // before the first, BatchNorm's buffers are copied (the trainer's copy_buffers: each clone
+  // reads and writes it).
   void accumulate() {
     const double p = static_cast<double>(forward_.parameters);
     add(OpKind::Gradients, OpPass::Backward, p, 4 * 3 * p, forward_.parameter_tensors);
     ops_.back().count = shape_.accumulate_steps - 1;
+    const auto [layers, channels] = batch_norms();
+    add(OpKind::BatchNorm, OpPass::Forward, 0, 2 * (8 * channels + 8 * layers), 3 * layers);
+  }
+
+  // The trainer's running sums a micro-batch (StepSums::add): the loss in fp64 times the
+  // images, argmax, eq and sum of the correct ones, two adds to the sums (the first micro-batch's
+  // two are the epoch's instead).
+  void running_sums() {
+    const double logits = n_ * static_cast<double>(shape_.model.num_classes());
+    add(OpKind::Loss, OpPass::Forward, logits, s_ * logits + 8 * n_, 7);
+  }
+
+  // The weight average after each step (WeightAverage::update): one multi-tensor lerp over the
+  // float parameters and buffers (reads both, writes the average), each integer buffer copied.
+  void average() {
+    const auto [layers, channels] = batch_norms();
+    const double elements = static_cast<double>(forward_.parameters + 2 * channels);
+    const int64_t tensors = forward_.parameter_tensors + 2 * layers;
+    add(OpKind::Optimizer, OpPass::Update, 3 * elements, 4 * 3 * elements,
+        multi_tensor_launches(tensors, static_cast<int64_t>(elements), 2) + layers);
+  }
+
+  // BatchNorm's layers and their channels in all.
+  std::pair<int64_t, int64_t> batch_norms() const {
+    int64_t layers = 0, channels = 0;
+    for (const Layer& layer : forward_.layers) {
+      if (layer.kind != LayerKind::BatchNorm) continue;
+      ++layers;
+      channels += layer.output[1];
+    }
+    return {layers, channels};
+  }
+
+  // cuDNN's one kernel each way in fp32 and fp16 (ATen's _select_batch_norm_backend takes it but
+  // for bf16); ATen's own in bf16: channels_last runs the statistics, the running statistics and
+  // the normalisation forward, the reduction and the elementwise pass backward, each reduction
+  // after zeroing its semaphores where it spans more than one block row (grid.y > 1:
+  // flexible_launch_configs gives 8 rows or more above 1,792 values a channel, one below);
+  // contiguous has three kernels forward, one backward.
+  int64_t batch_norm_kernels(const Layer& layer, bool forward) const {
+    if (shape_.precision != Precision::BF16) return 1;
+    if (!shape_.channels_last) return forward ? 3 : 1;
+    const int64_t reduced = shape_.batch * layer.output[2] * layer.output[3];
+    return (forward ? 3 : 2) + (reduced > 1792 ? 1 : 0);
   }
 
   void update() {
@@ -237,7 +293,8 @@ class StepBuilder {
       return;
     }
     // torch::optim::SGD, per parameter: weight decay (not on the 1-d group unless
-    // decay_norm_and_bias), momentum (mul, add), Nesterov's add, the update; 12 bytes a kernel.
+    // decay_norm_and_bias), momentum (mul, add), Nesterov's add, the update; 12 bytes a kernel
+    // but the momentum's in-place scaling.
     const int64_t common = 1 + (shape_.momentum ? 2 + (shape_.nesterov ? 1 : 0) : 0);
     const int64_t vectors = forward_.vector_parameter_tensors;
     const int64_t decayed =
@@ -247,8 +304,9 @@ class StepBuilder {
             ? p - (shape_.decay_norm_and_bias ? 0 : static_cast<double>(forward_.vector_parameters))
             : 0;
     const double kernel_elements = p * static_cast<double>(common) + decayed_elements;
-    add(OpKind::Optimizer, OpPass::Update, 2 * kernel_elements, 4 * 3 * kernel_elements,
-        common * tensors + decayed);
+    const double scaled_in_place = shape_.momentum ? p : 0;  // buf.mul_: read, written, 8 bytes
+    add(OpKind::Optimizer, OpPass::Update, 2 * kernel_elements,
+        4 * 3 * kernel_elements - 4 * scaled_in_place, common * tensors + decayed);
   }
 
   const StepShape& shape_;
@@ -300,6 +358,8 @@ StepShape StepShape::of(const Config& config, int64_t batch) {
   shape.nesterov = config.optimizer.nesterov();
   shape.weight_decay = config.optimizer.weight_decay() > 0;
   shape.decay_norm_and_bias = config.optimizer.decay_norm_and_bias();
+  shape.weight_average = config.training.ema_decay > 0;
+  shape.label_smoothing = config.training.label_smoothing > 0;
   return shape;
 }
 

@@ -9,8 +9,12 @@
 //   - the checkpointed blocks' recomputed forward, their BatchNorm statistics saved and restored;
 //   - the backward of each (no input gradient for the first convolution), a residual input's two
 //     gradients summed, the weight gradients cast back to fp32 under AMP;
-//   - per micro-batch after the first, the gradients accumulated;
-//   - the update: SGD fused (multi-tensor launches) or per parameter, and fp16's GradScaler.
+//   - per micro-batch, the trainer's running sums of the loss and the correct predictions; after
+//     the first, the gradients accumulated, and before it BatchNorm's buffers copied;
+//   - the update: SGD fused (multi-tensor launches) or per parameter, fp16's GradScaler, the
+//     weight average.
+// BatchNorm runs cuDNN's one kernel each way in fp32 and fp16 and ATen's own kernels in bf16
+// (ATen's _select_batch_norm_backend).
 // Bytes count each tensor read or written once per pass over it; what a cache keeps is not
 // modelled. Counts are exact for the layout the model runs; a kernel library's choices (split-K
 // reductions, fused epilogues) are not.
@@ -71,6 +75,8 @@ struct StepShape {
   bool nesterov = true;
   bool weight_decay = true;
   bool decay_norm_and_bias = false;
+  bool weight_average = false;   // training.ema_decay > 0: the average updated after each step
+  bool label_smoothing = false;  // training.label_smoothing > 0: ATen's smoothed cross-entropy
 
   // From a config (a card is CUDA: an automatic layout is channels_last). Throws
   // std::invalid_argument for checkpointing auto whose blocks are not chosen yet.

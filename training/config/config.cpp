@@ -323,22 +323,6 @@ std::vector<std::string> config_keys() {
   return reader.keys();
 }
 
-int64_t train_images_at_most(const DataConfig& data) {
-  const auto& d = data.dataset;
-  const int64_t limit = d.train_limit();
-  if (d.source() != data::Source::Synthetic) return limit;
-  return limit > 0 ? std::min(limit, d.synthetic_train_size()) : d.synthetic_train_size();
-}
-
-std::string beyond_training_set(int64_t batch, int64_t accumulate_steps, int64_t train_images,
-                                const std::string& of) {
-  const int64_t images = batch * accumulate_steps;  // a step's
-  if (train_images <= 0 || images <= train_images) return "";
-  return " (" + (accumulate_steps > 1 ? std::to_string(images) + " images a step: " : "") +
-         "more than the " + std::to_string(train_images) + " training images" + of +
-         ", which train refuses)";
-}
-
 int64_t prefetch_for(const DataConfig& data, bool cuda) {
   return data.prefetch != kAutoPrefetch ? data.prefetch : (cuda ? 2 : 0);
 }

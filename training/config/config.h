@@ -168,6 +168,12 @@ int64_t prefetch_for(const DataConfig& data, bool cuda);
 // data.train_limit, whichever is smaller; 0 where only reading the data would tell.
 int64_t train_images_at_most(const DataConfig& data);
 
+// Why `train` would refuse `batch` in `accumulate_steps` micro-batches a step (more images a step
+// than the `train_images` of the sweep's config; 0: not known), as sweep.md and plan.md say it:
+// "batch 200 is more than the 128 training images of the sweep's config, which train refuses
+// (training.batch_size)"; "" else.
+std::string untrainable_batch(int64_t batch, int64_t accumulate_steps, int64_t train_images);
+
 // A table cell's note where a step of `batch` in `accumulate_steps` micro-batches takes more images
 // than `train_images` (0: not known), which train refuses: " (more than the 256 training
 // images`of`, which train refuses)", its images first where it accumulates ("40 images a step: ");

@@ -57,17 +57,19 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
   return out;
 }
 
+std::string trimmed(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t");
+  return first == std::string::npos ? ""
+                                    : text.substr(first, text.find_last_not_of(" \t") + 1 - first);
+}
+
 std::vector<std::string> split_items(const std::string& text, const std::string& flag) {
   std::vector<std::string> items;
   size_t begin = 0;
   for (;;) {
     const size_t comma = text.find(',', begin);
-    std::string item = text.substr(begin, comma == std::string::npos ? comma : comma - begin);
-    const size_t first = item.find_first_not_of(" \t");
-    item = first == std::string::npos
-               ? ""
-               : item.substr(first, item.find_last_not_of(" \t") + 1 - first);
-    items.push_back(item);
+    items.push_back(
+        trimmed(text.substr(begin, comma == std::string::npos ? comma : comma - begin)));
     if (items.back().empty()) {
       throw ConfigError(flag + ": '" + text +
                         "' has an empty item; expected items separated by single commas, e.g. a,b");

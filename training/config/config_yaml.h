@@ -39,6 +39,9 @@ inline constexpr int64_t kAuto = -1;
 std::string suggestion(const std::string& wrong, const std::vector<std::string>& valid,
                        const std::string& prefix);
 std::string join(const std::vector<std::string>& items, const std::string& separator);
+// A flag's value, or a list's item, without the spaces and tabs around it: every flag reads its
+// value so (' 24GiB', ' 10%').
+std::string trimmed(const std::string& text);
 // "fp32, bf16" -> {"fp32", "bf16"}, the one reading of a comma-separated flag value (spaces
 // trimmed, as YAML reads a list); an empty item ("fp32,", "32,,64") is a ConfigError naming `flag`.
 std::vector<std::string> split_items(const std::string& text, const std::string& flag);

@@ -101,11 +101,17 @@ std::string Setting::set_flags(int64_t batch, bool accumulation_always) const {
           : "");
 }
 
-std::string Setting::unpredictable() const {
+std::string Setting::unpredictable(bool sweep) const {
   if (checkpointing != CheckpointMode::Auto) return "";
-  return "checkpointing auto chooses its blocks for the budget it runs under, so its stream on "
-         "the card is not known from this machine's; predict checkpointing off or on (every "
-         "block)";
+  const std::string why =
+      "checkpointing auto chooses its blocks for the budget it runs under, so its stream on the "
+      "card is not known from this machine's; predict ";
+  if (sweep)
+    return why + "checkpointing off or on (every block recomputed): --checkpointing off,on";
+  Setting off = *this, on = *this;  // named as --settings spells them
+  off.checkpointing = CheckpointMode::Off;
+  on.checkpointing = CheckpointMode::On;
+  return why + off.label() + " (checkpointing off) or " + on.label() + " (every block recomputed)";
 }
 
 }  // namespace training

@@ -35,8 +35,9 @@ struct Setting {
   std::string set_flags(int64_t batch, bool accumulation_always = false) const;
 
   // Why a card cannot predict it ("" where it can): auto's blocks depend on the budget it runs
-  // under, which the CPU's recording does not have.
-  std::string unpredictable() const;
+  // under, which the CPU's recording does not have. What to predict instead is spelt as `train
+  // memory --settings` takes it, or as `train sweep` (`sweep`) does.
+  std::string unpredictable(bool sweep = false) const;
 
   bool operator==(const Setting& other) const {
     return precision == other.precision && checkpointing == other.checkpointing &&

@@ -62,11 +62,15 @@ std::string remedies(const Config& config, const torch::Device& device, int64_t 
   const std::string more =
       budget_stands_in_the_way(config, needed) ? "a larger checkpointing.budget" : "more memory";
   if (std::string held = weights_alone_remedy(config, budget, more); !held.empty()) return held;
-  return "a smaller training.batch_size" +
-         std::string(config.training.precision == Precision::FP32
-                         ? ", training.precision bf16 or fp16"
-                         : "") +
-         step_size_remedies(config) + ", or " + more_budget(config, device, needed);
+  // No smaller batch than the smallest that trains (1 is refused where BatchNorm's last map is
+  // 1x1).
+  std::string smaller = config.training.batch_size > models::smallest_trainable_batch(
+                                                         config.model, config.data.image_size)
+                            ? ", a smaller training.batch_size"
+                            : "";
+  if (config.training.precision == Precision::FP32) smaller += ", training.precision bf16 or fp16";
+  smaller += step_size_remedies(config);
+  return (smaller.empty() ? "" : smaller.substr(2) + ", or ") + more_budget(config, device, needed);
 }
 
 // Whether the recorded choice `c` holds for this run (its step, and its peak within this run's

@@ -115,11 +115,14 @@ int64_t one_image_bytes(const Config& config) {
 std::string weights_alone_remedy(const Config& config, int64_t limit, const std::string& more,
                                  std::string* limit_text, const std::string& fp32) {
   const HeldWhateverTheBatch held = held_whatever_the_batch(config);
-  const int64_t image = one_image_bytes(config);
+  // The smallest batch that trains (2 where BatchNorm's last map is 1x1): less than its images
+  // fit, and no batch does (a smaller batch was advised, then refused).
+  const int64_t smallest = models::smallest_trainable_batch(config.model, config.data.image_size);
+  const int64_t image = smallest * one_image_bytes(config);
   if (held.bytes + image <= limit) return "";
   Config in_fp32 = config;  // its image's stem output in 4-byte elements
   in_fp32.training.precision = Precision::FP32;
-  const int64_t fp32_image = one_image_bytes(in_fp32);
+  const int64_t fp32_image = smallest * one_image_bytes(in_fp32);
   const bool average = config.training.ema_decay > 0;
   const auto [limit_apart, held_apart] = format_bytes_apart(limit, held.bytes);
   if (limit_text) *limit_text = limit_apart;
@@ -128,7 +131,12 @@ std::string weights_alone_remedy(const Config& config, int64_t limit, const std:
   const std::string left =
       held.bytes < limit
           ? " of it, leaving " + leaving +
-                ", less than one image's input and first convolution output (" + needs + ")"
+                ", less than " +
+                (smallest == 1 ? std::string("one image's")
+                               : std::to_string(smallest) +
+                                     " images' (the smallest batch that trains: BatchNorm needs "
+                                     "two values a channel)") +
+                " input and first convolution output (" + needs + ")"
           : "";
   const std::string casts =
       held.casts > 0 ? " and autocast's " + std::string(precision_name(config.training.precision)) +

@@ -43,9 +43,11 @@ CheckpointBudget timing_budget(const Config& config) {
 
 // The images of the timing step: at most 8 (a few seconds on a CPU), but under a budget the
 // run's own batch, weight average and all: a layout whose step fits the budget at 8 images may
-// not at the run's batch, and only a step that fits is a candidate.
+// not at the run's batch, and only a step that fits is a candidate. Two micro-batches stand for
+// any accumulation (the step's own memory and work are those of one micro-batch).
 Config timing_config(const Config& config) {
   Config c = config;
+  c.training.accumulate_steps = std::min<int64_t>(config.training.accumulate_steps, 2);
   if (timing_budget(config).bytes > 0) return c;
   c.training.batch_size = std::min<int64_t>(config.training.batch_size, 8);
   c.training.ema_decay = 0;
@@ -114,7 +116,8 @@ int64_t layout_timing_budget(const Config& config) {
 
 std::string layout_signature(const Config& config, const torch::Device& device,
                              int64_t beside_step) {
-  std::string signature = step_signature(config, std::nullopt, device) + ", " +
+  // The step timed: a larger batch without a budget, or more micro-batches, is the same one.
+  std::string signature = step_signature(timing_config(config), std::nullopt, device) + ", " +
                           timed_recomputation(config.checkpointing) +
                           fmt::format(", {} CPU threads", at::get_num_threads());
   if (config.memory.limit > 0) {
@@ -234,17 +237,26 @@ MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisio
                                         const torch::Device& device, bool data_parallel,
                                         const MeasureRate& measure, int64_t beside_step) {
   auto& recorded = decisions.layout;
+  std::string lapsed;
   if (config.training.memory_format) {
     recorded.reset();
-  } else if (recorded && recorded->device_type == c10::DeviceTypeName(device.type(), true) &&
-             recorded->chosen_for == layout_signature(config, device, beside_step)) {
-    MemoryFormatChoice kept;
-    kept.format = recorded->format;
-    kept.reason = "auto: as this run decided before (its checkpoint's decisions), not timed again";
-    return kept;
+  } else if (recorded) {
+    const std::string device_type = c10::DeviceTypeName(device.type(), true);
+    const std::string step = layout_signature(config, device, beside_step);
+    if (recorded->device_type == device_type && recorded->chosen_for == step) {
+      MemoryFormatChoice kept;
+      kept.format = recorded->format;
+      kept.reason =
+          "auto: as this run decided before (its checkpoint's decisions), not timed again";
+      return kept;
+    }
+    lapsed = "the recorded layout does not hold (it was chosen for " +
+             (recorded->chosen_for.empty() ? recorded->device_type : recorded->chosen_for) +
+             ", and this run is " + step + ")";
   }
   MemoryFormatChoice choice =
       choose_memory_format(config, device, data_parallel, measure, beside_step);
+  choice.lapsed = lapsed;
   if (!config.training.memory_format) {
     recorded = LayoutDecision{choice.format, c10::DeviceTypeName(device.type(), true),
                               choice.reason, layout_signature(config, device, beside_step)};

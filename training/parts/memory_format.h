@@ -30,6 +30,9 @@ struct MemoryFormatChoice {
   double contiguous_rate = 0;  // training images/s
   double channels_last_rate = 0;
   std::string reason;  // why it is this layout, for the log
+  // Where a recorded layout no longer holds, why ("the recorded layout does not hold (it was
+  // timed for ..., and this run is ...)"), said before the reason as checkpointing's is.
+  std::string lapsed;
 };
 
 // The bytes each layout's timing step must fit on the CPU: with checkpointing auto choosing its

@@ -127,18 +127,11 @@ std::string variable_text(const char* name) {
   return value ? std::string(", ") + name + "=" + value : "";
 }
 
-// /proc/cpuinfo's first "model name" ("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz"), read once.
+// /proc/cpuinfo's CPU model, read once.
 const std::string& cpu_model_name() {
   static const std::string name = [] {
     std::ifstream cpuinfo("/proc/cpuinfo");
-    for (std::string line; std::getline(cpuinfo, line);) {
-      const auto colon = line.find(':');
-      if (line.rfind("model name", 0) == 0 && colon != std::string::npos) {
-        const auto start = line.find_first_not_of(" \t", colon + 1);
-        if (start != std::string::npos) return line.substr(start);
-      }
-    }
-    return std::string("model unknown");
+    return cpu_model(cpuinfo);
   }();
   return name;
 }
@@ -155,6 +148,25 @@ std::string device_identity(const torch::Device& device) {
   return "cpu (" + cpu_model_name() + ", " + at::get_cpu_capability() + ", bf16 " +
          (cpu_has_native_bf16() ? "native" : "emulated") + variable_text("ONEDNN_MAX_CPU_ISA") +
          variable_text("DNNL_MAX_CPU_ISA") + ")";
+}
+
+std::string cpu_model(std::istream& cpuinfo) {
+  std::string arm;  // the first processor's Arm fields, in the order they come
+  for (std::string line; std::getline(cpuinfo, line);) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) {
+      if (!arm.empty()) break;  // the first processor's entry has ended
+      continue;
+    }
+    const auto start = line.find_first_not_of(" \t", colon + 1);
+    const std::string value = start == std::string::npos ? "" : line.substr(start);
+    if (line.rfind("model name", 0) == 0 && !value.empty()) return value;
+    for (const char* field : {"CPU implementer", "CPU part", "CPU variant", "CPU revision"}) {
+      if (line.rfind(field, 0) == 0 && !value.empty())
+        arm += (arm.empty() ? "" : ", ") + std::string(field) + " " + value;
+    }
+  }
+  return arm.empty() ? "model unknown" : arm;
 }
 
 void set_cpu_threads(int64_t threads) {

@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <functional>
+#include <istream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,11 @@ std::string describe_device(const torch::Device& device);
 // AVX512, bf16 native)", with ONEDNN_MAX_CPU_ISA where set). Not the threads (the layout's names
 // them).
 std::string device_identity(const torch::Device& device);
+
+// The CPU's model as /proc/cpuinfo (`cpuinfo`) names it: the first "model name" (x86), else the
+// first processor's "CPU implementer", "CPU part", "CPU variant" and "CPU revision" (Arm, which has
+// no model name); "model unknown" where it has neither.
+std::string cpu_model(std::istream& cpuinfo);
 
 // CPU intra-op threads for this process; 0 keeps LibTorch's default (one per core).
 void set_cpu_threads(int64_t threads);

@@ -222,6 +222,16 @@ int64_t parse_byte_size(const std::string& text, bool bare_bytes) {
   return bytes;
 }
 
+std::string size_as_written(const std::string& text) {
+  static const std::regex form(R"(^\s*([0-9.]+)\s*([A-Za-z]*)\s*$)");
+  std::smatch match;
+  if (text.size() > 64 || !std::regex_match(text, match, form)) return text;
+  std::string unit = match[2].str();
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.size() == 3 && unit[1] == 'I') unit[1] = 'i';  // KiB, MiB, GiB, TiB
+  return match[1].str() + unit;
+}
+
 int64_t size_flag(const std::string& flag, const std::string& text, bool bare_bytes) {
   try {
     const int64_t bytes = parse_byte_size(text, bare_bytes);

@@ -92,6 +92,10 @@ int64_t parse_byte_size(const std::string& text, bool bare_bytes = true);
 // `bare_bytes` false for sizes that take a unit (flag_values.cpp's, cards.h's).
 int64_t size_flag(const std::string& flag, const std::string& text, bool bare_bytes = true);
 
+// A size parse_byte_size takes, written as it is shown and typed back: its number as given, no
+// spaces, the unit in its own case (" 24 gib" is "24GiB", "1.5gb" "1.5GB").
+std::string size_as_written(const std::string& text);
+
 // A byte size as the config writes it: "12GiB", "512MiB", or "1500000000B" (exact, read back by
 // the config and by every size flag, those that take a unit included).
 std::string byte_size_text(int64_t bytes);

@@ -35,6 +35,9 @@ void flatten(const YAML::Node& node, const std::string& prefix,
     }
     return;
   }
+  // A key left unset (checkpointing.blocks: ~) is one the run has not: "-" in the table, null in
+  // compare.json (it was YAML's "~" in both).
+  if (node.IsNull()) return;
   YAML::Emitter emitter;
   emitter << YAML::Flow << node;
   out[prefix] = emitter.c_str();
@@ -80,7 +83,11 @@ nlohmann::ordered_json to_json(const ComparedRun& run, const std::vector<std::st
            : nullptr},
       {"utilization_mean", optional_json(t.utilization_mean)}};
   auto& differing = j["config"] = nlohmann::ordered_json::object();
-  for (const auto& key : keys) differing[key] = value_of(run, key);
+  for (const auto& key : keys) {  // null where the run has no such key (a decision not made)
+    const auto found = run.config.find(key);
+    differing[key] = found == run.config.end() ? nlohmann::ordered_json()
+                                               : nlohmann::ordered_json(found->second);
+  }
   auto& epochs = j["epochs"] = nlohmann::ordered_json::array();
   for (const auto& e : run.epochs) epochs.push_back(training::to_json(e));
   return j;
@@ -121,11 +128,7 @@ void write_head(std::ostringstream& md, const std::vector<ComparedRun>& runs) {
 ComparedRun read_compared_run(const fs::path& dir) {
   if (!fs::is_directory(dir)) throw UserError(dir.string() + ": not a directory");
   check_output_format(dir, OutputKind::Run);
-  if (fs::exists(dir / "config.yaml") && !fs::exists(dir / "metrics.jsonl")) {
-    throw UserError(dir.string() + ": a run with no epoch recorded yet (no metrics.jsonl: " +
-                    "training, or stopped in its first epoch), so nothing to compare");
-  }
-  if (!fs::exists(dir / "config.yaml") || !fs::exists(dir / "metrics.jsonl")) {
+  if (!fs::exists(dir / "config.yaml")) {
     throw UserError(dir.string() +
                     ": not a run directory (expected config.yaml and metrics.jsonl, as `train` "
                     "writes them)");
@@ -133,6 +136,7 @@ ComparedRun read_compared_run(const fs::path& dir) {
   ComparedRun run;
   run.dir = dir.filename().empty() ? dir.parent_path() : dir;  // "runs/a/" is "runs/a"
   run.name = run.dir.filename().string();
+  run.epochs = recorded_epochs(dir, "compare", locked_by_another_process(dir));
   // The run's config as train reads it: every key, those left out at their defaults.
   const RecordedInputs recorded = recorded_inputs(dir);
   if (!recorded.note.empty()) spdlog::warn("{}", recorded.note);
@@ -146,10 +150,6 @@ ComparedRun read_compared_run(const fs::path& dir) {
   if (const auto& c = decisions.checkpointing) {
     run.config["decided.checkpointing.blocks"] = "[" + config_yaml::join(c->blocks, ", ") + "]";
     run.config["decided.checkpointing.predicted_peak"] = format_bytes(c->predicted_peak);
-  }
-  run.epochs = read_metrics(dir / "metrics.jsonl");
-  if (run.epochs.empty()) {
-    throw UserError(dir.string() + ": the run has no finished epoch yet (metrics.jsonl is empty)");
   }
   if (const auto stopped = stopped_at(dir, run.epochs, asked)) {
     run.stopped = locked_by_another_process(dir)

@@ -13,6 +13,7 @@
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
 #include "training/platform/json_rows.h"
+#include "training/platform/process.h"
 #include "training/run/checkpoint_io.h"
 #include "training/run/output_dir.h"
 
@@ -102,6 +103,24 @@ std::shared_ptr<spdlog::sinks::sink>& closed_by_error() {
 
 }  // namespace
 
+namespace {
+
+// The rows of the epochs the checkpoint has done (`epochs_done`), each there: fewer is a file
+// removed or cut by hand, which `what` would take for the run's record.
+void check_rows_cover(const fs::path& dir, const std::vector<EpochRecord>& rows,
+                      int64_t epochs_done, const std::string& what) {
+  const auto done = std::count_if(rows.begin(), rows.end(),
+                                  [&](const EpochRecord& r) { return r.epoch <= epochs_done; });
+  if (done < epochs_done) {
+    throw UserError((dir / "metrics.jsonl").string() + ": holds " + std::to_string(done) +
+                    " of the " + std::to_string(epochs_done) +
+                    " epoch(s) its checkpoint has done (removed or cut), and " + what +
+                    "; put its rows back (metrics.csv holds them) first");
+  }
+}
+
+}  // namespace
+
 void check_run_to_resume(const fs::path& dir, int64_t epochs_done) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw UserError(dir.string() + ": run directory not found");
@@ -115,15 +134,8 @@ void check_run_to_resume(const fs::path& dir, int64_t epochs_done) {
       throw UserError(file.string() + ": not a file, and a resume rewrites it; move it away");
     }
   }
-  const auto rows = read_metrics(dir / "metrics.jsonl");
-  const auto done = std::count_if(rows.begin(), rows.end(),
-                                  [&](const EpochRecord& r) { return r.epoch <= epochs_done; });
-  if (done < epochs_done) {
-    throw UserError((dir / "metrics.jsonl").string() + ": holds " + std::to_string(done) +
-                    " of the " + std::to_string(epochs_done) +
-                    " epoch(s) its checkpoint has done (removed or cut), and a resume rewrites "
-                    "metrics.csv from it; put its rows back (metrics.csv holds them) first");
-  }
+  check_rows_cover(dir, read_metrics(dir / "metrics.jsonl"), epochs_done,
+                   "a resume rewrites metrics.csv from it");
 }
 
 RunDirectory::RunDirectory(fs::path dir, bool resuming, const std::string& named_by)
@@ -237,6 +249,32 @@ std::vector<EpochRecord> read_metrics(const fs::path& file) {
     }
   }
   return records;
+}
+
+std::vector<EpochRecord> recorded_epochs(const fs::path& run_dir, const std::string& what,
+                                         bool in_training) {
+  // The checkpoint first: a run being trained writes an epoch's row before its checkpoint, so read
+  // the other way round a healthy run could lack a row (and one in training is not judged).
+  std::optional<TrainState> at;
+  std::error_code ec;
+  if (!in_training && fs::is_regular_file(run_dir / "checkpoint.pt", ec)) {
+    try {
+      at = checkpoint_position(run_dir / "checkpoint.pt");
+    } catch (const std::exception&) {  // a damaged checkpoint is --resume's to refuse
+    }
+  }
+  auto epochs = read_metrics(run_dir / "metrics.jsonl");
+  if (at && !epochs.empty())
+    check_rows_cover(run_dir, epochs, at->epoch, "the " + what + " would be of those");
+  if (!epochs.empty()) return epochs;
+  const bool resumable = !in_training && fs::exists(run_dir / "checkpoint.pt");
+  throw UserError(run_dir.string() +
+                  ": a run with no epoch recorded yet (no metrics.jsonl rows: training, or stopped "
+                  "in its first epoch), so nothing to " +
+                  what +
+                  (resumable ? "; continue it with: " + advised_program() + " --resume " +
+                                   shell_word(run_dir.string())
+                             : ""));
 }
 
 void configure_console_logging() {

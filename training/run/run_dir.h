@@ -110,6 +110,13 @@ class ResumedRunLog {
 // row for a row that is not a record.
 std::vector<EpochRecord> read_metrics(const std::filesystem::path& file);
 
+// The epoch records of the run in `run_dir`, at least one; else a UserError, the same for
+// `train report` and `train compare`: "RUN: a run with no epoch recorded yet (...), so nothing to
+// <what>", with the command that continues it where it has a checkpoint and is not `in_training`
+// (a process trains it now: the caller asks the lock before it takes one of its own).
+std::vector<EpochRecord> recorded_epochs(const std::filesystem::path& run_dir,
+                                         const std::string& what, bool in_training);
+
 // What resuming the run in `dir` would meet, checked without writing anything: a folder that is
 // not there or takes no file, another process's lock (naming it), a file the resume rewrites that
 // is not a file, a metrics.jsonl it cannot read back or without the `epochs_done` the checkpoint

@@ -296,16 +296,7 @@ std::string format_epoch_time(const std::optional<EpochTime>& time) {
 }
 
 fs::path write_report(const fs::path& run_dir, bool in_training) {
-  const auto epochs = read_metrics(run_dir / "metrics.jsonl");
-  if (epochs.empty()) {  // as train compare says it, with the command that continues it
-    const bool resumable = !in_training && fs::exists(run_dir / "checkpoint.pt");
-    throw UserError(run_dir.string() +
-                    ": a run with no epoch recorded yet (no metrics.jsonl rows: training, or "
-                    "stopped in its first epoch), so nothing to report" +
-                    (resumable ? "; continue it with: " + advised_program() + " --resume " +
-                                     shell_word(run_dir.string())
-                               : ""));
-  }
+  const auto epochs = recorded_epochs(run_dir, "report", in_training);
   const RecordedInputs recorded = recorded_inputs(run_dir);
   if (!recorded.note.empty()) spdlog::warn("{}", recorded.note);
   const Config& asked = recorded.asked;

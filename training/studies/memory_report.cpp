@@ -50,13 +50,7 @@ std::vector<Setting> memory_settings(const std::optional<std::string>& requested
       throw UserError("--settings: '" + *requested + "': " + repeat);
     return cells;
   }
-  const bool bf16 = has_fast_bf16(device);
-  if (!bf16) {
-    spdlog::warn(
-        "bf16 settings left out: {} has no native bf16 (on such CPUs it is emulated, "
-        "~300x slower); ask for them with --settings",
-        device.str());
-  }
+  const bool bf16 = has_fast_bf16(device);  // memory_study says so, once nothing is refused
   for (auto checkpointing : {CheckpointMode::Off, CheckpointMode::On}) {
     for (auto precision : {Precision::FP32, Precision::BF16}) {
       if (precision == Precision::BF16 && !bf16) continue;
@@ -234,6 +228,22 @@ void refuse_settings(const MemoryRequest& request, const Config& config,
   if (request.snapshot) check_snapshot_files(*request.snapshot, card, settings, request.output_dir);
 }
 
+// The study's first lines, once nothing is refused (a refusal is its one line): the default
+// settings that leave bf16 out, and the step measured.
+void log_study_start(const MemoryRequest& request, const Config& config,
+                     const torch::Device& device, size_t settings) {
+  if (!request.settings && !has_fast_bf16(device)) {
+    spdlog::warn(
+        "bf16 settings left out: {} has no native bf16 (on such CPUs it is emulated, "
+        "~300x slower); ask for them with --settings",
+        device.str());
+  }
+  spdlog::info("memory: one step of {} ({} stem){}, batch {}, on {}, {} setting(s)",
+               arch_name(config.model), stem_name(config.model),
+               resized_text(config.data.image_size), accumulation_text(config),
+               describe_device(device), settings);
+}
+
 // The study itself, from its config.
 int memory_study(const MemoryRequest& request, const Config& config) {
   // Everything refused is refused before the study's folder exists.
@@ -249,10 +259,7 @@ int memory_study(const MemoryRequest& request, const Config& config) {
   std::unique_ptr<DirectoryLock> lock;
   const fs::path dir = study_directory(request, config, lock);
   write_file_atomically(dir / "config.yaml", to_yaml(config));
-  spdlog::info("memory: one step of {} ({} stem){}, batch {}, on {}, {} setting(s)",
-               arch_name(config.model), stem_name(config.model),
-               resized_text(config.data.image_size), accumulation_text(config),
-               describe_device(device), settings.size());
+  log_study_start(request, config, device, settings.size());
 
   std::vector<StepBreakdown> breakdowns;
   std::vector<std::pair<std::string, CardPrediction>> predictions;

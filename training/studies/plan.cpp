@@ -205,14 +205,7 @@ void check_sweeps_config(const SweepRecord& sweep, const Config& swept, const fs
 // peak), and why train refuses it where it takes more images a step than the training set has.
 void settle_needs(const Plan& plan, PlanCandidate& c) {
   if (!c.fits && c.needed_limit == 0) c.needed_limit = c.predicted_peak;
-  const int64_t images = c.batch * c.setting.accumulate_steps;
-  if (plan.train_images > 0 && images > plan.train_images) {
-    c.untrainable = fmt::format(
-        "{} images a step, more than the {} training images of the sweep's config, which train "
-        "refuses ({})",
-        images, plan.train_images,
-        c.setting.accumulate_steps > 1 ? "training.accumulate_steps" : "training.batch_size");
-  }
+  c.untrainable = untrainable_batch(c.batch, c.setting.accumulate_steps, plan.train_images);
 }
 
 // Nothing to recommend: where no candidate trains with the sweep's config, that; else the smallest
@@ -295,24 +288,30 @@ void refuse_no_room(const std::optional<Card>& card, int64_t card_bytes, double 
                   plan_target_text(card, card_bytes, headroom, overhead) + ": " + held);
 }
 
-int64_t card_needed_for(const Plan& plan, int64_t limit) {
+std::optional<int64_t> card_needed_for(const Plan& plan, int64_t limit) {
   const int64_t wanted = limit + plan.overhead_bytes;
-  int64_t card =
-      (static_cast<int64_t>(std::ceil(static_cast<double>(wanted) / (1 - plan.headroom))) + kMiB -
-       1) /
-      kMiB * kMiB;
+  const double at_least = std::ceil(static_cast<double>(wanted) / (1 - plan.headroom));
+  if (at_least > static_cast<double>(kLargestCard)) return std::nullopt;
+  int64_t card = (static_cast<int64_t>(at_least) + kMiB - 1) / kMiB * kMiB;
   while (usable_of(card, plan.headroom) < wanted) card += kMiB;  // as make_plan reads it back
+  if (card > kLargestCard) return std::nullopt;
   return card;
 }
 
 std::string needs_card_text(const Plan& plan, const PlanCandidate& c,
                             const PlanCandidate* by_size) {
-  std::string text =
-      "needs a card of at least " + byte_size_text(card_needed_for(plan, c.needed_limit));
+  const auto card = card_needed_for(plan, c.needed_limit);
+  if (!card) {
+    return "needs a card above " + byte_size_text(kLargestCard) +
+           ", the largest --card and --memory take, at " + percent_text(plan.headroom) +
+           " headroom";
+  }
+  std::string text = "needs a card of at least " + byte_size_text(*card);
   if (!by_size) by_size = &c;
-  const int64_t size_card =
-      by_size->needed_limit_by_size > 0 ? card_needed_for(plan, by_size->needed_limit_by_size) : 0;
-  if (size_card > 0 && size_card <= kLargestCard) {  // --card takes no larger size
+  const int64_t size_card = by_size->needed_limit_by_size > 0
+                                ? card_needed_for(plan, by_size->needed_limit_by_size).value_or(0)
+                                : 0;
+  if (size_card > 0) {  // --card takes no larger size
     text += " (a card given by its size, with cuBLAS workspaces of " +
             format_bytes(beside_tensors(Card{}).cublas_workspace) + ": --card " +
             byte_size_text(size_card) +

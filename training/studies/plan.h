@@ -86,8 +86,9 @@ void check_target_batch(int64_t target, std::vector<int64_t> batches, int64_t tr
 void refuse_too_few_images(int64_t fewest, int64_t train_images, const std::string& flag,
                            const std::string& what);
 // The smallest card (whole MiB) whose memory, less the plan's headroom and what lies outside the
-// allocator, leaves the allocator `limit` bytes.
-int64_t card_needed_for(const Plan& plan, int64_t limit);
+// allocator, leaves the allocator `limit` bytes; nullopt where that is above the largest card
+// --card and --memory take (kLargestCard: a headroom near 100%).
+std::optional<int64_t> card_needed_for(const Plan& plan, int64_t limit);
 // "needs a card of at least 2138MiB", and the size `--card SIZE` needs where that differs: of
 // `by_size` where given (the candidate smallest on a card given by its size, named where it is
 // another).

@@ -6,6 +6,7 @@
 
 #include "training/cards/alloc_conf.h"
 #include "training/cards/speed_model.h"
+#include "training/platform/json_rows.h"
 #include "training/platform/memory.h"
 #include "training/platform/statistics.h"
 #include "training/studies/plan.h"
@@ -180,13 +181,12 @@ nlohmann::ordered_json plan_json(const Plan& plan) {
         {"speed_not_estimated", text_or_null(no_speed_text(plan, c))},
         {"fits", c.fits},
         // The smallest card it fits, as the verdict says it (null where it fits or cannot run).
-        {"needed_card_bytes", !c.fits && runs
-                                  ? nlohmann::ordered_json(card_needed_for(plan, c.needed_limit))
-                                  : nlohmann::ordered_json(nullptr)},
+        {"needed_card_bytes",
+         optional_json(!c.fits && runs ? card_needed_for(plan, c.needed_limit) : std::nullopt)},
         {"needed_card_by_size_bytes",
-         !c.fits && runs && c.needed_limit_by_size > 0
-             ? nlohmann::ordered_json(card_needed_for(plan, c.needed_limit_by_size))
-             : nlohmann::ordered_json(nullptr)},
+         optional_json(!c.fits && runs && c.needed_limit_by_size > 0
+                           ? card_needed_for(plan, c.needed_limit_by_size)
+                           : std::nullopt)},
         {"unsupported", text_or_null(c.unsupported)},
         {"untrainable", text_or_null(c.untrainable)},
         {"recommended", plan.chosen && *plan.chosen == i}});

@@ -22,10 +22,6 @@ namespace training {
 // `memory_limit` (the sweep's emulated memory.limit; 0: none) as --memory-limit.
 std::string run_flags(const Setting& cell, int64_t batch, int64_t memory_limit);
 
-// Why `train` would refuse `batch` in `accumulate_steps` micro-batches a step (more images a step
-// than `train_images`; 0: not known); "" else.
-std::string untrainable_batch(int64_t batch, int64_t accumulate_steps, int64_t train_images);
-
 struct SweepTrial {
   int64_t id = 0;
   Setting setting;

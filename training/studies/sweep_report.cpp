@@ -23,20 +23,6 @@ std::string run_flags(const Setting& setting, int64_t batch, int64_t memory_limi
          (memory_limit > 0 ? " --memory-limit " + byte_size_text(memory_limit) : "");
 }
 
-std::string untrainable_batch(int64_t batch, int64_t accumulate_steps, int64_t train_images) {
-  if (train_images <= 0 || batch * accumulate_steps <= train_images) return "";
-  if (accumulate_steps > 1) {
-    return fmt::format(
-        "batch {} in {} micro-batches ({} images a step) is more than the {} training images of "
-        "the sweep's config, which train refuses (training.accumulate_steps)",
-        batch, accumulate_steps, batch * accumulate_steps, train_images);
-  }
-  return fmt::format(
-      "batch {} is more than the {} training images of the sweep's config, which "
-      "train refuses (training.batch_size)",
-      batch, train_images);
-}
-
 std::string largest_fitting_text(const SettingSummary& c) {
   if (!c.largest_fitting) return "none";
   if (!c.max_batch_reached) return std::to_string(*c.largest_fitting);
@@ -49,7 +35,8 @@ using nlohmann::ordered_json;
 
 namespace {
 
-std::vector<ordered_json> trial_rows(const std::vector<SweepTrial>& trials) {
+std::vector<ordered_json> trial_rows(const std::vector<SweepTrial>& trials,
+                                     const std::string& card) {
   std::vector<ordered_json> rows;
   for (const auto& t : trials) {
     ordered_json row = {{"trial", t.id}};
@@ -59,7 +46,10 @@ std::vector<ordered_json> trial_rows(const std::vector<SweepTrial>& trials) {
     row.update(to_json(t.result));
     row["wall_seconds"] = t.wall_seconds;
     if (t.on_card) row.update(prediction_columns(*t.on_card));
-    if (!t.on_card_error.empty()) row["card_prediction_error"] = t.on_card_error;
+    if (!t.on_card_error.empty()) {
+      row["card"] = card;
+      row["card_prediction_error"] = t.on_card_error;
+    }
     rows.push_back(row);
   }
   return rows;
@@ -89,14 +79,15 @@ ordered_json cell_summary_json(const SettingSummary& c) {
 
 // With --card: each trial's prediction on that card beside what it measured here, and the trials
 // not predicted (their card_prediction_error: checkpointing auto, a stream that cannot be scaled).
-void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials) {
+void card_table(std::ostringstream& md, const std::vector<SweepTrial>& trials,
+                const std::string& card_name) {
   const auto first = std::find_if(trials.begin(), trials.end(),
                                   [](const SweepTrial& t) { return t.on_card.has_value(); });
   const auto unpredicted = std::count_if(
       trials.begin(), trials.end(), [](const SweepTrial& t) { return !t.on_card_error.empty(); });
   if (first == trials.end() && unpredicted == 0) return;
   if (first == trials.end()) {
-    md << "## Predicted on the card\n\n";
+    md << "## Predicted on " << card_name << "\n\n";
   } else {
     const CardPrediction& card = *first->on_card;
     md << "## Predicted on " << card.card.name << " (" << format_bytes(card.card.memory_bytes)
@@ -284,7 +275,7 @@ std::string markdown(const SweepFacts& facts, const std::vector<SettingSummary>&
   }
   md << "\n\n";
   trials_table(md, trials);
-  card_table(md, trials);
+  card_table(md, trials, facts.card);
   settings_table(md, cells);
   run_flags_list(md, facts, cells);
   predictions_table(md, facts, cells);
@@ -300,22 +291,24 @@ void write_sweep_tables(const fs::path& dir, const SweepFacts& facts,
                         const std::vector<SettingSummary>& cells,
                         const std::vector<SweepTrial>& trials, bool complete,
                         const std::string& why_incomplete) {
-  const auto rows = trial_rows(trials);
+  const auto rows = trial_rows(trials, facts.card);
   ordered_json summary = ordered_json::array();
   for (const auto& c : cells) summary.push_back(cell_summary_json(c));
-  const ordered_json all = {{"arch", facts.arch},
-                            {"stem", facts.stem},
-                            {"image_size", facts.image_size},
-                            {"device", facts.device},
-                            {"device_description", facts.device_description},
-                            {"memory_limit_bytes", facts.memory_limit_bytes},
-                            {"limit_is_emulated", facts.limit_is_emulated},
-                            {"warmup_steps", facts.warmup_steps},
-                            {"measure_steps", facts.measure_steps},
-                            {"data_parallel", facts.data_parallel_bucket_mb > 0},
-                            {"complete", complete},
-                            {"cells", summary},
-                            {"trials", rows}};
+  const ordered_json all = {
+      {"arch", facts.arch},
+      {"stem", facts.stem},
+      {"image_size", facts.image_size},
+      {"device", facts.device},
+      {"device_description", facts.device_description},
+      {"memory_limit_bytes", facts.memory_limit_bytes},
+      {"limit_is_emulated", facts.limit_is_emulated},
+      {"warmup_steps", facts.warmup_steps},
+      {"measure_steps", facts.measure_steps},
+      {"data_parallel", facts.data_parallel_bucket_mb > 0},
+      {"card", facts.card.empty() ? ordered_json() : ordered_json(facts.card)},
+      {"complete", complete},
+      {"cells", summary},
+      {"trials", rows}};
   write_file_atomically(dir / "sweep.json", all.dump(2) + "\n");
   write_file_atomically(dir / "sweep.csv", rows_to_csv(rows));
   write_file_atomically(dir / "sweep.md", markdown(facts, cells, trials, complete, why_incomplete));

@@ -228,7 +228,7 @@ std::string SweepRunner::why_not_kept(const fs::path& yaml, const fs::path& resu
 
 bool SweepRunner::predict_on_card(SweepTrial& trial) {
   if (predictor_ && !trial.setting.unpredictable().empty()) {
-    trial.on_card_error = trial.setting.unpredictable();
+    trial.on_card_error = trial.setting.unpredictable(/*sweep=*/true);
   } else if (predictor_) {
     try {  // a stream that cannot be scaled is said in the row, the sweep goes on
       trial.on_card = predictor_->predict(trial.setting, trial.batch);
@@ -287,7 +287,8 @@ void SweepRunner::write_tables(bool complete, const std::string& why_incomplete)
                          config_.training.eval_batch_size,
                          train_images_at_most(config_.data),
                          config_.sweep.data_parallel ? config_.distributed.bucket_mb : 0,
-                         config_.data.image_size};
+                         config_.data.image_size,
+                         predictor_ ? predictor_->card().name : ""};
   std::vector<SweepTrial> in_order = trials_;  // with sweep.devices they end out of order
   std::sort(in_order.begin(), in_order.end(),
             [](const SweepTrial& a, const SweepTrial& b) { return a.id < b.id; });

@@ -207,6 +207,21 @@ TEST(CardSnapshot, AStopWhileItIsWrittenLeavesItWholeAndNoTemporary) {
                                     " --settings fp32 --card T4 --card-only --output-dir " +
                                     (dir / "study2").string() + " --snapshot " + file.string());
   EXPECT_EQ(again.code, kExitOk) << again.output;
+  // Fourteenth pass: the viewing command it advises split a path with a space or a quote; each
+  // path is one shell word.
+  fs::create_directories(dir / "snap dir");
+  const fs::path odd = dir / "snap dir" / "it's.pickle";
+  const auto quoted = cli::run_train("memory --config " + (dir / "memory.yaml").string() +
+                                     " --settings fp32 --card T4 --card-only --output-dir " +
+                                     (dir / "study3").string() + " --snapshot " +
+                                     shell_word(odd.string()));
+  EXPECT_EQ(quoted.code, kExitOk) << quoted.output;
+  fs::path page = odd;
+  page.replace_extension(".html");
+  EXPECT_NE(quoted.output.find("trace_plot " + shell_word(odd.string()) + " -o " +
+                               shell_word(page.string()) + "`"),
+            std::string::npos)
+      << quoted.output;
 }
 
 }  // namespace

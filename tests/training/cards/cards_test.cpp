@@ -76,7 +76,13 @@ TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
             "500GiB?");
   EXPECT_EQ(refusal("1073741824"),
             "--card: '1073741824' has no unit; a card's memory takes one (e.g. 24GiB); did you "
-            "mean 1073741824MiB?");
+            "mean 1073741824MiB or 1073741824B?");
+  // Fourteenth pass: a number of bytes that is a card's size offered nothing, while its form
+  // with B is taken.
+  EXPECT_EQ(refusal("25769803776"),
+            "--card: '25769803776' has no unit; a card's memory takes one (e.g. 24GiB); did you "
+            "mean 25769803776B?");
+  EXPECT_EQ(find_card("25769803776B").memory_bytes, int64_t{24} << 30);
   EXPECT_EQ(refusal("0"), "--card: '0' has no unit; a card's memory takes one (e.g. 24GiB)");
   // A fraction without a unit is a size without a unit too (it was "not a whole number of
   // bytes"), and the form offered is taken.
@@ -92,6 +98,12 @@ TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
   EXPECT_EQ(find_card("1.5GiB").memory_bytes, int64_t{3} << 29);
   EXPECT_EQ(find_card(" 24GiB ").memory_bytes, int64_t{24} << 30);
   EXPECT_EQ(find_card("24 GiB").memory_bytes, int64_t{24} << 30);
+  // A card given by its size is named as it is typed back (it was written as typed: "24 gib" in
+  // sweep.md, plan.json and "no data sheet for '24 gib'").
+  EXPECT_EQ(find_card(" 24 gib ").name, "24GiB");
+  EXPECT_EQ(find_card("1.5gb").name, "1.5GB");
+  EXPECT_EQ(find_card("2048mib").name, "2048MiB");
+  EXPECT_EQ(find_card(find_card(" 24 gib ").name).memory_bytes, int64_t{24} << 30);
   EXPECT_EQ(find_card(" T4").name, "T4");
 
   // A family's name offers each of its cards.

@@ -67,7 +67,7 @@ TEST(StepOperations, OneBlockCountedByHand) {
   const auto ops = training::step_operations(shape);
   const double act = 2.0 * 64 * 32 * 32, weight = 64.0 * 64 * 9;
   const double conv_flops = 2 * act * 64 * 9;
-  // Forward ops of block 0: conv, BatchNorm's counter, BatchNorm (3 kernels), ReLU, conv,
+  // Forward ops of block 0: conv, BatchNorm's counter, BatchNorm (cuDNN's one kernel), ReLU, conv,
   // counter, BatchNorm, add, ReLU. The stem's conv, counter, BatchNorm and ReLU come first.
   std::vector<training::StepOperation> forward;
   for (const auto& op : ops) {
@@ -84,7 +84,7 @@ TEST(StepOperations, OneBlockCountedByHand) {
   const auto& bn = forward[6];
   EXPECT_EQ(bn.kind, OpKind::BatchNorm);
   EXPECT_DOUBLE_EQ(bn.bytes, 4 * 3 * act);
-  EXPECT_EQ(bn.kernels, 3);
+  EXPECT_EQ(bn.kernels, 1);
   EXPECT_EQ(forward[7].kind, OpKind::ReLU);
   EXPECT_DOUBLE_EQ(forward[7].bytes, 4 * 2 * act);
   EXPECT_EQ(forward[11].kind, OpKind::ResidualAdd);
@@ -297,7 +297,7 @@ TEST(StepOperations, AccumulationRunsTheMicroBatchThatManyTimes) {
   const auto one = training::step_operations(shape);
   shape.accumulate_steps = 4;
   const auto four = training::step_operations(shape);
-  EXPECT_EQ(four.size(), one.size() + 1);
+  EXPECT_EQ(four.size(), one.size() + 2);  // the gradients added, BatchNorm's buffers copied
   int64_t added = 0;
   for (const auto& op : four) {
     if (op.kind == OpKind::Convolution) {
@@ -309,6 +309,98 @@ TEST(StepOperations, AccumulationRunsTheMicroBatchThatManyTimes) {
     }
   }
   EXPECT_EQ(added, 3);
+}
+
+// The audit of 2026-12-07: BatchNorm's kernels are those of the backend ATen picks
+// (_select_batch_norm_backend): cuDNN's one call each way in fp32 and fp16 (either layout), ATen's
+// own in bf16: channels_last 3 forward and 2 backward, each reduction one more (its semaphores
+// zeroed) where it spans more than one block row (above 1,792 values a channel: the stem's map at
+// batch 2, 2 x 32 x 32, not layer4's, 2 x 4 x 4); contiguous 3 forward and one fused backward.
+// They were 3 and 2 everywhere.
+TEST(StepOperations, BatchNormLaunchesTheKernelsOfItsBackend) {
+  training::StepShape shape;
+  shape.model = cifar(18);
+  shape.batch = 2;
+  using Kernels = std::pair<int64_t, int64_t>;
+  // The stem's BatchNorm and layer4's last, each forward and backward.
+  auto kernels = [&](Precision precision, bool channels_last) {
+    shape.precision = precision;
+    shape.channels_last = channels_last;
+    std::vector<int64_t> forward, backward;
+    for (const auto& op : training::step_operations(shape)) {
+      if (op.kind != OpKind::BatchNorm || op.bytes < 1000) continue;  // not the counter
+      if (op.pass == OpPass::Forward) forward.push_back(op.kernels);
+      if (op.pass == OpPass::Backward) backward.push_back(op.kernels);  // in reverse
+    }
+    EXPECT_EQ(forward.size(), 20u);
+    EXPECT_EQ(backward.size(), 20u);
+    return std::pair{Kernels{forward.front(), backward.back()},
+                     Kernels{forward.back(), backward.front()}};
+  };
+  using Both = std::pair<Kernels, Kernels>;
+  EXPECT_EQ(kernels(Precision::FP32, false), (Both{{1, 1}, {1, 1}}));
+  EXPECT_EQ(kernels(Precision::FP32, true), (Both{{1, 1}, {1, 1}}));
+  EXPECT_EQ(kernels(Precision::FP16, false), (Both{{1, 1}, {1, 1}}));
+  EXPECT_EQ(kernels(Precision::FP16, true), (Both{{1, 1}, {1, 1}}));
+  EXPECT_EQ(kernels(Precision::BF16, true), (Both{{4, 3}, {3, 2}}));
+  EXPECT_EQ(kernels(Precision::BF16, false), (Both{{3, 1}, {3, 1}}));
+}
+
+// The max pool's backward zeroes the input's gradient and writes every element of it (CUDA's
+// DilatedMaxPool2d): the input's gradient twice, the output's gradient and its int64 indices once.
+TEST(StepOperations, TheMaxPoolsBackwardWritesTheWholeInputsGradient) {
+  training::StepShape shape;
+  shape.model = models::ResNetOptions(18).stem(models::Stem::ImageNet);
+  shape.image_size = 64;
+  shape.batch = 2;
+  const double in = 2.0 * 64 * 32 * 32, out = 2.0 * 64 * 16 * 16;
+  int pools = 0;
+  for (const auto& op : training::step_operations(shape)) {
+    if (op.kind != OpKind::Pooling || op.pass != OpPass::Backward || op.kernels != 2) continue;
+    ++pools;
+    EXPECT_DOUBLE_EQ(op.bytes, 2 * 4 * in + (4 + 8) * out);
+  }
+  EXPECT_EQ(pools, 1);
+}
+
+// What the trainer runs beside the model each step: its running sums of the loss and the correct
+// predictions (7 kernels a micro-batch), BatchNorm's buffers copied before an accumulated step,
+// the weight average's update, label smoothing's terms of the loss.
+TEST(StepOperations, TheTrainersOwnWorkEachStepIsCounted) {
+  training::StepShape shape;
+  shape.model = cifar(18);
+  shape.batch = 4;
+  auto total_kernels = [](const std::vector<training::StepOperation>& ops) {
+    int64_t kernels = 0;
+    for (const auto& op : ops) kernels += op.kernels * op.count;
+    return kernels;
+  };
+  const auto plain = training::step_operations(shape);
+  int64_t sums = 0;
+  for (const auto& op : plain) sums += op.kind == OpKind::Loss && op.kernels == 7 ? op.count : 0;
+  EXPECT_EQ(sums, 1);
+  shape.accumulate_steps = 2;
+  const auto two = training::step_operations(shape);
+  int64_t copies = 0;
+  for (const auto& op : two) {
+    if (op.kind == OpKind::BatchNorm && op.pass == OpPass::Forward && op.flops == 0) {
+      copies += op.kernels * op.count;
+    }
+  }
+  EXPECT_EQ(copies, 3 * 20);  // ResNet-18: 20 BatchNorm layers, 3 buffers each, once a step
+  shape.accumulate_steps = 1;
+  shape.weight_average = true;
+  const auto averaged = training::step_operations(shape);
+  ASSERT_EQ(averaged.size(), plain.size() + 1);
+  const auto& lerp = averaged.back();
+  EXPECT_EQ(lerp.pass, OpPass::Update);
+  EXPECT_EQ(lerp.count, 1);
+  // 11,173,962 parameters and 2 x 4,800 BatchNorm statistics, read twice and written once
+  EXPECT_DOUBLE_EQ(lerp.bytes, 12.0 * (11173962 + 2 * 4800));
+  EXPECT_GT(lerp.kernels, 20);  // the lerp's launches, then 20 integer counters copied
+  shape.weight_average = false;
+  shape.label_smoothing = true;
+  EXPECT_EQ(total_kernels(training::step_operations(shape)), total_kernels(plain) + 16);
 }
 
 TEST(SpeedModel, AGraphCapturedStepIsNotEstimated) {

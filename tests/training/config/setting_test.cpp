@@ -64,4 +64,14 @@ TEST(Setting, OnlyCheckpointingAutoCannotBePredictedOnACard) {
   EXPECT_EQ(Setting{}.unpredictable(), "");
   EXPECT_EQ((Setting{Precision::FP32, CheckpointMode::On}).unpredictable(), "");
   EXPECT_NE((Setting{Precision::FP32, CheckpointMode::Auto}).unpredictable(), "");
+  // The settings it offers instead are spelt as --settings takes them (thirteenth pass: "predict
+  // checkpointing off or on").
+  const Setting in_bf16{Precision::BF16, CheckpointMode::Auto, c10::MemoryFormat::ChannelsLast};
+  const std::string why = in_bf16.unpredictable();
+  EXPECT_NE(why.find("; predict bf16+channels_last (checkpointing off) or "
+                     "bf16+checkpointing+channels_last (every block recomputed)"),
+            std::string::npos)
+      << why;
+  for (const char* label : {"bf16+channels_last", "bf16+checkpointing+channels_last"})
+    EXPECT_TRUE(Setting::parse(label).has_value()) << label;
 }

@@ -116,22 +116,47 @@ TEST(MemoryFormat, ARecordedLayoutHoldsOnlyForTheStepItWasTimedFor) {
   EXPECT_EQ(rates.asked.size(), 2u);
   // The same step: kept, not timed.
   auto kept = decisions;
-  training::decide_memory_format(config, kept, torch::kCPU, false, rates.measure());
+  EXPECT_EQ(
+      training::decide_memory_format(config, kept, torch::kCPU, false, rates.measure()).lapsed, "");
   EXPECT_EQ(rates.asked.size(), 2u);
   // Read back from decisions.json, still kept.
   auto back = training::parse_decisions(training::decisions_json(decisions), "decisions.json");
   training::decide_memory_format(config, back, torch::kCPU, false, rates.measure());
   EXPECT_EQ(rates.asked.size(), 2u);
   for (const std::string changed :
-       {", batch_size: 16, accumulate_steps: 1", ", batch_size: 8, accumulate_steps: 2",
-        ", batch_size: 8, accumulate_steps: 1, precision: fp16",
-        ", batch_size: 8, accumulate_steps: 1, ema_decay: 0.99"}) {
+       {", batch_size: 4, accumulate_steps: 1", ", batch_size: 8, accumulate_steps: 2",
+        ", batch_size: 8, accumulate_steps: 1, precision: fp16"}) {
     auto again = decisions;
     const auto before = rates.asked.size();
-    training::decide_memory_format(layout_config(changed), again, torch::kCPU, false,
-                                   rates.measure());
+    const auto choice = training::decide_memory_format(layout_config(changed), again, torch::kCPU,
+                                                       false, rates.measure());
     EXPECT_EQ(rates.asked.size(), before + 2) << changed << ": the recorded layout was kept";
+    // Said why, as a lapsed checkpointing choice is (the fourteenth pass: timed again in silence).
+    EXPECT_EQ(
+        choice.lapsed.rfind("the recorded layout does not hold (it was chosen for resnet18 ", 0),
+        0u)
+        << choice.lapsed;
+    EXPECT_NE(choice.lapsed.find(", and this run is resnet18 "), std::string::npos);
   }
+  // What the timing step leaves as it was is the same step (the thirteenth pass: timed again,
+  // over-strict): without a budget it times at most 8 images without the weight average, and two
+  // micro-batches for any accumulation.
+  const auto in_two = layout_config(", batch_size: 8, accumulate_steps: 2");
+  training::Decisions two;
+  training::decide_memory_format(in_two, two, torch::kCPU, false, rates.measure());
+  for (const std::string same : {", batch_size: 16, accumulate_steps: 1",
+                                 ", batch_size: 8, accumulate_steps: 1, "
+                                 "ema_decay: 0.99"}) {
+    auto again = decisions;
+    const auto before = rates.asked.size();
+    training::decide_memory_format(layout_config(same), again, torch::kCPU, false, rates.measure());
+    EXPECT_EQ(rates.asked.size(), before) << same << ": timed again";
+  }
+  auto four = two;
+  const auto before_four = rates.asked.size();
+  training::decide_memory_format(layout_config(", batch_size: 8, accumulate_steps: 4"), four,
+                                 torch::kCPU, false, rates.measure());
+  EXPECT_EQ(rates.asked.size(), before_four) << "4 micro-batches: timed again";
   // The recomputation the timing step ran (the tenth pass's F1: a layout timed with every block
   // recomputed was kept for a resume without checkpointing, which then ran out of memory).
   const std::vector<std::string> one_block = {"layer1.0"}, none = {};
@@ -237,6 +262,12 @@ TEST(MemoryFormat, UnderAMemoryLimitTheLayoutIsTimedAtTheRunsBatchAndHoldsForTha
   training::decide_memory_format(limited, again, torch::kCPU, false, rates.measure());
   at::set_num_threads(threads);
   EXPECT_EQ(rates.asked.size(), 6u) << "the layout timed on " << threads << " threads was kept";
+  // Under a limit the run's batch is the batch timed: another batch is another step.
+  auto larger = limited;
+  larger.training.batch_size = 32;
+  again = decisions;
+  training::decide_memory_format(larger, again, torch::kCPU, false, rates.measure());
+  EXPECT_EQ(rates.asked.size(), 8u) << "the layout timed at batch 16 under a limit was kept at 32";
 }
 
 // Hostile pass: a layout whose timing step ran out of memory under memory.limit ended the run

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <sstream>
+
 #include "training/platform/errors.h"
 
 namespace {
@@ -69,3 +71,23 @@ TEST(Device, OneDnnCappedBelowBf16InstructionsHasNoNativeBf16) {
 }
 
 }  // namespace
+
+// Thirteenth pass: an Arm CPU's /proc/cpuinfo has no "model name": every such CPU was "model
+// unknown", one device to the decisions a run records. Its implementer and part name it.
+TEST(Device, TheCpuModelIsReadOnX86AndArm) {
+  std::istringstream x86(
+      "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8481C "
+      "CPU @ 2.70GHz\nflags\t\t: fpu avx512f\n\nprocessor\t: 1\nmodel name\t: other\n");
+  EXPECT_EQ(training::cpu_model(x86), "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz");
+  const std::string arm_head = "processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd\n";
+  std::istringstream neoverse(arm_head +
+                              "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: "
+                              "0x1\nCPU part\t: 0xd40\nCPU revision\t: 1\n\nprocessor\t: 1\nCPU "
+                              "implementer\t: 0x41\nCPU part\t: 0xd0c\n");
+  EXPECT_EQ(training::cpu_model(neoverse),
+            "CPU implementer 0x41, CPU variant 0x1, CPU part 0xd40, CPU revision 1");
+  std::istringstream other_part(arm_head + "CPU implementer\t: 0x41\nCPU part\t: 0xd0c\n");
+  EXPECT_EQ(training::cpu_model(other_part), "CPU implementer 0x41, CPU part 0xd0c");
+  std::istringstream nothing("processor\t: 0\nflags\t: fpu\n");
+  EXPECT_EQ(training::cpu_model(nothing), "model unknown");
+}

@@ -903,6 +903,15 @@ TEST(Plan, TheSizeAdvisedForACardGivenByItsSizeIsTheSmallestOnSuchACard) {
             "needs a card of at least 1000MiB (a card given by its size, with cuBLAS workspaces "
             "of 32.00 MiB: --card 1030MiB, for " +
                 plain.name() + " at batch 103)");
+  // Fourteenth pass: at a headroom near 100% the card it needs is above the largest --card and
+  // --memory take (929563705032MiB was advised, then refused): it says so, and the JSON is null.
+  plan.headroom = 0.999999999;
+  EXPECT_EQ(training::needs_card_text(plan, on_t4, &by_size),
+            "needs a card above 1024TiB, the largest --card and --memory take, at 99.9999999% "
+            "headroom");
+  EXPECT_FALSE(training::card_needed_for(plan, on_t4.needed_limit).has_value());
+  plan.headroom = 1 - 1e-15;  // far beyond: no overflow on the way
+  EXPECT_FALSE(training::card_needed_for(plan, on_t4.needed_limit).has_value());
 }
 
 // Thirteenth pass's review: the plan's no-room check judged the config's precision (bf16, its
@@ -954,7 +963,7 @@ TEST(Plan, ABatchTheTrainingSetCannotFillIsNeverRecommended) {
   ASSERT_TRUE(plan.chosen);
   EXPECT_EQ(plan.candidates.at(*plan.chosen).batch, 64);  // 128 (180 img/s) fits, 100 images
   const std::string table = training::plan_table(plan);
-  EXPECT_NE(table.find("| 128 | 180 | 3.32 GiB | cannot train: 128 images a step, more than the "
+  EXPECT_NE(table.find("| 128 | 180 | 3.32 GiB | cannot train: batch 128 is more than the "
                        "100 training images of the sweep's config, which train refuses "
                        "(training.batch_size) |"),
             std::string::npos)

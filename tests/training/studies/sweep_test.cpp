@@ -1260,10 +1260,16 @@ TEST(Sweep, TheCardTableSaysItsLimitAndTheAutoTrialsItLeavesOut) {
   on_t4.reducer_bucket_bytes = int64_t{45} << 20;
   predicted.on_card = on_t4;
   auto unpredicted = card_trial(2, training::CheckpointMode::Auto);
-  unpredicted.on_card_error = unpredicted.setting.unpredictable();
+  unpredicted.on_card_error = unpredicted.setting.unpredictable(/*sweep=*/true);
+  // Fourteenth pass: its advice was in `train memory --settings`' spelling.
+  EXPECT_NE(unpredicted.on_card_error.find("; predict checkpointing off or on (every block "
+                                           "recomputed): --checkpointing off,on"),
+            std::string::npos)
+      << unpredicted.on_card_error;
   const std::vector<training::SweepTrial> trials = {predicted, unpredicted, unpredicted};
   const std::vector<training::Setting> cells = {trials[0].setting, trials[1].setting};
   training::SweepFacts facts{"resnet18", "cifar", "cpu", "cpu", int64_t{2} << 30, true, 1, 1, {}};
+  facts.card = "T4";
   training::write_sweep_tables(dir.path(), facts, training::summarize(cells, trials, {}, false),
                                trials, true);
   const std::string md = test_support::read_text(dir / "sweep.md");
@@ -1298,6 +1304,15 @@ TEST(Sweep, TheCardTableSaysItsLimitAndTheAutoTrialsItLeavesOut) {
   training::write_sweep_tables(dir.path(), facts, training::summarize(cells, trials, {}, false),
                                {unpredicted}, true);
   const std::string autos = test_support::read_text(dir / "sweep.md");
-  EXPECT_NE(autos.find("## Predicted on the card\n\nNot predicted: 1 trial(s)"), std::string::npos)
+  // The fourteenth pass: the section and the files named no card where none was predicted.
+  EXPECT_NE(autos.find("## Predicted on T4\n\nNot predicted: 1 trial(s)"), std::string::npos)
       << autos;
+  const auto json = read_json(dir / "sweep.json");
+  EXPECT_EQ(json.at("card"), "T4");
+  EXPECT_EQ(json.at("trials")[0].at("card"), "T4");
+  EXPECT_NE(test_support::read_text(dir / "sweep.csv").find("T4"), std::string::npos);
+  facts.card.clear();  // no --card: null
+  training::write_sweep_tables(dir.path(), facts, training::summarize(cells, trials, {}, false),
+                               {predicted}, true);
+  EXPECT_TRUE(read_json(dir / "sweep.json").at("card").is_null());
 }
