@@ -237,12 +237,13 @@ MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisio
                                         const torch::Device& device, bool data_parallel,
                                         const MeasureRate& measure, int64_t beside_step) {
   auto& recorded = decisions.layout;
+  const std::string device_type = c10::DeviceTypeName(device.type(), true);
+  const std::string step =
+      config.training.memory_format ? "" : layout_signature(config, device, beside_step);
   std::string lapsed;
   if (config.training.memory_format) {
     recorded.reset();
   } else if (recorded) {
-    const std::string device_type = c10::DeviceTypeName(device.type(), true);
-    const std::string step = layout_signature(config, device, beside_step);
     if (recorded->device_type == device_type && recorded->chosen_for == step) {
       MemoryFormatChoice kept;
       kept.format = recorded->format;
@@ -258,8 +259,7 @@ MemoryFormatChoice decide_memory_format(const Config& config, Decisions& decisio
       choose_memory_format(config, device, data_parallel, measure, beside_step);
   choice.lapsed = lapsed;
   if (!config.training.memory_format) {
-    recorded = LayoutDecision{choice.format, c10::DeviceTypeName(device.type(), true),
-                              choice.reason, layout_signature(config, device, beside_step)};
+    recorded = LayoutDecision{choice.format, device_type, choice.reason, step};
   }
   return choice;
 }

@@ -101,10 +101,6 @@ std::shared_ptr<spdlog::sinks::sink>& closed_by_error() {
   return sink;
 }
 
-}  // namespace
-
-namespace {
-
 // The rows of the epochs the checkpoint has done (`epochs_done`), each there: fewer is a file
 // removed or cut by hand, which `what` would take for the run's record.
 void check_rows_cover(const fs::path& dir, const std::vector<EpochRecord>& rows,
