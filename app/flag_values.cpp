@@ -32,22 +32,12 @@ double headroom_flag(const std::string& text) {
   return *value;
 }
 
-// A size with its unit ("24" was 24 bytes), at most the largest card's, offering `unit` (GiB for a
-// card, MiB beside the allocator) where that is within the largest card, else bytes.
-int64_t size_with_unit(const std::string& flag, const std::string& text, const char* unit) {
-  // A bare 0 is no size at all: size_flag says so, rather than offer 0GiB.
-  if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos &&
-      text.find_first_not_of('0') != std::string::npos) {
-    bool in_unit = true;
-    try {
-      in_unit = training::parse_byte_size(text + unit) <= training::kLargestCard;
-    } catch (const std::invalid_argument&) {
-      in_unit = false;
-    }
-    throw UserError(flag + ": '" + text + "' has no unit; give one, e.g. " + text +
-                    (in_unit ? unit : "B"));
-  }
-  const int64_t bytes = training::size_flag(flag, text, /*bare_bytes=*/false);
+// A size at most the largest card's; a bare number is offered the forms in (above, at_most].
+int64_t card_size_flag(const std::string& flag, const std::string& text, int64_t above = 0,
+                       int64_t at_most = training::kLargestCard) {
+  const std::string bare = training::no_unit_refusal(trimmed(text), above, at_most);
+  if (!bare.empty()) throw UserError(flag + ": " + bare);
+  const int64_t bytes = training::size_flag(flag, text);
   if (bytes > training::kLargestCard) {
     throw UserError(flag + ": expected at most 1024TiB (the largest card), got '" + text + "'");
   }
@@ -75,15 +65,24 @@ training::PlanRequest plan_request(const PlanFlags& flags, training::PlanRequest
         "plan: expected one of --memory SIZE (e.g. 12GiB) or --card NAME (e.g. "
         "A100-40GB, or 24GiB)");
   }
-  if (!flags.overhead.empty())
-    request.overhead = size_with_unit("--overhead", flags.overhead, "MiB");
+  if (!flags.overhead.empty()) {
+    // What lies beside the allocator is offered below the card's memory, where that reads.
+    int64_t card = training::kLargestCard;
+    try {
+      card = flags.card.empty() ? card_size_flag("--memory", flags.memory)
+                                : training::find_card(flags.card, 0).memory_bytes;
+    } catch (const UserError&) {  // refused below, in its own words
+    }
+    request.overhead = card_size_flag("--overhead", flags.overhead, 0, card - 1);
+  }
   if (!flags.card.empty()) {
     request.card =
         training::find_card(flags.card, request.overhead);  // --overhead replaces 771 MiB
     request.memory = request.card->memory_bytes;
     training::alloc_conf_from_environment();  // refused before the small sweep runs
   } else {
-    request.memory = size_with_unit("--memory", flags.memory, "GiB");
+    request.memory = card_size_flag("--memory", flags.memory,
+                                    request.overhead.value_or(training::kOutsideAllocatorBytes));
   }
   check_json_output(request.json, request.output_dir);
   request.headroom = headroom_flag(flags.headroom);

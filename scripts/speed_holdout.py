@@ -29,8 +29,10 @@ or without --only). Ctrl-C or SIGTERM: every `train` run under way is killed, ex
 
     python3 scripts/speed_holdout.py [--train build/train] [--figures scripts/speed_holdout.json]
                                      [--out DIR] [--jobs N] [--reuse] [--only CARD,...]
+                                     [--precision fp32|fp16]
 
---only keeps the figures on those cards; both its names and the figures' are found by
+--precision keeps the figures at that precision (each run's folder is named as without it, so
+--reuse reads back a full run's). --only keeps the figures on those cards; both its names and the figures' are found by
 `train cards --json --card NAME` (script_support.train_cards), as every --card finds a card. The
 figures' cards are found so too, before any run, whenever there is a train to ask (always, but
 with --reuse and no train).
@@ -430,6 +432,12 @@ def chosen_figures(args):
     return only_cards(args.only, indexed, figure_cards, train) if args.only else indexed
 
 
+def of_precision(precision, indexed):
+    """The figures of `indexed` at `precision` (all where None), each keeping its index, so that a
+    run's folder is the same with or without the filter (--reuse reads it back)."""
+    return [(i, fig) for i, fig in indexed if precision is None or fig["precision"] == precision]
+
+
 class Runs:
     """The `train memory` runs under way in the pool's threads, so that an interrupt (Ctrl-C,
     SIGTERM: KeyboardInterrupt in the main thread only) kills each of them and starts no more; a
@@ -507,8 +515,11 @@ def main(argv=None):
                         help="read each run's memory_breakdown.json where it exists instead of running train")
     parser.add_argument("--only", help="comma-separated cards to keep (default: all)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds for one train run")
+    parser.add_argument("--precision", choices=["fp32", "fp16"],
+                        help="only the figures at this precision (fp16 steps are recorded slowly "
+                             "on a CPU without native fp16: minutes each)")
     args = parser.parse_args(argv)
-    indexed = chosen_figures(args)
+    indexed = of_precision(args.precision, chosen_figures(args))
     train = args.train
 
     os.makedirs(args.out, exist_ok=True)

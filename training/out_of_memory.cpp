@@ -65,22 +65,13 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
     return message + held + "." + intact;
   // No smaller batch than the smallest that trains (training.batch_size 1 is refused where
   // BatchNorm's last map is 1x1: it was advised, then refused).
-  std::string remedies;
-  const bool smaller_batch = config.training.batch_size >
-                             models::smallest_trainable_batch(config.model, config.data.image_size);
-  if (smaller_batch) {
-    remedies +=
-        ", a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
-  }
-  if (config.training.precision == Precision::FP32)
-    remedies += ", training.precision: bf16 or fp16 (now fp32)";
+  std::string remedies = step_remedies(config);
   if (!config.checkpointing.enabled()) remedies += ", checkpointing.enabled: auto or true";
   if (config.data.device_resident) remedies += ", data.device_resident: false";
-  remedies += step_size_remedies(config);
   message += remedies.empty() ? "more memory (memory.limit)" : remedies.substr(2);
   // The sweep needs more than its flag to run (the run's config, its limit): named, not typed out;
   // where no smaller batch trains, it finds none.
-  if (!smaller_batch) return message + "." + intact;
+  if (!smaller_batch_trains(config)) return message + "." + intact;
   return message + "; a sweep's --find-max finds the largest batch that fits (" +
          advised_program() + " sweep --help)." + intact;
 }

@@ -56,7 +56,7 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
   ASSERT_LT(limit, unbounded.plain_peak * 0.97) << "the plain step must not fit the limit";
 
   const std::string args = "--config " + (dir / "c.yaml").string() + " --memory-limit " +
-                           std::to_string(limit) + " --set checkpointing.headroom=0.03";
+                           std::to_string(limit) + "B --set checkpointing.headroom=0.03";
   const auto plain = run_train(args + " --output-dir " + (dir / "plain").string());
   EXPECT_EQ(plain.code, 3) << plain.output;
   // Round 5, a sixth pass: the out-of-memory line (and its remedies) was on the terminal only;
@@ -93,7 +93,7 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
   // The resume recomputes the same blocks, without measuring again.
   const auto resumed =
       run_train("--resume " + run.string() + " --set training.max_steps=0 --memory-limit " +
-                std::to_string(limit));
+                std::to_string(limit) + "B");
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("the run's recorded choice, not measured again"), std::string::npos)
       << resumed.output;
@@ -167,7 +167,7 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
   // took that as an edit. A resume's record is rewritten with its first row or checkpoint.
   const std::string more = "--resume " + run.string() + " --set training.epochs=2";
   const auto off = run_train(more + " --set checkpointing.enabled=false --memory-limit " +
-                             std::to_string(limit));
+                             std::to_string(limit) + "B");
   EXPECT_EQ(off.code, 3) << off.output;
   ASSERT_FALSE(error_line(off.output).empty()) << off.output;
   EXPECT_NE(test_support::read_text(run / "train.log").find(error_line(off.output)),
@@ -180,7 +180,7 @@ TEST(AutoCheckpointing, TrainsWithinALimitThatThePlainStepExceeds) {
   // none is said until an epoch is recorded under it.
   const auto rechosen = cli::run_shell(
       "TRAIN_TEST_STOP_AT='step 3 micro-batch 2' " + std::string(TRAIN_BINARY) + " " + more +
-      " --set training.accumulate_steps=2 --memory-limit " + std::to_string(limit));
+      " --set training.accumulate_steps=2 --memory-limit " + std::to_string(limit) + "B");
   EXPECT_EQ(rechosen.code, 130) << rechosen.output;
   EXPECT_NE(rechosen.output.find("checkpointing auto: budget "), std::string::npos)
       << rechosen.output;
@@ -218,7 +218,7 @@ TEST(AutoCheckpointing, ARunUnderTheLimitItsChoiceCountedTrainsWithItsLoaderRunn
   }
   const int64_t limit = smallest + training::held_beside_step(config, cpu, train, 0) + 32 * 1024;
   const auto r = run_train("--config " + (dir / "c.yaml").string() + " --memory-limit " +
-                           std::to_string(limit) + " --set training.max_steps=5 --output-dir " +
+                           std::to_string(limit) + "B --set training.max_steps=5 --output-dir " +
                            (dir / "run").string());
   EXPECT_EQ(r.code, 0) << r.output;
 }

@@ -540,7 +540,7 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
   r = run_train("--resume " + run.string() +
                 " --set training.epochs=2 --set training.batch_size=256" +
                 " --set data.synthetic_train_size=512 --set training.memory_format=contiguous" +
-                " --memory-limit " + std::to_string(peak * 6 / 5));
+                " --memory-limit " + std::to_string(peak * 6 / 5) + "B");
   EXPECT_EQ(r.code, 3) << r.output;
   std::string error_line;
   int errors = 0;
@@ -564,7 +564,7 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
   // first step, nothing trained.
   r = run_train(
       "--resume " + run.string() + " --set training.epochs=2 --set training.batch_size=256" +
-      " --set data.synthetic_train_size=512 --memory-limit " + std::to_string(peak * 6 / 5));
+      " --set data.synthetic_train_size=512 --memory-limit " + std::to_string(peak * 6 / 5) + "B");
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_NE(r.output.find("in the training step timed in each layout (training.memory_format: "
                           "auto): in contiguous and in channels_last"),
@@ -609,7 +609,7 @@ TEST(Cli, OutOfMemoryBeforeTheFirstStepIsExitCodeThree) {
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_NE(r.output.find(" and autocast's bf16 copies of them alone take "), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find(", training.precision fp32 or a smaller model.arch"), std::string::npos)
+  EXPECT_NE(r.output.find(", training.precision: fp32 or a smaller model.arch"), std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "small"));
   EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
@@ -665,8 +665,9 @@ TEST(Cli, AnEvaluationBatchThatDoesNotFitIsSplitBeforeTheFirstStep) {
   const int64_t evaluation = whole.at("eval_peak_allocated_bytes");
   ASSERT_GT(evaluation - training, int64_t{256} << 20) << "no room between the two peaks";
   const int64_t limit = (training + evaluation) / 2;
-  const auto r = run_train("--config " + (dir / "eval.yaml").string() + " --output-dir " +
-                           (dir / "run").string() + " --memory-limit " + std::to_string(limit));
+  const auto r =
+      run_train("--config " + (dir / "eval.yaml").string() + " --output-dir " +
+                (dir / "run").string() + " --memory-limit " + std::to_string(limit) + "B");
   EXPECT_EQ(r.code, 0) << r.output;
   const auto split = r.output.find(
       "memory: evaluation ran out of memory at 1024 images per forward pass; it goes on in "
@@ -707,7 +708,9 @@ TEST(Cli, SweepRefusesABadGridBeforeAnyTrial) {
            {"--predict-for 12GB,lots",
             "sweep.predict_for: expected a list of sizes with their unit like [12GiB, 24GiB], each "
             "at most 1024TiB, got 'lots' in the list"},
-           {"--predict-for 24", "sweep.predict_for: expected a list of sizes with their unit"},
+           {"--predict-for 24",
+            "sweep.predict_for: '24' has no unit; did you mean 24GiB or 24MiB or 24B? in the "
+            "list"},
            {"--find-max", "sweep.find_max: on the CPU there is no device memory to fill"}}) {
     const auto r = run_train("sweep --config " + config + " " + flags + " --output-dir " +
                              (dir / "sweep").string());
@@ -1011,7 +1014,7 @@ TEST(Cli, CompareShowsWhatDiffersAndDrawsTheCurves) {
   fs::remove(dir / "cut/train.lock");
   const std::string rows = test_support::read_text(dir / "b32/metrics.jsonl");
   std::ofstream(dir / "cut/metrics.jsonl") << rows.substr(0, rows.find('\n') + 1);
-  for (const std::string command :
+  for (const std::string& command :
        {"report " + (dir / "cut").string(),
         "compare " + (dir / "cut").string() + " --output " + (dir / "cmp-cut").string()}) {
     r = run_train(command);

@@ -115,22 +115,23 @@ TEST(FlagValues, APlansJsonReplacesOnlyAnEarlierPlan) {
 TEST(FlagValues, APlansSizesTakeAUnit) {
   app::PlanFlags flags;
   flags.memory = "24";
-  EXPECT_EQ(refusal(flags), "--memory: '24' has no unit; give one, e.g. 24GiB");
+  // Only what a plan takes is offered: 24MiB has no room beside the 771 MiB outside the allocator.
+  EXPECT_EQ(refusal(flags), "--memory: '24' has no unit; did you mean 24GiB?");
   flags.memory = "24GiB";
   flags.overhead = "800";
-  // What lies beside the allocator is MiB-sized: 800GiB, offered before, no card had room for.
-  EXPECT_EQ(refusal(flags), "--overhead: '800' has no unit; give one, e.g. 800MiB");
+  // What lies beside the allocator is below the card's memory: 800GiB, offered before, is not.
+  EXPECT_EQ(refusal(flags), "--overhead: '800' has no unit; did you mean 800MiB or 800B?");
   flags.overhead = "800MiB";
   EXPECT_EQ(app::plan_request(flags, from_sweep()).overhead, int64_t{800} << 20);
   // The size it offers is one it takes: "25769803776GiB" is above the largest size.
   flags.memory = "25769803776";
-  EXPECT_EQ(refusal(flags), "--memory: '25769803776' has no unit; give one, e.g. 25769803776B");
+  EXPECT_EQ(refusal(flags), "--memory: '25769803776' has no unit; did you mean 25769803776B?");
   flags.memory = "25769803776B";
   EXPECT_EQ(app::plan_request(flags, from_sweep()).memory, int64_t{24} << 30);
   // Twelfth pass: "1500000000GiB" was offered (and taken: a card of 1.4 EiB); a size above the
   // largest card is refused as --card refuses it.
   flags.memory = "1500000000";
-  EXPECT_EQ(refusal(flags), "--memory: '1500000000' has no unit; give one, e.g. 1500000000B");
+  EXPECT_EQ(refusal(flags), "--memory: '1500000000' has no unit; did you mean 1500000000B?");
   flags.memory = "1500000000GiB";
   EXPECT_EQ(refusal(flags),
             "--memory: expected at most 1024TiB (the largest card), got '1500000000GiB'");
@@ -145,10 +146,10 @@ TEST(FlagValues, APlansSizesTakeAUnit) {
   // A number with a fraction has no unit either: it was "not a whole number of bytes", and the
   // bytes then given were refused for having no unit. The size offered is one it takes.
   flags.memory = "1.5";
-  EXPECT_EQ(refusal(flags), "--memory: '1.5' has no unit; give one, e.g. 1.5GiB");
+  EXPECT_EQ(refusal(flags), "--memory: '1.5' has no unit; did you mean 1.5GiB?");
   flags.memory = "24GiB";
   flags.overhead = "0.5";
-  EXPECT_EQ(refusal(flags), "--overhead: '0.5' has no unit; give one, e.g. 0.5GiB");
+  EXPECT_EQ(refusal(flags), "--overhead: '0.5' has no unit; did you mean 0.5GiB or 0.5MiB?");
   flags.overhead = "800MiB";
   // Nor is 0GiB offered for a bare 0, which no unit makes a size.
   for (const std::string zero : {"0", "00"}) {

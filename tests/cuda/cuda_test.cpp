@@ -212,7 +212,7 @@ TEST(Cuda, AutoCheckpointingTrainsWithinTheBudgetItChose) {
   const int64_t limit = budget * 10 / 9;
   ASSERT_LT(limit, unbounded.plain_peak);
   const std::string args =
-      "--config " + yaml.string() + sets + " --memory-limit " + std::to_string(limit);
+      "--config " + yaml.string() + sets + " --memory-limit " + std::to_string(limit) + "B";
   EXPECT_EQ(train(args + " --output-dir " + (dir / "plain").string()).code, 3);
   const auto r = train(args + " --output-dir " + (dir / "auto").string() +
                        " --set checkpointing.enabled=auto");

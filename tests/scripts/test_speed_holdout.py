@@ -83,6 +83,25 @@ class SpeedHoldoutTest(unittest.TestCase):
                         "--out", str(Path(tmp) / "out"), "--jobs", "1"]
                 self.assertRefused(tmp, self.holdout(tmp, *base, *args), said)
 
+    def test_precision_keeps_the_figures_at_it_and_their_folders(self):
+        """fp16 steps are recorded for minutes each on a CPU without native fp16: --precision fp32
+        runs the fp32 figures alone, in the folders a whole run names them."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "figures.json"
+            path.write_text(json.dumps([dict(FIGURE, card="T4", precision="fp16"),
+                                        dict(FIGURE, card="T4")]))
+            proc = self.holdout(tmp, "--train", str(stand_in(tmp)), "--figures", str(path),
+                                "--out", str(Path(tmp) / "out"), "--jobs", "1", "--precision", "fp32")
+            self.assertEqual(proc.returncode, 1, proc.stderr)  # the stand-in predicts nothing
+            calls = memory_calls(tmp)
+            self.assertEqual(len(calls), 1, calls)
+            self.assertIn("--settings fp32 ", calls[0])
+            self.assertIn("/runs/01-T4-fp32-b8 ", calls[0] + " ")
+            proc = self.holdout(tmp, "--train", str(stand_in(tmp)), "--figures", str(path),
+                                "--precision", "bf16")
+            self.assertEqual(proc.returncode, 2)
+            self.assertIn("invalid choice: 'bf16'", proc.stderr)
+
     def test_an_infinite_timeout_is_refused(self):
         """`--timeout inf` passed the check and each run's wait raised OverflowError: a traceback."""
         with tempfile.TemporaryDirectory() as tmp:

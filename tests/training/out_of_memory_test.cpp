@@ -163,14 +163,20 @@ TEST(OutOfMemory, TheImageSizeAndTheWeightAverageAreRemediesOfAStep) {
   config.data.image_size = 1024;
   config.training.ema_decay = 0.99;
   message = training::out_of_memory_message(config, torch::kCPU, step, "");
-  EXPECT_NE(message.find(", a smaller data.image_size (now 1024), training.ema_decay: 0; "),
+  EXPECT_NE(message.find(", a smaller data.image_size (now 1024), training.ema_decay: 0, "),
             std::string::npos)
       << message;
-  EXPECT_EQ(training::step_size_remedies(config),
-            ", a smaller data.image_size (now 1024), training.ema_decay: 0");
+  // One list of a step's own remedies for train's line and checkpointing's (the batch and the
+  // precision were written in both).
+  const std::string batch = std::to_string(config.training.batch_size);
+  EXPECT_EQ(training::step_remedies(config),
+            ", a smaller training.batch_size (now " + batch +
+                "), training.precision: bf16 or fp16 (now fp32), a smaller data.image_size (now "
+                "1024), training.ema_decay: 0");
   config.data.image_size = 16;  // already below the images as stored
   config.training.ema_decay = 0;
-  EXPECT_EQ(training::step_size_remedies(config), "");
+  config.training.precision = training::Precision::BF16;
+  EXPECT_EQ(training::step_remedies(config), ", a smaller training.batch_size (now " + batch + ")");
 }
 
 // An evaluation that ran out of memory at one image per forward pass (it halves its passes before

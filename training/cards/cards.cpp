@@ -107,36 +107,24 @@ Card find_card(const std::string& given, std::optional<int64_t> outside_allocato
   if (!text.empty() && (std::isdigit(static_cast<unsigned char>(text.front())) ||
                         text.front() == '-' || text.front() == '+' || text.front() == '.')) {
     // A card's memory has a unit: a bare number is no card's size ("4090" was read as 4090 bytes),
-    // and may be part of a card's name.
-    if (text.find_first_not_of("0123456789.") == std::string::npos &&
-        std::count(text.begin(), text.end(), '.') <= 1) {  // 0.5 too: 0.5GiB is taken by none
-      // What it may have meant: the number with a unit, where that is a card taken, and the cards
-      // whose names hold it.
-      std::vector<std::string> meant;
-      for (const char* unit : {"GiB", "MiB", "B"}) {
-        try {
-          const int64_t bytes = parse_byte_size(text + unit);
-          if (bytes <= kLargestCard && bytes > beside_tensors({}).outside_allocator)
-            meant.push_back(text + unit);
-        } catch (const std::invalid_argument&) {
+    // and may be part of a card's name (a run of digits in it: 4090 in RTX4090).
+    std::vector<std::string> named;
+    for (const auto& known : known_cards()) {
+      const std::string& name = known.name;
+      for (size_t at = name.find(text); at != std::string::npos; at = name.find(text, at + 1)) {
+        const size_t end = at + text.size();
+        if ((at == 0 || !std::isdigit(static_cast<unsigned char>(name[at - 1]))) &&
+            (end == name.size() || !std::isdigit(static_cast<unsigned char>(name[end])))) {
+          named.push_back("the card " + name);
+          break;
         }
       }
-      for (const auto& known : known_cards()) {  // a run of digits in the name: 4090 in RTX4090
-        const std::string& name = known.name;
-        for (size_t at = name.find(text); at != std::string::npos; at = name.find(text, at + 1)) {
-          const size_t end = at + text.size();
-          if ((at == 0 || !std::isdigit(static_cast<unsigned char>(name[at - 1]))) &&
-              (end == name.size() || !std::isdigit(static_cast<unsigned char>(name[end])))) {
-            meant.push_back("the card " + name);
-            break;
-          }
-        }
-      }
-      throw UserError("--card: '" + text + "' has no unit; a card's memory takes one (e.g. 24GiB)" +
-                      (meant.empty() ? std::string()
-                                     : "; did you mean " + config_yaml::join(meant, " or ") + "?"));
     }
-    const int64_t bytes = size_flag("--card", text, /*bare_bytes=*/false);
+    const std::string bare =
+        no_unit_refusal(text, outside_allocator.value_or(beside_tensors({}).outside_allocator),
+                        kLargestCard, named);
+    if (!bare.empty()) throw UserError("--card: " + bare);
+    const int64_t bytes = size_flag("--card", text);
     if (bytes > kLargestCard) {  // caching_allocator.cpp's address span is no larger
       throw UserError("--card: expected a card of at most 1024TiB, got '" + text + "'");
     }

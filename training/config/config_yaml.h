@@ -264,12 +264,15 @@ class Reader {
   }
 
   void byte_sizes(const std::string& name, std::vector<int64_t>& out) {
-    // Card sizes: each with its unit ("24" read as 24 bytes was meant as 24GiB), as --card takes.
+    // Card sizes: each with its unit ("24" read as 24 bytes was meant as 24GiB), as --card takes,
+    // a bare number offered the forms it may have meant.
     list(name, out, false,
          "expected a list of sizes with their unit like [12GiB, 24GiB], each at most 1024TiB",
-         [](const YAML::Node& item, int64_t& value) {
+         [&](const YAML::Node& item, int64_t& value) {
+           const std::string bare = no_unit_refusal(item.Scalar());
+           if (!bare.empty()) fail(name, bare + " in the list");
            try {
-             value = parse_byte_size(item.Scalar(), /*bare_bytes=*/false);
+             value = parse_byte_size(item.Scalar());
              return value > 0 && value <= kLargestCard;
            } catch (const std::invalid_argument&) {
              return false;

@@ -62,14 +62,7 @@ std::string remedies(const Config& config, const torch::Device& device, int64_t 
   const std::string more =
       budget_stands_in_the_way(config, needed) ? "a larger checkpointing.budget" : "more memory";
   if (std::string held = weights_alone_remedy(config, budget, more); !held.empty()) return held;
-  // No smaller batch than the smallest that trains (1 is refused where BatchNorm's last map is
-  // 1x1).
-  std::string smaller = config.training.batch_size > models::smallest_trainable_batch(
-                                                         config.model, config.data.image_size)
-                            ? ", a smaller training.batch_size"
-                            : "";
-  if (config.training.precision == Precision::FP32) smaller += ", training.precision bf16 or fp16";
-  smaller += step_size_remedies(config);
+  const std::string smaller = step_remedies(config);
   return (smaller.empty() ? "" : smaller.substr(2) + ", or ") + more_budget(config, device, needed);
 }
 

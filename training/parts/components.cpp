@@ -130,8 +130,7 @@ std::string weights_alone_remedy(const Config& config, int64_t limit, const std:
   const auto [leaving, needs] = format_bytes_apart(limit - held.bytes, image);
   const std::string left =
       held.bytes < limit
-          ? " of it, leaving " + leaving +
-                ", less than " +
+          ? " of it, leaving " + leaving + ", less than " +
                 (smallest == 1 ? std::string("one image's")
                                : std::to_string(smallest) +
                                      " images' (the smallest batch that trains: BatchNorm needs "
@@ -151,8 +150,18 @@ std::string weights_alone_remedy(const Config& config, int64_t limit, const std:
          " or a smaller model.arch";
 }
 
-std::string step_size_remedies(const Config& config) {
+bool smaller_batch_trains(const Config& config) {
+  return config.training.batch_size >
+         models::smallest_trainable_batch(config.model, config.data.image_size);
+}
+
+std::string step_remedies(const Config& config) {
   std::string more;
+  if (smaller_batch_trains(config))
+    more +=
+        ", a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
+  if (config.training.precision == Precision::FP32)
+    more += ", training.precision: bf16 or fp16 (now fp32)";
   if (config.data.image_size > kStoredImageSize)
     more += ", a smaller data.image_size (now " + std::to_string(config.data.image_size) + ")";
   if (config.training.ema_decay > 0) more += ", training.ema_decay: 0";

@@ -72,19 +72,24 @@ int64_t one_image_bytes(const Config& config);
 std::string weights_alone_remedy(const Config& config, int64_t limit,
                                  const std::string& more = "more memory",
                                  std::string* limit_text = nullptr,
-                                 const std::string& fp32 = "training.precision fp32");
+                                 const std::string& fp32 = "training.precision: fp32");
 
-// The remedies of a step that runs out of memory beyond its batch, precision and checkpointing,
-// each with a leading ", ": a smaller data.image_size where the images are resized up, and
-// training.ema_decay: 0 where a weight average is kept; empty where neither applies.
-std::string step_size_remedies(const Config& config);
+// Whether a batch smaller than training.batch_size trains (BatchNorm needs two values a channel:
+// 1 does not where its last map is 1x1).
+bool smaller_batch_trains(const Config& config);
+
+// The remedies of a step that runs out of memory in its own settings, each with a leading ", ":
+// a smaller training.batch_size where a smaller one trains, bf16 or fp16 for fp32, a smaller
+// data.image_size where the images are resized up, and training.ema_decay: 0 where a weight
+// average is kept; empty where none applies.
+std::string step_remedies(const Config& config);
 
 // Refuses before anything is measured or written: what the run holds whatever the batch taking
 // memory.limit (or with checkpointing auto, checkpointing.budget) or more (OutOfMemory, exit 3:
 // "memory.limit 50.00 MiB: " + weights_alone_remedy), and checkpointing auto on the CPU without a
 // budget (missing_budget's KeyError). `fp32`: as weights_alone_remedy's.
 void refuse_what_no_batch_fits(const Config& config, const torch::Device& device,
-                               const std::string& fp32 = "training.precision fp32");
+                               const std::string& fp32 = "training.precision: fp32");
 
 // A sweep's precisions (`configs`, one each): refused as refuse_what_no_batch_fits refuses the
 // first where none of them fits; one that fits lets the sweep run (the others' trials run out of

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <regex>
 #include <stdexcept>
 #include <vector>
@@ -38,16 +39,19 @@ std::string bytes_in(int64_t bytes, int unit, int decimals) {
                      kByteUnits[unit]);
 }
 
-// A size with a unit the reader takes for the number `number` (GiB, else MiB, KiB or B, the
-// first that is at least a byte within the largest size), else the forms in general.
-std::string with_a_unit(const std::string& number) {
-  for (const char* unit : {"GiB", "MiB", "KiB", "B"}) {
-    try {
-      if (parse_byte_size(number + unit) > 0) return number + unit;
-    } catch (const std::invalid_argument&) {
-    }
-  }
-  return "1536MiB or 1.5GiB";
+// A size as written, in parts: its digits, its fraction's (where it has one) and its unit as
+// typed; nullopt for any other form.
+struct WrittenSize {
+  std::string whole, fraction, unit;
+  bool has_fraction = false;
+};
+std::optional<WrittenSize> written_size(const std::string& text) {
+  // Bounded before the regex (libstdc++'s matcher recurses per character: 30000 digits crashed).
+  if (text.size() > 64) return std::nullopt;
+  static const std::regex form(R"(^\s*([0-9]+)(?:\.([0-9]+))?\s*([A-Za-z]*)\s*$)");
+  std::smatch match;
+  if (!std::regex_match(text, match, form)) return std::nullopt;
+  return WrittenSize{match[1].str(), match[2].str(), match[3].str(), match[2].matched};
 }
 
 }  // namespace
@@ -155,26 +159,21 @@ void TrackingCpuAllocator::reset_peak() {
   peak_.store(current_.load());
 }
 
-int64_t parse_byte_size(const std::string& text, bool bare_bytes) {
+int64_t parse_byte_size(const std::string& text) {
   // Digits, an optional fraction and a unit, read exactly: no sign, exponent, hexadecimal,
   // infinity or NaN (which a floating-point reader takes). A fraction of a byte is dropped where
   // a unit is given (a figure the program prints, "23.54 GiB", is typed back), never without one.
   const std::string expected =
-      std::string(bare_bytes
-                      ? "expected a size like 12GiB, 512MiB, 1.5GB or a whole number of bytes"
-                      : "expected a size with its unit, like 12GiB, 512MiB or 1.5GB") +
-      ", got '" + text + "'";
-  // Bounded before the regex (libstdc++'s matcher recurses per character: 30000 digits crashed).
+      "expected a size with its unit, like 12GiB, 512MiB or 1.5GB, got '" + text + "'";
   if (text.size() > 64) {
     throw std::invalid_argument("'" + text.substr(0, 24) + "...' is " +
                                 std::to_string(text.size()) +
                                 " characters long, more than a size takes (64)");
   }
-  static const std::regex form(R"(^\s*([0-9]+)(?:\.([0-9]+))?\s*([A-Za-z]*)\s*$)");
-  std::smatch match;
-  if (!std::regex_match(text, match, form)) throw std::invalid_argument(expected);
+  const std::optional<WrittenSize> written = written_size(text);
+  if (!written) throw std::invalid_argument(expected);
   const std::string too_large = "'" + text + "' is more than 9e18 bytes, the largest size taken";
-  std::string whole = match[1].str(), fraction = match[2].str();
+  std::string whole = written->whole, fraction = written->fraction;
   whole.erase(0, std::min(whole.find_first_not_of('0'), whole.size() - 1));  // leading zeros
   while (!fraction.empty() && fraction.back() == '0') fraction.pop_back();
   if (whole.size() > 19 || (whole.size() == 19 && whole > "9000000000000000000")) {
@@ -183,7 +182,7 @@ int64_t parse_byte_size(const std::string& text, bool bare_bytes) {
   if (fraction.size() > 12) {
     throw std::invalid_argument("'" + text + "' has more than 12 decimal places");
   }
-  std::string unit = match[3].str();
+  std::string unit = written->unit;
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   static const std::pair<const char*, int64_t> kUnits[] = {{"", 1},
                                                            {"b", 1},
@@ -208,13 +207,7 @@ int64_t parse_byte_size(const std::string& text, bool bare_bytes) {
   const int64_t bytes_per_unit = known->second;
   const int64_t parts = fraction.empty() ? 0 : std::stoll(fraction);
   const bool zero = whole == "0" && parts == 0;  // no unit makes 0 a size: size_flag says so
-  if (unit.empty() && !zero && (!bare_bytes || parts != 0)) {
-    throw std::invalid_argument(
-        "'" + text + "' has no unit; " +
-        (bare_bytes ? "a size in bytes is a whole number, or give a unit, e.g. "
-                    : "give one, e.g. ") +
-        with_a_unit(match[1].str() + (match[2].matched ? "." + match[2].str() : "")));
-  }
+  if (unit.empty() && !zero) throw std::invalid_argument(no_unit_refusal(text));
   const auto fraction_bytes = static_cast<int64_t>(static_cast<__int128>(parts) * bytes_per_unit /
                                                    static_cast<__int128>(scale));
   const int64_t bytes = std::stoll(whole) * bytes_per_unit + fraction_bytes;
@@ -223,18 +216,40 @@ int64_t parse_byte_size(const std::string& text, bool bare_bytes) {
 }
 
 std::string size_as_written(const std::string& text) {
-  static const std::regex form(R"(^\s*([0-9.]+)\s*([A-Za-z]*)\s*$)");
-  std::smatch match;
-  if (text.size() > 64 || !std::regex_match(text, match, form)) return text;
-  std::string unit = match[2].str();
+  const std::optional<WrittenSize> written = written_size(text);
+  if (!written) return text;
+  std::string unit = written->unit;
   for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (unit.size() == 3 && unit[1] == 'I') unit[1] = 'i';  // KiB, MiB, GiB, TiB
-  return match[1].str() + unit;
+  return written->whole + (written->has_fraction ? "." + written->fraction : "") + unit;
 }
 
-int64_t size_flag(const std::string& flag, const std::string& text, bool bare_bytes) {
+std::string no_unit_refusal(const std::string& text, int64_t above, int64_t at_most,
+                            const std::vector<std::string>& more) {
+  const std::optional<WrittenSize> written = written_size(text);
+  const bool zero = written && written->whole.find_first_not_of('0') == std::string::npos &&
+                    written->fraction.find_first_not_of('0') == std::string::npos;
+  if (!written || !written->unit.empty() || zero) return "";
+  const std::string number =
+      written->whole + (written->has_fraction ? "." + written->fraction : "");
+  std::vector<std::string> meant;
+  for (const char* unit : {"GiB", "MiB", "B"}) {
+    try {
+      const int64_t bytes = parse_byte_size(number + unit);
+      if (bytes > above && bytes <= at_most) meant.push_back(number + unit);
+    } catch (const std::invalid_argument&) {
+    }
+  }
+  meant.insert(meant.end(), more.begin(), more.end());
+  std::string forms;
+  for (const auto& form : meant) forms += (forms.empty() ? "" : " or ") + form;
+  return "'" + number + "' has no unit; " +
+         (forms.empty() ? "give one, e.g. 12GiB or 512MiB" : "did you mean " + forms + "?");
+}
+
+int64_t size_flag(const std::string& flag, const std::string& text) {
   try {
-    const int64_t bytes = parse_byte_size(text, bare_bytes);
+    const int64_t bytes = parse_byte_size(text);
     if (bytes > 0) return bytes;
   } catch (const std::invalid_argument& e) {
     throw UserError(flag + ": " + e.what());

@@ -9,6 +9,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "training/platform/allocation_trace.h"
 #include "training/platform/memory_timeline.h"
@@ -85,12 +86,19 @@ class TrackingCpuAllocator final : public c10::Allocator {
 // segment is no smaller); a size of a card (--card, --memory, sweep.predict_for) is at most this.
 inline constexpr int64_t kLargestCard = int64_t{1} << 50;
 
-// "12GiB", "512MiB", "1.5GB", "1000" (bytes, where `bare_bytes`): binary and decimal units up to
-// TiB/TB, case-insensitive; std::invalid_argument naming what it expected.
-int64_t parse_byte_size(const std::string& text, bool bare_bytes = true);
-// The one reading of a size flag (`flag`: "--memory"), above 0, else UserError naming the flag;
-// `bare_bytes` false for sizes that take a unit (flag_values.cpp's, cards.h's).
-int64_t size_flag(const std::string& flag, const std::string& text, bool bare_bytes = true);
+// "12GiB", "512MiB", "1.5GB", "1000B": binary and decimal units up to TiB/TB, case-insensitive,
+// always with a unit (every size is memory on a card: "24" was 24 bytes where 24GiB was meant);
+// std::invalid_argument naming what it expected, for a bare number the forms it may have meant.
+int64_t parse_byte_size(const std::string& text);
+// For `text` a number without its unit (0 aside, which no unit makes a size): "'24' has no unit;
+// did you mean 24GiB or 24MiB or 24B?", offering the forms with a unit that are read as sizes
+// above `above` and at most `at_most`, then `more` ("the card RTX4090"); "give one, e.g. 12GiB or
+// 512MiB" where none is. "" for any other text.
+std::string no_unit_refusal(const std::string& text, int64_t above = 0,
+                            int64_t at_most = kLargestCard,
+                            const std::vector<std::string>& more = {});
+// The one reading of a size flag (`flag`: "--memory"), above 0, else UserError naming the flag.
+int64_t size_flag(const std::string& flag, const std::string& text);
 
 // A size parse_byte_size takes, written as it is shown and typed back: its number as given, no
 // spaces, the unit in its own case (" 24 gib" is "24GiB", "1.5gb" "1.5GB").

@@ -16,9 +16,14 @@
 #include <string>
 #include <string_view>
 
-#include "training/run/run_dir.h"
-
 namespace training {
+
+// What a run was started from, as config.yaml, decisions.json and the checkpoint store it: the
+// config asked for (YAML) and the run's decisions (config/decisions.h's JSON).
+struct RunInputs {
+  std::string config_yaml;
+  std::string decisions_json;
+};
 
 struct TrainState {
   int64_t epoch = 0;           // epochs completed

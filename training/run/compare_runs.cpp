@@ -137,7 +137,8 @@ ComparedRun read_compared_run(const fs::path& dir) {
   run.dir = dir.filename().empty() ? dir.parent_path() : dir;  // "runs/a/" is "runs/a"
   run.name = run.dir.filename().string();
   const bool training_now = locked_by_another_process(dir);  // asked once, for both uses
-  run.epochs = recorded_epochs(dir, "compare", training_now);
+  const RunRecord record = recorded_run(dir, "compare", training_now);
+  run.epochs = record.epochs;
   // The run's config as train reads it: every key, those left out at their defaults.
   const RecordedInputs recorded = recorded_inputs(dir);
   if (!recorded.note.empty()) spdlog::warn("{}", recorded.note);
@@ -152,7 +153,7 @@ ComparedRun read_compared_run(const fs::path& dir) {
     run.config["decided.checkpointing.blocks"] = "[" + config_yaml::join(c->blocks, ", ") + "]";
     run.config["decided.checkpointing.predicted_peak"] = format_bytes(c->predicted_peak);
   }
-  if (const auto stopped = stopped_at(dir, run.epochs, asked)) {
+  if (const auto stopped = stopped_at(record, asked)) {
     run.stopped =
         training_now ? "training now (another train process holds the run)" : stopped->where;
   }

@@ -115,6 +115,12 @@ void check_rows_cover(const fs::path& dir, const std::vector<EpochRecord>& rows,
   }
 }
 
+// Whether a checkpoint at `epoch` epochs and `step` steps holds the row `record`: the rows of its
+// epochs, and that of an epoch training.max_steps ended part-way at `step` itself.
+bool checkpoint_holds(const EpochRecord& record, int64_t epoch, int64_t step) {
+  return record.epoch <= epoch || (record.epoch == epoch + 1 && record.step == step);
+}
+
 }  // namespace
 
 void check_run_to_resume(const fs::path& dir, int64_t epochs_done) {
@@ -210,12 +216,10 @@ void RunDirectory::record_epoch(const EpochRecord& record) {
 }
 
 void RunDirectory::keep_epochs_through(int64_t epoch, int64_t step) {
-  epochs_.erase(std::remove_if(epochs_.begin(), epochs_.end(),
-                               [&](const EpochRecord& r) {
-                                 return r.epoch > epoch &&
-                                        !(r.epoch == epoch + 1 && r.step == step);
-                               }),
-                epochs_.end());
+  epochs_.erase(
+      std::remove_if(epochs_.begin(), epochs_.end(),
+                     [&](const EpochRecord& r) { return !checkpoint_holds(r, epoch, step); }),
+      epochs_.end());
   write_metrics();
 }
 
@@ -247,22 +251,23 @@ std::vector<EpochRecord> read_metrics(const fs::path& file) {
   return records;
 }
 
-std::vector<EpochRecord> recorded_epochs(const fs::path& run_dir, const std::string& what,
-                                         bool in_training) {
+RunRecord recorded_run(const fs::path& run_dir, const std::string& what, bool in_training) {
   // The checkpoint first: a run being trained writes an epoch's row before its checkpoint, so read
   // the other way round a healthy run could lack a row (and one in training is not judged).
-  std::optional<TrainState> at;
+  RunRecord record;
+  std::optional<TrainState>& at = record.checkpoint;
   std::error_code ec;
-  if (!in_training && fs::is_regular_file(run_dir / "checkpoint.pt", ec)) {
+  if (fs::is_regular_file(run_dir / "checkpoint.pt", ec)) {
     try {
       at = checkpoint_position(run_dir / "checkpoint.pt");
     } catch (const std::exception&) {  // a damaged checkpoint is --resume's to refuse
     }
   }
-  auto epochs = read_metrics(run_dir / "metrics.jsonl");
-  if (at && !epochs.empty())
+  auto& epochs = record.epochs = read_metrics(run_dir / "metrics.jsonl");
+  if (at && !in_training && !epochs.empty()) {
     check_rows_cover(run_dir, epochs, at->epoch, "the " + what + " would be of those");
-  if (!epochs.empty()) return epochs;
+  }
+  if (!epochs.empty()) return record;
   const bool resumable = !in_training && fs::exists(run_dir / "checkpoint.pt");
   throw UserError(run_dir.string() +
                   ": a run with no epoch recorded yet (no metrics.jsonl rows: training, or stopped "

@@ -21,6 +21,7 @@
 #include "training/config/decisions.h"
 #include "training/platform/dir_lock.h"
 #include "training/platform/stop_signal.h"
+#include "training/run/checkpoint_io.h"
 #include "training/run/epoch_record.h"
 
 namespace training {
@@ -28,13 +29,6 @@ namespace training {
 // Removes the temporaries that an interrupted atomic write (kill -9, a second Ctrl-C) left in
 // `dir`; returns how many. Only safe while holding the directory's lock.
 int remove_stale_temporaries(const std::filesystem::path& dir);
-
-// What a run was started from, as config.yaml, decisions.json and the checkpoint store it: the
-// config asked for (YAML) and the run's decisions (config/decisions.h's JSON).
-struct RunInputs {
-  std::string config_yaml;
-  std::string decisions_json;
-};
 
 // A run directory's decisions: its decisions.json (UserError naming it when it cannot be read, or
 // when its blocks are not the run's model's, `asked`, as train writes them); without it, its
@@ -110,12 +104,17 @@ class ResumedRunLog {
 // row for a row that is not a record.
 std::vector<EpochRecord> read_metrics(const std::filesystem::path& file);
 
-// The epoch records of the run in `run_dir`, at least one; else a UserError, the same for
-// `train report` and `train compare`: "RUN: a run with no epoch recorded yet (...), so nothing to
-// <what>", with the command that continues it where it has a checkpoint and is not `in_training`
-// (a process trains it now: the caller asks the lock before it takes one of its own).
-std::vector<EpochRecord> recorded_epochs(const std::filesystem::path& run_dir,
-                                         const std::string& what, bool in_training);
+// The epoch records of the run in `run_dir`, at least one, and where its checkpoint stands; else a
+// UserError, the same for `train report` and `train compare`: "RUN: a run with no epoch recorded
+// yet (...), so nothing to <what>", with the command that continues it where it has a checkpoint
+// and is not `in_training` (a process trains it now: the caller asks the lock before it takes one
+// of its own). Not in training, rows fewer than the checkpoint's epochs are refused.
+struct RunRecord {
+  std::vector<EpochRecord> epochs;       // at least one, those its checkpoint holds
+  std::optional<TrainState> checkpoint;  // where checkpoint.pt stands, where it is readable
+};
+RunRecord recorded_run(const std::filesystem::path& run_dir, const std::string& what,
+                       bool in_training);
 
 // What resuming the run in `dir` would meet, checked without writing anything: a folder that is
 // not there or takes no file, another process's lock (naming it), a file the resume rewrites that

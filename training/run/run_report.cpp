@@ -129,18 +129,10 @@ bool reached_its_end(const Config& c, int64_t epochs_done, int64_t step) {
 
 }  // namespace
 
-std::optional<Stopped> stopped_at(const fs::path& run_dir, const std::vector<EpochRecord>& epochs,
-                                  const Config& c) {
+std::optional<Stopped> stopped_at(const RunRecord& run, const Config& c) {
+  const auto& [epochs, at] = run;
   if (first_diverged(epochs)) return std::nullopt;  // its own row says where it stopped
   const auto& last = epochs.back();
-  std::optional<TrainState> at;
-  std::error_code ec;
-  if (fs::is_regular_file(run_dir / "checkpoint.pt", ec)) {
-    try {
-      at = checkpoint_position(run_dir / "checkpoint.pt");
-    } catch (const std::exception&) {  // a damaged checkpoint is --resume's to refuse
-    }
-  }
   const int64_t epoch = at ? at->epoch : last.epoch, step = at ? at->step : last.step;
   if (reached_its_end(c, epoch, step)) return std::nullopt;
   TrainState recorded;  // without a readable checkpoint, the last epoch recorded
@@ -156,9 +148,10 @@ namespace {
 // The row of a run that has not reached its end (stopped, or killed): where it stands and the
 // command that continues it (the run's absolute path: the file is read from anywhere), or, held by
 // another process, that it is training; empty for a run that reached it or diverged.
-std::string stopped_row(const fs::path& run_dir, const std::vector<EpochRecord>& epochs,
-                        const Config& c, bool in_training) {
-  const std::optional<Stopped> stopped = stopped_at(run_dir, epochs, c);
+std::string stopped_row(const fs::path& run_dir, const RunRecord& run, const Config& c,
+                        bool in_training) {
+  const std::vector<EpochRecord>& epochs = run.epochs;
+  const std::optional<Stopped> stopped = stopped_at(run, c);
   if (!stopped) return "";
   if (in_training) {
     return fmt::format(
@@ -296,7 +289,8 @@ std::string format_epoch_time(const std::optional<EpochTime>& time) {
 }
 
 fs::path write_report(const fs::path& run_dir, bool in_training) {
-  const auto epochs = recorded_epochs(run_dir, "report", in_training);
+  const RunRecord run = recorded_run(run_dir, "report", in_training);
+  const std::vector<EpochRecord>& epochs = run.epochs;
   const RecordedInputs recorded = recorded_inputs(run_dir);
   if (!recorded.note.empty()) spdlog::warn("{}", recorded.note);
   const Config& asked = recorded.asked;
@@ -310,7 +304,7 @@ fs::path write_report(const fs::path& run_dir, bool in_training) {
   if (!recorded.note.empty()) md << "**Note:** " << recorded.note << ".\n\n";
   write_setup(md, config, layout_text(asked, decisions), epochs.back());
   write_results(md, epochs, totals_of(epochs), config,
-                stopped_row(run_dir, epochs, config, in_training));
+                stopped_row(run_dir, run, config, in_training));
   write_checkpointing(md, config, decisions, epochs);
   write_epochs(md, epochs);
   md << "\n## Plots\n\n";

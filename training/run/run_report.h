@@ -13,6 +13,7 @@
 
 #include "training/config/config.h"
 #include "training/run/epoch_record.h"
+#include "training/run/run_dir.h"
 
 namespace training {
 
@@ -41,8 +42,7 @@ struct Stopped {
   std::string where;
   bool resumable = false;  // a readable checkpoint.pt continues it
 };
-std::optional<Stopped> stopped_at(const std::filesystem::path& run_dir,
-                                  const std::vector<EpochRecord>& epochs, const Config& config);
+std::optional<Stopped> stopped_at(const RunRecord& run, const Config& config);
 
 // "12.90 s", "2014.3 s, projected from 25 steady steps", "-" (no steady step to project from).
 std::string format_epoch_time(const std::optional<EpochTime>& time);

@@ -26,7 +26,7 @@ struct SweepFacts {
   int64_t train_images = 0;               // its training set's size at most (0: not known)
   int64_t data_parallel_bucket_mb = 0;    // sweep.data_parallel: the reducer's bucket size; 0 = off
   int64_t image_size = kStoredImageSize;  // data.image_size
-  std::string card;                       // --card: the card's name as train names it; "" none
+  std::string card{};                     // --card: the card's name as train names it; "" none
 };
 
 // Writes sweep.json, sweep.csv and sweep.md (each atomically); not `complete`, sweep.md says

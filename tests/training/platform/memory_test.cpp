@@ -84,8 +84,8 @@ TEST(ByteSize, ParsesBinaryAndDecimalUnits) {
   EXPECT_EQ(training::parse_byte_size("512 MiB"), int64_t{512} << 20);
   EXPECT_EQ(training::parse_byte_size("1.5gb"), 1500000000);
   EXPECT_EQ(training::parse_byte_size("64KiB"), 65536);
-  EXPECT_EQ(training::parse_byte_size("1000"), 1000);
-  for (const char* bad : {"", "GiB", "12 apples", "-1GiB", "1e30TiB"}) {
+  EXPECT_EQ(training::parse_byte_size("1000B"), 1000);
+  for (const char* bad : {"", "GiB", "1000", "12 apples", "-1GiB", "1e30TiB"}) {
     EXPECT_THROW(training::parse_byte_size(bad), std::invalid_argument) << bad;
   }
 }
@@ -108,7 +108,7 @@ TEST(ByteSize, OnlyTheDocumentedFormsAreRead) {
 // that every size format_bytes writes reads back as a size it writes alike.
 TEST(ByteSize, ASizeWithAUnitIsRoundedDownToWholeBytes) {
   EXPECT_EQ(training::parse_byte_size("23.54GiB"), int64_t{25275882536});  // 25275882536.96
-  EXPECT_EQ(training::parse_byte_size("23.54 GiB", false), int64_t{25275882536});
+  EXPECT_EQ(training::parse_byte_size("23.54 GiB"), int64_t{25275882536});
   EXPECT_EQ(training::parse_byte_size("0.3KiB"), 307);
   EXPECT_EQ(training::parse_byte_size("1.5B"), 1);
   EXPECT_EQ(training::parse_byte_size("0.999999999999TiB"), int64_t{1099511627774});
@@ -129,29 +129,46 @@ TEST(ByteSize, ASizeWithAUnitIsRoundedDownToWholeBytes) {
   }
 }
 
-// A number without a unit says a unit is wanted and offers a form the reader takes, where a size
-// takes a unit (bare_bytes false) and where bytes would be whole but are not ("1.5" was "not a
-// whole number of bytes", and 1610612736 then had "no unit"): one message for every flag and key.
-TEST(ByteSize, ANumberWithoutItsUnitIsToldToGiveOne) {
-  auto error = [](const std::string& text, bool bare_bytes) {
+// A number without a unit says a unit is wanted and offers the forms it may have meant, each one
+// the reader takes and a card may have ("1.5" was "not a whole number of bytes", and 1610612736
+// then had "no unit"): one message for every flag and key. Issue 51, a fifteenth pass: every size
+// takes its unit (`--memory-limit 24` trained under 24 bytes, and --card, --memory, --overhead
+// and sweep.predict_for each offered other forms).
+TEST(ByteSize, ANumberWithoutItsUnitIsToldTheFormsItMayHaveMeant) {
+  auto error = [](const std::string& text) {
     try {
-      training::parse_byte_size(text, bare_bytes);
+      training::parse_byte_size(text);
     } catch (const std::invalid_argument& e) {
       return std::string(e.what());
     }
     return std::string("no error");
   };
-  EXPECT_EQ(error("1.5", false), "'1.5' has no unit; give one, e.g. 1.5GiB");
-  EXPECT_EQ(error("24", false), "'24' has no unit; give one, e.g. 24GiB");
-  EXPECT_EQ(error("1.5", true),
-            "'1.5' has no unit; a size in bytes is a whole number, or give a unit, e.g. 1.5GiB");
-  EXPECT_EQ(error("0.0000000001", false),
-            "'0.0000000001' has no unit; give one, e.g. 1536MiB or 1.5GiB");
-  EXPECT_EQ(training::parse_byte_size("1.5GiB", false), int64_t{3} << 29);
-  EXPECT_EQ(training::parse_byte_size("1536MiB", false), int64_t{3} << 29);
-  EXPECT_EQ(training::parse_byte_size("1610612736", true), int64_t{3} << 29);
-  EXPECT_EQ(training::parse_byte_size("0", false), 0);  // size_flag: "expected a size above 0"
-  EXPECT_EQ(error("1.5B", true), "no error");           // a unit: rounded down to whole bytes
+  EXPECT_EQ(error("1.5"), "'1.5' has no unit; did you mean 1.5GiB or 1.5MiB or 1.5B?");
+  EXPECT_EQ(error("24"), "'24' has no unit; did you mean 24GiB or 24MiB or 24B?");
+  // Only forms at most the largest card (1024TiB) and of at least a byte.
+  EXPECT_EQ(error("25769803776"), "'25769803776' has no unit; did you mean 25769803776B?");
+  EXPECT_EQ(error("0.5"), "'0.5' has no unit; did you mean 0.5GiB or 0.5MiB?");
+  EXPECT_EQ(error("0.0000000001"), "'0.0000000001' has no unit; give one, e.g. 12GiB or 512MiB");
+  EXPECT_EQ(training::no_unit_refusal("24", int64_t{771} << 20),  // above what lies beside it
+            "'24' has no unit; did you mean 24GiB?");
+  EXPECT_EQ(training::no_unit_refusal(" 800 ", 0, int64_t{24} << 30),  // below the card's memory
+            "'800' has no unit; did you mean 800MiB or 800B?");
+  EXPECT_EQ(training::no_unit_refusal("4090", 0, training::kLargestCard, {"the card RTX4090"}),
+            "'4090' has no unit; did you mean 4090GiB or 4090MiB or 4090B or the card RTX4090?");
+  for (const char* other : {"0", "00", "0.0", "24GiB", "1e3", "", "x"})
+    EXPECT_EQ(training::no_unit_refusal(other), "") << other;
+  EXPECT_EQ(training::parse_byte_size("1.5GiB"), int64_t{3} << 29);
+  EXPECT_EQ(training::parse_byte_size("1536MiB"), int64_t{3} << 29);
+  EXPECT_EQ(training::parse_byte_size("1610612736B"), int64_t{3} << 29);
+  EXPECT_EQ(training::parse_byte_size("0"), 0);  // size_flag: "expected a size above 0"
+  EXPECT_EQ(error("1.5B"), "no error");          // a unit: rounded down to whole bytes
+  try {
+    training::size_flag("--memory-limit", "24");
+    ADD_FAILURE() << "24 taken";
+  } catch (const training::UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--memory-limit: '24' has no unit; did you mean 24GiB or 24MiB or 24B?");
+  }
 }
 
 // The reader's limits are said as what they are, not as a bad form: more than 9e18 bytes, more
@@ -175,7 +192,7 @@ TEST(ByteSize, ItsLimitsAreSaidAsLimits) {
   EXPECT_EQ(error("1.0000000000001GiB"), "'1.0000000000001GiB' has more than 12 decimal places");
   // 19 digits up to 9e18 are a size; a text longer than any size is refused before the regex
   // (30000 digits crashed libstdc++'s recursive matcher).
-  EXPECT_EQ(training::parse_byte_size("9000000000000000000"), int64_t{9000000000000000000});
+  EXPECT_EQ(training::parse_byte_size("9000000000000000000B"), int64_t{9000000000000000000});
   EXPECT_EQ(error("9000000000000000001"),
             "'9000000000000000001' is more than 9e18 bytes, the largest size taken");
   EXPECT_EQ(error(std::string(30000, '1').c_str()),
@@ -242,7 +259,7 @@ TEST(ByteSize, AnAdvisedSizeReadsBackAtOrAboveWhatItAdvises) {
 // flag that takes a unit, and an advised size stays within the bound it may not pass.
 TEST(ByteSize, WhatIsWrittenIsReadBackByEveryFlagAndStaysWithinItsBound) {
   EXPECT_EQ(training::byte_size_text(1500000000), "1500000000B");
-  EXPECT_EQ(training::parse_byte_size("1500000000B", /*bare_bytes=*/false), 1500000000);
+  EXPECT_EQ(training::parse_byte_size("1500000000B"), 1500000000);
   EXPECT_EQ(training::byte_size_text(int64_t{1} << 20), "1MiB");
   const int64_t limit = static_cast<int64_t>(175.9 * (1 << 20));
   const int64_t needed = static_cast<int64_t>(175.71 * (1 << 20));

@@ -299,7 +299,7 @@ sweep: {warmup_steps: 1, measure_steps: 1}
   ASSERT_EQ(trial.at("status"), "ok") << trial.dump();
   const int64_t peak = trial.at("peak_reserved_bytes");
   const auto args = train_args(dir, config, 3,
-                               "--memory-limit " + std::to_string(peak + 1024) + " " +
+                               "--memory-limit " + std::to_string(peak + 1024) + "B " +
                                    training::run_flags(training::Setting{}, 32, 0));
   EXPECT_EQ(training::run_process(args, dir / "train.log", 600).exit_code, 0)
       << test_support::read_text(dir / "train.log");
@@ -423,7 +423,7 @@ sweep: {batch_sizes: [40, 256], checkpointing: [auto], warmup_steps: 0, measure_
   const int64_t beside = training::held_beside_step(at40, cpu, data::make_synthetic(80, 0), 0);
   const int64_t budget = (all.smallest_peak + all.plain_peak) / 2;
   const auto limit = static_cast<int64_t>(static_cast<double>(budget + beside) / 0.9);
-  const auto config = write_config(dir, yaml + "memory: {limit: " + std::to_string(limit) + "}\n");
+  const auto config = write_config(dir, yaml + "memory: {limit: " + std::to_string(limit) + "B}\n");
   ASSERT_EQ(training::run_sweep({config.string(), {}, (dir / "out").string(), TRAIN_BINARY, ""}),
             0);
   const auto trials = read_json(dir / "out" / "sweep.json").at("trials");
