@@ -687,8 +687,9 @@ TEST(Cli, BadMemoryLimitIsABadInput) {
   const auto r =
       run_train("--config " + write_tiny_config(dir).string() + " --memory-limit 12apples");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.output.find("--memory-limit: memory.limit: expected a size like 12GiB"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("--memory-limit: memory.limit: expected a size with its unit, like 12GiB"),
+      std::string::npos)
       << r.output;
 }
 
