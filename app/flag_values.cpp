@@ -65,27 +65,29 @@ training::PlanRequest plan_request(const PlanFlags& flags, training::PlanRequest
         "plan: expected one of --memory SIZE (e.g. 12GiB) or --card NAME (e.g. "
         "A100-40GB, or 24GiB)");
   }
-  if (!flags.overhead.empty()) {
-    // What lies beside the allocator is offered below the card's memory, where that reads.
-    int64_t card = training::kLargestCard;
-    try {
-      card = flags.card.empty() ? card_size_flag("--memory", flags.memory)
-                                : training::find_card(flags.card, 0).memory_bytes;
-    } catch (const UserError&) {  // refused below, in its own words
-    }
-    request.overhead = card_size_flag("--overhead", flags.overhead, 0, card - 1);
+  // A bare number is offered only the sizes a plan has room on: a card above what lies outside
+  // its allocator (--overhead as given where it reads, else 771 MiB) once the headroom is taken,
+  // and an overhead below the card's memory.
+  request.headroom = headroom_flag(flags.headroom);
+  std::optional<int64_t> beside;
+  try {
+    if (!flags.overhead.empty()) beside = training::parse_byte_size(trimmed(flags.overhead));
+  } catch (const std::invalid_argument&) {  // --overhead's own refusal, below
   }
+  const auto room = static_cast<int64_t>(
+      std::ceil(static_cast<double>(beside.value_or(training::kOutsideAllocatorBytes)) /
+                (1 - request.headroom)));
+  const int64_t card = flags.card.empty()
+                           ? card_size_flag("--memory", flags.memory, room)
+                           : training::find_card(flags.card, beside, request.headroom).memory_bytes;
+  if (!flags.overhead.empty())
+    request.overhead = card_size_flag("--overhead", flags.overhead, 0, card - 1);
+  request.memory = card;
   if (!flags.card.empty()) {
-    request.card =
-        training::find_card(flags.card, request.overhead);  // --overhead replaces 771 MiB
-    request.memory = request.card->memory_bytes;
+    request.card = training::find_card(flags.card, request.overhead);  // it replaces 771 MiB
     training::alloc_conf_from_environment();  // refused before the small sweep runs
-  } else {
-    request.memory = card_size_flag("--memory", flags.memory,
-                                    request.overhead.value_or(training::kOutsideAllocatorBytes));
   }
   check_json_output(request.json, request.output_dir);
-  request.headroom = headroom_flag(flags.headroom);
   if (!flags.target_batch.empty() &&
       (!training::config_yaml::decimal_integer(YAML::Node(trimmed(flags.target_batch)),
                                                request.target_batch) ||

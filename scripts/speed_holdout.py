@@ -435,7 +435,10 @@ def chosen_figures(args):
 def of_precision(precision, indexed):
     """The figures of `indexed` at `precision` (all where None), each keeping its index, so that a
     run's folder is the same with or without the filter (--reuse reads it back)."""
-    return [(i, fig) for i, fig in indexed if precision is None or fig["precision"] == precision]
+    kept = [(i, fig) for i, fig in indexed if precision is None or fig["precision"] == precision]
+    if indexed and not kept:
+        raise script_support.BadInput("--precision %s matches no figure" % precision)
+    return kept
 
 
 class Runs:

@@ -65,7 +65,7 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
     return message + held + "." + intact;
   // No smaller batch than the smallest that trains (training.batch_size 1 is refused where
   // BatchNorm's last map is 1x1: it was advised, then refused).
-  std::string remedies = step_remedies(config);
+  std::string remedies = step_remedies(config, limit);
   if (!config.checkpointing.enabled()) remedies += ", checkpointing.enabled: auto or true";
   if (config.data.device_resident) remedies += ", data.device_resident: false";
   message += remedies.empty() ? "more memory (memory.limit)" : remedies.substr(2);

@@ -205,6 +205,16 @@ Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
         with_hand_edits(resume.run_dir / "config.yaml", stored.config_yaml, origin, overrides));
   }
   refuse_another_output(config, stored.config_yaml, resume.run_dir);
+  // Without checkpoints a resume leaves the run's checkpoint.pt behind the epochs it trains: its
+  // report called the finished run stopped, and a later resume trained them again.
+  if (!config.checkpoint.enabled && !resume.run_dir.empty()) {
+    with_key_origins(config, [&] {
+      throw KeyError("checkpoint.enabled",
+                     "false on a resume would leave " + resume.checkpoint.string() +
+                         " behind the epochs it trains (a later resume trains them again): "
+                         "resume with checkpoints, or train a new run without them");
+    });
+  }
   recorded = stored_decisions(resume, stored, config);
   return config;
 }

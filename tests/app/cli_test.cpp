@@ -710,8 +710,8 @@ TEST(Cli, SweepRefusesABadGridBeforeAnyTrial) {
             "sweep.predict_for: expected a list of sizes with their unit like [12GiB, 24GiB], each "
             "at most 1024TiB, got 'lots' in the list"},
            {"--predict-for 24",
-            "sweep.predict_for: '24' has no unit; did you mean 24GiB or 24MiB or 24B? in the "
-            "list"},
+            "sweep.predict_for: '24' in the list has no unit; did you mean 24GiB or 24MiB or "
+            "24B?"},
            {"--find-max", "sweep.find_max: on the CPU there is no device memory to fill"}}) {
     const auto r = run_train("sweep --config " + config + " " + flags + " --output-dir " +
                              (dir / "sweep").string());
@@ -1025,6 +1025,14 @@ TEST(Cli, CompareShowsWhatDiffersAndDrawsTheCurves) {
               std::string::npos)
         << r.output;
   }
+  // Fifteenth pass: emptied, it was "a run with no epoch recorded yet ... continue it with:
+  // --resume", which then refused it as this does.
+  std::ofstream(dir / "cut/metrics.jsonl", std::ios::trunc).flush();
+  r = run_train("report " + (dir / "cut").string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("cut/metrics.jsonl: holds 0 of the 2 epoch(s) its checkpoint has done"),
+            std::string::npos)
+      << r.output;
   // Another model is compared all the same, and flagged.
   r = run_train("--config " + config + " --output-dir " + (dir / "rn50").string() +
                 " --set model.arch=resnet50 --set training.epochs=1 --set "

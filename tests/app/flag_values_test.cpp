@@ -157,6 +157,16 @@ TEST(FlagValues, APlansSizesTakeAUnit) {
     EXPECT_EQ(refusal(flags).find("GiB"), std::string::npos) << refusal(flags);
     EXPECT_EQ(refusal(flags), "--memory: expected a size above 0, got '" + zero + "'");
   }
+  // Fifteenth pass: sizes a plan always refuses were offered: 772MiB (above the 771 MiB outside
+  // the allocator, not once the 10% headroom is taken), and 800GiB beside a card not given right.
+  app::PlanFlags card;
+  card.card = "772";
+  EXPECT_EQ(refusal(card), "--card: '772' has no unit; did you mean 772GiB?");
+  card.card = "24";
+  card.overhead = "800";
+  EXPECT_EQ(refusal(card), "--card: '24' has no unit; did you mean 24GiB?");
+  card.card = "24GiB";
+  EXPECT_EQ(refusal(card), "--overhead: '800' has no unit; did you mean 800MiB or 800B?");
 }
 
 // PYTORCH_CUDA_ALLOC_CONF with an option the model does not follow is refused with --card before

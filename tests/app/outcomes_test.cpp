@@ -266,6 +266,25 @@ TEST(Outcomes, AStopMidEpochUnderTorchDataKeepsTheEpochsCheckpoint) {
   EXPECT_EQ(test_support::read_text(run / "checkpoint.pt"), checkpoint);
   const auto r = run_train("--resume " + run.string() + " --set training.epochs=2");
   EXPECT_EQ(r.code, 0) << r.output;
+  // Fifteenth pass: a run that ended part-way at training.max_steps under torch_data (which writes
+  // no mid-epoch checkpoint) was reported "stopped ... continue with --resume"; its rows say it
+  // reached its end. A resume without checkpoints, which left the checkpoint behind the epochs it
+  // trained (the finished run then reported stopped too), is refused.
+  const auto ended = dir / "ended";
+  ASSERT_EQ(run_train(tiny_run(dir, ended,
+                               "--set data.loader=torch_data --set training.epochs=2 --set "
+                               "training.max_steps=6"))
+                .code,
+            0);
+  ASSERT_EQ(run_train("report " + ended.string()).code, 0);
+  const auto report = test_support::read_text(ended / "report.md");
+  EXPECT_EQ(report.find("**stopped**"), std::string::npos) << report;
+  const auto refused = run_train("--resume " + run.string() +
+                                 " --set training.epochs=3 --set checkpoint.enabled=false");
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("checkpoint.enabled: false on a resume would leave"),
+            std::string::npos)
+      << refused.output;
 }
 
 // A mid-epoch checkpoint resumed under another seed, data size, augmentation or image size (eighth

@@ -519,6 +519,25 @@ TEST(Reliability, ADuplicatedEpochRowIsRefusedNotReportedAsAnotherEpoch) {
               std::string::npos)
         << r.output;
   }
+  // Fifteenth pass: a gap (epoch 3 after 1) and a step going down were reported.
+  auto next = nlohmann::json::parse(row);
+  next["epoch"] = 3;
+  next["step"] = next.at("step").get<int64_t>() * 2;
+  std::ofstream(run / "metrics.jsonl") << row << next.dump() << "\n";
+  auto r = run_train("report " + run.string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("row 2: epoch 3 after epoch 1; a run records each epoch once, in order "
+                          "from 1"),
+            std::string::npos)
+      << r.output;
+  next["epoch"] = 2;
+  next["step"] = 1;
+  std::ofstream(run / "metrics.jsonl") << row << next.dump() << "\n";
+  r = run_train("report " + run.string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("row 2: step 1 after step 4 (epoch 1's); a run's steps only grow"),
+            std::string::npos)
+      << r.output;
 }
 
 // Round 3: `train compare` set a steady rate against one with the warm-up in it ("images/s vs

@@ -101,6 +101,11 @@ class SpeedHoldoutTest(unittest.TestCase):
                                 "--precision", "bf16")
             self.assertEqual(proc.returncode, 2)
             self.assertIn("invalid choice: 'bf16'", proc.stderr)
+        # One that keeps no figure is refused, nothing written (it wrote an empty report, exit 0).
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = self.holdout(tmp, "--train", str(stand_in(tmp)), "--figures", str(figures(tmp, "T4")),
+                                "--out", str(Path(tmp) / "out"), "--precision", "fp16")
+            self.assertRefused(tmp, proc, "--precision fp16 matches no figure")
 
     def test_an_infinite_timeout_is_refused(self):
         """`--timeout inf` passed the check and each run's wait raised OverflowError: a traceback."""

@@ -85,8 +85,8 @@ TEST(OutOfMemory, TheSmallestBatchThatTrainsIsWhatMustFitAndNoSmallerOneIsAdvise
   const auto message = training::out_of_memory_message(config, torch::kCPU, step, "");
   EXPECT_EQ(message.find("a smaller training.batch_size"), std::string::npos) << message;
   EXPECT_EQ(message.find("find-max"), std::string::npos) << message;  // it finds no smaller one
-  EXPECT_NE(message.find("Remedies: training.precision: bf16 or fp16 (now fp32)"),
-            std::string::npos)
+  // Nor bf16, whose autocast copies beside the weights take more than the 4 images left.
+  EXPECT_NE(message.find("Remedies: checkpointing.enabled: auto or true."), std::string::npos)
       << message;
   config.training.batch_size = 3;
   EXPECT_NE(training::out_of_memory_message(config, torch::kCPU, step, "")
@@ -169,14 +169,25 @@ TEST(OutOfMemory, TheImageSizeAndTheWeightAverageAreRemediesOfAStep) {
   // One list of a step's own remedies for train's line and checkpointing's (the batch and the
   // precision were written in both).
   const std::string batch = std::to_string(config.training.batch_size);
-  EXPECT_EQ(training::step_remedies(config),
+  EXPECT_EQ(training::step_remedies(config, int64_t{64} << 30),
             ", a smaller training.batch_size (now " + batch +
                 "), training.precision: bf16 or fp16 (now fp32), a smaller data.image_size (now "
                 "1024), training.ema_decay: 0");
   config.data.image_size = 16;  // already below the images as stored
   config.training.ema_decay = 0;
   config.training.precision = training::Precision::BF16;
-  EXPECT_EQ(training::step_remedies(config), ", a smaller training.batch_size (now " + batch + ")");
+  EXPECT_EQ(training::step_remedies(config, int64_t{64} << 30),
+            ", a smaller training.batch_size (now " + batch + ")");
+  // Fifteenth pass: bf16 was offered where autocast's copies beside the weights leave no room
+  // under the limit (and bf16 then offered fp32): only where they fit.
+  config.training.precision = training::Precision::FP32;
+  training::Config half = config;
+  half.training.precision = training::Precision::BF16;
+  const int64_t between = (training::held_whatever_the_batch(config).bytes +
+                           training::held_whatever_the_batch(half).bytes) /
+                          2;
+  ASSERT_FALSE(training::weights_alone_remedy(half, between).empty());
+  EXPECT_EQ(training::step_remedies(config, between).find("bf16"), std::string::npos);
 }
 
 // An evaluation that ran out of memory at one image per forward pass (it halves its passes before

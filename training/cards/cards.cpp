@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <stdexcept>
 
 #include "training/config/config_yaml.h"
@@ -97,7 +98,8 @@ const std::vector<Card>& known_cards() {
   return cards;
 }
 
-Card find_card(const std::string& given, std::optional<int64_t> outside_allocator) {
+Card find_card(const std::string& given, std::optional<int64_t> outside_allocator,
+               double headroom) {
   // Spaces around the flag's value are no part of it (' 24GiB' was an unknown card's name).
   const std::string text = config_yaml::trimmed(given);
   for (const auto& known : known_cards()) {
@@ -120,9 +122,10 @@ Card find_card(const std::string& given, std::optional<int64_t> outside_allocato
         }
       }
     }
-    const std::string bare =
-        no_unit_refusal(text, outside_allocator.value_or(beside_tensors({}).outside_allocator),
-                        kLargestCard, named);
+    const auto beside =
+        static_cast<double>(outside_allocator.value_or(beside_tensors({}).outside_allocator));
+    const std::string bare = no_unit_refusal(
+        text, static_cast<int64_t>(std::ceil(beside / (1 - headroom))), kLargestCard, named);
     if (!bare.empty()) throw UserError("--card: " + bare);
     const int64_t bytes = size_flag("--card", text);
     if (bytes > kLargestCard) {  // caching_allocator.cpp's address span is no larger

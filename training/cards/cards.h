@@ -67,8 +67,11 @@ const std::vector<Card>& known_cards();
 // A card by name (case and '-'/'_'/' ' ignored) or by size ("24GiB", parse_byte_size's forms).
 // Throws UserError "--card: unknown card 'X' (did you mean 'Y'?)" naming the known ones otherwise.
 // A card by size must be larger than what lies outside its allocator: `outside_allocator` where
-// given (train plan's --overhead), else beside_tensors' figure.
-Card find_card(const std::string& text, std::optional<int64_t> outside_allocator = std::nullopt);
+// given (train plan's --overhead), else beside_tensors' figure. A bare number is refused, offered
+// the sizes with a unit that leave room beside that once `headroom` (a plan's share kept free) is
+// taken, and the cards whose names hold it.
+Card find_card(const std::string& text, std::optional<int64_t> outside_allocator = std::nullopt,
+               double headroom = 0);
 
 BesideTensors beside_tensors(const Card& card);
 

@@ -269,8 +269,8 @@ class Reader {
     list(name, out, false,
          "expected a list of sizes with their unit like [12GiB, 24GiB], each at most 1024TiB",
          [&](const YAML::Node& item, int64_t& value) {
-           const std::string bare = no_unit_refusal(item.Scalar());
-           if (!bare.empty()) fail(name, bare + " in the list");
+           std::string bare = no_unit_refusal(item.Scalar());
+           if (!bare.empty()) fail(name, bare.insert(bare.find(" has no unit"), " in the list"));
            try {
              value = parse_byte_size(item.Scalar());
              return value > 0 && value <= kLargestCard;

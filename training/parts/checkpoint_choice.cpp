@@ -62,7 +62,7 @@ std::string remedies(const Config& config, const torch::Device& device, int64_t 
   const std::string more =
       budget_stands_in_the_way(config, needed) ? "a larger checkpointing.budget" : "more memory";
   if (std::string held = weights_alone_remedy(config, budget, more); !held.empty()) return held;
-  const std::string smaller = step_remedies(config);
+  const std::string smaller = step_remedies(config, budget);
   return (smaller.empty() ? "" : smaller.substr(2) + ", or ") + more_budget(config, device, needed);
 }
 

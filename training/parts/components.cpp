@@ -155,12 +155,14 @@ bool smaller_batch_trains(const Config& config) {
          models::smallest_trainable_batch(config.model, config.data.image_size);
 }
 
-std::string step_remedies(const Config& config) {
+std::string step_remedies(const Config& config, int64_t limit) {
   std::string more;
   if (smaller_batch_trains(config))
     more +=
         ", a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
-  if (config.training.precision == Precision::FP32)
+  Config half = config;
+  half.training.precision = Precision::BF16;
+  if (config.training.precision == Precision::FP32 && weights_alone_remedy(half, limit).empty())
     more += ", training.precision: bf16 or fp16 (now fp32)";
   if (config.data.image_size > kStoredImageSize)
     more += ", a smaller data.image_size (now " + std::to_string(config.data.image_size) + ")";

@@ -79,10 +79,11 @@ std::string weights_alone_remedy(const Config& config, int64_t limit,
 bool smaller_batch_trains(const Config& config);
 
 // The remedies of a step that runs out of memory in its own settings, each with a leading ", ":
-// a smaller training.batch_size where a smaller one trains, bf16 or fp16 for fp32, a smaller
-// data.image_size where the images are resized up, and training.ema_decay: 0 where a weight
-// average is kept; empty where none applies.
-std::string step_remedies(const Config& config);
+// a smaller training.batch_size where a smaller one trains, bf16 or fp16 for fp32 where autocast's
+// copies beside the weights leave room under `limit` (they did not: bf16 was offered, and then
+// refused offering fp32), a smaller data.image_size where the images are resized up, and
+// training.ema_decay: 0 where a weight average is kept; empty where none applies.
+std::string step_remedies(const Config& config, int64_t limit);
 
 // Refuses before anything is measured or written: what the run holds whatever the batch taking
 // memory.limit (or with checkpointing auto, checkpointing.budget) or more (OutOfMemory, exit 3:

@@ -172,6 +172,10 @@ int64_t parse_byte_size(const std::string& text) {
   }
   const std::optional<WrittenSize> written = written_size(text);
   if (!written) throw std::invalid_argument(expected);
+  // A number without its unit is told so first, whatever else it is (too many decimals, too large).
+  if (const std::string bare = no_unit_refusal(text); !bare.empty()) {
+    throw std::invalid_argument(bare);
+  }
   const std::string too_large = "'" + text + "' is more than 9e18 bytes, the largest size taken";
   std::string whole = written->whole, fraction = written->fraction;
   whole.erase(0, std::min(whole.find_first_not_of('0'), whole.size() - 1));  // leading zeros
@@ -206,8 +210,6 @@ int64_t parse_byte_size(const std::string& text) {
   for (size_t i = 0; i < fraction.size(); ++i) scale *= 10;
   const int64_t bytes_per_unit = known->second;
   const int64_t parts = fraction.empty() ? 0 : std::stoll(fraction);
-  const bool zero = whole == "0" && parts == 0;  // no unit makes 0 a size: size_flag says so
-  if (unit.empty() && !zero) throw std::invalid_argument(no_unit_refusal(text));
   const auto fraction_bytes = static_cast<int64_t>(static_cast<__int128>(parts) * bytes_per_unit /
                                                    static_cast<__int128>(scale));
   const int64_t bytes = std::stoll(whole) * bytes_per_unit + fraction_bytes;
@@ -244,7 +246,7 @@ std::string no_unit_refusal(const std::string& text, int64_t above, int64_t at_m
   std::string forms;
   for (const auto& form : meant) forms += (forms.empty() ? "" : " or ") + form;
   return "'" + number + "' has no unit; " +
-         (forms.empty() ? "give one, e.g. 12GiB or 512MiB" : "did you mean " + forms + "?");
+         (forms.empty() ? "give one, e.g. 24GiB" : "did you mean " + forms + "?");
 }
 
 int64_t size_flag(const std::string& flag, const std::string& text) {

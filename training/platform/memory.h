@@ -92,8 +92,8 @@ inline constexpr int64_t kLargestCard = int64_t{1} << 50;
 int64_t parse_byte_size(const std::string& text);
 // For `text` a number without its unit (0 aside, which no unit makes a size): "'24' has no unit;
 // did you mean 24GiB or 24MiB or 24B?", offering the forms with a unit that are read as sizes
-// above `above` and at most `at_most`, then `more` ("the card RTX4090"); "give one, e.g. 12GiB or
-// 512MiB" where none is. "" for any other text.
+// above `above` and at most `at_most`, then `more` ("the card RTX4090"); "give one, e.g. 24GiB"
+// where none is. "" for any other text.
 std::string no_unit_refusal(const std::string& text, int64_t above = 0,
                             int64_t at_most = kLargestCard,
                             const std::vector<std::string>& more = {});

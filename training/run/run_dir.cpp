@@ -240,12 +240,21 @@ std::vector<EpochRecord> read_metrics(const fs::path& file) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const std::string where = file.string() + " row " + std::to_string(i + 1);
     records.push_back(epoch_record_from_json(rows[i], where));
-    // train writes each epoch once, in order (a redone epoch replaces its row): anything else was
-    // edited by hand, and would be reported as one more epoch.
-    if (records.size() > 1 && records.back().epoch <= records[records.size() - 2].epoch) {
-      throw UserError(where + ": epoch " + std::to_string(records.back().epoch) + " after epoch " +
-                      std::to_string(records[records.size() - 2].epoch) +
-                      "; a run records each epoch once, in order (the file was edited or damaged)");
+    // train writes each epoch once, in order from 1 (a redone epoch replaces its row), each at
+    // more steps than the last: anything else was edited by hand, and would be reported as another
+    // run (fifteenth pass: a gap, epoch 3 after 1, and a step going down were reported).
+    const EpochRecord& row = records.back();
+    const EpochRecord* before = records.size() > 1 ? &records[records.size() - 2] : nullptr;
+    const std::string edited = "(the file was edited or damaged)";
+    if (row.epoch != (before ? before->epoch + 1 : 1)) {
+      throw UserError(where + ": epoch " + std::to_string(row.epoch) +
+                      (before ? " after epoch " + std::to_string(before->epoch) : " first") +
+                      "; a run records each epoch once, in order from 1 " + edited);
+    }
+    if (before && row.step < before->step) {
+      throw UserError(where + ": step " + std::to_string(row.step) + " after step " +
+                      std::to_string(before->step) + " (epoch " + std::to_string(before->epoch) +
+                      "'s); a run's steps only grow " + edited);
     }
   }
   return records;
@@ -264,7 +273,7 @@ RunRecord recorded_run(const fs::path& run_dir, const std::string& what, bool in
     }
   }
   auto& epochs = record.epochs = read_metrics(run_dir / "metrics.jsonl");
-  if (at && !in_training && !epochs.empty()) {
+  if (at && !in_training) {  // none at all too: a resume refuses that run as "holds 0 of ..."
     check_rows_cover(run_dir, epochs, at->epoch, "the " + what + " would be of those");
   }
   if (!epochs.empty()) return record;

@@ -134,7 +134,10 @@ std::optional<Stopped> stopped_at(const RunRecord& run, const Config& c) {
   if (first_diverged(epochs)) return std::nullopt;  // its own row says where it stopped
   const auto& last = epochs.back();
   const int64_t epoch = at ? at->epoch : last.epoch, step = at ? at->step : last.step;
-  if (reached_its_end(c, epoch, step)) return std::nullopt;
+  // Its rows may say it reached its end where its checkpoint does not: training.max_steps ended an
+  // epoch part-way under torch_data, which checkpoints no part of an epoch.
+  if (reached_its_end(c, epoch, step) || reached_its_end(c, last.epoch, last.step))
+    return std::nullopt;
   TrainState recorded;  // without a readable checkpoint, the last epoch recorded
   recorded.epoch = last.epoch;
   recorded.step = last.step;

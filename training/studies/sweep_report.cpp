@@ -279,7 +279,11 @@ std::string markdown(const SweepFacts& facts, const std::vector<SettingSummary>&
   settings_table(md, cells);
   run_flags_list(md, facts, cells);
   predictions_table(md, facts, cells);
-  md << "\nPlots" << (complete ? "" : ", where drawn (after the last trial; not after a stop)")
+  // Drawn after this is written, from the trials that measured a step (none: no plot).
+  md << "\nPlots, where drawn ("
+     << (complete ? "none where no trial measured a step"
+                  : "after the last trial; not after a stop")
+     << ")"
      << ": `peak_memory.png` (peak memory against batch size, the limit drawn), "
         "`throughput.png` (images/s against batch size).\n";
   return md.str();

@@ -84,7 +84,7 @@ TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
   EXPECT_EQ(refusal("1.5"), "--card: '1.5' has no unit; did you mean 1.5GiB?");
   // Thirteenth pass: 0.5GiB was offered, and refused as no larger than what lies outside the
   // allocator; only what is taken is offered.
-  EXPECT_EQ(refusal("0.5"), "--card: '0.5' has no unit; give one, e.g. 12GiB or 512MiB");
+  EXPECT_EQ(refusal("0.5"), "--card: '0.5' has no unit; give one, e.g. 24GiB");
   EXPECT_EQ(refusal("2.5."),
             "--card: expected a size with its unit, like 12GiB, 512MiB or 1.5GB, "
             "got '2.5.'");

@@ -117,8 +117,8 @@ TEST(Config, YamlRoundTripIsExact) {
                 .find("c.yaml: sweep.predict_for: expected a list of sizes with their unit"),
             0u);
   EXPECT_EQ(error_of("sweep: {predict_for: [24]}"),
-            "c.yaml: sweep.predict_for: '24' has no unit; did you mean 24GiB or 24MiB or 24B? in "
-            "the list");
+            "c.yaml: sweep.predict_for: '24' in the list has no unit; did you mean 24GiB or 24MiB "
+            "or 24B?");
   EXPECT_EQ(back.sweep.precisions, (std::vector<training::Precision>{training::Precision::FP16,
                                                                      training::Precision::BF16}));
   EXPECT_EQ(back.training.precision, training::Precision::BF16);

@@ -148,7 +148,7 @@ TEST(ByteSize, ANumberWithoutItsUnitIsToldTheFormsItMayHaveMeant) {
   // Only forms at most the largest card (1024TiB) and of at least a byte.
   EXPECT_EQ(error("25769803776"), "'25769803776' has no unit; did you mean 25769803776B?");
   EXPECT_EQ(error("0.5"), "'0.5' has no unit; did you mean 0.5GiB or 0.5MiB?");
-  EXPECT_EQ(error("0.0000000001"), "'0.0000000001' has no unit; give one, e.g. 12GiB or 512MiB");
+  EXPECT_EQ(error("0.0000000001"), "'0.0000000001' has no unit; give one, e.g. 24GiB");
   EXPECT_EQ(training::no_unit_refusal("24", int64_t{771} << 20),  // above what lies beside it
             "'24' has no unit; did you mean 24GiB?");
   EXPECT_EQ(training::no_unit_refusal(" 800 ", 0, int64_t{24} << 30),  // below the card's memory
@@ -184,8 +184,8 @@ TEST(ByteSize, ItsLimitsAreSaidAsLimits) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(error("10000000000000000000"),
-            "'10000000000000000000' is more than 9e18 bytes, the largest size taken");
+  EXPECT_EQ(error("10000000000000000000B"),
+            "'10000000000000000000B' is more than 9e18 bytes, the largest size taken");
   EXPECT_EQ(error("9000000TiB"), "'9000000TiB' is more than 9e18 bytes, the largest size taken");
   EXPECT_EQ(error("8796093022208TiB"),
             "'8796093022208TiB' is more than 9e18 bytes, the largest size taken");
@@ -193,8 +193,11 @@ TEST(ByteSize, ItsLimitsAreSaidAsLimits) {
   // 19 digits up to 9e18 are a size; a text longer than any size is refused before the regex
   // (30000 digits crashed libstdc++'s recursive matcher).
   EXPECT_EQ(training::parse_byte_size("9000000000000000000B"), int64_t{9000000000000000000});
-  EXPECT_EQ(error("9000000000000000001"),
-            "'9000000000000000001' is more than 9e18 bytes, the largest size taken");
+  EXPECT_EQ(error("9000000000000000001B"),
+            "'9000000000000000001B' is more than 9e18 bytes, the largest size taken");
+  // A number without its unit is told so before its other faults (fifteenth pass: "has more than
+  // 12 decimal places" where --card said "has no unit").
+  EXPECT_EQ(error("0.0000000000001"), "'0.0000000000001' has no unit; give one, e.g. 24GiB");
   EXPECT_EQ(error(std::string(30000, '1').c_str()),
             "'111111111111111111111111...' is 30000 characters long, more than a size takes (64)");
 }
