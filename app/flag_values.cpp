@@ -77,16 +77,13 @@ training::PlanRequest plan_request(const PlanFlags& flags, training::PlanRequest
   const auto room = static_cast<int64_t>(
       std::ceil(static_cast<double>(beside.value_or(training::kOutsideAllocatorBytes)) /
                 (1 - request.headroom)));
-  const int64_t card = flags.card.empty()
-                           ? card_size_flag("--memory", flags.memory, room)
-                           : training::find_card(flags.card, beside, request.headroom).memory_bytes;
+  // Found once: --overhead, where it reads (it is refused below otherwise), replaces 771 MiB.
+  if (!flags.card.empty()) request.card = training::find_card(flags.card, beside, request.headroom);
+  request.memory =
+      request.card ? request.card->memory_bytes : card_size_flag("--memory", flags.memory, room);
   if (!flags.overhead.empty())
-    request.overhead = card_size_flag("--overhead", flags.overhead, 0, card - 1);
-  request.memory = card;
-  if (!flags.card.empty()) {
-    request.card = training::find_card(flags.card, request.overhead);  // it replaces 771 MiB
-    training::alloc_conf_from_environment();  // refused before the small sweep runs
-  }
+    request.overhead = card_size_flag("--overhead", flags.overhead, 0, request.memory - 1);
+  if (request.card) training::alloc_conf_from_environment();  // refused before the small sweep
   check_json_output(request.json, request.output_dir);
   if (!flags.target_batch.empty() &&
       (!training::config_yaml::decimal_integer(YAML::Node(trimmed(flags.target_batch)),

@@ -240,8 +240,8 @@ std::vector<EpochRecord> read_metrics(const fs::path& file) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const std::string where = file.string() + " row " + std::to_string(i + 1);
     records.push_back(epoch_record_from_json(rows[i], where));
-    // train writes each epoch once, in order from 1 (a redone epoch replaces its row), each at
-    // more steps than the last: anything else was edited by hand, and would be reported as another
+    // train writes each epoch once, in order from 1 (a redone epoch replaces its row), each at no
+    // fewer steps than the last: anything else was edited by hand, and would be reported as another
     // run (fifteenth pass: a gap, epoch 3 after 1, and a step going down were reported).
     const EpochRecord& row = records.back();
     const EpochRecord* before = records.size() > 1 ? &records[records.size() - 2] : nullptr;
