@@ -153,9 +153,10 @@ CLI::App* add_memory_command(CLI::App& app, Arguments& a) {
                         "With --card: predict only, without measuring the step at the batch here"));
   memory->add_option("--snapshot", a.memory.snapshot,
                      "With --card: write the card's predicted allocator (segments, blocks, events "
-                     "over the step) to this file in PyTorch's memory-snapshot format, for "
-                     "`python -m torch.cuda._memory_viz trace_plot FILE -o FILE.html` (several "
-                     "settings: one file each, the setting's name before the extension)");
+                     "over the step) to this file in PyTorch's memory-snapshot format, for its "
+                     "viewer (`-m torch.cuda._memory_viz trace_plot FILE -o FILE.html` in a "
+                     "Python with torch: the log names this build's; several settings: one file "
+                     "each, the setting's name before the extension)");
   return memory;
 }
 

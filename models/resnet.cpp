@@ -48,6 +48,23 @@ int64_t smallest_trainable_batch(const ResNetOptions& options, int64_t image_siz
   return smallest_feature_map(options, image_size) > 1 ? 1 : 2;
 }
 
+int64_t block_input_elements(const ResNetOptions& options, int64_t image_size) {
+  const auto layout = layouts().find(options.depth());
+  if (layout == layouts().end()) return 0;
+  const auto halved = [](int64_t n) { return (n + 1) / 2; };  // a stride-2 step, as above
+  int64_t side = options.stem() == Stem::ImageNet ? halved(halved(image_size)) : image_size;
+  int64_t channels = 64, elements = 0;
+  const int64_t expansion = layout->second.bottleneck ? 4 : 1;
+  for (size_t stage = 0; stage < layout->second.blocks.size(); ++stage) {
+    for (int64_t block = 0; block < layout->second.blocks[stage]; ++block) {
+      elements += channels * side * side;
+      if (stage > 0 && block == 0) side = halved(side);
+      channels = (int64_t{64} << stage) * expansion;
+    }
+  }
+  return elements;
+}
+
 const std::vector<int64_t>& supported_depths() {
   static const std::vector<int64_t> depths = [] {
     std::vector<int64_t> d;

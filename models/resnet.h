@@ -39,6 +39,10 @@ std::vector<std::string> block_names(int64_t depth);
 int64_t smallest_feature_map(const ResNetOptions& options, int64_t image_size);
 // The smallest batch the model trains on at `image_size`: 1, or 2 where smallest_feature_map is 1.
 int64_t smallest_trainable_batch(const ResNetOptions& options, int64_t image_size);
+// The elements, per image, of every residual block's input at `image_size` x `image_size` (the
+// stem's output, then each block's output but the last's): what a step with every block recomputed
+// keeps through its forward for the backward. 303,104 for ResNet-18 with the CIFAR stem at 32.
+int64_t block_input_elements(const ResNetOptions& options, int64_t image_size);
 
 class BasicBlockImpl : public torch::nn::Module {
  public:

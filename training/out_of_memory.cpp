@@ -66,7 +66,10 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
   // No smaller batch than the smallest that trains (training.batch_size 1 is refused where
   // BatchNorm's last map is 1x1: it was advised, then refused).
   std::string remedies = step_remedies(config, limit);
-  if (!config.checkpointing.enabled()) remedies += ", checkpointing.enabled: auto or true";
+  // Not where it cannot fit, nor with a captured step (training.cuda_graph: on refuses it).
+  if (!config.checkpointing.enabled() && config.training.cuda_graph != CudaGraphMode::On &&
+      every_block_recomputed_can_fit(config, limit))
+    remedies += ", checkpointing.enabled: auto or true";
   if (config.data.device_resident) remedies += ", data.device_resident: false";
   message += remedies.empty() ? "more memory (memory.limit)" : remedies.substr(2);
   // The sweep needs more than its flag to run (the run's config, its limit): named, not typed out;

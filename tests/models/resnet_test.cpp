@@ -75,6 +75,33 @@ TEST(ResNet, TheSmallestFeatureMapSaysWhetherABatchOfOneTrains) {
   }
 }
 
+// What a step with every block recomputed keeps through its forward: each block's input, counted
+// from the architecture alone, against the inputs the model's own blocks receive, for every depth,
+// both stems, at sizes around each halving; and one hand count.
+TEST(ResNet, TheBlocksInputsAreCountedAsTheBlocksReceiveThem) {
+  EXPECT_EQ(models::block_input_elements(models::ResNetOptions(18), 32),
+            3 * 64 * 32 * 32 + 2 * 128 * 16 * 16 + 2 * 256 * 8 * 8 + 512 * 4 * 4);
+  for (const int64_t depth : models::supported_depths()) {
+    for (auto stem : {models::Stem::Cifar, models::Stem::ImageNet}) {
+      auto model = make(depth, stem, 10);
+      int64_t received = 0;
+      const auto sizes = std::vector<int64_t>(model->blocks().size(), 1);
+      model->set_segments(sizes, [&](const models::Segment& segment, const torch::Tensor& x) {
+        received += x.numel() / x.size(0);
+        return segment.forward(x);
+      });
+      torch::NoGradGuard no_grad;
+      model->eval();
+      for (const int64_t size : {9, 17, 32, 33}) {
+        received = 0;
+        model->forward(torch::zeros({1, 3, size, size}));
+        EXPECT_EQ(models::block_input_elements(model->options(), size), received)
+            << "ResNet-" << depth << ", stem " << static_cast<int>(stem) << ", size " << size;
+      }
+    }
+  }
+}
+
 TEST(ResNet, ParameterNamesFollowTorchvision) {
   auto model = make(50, models::Stem::ImageNet, 1000);
   auto params = model->named_parameters();

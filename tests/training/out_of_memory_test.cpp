@@ -94,6 +94,38 @@ TEST(OutOfMemory, TheSmallestBatchThatTrainsIsWhatMustFitAndNoSmallerOneIsAdvise
             std::string::npos);
 }
 
+// "checkpointing.enabled: auto or true" was offered whatever the limit; at batch 512 with 200 MiB
+// beside the weights, ResNet-18's blocks' inputs alone (303,104 values an image: 592 MiB in fp32)
+// exceed it, and auto then measured for nothing. It is offered where they fit, at batch 32.
+TEST(OutOfMemory, CheckpointingIsOfferedOnlyWhereRecomputingEveryBlockCanFit) {
+  training::Config config;
+  config.model.depth(18);
+  const training::OutOfMemoryWhere step{training::OutOfMemoryWhere::Training,
+                                        "in epoch 1 after 0 steps", false, false};
+  config.memory.limit = training::held_whatever_the_batch(config).bytes + (int64_t{200} << 20);
+  config.training.batch_size = 512;
+  auto message = training::out_of_memory_message(config, torch::kCPU, step, "");
+  EXPECT_EQ(message.find("checkpointing"), std::string::npos) << message;
+  EXPECT_NE(message.find("Remedies: a smaller training.batch_size (now 512)"), std::string::npos)
+      << message;
+  config.training.batch_size = 32;
+  message = training::out_of_memory_message(config, torch::kCPU, step, "");
+  EXPECT_NE(message.find(", checkpointing.enabled: auto or true"), std::string::npos) << message;
+  // A captured step (training.cuda_graph: on) refuses checkpointing and fp16: neither is offered.
+  config.training.cuda_graph = training::CudaGraphMode::On;
+  message = training::out_of_memory_message(config, torch::kCPU, step, "");
+  EXPECT_EQ(message.find("checkpointing"), std::string::npos) << message;
+  EXPECT_NE(message.find("training.precision: bf16 (now fp32)"), std::string::npos) << message;
+  config.training.cuda_graph = training::CudaGraphMode::Auto;
+  // The second micro-batch holds the first one's gradients beside the blocks' inputs.
+  // (Batch 96: 136 MiB of inputs and blocks' inputs, the gradients 42.6 MiB.)
+  const int64_t limit = training::held_whatever_the_batch(config).bytes + (int64_t{100} << 20);
+  config.training.batch_size = 96;
+  EXPECT_TRUE(training::every_block_recomputed_can_fit(config, limit));
+  config.training.accumulate_steps = 2;
+  EXPECT_FALSE(training::every_block_recomputed_can_fit(config, limit));
+}
+
 // Twelfth pass: "memory.limit 127.91 MiB: the weights ... alone take 127.91 MiB" (134,126,104
 // bytes against 127.91 MiB): the two sides are written apart where they differ.
 TEST(OutOfMemory, TheLimitAndWhatTheRunHoldsAreWrittenApart) {
@@ -163,9 +195,11 @@ TEST(OutOfMemory, TheImageSizeAndTheWeightAverageAreRemediesOfAStep) {
   config.data.image_size = 1024;
   config.training.ema_decay = 0.99;
   message = training::out_of_memory_message(config, torch::kCPU, step, "");
-  EXPECT_NE(message.find(", a smaller data.image_size (now 1024), training.ema_decay: 0, "),
+  EXPECT_NE(message.find(", a smaller data.image_size (now 1024), training.ema_decay: 0; "),
             std::string::npos)
       << message;
+  // Not checkpointing: 128 images' blocks' inputs at 1024x1024 alone take far more than the limit.
+  EXPECT_EQ(message.find("checkpointing"), std::string::npos) << message;
   // One list of a step's own remedies for train's line and checkpointing's (the batch and the
   // precision were written in both).
   const std::string batch = std::to_string(config.training.batch_size);

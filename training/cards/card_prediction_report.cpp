@@ -150,14 +150,21 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
            speed_text(p);
   }
   if (!r.fits) {
+    // Under memory.limit, the limit it needs where the card holds it (a larger card under the
+    // same limit fits no more); else the card it needs.
+    const bool limit_needed = p.limited_by_memory_limit &&
+                              p.needed_limit <= p.card.memory_bytes - p.beside.outside_allocator;
+    const std::string needs =
+        limit_needed ? "a memory.limit of at least " + size_at_least_text(p.needed_limit) +
+                           " (--memory-limit " + size_at_least_text(p.needed_limit) + "; "
+                     : size_at_least_text(p.needed_limit + p.beside.outside_allocator) +
+                           " on the device, on the smallest card it fits (";
     return fmt::format(
-               "{} on {} ({}): batch {} does not fit: out of memory in {}; it needs {} on the "
-               "device, on the smallest card it fits ({} reserved, {} allocated{}), {}; the "
-               "largest batch that fits is {}{}",
+               "{} on {} ({}): batch {} does not fit: out of memory in {}; it needs {}{} reserved, "
+               "{} allocated{}), {}; the largest batch that fits is {}{}",
                setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size, r.failed_at,
-               size_at_least_text(p.needed_limit + p.beside.outside_allocator),
-               format_bytes(p.needed.peak_reserved), format_bytes(p.needed.peak_allocated),
-               p.needed_by_size > 0 && p.needed_by_size <= kLargestCard
+               needs, format_bytes(p.needed.peak_reserved), format_bytes(p.needed.peak_allocated),
+               !limit_needed && p.needed_by_size > 0 && p.needed_by_size <= kLargestCard
                    ? "; a card given by its size, with cuBLAS workspaces of " +
                          format_bytes(beside_tensors(Card{}).cublas_workspace) + ": --card " +
                          size_at_least_text(p.needed_by_size)

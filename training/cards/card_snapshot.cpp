@@ -8,6 +8,7 @@
 #include "training/platform/atomic_file.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
+#include "training/platform/process.h"
 #include "training/platform/stop_signal.h"
 #include "training/run/output_file.h"
 
@@ -73,10 +74,11 @@ void write_card_snapshot(const fs::path& file, const AllocatorSnapshot& snapshot
   page.replace_extension(".html");
   spdlog::info(
       "{} on {}: the allocator's predicted segments ({} reserved: the reserved peak, in {}) and "
-      "its {} events in {}; view it with `python -m torch.cuda._memory_viz trace_plot {} -o "
-      "{}` or at https://pytorch.org/memory_viz",
+      "its {} events in {}; view it with `{} -m torch.cuda._memory_viz trace_plot {} -o {}` or "
+      "at https://pytorch.org/memory_viz",
       setting, p.card.name, format_bytes(snapshot.reserved), snapshot.peak_phase,
-      snapshot.trace.size(), file.string(), shell_word(file.string()), shell_word(page.string()));
+      snapshot.trace.size(), file.string(), shell_word(python_executable()),
+      shell_word(file.string()), shell_word(page.string()));
   if (snapshot.left_out > 0) {
     spdlog::info(
         "{} on {}: the snapshot ends at the reserved peak; the {} events after it (where the "

@@ -1,9 +1,13 @@
 #include "training/config/config_yaml.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 namespace training::config_yaml {
@@ -123,6 +127,17 @@ std::optional<double> real_number(std::string text, bool percent) {
   if (!YAML::convert<double>::decode(YAML::Node(text), value) || !std::isfinite(value))
     return std::nullopt;
   return as_percent ? value / 100 : value;
+}
+
+std::string percent_text(double share) {
+  for (int digits = 9; digits <= 17; ++digits) {
+    const std::string text = fmt::format("{:.{}g}%", share * 100, digits);
+    const double back = real_number(text, true).value_or(-1);
+    if (std::abs(back - share) <= 4 * std::numeric_limits<double>::epsilon() * std::abs(share) &&
+        (back < 1 || share >= 1))
+      return text;
+  }
+  return fmt::format("{}", share);
 }
 
 bool decimal_integer(const YAML::Node& node, int64_t& out) {

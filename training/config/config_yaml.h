@@ -76,6 +76,10 @@ bool decimal_integer(const YAML::Node& node, int64_t& out);
 // A finite number, or with `percent` also a percentage as the program prints one ("5.0%", "5 %"
 // are 0.05); nullopt when it is neither. One reader for the keys and the flags that take a share.
 std::optional<double> real_number(std::string text, bool percent);
+// Its inverse for a share below 1 (a headroom): "12.345%", "99.9%", "10%", in the fewest digits
+// (nine at least) that real_number reads back as `share`, to the last bits its /100 rounds, and
+// below 100% (nine digits said 99.99999999% as a refused 100%); else the fraction itself.
+std::string percent_text(double share);
 
 // Reads a YAML document as walk() visits the schema, checking each field (type, range, choice) and
 // refusing keys the schema lacks with the nearest valid name, naming the file or the flag.
@@ -251,8 +255,9 @@ class Reader {
   void bytes(const std::string& name, int64_t& out) {
     const auto node = field(name);
     if (!node) return;
-    if (node->IsNull()) return void(out = 0);
-    if (!node->IsScalar()) fail(name, "expected a size like 12GiB, got " + describe(*node));
+    // Nothing (`limit:`, --memory-limit ' ') is not none: what was written must be what is taken.
+    if (!node->IsScalar() || node->IsNull())
+      fail(name, "expected a size like 12GiB, or none, got " + describe(*node));
     if (node->Scalar() == "none") return void(out = 0);
     try {
       out = parse_byte_size(node->Scalar());

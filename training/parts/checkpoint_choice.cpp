@@ -48,10 +48,11 @@ std::string more_budget(const Config& config, const torch::Device& device,
   // The most headroom that leaves `needed`, rounded down to 0.1% (never past it).
   const double most = 1 - static_cast<double>(*needed + outside) / static_cast<double>(memory);
   return fmt::format(
-      "checkpointing.headroom at most {:.1f}% (now {:g}%: every block recomputed needs {} of {}{} "
+      "checkpointing.headroom at most {:.1f}% (now {}: every block recomputed needs {} of {}{} "
       "with what the run holds beside the step), or more memory",
-      std::max(0.0, std::floor(most * 1000 - 1e-9) / 10), 100 * config.checkpointing.headroom(),
-      format_bytes(*needed), card ? "the card's " : "memory.limit ", format_bytes(memory));
+      std::max(0.0, std::floor(most * 1000 - 1e-9) / 10),
+      config_yaml::percent_text(config.checkpointing.headroom()), format_bytes(*needed),
+      card ? "the card's " : "memory.limit ", format_bytes(memory));
 }
 
 // What lowers the smallest peak, or widens the budget, when nothing fits within `budget`. Where
@@ -64,6 +65,28 @@ std::string remedies(const Config& config, const torch::Device& device, int64_t 
   if (std::string held = weights_alone_remedy(config, budget, more); !held.empty()) return held;
   const std::string smaller = step_remedies(config, budget);
   return (smaller.empty() ? "" : smaller.substr(2) + ", or ") + more_budget(config, device, needed);
+}
+
+// The config whose remedies "nothing fits" says: `config`, or at the smallest batch that trains
+// where a step there, every block recomputed, does not fit `budget` either (no smaller batch is
+// then advised: what a step holds whatever the batch, e.g. a convolution's weight-gradient scratch
+// beside the weights, may not fit). Measured, where the run ends anyway.
+Config remedied(const Config& config, const torch::Device& device, const MeasureBlocks& measure,
+                int64_t budget) {
+  if (!smaller_batch_trains(config)) return config;
+  Config smallest = config;
+  smallest.training.batch_size =
+      models::smallest_trainable_batch(config.model, config.data.image_size);
+  try {
+    const bool fits =
+        choose_blocks(measure ? measure(smallest, device) : measure_blocks(smallest, device),
+                      budget)
+            .fits;
+    return fits ? config : smallest;
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e) && !dynamic_cast<const OutOfMemory*>(&e)) throw;
+    return smallest;
+  }
 }
 
 // Whether the recorded choice `c` holds for this run (its step, and its peak within this run's
@@ -99,7 +122,7 @@ CheckpointBudget checkpointing_budget(const Config& config, const torch::Device&
   const auto& c = config.checkpointing;
   if (c.budget() > 0) return {c.budget(), "checkpointing.budget"};
   const double keep = 1 - c.headroom();
-  const std::string headroom = fmt::format("checkpointing.headroom {:g}%", 100 * c.headroom());
+  const std::string headroom = "checkpointing.headroom " + config_yaml::percent_text(c.headroom());
   if (config.memory.limit > 0) {
     return {static_cast<int64_t>(static_cast<double>(config.memory.limit) * keep),
             "memory.limit " + format_bytes(config.memory.limit) + " less " + headroom,
@@ -126,7 +149,7 @@ std::string missing_budget(const Config& config, const torch::Device& device, co
   if (!device.is_cpu() || config.memory.limit > 0 || config.checkpointing.budget() > 0) return "";
   const std::string missing =
       "needs a memory budget, and on the CPU there is no card to take it from: set memory.limit "
-      "(--memory-limit 2GiB) or checkpointing.budget";
+      "(--set memory.limit=2GiB, which every command takes) or checkpointing.budget";
   if (key) throw KeyError(key, "auto " + missing, {"memory.limit", "checkpointing.budget"});
   return missing;
 }
@@ -147,12 +170,13 @@ std::string describe_choice(const CheckpointChoice& c) {
   if (c.blocks.empty()) {
     return budget + ": nothing recomputed, the plain step's predicted peak " + peak + " fits";
   }
+  // The plain and the smallest peak beside the chosen one: never written alike where they differ.
+  const auto peaks = format_bytes_apart({c.predicted_peak, c.plain_peak, c.smallest_peak});
   return budget + fmt::format(
                       ": recompute {} ({} block{}): predicted peak {} (plain {}, every block "
                       "recomputed {}), {:.0f} ms added to a step (every block: {:.0f} ms)",
-                      blocks, c.blocks.size(), c.blocks.size() == 1 ? "" : "s", peak,
-                      format_bytes(c.plain_peak), format_bytes(c.smallest_peak),
-                      1000 * c.extra_seconds, 1000 * c.all_extra_seconds);
+                      blocks, c.blocks.size(), c.blocks.size() == 1 ? "" : "s", peak, peaks[1],
+                      peaks[2], 1000 * c.extra_seconds, 1000 * c.all_extra_seconds);
 }
 
 std::string describe_measurement(const CheckpointChoice& c) {
@@ -182,16 +206,16 @@ std::string checkpointing_outcome(const std::optional<CheckpointingDecision>& de
   const int64_t predicted = c.predicted_peak + c.beside_bytes, allowed = c.budget + c.beside_bytes;
   const std::string beside =
       c.beside_bytes > 0 ? " and the " + format_bytes(c.beside_bytes) + " beside the step" : "";
-  // The measured peak against the budget: never written alike where they differ.
-  const auto [measured, budget_bytes] = format_bytes_apart(measured_peak, c.budget);
-  const std::string budget = "the budget of " + budget_bytes + beside;
+  // The measured and predicted peaks and the budget: never two written alike where they differ
+  // ("predicted 155.10 MiB: within the budget of 155.10 MiB", 4,181 bytes apart).
+  const auto texts = format_bytes_apart({measured_peak, predicted, c.budget});
+  const std::string budget = "the budget of " + texts[2] + beside;
   if (measured_peak <= allowed) {
-    return "measured training peak " + measured + ", predicted " + format_bytes(predicted) +
-           ": within " + budget;
+    return "measured training peak " + texts[0] + ", predicted " + texts[1] + ": within " + budget;
   }
   if (exceeded) *exceeded = true;
-  return "the measured training peak " + measured + " exceeds " + budget + " by " +
-         format_bytes(measured_peak - allowed) + " (predicted " + format_bytes(predicted) + ")";
+  return "the measured training peak " + texts[0] + " exceeds " + budget + " by " +
+         format_bytes(measured_peak - allowed) + " (predicted " + texts[1] + ")";
 }
 
 std::string step_signature(const Config& config, const torch::Device& device) {
@@ -263,7 +287,8 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
     throw OutOfMemory("checkpointing.enabled: auto: nothing fits the budget of " + allowed + " (" +
                       budget.source + "): with every block recomputed one step at batch " +
                       std::to_string(config.training.batch_size) + " peaks at " + peak + "; " +
-                      remedies(config, device, budget.bytes, choice.smallest_peak + beside_step));
+                      remedies(remedied(config, device, measure, budget.bytes), device,
+                               budget.bytes, choice.smallest_peak + beside_step));
   }
   recorded = CheckpointingDecision{choice.blocks,
                                    step_signature(config, device),

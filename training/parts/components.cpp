@@ -101,7 +101,7 @@ HeldWhateverTheBatch held_whatever_the_batch(const Config& config) {
   const int64_t momentum = config.optimizer.momentum() > 0 ? gradients : 0;
   const int64_t scaler = config.training.precision == Precision::FP16 ? 12 : 0;
   const int64_t rest = weights + gradients + momentum + scaler + casts;
-  return {rest + (config.training.ema_decay > 0 ? weights : 0), rest, casts};
+  return {rest + (config.training.ema_decay > 0 ? weights : 0), rest, casts, gradients};
 }
 
 int64_t one_image_bytes(const Config& config) {
@@ -162,12 +162,24 @@ std::string step_remedies(const Config& config, int64_t limit) {
         ", a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
   Config half = config;
   half.training.precision = Precision::BF16;
-  if (config.training.precision == Precision::FP32 && weights_alone_remedy(half, limit).empty())
-    more += ", training.precision: bf16 or fp16 (now fp32)";
+  if (config.training.precision == Precision::FP32 && weights_alone_remedy(half, limit).empty()) {
+    // training.cuda_graph: on refuses fp16 (its GradScaler decides on the host).
+    more += std::string(", training.precision: bf16") +
+            (config.training.cuda_graph == CudaGraphMode::On ? "" : " or fp16") + " (now fp32)";
+  }
   if (config.data.image_size > kStoredImageSize)
     more += ", a smaller data.image_size (now " + std::to_string(config.data.image_size) + ")";
   if (config.training.ema_decay > 0) more += ", training.ema_decay: 0";
   return more;
+}
+
+bool every_block_recomputed_can_fit(const Config& config, int64_t limit) {
+  const int64_t element = config.training.precision == Precision::FP32 ? 4 : 2;
+  const int64_t kept = one_image_bytes(config) +
+                       element * models::block_input_elements(config.model, config.data.image_size);
+  const HeldWhateverTheBatch held = held_whatever_the_batch(config);
+  const int64_t gradients = config.training.accumulate_steps > 1 ? 0 : held.gradients;
+  return held.bytes - gradients + config.training.batch_size * kept <= limit;
 }
 
 void refuse_unless_one_fits(const std::vector<Config>& configs, const torch::Device& device,

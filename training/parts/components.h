@@ -56,6 +56,7 @@ struct HeldWhateverTheBatch {
   int64_t bytes = 0;
   int64_t without_average = 0;
   int64_t casts = 0;
+  int64_t gradients = 0;  // of them, the gradients (none before a step's first backward)
 };
 HeldWhateverTheBatch held_whatever_the_batch(const Config& config);
 
@@ -84,6 +85,15 @@ bool smaller_batch_trains(const Config& config);
 // refused offering fp32), a smaller data.image_size where the images are resized up, and
 // training.ema_decay: 0 where a weight average is kept; empty where none applies.
 std::string step_remedies(const Config& config, int64_t limit);
+
+// Whether a step with every block recomputed can fit `limit` at the config's batch: false where
+// what it keeps through its forward (held_whatever_the_batch less the gradients, which the first
+// micro-batch has not made yet; its input and stem output; every block's input,
+// models::block_input_elements, in 2-byte elements under autocast) is above it. A lower bound of
+// each block recomputed on its own (auto's finest choice; momentum counted, as every step after
+// the first holds it): true does not say it fits (only measuring tells), false says
+// checkpointing cannot help.
+bool every_block_recomputed_can_fit(const Config& config, int64_t limit);
 
 // Refuses before anything is measured or written: what the run holds whatever the batch taking
 // memory.limit (or with checkpointing auto, checkpointing.budget) or more (OutOfMemory, exit 3:

@@ -58,6 +58,18 @@ inline std::string shell_word(const std::string& text) {
   return quoted + "'";
 }
 
+// `text` as one cell of a markdown table: a '|' in it (a folder's name, a path, an error) escaped,
+// as it would end the cell, and a backslash too (one before a '|' escaped that '|'); a line break
+// as a space.
+inline std::string markdown_cell(const std::string& text) {
+  std::string cell;
+  for (const char c : text) {
+    if (c == '|' || c == '\\') cell += '\\';
+    cell += c == '\n' ? ' ' : c;
+  }
+  return cell;
+}
+
 // Something the user can fix (bad arguments, config, environment): exit code 2.
 class UserError : public std::runtime_error {
  public:

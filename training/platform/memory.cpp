@@ -270,14 +270,31 @@ std::string format_bytes(int64_t bytes) {
 }
 
 std::pair<std::string, std::string> format_bytes_apart(int64_t a, int64_t b) {
-  if (a == b || format_bytes(a) != format_bytes(b)) return {format_bytes(a), format_bytes(b)};
-  const int unit = byte_unit(std::abs(a) > std::abs(b) ? a : b);
-  for (int decimals = 2; unit > 0 && decimals <= 6; ++decimals) {
-    if (bytes_in(a, unit, decimals) != bytes_in(b, unit, decimals)) {
-      return {bytes_in(a, unit, decimals), bytes_in(b, unit, decimals)};
+  const auto texts = format_bytes_apart(std::vector<int64_t>{a, b});
+  return {texts[0], texts[1]};
+}
+
+std::vector<std::string> format_bytes_apart(const std::vector<int64_t>& sizes) {
+  const auto apart = [&sizes](const std::vector<std::string>& texts) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      for (size_t j = i + 1; j < sizes.size(); ++j) {
+        if (sizes[i] != sizes[j] && texts[i] == texts[j]) return false;
+      }
     }
+    return true;
+  };
+  std::vector<std::string> texts;
+  for (const int64_t size : sizes) texts.push_back(format_bytes(size));
+  if (apart(texts)) return texts;
+  int64_t largest = 0;
+  for (const int64_t size : sizes) largest = std::max(largest, std::abs(size));
+  const int unit = byte_unit(largest);
+  for (int decimals = 2; unit > 0 && decimals <= 6; ++decimals) {
+    for (size_t i = 0; i < sizes.size(); ++i) texts[i] = bytes_in(sizes[i], unit, decimals);
+    if (apart(texts)) return texts;
   }
-  return {bytes_in(a, 0, 0), bytes_in(b, 0, 0)};
+  for (size_t i = 0; i < sizes.size(); ++i) texts[i] = bytes_in(sizes[i], 0, 0);
+  return texts;
 }
 
 std::string byte_size_text(int64_t bytes) {

@@ -118,6 +118,8 @@ std::string format_bytes(int64_t bytes);
 // Two sizes as format_bytes writes them, or where it writes different ones alike, with the decimals
 // that tell them apart ("139.964 MiB" against "139.961 MiB"; to the byte where six do not).
 std::pair<std::string, std::string> format_bytes_apart(int64_t a, int64_t b);
+// Any number of sizes so: every two that differ are written apart, all in one precision.
+std::vector<std::string> format_bytes_apart(const std::vector<int64_t>& sizes);
 
 inline double to_mib(int64_t bytes) {
   return static_cast<double>(bytes) / kMiB;

@@ -3,9 +3,12 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -233,9 +236,18 @@ void Sampler::record(const Sample& sample) {
   // One write() per line with O_APPEND: a crash cannot leave half a line between two others.
   const std::string text = line.dump() + "\n";
   const int fd = ::open(file_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  int error = fd < 0 ? errno : 0;
+  bool written = false;
   if (fd >= 0) {
-    [[maybe_unused]] const auto written = ::write(fd, text.data(), text.size());
+    const ssize_t wrote = ::write(fd, text.data(), text.size());
+    written = wrote == static_cast<ssize_t>(text.size());
+    if (!written) error = wrote < 0 ? errno : ENOSPC;  // a short write: the device is full
     ::close(fd);
+  }
+  if (!written && !write_failed_) {  // once: the run goes on, its samples are not recorded
+    write_failed_ = true;
+    spdlog::warn("monitor: cannot write {} ({}): its device samples are not recorded",
+                 file_.string(), std::strerror(error));
   }
   ++summary_.samples;
   if (sample.utilization) {

@@ -78,6 +78,7 @@ class Sampler {
   std::mutex mutex_;  // guards the probe, the file and the summary
   std::condition_variable wake_;
   bool stopping_ = false;
+  bool write_failed_ = false;  // said once: the run goes on without its samples
   SamplerSummary summary_;
   double utilization_sum_ = 0;
   int64_t utilization_count_ = 0;

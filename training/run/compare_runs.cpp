@@ -117,7 +117,7 @@ void write_head(std::ostringstream& md, const std::vector<ComparedRun>& runs) {
           "for that reason too.\n\n";
   }
   md << "| |";
-  for (const auto& run : runs) md << " " << run.name << " |";
+  for (const auto& run : runs) md << " " << markdown_cell(run.name) << " |";
   md << "\n|---|";
   for (size_t i = 0; i < runs.size(); ++i) md << "---:|";
   md << "\n";
@@ -190,7 +190,8 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
   // One row: cell(run, its totals) for each run, in column order.
   auto row = [&](const std::string& name, const auto& cell) {
     md << "| " << name << " |";
-    for (size_t i = 0; i < runs.size(); ++i) md << " " << cell(runs[i], totals[i]) << " |";
+    for (size_t i = 0; i < runs.size(); ++i)
+      md << " " << markdown_cell(cell(runs[i], totals[i])) << " |";
     md << "\n";
   };
   for (const auto& key : keys) {

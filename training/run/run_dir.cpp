@@ -129,8 +129,9 @@ void check_run_to_resume(const fs::path& dir, int64_t epochs_done) {
   if (locked_by_another_process(dir)) DirectoryLock{dir};  // refuses, naming the holder
   refuse_unwritable_folder(dir, dir, "--resume");
   check_adoptable_as_run(dir);
-  for (const char* name : {"config.yaml", "decisions.json", "metrics.jsonl", "metrics.csv",
-                           "report.md", "train.log", "checkpoint.pt"}) {
+  for (const char* name :
+       {"config.yaml", "decisions.json", "metrics.jsonl", "metrics.csv", "report.md", "train.log",
+        "checkpoint.pt", "gpu.jsonl", "trace.json", "memory_snapshot.pickle"}) {
     const fs::path file = dir / name;
     if (fs::exists(fs::symlink_status(file, ec)) && !fs::is_regular_file(file, ec)) {
       throw UserError(file.string() + ": not a file, and a resume rewrites it; move it away");

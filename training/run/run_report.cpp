@@ -65,15 +65,17 @@ void write_checkpointing(std::ostringstream& md, const Config& c, const Decision
   const std::optional<int64_t> measured = peak_under(*d, epochs);
   bool exceeded = false;
   const std::string outcome = measured ? checkpointing_outcome(d, *measured, &exceeded) : "";
+  // The budget and the peaks: never two written alike where they differ.
+  const auto sizes = format_bytes_apart(
+      {d->budget, d->predicted_peak + d->beside_bytes, d->predicted_peak, measured.value_or(0)});
   md << "## Gradient checkpointing: auto\n\n| | |\n|---|---|\n"
      << "| blocks recomputed | " << checkpointing_text(c.checkpointing) << " |\n"
-     << "| budget | " << format_bytes(d->budget) << " |\n"
+     << "| budget | " << sizes[0] << " |\n"
      << "| held beside the step | " << format_bytes(d->beside_bytes) << " |\n"
      << "| chosen for | " << d->chosen_for << " |\n"
-     << "| predicted training peak | " << format_bytes(d->predicted_peak + d->beside_bytes)
-     << " (the step " << format_bytes(d->predicted_peak) << ") |\n"
+     << "| predicted training peak | " << sizes[1] << " (the step " << sizes[2] << ") |\n"
      << "| measured training peak | "
-     << (measured ? format_bytes(*measured) + " (the last epoch's under this choice)"
+     << (measured ? sizes[3] + " (the last epoch's under this choice)"
                   : std::string("none yet: no epoch was recorded under this choice"))
      << " |\n"
      << fmt::format("| predicted time added to a step | {:.0f} ms |\n", d->predicted_extra_ms)
@@ -110,7 +112,7 @@ void write_setup(std::ostringstream& md, const Config& c, const std::string& lay
      << "| precision / memory format | " << precision_name(c.training.precision) << " / " << layout
      << " |\n"
      << "| gradient checkpointing | " << checkpointing_text(c.checkpointing) << " |\n"
-     << "| data | " << data_text(d) << " |\n"
+     << "| data | " << markdown_cell(data_text(d)) << " |\n"
      << "| batch / epochs | " << batch_description(c, last.world_size) << " / " << c.training.epochs
      << " |\n"
      << fmt::format("| optimizer | SGD lr {}, momentum {}, nesterov {}, weight decay {} |\n",

@@ -258,15 +258,11 @@ void refuse_too_few_images(int64_t fewest, int64_t train_images, const std::stri
                   "batches (--batch-sizes)");
 }
 
-std::string percent_text(double share) {
-  return fmt::format("{:.9g}%", share * 100);  // as given: "12.345%", "99.9%", "10%"
-}
-
 std::string plan_target_text(const std::optional<Card>& card, int64_t card_bytes, double headroom,
                              int64_t overhead) {
   return (card ? card->name : byte_size_text(card_bytes)) + " (" + format_bytes(card_bytes) +
-         ") with " + percent_text(headroom) + " headroom and " + format_bytes(overhead) +
-         " outside the allocator";
+         ") with " + config_yaml::percent_text(headroom) + " headroom and " +
+         format_bytes(overhead) + " outside the allocator";
 }
 
 void refuse_no_room(const std::optional<Card>& card, int64_t card_bytes, double headroom,
@@ -303,8 +299,8 @@ std::string needs_card_text(const Plan& plan, const PlanCandidate& c,
   const auto card = card_needed_for(plan, c.needed_limit);
   if (!card) {
     return "needs a card above " + byte_size_text(kLargestCard) +
-           ", the largest --card and --memory take, at " + percent_text(plan.headroom) +
-           " headroom";
+           ", the largest --card and --memory take, at " +
+           config_yaml::percent_text(plan.headroom) + " headroom";
   }
   std::string text = "needs a card of at least " + byte_size_text(*card);
   if (!by_size) by_size = &c;

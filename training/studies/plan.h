@@ -67,8 +67,6 @@ struct Plan {
   int64_t train_images = 0;  // the sweep config's training set at most (0: not known)
 };
 
-// "10%" for 0.1, "12.345%" for 0.12345: as given, never rounded to another figure.
-std::string percent_text(double share);
 // "H100-SXM (79.65 GiB) with 10% headroom and 771.00 MiB outside the allocator"
 std::string plan_target_text(const std::optional<Card>& card, int64_t card_bytes, double headroom,
                              int64_t overhead);

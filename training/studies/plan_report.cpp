@@ -87,7 +87,7 @@ std::string plan_table(const Plan& plan) {
     out << "Images/s: " << plan.speed_source << " (a plan for a card you do not have: --card).\n\n";
   }
   out << "Plan for a " << (plan.card ? plan.card->name : byte_size_text(plan.card_bytes)) << " ("
-      << format_bytes(plan.card_bytes) << ") card: " << percent_text(plan.headroom)
+      << format_bytes(plan.card_bytes) << ") card: " << config_yaml::percent_text(plan.headroom)
       << " headroom leaves " << format_bytes(plan.usable_bytes) << "; "
       << format_bytes(plan.overhead_bytes) << " outside the allocator (" << plan.overhead_source
       << ") leaves " << format_bytes(plan.usable_bytes - plan.overhead_bytes)

@@ -36,12 +36,15 @@ void check_sweep_devices(const std::vector<int64_t>& devices, const torch::Devic
 }
 
 // Every trial would run out of memory (exit 3): refused where no precision of the grid fits (what
-// the run holds whatever the batch differs between them), with the first one's line.
-void refuse_what_no_trial_fits(const Config& config, const torch::Device& device) {
+// the run holds whatever the batch differs between them), with the first one's line. In
+// checkpointing's `mode` (the config's own is no cell's: each takes sweep.checkpointing's).
+void refuse_what_no_trial_fits(const Config& config, const torch::Device& device,
+                               CheckpointMode mode) {
   std::vector<Config> trials;
   for (const Precision precision : config.sweep.precisions) {
     trials.push_back(config);
     trials.back().training.precision = precision;
+    trials.back().checkpointing.mode(mode).blocks(std::nullopt);  // each trial chooses its own
   }
   refuse_unless_one_fits(trials, device, "--precisions fp32");
 }
@@ -60,7 +63,7 @@ void check_sweep(const Config& config, const torch::Device& device) {
                    "--set memory.snapshot=true (CUDA) or a card's with train memory --card NAME "
                    "--snapshot FILE");
   }
-  refuse_what_no_trial_fits(config, device);
+  refuse_what_no_trial_fits(config, device, CheckpointMode::Off);
   // WORLD_SIZE alone: the rest of a launch (RANK, MASTER_PORT) is not asked for a sweep.
   if (const int64_t world_size = world_size_from_environment(); world_size > 1) {
     throw UserError("WORLD_SIZE=" + std::to_string(world_size) +
@@ -104,9 +107,8 @@ void check_sweep(const Config& config, const torch::Device& device) {
     }
     // A CPU without memory.limit or a budget (CUDA: each trial takes its card's).
     missing_budget(config, device, "sweep.checkpointing");
-    Config cell = config;  // an auto cell's budget below what every batch holds: exit 3 first
-    cell.checkpointing.mode(CheckpointMode::Auto);
-    refuse_what_no_trial_fits(cell, device);
+    // An auto cell's budget below what every batch holds: exit 3 first.
+    refuse_what_no_trial_fits(config, device, CheckpointMode::Auto);
   }
   if (!config.sweep.devices.empty()) check_sweep_devices(config.sweep.devices, device);
   resident_splits(config, device);  // counted: data.device_resident's data missing is refused

@@ -220,6 +220,23 @@ TEST(CardPrediction, TheSectionSaysWhetherTheCardOrMemoryLimitCapsTheAllocator) 
   // The margin is what is left under that limit, not on the whole card.
   p.replay.peak_reserved = 1536 * MiB;
   EXPECT_EQ(p.margin(), 512 * MiB);
+  // Sixteenth pass: a step that does not fit under memory.limit was said to need "993MiB on the
+  // device" (a card of that size with the same --memory-limit still did not fit): what it needs is
+  // the limit, as --memory-limit takes it.
+  p.replay.fits = false;
+  p.replay.failed_at = "step2 backward";
+  p.needed_limit = 222 * MiB + 1;
+  p.needed.peak_reserved = p.needed_limit;
+  const std::string line = training::prediction_line("fp32", p);
+  EXPECT_NE(line.find("it needs a memory.limit of at least 223MiB (--memory-limit 223MiB; "),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.find("on the device"), std::string::npos) << line;
+  // Above what the card holds, the limit alone would not do: the card it needs is said.
+  p.needed_limit = 15 * 1024 * MiB;
+  const std::string above = training::prediction_line("fp32", p);
+  EXPECT_NE(above.find(" on the device, on the smallest card it fits"), std::string::npos) << above;
+  EXPECT_EQ(above.find("a memory.limit of at least"), std::string::npos) << above;
 }
 
 Config small_config() {

@@ -33,6 +33,8 @@ TEST(Cards, FindsACardByNameOrSizeAndRefusesTheRest) {
             std::string::npos)
       << refusal("RTX4909");
   EXPECT_NE(refusal("Voodoo").find("(valid: H200, H100-80GB"), std::string::npos);
+  // Sixteenth pass: a blank --card was "unknown card '' (did you mean 'L4'?)".
+  EXPECT_EQ(refusal(" "), "--card: expected a card's name or size, got nothing");
   // A card must hold more than what a CUDA process keeps outside the allocator.
   for (const auto& text : {"1KiB", "771MiB"}) {
     EXPECT_NE(refusal(text).find("is no larger than the 771.00 MiB"), std::string::npos)

@@ -803,4 +803,17 @@ TEST(Config, ASizeOfZeroIsRefusedNotReadAsNone) {
   EXPECT_EQ(training::parse_config("memory: {limit: none}\n", "c.yaml").memory.limit, 0);
 }
 
+// Sixteenth pass: nothing where a size goes (--memory-limit ' ', --set memory.limit=, a config's
+// `limit:` with no value) was read as none and trained without a limit. Refused as 0 is; only none
+// says none.
+TEST(Config, NothingWhereASizeGoesIsRefusedNotReadAsNone) {
+  EXPECT_EQ(error_of("memory:\n  limit:\n"),
+            "c.yaml: memory.limit: expected a size like 12GiB, or none, got nothing");
+  EXPECT_EQ(error_of("", {training::Override("memory.limit= ", "--memory-limit")}),
+            "--memory-limit: memory.limit: expected a size like 12GiB, or none, got nothing");
+  EXPECT_EQ(error_of("", {"checkpointing.budget="}),
+            "--set checkpointing.budget: checkpointing.budget: expected a size like 12GiB, or "
+            "none, got nothing");
+}
+
 }  // namespace

@@ -439,6 +439,11 @@ TEST(CheckpointChoice, TheOutcomeComparesTheRunsPeakWithTheBudgetAndWhatIsHeldBe
             "the measured training peak 1.37 KiB exceeds the budget of 1000 B and the 300 B beside "
             "the step by 100 B (predicted 1.17 KiB)");
   EXPECT_TRUE(exceeded);
+  // Sixteenth pass: "predicted 155.10 MiB: within the budget of 155.10 MiB", 4,181 bytes apart.
+  const training::CheckpointingDecision near{{"layer1.0"}, "a step", 162633113, 162628932, 1, 0};
+  EXPECT_EQ(training::checkpointing_outcome(near, 150000000, &exceeded),
+            "measured training peak 143.051 MiB, predicted 155.095 MiB: within the budget of "
+            "155.099 MiB");
 }
 
 // Accumulating, the choice measures a group's second micro-batch, which holds the first one's
@@ -529,10 +534,13 @@ TEST(CheckpointChoice, ABudgetNothingFitsIsOutOfMemoryNamingTheBudgetAndTheSmall
         << what;
   }
   config.training.ema_decay = 0.0;
-  // Above what they take, the batch and the precision are the remedies.
+  // Above what they take, the batch and the precision are the remedies: a smaller batch where the
+  // smallest that trains fits (measured there).
   config.checkpointing.budget(int64_t{1} << 30);
-  const auto large = [](const Config&, const torch::Device&) {
-    return measurement({100, 200}, {1, 1}, int64_t{2} << 30);
+  std::vector<int64_t> batches;
+  const auto large = [&](const Config& at, const torch::Device&) {
+    batches.push_back(at.training.batch_size);
+    return measurement({100, 200}, {1, 1}, at.training.batch_size * (int64_t{512} << 20));
   };
   try {
     training::resolve_checkpointing(config, decisions, torch::Device(torch::kCPU), false, large);
@@ -540,6 +548,23 @@ TEST(CheckpointChoice, ABudgetNothingFitsIsOutOfMemoryNamingTheBudgetAndTheSmall
   } catch (const training::OutOfMemory& e) {
     EXPECT_NE(std::string(e.what()).find("; a smaller training.batch_size"), std::string::npos)
         << e.what();
+  }
+  EXPECT_EQ(batches, (std::vector<int64_t>{config.training.batch_size, 1}));
+  // Sixteenth pass: where the step holds more than the budget whatever the batch (oneDNN's
+  // weight-gradient scratch beside ResNet-18's weights: 149.46 MiB at batch 2, 153.02 MiB at
+  // 16, against 144 MiB), a smaller batch was advised, and typed back it did not fit either.
+  const auto whatever = [](const Config&, const torch::Device&) {
+    return measurement({100, 200}, {1, 1}, int64_t{2} << 30);
+  };
+  try {
+    training::resolve_checkpointing(config, decisions, torch::Device(torch::kCPU), false, whatever);
+    ADD_FAILURE() << "not refused";
+  } catch (const training::OutOfMemory& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find("training.batch_size"), std::string::npos) << what;
+    EXPECT_NE(what.find("at batch " + std::to_string(config.training.batch_size) + " peaks at"),
+              std::string::npos)
+        << what;
   }
 }
 

@@ -1,10 +1,13 @@
 #include "training/platform/monitor.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "test_support.h"
@@ -48,6 +51,28 @@ TEST(Sampler, CpuProbeWritesStampedSamplesAndSummarises) {
   EXPECT_TRUE(last.at("power_watts").is_null());
   EXPECT_GT(last.at("memory_total_bytes").get<int64_t>(),
             last.at("memory_used_bytes").get<int64_t>());
+}
+
+// Sixteenth pass: gpu.jsonl a folder lost every sample without a word. The sampler says once
+// that it cannot write its file, and the run goes on.
+TEST(Sampler, AFileItCannotWriteIsSaidOnce) {
+  test_support::TempDir dir;
+  fs::create_directories(dir / "gpu.jsonl");
+  std::ostringstream log;
+  const auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "captured", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  {
+    training::Sampler sampler(training::make_cpu_probe(), 60, dir / "gpu.jsonl");
+    sampler.sample_now();
+    sampler.sample_now();
+    EXPECT_EQ(sampler.take_summary().samples, 3);  // the first at once, then the two asked
+  }
+  spdlog::set_default_logger(previous);
+  const std::string said = log.str();
+  const std::string line = "monitor: cannot write " + (dir / "gpu.jsonl").string();
+  EXPECT_NE(said.find(line), std::string::npos) << said;
+  EXPECT_EQ(said.find(line), said.rfind(line)) << said;
 }
 
 TEST(Sampler, NvmlProbeReadsThroughTheLoadedLibrary) {

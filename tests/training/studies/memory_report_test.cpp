@@ -98,8 +98,8 @@ TEST(MemoryReport, RefusesBadInputBeforeWriting) {
   } catch (const training::UserError& e) {
     EXPECT_EQ(std::string(e.what()),
               "--settings: fp32+checkpointing=auto needs a memory budget, and on the CPU there is "
-              "no card to take it from: set memory.limit (--memory-limit 2GiB) or "
-              "checkpointing.budget");
+              "no card to take it from: set memory.limit (--set memory.limit=2GiB, which every "
+              "command takes) or checkpointing.budget");
   }
   EXPECT_FALSE(fs::exists(dir / "study"));
 }

@@ -12,6 +12,7 @@
 
 #include "data/loader.h"
 #include "test_support.h"
+#include "training/config/config_yaml.h"
 #include "training/parts/components.h"
 #include "training/platform/errors.h"
 #include "training/run/output_dir.h"
@@ -699,8 +700,24 @@ TEST(Plan, WithoutASpeedEachVerdictSaysWhyItRanksBelowAndTheHeadroomAsGiven) {
     EXPECT_NE(table.find(verdict), std::string::npos) << verdict << "\n" << table;
   }
   EXPECT_EQ(table.find("fewer images a step"), table.rfind("fewer images a step")) << table;
-  EXPECT_EQ(training::percent_text(0.999), "99.9%");
-  EXPECT_EQ(training::percent_text(0.1), "10%");
+  EXPECT_EQ(training::config_yaml::percent_text(0.999), "99.9%");
+  EXPECT_EQ(training::config_yaml::percent_text(0.1), "10%");
+  // Sixteenth pass: nine digits said 99.99999999% as 100% (refused typed back) and 12.3456789012%
+  // as 12.3456789%; each is said as it reads back.
+  for (const char* given : {"99.99999999%", "12.3456789012%", "0.000001%", "33.333333333333336%",
+                            "99.99999999999999%", "0.9999999999999999"}) {
+    const double share = *training::config_yaml::real_number(given, true);
+    EXPECT_DOUBLE_EQ(
+        *training::config_yaml::real_number(training::config_yaml::percent_text(share), true),
+        share)
+        << given << " said as " << training::config_yaml::percent_text(share);
+    EXPECT_LT(*training::config_yaml::real_number(training::config_yaml::percent_text(share), true),
+              1)
+        << given << " said as " << training::config_yaml::percent_text(share);
+  }
+  EXPECT_EQ(training::config_yaml::percent_text(
+                *training::config_yaml::real_number("99.99999999%", true)),
+            "99.99999999%");
 }
 
 namespace {

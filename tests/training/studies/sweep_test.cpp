@@ -951,6 +951,27 @@ sweep: {batch_sizes: [8], precisions: [bf16]}
   EXPECT_NO_THROW(training::check_sweep(with_fp32, torch::kCPU));
 }
 
+// Sixteenth pass: a config's checkpointing.enabled: auto, which no cell of the grid runs (each
+// takes sweep.checkpointing's mode), was refused for its budget on the CPU ("set memory.limit
+// (--memory-limit 2GiB)", which train plan does not take, and which would have made the sweep's
+// device a 2 GiB one). Only a grid that holds auto needs one.
+TEST(Sweep, AConfigsCheckpointingAutoNeedsNoBudgetWhereNoCellRunsIt) {
+  training::Config config;
+  config.model.depth(18);
+  config.checkpointing.mode(training::CheckpointMode::Auto);
+  config.sweep.checkpointing = {training::CheckpointMode::Off, training::CheckpointMode::On};
+  EXPECT_NO_THROW(training::check_sweep(config, torch::kCPU));
+  config.sweep.checkpointing = {training::CheckpointMode::Auto};
+  try {
+    training::check_sweep(config, torch::kCPU);
+    ADD_FAILURE() << "an auto cell without a budget on the CPU was let through";
+  } catch (const training::KeyError& e) {
+    EXPECT_NE(std::string(e.what()).find("sweep.checkpointing"), std::string::npos) << e.what();
+    // The advice is a flag every command takes (train plan has no --memory-limit).
+    EXPECT_NE(std::string(e.what()).find("--set memory.limit=2GiB"), std::string::npos) << e.what();
+  }
+}
+
 // The sweep's predicted largest batch per memory size is none where it would be a batch that does
 // not train.
 TEST(Sweep, APredictedLargestBatchIsOneThatTrains) {
