@@ -163,15 +163,18 @@ TEST(Sources, TheRunsFolderIsJudgedBeforeAnyMeasurementNamingWhatNamedIt) {
       << r.output;
   fs::remove(run / "metrics.csv");
   fs::rename(dir / "metrics.csv", run / "metrics.csv");
-  // Sixteenth pass: gpu.jsonl a folder lost the resumed epochs' samples without a word.
-  if (fs::exists(run / "gpu.jsonl")) fs::rename(run / "gpu.jsonl", dir / "gpu.jsonl");
-  fs::create_directories(run / "gpu.jsonl");
-  r = cli::run_shell(resume);
-  EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("gpu.jsonl: not a file, and a resume rewrites it"), std::string::npos)
-      << r.output;
-  fs::remove(run / "gpu.jsonl");
-  if (fs::exists(dir / "gpu.jsonl")) fs::rename(dir / "gpu.jsonl", run / "gpu.jsonl");
+  // Sixteenth pass: gpu.jsonl (or a plot) a folder lost the resumed epochs' samples (or left the
+  // plots of the epochs before) without a word, found after training.
+  for (const std::string name : {"gpu.jsonl", "loss_accuracy.png"}) {
+    if (fs::exists(run / name)) fs::rename(run / name, dir / name);
+    fs::create_directories(run / name);
+    r = cli::run_shell(resume);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find(name + ": not a file, and a resume rewrites it"), std::string::npos)
+        << r.output;
+    fs::remove(run / name);
+    if (fs::exists(dir / name)) fs::rename(dir / name, run / name);
+  }
   fs::rename(run / "metrics.jsonl", dir / "metrics.jsonl");
   r = cli::run_shell(resume);
   EXPECT_EQ(r.code, 2) << r.output;

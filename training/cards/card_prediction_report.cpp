@@ -154,17 +154,21 @@ std::string prediction_line(const std::string& setting, const CardPrediction& p)
     // same limit fits no more); else the card it needs.
     const bool limit_needed = p.limited_by_memory_limit &&
                               p.needed_limit <= p.card.memory_bytes - p.beside.outside_allocator;
+    const std::string limit = size_at_least_text(p.needed_limit),
+                      card = size_at_least_text(p.needed_limit + p.beside.outside_allocator);
     const std::string needs =
-        limit_needed ? "a memory.limit of at least " + size_at_least_text(p.needed_limit) +
-                           " (--memory-limit " + size_at_least_text(p.needed_limit) + "; "
-                     : size_at_least_text(p.needed_limit + p.beside.outside_allocator) +
-                           " on the device, on the smallest card it fits (";
+        limit_needed ? "a memory.limit of at least " + limit + " (--memory-limit " + limit + "; "
+        : p.limited_by_memory_limit  // both short: a larger card alone fits no more
+            ? "a memory.limit of at least " + limit + " on a card of at least " + card +
+                  " (--memory-limit " + limit + " --card " + card + "; "
+            : card + " on the device, on the smallest card it fits (";
     return fmt::format(
                "{} on {} ({}): batch {} does not fit: out of memory in {}; it needs {}{} reserved, "
                "{} allocated{}), {}; the largest batch that fits is {}{}",
                setting, p.card.name, format_bytes(p.card.memory_bytes), p.batch_size, r.failed_at,
                needs, format_bytes(p.needed.peak_reserved), format_bytes(p.needed.peak_allocated),
-               !limit_needed && p.needed_by_size > 0 && p.needed_by_size <= kLargestCard
+               !p.limited_by_memory_limit && p.needed_by_size > 0 &&
+                       p.needed_by_size <= kLargestCard
                    ? "; a card given by its size, with cuBLAS workspaces of " +
                          format_bytes(beside_tensors(Card{}).cublas_workspace) + ": --card " +
                          size_at_least_text(p.needed_by_size)

@@ -130,6 +130,7 @@ std::optional<double> real_number(std::string text, bool percent) {
 }
 
 std::string percent_text(double share) {
+  share += 0.0;  // -0 (a headroom given as -0%) is said as 0%
   for (int digits = 9; digits <= 17; ++digits) {
     const std::string text = fmt::format("{:.{}g}%", share * 100, digits);
     const double back = real_number(text, true).value_or(-1);

@@ -265,7 +265,8 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
         std::to_string(config.training.batch_size) +
         " with every block recomputed ran out of memory while it was measured (" + error_line(e) +
         "); nothing fits: " +
-        remedies(config, device, checkpointing_budget(config, device).bytes, std::nullopt));
+        remedies(remedied(config, device, measure, checkpointing_budget(config, device).bytes),
+                 device, checkpointing_budget(config, device).bytes, std::nullopt));
   }
   // After the measurement: on CUDA, what lies outside the allocator now includes the cuBLAS and
   // cuDNN workspaces the step created.

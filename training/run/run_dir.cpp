@@ -3,9 +3,12 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <utility>
 
@@ -129,12 +132,19 @@ void check_run_to_resume(const fs::path& dir, int64_t epochs_done) {
   if (locked_by_another_process(dir)) DirectoryLock{dir};  // refuses, naming the holder
   refuse_unwritable_folder(dir, dir, "--resume");
   check_adoptable_as_run(dir);
+  // Each file the run writes or adds to, one it can write (a folder, or an immutable file, was
+  // found after training: the resumed epochs' samples or plots lost, report.md exit 2).
   for (const char* name :
        {"config.yaml", "decisions.json", "metrics.jsonl", "metrics.csv", "report.md", "train.log",
-        "checkpoint.pt", "gpu.jsonl", "trace.json", "memory_snapshot.pickle"}) {
+        "checkpoint.pt", "gpu.jsonl", "trace.json", "memory_snapshot.pickle", "plot.log",
+        "loss_accuracy.png", "throughput.png", "memory.png"}) {
     const fs::path file = dir / name;
-    if (fs::exists(fs::symlink_status(file, ec)) && !fs::is_regular_file(file, ec)) {
+    if (!fs::exists(fs::symlink_status(file, ec))) continue;
+    if (!fs::is_regular_file(file, ec))
       throw UserError(file.string() + ": not a file, and a resume rewrites it; move it away");
+    if (::access(file.c_str(), W_OK) != 0) {
+      throw UserError(file.string() + ": cannot be written (" + std::strerror(errno) +
+                      "), and a resume rewrites it");
     }
   }
   check_rows_cover(dir, read_metrics(dir / "metrics.jsonl"), epochs_done,

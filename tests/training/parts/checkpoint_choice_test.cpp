@@ -566,6 +566,20 @@ TEST(CheckpointChoice, ABudgetNothingFitsIsOutOfMemoryNamingTheBudgetAndTheSmall
               std::string::npos)
         << what;
   }
+  // So too where the measurement at the run's batch itself runs out of memory.
+  const auto runs_out = [](const Config& at, const torch::Device&) {
+    TORCH_CHECK_WITH(OutOfMemoryError, at.training.batch_size == 1,
+                     "CPU out of memory (tracked): tried to allocate 36.02 MiB");
+    return measurement({100, 200}, {1, 1}, int64_t{2} << 30);
+  };
+  try {
+    training::resolve_checkpointing(config, decisions, torch::Device(torch::kCPU), false, runs_out);
+    ADD_FAILURE() << "not refused";
+  } catch (const training::OutOfMemory& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("ran out of memory while it was measured"), std::string::npos) << what;
+    EXPECT_EQ(what.find("training.batch_size"), std::string::npos) << what;
+  }
 }
 
 // Hostile pass: out of memory offers "checkpointing.enabled: auto or true", and auto at the

@@ -702,6 +702,7 @@ TEST(Plan, WithoutASpeedEachVerdictSaysWhyItRanksBelowAndTheHeadroomAsGiven) {
   EXPECT_EQ(table.find("fewer images a step"), table.rfind("fewer images a step")) << table;
   EXPECT_EQ(training::config_yaml::percent_text(0.999), "99.9%");
   EXPECT_EQ(training::config_yaml::percent_text(0.1), "10%");
+  EXPECT_EQ(training::config_yaml::percent_text(-0.0), "0%");
   // Sixteenth pass: nine digits said 99.99999999% as 100% (refused typed back) and 12.3456789012%
   // as 12.3456789%; each is said as it reads back.
   for (const char* given : {"99.99999999%", "12.3456789012%", "0.000001%", "33.333333333333336%",
