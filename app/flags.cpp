@@ -301,6 +301,10 @@ void refuse_bad_values(const CLI::App& command) {
       if (value.empty()) {
         throw training::UserError(option->get_name() + ": expected a value, got an empty string");
       }
+      // One of only blanks is nothing too (`compare --output ' '` made a folder named " ").
+      if (training::config_yaml::trimmed(value).empty()) {
+        throw training::UserError(option->get_name() + ": expected a value, got only blanks");
+      }
     }
   }
   for (const CLI::App* subcommand : command.get_subcommands()) refuse_bad_values(*subcommand);

@@ -67,10 +67,10 @@ def describe(error):
 def path_argument(name, value, expected, kind="file", must_exist=True):
     """`value`, given as `name` (a flag or RUN_DIR), as a Path naming a `kind` ("file", "folder" or
     "file or folder"). Refused with BadInput ("--config: configs: is a folder; expected a config
-    file") when it is empty, missing (unless not `must_exist`: an output to create) or of another
+    file") when it is empty or only blanks, missing (unless not `must_exist`: an output to create) or of another
     kind."""
-    if not value:
-        raise BadInput(f"{name}: empty; expected {expected}")
+    if not value.strip():  # a folder named " " is no one's intent
+        raise BadInput(f"{name}: {'only blanks' if value else 'empty'}; expected {expected}")
     try:
         mode = os.stat(value).st_mode
     except FileNotFoundError:

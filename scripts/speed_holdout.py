@@ -414,8 +414,9 @@ def chosen_figures(args):
         raise script_support.BadInput("--timeout must be a positive number of seconds")
     script_support.path_argument("--out", args.out, "a folder for the config, the runs and the report",
                                  kind="folder", must_exist=False)
-    if args.only is not None and not args.only:
-        raise script_support.BadInput("--only: expected a value, got an empty string")
+    if args.only is not None and not args.only.strip():
+        raise script_support.BadInput("--only: expected a value, got %s"
+                                      % ("only blanks" if args.only else "an empty string"))
     script_support.path_argument("--train", args.train, "the train binary (build it: scripts/setup.sh)",
                                  must_exist=not args.reuse)
     train = args.train

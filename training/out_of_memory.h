@@ -9,6 +9,7 @@
 #include <string>
 
 #include "training/config/config.h"
+#include "training/parts/checkpoint_choice.h"
 #include "training/platform/device.h"
 #include "training/platform/errors.h"
 
@@ -27,9 +28,42 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
                                   const OutOfMemoryWhere& where,
                                   const std::string& allocator_message);
 
+// Out of memory in a training step whose remedies name a smaller batch: whether one fits is told
+// only by a step measured at the smallest batch that trains, once the run's weights and optimizer
+// state are freed (a convolution's weight-gradient scratch, batch-independent, may not fit
+// either). what(): the line as if it fits; `head` and `intact` its parts around the remedies.
+class SmallerBatchOutOfMemory : public OutOfMemory {
+ public:
+  SmallerBatchOutOfMemory(const std::string& line, std::string head, std::string intact,
+                          Config config, torch::Device device, int64_t limit)
+      : OutOfMemory(line),
+        head(std::move(head)),
+        intact(std::move(intact)),
+        config(std::move(config)),
+        device(device),
+        limit(limit) {}
+  std::string head, intact;
+  Config config;
+  torch::Device device;
+  int64_t limit;
+};
+
+// The line of `e` once a step at the smallest batch that trains, with every block recomputed (the
+// least a smaller batch and checkpointing reach), is measured under its limit (`measure`:
+// measure_blocks, or a test's stand-in): where it does not fit, neither a smaller batch, --find-max
+// nor checkpointing is offered, and its peak is said; where it does, e.what(). A failure to
+// measure other than out of memory (a stop) leaves e.what().
+std::string confirmed_out_of_memory(const SmallerBatchOutOfMemory& e,
+                                    const MeasureBlocks& measure = {});
+
 // The one line a study records for an error of a step it measured (a sweep trial, `train
 // memory`): the error's first line; out of memory under memory.limit says that key.
 std::string measured_error_line(const Config& config, const std::exception& error);
+
+// Throws out_of_memory_message's line: SmallerBatchOutOfMemory where it offers a smaller batch.
+[[noreturn]] void throw_out_of_memory(const Config& config, const torch::Device& device,
+                                      const OutOfMemoryWhere& where,
+                                      const std::string& allocator_message);
 
 // Runs `body`, turning out of memory (is_out_of_memory) into OutOfMemory with its one line.
 template <class Body>
@@ -39,7 +73,7 @@ auto out_of_memory_is_exit_3(const Config& config, const torch::Device& device,
     return body();
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e) || dynamic_cast<const OutOfMemory*>(&e)) throw;
-    throw OutOfMemory(out_of_memory_message(config, device, where(), e.what()));
+    throw_out_of_memory(config, device, where(), e.what());
   }
 }
 

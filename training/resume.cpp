@@ -115,9 +115,12 @@ void refuse_another_output(const Config& config, const std::string& recorded_yam
   const std::string& value = now.dir != was.dir ? now.dir : now.name;
   const std::string& before = now.dir != was.dir ? was.dir : was.name;
   std::string again;  // the keys that differ, as a new run from the run's config takes them
-  if (now.dir != was.dir) again += " --set " + shell_word("output.dir=" + now.dir);
-  if (now.name != was.name && !now.name.empty())
-    again += " --set " + shell_word("output.name=" + now.name);
+  // Each value as YAML reads it back ("runs #2" quoted, an empty name as "").
+  const auto set = [](const std::string& key, const std::string& value) {
+    return " --set " + shell_word(key + "=" + config_yaml::flow_text(YAML::Node(value)));
+  };
+  if (now.dir != was.dir) again += set("output.dir", now.dir);
+  if (now.name != was.name) again += set("output.name", now.name);
   with_key_origins(config, [&] {
     throw KeyError(key, "'" + value + "', where the run recorded '" + before +
                             "': " + continues_in_its_own_folder(run, again));

@@ -33,7 +33,6 @@
 #include "training/step/optim.h"
 
 namespace training {
-
 namespace fs = std::filesystem;
 
 namespace {
@@ -184,16 +183,17 @@ void log_checkpointing(const Config& config, const Decisions& decisions,
 }
 
 // checkpointing auto verified: the training peak the run measured beside the prediction.
-void log_checkpointing_outcome(const Decisions& decisions, const RunDirectory& run) {
+void log_checkpointing_outcome(const Config& config, const Decisions& decisions,
+                               const RunDirectory& run) {
   // The last epoch trained under this choice (a resume may have chosen again since).
-  if (!decisions.checkpointing) return;
-  const std::optional<int64_t> measured = peak_under(*decisions.checkpointing, run.epochs());
+  const auto& d = decisions.checkpointing;
+  const auto measured = d ? peak_under(*d, run.epochs()) : std::nullopt;
   bool exceeded = false;
   const std::string outcome =
-      measured ? checkpointing_outcome(decisions.checkpointing, *measured, &exceeded) : "";
-  if (outcome.empty()) return;
-  spdlog::log(exceeded ? spdlog::level::warn : spdlog::level::info, "checkpointing auto: {}",
-              outcome);
+      measured ? checkpointing_outcome(d, *measured, &exceeded, budget_named(config)) : "";
+  if (!outcome.empty())
+    spdlog::log(exceeded ? spdlog::level::warn : spdlog::level::info, "checkpointing auto: {}",
+                outcome);
 }
 
 // trainer.fit(), with out of memory as exit 3 and a failed collective as exit 4.
@@ -227,11 +227,11 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
 }
 
 // The run's end: checkpointing's outcome, the report, the last line and the exit code.
-int finish(const Decisions& decisions, FitEnd end, const Trainer& trainer,
+int finish(const Config& config, const Decisions& decisions, FitEnd end, const Trainer& trainer,
            std::optional<RunDirectory>& run, std::chrono::steady_clock::time_point start,
            int64_t first_step) {
   const bool has_epochs = run && !run->epochs().empty();
-  if (has_epochs) log_checkpointing_outcome(decisions, *run);
+  if (has_epochs) log_checkpointing_outcome(config, decisions, *run);
   if (has_epochs) spdlog::info("report: {}", write_report(run->path()).string());
   if (end == FitEnd::Stopped) return kExitStopped;
   if (end == FitEnd::Diverged) return kExitDiverged;
@@ -376,7 +376,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   install_stop_handlers();
   const auto start = std::chrono::steady_clock::now();
   const FitEnd end = fit(config, device, trainer, group.get());
-  return finish(decisions, end, trainer, run, start, position.step);
+  return finish(config, decisions, end, trainer, run, start, position.step);
 }
 
 }  // namespace
@@ -388,7 +388,13 @@ int train_command(const TrainRequest& request) {
   Decisions recorded;
   const Config config = effective_config(request, resume, recorded);
   if (request.print_config) return std::cout << to_yaml(config), kExitOk;
-  return with_key_origins(config, [&] { return train(request, resume, config, recorded); });
+  return with_key_origins(config, [&] {
+    try {
+      return train(request, resume, config, recorded);
+    } catch (const SmallerBatchOutOfMemory& e) {  // the run's weights and state freed by now
+      throw OutOfMemory(confirmed_out_of_memory(e));
+    }
+  });
 }
 
 }  // namespace training

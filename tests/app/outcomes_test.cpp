@@ -400,6 +400,18 @@ TEST(Outcomes, InputsThatAreNotWhatTheyClaimAreRefusedInOneLine) {
     EXPECT_NE(r.output.find(option + ": expected a value, got an empty string"), std::string::npos)
         << arguments << ": " << r.output;
   }
+  // Sixteenth pass: a value of only blanks made a folder named " " (compare --output ' ').
+  for (const auto& [arguments, option] : std::vector<std::pair<std::string, std::string>>{
+           {"compare a b --output ' '", "--output"},
+           {"--config " + config + " --memory-limit ' '", "--memory-limit"},
+           {"--config ' '", "--config"}}) {
+    r = run_shell("cd " + dir.path().string() + " && " + TRAIN_BINARY + " " + arguments);
+    EXPECT_EQ(r.code, 2) << arguments << ": " << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << arguments << ": " << r.output;
+    EXPECT_NE(r.output.find(option + ": expected a value, got only blanks"), std::string::npos)
+        << arguments << ": " << r.output;
+  }
+  EXPECT_FALSE(fs::exists(dir / " "));
   EXPECT_FALSE(fs::exists(dir / "study"));
   EXPECT_FALSE(fs::exists(dir / "runs"));
 }

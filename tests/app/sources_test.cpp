@@ -83,7 +83,10 @@ TEST(Sources, AResumeIntoAnotherDirectoryIsRefused) {
   for (const auto& [args, advice] : std::vector<std::pair<std::string, std::string>>{
            {" --set output.name=elsewhere", " --set output.name=elsewhere"},
            {" --set output.dir=" + dir.path().string(), " --set output.dir=" + dir.path().string()},
-           {" --config " + (dir / "other.yaml").string(), " --set output.name=other"}}) {
+           {" --config " + (dir / "other.yaml").string(), " --set output.name=other"},
+           // Sixteenth pass: a value typed back as YAML reads it ("runs #2" read back as "runs").
+           {" --set 'output.dir=\"" + (dir / "runs #2").string() + "\"'",
+            " --set 'output.dir=\"" + (dir / "runs #2").string() + "\"'"}}) {
     const auto named = run_train("--resume " + run.string() + " --set training.epochs=2" + args);
     EXPECT_EQ(named.code, 2) << args << ": " << named.output;
     EXPECT_EQ(count_lines(named.output), 1) << named.output;

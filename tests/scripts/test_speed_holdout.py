@@ -77,7 +77,10 @@ class SpeedHoldoutTest(unittest.TestCase):
                 (["--out", ""], "--out: empty; expected a folder for the config, the runs and the report"),
                 (["--figures", ""], "--figures: empty; expected the held-out figures (a JSON list)"),
                 (["--train", ""], f"--train: empty; expected {train_expected}"),
-                (["--train", "", "--reuse"], f"--train: empty; expected {train_expected}")):
+                (["--train", "", "--reuse"], f"--train: empty; expected {train_expected}"),
+                # Sixteenth pass: a value of only blanks is nothing too (a folder named " ").
+                (["--only", " "], "--only: expected a value, got only blanks"),
+                (["--out", " \t"], "--out: only blanks; expected a folder for the config, the runs and the report")):
             with self.subTest(args=args), tempfile.TemporaryDirectory() as tmp:
                 base = ["--train", str(stand_in(tmp)), "--figures", str(figures(tmp, "T4")),
                         "--out", str(Path(tmp) / "out"), "--jobs", "1"]

@@ -296,3 +296,96 @@ TEST(OutOfMemory, AutocastsCopiesAreHeldWhateverTheBatchAndAStudyIsRefusedWhereN
     EXPECT_EQ(std::string(e.what()).find("precision fp32"), std::string::npos) << e.what();
   }
 }
+
+namespace {
+
+// A measurement whose step with every block recomputed peaks at `peak` (the stand-in for
+// measure_blocks), and the batch it was asked for.
+training::MeasureBlocks measured_at(int64_t peak, int64_t* batch) {
+  return [peak, batch](const training::Config& config, const torch::Device&) {
+    *batch = config.training.batch_size;
+    training::BlockMeasurement m;
+    m.windows.push_back({"forward stem", peak, 0});
+    return m;
+  };
+}
+
+// Sixteenth pass: where the step holds more than its weights whatever the batch (oneDNN's scratch
+// in a convolution's weight gradient: a 36.02 MiB request at batches 16, 8, 4 and 2 alike,
+// ResNet-18 under 140 MiB), train's out-of-memory line advised a smaller batch, --find-max and
+// checkpointing, none of which fit. Once the run's state is freed, a step at the smallest batch
+// with every block recomputed is measured: above the limit, none of them is offered, and its peak
+// is said; within it, the line is as it was.
+TEST(OutOfMemory, ASmallerBatchIsOfferedOnlyWhereTheSmallestBatchsStepMeasuredFits) {
+  training::Config config;
+  config.model.depth(18);
+  config.training.batch_size = 16;
+  config.memory.limit = training::held_whatever_the_batch(config).bytes + (int64_t{100} << 20);
+  const training::OutOfMemoryWhere step{training::OutOfMemoryWhere::Training,
+                                        "in epoch 1 after 0 steps", true, false};
+  const std::string unconfirmed = training::out_of_memory_message(config, torch::kCPU, step, "");
+  ASSERT_NE(unconfirmed.find("a smaller training.batch_size (now 16)"), std::string::npos);
+  ASSERT_NE(unconfirmed.find("checkpointing.enabled: auto or true"), std::string::npos);
+  try {
+    training::throw_out_of_memory(config, torch::kCPU, step, "");
+  } catch (const training::SmallerBatchOutOfMemory& e) {
+    EXPECT_EQ(e.what(), unconfirmed);
+    int64_t batch = 0;
+    EXPECT_EQ(training::confirmed_out_of_memory(e, measured_at(config.memory.limit, &batch)),
+              unconfirmed);  // it fits: as it was
+    EXPECT_EQ(batch, 1);     // the smallest batch that trains with the CIFAR stem
+    const std::string confirmed =
+        training::confirmed_out_of_memory(e, measured_at(config.memory.limit + 1, &batch));
+    EXPECT_EQ(confirmed.find("batch_size"), std::string::npos) << confirmed;
+    EXPECT_EQ(confirmed.find("find-max"), std::string::npos) << confirmed;
+    EXPECT_EQ(confirmed.find("checkpointing.enabled"), std::string::npos) << confirmed;
+    const auto [peak, limit] =
+        training::format_bytes_apart(config.memory.limit + 1, config.memory.limit);
+    EXPECT_NE(confirmed.find(". Remedies: training.precision: bf16 or fp16 (now fp32), or more "
+                             "memory (memory.limit); no smaller batch or checkpointing fits: a "
+                             "step of one image with every block recomputed peaks at " +
+                             peak + ", above the limit " + limit +
+                             " (measured). The last checkpoint is intact."),
+              std::string::npos)
+        << confirmed;
+    const auto out_of_memory = [](const training::Config&,
+                                  const torch::Device&) -> training::BlockMeasurement {
+      throw training::OutOfMemory("tried to allocate 1 B");
+    };
+    EXPECT_NE(training::confirmed_out_of_memory(e, out_of_memory)
+                  .find("fits: a step of one image with every block recomputed runs out of memory "
+                        "too (measured)."),
+              std::string::npos);
+    const auto stopped = [](const training::Config&,
+                            const torch::Device&) -> training::BlockMeasurement {
+      throw std::runtime_error("stopped");
+    };
+    EXPECT_EQ(training::confirmed_out_of_memory(e, stopped), unconfirmed);
+    return;
+  }
+  ADD_FAILURE() << "no SmallerBatchOutOfMemory";
+}
+
+// Where no smaller batch is offered (the weights alone exceed the limit, or the evaluation), the
+// line is final: nothing is measured.
+TEST(OutOfMemory, OnlyALineOfferingASmallerBatchIsConfirmed) {
+  training::Config config;
+  config.memory.limit = int64_t{60} << 20;  // below ResNet-50's weights and state
+  const training::OutOfMemoryWhere step{training::OutOfMemoryWhere::Training, "in epoch 1", false,
+                                        false};
+  const training::OutOfMemoryWhere evaluation{training::OutOfMemoryWhere::Evaluation,
+                                              "in the evaluation of epoch 1", false, false};
+  for (const auto& [limit, where] :
+       {std::pair{config.memory.limit, step}, std::pair{int64_t{1} << 40, evaluation}}) {
+    config.memory.limit = limit;
+    try {
+      training::throw_out_of_memory(config, torch::kCPU, where, "");
+    } catch (const training::SmallerBatchOutOfMemory&) {
+      ADD_FAILURE() << where.text;
+    } catch (const training::OutOfMemory& e) {
+      EXPECT_EQ(e.what(), training::out_of_memory_message(config, torch::kCPU, where, ""));
+    }
+  }
+}
+
+}  // namespace

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <set>
 #include <sstream>
 
 namespace training::config_yaml {
@@ -29,6 +30,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+}  // namespace
+
 std::string flow_text(const YAML::Node& node) {
   YAML::Emitter out;
   out.SetSeqFormat(YAML::Flow);
@@ -36,6 +39,8 @@ std::string flow_text(const YAML::Node& node) {
   out << node;
   return out.c_str();
 }
+
+namespace {
 
 // The keys of `edited` (a section, or a sub-section inside one) whose values differ from `base`'s.
 void add_differences(const YAML::Node& base, const YAML::Node& edited, const std::string& prefix,
@@ -62,9 +67,10 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
 }
 
 std::string trimmed(const std::string& text) {
-  const size_t first = text.find_first_not_of(" \t");
+  const char* blanks = " \t\r\n\v\f";
+  const size_t first = text.find_first_not_of(blanks);
   return first == std::string::npos ? ""
-                                    : text.substr(first, text.find_last_not_of(" \t") + 1 - first);
+                                    : text.substr(first, text.find_last_not_of(blanks) + 1 - first);
 }
 
 std::vector<std::string> split_items(const std::string& text, const std::string& flag) {
@@ -97,11 +103,22 @@ std::string suggestion(const std::string& wrong, const std::vector<std::string>&
   return "(valid: " + join(valid, ", ") + ")";
 }
 
+bool nothing(const YAML::Node& node) {
+  return !node.IsDefined() || node.IsNull() ||
+         (node.IsScalar() && (node.Tag() == "?" || node.Tag().empty()) &&
+          trimmed(node.Scalar()).empty());
+}
+
 std::string describe(const YAML::Node& node) {
-  if (!node.IsDefined() || node.IsNull()) return "nothing";
+  if (nothing(node)) return "nothing";
   if (node.IsSequence()) return "a list";
   if (node.IsMap()) return "a mapping";
-  return "'" + node.Scalar() + "'";
+  // A line break or tab in the value written as YAML escapes it: the message stays one line.
+  std::string text;
+  for (const char c : node.Scalar()) {
+    text += c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : std::string(1, c);
+  }
+  return "'" + text + "'";
 }
 
 bool is_map(const YAML::Node& node) {
@@ -168,7 +185,11 @@ Reader::Scope Reader::enter(const std::string& name) {
   const YAML::Node found = !nested         ? root_[name]
                            : is_map(node_) ? enclosing[name]
                                            : YAML::Node(YAML::NodeType::Undefined);
-  if (found.IsDefined() && !found.IsNull() && !found.IsMap()) {
+  // A section a flag gives nothing (`--set sweep.slurm=~`) would drop the file's keys in it; in a
+  // file, a section whose keys are all commented out is empty.
+  const std::string path = nested ? section_ + "." + name : name;
+  if ((found.IsDefined() && !found.IsNull() && !found.IsMap()) ||
+      (found.IsDefined() && found.IsNull() && overridden_.count(path) > 0)) {
     fail(name, "expected a mapping of keys, got " + describe(found));
   }
   Scope scope{section_, node_, std::move(fields_), std::move(names_), hint_, hint_values_};
@@ -224,12 +245,17 @@ void apply_override(YAML::Node& root, const Override& override,
       std::any_of(parts.begin(), parts.end(), [](const auto& part) { return part.empty(); })) {
     throw ConfigError(flag + ": expected section.key=value, e.g. training.epochs=2");
   }
+  // Nothing after '=' (blanks, a comment) is no value at all, not YAML's null, which only `~` or
+  // `null` says (`checkpointing.blocks` takes it): a plain empty scalar, which every key refuses.
+  const std::string text = trimmed(assignment.substr(eq + 1));
   YAML::Node value;
   try {
-    value = YAML::Load(assignment.substr(eq + 1));
+    value = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw ConfigError(flag + ": value is not valid YAML (" + e.msg + ")");
   }
+  static const std::set<std::string> kNull = {"~", "null", "Null", "NULL"};
+  if (value.IsNull() && kNull.count(text) == 0) value = YAML::Node(std::string{});
   if (!is_map(root)) root = YAML::Node(YAML::NodeType::Map);
   const std::string label = set ? "--set " + path : override.flag;
   // Each section on the path ("sweep", then "sweep.slurm" for sweep.slurm.options) gets a node of

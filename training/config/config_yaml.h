@@ -60,6 +60,13 @@ std::string first_repeat(const std::vector<T>& values) {
   }
   return "";
 }
+// Whether a node holds nothing: missing, null (`key:`, `~`, `null`), or `--set key=` with nothing
+// or blanks after '=' (apply_override makes that a plain empty scalar, which no key takes, so that
+// it is not read as null, which some keys take). A quoted "" is a string, not nothing.
+bool nothing(const YAML::Node& node);
+// A node as YAML writes it in flow style, quoted where plain text would read back otherwise
+// ("runs #2" quoted, "" as ""): a value --set reads back as it is.
+std::string flow_text(const YAML::Node& node);
 // How a node is named in a message: "nothing", "a list", "a mapping", "'text'".
 std::string describe(const YAML::Node& node);
 // yaml-cpp throws when asking the type of a missing ("zombie") node, so this asks IsDefined first.
@@ -143,17 +150,20 @@ class Reader {
          });
   }
 
-  // A list of strings, or null (nullopt): a value that is set or not yet.
   void texts(const std::string& name, std::vector<std::string>& out) {
-    list(name, out, false, "expected a list of strings", [](const YAML::Node& item, auto& value) {
-      return !item.IsNull() && (value = item.Scalar(), true);
-    });
+    list(name, out, false, "expected a list of strings, none of them blank",
+         [](const YAML::Node& item, auto& value) {
+           return !nothing(item) && !trimmed(item.Scalar()).empty() &&
+                  (value = item.Scalar(), true);
+         });
   }
+
+  // A list of strings, or null (nullopt): a value that is set or not yet.
 
   void optional_texts(const std::string& name, std::optional<std::vector<std::string>>& out) {
     const auto node = field(name);
     if (!node) return;
-    if (node->IsNull()) return out.reset();
+    if (node->IsNull()) return out.reset();  // not `--set key=`: that is nothing (below)
     if (!node->IsSequence()) fail(name, "expected a list of names or null, got " + describe(*node));
     std::vector<std::string> values;
     for (const auto& item : *node) {
@@ -194,14 +204,15 @@ class Reader {
     hint_values_ = for_values;
   }
 
+  // A string: nothing (`key:`, `~`, `--set key=`) is refused, as it is for every other type, and
+  // so is one of only blanks (a folder named " "); "" is written so, quoted.
   void text(const std::string& name, std::string& out) {
     const auto node = field(name);
     if (!node) return;
-    if (node->IsNull()) {
-      out.clear();
-      return;
-    }
-    if (!node->IsScalar()) fail(name, "expected a string, got " + describe(*node));
+    if (!node->IsScalar() || nothing(*node))
+      fail(name, "expected a string (\"\" for an empty one), got " + describe(*node));
+    if (!node->Scalar().empty() && trimmed(node->Scalar()).empty())
+      fail(name, "expected a string that is not only blanks, got " + describe(*node));
     out = node->Scalar();
   }
 
@@ -256,7 +267,7 @@ class Reader {
     const auto node = field(name);
     if (!node) return;
     // Nothing (`limit:`, --memory-limit ' ') is not none: what was written must be what is taken.
-    if (!node->IsScalar() || node->IsNull())
+    if (!node->IsScalar() || nothing(*node))
       fail(name, "expected a size like 12GiB, or none, got " + describe(*node));
     if (node->Scalar() == "none") return void(out = 0);
     try {

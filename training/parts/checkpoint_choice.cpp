@@ -198,7 +198,7 @@ std::string describe_measurement(const CheckpointChoice& c) {
 }
 
 std::string checkpointing_outcome(const std::optional<CheckpointingDecision>& decision,
-                                  int64_t measured_peak, bool* exceeded) {
+                                  int64_t measured_peak, bool* exceeded, int64_t named) {
   if (exceeded) *exceeded = false;
   if (!decision || decision->predicted_peak <= 0 || decision->budget <= 0) return "";
   const auto& c = *decision;
@@ -207,8 +207,12 @@ std::string checkpointing_outcome(const std::optional<CheckpointingDecision>& de
   const std::string beside =
       c.beside_bytes > 0 ? " and the " + format_bytes(c.beside_bytes) + " beside the step" : "";
   // The measured and predicted peaks and the budget: never two written alike where they differ
-  // ("predicted 155.10 MiB: within the budget of 155.10 MiB", 4,181 bytes apart).
-  const auto texts = format_bytes_apart({measured_peak, predicted, c.budget});
+  // ("predicted 155.10 MiB: within the budget of 155.10 MiB", 4,181 bytes apart); and the budget
+  // as precise as the choice's line wrote it beside its peak and the size it was taken from
+  // ("149.999 MiB" there, "150.00 MiB" here).
+  std::vector<int64_t> sizes = {measured_peak, predicted, c.budget, c.predicted_peak};
+  if (named > 0) sizes.push_back(named);
+  const auto texts = format_bytes_apart(sizes);
   const std::string budget = "the budget of " + texts[2] + beside;
   if (measured_peak <= allowed) {
     return "measured training peak " + texts[0] + ", predicted " + texts[1] + ": within " + budget;
@@ -260,13 +264,13 @@ std::optional<CheckpointChoice> resolve_checkpointing(const Config& config, Deci
     m = measure ? measure(config, device) : measure_blocks(config, device);
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e) || dynamic_cast<const OutOfMemory*>(&e)) throw;  // worded already
+    const int64_t budget = checkpointing_budget(config, device).bytes;
     throw OutOfMemory(
         "checkpointing.enabled: auto: one step at batch " +
         std::to_string(config.training.batch_size) +
         " with every block recomputed ran out of memory while it was measured (" + error_line(e) +
         "); nothing fits: " +
-        remedies(remedied(config, device, measure, checkpointing_budget(config, device).bytes),
-                 device, checkpointing_budget(config, device).bytes, std::nullopt));
+        remedies(remedied(config, device, measure, budget), device, budget, std::nullopt));
   }
   // After the measurement: on CUDA, what lies outside the allocator now includes the cuBLAS and
   // cuDNN workspaces the step created.

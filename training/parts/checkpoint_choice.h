@@ -145,10 +145,19 @@ std::string describe_choice(const CheckpointChoice& choice);
 // not) and per window (peak, blocks before it), for train.log.
 std::string describe_measurement(const CheckpointChoice& choice);
 
+// The size a run's checkpointing budget is taken from, where the budget is not given itself:
+// memory.limit (0: none, or checkpointing.budget given).
+inline int64_t budget_named(const Config& config) {
+  return config.checkpointing.budget() > 0 ? 0 : config.memory.limit;
+}
+
 // The choice verified: a run's measured training peak beside the prediction, and whether it
 // stayed within the budget (and by how much it did not). `exceeded` is set when it did not.
-// Empty without a decision with a predicted peak and a budget.
+// Empty without a decision with a predicted peak and a budget. The budget is written as precisely
+// as the choice's line wrote it: apart from the chosen peak and from `named`, the size it was
+// taken from (memory.limit; 0: none).
 std::string checkpointing_outcome(const std::optional<CheckpointingDecision>& decision,
-                                  int64_t measured_peak, bool* exceeded = nullptr);
+                                  int64_t measured_peak, bool* exceeded = nullptr,
+                                  int64_t named = 0);
 
 }  // namespace training

@@ -4,8 +4,10 @@
 
 #include <c10/util/Exception.h>
 
+#include <cctype>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -58,16 +60,25 @@ inline std::string shell_word(const std::string& text) {
   return quoted + "'";
 }
 
-// `text` as one cell of a markdown table: a '|' in it (a folder's name, a path, an error) escaped,
-// as it would end the cell, and a backslash too (one before a '|' escaped that '|'); a line break
-// as a space.
-inline std::string markdown_cell(const std::string& text) {
-  std::string cell;
-  for (const char c : text) {
-    if (c == '|' || c == '\\') cell += '\\';
-    cell += c == '\n' ? ' ' : c;
+// `text` (a folder's name, a path, an error) as plain text in a markdown table's cell or a
+// heading: what markdown would read as markup escaped with a backslash, as CommonMark escapes ASCII
+// punctuation: a backslash, code spans, emphasis (`*`, and `_` except inside a word, where it
+// is none: snake_case stays readable), a link's `](`, HTML and autolinks (`<`), strikethrough,
+// entities, and '|', which ends a cell; a line break as a space.
+inline std::string markdown_text(const std::string& text) {
+  const auto in_word = [&text](size_t i) {
+    return i > 0 && i + 1 < text.size() && std::isalnum(static_cast<unsigned char>(text[i - 1])) &&
+           std::isalnum(static_cast<unsigned char>(text[i + 1]));
+  };
+  std::string plain;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (std::string_view("\\`*<|~&").find(c) != std::string_view::npos ||
+        (c == '_' && !in_word(i)) || (c == ']' && i + 1 < text.size() && text[i + 1] == '('))
+      plain += '\\';
+    plain += c == '\n' || c == '\r' ? ' ' : c;
   }
-  return cell;
+  return plain;
 }
 
 // Something the user can fix (bad arguments, config, environment): exit code 2.

@@ -117,7 +117,7 @@ void write_head(std::ostringstream& md, const std::vector<ComparedRun>& runs) {
           "for that reason too.\n\n";
   }
   md << "| |";
-  for (const auto& run : runs) md << " " << markdown_cell(run.name) << " |";
+  for (const auto& run : runs) md << " " << markdown_text(run.name) << " |";
   md << "\n|---|";
   for (size_t i = 0; i < runs.size(); ++i) md << "---:|";
   md << "\n";
@@ -191,7 +191,7 @@ std::string compare_markdown(const std::vector<ComparedRun>& runs) {
   auto row = [&](const std::string& name, const auto& cell) {
     md << "| " << name << " |";
     for (size_t i = 0; i < runs.size(); ++i)
-      md << " " << markdown_cell(cell(runs[i], totals[i])) << " |";
+      md << " " << markdown_text(cell(runs[i], totals[i])) << " |";
     md << "\n";
   };
   for (const auto& key : keys) {

@@ -301,16 +301,12 @@ void check_output_format(const fs::path& dir, OutputKind kind, const std::string
 
 void check_adoptable_as_run(const fs::path& dir) {
   if (held_outputs(dir).marker) return;
-  // What a run writes (run_dir.h, the observers, the plots): a folder of these is a run's.
   const auto a_runs = [](const fs::directory_entry& entry) {
-    const std::string name = entry.path().filename().string(), ext = entry.path().extension();
+    const std::string name = entry.path().filename().string();
     std::error_code ec;
     return entry.is_regular_file(ec) &&
-           (ext == ".png" || ext == ".pt" || name.rfind("events.out.tfevents.", 0) == 0 ||
-            name == "config.yaml" || name == "decisions.json" || name == "metrics.jsonl" ||
-            name == "metrics.csv" || name == "train.log" || name == "report.md" ||
-            name == "plot.log" || name == "gpu.jsonl" || name == "trace.json" ||
-            name == "memory_snapshot.pickle");
+           (entry.path().extension() == ".pt" || name.rfind("events.out.tfevents.", 0) == 0 ||
+            std::find(std::begin(kRunFiles), std::end(kRunFiles), name) != std::end(kRunFiles));
   };
   std::string others;
   int count = 0;

@@ -67,6 +67,14 @@ void check_is_run(const std::filesystem::path& dir);
 void check_output_format(const std::filesystem::path& dir, OutputKind kind,
                          const std::string& advice = "");
 
+// The files a run writes (run_dir.h, the observers, the plots) besides TensorBoard's
+// events.out.tfevents.*: a resume writes or adds to each, and a folder holding only these (and the
+// checkpoints, *.pt) is a run's.
+inline constexpr const char* kRunFiles[] = {
+    "config.yaml", "decisions.json",         "metrics.jsonl",  "metrics.csv",      "report.md",
+    "train.log",   "checkpoint.pt",          "gpu.jsonl",      "trace.json",       "plot.log",
+    "memory.png",  "memory_snapshot.pickle", "throughput.png", "loss_accuracy.png"};
+
 // A run resumed from a checkpoint file in a folder without a marker: the folder becomes the run's,
 // where it holds nothing but what a run writes (check_adoptable_as_run refuses other files and any
 // folder, naming up to three, before anything is written).

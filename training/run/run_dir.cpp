@@ -134,10 +134,7 @@ void check_run_to_resume(const fs::path& dir, int64_t epochs_done) {
   check_adoptable_as_run(dir);
   // Each file the run writes or adds to, one it can write (a folder, or an immutable file, was
   // found after training: the resumed epochs' samples or plots lost, report.md exit 2).
-  for (const char* name :
-       {"config.yaml", "decisions.json", "metrics.jsonl", "metrics.csv", "report.md", "train.log",
-        "checkpoint.pt", "gpu.jsonl", "trace.json", "memory_snapshot.pickle", "plot.log",
-        "loss_accuracy.png", "throughput.png", "memory.png"}) {
+  for (const char* name : kRunFiles) {
     const fs::path file = dir / name;
     if (!fs::exists(fs::symlink_status(file, ec))) continue;
     if (!fs::is_regular_file(file, ec))

@@ -64,10 +64,12 @@ void write_checkpointing(std::ostringstream& md, const Config& c, const Decision
   // The last epoch trained under this choice (a resume may have chosen again since).
   const std::optional<int64_t> measured = peak_under(*d, epochs);
   bool exceeded = false;
-  const std::string outcome = measured ? checkpointing_outcome(d, *measured, &exceeded) : "";
-  // The budget and the peaks: never two written alike where they differ.
-  const auto sizes = format_bytes_apart(
-      {d->budget, d->predicted_peak + d->beside_bytes, d->predicted_peak, measured.value_or(0)});
+  const int64_t named = budget_named(c);
+  const std::string outcome = measured ? checkpointing_outcome(d, *measured, &exceeded, named) : "";
+  // The budget and the peaks: never two written alike where they differ, the budget as precisely
+  // as the choice's line and the outcome write it.
+  const auto sizes = format_bytes_apart({d->budget, d->predicted_peak + d->beside_bytes,
+                                         d->predicted_peak, measured.value_or(0), named});
   md << "## Gradient checkpointing: auto\n\n| | |\n|---|---|\n"
      << "| blocks recomputed | " << checkpointing_text(c.checkpointing) << " |\n"
      << "| budget | " << sizes[0] << " |\n"
@@ -112,7 +114,7 @@ void write_setup(std::ostringstream& md, const Config& c, const std::string& lay
      << "| precision / memory format | " << precision_name(c.training.precision) << " / " << layout
      << " |\n"
      << "| gradient checkpointing | " << checkpointing_text(c.checkpointing) << " |\n"
-     << "| data | " << markdown_cell(data_text(d)) << " |\n"
+     << "| data | " << markdown_text(data_text(d)) << " |\n"
      << "| batch / epochs | " << batch_description(c, last.world_size) << " / " << c.training.epochs
      << " |\n"
      << fmt::format("| optimizer | SGD lr {}, momentum {}, nesterov {}, weight decay {} |\n",
@@ -170,8 +172,11 @@ std::string stopped_row(const fs::path& run_dir, const RunRecord& run, const Con
     return "| **stopped** | " + stopped->where + recorded +
            "; no readable checkpoint.pt, so it cannot be continued |\n";
   }
-  return "| **stopped** | " + stopped->where + recorded + "; continue with: " + advised_program() +
-         " --resume " + shell_word(fs::absolute(run_dir).string()) + " |\n";
+  // The command as typed (a '|' in the path escaped for the table, shown as typed).
+  return "| **stopped** | " + stopped->where + recorded + "; continue with: " +
+         markdown_text(advised_program() + " --resume " +
+                       shell_word(fs::absolute(run_dir).string())) +
+         " |\n";
 }
 
 void write_results(std::ostringstream& md, const std::vector<EpochRecord>& epochs, const Totals& t,
@@ -305,8 +310,8 @@ fs::path write_report(const fs::path& run_dir, bool in_training) {
       run_python_script("plot_run.py", {fs::absolute(run_dir).string()}, run_dir / "plot.log");
 
   std::ostringstream md;
-  md << "# Run report: " << run_dir.filename().string() << "\n\n";
-  if (!recorded.note.empty()) md << "**Note:** " << recorded.note << ".\n\n";
+  md << "# Run report: " << markdown_text(run_dir.filename().string()) << "\n\n";
+  if (!recorded.note.empty()) md << "**Note:** " << markdown_text(recorded.note) << ".\n\n";
   write_setup(md, config, layout_text(asked, decisions), epochs.back());
   write_results(md, epochs, totals_of(epochs), config,
                 stopped_row(run_dir, run, config, in_training));
@@ -317,7 +322,7 @@ fs::path write_report(const fs::path& run_dir, bool in_training) {
     md << "![loss and accuracy](loss_accuracy.png)\n\n![throughput](throughput.png)\n\n"
           "![memory](memory.png)\n";
   } else {
-    md << "Not drawn: " << plot_problem << ".\n";
+    md << "Not drawn: " << markdown_text(plot_problem) << ".\n";
   }
   md << "\nFiles: `config.yaml`"
      << (fs::exists(run_dir / "decisions.json") ? ", `decisions.json`" : "")

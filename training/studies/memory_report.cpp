@@ -373,7 +373,9 @@ std::string breakdown_markdown(const std::vector<StepBreakdown>& breakdowns) {
       md << "\n" << b.setting.label() << ": " << auto_choice_text(b) << ".\n";
     }
     if (b.status != TrialStatus::Ok) {
-      md << "\n" << b.setting.label() << ": " << status_name(b.status) << ": " << b.message << "\n";
+      md << "\n"
+         << b.setting.label() << ": " << status_name(b.status) << ": " << markdown_text(b.message)
+         << "\n";
     }
   }
   return md.str();

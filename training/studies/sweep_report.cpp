@@ -161,7 +161,7 @@ void trials_table(std::ostringstream& md, const std::vector<SweepTrial>& trials)
        << " | " << memory_format_name(t.setting.memory_format) << " | " << t.batch
        << (t.setting.accumulate_steps > 1 ? " x " + std::to_string(t.setting.accumulate_steps) : "")
        << " | " << status_name(r.status)
-       << (r.status == TrialStatus::Error ? ": " + markdown_cell(r.message) : "") << " | "
+       << (r.status == TrialStatus::Error ? ": " + markdown_text(r.message) : "") << " | "
        << mib_text(r.peak_allocated_bytes) << " | " << mib_text(r.peak_reserved_bytes) << " | "
        << (r.steady_peak_reserved_bytes ? mib_text(*r.steady_peak_reserved_bytes) : "-") << " | "
        << (r.median_step_seconds ? fmt::format("{:.4f}", *r.median_step_seconds) : "-") << " | "

@@ -312,13 +312,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"SubSectionKeyOfTheWrongType",
                   "sweep: {slurm: {options: --partition=gpu}}",
                   {},
-                  "c.yaml: sweep.slurm.options: expected a list of strings, got "
-                  "'--partition=gpu'"},
+                  "c.yaml: sweep.slurm.options: expected a list of strings, none of them blank, "
+                  "got '--partition=gpu'"},
         BadConfig{"SetSubSectionKeyOfTheWrongType",
                   "sweep: {slurm: {options: []}}",
                   {"sweep.slurm.options={a: 1}"},
                   "--set sweep.slurm.options: sweep.slurm.options: expected a list of strings, "
-                  "got a mapping"},
+                  "none of them blank, got a mapping"},
         BadConfig{"SetBelowAKeyThatIsNoSection",
                   "training: {epochs: 3}",
                   {"training.epochs.first=1"},
@@ -814,6 +814,63 @@ TEST(Config, NothingWhereASizeGoesIsRefusedNotReadAsNone) {
   EXPECT_EQ(error_of("", {"checkpointing.budget="}),
             "--set checkpointing.budget: checkpointing.budget: expected a size like 12GiB, or "
             "none, got nothing");
+}
+
+}  // namespace
+
+namespace {
+
+// Sixteenth pass: nothing where a name, a list of names or a path goes (`--set
+// checkpointing.blocks=`, `output.name=`, `output.dir=' '`, `distributed.interface=~`) was taken as
+// the default (null: auto measures; "": the date-time name) or as a folder named " ". Nothing is
+// refused for every key, as it is where a size goes; a quoted "" and an explicit null are values.
+TEST(Config, NothingWhereANameListOrPathGoesIsRefusedNotReadAsTheDefault) {
+  EXPECT_EQ(error_of("", {"checkpointing.blocks="}),
+            "--set checkpointing.blocks: checkpointing.blocks: expected a list of names or null, "
+            "got nothing");
+  const std::string nothing = "expected a string (\"\" for an empty one), got nothing";
+  EXPECT_EQ(error_of("", {"output.name="}), "--set output.name: output.name: " + nothing);
+  EXPECT_EQ(error_of("", {"output.dir= "}), "--set output.dir: output.dir: " + nothing);
+  EXPECT_EQ(error_of("", {"distributed.interface=~"}),
+            "--set distributed.interface: distributed.interface: " + nothing);
+  EXPECT_EQ(error_of("output:\n  name:\n"), "c.yaml: output.name: " + nothing);
+  EXPECT_EQ(error_of("", {training::Override("training.device= ", "--device")}),
+            "--device: training.device: " + nothing);
+  EXPECT_EQ(error_of("output: {dir: ' '}\n"),
+            "c.yaml: output.dir: expected a string that is not only blanks, got ' '");
+  EXPECT_EQ(error_of("sweep: {slurm: {options: ['--qos=low', ' ']}}\n"),
+            "c.yaml: sweep.slurm.options: expected a list of strings, none of them blank, got ' ' "
+            "in the list");
+  EXPECT_EQ(
+      error_of("", {"training.epochs="}),
+      "--set training.epochs: training.epochs: expected an integer in [1, 100000], got nothing");
+  // A comment or a line break after '=' is nothing too; a section a flag gives null would drop
+  // the file's keys in it; a string tagged !!str is a string; blanks are any white space.
+  EXPECT_EQ(error_of("", {"checkpointing.blocks=# all"}),
+            "--set checkpointing.blocks: checkpointing.blocks: expected a list of names or null, "
+            "got nothing");
+  EXPECT_EQ(error_of("", {"checkpointing.blocks=\n"}),
+            "--set checkpointing.blocks: checkpointing.blocks: expected a list of names or null, "
+            "got nothing");
+  EXPECT_EQ(error_of("sweep: {slurm: {options: [--qos=low]}}\n", {"sweep.slurm=~"}),
+            "--set sweep.slurm: sweep.slurm: expected a mapping of keys, got nothing");
+  EXPECT_EQ(training::parse_config("sweep:\n  slurm:\n", "c.yaml").sweep.slurm.options.size(), 0u);
+  EXPECT_EQ(training::parse_config("output: {name: !!str \"\"}\n", "c.yaml").output.name, "");
+  EXPECT_EQ(error_of("output: {dir: \"\\n\\t\"}\n"),
+            "c.yaml: output.dir: expected a string that is not only blanks, got '\\n\\t'");
+  // The values that say the default, as written.
+  const Config quoted =
+      training::parse_config("output: {name: \"\"}\ndistributed: {interface: ''}\n", "c.yaml",
+                             {training::Override("checkpointing.blocks=null"),
+                              training::Override("checkpointing.enabled=auto")});
+  EXPECT_EQ(quoted.output.name, "");
+  EXPECT_EQ(quoted.distributed.interface, "");
+  EXPECT_FALSE(quoted.checkpointing.blocks().has_value());
+  EXPECT_EQ(training::parse_config("checkpointing: {enabled: auto}\n", "c.yaml",
+                                   {"checkpointing.blocks=[]"})
+                .checkpointing.blocks()
+                ->size(),
+            0u);
 }
 
 }  // namespace

@@ -444,6 +444,14 @@ TEST(CheckpointChoice, TheOutcomeComparesTheRunsPeakWithTheBudgetAndWhatIsHeldBe
   EXPECT_EQ(training::checkpointing_outcome(near, 150000000, &exceeded),
             "measured training peak 143.051 MiB, predicted 155.095 MiB: within the budget of "
             "155.099 MiB");
+  // Sixteenth pass: the choice's line wrote its budget apart from its peak ("149.999 MiB"), the
+  // outcome apart from its own figures ("150.00 MiB"): one budget, two precisions.
+  const int64_t mib = 1 << 20;
+  const training::CheckpointingDecision edge{{"layer1.0"},     "a step", 150 * mib - 1000,
+                                             150 * mib - 2000, 1,        10 * mib};
+  EXPECT_EQ(training::checkpointing_outcome(edge, 155 * mib, &exceeded),
+            "measured training peak 155.000 MiB, predicted 159.998 MiB: within the budget of "
+            "149.999 MiB and the 10.00 MiB beside the step");
 }
 
 // Accumulating, the choice measures a group's second micro-batch, which holds the first one's

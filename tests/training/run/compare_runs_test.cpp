@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "training/platform/errors.h"
+
 namespace {
 
 // Sixteenth pass: a run folder named "p|q" split compare.md's heading into four cells over a
@@ -33,6 +35,25 @@ TEST(CompareRuns, ACellHoldingABarKeepsTheTableWhole) {
       bars += line[i] == '|' && (i == 0 || line[i - 1] != '\\');
     EXPECT_EQ(bars, 4u) << line;
   }
+}
+
+// Sixteenth pass: a run named "*s*" or "e`f`" was rendered as emphasis or code in compare.md (and
+// report.md's title): every character markdown reads as markup is escaped, the text shown as named.
+TEST(CompareRuns, ARunsNameIsShownAsNamedNotAsMarkup) {
+  EXPECT_EQ(training::markdown_text("*s* e`f` [l](u) <b> ~x~ &amp; _i_ \\ a|b\nc snake_case\rd"),
+            "\\*s\\* e\\`f\\` [l\\](u) \\<b> \\~x\\~ \\&amp; \\_i\\_ \\\\ a\\|b c snake_case d");
+  training::ComparedRun a, b;
+  a.name = "*s*";
+  b.name = "e`f`";
+  for (auto* run : {&a, &b}) {
+    training::EpochRecord e;
+    e.epoch = 1;
+    e.step = 4;
+    e.device = "cpu";
+    run->epochs.push_back(e);
+  }
+  const std::string md = training::compare_markdown({a, b});
+  EXPECT_NE(md.find("| | \\*s\\* | e\\`f\\` |"), std::string::npos) << md;
 }
 
 }  // namespace
