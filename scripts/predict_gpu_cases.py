@@ -149,7 +149,7 @@ def main(argv):
     parser.add_argument("--compare")
     parser.add_argument("--measured")
     args = parser.parse_args(argv[1:])
-    if args.compare or args.measured:
+    if args.compare is not None or args.measured is not None:
         predicted = script_support.path_argument("--compare", args.compare, "a predictions folder",
                                                  "folder")
         measured = script_support.path_argument("--measured", args.measured,
@@ -157,8 +157,8 @@ def main(argv):
         print(compare(predicted, measured), end="")
         return 0
     train = script_support.path_argument("--train", args.train, "the train executable")
-    if not args.out:
-        raise script_support.BadInput("--out: empty; expected a folder to write into")
+    script_support.path_argument("--out", args.out, "a folder to write into", "folder",
+                                 must_exist=False)
     if args.measure and not args.grid:
         raise script_support.BadInput("--measure: goes with --grid")
     if args.grid:
@@ -166,7 +166,7 @@ def main(argv):
         return 0
     out = Path(args.out)
     begin, end = "<!-- card-prediction:begin -->", "<!-- card-prediction:end -->"
-    docs = script_support.path_argument("--docs", args.docs, "a markdown file") if args.docs else None
+    docs = script_support.path_argument("--docs", args.docs, "a markdown file") if args.docs is not None else None
     if docs and not (begin in Path(docs).read_text() and end in Path(docs).read_text()):
         raise script_support.BadInput(f"--docs: {docs} has no {begin} ... {end} markers")
     out.mkdir(parents=True, exist_ok=True)

@@ -69,7 +69,7 @@ def path_argument(name, value, expected, kind="file", must_exist=True):
     "file or folder"). Refused with BadInput ("--config: configs: is a folder; expected a config
     file") when it is empty or only blanks, missing (unless not `must_exist`: an output to create) or of another
     kind."""
-    if not value.strip():  # a folder named " " is no one's intent
+    if not value or not value.strip():  # a folder named " " is no one's intent
         raise BadInput(f"{name}: {'only blanks' if value else 'empty'}; expected {expected}")
     try:
         mode = os.stat(value).st_mode

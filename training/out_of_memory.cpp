@@ -64,35 +64,53 @@ std::string evaluation_remedies(const Config& config, int64_t limit, bool one_im
               ? std::string(", autocast's copies of the weights")
               : "") +
          "): more memory (memory.limit)" +
+         (config.training.precision != Precision::FP32 ? ", training.precision: fp32" : "") +
          (config.data.device_resident ? ", data.device_resident: false" : "") +
          " or a smaller model.arch.";
 }
 
-// A training step's remedies. `none_fits`: what a step measured at the smallest batch with every
-// block recomputed showed, above the limit; then no smaller batch, checkpointing or --find-max.
-std::string training_remedies(const Config& config, int64_t limit, const std::string& none_fits) {
+// Whether checkpointing is a remedy to consider: not on already, not with a captured step
+// (training.cuda_graph: on refuses it), and not where it cannot fit (a lower bound).
+bool checkpointing_can_help(const Config& config, int64_t limit) {
+  return !config.checkpointing.enabled() && config.training.cuda_graph != CudaGraphMode::On &&
+         every_block_recomputed_can_fit(config, limit);
+}
+
+// What the steps measured after out of memory showed (confirmed_out_of_memory): whether a smaller
+// batch's plain step fits the limit, a smaller batch with every block recomputed, and the run's
+// batch with every block recomputed (within the limit; within checkpointing auto's budget too);
+// `said`: the smallest batch's figure, where none of them fits.
+struct Measured {
+  bool smaller = false, smaller_recomputed = false, recomputed = false, in_auto_budget = false;
+  std::string said;
+};
+
+// A training step's remedies; `measured`, where given, decides the batch and checkpointing.
+std::string training_remedies(const Config& config, int64_t limit, const Measured* measured) {
   // Where the weights, gradients and momentum leave less than one image needs, nothing helps.
   if (std::string held = weights_alone_remedy(config, limit); !held.empty()) return held + ".";
+  const bool smaller = measured ? measured->smaller : smaller_batch_trains(config);
   Config at = config;
-  if (!none_fits.empty())
+  if (!smaller)
     at.training.batch_size = models::smallest_trainable_batch(config.model, config.data.image_size);
   // No smaller batch than the smallest that trains (training.batch_size 1 is refused where
   // BatchNorm's last map is 1x1: it was advised, then refused).
   std::string remedies = step_remedies(at, limit);
-  // Not where it cannot fit, nor with a captured step (training.cuda_graph: on refuses it).
-  if (none_fits.empty() && !config.checkpointing.enabled() &&
-      config.training.cuda_graph != CudaGraphMode::On &&
-      every_block_recomputed_can_fit(config, limit))
-    remedies += ", checkpointing.enabled: auto or true";
+  if (measured ? measured->recomputed : checkpointing_can_help(config, limit)) {
+    remedies += measured && !measured->in_auto_budget ? ", checkpointing.enabled: true"
+                                                      : ", checkpointing.enabled: auto or true";
+  } else if (measured && measured->smaller_recomputed && !smaller) {
+    remedies += ", a smaller training.batch_size with checkpointing.enabled: true";
+  }
   if (config.data.device_resident) remedies += ", data.device_resident: false";
   const std::string text = remedies.empty() ? "more memory (memory.limit)" : remedies.substr(2);
-  if (!none_fits.empty()) {
+  if (measured && !measured->said.empty()) {
     return text + (remedies.empty() ? "" : ", or more memory (memory.limit)") +
-           "; no smaller batch or checkpointing fits: " + none_fits + ".";
+           "; no smaller batch or checkpointing fits: " + measured->said + ".";
   }
   // The sweep needs more than its flag to run (the run's config, its limit): named, not typed out;
   // where no smaller batch trains, it finds none.
-  if (!smaller_batch_trains(config)) return text + ".";
+  if (!smaller) return text + ".";
   return text + "; a sweep's --find-max finds the largest batch that fits (" + advised_program() +
          " sweep --help).";
 }
@@ -106,7 +124,7 @@ std::string worded(const LineParts& line, const Config& config, const OutOfMemor
     case OutOfMemoryWhere::Training:
       break;
   }
-  return line.head + training_remedies(config, line.limit, "") + line.intact;
+  return line.head + training_remedies(config, line.limit, nullptr) + line.intact;
 }
 
 }  // namespace
@@ -121,37 +139,63 @@ void throw_out_of_memory(const Config& config, const torch::Device& device,
                          const OutOfMemoryWhere& where, const std::string& allocator_message) {
   const LineParts line = line_parts(config, device, where, allocator_message);
   const std::string message = worded(line, config, where);
-  if (where.phase != OutOfMemoryWhere::Training || !smaller_batch_trains(config) ||
-      !weights_alone_remedy(config, line.limit).empty()) {
+  if (where.phase != OutOfMemoryWhere::Training ||
+      !weights_alone_remedy(config, line.limit).empty() ||
+      (!smaller_batch_trains(config) && !checkpointing_can_help(config, line.limit))) {
     throw OutOfMemory(message);
   }
-  throw SmallerBatchOutOfMemory(message, line.head, line.intact, config, device, line.limit);
+  throw UnconfirmedOutOfMemory(message, line.head, line.intact, config, device, line.limit);
 }
 
-std::string confirmed_out_of_memory(const SmallerBatchOutOfMemory& e,
-                                    const MeasureBlocks& measure) {
-  Config smallest = e.config;
-  smallest.training.batch_size =
+std::string confirmed_out_of_memory(const UnconfirmedOutOfMemory& e, const MeasureBlocks& measure) {
+  const int64_t smallest =
       models::smallest_trainable_batch(e.config.model, e.config.data.image_size);
-  const int64_t batch = smallest.training.batch_size;
+  const int64_t batch = e.config.training.batch_size;
+  // A step with every block recomputed at `at` images, measured (nullopt: out of memory too).
+  const auto measured_at = [&](int64_t at) -> std::optional<CheckpointChoice> {
+    Config config = e.config;
+    config.training.batch_size = at;
+    try {
+      return choose_blocks(measure ? measure(config, e.device) : measure_blocks(config, e.device),
+                           e.limit);
+    } catch (const std::exception& error) {
+      if (!is_out_of_memory(error)) throw;
+      return std::nullopt;
+    }
+  };
   const std::string step =
-      "a step of " + (batch == 1 ? std::string("one image") : std::to_string(batch) + " images") +
+      "a step of " +
+      (smallest == 1 ? std::string("one image") : std::to_string(smallest) + " images") +
       " with every block recomputed";
-  std::string none_fits;
+  Measured m;
   try {
-    spdlog::info("out of memory: measuring {} to tell whether a smaller batch fits", step);
-    const int64_t smallest_peak =
-        choose_blocks(measure ? measure(smallest, e.device) : measure_blocks(smallest, e.device),
-                      e.limit)
-            .smallest_peak;
-    if (smallest_peak <= e.limit) return e.what();
-    const auto [peak, limit] = format_bytes_apart(smallest_peak, e.limit);
-    none_fits = step + " peaks at " + peak + ", above the limit " + limit + " (measured)";
-  } catch (const std::exception& measuring) {
-    if (!is_out_of_memory(measuring)) return e.what();  // a stop: the line as it was
-    none_fits = step + " runs out of memory too (measured)";
+    spdlog::info(
+        "out of memory: measuring {} to tell whether a smaller batch or checkpointing fits", step);
+    const auto small = measured_at(smallest);
+    const bool small_recomputed_fits = small && small->smallest_peak <= e.limit;
+    m.smaller = smallest < batch && small && small->plain_peak <= e.limit;
+    m.smaller_recomputed = smallest < batch && small_recomputed_fits;
+    // The run's own batch, where a smaller one recomputed fits (above it, no larger batch does).
+    if (checkpointing_can_help(e.config, e.limit) && small_recomputed_fits) {
+      const auto own = smallest == batch ? small : measured_at(batch);
+      m.recomputed = own && own->smallest_peak <= e.limit;
+      int64_t budget = 0;
+      try {
+        budget = checkpointing_budget(e.config, e.device).bytes;
+      } catch (const std::exception&) {  // none (the CPU without memory.limit): auto is refused
+      }
+      m.in_auto_budget = m.recomputed && own->smallest_peak <= budget;
+    }
+    if (!small_recomputed_fits && small) {
+      const auto [peak, limit] = format_bytes_apart(small->smallest_peak, e.limit);
+      m.said = step + " peaks at " + peak + ", above the limit " + limit + " (measured)";
+    } else if (!small) {
+      m.said = step + " runs out of memory too (measured)";
+    }
+  } catch (const std::exception&) {  // a stop, or a failure other than out of memory
+    return e.what();
   }
-  return e.head + training_remedies(e.config, e.limit, none_fits) + e.intact;
+  return e.head + training_remedies(e.config, e.limit, &m) + e.intact;
 }
 
 std::string measured_error_line(const Config& config, const std::exception& error) {

@@ -28,14 +28,14 @@ std::string out_of_memory_message(const Config& config, const torch::Device& dev
                                   const OutOfMemoryWhere& where,
                                   const std::string& allocator_message);
 
-// Out of memory in a training step whose remedies name a smaller batch: whether one fits is told
-// only by a step measured at the smallest batch that trains, once the run's weights and optimizer
-// state are freed (a convolution's weight-gradient scratch, batch-independent, may not fit
-// either). what(): the line as if it fits; `head` and `intact` its parts around the remedies.
-class SmallerBatchOutOfMemory : public OutOfMemory {
+// Out of memory in a training step whose remedies name a smaller batch or checkpointing: whether
+// they fit is told only by steps measured once the run's weights and optimizer state are freed (a
+// convolution's weight-gradient scratch, batch-independent, may not fit at any batch). what(): the
+// line unmeasured; `head` and `intact` its parts around the remedies.
+class UnconfirmedOutOfMemory : public OutOfMemory {
  public:
-  SmallerBatchOutOfMemory(const std::string& line, std::string head, std::string intact,
-                          Config config, torch::Device device, int64_t limit)
+  UnconfirmedOutOfMemory(const std::string& line, std::string head, std::string intact,
+                         Config config, torch::Device device, int64_t limit)
       : OutOfMemory(line),
         head(std::move(head)),
         intact(std::move(intact)),
@@ -48,19 +48,21 @@ class SmallerBatchOutOfMemory : public OutOfMemory {
   int64_t limit;
 };
 
-// The line of `e` once a step at the smallest batch that trains, with every block recomputed (the
-// least a smaller batch and checkpointing reach), is measured under its limit (`measure`:
-// measure_blocks, or a test's stand-in): where it does not fit, neither a smaller batch, --find-max
-// nor checkpointing is offered, and its peak is said; where it does, e.what(). A failure to
-// measure other than out of memory (a stop) leaves e.what().
-std::string confirmed_out_of_memory(const SmallerBatchOutOfMemory& e,
+// The line of `e` once measured (`measure`: measure_blocks, or a test's stand-in): a step at the
+// smallest batch that trains, every block recomputed (its plain peak predicted from it), and where
+// that fits and checkpointing is a remedy, the run's batch recomputed. Offered: a smaller batch
+// (and --find-max) where its plain step fits; checkpointing where the run's batch recomputed fits
+// (auto too where within auto's budget); else a smaller batch with checkpointing where that fits;
+// where none fits, the measured figure is said. A failure to measure other than out of memory (a
+// second signal's stop) leaves e.what().
+std::string confirmed_out_of_memory(const UnconfirmedOutOfMemory& e,
                                     const MeasureBlocks& measure = {});
 
 // The one line a study records for an error of a step it measured (a sweep trial, `train
 // memory`): the error's first line; out of memory under memory.limit says that key.
 std::string measured_error_line(const Config& config, const std::exception& error);
 
-// Throws out_of_memory_message's line: SmallerBatchOutOfMemory where it offers a smaller batch.
+// Throws out_of_memory_message's line: UnconfirmedOutOfMemory where it offers a smaller batch.
 [[noreturn]] void throw_out_of_memory(const Config& config, const torch::Device& device,
                                       const OutOfMemoryWhere& where,
                                       const std::string& allocator_message);

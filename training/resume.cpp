@@ -179,6 +179,12 @@ std::unique_ptr<ResumedRunLog> resumed_run_log(const ResumeTarget& resume) {
 void refuse_another_folder(const TrainRequest& request, const ResumeTarget& resume) {
   if (resume.run_dir.empty() || request.output_dir.empty()) return;
   const fs::path& run = resume.run_dir;
+  std::error_code ec;  // its own folder: a new run there would be refused as well
+  if (fs::equivalent(run, request.output_dir, ec)) {
+    throw UserError("--output-dir " + request.output_dir +
+                    ": a resumed run continues in its own directory (" + run.string() +
+                    "); drop --output-dir");
+  }
   throw UserError(
       "--output-dir " + request.output_dir + ": " +
       continues_in_its_own_folder(run, " --output-dir " + shell_word(request.output_dir)));

@@ -277,7 +277,7 @@ Position check_before_measuring(const ResumeTarget& resume, const OutputFolder& 
     Trainer::check_steps(asked, data.train.size(), ranks);
     if (writes && resume.run_dir.empty())
       check_output_dir(folder.path, OutputKind::Run, folder.named_by);
-    if (writes && !resume.run_dir.empty()) check_run_to_resume(resume.run_dir, 0);
+    if (writes && !resume.run_dir.empty()) check_run_to_resume(resume.run_dir, 0, asked);
     refuse_what_no_batch_fits(asked, device);  // the weights alone above the limit or budget
     return {};
   }
@@ -289,7 +289,7 @@ Position check_before_measuring(const ResumeTarget& resume, const OutputFolder& 
   const TrainState position = check_checkpoint_model(resume.checkpoint, *model, *optimizer);
   Trainer::check_resumable(resume.checkpoint, position, asked, run_yaml(asked), ranks);
   Trainer::check_steps(asked, data.train.size(), ranks, &position);
-  if (writes) check_run_to_resume(resume.run_dir, position.epoch);
+  if (writes) check_run_to_resume(resume.run_dir, position.epoch, asked);
   const bool trained = nothing_left_to_train(position, asked);
   if (!trained) refuse_what_no_batch_fits(asked, device);  // the weights alone, no budget
   // Nothing runs under memory.limit then: the model and the checkpoint's tensors are read
@@ -391,7 +391,7 @@ int train_command(const TrainRequest& request) {
   return with_key_origins(config, [&] {
     try {
       return train(request, resume, config, recorded);
-    } catch (const SmallerBatchOutOfMemory& e) {  // the run's weights and state freed by now
+    } catch (const UnconfirmedOutOfMemory& e) {  // the run's weights and state freed by now
       throw OutOfMemory(confirmed_out_of_memory(e));
     }
   });

@@ -65,6 +65,14 @@ TEST(Sources, AResumeIntoAnotherDirectoryIsRefused) {
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "other"));
   EXPECT_EQ(count_lines(test_support::read_text(run / "metrics.jsonl")), 1);
+  // A hostile helper: --output-dir naming the run's own folder was advised a new run there,
+  // which is refused in turn (it holds a run): the advice is to drop the flag.
+  const auto itself = run_train("--resume " + run.string() + " --output-dir " + run.string());
+  EXPECT_EQ(itself.code, 2) << itself.output;
+  EXPECT_NE(itself.output.find("a resumed run continues in its own directory (" + run.string() +
+                               "); drop --output-dir"),
+            std::string::npos)
+      << itself.output;
   // Twelfth pass: its checkpoint named from inside the run ("checkpoint.pt") gave "its own
   // directory ()", and a config path the shell could not find from there.
   const auto inside = cli::run_shell("cd " + run.string() + " && " + TRAIN_BINARY +

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <vector>
+
 #include "training/parts/components.h"
 #include "training/platform/memory.h"
 
@@ -239,12 +242,15 @@ TEST(OutOfMemory, AnEvaluationDownToOneImageIsNotToldToShrinkItsBatch) {
       << making;
   auto one = batch;
   one.one_image = true;
+  // A hostile helper: in bf16 evaluation down to one image offered only more memory, where fp32
+  // (without autocast's copies of the weights) trained at the same limit.
   const auto message = training::out_of_memory_message(config, torch::kCPU, one, "");
   EXPECT_EQ(message.find("eval_batch_size"), std::string::npos) << message;
   EXPECT_NE(message.find("evaluation went down to one image per forward pass, beside what "
                          "training holds (the weights, their gradients, the optimizer's "
                          "momentum, autocast's copies of the weights): more memory "
-                         "(memory.limit) or a smaller model.arch. The last checkpoint is intact."),
+                         "(memory.limit), training.precision: fp32 or a smaller model.arch. The "
+                         "last checkpoint is intact."),
             std::string::npos)
       << message;
   // What it names is what this run holds and can give up: no momentum without one; the
@@ -254,8 +260,8 @@ TEST(OutOfMemory, AnEvaluationDownToOneImageIsNotToldToShrinkItsBatch) {
   config.data.device_resident = true;
   const auto plain = training::out_of_memory_message(config, torch::kCPU, one, "");
   EXPECT_NE(plain.find("(the weights, their gradients, autocast's copies of the weights): more "
-                       "memory (memory.limit), data.device_resident: false or a smaller "
-                       "model.arch."),
+                       "memory (memory.limit), training.precision: fp32, data.device_resident: "
+                       "false or a smaller model.arch."),
             std::string::npos)
       << plain;
 }
@@ -299,13 +305,18 @@ TEST(OutOfMemory, AutocastsCopiesAreHeldWhateverTheBatchAndAStudyIsRefusedWhereN
 
 namespace {
 
-// A measurement whose step with every block recomputed peaks at `peak` (the stand-in for
-// measure_blocks), and the batch it was asked for.
-training::MeasureBlocks measured_at(int64_t peak, int64_t* batch) {
-  return [peak, batch](const training::Config& config, const torch::Device&) {
-    *batch = config.training.batch_size;
+// A measurement (the stand-in for measure_blocks) whose step with every block recomputed peaks at
+// `recomputed(batch)` and whose plain step at `plain(batch)` (one block keeping the difference);
+// the batches it was asked for.
+training::MeasureBlocks measured(std::function<int64_t(int64_t)> recomputed,
+                                 std::function<int64_t(int64_t)> plain,
+                                 std::vector<int64_t>* batches) {
+  return [=](const training::Config& config, const torch::Device&) {
+    const int64_t batch = config.training.batch_size;
+    batches->push_back(batch);
     training::BlockMeasurement m;
-    m.windows.push_back({"forward stem", peak, 0});
+    m.blocks.push_back({"layer1.0", plain(batch) - recomputed(batch), 0.0});
+    m.windows.push_back({"backward layer1.0", recomputed(batch), 1});
     return m;
   };
 }
@@ -313,41 +324,89 @@ training::MeasureBlocks measured_at(int64_t peak, int64_t* batch) {
 // Sixteenth pass: where the step holds more than its weights whatever the batch (oneDNN's scratch
 // in a convolution's weight gradient: a 36.02 MiB request at batches 16, 8, 4 and 2 alike,
 // ResNet-18 under 140 MiB), train's out-of-memory line advised a smaller batch, --find-max and
-// checkpointing, none of which fit. Once the run's state is freed, a step at the smallest batch
-// with every block recomputed is measured: above the limit, none of them is offered, and its peak
-// is said; within it, the line is as it was.
-TEST(OutOfMemory, ASmallerBatchIsOfferedOnlyWhereTheSmallestBatchsStepMeasuredFits) {
+// checkpointing, none of which fit; a hostile helper then found checkpointing offered at the
+// smallest batch, and at the run's batch, where it did not fit either. Once the run's state is
+// freed, a step at the smallest batch that trains is measured with every block recomputed (its
+// plain step predicted from it), and the run's batch recomputed where that fits: each remedy is
+// offered where its step fits, and where none does the figure measured is said.
+TEST(OutOfMemory, ASmallerBatchOrCheckpointingIsOfferedOnlyWhereItsStepMeasuredFits) {
   training::Config config;
   config.model.depth(18);
   config.training.batch_size = 16;
-  config.memory.limit = training::held_whatever_the_batch(config).bytes + (int64_t{100} << 20);
+  const int64_t limit = training::held_whatever_the_batch(config).bytes + (int64_t{100} << 20);
+  config.memory.limit = limit;
   const training::OutOfMemoryWhere step{training::OutOfMemoryWhere::Training,
                                         "in epoch 1 after 0 steps", true, false};
   const std::string unconfirmed = training::out_of_memory_message(config, torch::kCPU, step, "");
   ASSERT_NE(unconfirmed.find("a smaller training.batch_size (now 16)"), std::string::npos);
   ASSERT_NE(unconfirmed.find("checkpointing.enabled: auto or true"), std::string::npos);
+  const auto confirmed = [&](const training::Config& at, int64_t recomputed_small,
+                             int64_t plain_small, int64_t recomputed_own,
+                             std::vector<int64_t>* batches) {
+    try {
+      training::throw_out_of_memory(at, torch::kCPU, step, "");
+    } catch (const training::UnconfirmedOutOfMemory& e) {
+      EXPECT_EQ(e.what(), training::out_of_memory_message(at, torch::kCPU, step, ""));
+      const int64_t own = at.training.batch_size;
+      return training::confirmed_out_of_memory(
+          e, measured([=](int64_t b) { return b == own ? recomputed_own : recomputed_small; },
+                      [=](int64_t b) { return b == own ? recomputed_own + 1 : plain_small; },
+                      batches));
+    }
+    ADD_FAILURE() << "not an UnconfirmedOutOfMemory";
+    return std::string();
+  };
+  const int64_t auto_budget = training::checkpointing_budget(config, torch::kCPU).bytes;
+  std::vector<int64_t> batches;
+  // Everything fits (within auto's budget): the line as it was; the smallest batch (1 with the
+  // CIFAR stem) measured, then the run's.
+  EXPECT_EQ(confirmed(config, 1000, 2000, auto_budget, &batches), unconfirmed);
+  EXPECT_EQ(batches, (std::vector<int64_t>{1, 16}));
+  // The run's batch recomputed fits the limit, not auto's budget: `true` alone.
+  std::string line = confirmed(config, 1000, 2000, auto_budget + 1, &batches);
+  EXPECT_NE(line.find("a smaller training.batch_size (now 16), training.precision: bf16 or fp16 "
+                      "(now fp32), checkpointing.enabled: true; a sweep's --find-max"),
+            std::string::npos)
+      << line;
+  // The run's batch recomputed above the limit: a smaller batch, no checkpointing.
+  line = confirmed(config, 1000, 2000, limit + 1, &batches);
+  EXPECT_EQ(line.find("checkpointing"), std::string::npos) << line;
+  EXPECT_NE(line.find("a smaller training.batch_size (now 16)"), std::string::npos) << line;
+  // A smaller batch fits only recomputed: said so, without --find-max.
+  line = confirmed(config, 1000, limit + 1, limit + 1, &batches);
+  EXPECT_NE(line.find("training.precision: bf16 or fp16 (now fp32), a smaller training.batch_size "
+                      "with checkpointing.enabled: true. The last checkpoint is intact."),
+            std::string::npos)
+      << line;
+  // Nothing fits at the smallest batch: none of them, the figure said; the run's batch is not
+  // measured.
+  batches.clear();
+  line = confirmed(config, limit + 1, limit + 2, 0, &batches);
+  EXPECT_EQ(batches, (std::vector<int64_t>{1}));
+  const auto [peak, limit_text] = training::format_bytes_apart(limit + 1, limit);
+  EXPECT_NE(line.find(". Remedies: training.precision: bf16 or fp16 (now fp32), or more memory "
+                      "(memory.limit); no smaller batch or checkpointing fits: a step of one image "
+                      "with every block recomputed peaks at " +
+                      peak + ", above the limit " + limit_text +
+                      " (measured). The last checkpoint is intact."),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.find("batch_size"), std::string::npos) << line;
+  EXPECT_EQ(line.find("find-max"), std::string::npos) << line;
+  // At the smallest batch already, checkpointing is measured there (it was offered unmeasured).
+  training::Config at_one = config;
+  at_one.training.batch_size = 1;
+  batches.clear();
+  line = confirmed(at_one, 0, 0, limit + 1, &batches);
+  EXPECT_EQ(batches, (std::vector<int64_t>{1}));
+  EXPECT_NE(line.find("no smaller batch or checkpointing fits: a step of one image with every "
+                      "block recomputed peaks at"),
+            std::string::npos)
+      << line;
+  // Out of memory while measuring: said; a stop (any other failure): the line as it was.
   try {
     training::throw_out_of_memory(config, torch::kCPU, step, "");
-  } catch (const training::SmallerBatchOutOfMemory& e) {
-    EXPECT_EQ(e.what(), unconfirmed);
-    int64_t batch = 0;
-    EXPECT_EQ(training::confirmed_out_of_memory(e, measured_at(config.memory.limit, &batch)),
-              unconfirmed);  // it fits: as it was
-    EXPECT_EQ(batch, 1);     // the smallest batch that trains with the CIFAR stem
-    const std::string confirmed =
-        training::confirmed_out_of_memory(e, measured_at(config.memory.limit + 1, &batch));
-    EXPECT_EQ(confirmed.find("batch_size"), std::string::npos) << confirmed;
-    EXPECT_EQ(confirmed.find("find-max"), std::string::npos) << confirmed;
-    EXPECT_EQ(confirmed.find("checkpointing.enabled"), std::string::npos) << confirmed;
-    const auto [peak, limit] =
-        training::format_bytes_apart(config.memory.limit + 1, config.memory.limit);
-    EXPECT_NE(confirmed.find(". Remedies: training.precision: bf16 or fp16 (now fp32), or more "
-                             "memory (memory.limit); no smaller batch or checkpointing fits: a "
-                             "step of one image with every block recomputed peaks at " +
-                             peak + ", above the limit " + limit +
-                             " (measured). The last checkpoint is intact."),
-              std::string::npos)
-        << confirmed;
+  } catch (const training::UnconfirmedOutOfMemory& e) {
     const auto out_of_memory = [](const training::Config&,
                                   const torch::Device&) -> training::BlockMeasurement {
       throw training::OutOfMemory("tried to allocate 1 B");
@@ -361,14 +420,12 @@ TEST(OutOfMemory, ASmallerBatchIsOfferedOnlyWhereTheSmallestBatchsStepMeasuredFi
       throw std::runtime_error("stopped");
     };
     EXPECT_EQ(training::confirmed_out_of_memory(e, stopped), unconfirmed);
-    return;
   }
-  ADD_FAILURE() << "no SmallerBatchOutOfMemory";
 }
 
-// Where no smaller batch is offered (the weights alone exceed the limit, or the evaluation), the
-// line is final: nothing is measured.
-TEST(OutOfMemory, OnlyALineOfferingASmallerBatchIsConfirmed) {
+// Where neither a smaller batch nor checkpointing is offered (the weights alone exceed the limit,
+// or the evaluation), the line is final: nothing is measured.
+TEST(OutOfMemory, OnlyALineOfferingASmallerBatchOrCheckpointingIsConfirmed) {
   training::Config config;
   config.memory.limit = int64_t{60} << 20;  // below ResNet-50's weights and state
   const training::OutOfMemoryWhere step{training::OutOfMemoryWhere::Training, "in epoch 1", false,
@@ -380,7 +437,7 @@ TEST(OutOfMemory, OnlyALineOfferingASmallerBatchIsConfirmed) {
     config.memory.limit = limit;
     try {
       training::throw_out_of_memory(config, torch::kCPU, where, "");
-    } catch (const training::SmallerBatchOutOfMemory&) {
+    } catch (const training::UnconfirmedOutOfMemory&) {
       ADD_FAILURE() << where.text;
     } catch (const training::OutOfMemory& e) {
       EXPECT_EQ(e.what(), training::out_of_memory_message(config, torch::kCPU, where, ""));

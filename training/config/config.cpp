@@ -166,7 +166,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
   });
   v.section("output", [&] {
     v.text("dir", c.output.dir);
-    v.text("name", c.output.name);
+    v.text("name", c.output.name, "\"\" for the date-time name");
   });
   v.section("sweep", [&] {
     v.integers("batch_sizes", c.sweep.batch_sizes, 1, kMaxBatchSize, /*non_empty=*/true);
@@ -192,7 +192,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.choice("backend", c.distributed.backend, kBackends);
     v.integer("bucket_mb", c.distributed.bucket_mb, 1, 1024);
     v.integer("timeout_seconds", c.distributed.timeout_seconds, 1, 86400);
-    v.text("interface", c.distributed.interface);
+    v.text("interface", c.distributed.interface, "\"\" to find it");
   });
 }
 

@@ -72,7 +72,7 @@ class Writer {
   }
 
   void hint(const std::string&, bool) {}
-  void text(const std::string& name, const std::string& value) {
+  void text(const std::string& name, const std::string& value, const std::string& = "") {
     out_ << YAML::Key << name << YAML::Value << YAML::DoubleQuoted << value;
   }
   template <class E>

@@ -104,7 +104,7 @@ std::string suggestion(const std::string& wrong, const std::vector<std::string>&
 }
 
 bool nothing(const YAML::Node& node) {
-  return !node.IsDefined() || node.IsNull() ||
+  return !node.IsDefined() || node.IsNull() || node.Tag() == kNullTag ||
          (node.IsScalar() && (node.Tag() == "?" || node.Tag().empty()) &&
           trimmed(node.Scalar()).empty());
 }

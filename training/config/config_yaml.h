@@ -64,6 +64,7 @@ std::string first_repeat(const std::vector<T>& values) {
 // or blanks after '=' (apply_override makes that a plain empty scalar, which no key takes, so that
 // it is not read as null, which some keys take). A quoted "" is a string, not nothing.
 bool nothing(const YAML::Node& node);
+inline const std::string kNullTag = "tag:yaml.org,2002:null";  // `!!null`, on an empty scalar
 // A node as YAML writes it in flow style, quoted where plain text would read back otherwise
 // ("runs #2" quoted, "" as ""): a value --set reads back as it is.
 std::string flow_text(const YAML::Node& node);
@@ -163,7 +164,7 @@ class Reader {
   void optional_texts(const std::string& name, std::optional<std::vector<std::string>>& out) {
     const auto node = field(name);
     if (!node) return;
-    if (node->IsNull()) return out.reset();  // not `--set key=`: that is nothing (below)
+    if (node->IsNull() || node->Tag() == kNullTag) return out.reset();  // not `--set key=`
     if (!node->IsSequence()) fail(name, "expected a list of names or null, got " + describe(*node));
     std::vector<std::string> values;
     for (const auto& item : *node) {
@@ -204,13 +205,14 @@ class Reader {
     hint_values_ = for_values;
   }
 
-  // A string: nothing (`key:`, `~`, `--set key=`) is refused, as it is for every other type, and
-  // so is one of only blanks (a folder named " "); "" is written so, quoted.
-  void text(const std::string& name, std::string& out) {
+  // A string: nothing (`key:`, `~`, `--set key=`) is refused, as for every type, and so is one of
+  // only blanks; "" is written quoted. `empty`: what "" says where the key takes it.
+  void text(const std::string& name, std::string& out, const std::string& empty = "") {
     const auto node = field(name);
     if (!node) return;
     if (!node->IsScalar() || nothing(*node))
-      fail(name, "expected a string (\"\" for an empty one), got " + describe(*node));
+      fail(name, "expected a string" + (empty.empty() ? "" : " (" + empty + ")") + ", got " +
+                     describe(*node));
     if (!node->Scalar().empty() && trimmed(node->Scalar()).empty())
       fail(name, "expected a string that is not only blanks, got " + describe(*node));
     out = node->Scalar();

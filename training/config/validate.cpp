@@ -26,6 +26,23 @@ void check_checkpointing(const CheckpointingOptions& c, const models::ResNetOpti
   if (!problem.empty()) fail("checkpointing.blocks: " + problem);
 }
 
+// output.name a folder's name, output.dir a path, neither with a control character (a line break or
+// tab in a folder's name breaks every line and command that names it).
+template <class Fail>
+void check_output(const OutputConfig& output, Fail&& fail) {
+  if (output.name.find('/') != std::string::npos || output.name == "." || output.name == "..")
+    fail("output.name: expected a folder name without '/', got '" + output.name + "'");
+  if (output.dir.empty()) fail("output.dir: expected a folder path, got an empty string");
+  for (const auto& [key, value] :
+       {std::pair{"output.dir", &output.dir}, std::pair{"output.name", &output.name}}) {
+    if (std::any_of(value->begin(), value->end(),
+                    [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; })) {
+      fail(std::string(key) +
+           ": expected a folder name without control characters (a line break, a tab)");
+    }
+  }
+}
+
 // An item of sweep.slurm.options that would change what sbatch itself does with the sweep's job
 // array: why the sweep owns it, else "". sbatch (getopt) reads an abbreviated long option
 // (`--arr=1-3`), a short one joined to its value (`-a1-3`) or to other short flags (`-vW`).
@@ -175,11 +192,7 @@ void validate(const Config& c, const std::function<std::string(const std::string
   if (!std::is_sorted(m.begin(), m.end()) || std::adjacent_find(m.begin(), m.end()) != m.end()) {
     fail("schedule.milestones: expected strictly increasing epochs");
   }
-  if (c.output.name.find('/') != std::string::npos || c.output.name == "." ||
-      c.output.name == "..") {
-    fail("output.name: expected a folder name without '/', got '" + c.output.name + "'");
-  }
-  if (c.output.dir.empty()) fail("output.dir: expected a folder path, got an empty string");
+  check_output(c.output, fail);
   const auto& window = c.profiler.steps;
   if (window.size() != 2 || window[0] > window[1]) {
     fail("profiler.steps: expected [first, last] optimizer steps with first <= last, e.g. [5, 7]");

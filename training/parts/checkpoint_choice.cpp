@@ -120,7 +120,9 @@ bool recorded_choice_holds(CheckpointingDecision& c, const Config& config,
 
 CheckpointBudget checkpointing_budget(const Config& config, const torch::Device& device) {
   const auto& c = config.checkpointing;
-  if (c.budget() > 0) return {c.budget(), "checkpointing.budget"};
+  // Named too: less what the run holds beside the step, it is written apart from it (149.998 MiB,
+  // "checkpointing.budget less 2.00 KiB"; it read "150.00 MiB").
+  if (c.budget() > 0) return {c.budget(), "checkpointing.budget", c.budget()};
   const double keep = 1 - c.headroom();
   const std::string headroom = "checkpointing.headroom " + config_yaml::percent_text(c.headroom());
   if (config.memory.limit > 0) {

@@ -83,7 +83,7 @@ int64_t cheaper_budget(const BlockMeasurement& measurement, const CheckpointChoi
 struct CheckpointBudget {
   int64_t bytes = 0;
   std::string source;  // "memory.limit 2 GiB less checkpointing.headroom 10%"
-  int64_t named = 0;   // the memory `source` names (memory.limit, the card); 0: none
+  int64_t named = 0;   // the size `source` names (checkpointing.budget, memory.limit, the card)
 };
 
 // A peak and the budget beside it as text, never alike where they differ, and the budget apart
@@ -145,10 +145,10 @@ std::string describe_choice(const CheckpointChoice& choice);
 // not) and per window (peak, blocks before it), for train.log.
 std::string describe_measurement(const CheckpointChoice& choice);
 
-// The size a run's checkpointing budget is taken from, where the budget is not given itself:
-// memory.limit (0: none, or checkpointing.budget given).
+// The size a run's checkpointing budget is named by (CheckpointBudget::named; the card's memory
+// aside): checkpointing.budget where given, else memory.limit (0: none).
 inline int64_t budget_named(const Config& config) {
-  return config.checkpointing.budget() > 0 ? 0 : config.memory.limit;
+  return config.checkpointing.budget() > 0 ? config.checkpointing.budget() : config.memory.limit;
 }
 
 // The choice verified: a run's measured training peak beside the prediction, and whether it

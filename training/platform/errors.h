@@ -64,7 +64,7 @@ inline std::string shell_word(const std::string& text) {
 // heading: what markdown would read as markup escaped with a backslash, as CommonMark escapes ASCII
 // punctuation: a backslash, code spans, emphasis (`*`, and `_` except inside a word, where it
 // is none: snake_case stays readable), a link's `](`, HTML and autolinks (`<`), strikethrough,
-// entities, and '|', which ends a cell; a line break as a space.
+// entities, a heading's closing '#', and '|', which ends a cell; a line break as a space.
 inline std::string markdown_text(const std::string& text) {
   const auto in_word = [&text](size_t i) {
     return i > 0 && i + 1 < text.size() && std::isalnum(static_cast<unsigned char>(text[i - 1])) &&
@@ -73,7 +73,7 @@ inline std::string markdown_text(const std::string& text) {
   std::string plain;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
-    if (std::string_view("\\`*<|~&").find(c) != std::string_view::npos ||
+    if (std::string_view("\\`*<|~&#").find(c) != std::string_view::npos ||
         (c == '_' && !in_word(i)) || (c == ']' && i + 1 < text.size() && text[i + 1] == '('))
       plain += '\\';
     plain += c == '\n' || c == '\r' ? ' ' : c;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <utility>
 
 #include "training/config/config_yaml.h"
@@ -126,7 +127,7 @@ bool checkpoint_holds(const EpochRecord& record, int64_t epoch, int64_t step) {
 
 }  // namespace
 
-void check_run_to_resume(const fs::path& dir, int64_t epochs_done) {
+void check_run_to_resume(const fs::path& dir, int64_t epochs_done, const Config& config) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw UserError(dir.string() + ": run directory not found");
   if (locked_by_another_process(dir)) DirectoryLock{dir};  // refuses, naming the holder
@@ -134,7 +135,12 @@ void check_run_to_resume(const fs::path& dir, int64_t epochs_done) {
   check_adoptable_as_run(dir);
   // Each file the run writes or adds to, one it can write (a folder, or an immutable file, was
   // found after training: the resumed epochs' samples or plots lost, report.md exit 2).
+  // What this resume does not write (its profiler, snapshot or sampler off) stands as it is.
+  const std::map<std::string, bool> writes = {{"trace.json", config.profiler.enabled},
+                                              {"memory_snapshot.pickle", config.memory.snapshot},
+                                              {"gpu.jsonl", config.monitor.sample_period > 0}};
   for (const char* name : kRunFiles) {
+    if (const auto off = writes.find(name); off != writes.end() && !off->second) continue;
     const fs::path file = dir / name;
     if (!fs::exists(fs::symlink_status(file, ec))) continue;
     if (!fs::is_regular_file(file, ec))

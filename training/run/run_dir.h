@@ -116,11 +116,13 @@ struct RunRecord {
 RunRecord recorded_run(const std::filesystem::path& run_dir, const std::string& what,
                        bool in_training);
 
-// What resuming the run in `dir` would meet, checked without writing anything: a folder that is
-// not there or takes no file, another process's lock (naming it), a file the resume rewrites that
-// is not a file, a metrics.jsonl it cannot read back or without the `epochs_done` the checkpoint
-// has (a resume would rewrite metrics.csv without them).
-void check_run_to_resume(const std::filesystem::path& dir, int64_t epochs_done);
+// What resuming the run in `dir` with `config` would meet, checked without writing anything: a
+// folder that is not there or takes no file, another process's lock (naming it), a file the resume
+// writes (as `config` has it: trace.json only with the profiler on) that is not a file or cannot be
+// written, a metrics.jsonl it cannot read back or without the `epochs_done` the checkpoint has (a
+// resume would rewrite metrics.csv without them).
+void check_run_to_resume(const std::filesystem::path& dir, int64_t epochs_done,
+                         const Config& config);
 
 // The app's logger: info and above to stderr. The logger itself passes trace level so that
 // train.log, whose sink takes everything, also receives the live progress lines.

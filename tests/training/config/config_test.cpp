@@ -828,14 +828,22 @@ TEST(Config, NothingWhereANameListOrPathGoesIsRefusedNotReadAsTheDefault) {
   EXPECT_EQ(error_of("", {"checkpointing.blocks="}),
             "--set checkpointing.blocks: checkpointing.blocks: expected a list of names or null, "
             "got nothing");
-  const std::string nothing = "expected a string (\"\" for an empty one), got nothing";
-  EXPECT_EQ(error_of("", {"output.name="}), "--set output.name: output.name: " + nothing);
-  EXPECT_EQ(error_of("", {"output.dir= "}), "--set output.dir: output.dir: " + nothing);
+  // "" is offered where the key takes it (a hostile helper: it was offered where it is refused).
+  const std::string named = "expected a string (\"\" for the date-time name), got nothing";
+  EXPECT_EQ(error_of("", {"output.name="}), "--set output.name: output.name: " + named);
+  EXPECT_EQ(error_of("", {"output.dir= "}),
+            "--set output.dir: output.dir: expected a string, got nothing");
   EXPECT_EQ(error_of("", {"distributed.interface=~"}),
-            "--set distributed.interface: distributed.interface: " + nothing);
-  EXPECT_EQ(error_of("output:\n  name:\n"), "c.yaml: output.name: " + nothing);
+            "--set distributed.interface: distributed.interface: expected a string (\"\" to "
+            "find it), got nothing");
+  EXPECT_EQ(error_of("output:\n  name:\n"), "c.yaml: output.name: " + named);
+  EXPECT_EQ(error_of("output:\n  name: !!null\n"), "c.yaml: output.name: " + named);
   EXPECT_EQ(error_of("", {training::Override("training.device= ", "--device")}),
-            "--device: training.device: " + nothing);
+            "--device: training.device: expected a string, got nothing");
+  // A line break or tab in a folder's name broke every line and command naming it.
+  EXPECT_EQ(error_of("output: {name: \"a\\nb\"}\n"),
+            "c.yaml: output.name: expected a folder name without control characters (a line "
+            "break, a tab)");
   EXPECT_EQ(error_of("output: {dir: ' '}\n"),
             "c.yaml: output.dir: expected a string that is not only blanks, got ' '");
   EXPECT_EQ(error_of("sweep: {slurm: {options: ['--qos=low', ' ']}}\n"),
@@ -859,6 +867,9 @@ TEST(Config, NothingWhereANameListOrPathGoesIsRefusedNotReadAsTheDefault) {
   EXPECT_EQ(error_of("output: {dir: \"\\n\\t\"}\n"),
             "c.yaml: output.dir: expected a string that is not only blanks, got '\\n\\t'");
   // The values that say the default, as written.
+  EXPECT_FALSE(training::parse_config("checkpointing: {enabled: auto, blocks: !!null}\n", "c.yaml")
+                   .checkpointing.blocks()
+                   .has_value());
   const Config quoted =
       training::parse_config("output: {name: \"\"}\ndistributed: {interface: ''}\n", "c.yaml",
                              {training::Override("checkpointing.blocks=null"),

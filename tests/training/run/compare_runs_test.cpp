@@ -8,22 +8,25 @@
 
 namespace {
 
+// A run of one epoch on the CPU, named `name`.
+training::ComparedRun run_named(const std::string& name) {
+  training::ComparedRun run;
+  run.name = name;
+  training::EpochRecord e;
+  e.epoch = 1;
+  e.step = 4;
+  e.device = "cpu";
+  run.epochs.push_back(e);
+  return run;
+}
+
 // Sixteenth pass: a run folder named "p|q" split compare.md's heading into four cells over a
 // separator of three, and a value holding '|' (a data root) would split its row: each '|' in a
 // cell is escaped, so every row has the heading's cells.
 TEST(CompareRuns, ACellHoldingABarKeepsTheTableWhole) {
-  training::ComparedRun a, b;
-  a.name = "p|q";
-  b.name = "c1";
+  training::ComparedRun a = run_named("p|q"), b = run_named("c1");
   a.config["data.root"] = "/data/a|b";
   b.config["data.root"] = "/data/c";
-  for (auto* run : {&a, &b}) {
-    training::EpochRecord e;
-    e.epoch = 1;
-    e.step = 4;
-    e.device = "cpu";
-    run->epochs.push_back(e);
-  }
   const std::string md = training::compare_markdown({a, b});
   EXPECT_NE(md.find("| | p\\|q | c1 |"), std::string::npos) << md;
   EXPECT_NE(md.find("/data/a\\|b"), std::string::npos) << md;
@@ -40,18 +43,10 @@ TEST(CompareRuns, ACellHoldingABarKeepsTheTableWhole) {
 // Sixteenth pass: a run named "*s*" or "e`f`" was rendered as emphasis or code in compare.md (and
 // report.md's title): every character markdown reads as markup is escaped, the text shown as named.
 TEST(CompareRuns, ARunsNameIsShownAsNamedNotAsMarkup) {
-  EXPECT_EQ(training::markdown_text("*s* e`f` [l](u) <b> ~x~ &amp; _i_ \\ a|b\nc snake_case\rd"),
-            "\\*s\\* e\\`f\\` [l\\](u) \\<b> \\~x\\~ \\&amp; \\_i\\_ \\\\ a\\|b c snake_case d");
-  training::ComparedRun a, b;
-  a.name = "*s*";
-  b.name = "e`f`";
-  for (auto* run : {&a, &b}) {
-    training::EpochRecord e;
-    e.epoch = 1;
-    e.step = 4;
-    e.device = "cpu";
-    run->epochs.push_back(e);
-  }
+  EXPECT_EQ(
+      training::markdown_text("*s* e`f` [l](u) <b> ~x~ &amp; _i_ \\ a|b\nc snake_case\rd x #"),
+      "\\*s\\* e\\`f\\` [l\\](u) \\<b> \\~x\\~ \\&amp; \\_i\\_ \\\\ a\\|b c snake_case d x \\#");
+  const training::ComparedRun a = run_named("*s*"), b = run_named("e`f`");
   const std::string md = training::compare_markdown({a, b});
   EXPECT_NE(md.find("| | \\*s\\* | e\\`f\\` |"), std::string::npos) << md;
 }

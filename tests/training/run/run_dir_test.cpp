@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 
@@ -201,6 +202,39 @@ TEST(RunDirectory, AnOutputFolderSaysWhatNamedItAndADatedOneIsNamedAgainWhenClai
   fs::create_directories(dir / "exp");
   EXPECT_EQ(training::output_folder("", config, "resnet18", true).named_by, "output.name");
   EXPECT_EQ(training::output_folder("", config, "memory-resnet18", false).named_by, "output.dir");
+}
+
+}  // namespace
+
+namespace {
+
+// Sixteenth pass: a resume refused trace.json, memory_snapshot.pickle or gpu.jsonl that were not
+// files with the profiler, the snapshot or the sampler off, which do not write them: only what the
+// resume writes is judged.
+TEST(RunDirectory, AResumeJudgesOnlyTheFilesItWrites) {
+  test_support::TempDir dir;
+  { training::RunDirectory run(dir / "run", false); }
+  for (const char* name : {"trace.json", "memory_snapshot.pickle", "gpu.jsonl"})
+    fs::create_directories(dir / "run" / name);
+  training::Config config;
+  config.monitor.sample_period = 0;
+  EXPECT_NO_THROW(training::check_run_to_resume(dir / "run", 0, config));
+  for (const auto& [on, name] : std::vector<std::pair<std::function<void()>, std::string>>{
+           {[&] { config.monitor.sample_period = 1; }, "gpu.jsonl"},
+           {[&] { config.profiler.enabled = true; }, "trace.json"},
+           {[&] { config.memory.snapshot = true; }, "memory_snapshot.pickle"}}) {
+    config = training::Config{};
+    config.monitor.sample_period = 0;
+    on();
+    try {
+      training::check_run_to_resume(dir / "run", 0, config);
+      ADD_FAILURE() << name << " not refused";
+    } catch (const training::UserError& e) {
+      EXPECT_EQ(std::string(e.what()), (dir / "run" / name).string() +
+                                           ": not a file, and a resume rewrites it; move it "
+                                           "away");
+    }
+  }
 }
 
 }  // namespace
