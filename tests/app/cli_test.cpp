@@ -552,7 +552,8 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
   for (const std::string& part : std::vector<std::string>{
            "out of memory on cpu in epoch 2 after 4 steps (tried to allocate ", "MiB): peak",
            "(memory.limit)", "training.batch_size (now 256)", "training.precision: bf16 or fp16",
-           "checkpointing.enabled: auto or true",
+           // checkpointing is offered only where the batch's step with every block recomputed is
+           // measured to fit (this CPU's kernels decide; OutOfMemory's unit tests cover both)
            "a sweep's --find-max finds the largest batch that fits (" + std::string(TRAIN_BINARY) +
                " sweep --help)"}) {
     EXPECT_NE(error_line.find(part), std::string::npos) << part << " in " << error_line;
