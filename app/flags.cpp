@@ -286,13 +286,12 @@ std::string flag_error(const CLI::App& app, const CLI::Error& error) {
                                  : type == "UINT"  ? "a whole number, 0 or more"
                                  : type == "FLOAT" ? "a number"
                                                    : "";
-    // Only blanks is nothing, as for every flag; a line break in the value written \n (one line).
-    std::string shown;
-    for (const char c : value) shown += c == '\n' ? "\\n" : c == '\r' ? "\\r" : std::string(1, c);
+    // Only blanks is nothing, as for every flag; the value quoted on one line.
     if (!expected.empty()) {
       what = name + ": expected " +
-             (training::config_yaml::trimmed(value).empty() ? "a value, got only blanks"
-                                                            : expected + ", got '" + shown + "'");
+             (training::config_yaml::trimmed(value).empty()
+                  ? "a value, got only blanks"
+                  : expected + ", got '" + training::config_yaml::one_line(value) + "'");
     }
   }
   std::string command = training::advised_program();  // with the (sub)command whose flags they are

@@ -113,12 +113,14 @@ std::string describe(const YAML::Node& node) {
   if (nothing(node)) return "nothing";
   if (node.IsSequence()) return "a list";
   if (node.IsMap()) return "a mapping";
-  // A line break or tab in the value written as YAML escapes it: the message stays one line.
-  std::string text;
-  for (const char c : node.Scalar()) {
-    text += c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : std::string(1, c);
-  }
-  return "'" + text + "'";
+  return "'" + one_line(node.Scalar()) + "'";
+}
+
+std::string one_line(const std::string& text) {
+  std::string line;
+  for (const char c : text)
+    line += c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : std::string(1, c);
+  return line;
 }
 
 bool is_map(const YAML::Node& node) {

@@ -154,8 +154,8 @@ inline int64_t budget_named(const Config& config) {
 // The choice verified: a run's measured training peak beside the prediction, and whether it
 // stayed within the budget (and by how much it did not). `exceeded` is set when it did not.
 // Empty without a decision with a predicted peak and a budget. The budget is written as precisely
-// as the choice's line wrote it: apart from the chosen peak and from `named`, the size it was
-// taken from (memory.limit; 0: none).
+// as the choice's line wrote it: apart from the chosen peak and from `named`, the size it is
+// named by (budget_named; 0: none).
 std::string checkpointing_outcome(const std::optional<CheckpointingDecision>& decision,
                                   int64_t measured_peak, bool* exceeded = nullptr,
                                   int64_t named = 0);
