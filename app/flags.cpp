@@ -291,7 +291,7 @@ std::string flag_error(const CLI::App& app, const CLI::Error& error) {
       what = name + ": expected " +
              (training::config_yaml::trimmed(value).empty()
                   ? "a value, got only blanks"
-                  : expected + ", got '" + training::config_yaml::one_line(value) + "'");
+                  : expected + ", got '" + training::one_line(value) + "'");
     }
   }
   std::string command = training::advised_program();  // with the (sub)command whose flags they are

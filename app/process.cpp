@@ -28,13 +28,7 @@ using training::kExitCannotWrite;
 using training::kExitDistributed;
 using training::kExitInternalError;
 using training::kExitOutOfMemory;
-
-// A message as one line: a newline in it (a file name holding one) is written as \n.
-std::string one_line(const std::string& message) {
-  std::string line;
-  for (const char c : message) line += c == '\n' ? "\\n" : c == '\r' ? "\\r" : std::string(1, c);
-  return line;
-}
+using training::one_line;
 
 }  // namespace
 

@@ -214,8 +214,7 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
         dynamic_cast<const CannotWrite*>(&e)) {
       throw;
     }
-    // A collective failed: a peer died, hung past the timeout, or the network broke. (Gloo
-    // reports a dead peer with its own exception type, NCCL and timeouts with c10's.)
+    // A collective failed: a peer died, hung past the timeout, the network broke (Gloo, NCCL).
     throw DistributedError(
         "rank " + std::to_string(group->rank()) + ": lost contact with the other ranks in epoch " +
         std::to_string(trainer.state().epoch + 1) + " after " +
@@ -392,6 +391,7 @@ int train_command(const TrainRequest& request) {
     try {
       return train(request, resume, config, recorded);
     } catch (const UnconfirmedOutOfMemory& e) {  // the run's weights and state freed by now
+      const ClosedRunLog log;  // the measuring line and a stop's in the run's train.log too
       throw OutOfMemory(confirmed_out_of_memory(e));
     }
   });

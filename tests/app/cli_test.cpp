@@ -558,6 +558,12 @@ TEST(Cli, OutOfMemoryIsExitCodeThreeAndKeepsTheCheckpoint) {
                " sweep --help)"}) {
     EXPECT_NE(error_line.find(part), std::string::npos) << part << " in " << error_line;
   }
+  // The steps measured after the run's folder closed are said in its train.log too (eighteenth
+  // pass: on the terminal only), before the error's line.
+  const std::string log = test_support::read_text(run / "train.log");
+  const size_t measuring = log.rfind("out of memory: measuring a step of");
+  EXPECT_NE(measuring, std::string::npos) << log;
+  EXPECT_LT(measuring, log.rfind("[error] out of memory on cpu in epoch 2")) << log;
   EXPECT_EQ(test_support::read_text(run / "checkpoint.pt"), checkpoint_before);
   EXPECT_EQ(test_support::read_text(run / "metrics.jsonl"), metrics_before);
   // With the layout auto, the run's own step is timed under the limit (eighth hostile pass: at 8

@@ -215,6 +215,13 @@ TEST(OutOfMemory, TheImageSizeAndTheWeightAverageAreRemediesOfAStep) {
   config.training.precision = training::Precision::BF16;
   EXPECT_EQ(training::step_remedies(config, int64_t{64} << 30),
             ", a smaller training.batch_size (now " + batch + ")");
+  // Eighteenth pass: accumulating, more micro-batches of fewer images were not offered.
+  config.training.accumulate_steps = 4;
+  EXPECT_EQ(training::step_remedies(config, int64_t{64} << 30),
+            ", a smaller training.batch_size (now " + batch +
+                ") with more training.accumulate_steps (now 4) to keep " +
+                std::to_string(config.training.batch_size * 4) + " images per optimizer step");
+  config.training.accumulate_steps = 1;
   // Fifteenth pass: bf16 was offered where autocast's copies beside the weights leave no room
   // under the limit (and bf16 then offered fp32): only where they fit.
   config.training.precision = training::Precision::FP32;

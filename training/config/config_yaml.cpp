@@ -67,10 +67,25 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
 }
 
 std::string trimmed(const std::string& text) {
-  const char* blanks = " \t\r\n\v\f";
-  const size_t first = text.find_first_not_of(blanks);
-  return first == std::string::npos ? ""
-                                    : text.substr(first, text.find_last_not_of(blanks) + 1 - first);
+  // ASCII white space, and in UTF-8 Unicode's (U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028,
+  // U+2029, U+202F, U+205F, U+3000) and the invisible U+200B and U+FEFF: a name of only these
+  // shows as nothing.
+  static const std::vector<std::string> kBlanks = {
+      " ",      "\t",     "\r",     "\n",     "\v",     "\f",     "\u0085", "\u00a0", "\u1680",
+      "\u2000", "\u2001", "\u2002", "\u2003", "\u2004", "\u2005", "\u2006", "\u2007", "\u2008",
+      "\u2009", "\u200a", "\u200b", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\ufeff"};
+  auto blank_at = [&](size_t at, bool before) -> size_t {  // the blank's length, 0 for none
+    for (const auto& blank : kBlanks) {
+      const size_t start = before ? at - std::min(at, blank.size()) : at;
+      if (text.compare(start, blank.size(), blank) == 0 && (!before || at >= blank.size()))
+        return blank.size();
+    }
+    return 0;
+  };
+  size_t first = 0, last = text.size(), n = 0;
+  while (first < last && (n = blank_at(first, false)) > 0) first += n;
+  while (last > first && (n = blank_at(last, true)) > 0) last -= n;
+  return text.substr(first, last - first);
 }
 
 std::vector<std::string> split_items(const std::string& text, const std::string& flag) {
@@ -114,13 +129,6 @@ std::string describe(const YAML::Node& node) {
   if (node.IsSequence()) return "a list";
   if (node.IsMap()) return "a mapping";
   return "'" + one_line(node.Scalar()) + "'";
-}
-
-std::string one_line(const std::string& text) {
-  std::string line;
-  for (const char c : text)
-    line += c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : std::string(1, c);
-  return line;
 }
 
 bool is_map(const YAML::Node& node) {
@@ -228,6 +236,38 @@ void Reader::leave(const std::string& name, Scope enclosing) {
   for (const auto& key : inner) names_.push_back(name + "." + key);
 }
 
+namespace {
+
+// The key gets a node of its own: assigning into its node would change every alias that shares
+// it (`batch_size: &b 32` with `eval_batch_size: *b` or `batch_sizes: [*b]`). A mapping given to a
+// section sets the keys it names and keeps the others, as a --set of each would
+// (`--set 'sweep.slurm={}'` dropped the file's options).
+void set_key(YAML::Node& parent, const std::string& key, const YAML::Node& value,
+             const std::string& path, const std::string& label,
+             std::map<std::string, std::string>& overridden) {
+  const YAML::Node existing = static_cast<const YAML::Node&>(parent)[key];
+  if (value.IsMap() && (is_map(existing) || !existing.IsDefined() || existing.IsNull())) {
+    YAML::Node own(YAML::NodeType::Map);
+    if (is_map(existing)) {
+      for (const auto& entry : existing) own[entry.first] = entry.second;
+    }
+    for (const auto& entry : value) {
+      if (!entry.first.IsScalar()) throw ConfigError(label + ": expected keys, got a list");
+      set_key(own, entry.first.Scalar(), entry.second, path + "." + entry.first.Scalar(), label,
+              overridden);
+    }
+    parent.remove(key);
+    parent[key] = own;
+    overridden[path] = label;
+    return;
+  }
+  parent.remove(key);
+  parent[key] = value;
+  overridden[path] = label;
+}
+
+}  // namespace
+
 void apply_override(YAML::Node& root, const Override& override,
                     std::map<std::string, std::string>& overridden) {
   const std::string& assignment = override.assignment;
@@ -257,7 +297,17 @@ void apply_override(YAML::Node& root, const Override& override,
     throw ConfigError(flag + ": value is not valid YAML (" + e.msg + ")");
   }
   static const std::set<std::string> kNull = {"~", "null", "Null", "NULL"};
-  if (value.IsNull() && kNull.count(text) == 0) value = YAML::Node(std::string{});
+  if (value.IsNull() && kNull.count(text) == 0) {
+    // An empty scalar keeps a tag it was given (`!!str` is "", as in a file), else it is nothing.
+    // yaml-cpp drops the tag of a document's only node when it is empty: read as a key's value.
+    std::string tag;
+    try {
+      tag = YAML::Load("v: " + text)["v"].Tag();
+    } catch (const YAML::Exception&) {
+    }
+    value = YAML::Node(std::string{});
+    if (tag != "?" && tag != "!" && tag != kNullTag) value.SetTag(tag);
+  }
   if (!is_map(root)) root = YAML::Node(YAML::NodeType::Map);
   const std::string label = set ? "--set " + path : override.flag;
   // Each section on the path ("sweep", then "sweep.slurm" for sweep.slurm.options) gets a node of
@@ -281,11 +331,7 @@ void apply_override(YAML::Node& root, const Override& override,
     const YAML::Node next = parent[parts[i]];
     parent.reset(next);
   }
-  // The key gets a node of its own: assigning into its node would change every alias that shares
-  // it (`batch_size: &b 32` with `eval_batch_size: *b` or `batch_sizes: [*b]`).
-  parent.remove(parts.back());
-  parent[parts.back()] = value;
-  overridden[path] = label;
+  set_key(parent, parts.back(), value, path, label, overridden);
 }
 
 void check_duplicate_keys(const YAML::Node& node, const std::string& origin,

@@ -157,9 +157,15 @@ bool smaller_batch_trains(const Config& config) {
 
 std::string step_remedies(const Config& config, int64_t limit) {
   std::string more;
-  if (smaller_batch_trains(config))
+  const int64_t steps = config.training.accumulate_steps;
+  if (smaller_batch_trains(config)) {
     more +=
         ", a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
+    // Accumulating, more micro-batches of fewer images keep the images per optimizer step.
+    if (steps > 1)
+      more += " with more training.accumulate_steps (now " + std::to_string(steps) + ") to keep " +
+              std::to_string(config.training.batch_size * steps) + " images per optimizer step";
+  }
   Config half = config;
   half.training.precision = Precision::BF16;
   if (config.training.precision == Precision::FP32 && weights_alone_remedy(half, limit).empty()) {

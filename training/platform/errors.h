@@ -37,6 +37,15 @@ inline std::string error_line(const std::exception& error) {
   return first_line(c10_error ? c10_error->what_without_backtrace() : error.what());
 }
 
+// `text` on one line, its line breaks and tabs written \n, \r, \t: a value quoted in a message,
+// and every error line as the app prints it (a file name may hold any of them).
+inline std::string one_line(const std::string& text) {
+  std::string line;
+  for (const char c : text)
+    line += c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : std::string(1, c);
+  return line;
+}
+
 // How many of the `length` bytes of `text` fit in `most` without cutting a UTF-8 character: all
 // of them, or the bytes before the character that would not fit whole. Allocates nothing (the
 // pre-init check of app/process.cpp uses it).

@@ -48,7 +48,9 @@ struct WrittenSize {
 std::optional<WrittenSize> written_size(const std::string& text) {
   // Bounded before the regex (libstdc++'s matcher recurses per character: 30000 digits crashed).
   if (text.size() > 64) return std::nullopt;
-  static const std::regex form(R"(^\s*([0-9]+)(?:\.([0-9]+))?\s*([A-Za-z]*)\s*$)");
+  // Spaces around it and one between the number and its unit ("23.54 GiB", as sizes are printed);
+  // no other white space ("1\tGiB", "1\rGiB", "1  GiB" are no sizes).
+  static const std::regex form(R"(^ *([0-9]+)(?:\.([0-9]+))? ?([A-Za-z]*) *$)");
   std::smatch match;
   if (!std::regex_match(text, match, form)) return std::nullopt;
   return WrittenSize{match[1].str(), match[2].str(), match[3].str(), match[2].matched};
@@ -164,7 +166,7 @@ int64_t parse_byte_size(const std::string& text) {
   // infinity or NaN (which a floating-point reader takes). A fraction of a byte is dropped where
   // a unit is given (a figure the program prints, "23.54 GiB", is typed back), never without one.
   const std::string expected =
-      "expected a size with its unit, like 12GiB, 512MiB or 1.5GB, got '" + text + "'";
+      "expected a size with its unit, like 12GiB, 512MiB or 1.5GB, got '" + one_line(text) + "'";
   if (text.size() > 64) {
     throw std::invalid_argument("'" + text.substr(0, 24) + "...' is " +
                                 std::to_string(text.size()) +

@@ -100,9 +100,13 @@ namespace {
 
 // train.log of a run folder that closed as an error left it, for that error's line
 // (log_final_error); a folder opened since makes it stale.
-std::shared_ptr<spdlog::sinks::sink>& closed_by_error() {
-  static std::shared_ptr<spdlog::sinks::sink> sink;
-  return sink;
+struct ClosedRun {
+  std::shared_ptr<spdlog::sinks::sink> sink;
+  fs::path log;
+};
+ClosedRun& closed_by_error() {
+  static ClosedRun closed;
+  return closed;
 }
 
 // The rows of the epochs the checkpoint has done (`epochs_done`), each there: fewer is a file
@@ -156,7 +160,7 @@ void check_run_to_resume(const fs::path& dir, int64_t epochs_done, const Config&
 
 RunDirectory::RunDirectory(fs::path dir, bool resuming, const std::string& named_by)
     : dir_(std::move(dir)), uncaught_(std::uncaught_exceptions()) {
-  closed_by_error().reset();
+  closed_by_error() = {};
   std::error_code ec;
   if (resuming) {
     if (!fs::is_directory(dir_, ec)) throw UserError(dir_.string() + ": run directory not found");
@@ -186,7 +190,7 @@ RunDirectory::~RunDirectory() {
   // Detach train.log so a later run in the same process logs to its own directory.
   auto& sinks = spdlog::default_logger()->sinks();
   sinks.erase(std::remove(sinks.begin(), sinks.end(), log_sink_), sinks.end());
-  if (std::uncaught_exceptions() > uncaught_) closed_by_error() = log_sink_;
+  if (std::uncaught_exceptions() > uncaught_) closed_by_error() = {log_sink_, dir_ / "train.log"};
 }
 
 ResumedRunLog::ResumedRunLog(fs::path train_log)
@@ -194,21 +198,33 @@ ResumedRunLog::ResumedRunLog(fs::path train_log)
 
 ResumedRunLog::~ResumedRunLog() {
   // A RunDirectory that closed as the error left it has set its own sink already.
-  if (std::uncaught_exceptions() <= uncaught_ || closed_by_error()) return;
+  if (std::uncaught_exceptions() <= uncaught_ || closed_by_error().sink) return;
   std::error_code ec;
   if (!fs::is_regular_file(file_, ec)) return;
   try {
-    closed_by_error() = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file_.string());
+    closed_by_error() = {std::make_shared<spdlog::sinks::basic_file_sink_mt>(file_.string()),
+                         file_};
   } catch (const spdlog::spdlog_ex&) {  // the terminal has the line
   }
 }
 
 void log_final_error(spdlog::level::level_enum level, const std::string& line) {
-  const auto sink = std::exchange(closed_by_error(), nullptr);
+  const auto sink = std::exchange(closed_by_error(), {}).sink;
   auto& sinks = spdlog::default_logger()->sinks();
   if (sink) sinks.push_back(sink);
   spdlog::log(level, "{}", line);
   if (sink) sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+}
+
+ClosedRunLog::ClosedRunLog() : sink_(closed_by_error().sink) {
+  if (!sink_) return;
+  spdlog::default_logger()->sinks().push_back(sink_);
+  stop_line_.emplace(closed_by_error().log);
+}
+
+ClosedRunLog::~ClosedRunLog() {
+  auto& sinks = spdlog::default_logger()->sinks();
+  if (sink_) sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
 }
 
 void RunDirectory::write_inputs(const RunInputs& inputs) const {

@@ -85,6 +85,20 @@ class RunDirectory {
 // a run folder closed as that error left it, in its train.log too (it ended at the line before).
 void log_final_error(spdlog::level::level_enum level, const std::string& line);
 
+// While one lives, what is logged and a stop's line go to the train.log of a run folder that closed
+// as an error left it too (train's steps measured after out of memory, before the error's line).
+class ClosedRunLog {
+ public:
+  ClosedRunLog();
+  ~ClosedRunLog();
+  ClosedRunLog(const ClosedRunLog&) = delete;
+  ClosedRunLog& operator=(const ClosedRunLog&) = delete;
+
+ private:
+  std::shared_ptr<spdlog::sinks::sink> sink_;
+  std::optional<StopLineFile> stop_line_;
+};
+
 // A resumed run's train.log before its RunDirectory opens it: while one lives, a stop's line
 // (StopLineFile) and log_final_error's go there too, if it is a regular file (never created).
 class ResumedRunLog {

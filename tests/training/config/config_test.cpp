@@ -864,6 +864,35 @@ TEST(Config, NothingWhereANameListOrPathGoesIsRefusedNotReadAsTheDefault) {
             "--set sweep.slurm: sweep.slurm: expected a mapping of keys, got nothing");
   EXPECT_EQ(training::parse_config("sweep:\n  slurm:\n", "c.yaml").sweep.slurm.options.size(), 0u);
   EXPECT_EQ(training::parse_config("output: {name: !!str \"\"}\n", "c.yaml").output.name, "");
+  // Eighteenth pass: an empty `!!str` is "" from --set as in a file (it was nothing from --set).
+  EXPECT_EQ(training::parse_config("output:\n  name: !!str\n", "c.yaml").output.name, "");
+  EXPECT_EQ(
+      training::parse_config("output: {name: x}\n", "c.yaml", {"output.name=!!str"}).output.name,
+      "");
+  EXPECT_EQ(error_of("output:\n  dir: !!str\n"),
+            "c.yaml: output.dir: expected a folder path, got an empty string");
+  EXPECT_EQ(error_of("", {"output.dir=!!str"}),
+            "--set output.dir: output.dir: expected a folder path, got an empty string");
+  // A name of only Unicode's white space (a no-break space, U+3000) shows as nothing too.
+  EXPECT_EQ(error_of("output: {name: \"\u00a0\u3000\"}\n"),
+            "c.yaml: output.name: expected a string that is not only blanks, got "
+            "'\u00a0\u3000'");
+  EXPECT_EQ(error_of("", {"output.dir=\u200b"}),
+            "--set output.dir: output.dir: expected a string, got nothing");
+  EXPECT_EQ(training::config_yaml::trimmed("\u00a0 caf\u00e9\u3000"), "caf\u00e9");
+  // A mapping given to a section sets the keys it names and keeps the file's others
+  // (`--set 'sweep.slurm={}'` dropped the file's options).
+  const std::string slurm = "sweep: {slurm: {options: [--qos=low]}}\n";
+  EXPECT_EQ(training::parse_config(slurm, "c.yaml", {"sweep.slurm={}"}).sweep.slurm.options,
+            std::vector<std::string>{"--qos=low"});
+  EXPECT_EQ(training::parse_config(slurm, "c.yaml", {"sweep.slurm={options: [-p, gpu]}"})
+                .sweep.slurm.options,
+            (std::vector<std::string>{"-p", "gpu"}));
+  EXPECT_EQ(error_of(slurm, {"sweep.slurm={options: [' ']}"}),
+            "--set sweep.slurm: sweep.slurm.options: expected a list of strings, none of them "
+            "blank, got ' ' in the list");
+  EXPECT_EQ(error_of("", {"sweep.slurm={partition: gpu}"}),
+            "--set sweep.slurm: unknown key 'sweep.slurm.partition' (valid: options)");
   EXPECT_EQ(error_of("output: {dir: \"\\n\\t\"}\n"),
             "c.yaml: output.dir: expected a string that is not only blanks, got '\\n\\t'");
   // The values that say the default, as written.

@@ -1,8 +1,10 @@
 #include "training/run/run_dir.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -235,6 +237,44 @@ TEST(RunDirectory, AResumeJudgesOnlyTheFilesItWrites) {
                                            "away");
     }
   }
+}
+
+// Round 5, an eighteenth pass: the steps train measures after out of memory run once the run's
+// folder has closed; their "measuring" line was on the terminal only, and a second Ctrl-C during
+// them ended the process with no stop line in train.log. While a ClosedRunLog lives, both go to
+// the train.log of the folder that closed as the error left it; the error's line follows.
+TEST(RunDirectory, WhatHappensAfterItClosedOnAnErrorGoesToItsLogToo) {
+  test_support::TempDir dir;
+  const fs::path log = dir / "run/train.log";
+  try {
+    training::RunDirectory run(dir / "run", false);
+    throw std::runtime_error("out of memory");
+  } catch (const std::runtime_error&) {
+    const training::ClosedRunLog closed;
+    spdlog::info("measuring after the error");
+  }
+  spdlog::info("after the measurement");
+  training::log_final_error(spdlog::level::err, "the error's line");
+  std::string text = test_support::read_text(log);
+  EXPECT_NE(text.find("measuring after the error"), std::string::npos) << text;
+  EXPECT_EQ(text.find("after the measurement"), std::string::npos) << text;
+  EXPECT_NE(text.find("the error's line"), std::string::npos) << text;
+  // A second stop signal while it lives ends the process, its line in train.log.
+  EXPECT_EXIT(
+      {
+        try {
+          training::RunDirectory run(dir / "second", false);
+          throw std::runtime_error("out of memory");
+        } catch (const std::runtime_error&) {
+          const training::ClosedRunLog closed;
+          training::install_stop_handlers();
+          std::raise(SIGINT);
+          std::raise(SIGTERM);  // another signal: not the first passed on again
+        }
+      },
+      testing::ExitedWithCode(training::kExitStopped), "by a second signal");
+  text = test_support::read_text(dir / "second/train.log");
+  EXPECT_NE(text.find("[stopped] by a second signal"), std::string::npos) << text;
 }
 
 }  // namespace
