@@ -289,7 +289,7 @@ std::string flag_error(const CLI::App& app, const CLI::Error& error) {
     // Only blanks is nothing, as for every flag; the value quoted on one line.
     if (!expected.empty()) {
       what = name + ": expected " +
-             (training::config_yaml::trimmed(value).empty()
+             (training::config_yaml::blank(value)
                   ? "a value, got only blanks"
                   : expected + ", got '" + training::one_line(value) + "'");
     }
@@ -297,7 +297,7 @@ std::string flag_error(const CLI::App& app, const CLI::Error& error) {
   std::string command = training::advised_program();  // with the (sub)command whose flags they are
   for (const CLI::App* at = &app; !at->get_subcommands().empty(); at = at->get_subcommands()[0])
     command += " " + at->get_subcommands()[0]->get_name();
-  return "[error] " + what + " (" + command + " --help lists the flags)\n";
+  return "[error] " + training::one_line(what) + " (" + command + " --help lists the flags)\n";
 }
 
 void refuse_bad_values(const CLI::App& command) {
@@ -308,7 +308,7 @@ void refuse_bad_values(const CLI::App& command) {
         throw training::UserError(option->get_name() + ": expected a value, got an empty string");
       }
       // One of only blanks is nothing too (`compare --output ' '` made a folder named " ").
-      if (training::config_yaml::trimmed(value).empty()) {
+      if (training::config_yaml::blank(value)) {
         throw training::UserError(option->get_name() + ": expected a value, got only blanks");
       }
     }

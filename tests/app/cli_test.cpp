@@ -101,7 +101,10 @@ TEST(Cli, UnknownFlagIsABadInput) {
            // required flags first; the ninth pass's F16).
            {"sweep --bogus", "The following argument was not expected: --bogus"},
            {"memory --confg x.yaml", "The following arguments were not expected: x.yaml --confg"},
-           {"report --bogus", "The following argument was not expected: --bogus"}}) {
+           {"report --bogus", "The following argument was not expected: --bogus"},
+           // On one line, its control characters escaped (eighteenth pass: printed raw).
+           {"report \"$(printf -- '--bo\\ngus\\vx')\"",
+            "The following argument was not expected: --bo\\ngus\\x0bx"}}) {
     const auto r = run_train(bad);
     EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
     EXPECT_NE(r.output.find("[error] " + said + " (" + std::string(TRAIN_BINARY) + command_of(bad) +

@@ -215,13 +215,22 @@ TEST(OutOfMemory, TheImageSizeAndTheWeightAverageAreRemediesOfAStep) {
   config.training.precision = training::Precision::BF16;
   EXPECT_EQ(training::step_remedies(config, int64_t{64} << 30),
             ", a smaller training.batch_size (now " + batch + ")");
-  // Eighteenth pass: accumulating, more micro-batches of fewer images were not offered.
+  // Eighteenth pass: accumulating, more micro-batches of fewer images were not offered; offered,
+  // a split that keeps the images per optimizer step: the largest smaller batch that trains and
+  // divides them (a hostile helper: 3 x 3 was told to keep 9 images, which batch 2 cannot).
   config.training.accumulate_steps = 4;
+  config.training.batch_size = 96;
   EXPECT_EQ(training::step_remedies(config, int64_t{64} << 30),
-            ", a smaller training.batch_size (now " + batch +
-                ") with more training.accumulate_steps (now 4) to keep " +
-                std::to_string(config.training.batch_size * 4) + " images per optimizer step");
+            ", a smaller training.batch_size (now 96), e.g. 64 with training.accumulate_steps 6 "
+            "(now 4) to keep the images per optimizer step");
+  training::Config imagenet = config;  // its smallest batch that trains at 32x32 is 2
+  imagenet.model.stem(models::Stem::ImageNet);
+  imagenet.training.batch_size = 3;
+  imagenet.training.accumulate_steps = 3;
+  EXPECT_EQ(training::step_remedies(imagenet, int64_t{64} << 30),
+            ", a smaller training.batch_size (now 3)");
   config.training.accumulate_steps = 1;
+  config.training.batch_size = std::stoll(batch);
   // Fifteenth pass: bf16 was offered where autocast's copies beside the weights leave no room
   // under the limit (and bf16 then offered fp32): only where they fit.
   config.training.precision = training::Precision::FP32;

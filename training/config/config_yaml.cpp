@@ -67,25 +67,42 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
 }
 
 std::string trimmed(const std::string& text) {
-  // ASCII white space, and in UTF-8 Unicode's (U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028,
-  // U+2029, U+202F, U+205F, U+3000) and the invisible U+200B and U+FEFF: a name of only these
-  // shows as nothing.
-  static const std::vector<std::string> kBlanks = {
-      " ",      "\t",     "\r",     "\n",     "\v",     "\f",     "\u0085", "\u00a0", "\u1680",
-      "\u2000", "\u2001", "\u2002", "\u2003", "\u2004", "\u2005", "\u2006", "\u2007", "\u2008",
-      "\u2009", "\u200a", "\u200b", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\ufeff"};
-  auto blank_at = [&](size_t at, bool before) -> size_t {  // the blank's length, 0 for none
-    for (const auto& blank : kBlanks) {
-      const size_t start = before ? at - std::min(at, blank.size()) : at;
-      if (text.compare(start, blank.size(), blank) == 0 && (!before || at >= blank.size()))
-        return blank.size();
+  const char* blanks = " \t\r\n\v\f";
+  const size_t first = text.find_first_not_of(blanks);
+  return first == std::string::npos ? ""
+                                    : text.substr(first, text.find_last_not_of(blanks) + 1 - first);
+}
+
+bool blank(const std::string& text) {
+  // Unicode's White_Space and Default_Ignorable_Code_Point, and the blank-looking U+2800: a name
+  // of only these shows as nothing. Not UTF-8: not blank.
+  static const std::pair<char32_t, char32_t> kBlanks[] = {
+      {0x09, 0x0D},     {0x20, 0x20},       {0x85, 0x85},       {0xA0, 0xA0},      {0xAD, 0xAD},
+      {0x34F, 0x34F},   {0x61C, 0x61C},     {0x115F, 0x1160},   {0x1680, 0x1680},  {0x17B4, 0x17B5},
+      {0x180B, 0x180F}, {0x2000, 0x200F},   {0x2028, 0x202F},   {0x205F, 0x206F},  {0x2800, 0x2800},
+      {0x3000, 0x3000}, {0x3164, 0x3164},   {0xFE00, 0xFE0F},   {0xFEFF, 0xFEFF},  {0xFFA0, 0xFFA0},
+      {0xFFF0, 0xFFF8}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0000, 0xE0FFF}};
+  for (size_t at = 0; at < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[at]);
+    const size_t length = lead < 0x80    ? 1
+                          : lead >= 0xF0 ? 4
+                          : lead >= 0xE0 ? 3
+                          : lead >= 0xC0 ? 2
+                                         : 0;
+    if (length == 0 || at + length > text.size()) return false;
+    char32_t code = length == 1 ? lead : lead & (0x7F >> length);
+    for (size_t i = 1; i < length; ++i) {
+      const auto next = static_cast<unsigned char>(text[at + i]);
+      if ((next & 0xC0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3F);
     }
-    return 0;
-  };
-  size_t first = 0, last = text.size(), n = 0;
-  while (first < last && (n = blank_at(first, false)) > 0) first += n;
-  while (last > first && (n = blank_at(last, true)) > 0) last -= n;
-  return text.substr(first, last - first);
+    if (std::none_of(std::begin(kBlanks), std::end(kBlanks), [&](const auto& range) {
+          return code >= range.first && code <= range.second;
+        }))
+      return false;
+    at += length;
+  }
+  return true;
 }
 
 std::vector<std::string> split_items(const std::string& text, const std::string& flag) {
@@ -120,8 +137,7 @@ std::string suggestion(const std::string& wrong, const std::vector<std::string>&
 
 bool nothing(const YAML::Node& node) {
   return !node.IsDefined() || node.IsNull() || node.Tag() == kNullTag ||
-         (node.IsScalar() && (node.Tag() == "?" || node.Tag().empty()) &&
-          trimmed(node.Scalar()).empty());
+         (node.IsScalar() && (node.Tag() == "?" || node.Tag().empty()) && blank(node.Scalar()));
 }
 
 std::string describe(const YAML::Node& node) {
@@ -252,7 +268,8 @@ void set_key(YAML::Node& parent, const std::string& key, const YAML::Node& value
       for (const auto& entry : existing) own[entry.first] = entry.second;
     }
     for (const auto& entry : value) {
-      if (!entry.first.IsScalar()) throw ConfigError(label + ": expected keys, got a list");
+      if (!entry.first.IsScalar() || nothing(entry.first))
+        throw ConfigError(label + ": expected a mapping of keys by name");
       set_key(own, entry.first.Scalar(), entry.second, path + "." + entry.first.Scalar(), label,
               overridden);
     }
@@ -290,6 +307,9 @@ void apply_override(YAML::Node& root, const Override& override,
   // Nothing after '=' (blanks, a comment) is no value at all, not YAML's null, which only `~` or
   // `null` says (`checkpointing.blocks` takes it): a plain empty scalar, which every key refuses.
   const std::string text = trimmed(assignment.substr(eq + 1));
+  // One line: YAML would join "1\nGiB" into "1 GiB" (a value no other flag takes so).
+  if (text.find_first_of("\n\r") != std::string::npos)
+    throw ConfigError(one_line(flag) + ": expected a value on one line");
   YAML::Node value;
   try {
     value = YAML::Load(text);
@@ -298,16 +318,19 @@ void apply_override(YAML::Node& root, const Override& override,
   }
   static const std::set<std::string> kNull = {"~", "null", "Null", "NULL"};
   if (value.IsNull() && kNull.count(text) == 0) {
-    // An empty scalar keeps a tag it was given (`!!str` is "", as in a file), else it is nothing.
-    // yaml-cpp drops the tag of a document's only node when it is empty: read as a key's value.
+    // yaml-cpp drops the tag of a document's only node when it is empty: read as a key's value,
+    // as a file's is. `!!null` is null; another tag an empty scalar (`!!str`: ""); none, nothing.
     std::string tag;
     try {
       tag = YAML::Load("v: " + text)["v"].Tag();
     } catch (const YAML::Exception&) {
     }
-    value = YAML::Node(std::string{});
-    if (tag != "?" && tag != "!" && tag != kNullTag) value.SetTag(tag);
+    if (tag != kNullTag) {
+      value = YAML::Node(std::string{});
+      if (tag != "?" && !tag.empty()) value.SetTag(tag);
+    }
   }
+  check_duplicate_keys(value, flag, path + ".");
   if (!is_map(root)) root = YAML::Node(YAML::NodeType::Map);
   const std::string label = set ? "--set " + path : override.flag;
   // Each section on the path ("sweep", then "sweep.slurm" for sweep.slurm.options) gets a node of

@@ -39,8 +39,11 @@ inline constexpr int64_t kAuto = -1;
 std::string suggestion(const std::string& wrong, const std::vector<std::string>& valid,
                        const std::string& prefix);
 std::string join(const std::vector<std::string>& items, const std::string& separator);
-// A flag's value, or a list's item, without the white space around it (' 24GiB', ' 10%').
+// A flag's value, or a list's item, without the ASCII white space around it (' 24GiB', ' 10%').
 std::string trimmed(const std::string& text);
+// Whether `text` is only white space or invisible characters (or empty): ASCII's, Unicode's (a
+// no-break space, U+3000) and what it ignores when drawn (U+200B, U+2060, U+FEFF, ...).
+bool blank(const std::string& text);
 // "fp32, bf16" -> {"fp32", "bf16"}, the one reading of a comma-separated flag value (spaces
 // trimmed, as YAML reads a list); an empty item ("fp32,", "32,,64") is a ConfigError naming `flag`.
 std::vector<std::string> split_items(const std::string& text, const std::string& flag);
@@ -153,8 +156,7 @@ class Reader {
   void texts(const std::string& name, std::vector<std::string>& out) {
     list(name, out, false, "expected a list of strings, none of them blank",
          [](const YAML::Node& item, auto& value) {
-           return !nothing(item) && !trimmed(item.Scalar()).empty() &&
-                  (value = item.Scalar(), true);
+           return !nothing(item) && !blank(item.Scalar()) && (value = item.Scalar(), true);
          });
   }
 
@@ -211,7 +213,7 @@ class Reader {
     if (!node->IsScalar() || nothing(*node))
       fail(name, "expected a string" + (empty.empty() ? "" : " (" + empty + ")") + ", got " +
                      describe(*node));
-    if (!node->Scalar().empty() && trimmed(node->Scalar()).empty())
+    if (!node->Scalar().empty() && blank(node->Scalar()))
       fail(name, "expected a string that is not only blanks, got " + describe(*node));
     out = node->Scalar();
   }

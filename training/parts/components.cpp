@@ -161,10 +161,17 @@ std::string step_remedies(const Config& config, int64_t limit) {
   if (smaller_batch_trains(config)) {
     more +=
         ", a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
-    // Accumulating, more micro-batches of fewer images keep the images per optimizer step.
-    if (steps > 1)
-      more += " with more training.accumulate_steps (now " + std::to_string(steps) + ") to keep " +
-              std::to_string(config.training.batch_size * steps) + " images per optimizer step";
+    // Accumulating, more micro-batches of fewer images keep the images per optimizer step: the
+    // largest smaller batch that trains and divides them.
+    const int64_t batch = config.training.batch_size, images = batch * steps;
+    const int64_t smallest = models::smallest_trainable_batch(config.model, config.data.image_size);
+    for (int64_t fewer = batch - 1; steps > 1 && fewer >= smallest; --fewer) {
+      if (images % fewer != 0) continue;
+      more += ", e.g. " + std::to_string(fewer) + " with training.accumulate_steps " +
+              std::to_string(images / fewer) + " (now " + std::to_string(steps) +
+              ") to keep the images per optimizer step";
+      break;
+    }
   }
   Config half = config;
   half.training.precision = Precision::BF16;

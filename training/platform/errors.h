@@ -37,12 +37,24 @@ inline std::string error_line(const std::exception& error) {
   return first_line(c10_error ? c10_error->what_without_backtrace() : error.what());
 }
 
-// `text` on one line, its line breaks and tabs written \n, \r, \t: a value quoted in a message,
-// and every error line as the app prints it (a file name may hold any of them).
+// `text` on one line, its control characters escaped (\n, \r, \t, others \xNN): a value quoted
+// in a message, and every error line as the app prints it (a file name may hold any of them).
 inline std::string one_line(const std::string& text) {
+  static const char* kHex = "0123456789abcdef";
   std::string line;
-  for (const char c : text)
-    line += c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : std::string(1, c);
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\n')
+      line += "\\n";
+    else if (c == '\r')
+      line += "\\r";
+    else if (c == '\t')
+      line += "\\t";
+    else if (byte < 0x20 || byte == 0x7f)
+      line += std::string("\\x") + kHex[byte >> 4] + kHex[byte & 15];
+    else
+      line += c;
+  }
   return line;
 }
 

@@ -48,9 +48,10 @@ struct WrittenSize {
 std::optional<WrittenSize> written_size(const std::string& text) {
   // Bounded before the regex (libstdc++'s matcher recurses per character: 30000 digits crashed).
   if (text.size() > 64) return std::nullopt;
-  // Spaces around it and one between the number and its unit ("23.54 GiB", as sizes are printed);
-  // no other white space ("1\tGiB", "1\rGiB", "1  GiB" are no sizes).
-  static const std::regex form(R"(^ *([0-9]+)(?:\.([0-9]+))? ?([A-Za-z]*) *$)");
+  // White space around it (YAML's block scalar ends with a line break), and at most one space
+  // between the number and its unit ("23.54 GiB", as sizes are printed): "1\tGiB", "1\rGiB" and
+  // "1  GiB" are no sizes.
+  static const std::regex form(R"(^\s*([0-9]+)(?:\.([0-9]+))? ?([A-Za-z]*)\s*$)");
   std::smatch match;
   if (!std::regex_match(text, match, form)) return std::nullopt;
   return WrittenSize{match[1].str(), match[2].str(), match[3].str(), match[2].matched};
@@ -168,9 +169,9 @@ int64_t parse_byte_size(const std::string& text) {
   const std::string expected =
       "expected a size with its unit, like 12GiB, 512MiB or 1.5GB, got '" + one_line(text) + "'";
   if (text.size() > 64) {
-    throw std::invalid_argument("'" + text.substr(0, 24) + "...' is " +
-                                std::to_string(text.size()) +
-                                " characters long, more than a size takes (64)");
+    throw std::invalid_argument(
+        "'" + one_line(text.substr(0, utf8_prefix(text.data(), text.size(), 24))) + "...' is " +
+        std::to_string(text.size()) + " characters long, more than a size takes (64)");
   }
   const std::optional<WrittenSize> written = written_size(text);
   if (!written) throw std::invalid_argument(expected);
@@ -178,7 +179,8 @@ int64_t parse_byte_size(const std::string& text) {
   if (const std::string bare = no_unit_refusal(text); !bare.empty()) {
     throw std::invalid_argument(bare);
   }
-  const std::string too_large = "'" + text + "' is more than 9e18 bytes, the largest size taken";
+  const std::string too_large =
+      "'" + one_line(text) + "' is more than 9e18 bytes, the largest size taken";
   std::string whole = written->whole, fraction = written->fraction;
   whole.erase(0, std::min(whole.find_first_not_of('0'), whole.size() - 1));  // leading zeros
   while (!fraction.empty() && fraction.back() == '0') fraction.pop_back();
@@ -186,7 +188,7 @@ int64_t parse_byte_size(const std::string& text) {
     throw std::invalid_argument(too_large);  // and std::stoll below stays within int64
   }
   if (fraction.size() > 12) {
-    throw std::invalid_argument("'" + text + "' has more than 12 decimal places");
+    throw std::invalid_argument("'" + one_line(text) + "' has more than 12 decimal places");
   }
   std::string unit = written->unit;
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -258,7 +260,7 @@ int64_t size_flag(const std::string& flag, const std::string& text) {
   } catch (const std::invalid_argument& e) {
     throw UserError(flag + ": " + e.what());
   }
-  throw UserError(flag + ": expected a size above 0, got '" + text + "'");
+  throw UserError(flag + ": expected a size above 0, got '" + one_line(text) + "'");
 }
 
 std::string mib_text(int64_t bytes) {

@@ -879,7 +879,30 @@ TEST(Config, NothingWhereANameListOrPathGoesIsRefusedNotReadAsTheDefault) {
             "'\u00a0\u3000'");
   EXPECT_EQ(error_of("", {"output.dir=\u200b"}),
             "--set output.dir: output.dir: expected a string, got nothing");
-  EXPECT_EQ(training::config_yaml::trimmed("\u00a0 caf\u00e9\u3000"), "caf\u00e9");
+  EXPECT_TRUE(training::config_yaml::blank("\u00a0 \u3000\ufeff\t"));
+  EXPECT_FALSE(training::config_yaml::blank("\u00a0caf\u00e9"));
+  EXPECT_FALSE(training::config_yaml::blank("\u00e0"));  // its lead byte is no blank's
+  EXPECT_TRUE(training::config_yaml::blank("\u2060\u200d\u3164\u00ad\U000e0020"));  // invisible
+  EXPECT_FALSE(training::config_yaml::blank("\xa0"));                               // no UTF-8
+  // A --set value is one line: YAML joined "1\nGiB" into "1 GiB", which no other flag takes.
+  EXPECT_EQ(error_of("", {"memory.limit=1\nGiB"}),
+            "--set memory.limit=1\\nGiB: expected a value on one line");
+  EXPECT_EQ(error_of("", {training::Override("memory.limit=1\r\nGiB", "--memory-limit")}),
+            "--memory-limit 1\\r\\nGiB: expected a value on one line");
+  // Only ASCII white space is trimmed, as YAML reads a file: "x\u00a0" is the same from both.
+  EXPECT_EQ(
+      training::parse_config("output: {name: x}\n", "c.yaml", {"output.name=x\u00a0"}).output.name,
+      "x\u00a0");
+  EXPECT_EQ(training::parse_config("output: {name: x\u00a0}\n", "c.yaml").output.name, "x\u00a0");
+  // `!!null` is null from --set as in a file; a duplicate key in a mapping --set gives is refused.
+  EXPECT_FALSE(training::parse_config("checkpointing: {enabled: auto}\n", "c.yaml",
+                                      {"checkpointing.blocks=!!null"})
+                   .checkpointing.blocks()
+                   .has_value());
+  EXPECT_EQ(error_of("", {"sweep.slurm={options: [a], options: [b]}"}).substr(0, 68),
+            "--set sweep.slurm={options: [a], options: [b]}: duplicate key 'sweep");
+  EXPECT_EQ(error_of("", {"sweep.slurm={~: 1}"}),
+            "--set sweep.slurm: expected a mapping of keys by name");
   // A mapping given to a section sets the keys it names and keeps the file's others
   // (`--set 'sweep.slurm={}'` dropped the file's options).
   const std::string slurm = "sweep: {slurm: {options: [--qos=low]}}\n";
