@@ -164,6 +164,10 @@ std::pair<std::string, std::string> peak_and_budget_text(int64_t peak, int64_t b
   return texts;
 }
 
+std::string budget_text(const CheckpointingDecision& decision, int64_t named) {
+  return peak_and_budget_text(decision.predicted_peak, decision.budget, named).second;
+}
+
 std::string describe_choice(const CheckpointChoice& c) {
   const std::string blocks = config_yaml::join(c.blocks, ", ");
   const auto [peak, budget_bytes] = peak_and_budget_text(
@@ -208,14 +212,14 @@ std::string checkpointing_outcome(const std::optional<CheckpointingDecision>& de
   const int64_t predicted = c.predicted_peak + c.beside_bytes, allowed = c.budget + c.beside_bytes;
   const std::string beside =
       c.beside_bytes > 0 ? " and the " + format_bytes(c.beside_bytes) + " beside the step" : "";
-  // The measured and predicted peaks and the budget: never two written alike where they differ
-  // ("predicted 155.10 MiB: within the budget of 155.10 MiB", 4,181 bytes apart); and the budget
-  // as precise as the choice's line wrote it beside its peak and the size it was taken from
-  // ("149.999 MiB" there, "150.00 MiB" here).
+  // The measured and predicted peaks: never written alike where they differ from each other or
+  // the budget ("predicted 155.10 MiB: within the budget of 155.10 MiB", 4,181 bytes apart); the
+  // budget as the choice's line wrote it ("149.999 MiB" there was "150.00 MiB" here, and
+  // "150.00 MiB" there "150.000 MiB" here).
   std::vector<int64_t> sizes = {measured_peak, predicted, c.budget, c.predicted_peak};
   if (named > 0) sizes.push_back(named);
   const auto texts = format_bytes_apart(sizes);
-  const std::string budget = "the budget of " + texts[2] + beside;
+  const std::string budget = "the budget of " + budget_text(c, named) + beside;
   if (measured_peak <= allowed) {
     return "measured training peak " + texts[0] + ", predicted " + texts[1] + ": within " + budget;
   }

@@ -91,6 +91,9 @@ struct CheckpointBudget {
 // 185.00 MiB less ...)").
 std::pair<std::string, std::string> peak_and_budget_text(int64_t peak, int64_t budget,
                                                          int64_t named);
+// The budget of `decision` as its choice's line wrote it (peak_and_budget_text beside its peak),
+// for every line and table that writes it again: one budget, one text.
+std::string budget_text(const CheckpointingDecision& decision, int64_t named);
 
 // Why checkpointing auto has no budget on `device`: on the CPU, neither checkpointing.budget nor
 // memory.limit ("needs a memory budget, and on the CPU ..."); empty when it has one. With `key`,

@@ -66,13 +66,13 @@ void write_checkpointing(std::ostringstream& md, const Config& c, const Decision
   bool exceeded = false;
   const int64_t named = budget_named(c);
   const std::string outcome = measured ? checkpointing_outcome(d, *measured, &exceeded, named) : "";
-  // The budget and the peaks: never two written alike where they differ, the budget as precisely
-  // as the choice's line and the outcome write it.
+  // The peaks: never two written alike where they differ; the budget as the choice's line and
+  // the outcome write it.
   const auto sizes = format_bytes_apart({d->budget, d->predicted_peak + d->beside_bytes,
                                          d->predicted_peak, measured.value_or(0), named});
   md << "## Gradient checkpointing: auto\n\n| | |\n|---|---|\n"
      << "| blocks recomputed | " << checkpointing_text(c.checkpointing) << " |\n"
-     << "| budget | " << sizes[0] << " |\n"
+     << "| budget | " << budget_text(*d, named) << " |\n"
      << "| held beside the step | " << format_bytes(d->beside_bytes) << " |\n"
      << "| chosen for | " << d->chosen_for << " |\n"
      << "| predicted training peak | " << sizes[1] << " (the step " << sizes[2] << ") |\n"

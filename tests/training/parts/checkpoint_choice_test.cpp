@@ -452,6 +452,13 @@ TEST(CheckpointChoice, TheOutcomeComparesTheRunsPeakWithTheBudgetAndWhatIsHeldBe
   EXPECT_EQ(training::checkpointing_outcome(edge, 155 * mib, &exceeded),
             "measured training peak 155.000 MiB, predicted 159.998 MiB: within the budget of "
             "149.999 MiB and the 10.00 MiB beside the step");
+  // Eighteenth pass: the other way, "150.00 MiB" in the choice's line and "150.000 MiB" in the
+  // outcome, where the measured peak came near it: the budget as the choice's line wrote it.
+  const training::CheckpointingDecision round{{"layer1.0"}, "a step", 150 * mib, 140 * mib, 1, 0};
+  EXPECT_EQ(training::budget_text(round, 0), "150.00 MiB");
+  EXPECT_EQ(training::checkpointing_outcome(round, 150 * mib + 1000, &exceeded),
+            "the measured training peak 150.001 MiB exceeds the budget of 150.00 MiB by 1000 B "
+            "(predicted 140.000 MiB)");
 }
 
 // Accumulating, the choice measures a group's second micro-batch, which holds the first one's
