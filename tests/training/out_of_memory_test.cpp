@@ -216,12 +216,16 @@ TEST(OutOfMemory, TheImageSizeAndTheWeightAverageAreRemediesOfAStep) {
   EXPECT_EQ(training::step_remedies(config, int64_t{64} << 30),
             ", a smaller training.batch_size (now " + batch + ")");
   // Eighteenth pass: accumulating, more micro-batches of fewer images were not offered; offered,
-  // a split that keeps the images per optimizer step: the largest smaller batch that trains and
-  // divides them (a hostile helper: 3 x 3 was told to keep 9 images, which batch 2 cannot).
+  // a split that keeps the images per optimizer step: the largest batch up to half that trains
+  // and divides them (a hostile helper: 3 x 3 was told to keep 9 images, which batch 2 cannot).
   config.training.accumulate_steps = 4;
   config.training.batch_size = 96;
   EXPECT_EQ(training::step_remedies(config, int64_t{64} << 30),
-            ", a smaller training.batch_size (now 96), e.g. 64 with training.accumulate_steps 6 "
+            ", a smaller training.batch_size (now 96), e.g. 48 with training.accumulate_steps 8 "
+            "(now 4) to keep the images per optimizer step");
+  config.training.batch_size = 5;  // 20 images: 2 with 10 (4 with 5 is more than half of 5)
+  EXPECT_EQ(training::step_remedies(config, int64_t{64} << 30),
+            ", a smaller training.batch_size (now 5), e.g. 2 with training.accumulate_steps 10 "
             "(now 4) to keep the images per optimizer step");
   training::Config imagenet = config;  // its smallest batch that trains at 32x32 is 2
   imagenet.model.stem(models::Stem::ImageNet);

@@ -162,10 +162,10 @@ std::string step_remedies(const Config& config, int64_t limit) {
     more +=
         ", a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
     // Accumulating, more micro-batches of fewer images keep the images per optimizer step: the
-    // largest smaller batch that trains and divides them.
+    // largest batch up to half this one that trains and divides them (halving, as one does).
     const int64_t batch = config.training.batch_size, images = batch * steps;
     const int64_t smallest = models::smallest_trainable_batch(config.model, config.data.image_size);
-    for (int64_t fewer = batch - 1; steps > 1 && fewer >= smallest; --fewer) {
+    for (int64_t fewer = batch / 2; steps > 1 && fewer >= smallest; --fewer) {
       if (images % fewer != 0) continue;
       more += ", e.g. " + std::to_string(fewer) + " with training.accumulate_steps " +
               std::to_string(images / fewer) + " (now " + std::to_string(steps) +
