@@ -311,6 +311,14 @@ void refuse_bad_values(const CLI::App& command) {
       if (training::config_yaml::blank(value)) {
         throw training::UserError(option->get_name() + ": expected a value, got only blanks");
       }
+      // A path or name with a line break or tab breaks every line and command naming it (--set's
+      // values are the config's to judge).
+      if (option->get_name() != "--set" && training::has_control_character(value)) {
+        throw training::UserError(option->get_name() +
+                                  ": expected a value in UTF-8 without control characters (a "
+                                  "line break, a tab), got '" +
+                                  training::one_line(value) + "'");
+      }
     }
   }
   for (const CLI::App* subcommand : command.get_subcommands()) refuse_bad_values(*subcommand);

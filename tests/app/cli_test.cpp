@@ -112,6 +112,14 @@ TEST(Cli, UnknownFlagIsABadInput) {
               std::string::npos)
         << r.output;
   }
+  // Eighteenth pass: a path with a line break made a folder whose name broke every line naming it.
+  const auto r = run_train("report \"$(printf 'runs/a\\nb')\"");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find("[error] run_dir: expected a value in UTF-8 without control characters "
+                          "(a line break, a tab), got 'runs/a\\nb'"),
+            std::string::npos)
+      << r.output;
 }
 
 // `train cards --card NAME... --json`: the cards asked for, each found as --card finds it (the

@@ -227,6 +227,10 @@ TEST(OutOfMemory, TheImageSizeAndTheWeightAverageAreRemediesOfAStep) {
   EXPECT_EQ(training::step_remedies(config, int64_t{64} << 30),
             ", a smaller training.batch_size (now 5), e.g. 2 with training.accumulate_steps 10 "
             "(now 4) to keep the images per optimizer step");
+  config.training.batch_size = 65537;  // 2 x 65537 images: 1 or 2 would take too many steps
+  config.training.accumulate_steps = 2;
+  EXPECT_EQ(training::step_remedies(config, int64_t{64} << 30),
+            ", a smaller training.batch_size (now 65537)");
   training::Config imagenet = config;  // its smallest batch that trains at 32x32 is 2
   imagenet.model.stem(models::Stem::ImageNet);
   imagenet.training.batch_size = 3;

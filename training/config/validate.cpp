@@ -35,10 +35,9 @@ void check_output(const OutputConfig& output, Fail&& fail) {
   if (output.dir.empty()) fail("output.dir: expected a folder path, got an empty string");
   for (const auto& [key, value] :
        {std::pair{"output.dir", &output.dir}, std::pair{"output.name", &output.name}}) {
-    if (std::any_of(value->begin(), value->end(),
-                    [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; })) {
+    if (has_control_character(*value)) {
       fail(std::string(key) +
-           ": expected a folder name without control characters (a line break, a tab)");
+           ": expected a folder name in UTF-8 without control characters (a line break, a tab)");
     }
   }
 }

@@ -166,7 +166,7 @@ std::string step_remedies(const Config& config, int64_t limit) {
     const int64_t batch = config.training.batch_size, images = batch * steps;
     const int64_t smallest = models::smallest_trainable_batch(config.model, config.data.image_size);
     for (int64_t fewer = batch / 2; steps > 1 && fewer >= smallest; --fewer) {
-      if (images % fewer != 0) continue;
+      if (images % fewer != 0 || images / fewer > kMaxAccumulateSteps) continue;
       more += ", e.g. " + std::to_string(fewer) + " with training.accumulate_steps " +
               std::to_string(images / fewer) + " (now " + std::to_string(steps) +
               ") to keep the images per optimizer step";

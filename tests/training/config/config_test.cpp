@@ -842,8 +842,8 @@ TEST(Config, NothingWhereANameListOrPathGoesIsRefusedNotReadAsTheDefault) {
             "--device: training.device: expected a string, got nothing");
   // A line break or tab in a folder's name broke every line and command naming it.
   EXPECT_EQ(error_of("output: {name: \"a\\nb\"}\n"),
-            "c.yaml: output.name: expected a folder name without control characters (a line "
-            "break, a tab)");
+            "c.yaml: output.name: expected a folder name in UTF-8 without control characters (a "
+            "line break, a tab)");
   EXPECT_EQ(error_of("output: {dir: ' '}\n"),
             "c.yaml: output.dir: expected a string that is not only blanks, got ' '");
   EXPECT_EQ(error_of("sweep: {slurm: {options: ['--qos=low', ' ']}}\n"),
@@ -883,7 +883,8 @@ TEST(Config, NothingWhereANameListOrPathGoesIsRefusedNotReadAsTheDefault) {
   EXPECT_FALSE(training::config_yaml::blank("\u00a0caf\u00e9"));
   EXPECT_FALSE(training::config_yaml::blank("\u00e0"));  // its lead byte is no blank's
   EXPECT_TRUE(training::config_yaml::blank("\u2060\u200d\u3164\u00ad\U000e0020"));  // invisible
-  EXPECT_FALSE(training::config_yaml::blank("\xa0"));                               // no UTF-8
+  EXPECT_FALSE(training::config_yaml::blank("\xc3"));                               // no UTF-8
+  EXPECT_TRUE(training::config_yaml::blank("\xa0\x85"));  // yaml-cpp's "\_" and "\N"
   // A --set value is one line: YAML joined "1\nGiB" into "1 GiB", which no other flag takes.
   EXPECT_EQ(error_of("", {"memory.limit=1\nGiB"}),
             "--set memory.limit=1\\nGiB: expected a value on one line");
@@ -903,6 +904,12 @@ TEST(Config, NothingWhereANameListOrPathGoesIsRefusedNotReadAsTheDefault) {
             "--set sweep.slurm={options: [a], options: [b]}: duplicate key 'sweep");
   EXPECT_EQ(error_of("", {"sweep.slurm={~: 1}"}),
             "--set sweep.slurm: expected a mapping of keys by name");
+  // A folder's name with a C1 control character (NEL) or YAML's "\_" (read as a lone byte 0xA0).
+  EXPECT_EQ(error_of("", {"output.name=a\u0085b"}),
+            "--set output.name: output.name: expected a folder name in UTF-8 without control "
+            "characters (a line break, a tab)");
+  EXPECT_EQ(error_of("output: {name: \"\\_\"}\n"),
+            "c.yaml: output.name: expected a string that is not only blanks, got '\\xa0'");
   // A mapping given to a section sets the keys it names and keeps the file's others
   // (`--set 'sweep.slurm={}'` dropped the file's options).
   const std::string slurm = "sweep: {slurm: {options: [--qos=low]}}\n";
