@@ -289,9 +289,8 @@ std::string flag_error(const CLI::App& app, const CLI::Error& error) {
     // Only blanks is nothing, as for every flag; the value quoted on one line.
     if (!expected.empty()) {
       what = name + ": expected " +
-             (training::config_yaml::blank(value)
-                  ? "a value, got only blanks"
-                  : expected + ", got '" + training::one_line(value) + "'");
+             (training::blank(value) ? "a value, got only blanks"
+                                     : expected + ", got '" + training::one_line(value) + "'");
     }
   }
   std::string command = training::advised_program();  // with the (sub)command whose flags they are
@@ -308,15 +307,15 @@ void refuse_bad_values(const CLI::App& command) {
         throw training::UserError(option->get_name() + ": expected a value, got an empty string");
       }
       // One of only blanks is nothing too (`compare --output ' '` made a folder named " ").
-      if (training::config_yaml::blank(value)) {
+      if (training::blank(value)) {
         throw training::UserError(option->get_name() + ": expected a value, got only blanks");
       }
       // A path or name with a line break or tab breaks every line and command naming it (--set's
       // values are the config's to judge).
       if (option->get_name() != "--set" && training::has_control_character(value)) {
         throw training::UserError(option->get_name() +
-                                  ": expected a value in UTF-8 without control characters (a "
-                                  "line break, a tab), got '" +
+                                  ": expected a value without control characters (a line break, "
+                                  "a tab), got '" +
                                   training::one_line(value) + "'");
       }
     }

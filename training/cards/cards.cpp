@@ -102,7 +102,7 @@ Card find_card(const std::string& given, std::optional<int64_t> outside_allocato
                double headroom) {
   // Spaces around the flag's value are no part of it (' 24GiB' was an unknown card's name).
   const std::string text = config_yaml::trimmed(given);
-  if (config_yaml::blank(text))
+  if (blank(text))
     throw UserError("--card: expected a card's name or size, got nothing");
   for (const auto& known : known_cards()) {
     if (folded(known.name) == folded(text)) return known;

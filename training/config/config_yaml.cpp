@@ -73,36 +73,6 @@ std::string trimmed(const std::string& text) {
                                     : text.substr(first, text.find_last_not_of(blanks) + 1 - first);
 }
 
-bool blank(const std::string& text) {
-  // Unicode's White_Space and Default_Ignorable_Code_Point, and the blank-looking U+2800: a name
-  // of only these shows as nothing. Other bytes that are no UTF-8: not blank.
-  static const std::pair<char32_t, char32_t> kBlanks[] = {
-      {0x09, 0x0D},     {0x20, 0x20},       {0x85, 0x85},       {0xA0, 0xA0},      {0xAD, 0xAD},
-      {0x34F, 0x34F},   {0x61C, 0x61C},     {0x115F, 0x1160},   {0x1680, 0x1680},  {0x17B4, 0x17B5},
-      {0x180B, 0x180F}, {0x2000, 0x200F},   {0x2028, 0x202F},   {0x205F, 0x206F},  {0x2800, 0x2800},
-      {0x3000, 0x3000}, {0x3164, 0x3164},   {0xFE00, 0xFE0F},   {0xFEFF, 0xFEFF},  {0xFFA0, 0xFFA0},
-      {0xFFF0, 0xFFF8}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0000, 0xE0FFF}};
-  for (size_t at = 0; at < text.size();) {
-    const auto lead = static_cast<unsigned char>(text[at]);
-    const size_t length = utf8_length(text, at);
-    // yaml-cpp reads YAML's "\N" and "\_" as the lone bytes 0x85 and 0xA0: blanks too.
-    if (length == 0 && (lead == 0x85 || lead == 0xA0)) {
-      ++at;
-      continue;
-    }
-    if (length == 0) return false;
-    char32_t code = length == 1 ? lead : lead & (0x7F >> length);
-    for (size_t i = 1; i < length; ++i)
-      code = (code << 6) | (static_cast<unsigned char>(text[at + i]) & 0x3F);
-    if (std::none_of(std::begin(kBlanks), std::end(kBlanks), [&](const auto& range) {
-          return code >= range.first && code <= range.second;
-        }))
-      return false;
-    at += length;
-  }
-  return true;
-}
-
 std::vector<std::string> split_items(const std::string& text, const std::string& flag) {
   std::vector<std::string> items;
   size_t begin = 0;

@@ -41,9 +41,6 @@ std::string suggestion(const std::string& wrong, const std::vector<std::string>&
 std::string join(const std::vector<std::string>& items, const std::string& separator);
 // A flag's value, or a list's item, without the ASCII white space around it (' 24GiB', ' 10%').
 std::string trimmed(const std::string& text);
-// Whether `text` is only white space or invisible characters (or empty): ASCII's, Unicode's (a
-// no-break space, U+3000) and what it ignores when drawn (U+200B, U+2060, U+FEFF, ...).
-bool blank(const std::string& text);
 // "fp32, bf16" -> {"fp32", "bf16"}, the one reading of a comma-separated flag value (spaces
 // trimmed, as YAML reads a list); an empty item ("fp32,", "32,,64") is a ConfigError naming `flag`.
 std::vector<std::string> split_items(const std::string& text, const std::string& flag);

@@ -35,7 +35,7 @@ void check_output(const OutputConfig& output, Fail&& fail) {
   if (output.dir.empty()) fail("output.dir: expected a folder path, got an empty string");
   for (const auto& [key, value] :
        {std::pair{"output.dir", &output.dir}, std::pair{"output.name", &output.name}}) {
-    if (has_control_character(*value)) {
+    if (has_control_character(*value) || !is_utf8(*value)) {
       fail(std::string(key) +
            ": expected a folder name in UTF-8 without control characters (a line break, a tab)");
     }

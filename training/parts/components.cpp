@@ -157,16 +157,15 @@ bool smaller_batch_trains(const Config& config) {
 
 std::string step_remedies(const Config& config, int64_t limit) {
   std::string more;
-  const int64_t steps = config.training.accumulate_steps;
-  if (smaller_batch_trains(config)) {
-    more +=
-        ", a smaller training.batch_size (now " + std::to_string(config.training.batch_size) + ")";
+  const int64_t batch = config.training.batch_size, steps = config.training.accumulate_steps;
+  const int64_t smallest = models::smallest_trainable_batch(config.model, config.data.image_size);
+  if (batch > smallest) {
+    more += ", a smaller training.batch_size (now " + std::to_string(batch) + ")";
     // Accumulating, more micro-batches of fewer images keep the images per optimizer step: the
-    // largest batch up to half this one that trains and divides them (halving, as one does).
-    const int64_t batch = config.training.batch_size, images = batch * steps;
-    const int64_t smallest = models::smallest_trainable_batch(config.model, config.data.image_size);
-    for (int64_t fewer = batch / 2; steps > 1 && fewer >= smallest; --fewer) {
-      if (images % fewer != 0 || images / fewer > kMaxAccumulateSteps) continue;
+    // largest batch up to half this one (halving, as one does) that trains and divides them.
+    for (int64_t fewer = batch / 2, images = batch * steps;
+         steps > 1 && fewer >= smallest && images / fewer <= kMaxAccumulateSteps; --fewer) {
+      if (images % fewer != 0) continue;
       more += ", e.g. " + std::to_string(fewer) + " with training.accumulate_steps " +
               std::to_string(images / fewer) + " (now " + std::to_string(steps) +
               ") to keep the images per optimizer step";

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "training/platform/text.h"
+
 namespace training {
 
 // The process's exit codes, one table for `train` and its sweep trials.
@@ -35,81 +37,6 @@ inline std::string first_line(const std::string& text) {
 inline std::string error_line(const std::exception& error) {
   const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
   return first_line(c10_error ? c10_error->what_without_backtrace() : error.what());
-}
-
-// The length of the UTF-8 character at `at` in `text` (1 to 4), 0 where the bytes there are none.
-inline size_t utf8_length(const std::string& text, size_t at) {
-  const auto lead = static_cast<unsigned char>(text[at]);
-  const size_t n = lead < 0x80    ? 1
-                   : lead >= 0xF8 ? 0
-                   : lead >= 0xF0 ? 4
-                   : lead >= 0xE0 ? 3
-                   : lead >= 0xC2 ? 2
-                                  : 0;
-  if (n == 0 || at + n > text.size()) return 0;
-  for (size_t i = 1; i < n; ++i)
-    if ((static_cast<unsigned char>(text[at + i]) & 0xC0) != 0x80) return 0;
-  return n;
-}
-
-// Whether the character of `length` bytes at `at` is a control character: C0 and DEL, C1
-// (U+0080-U+009F), the line and paragraph separators U+2028 and U+2029.
-inline bool control_at(const std::string& text, size_t at, size_t length) {
-  const auto b0 = static_cast<unsigned char>(text[at]);
-  const auto b1 = length > 1 ? static_cast<unsigned char>(text[at + 1]) : 0;
-  const auto b2 = length > 2 ? static_cast<unsigned char>(text[at + 2]) : 0;
-  return (length == 1 && (b0 < 0x20 || b0 == 0x7f)) || (length == 2 && b0 == 0xC2 && b1 < 0xA0) ||
-         (length == 3 && b0 == 0xE2 && b1 == 0x80 && (b2 == 0xA8 || b2 == 0xA9));
-}
-
-// Whether `text` holds a control character (control_at) or bytes that are no UTF-8 (YAML's "\N"
-// and "\_" are read as the lone bytes 0x85 and 0xA0): no name of a folder or file takes one.
-inline bool has_control_character(const std::string& text) {
-  for (size_t at = 0; at < text.size();) {
-    const size_t n = utf8_length(text, at);
-    if (n == 0 || control_at(text, at, n)) return true;
-    at += n;
-  }
-  return false;
-}
-
-// `text` on one line, its control characters escaped (\n, \r, \t; others and bytes that are no
-// UTF-8 as \xNN, or \uNNNN): a value quoted in a message, and every error line as the app prints
-// it (a file name may hold any of them).
-inline std::string one_line(const std::string& text) {
-  static const char* kHex = "0123456789abcdef";
-  auto hex = [](unsigned value, int digits) {
-    std::string out;
-    for (int i = digits - 1; i >= 0; --i) out += kHex[(value >> (4 * i)) & 15];
-    return out;
-  };
-  std::string line;
-  for (size_t at = 0; at < text.size();) {
-    const size_t n = utf8_length(text, at);
-    const auto byte = static_cast<unsigned char>(text[at]);
-    if (n == 0) {
-      line += "\\x" + hex(byte, 2), at += 1;
-      continue;
-    }
-    if (!control_at(text, at, n)) {
-      line += text.substr(at, n), at += n;
-      continue;
-    }
-    if (byte == '\n')
-      line += "\\n";
-    else if (byte == '\r')
-      line += "\\r";
-    else if (byte == '\t')
-      line += "\\t";
-    else if (n == 1)
-      line += "\\x" + hex(byte, 2);
-    else if (n == 2)
-      line += "\\u00" + hex(static_cast<unsigned char>(text[at + 1]), 2);
-    else
-      line += static_cast<unsigned char>(text[at + 2]) == 0xA8 ? "\\u2028" : "\\u2029";
-    at += n;
-  }
-  return line;
 }
 
 // How many of the `length` bytes of `text` fit in `most` without cutting a UTF-8 character: all
