@@ -286,11 +286,11 @@ std::string flag_error(const CLI::App& app, const CLI::Error& error) {
                                  : type == "UINT"  ? "a whole number, 0 or more"
                                  : type == "FLOAT" ? "a number"
                                                    : "";
-    // Only blanks is nothing, as for every flag; the value quoted on one line.
+    // Only blanks is nothing, as for every flag (the line is made one line below).
     if (!expected.empty()) {
       what = name + ": expected " +
              (training::blank(value) ? "a value, got only blanks"
-                                     : expected + ", got '" + training::one_line(value) + "'");
+                                     : expected + ", got '" + value + "'");
     }
   }
   std::string command = training::advised_program();  // with the (sub)command whose flags they are

@@ -54,8 +54,9 @@ inline bool has_control_character(const std::string& text) {
 
 // Whether `text` is UTF-8 throughout.
 inline bool is_utf8(const std::string& text) {
-  for (size_t at = 0; at < text.size(); at += code_point_at(text, at).length) {
-    if (code_point_at(text, at).length == 0) return false;
+  for (size_t at = 0, length = 0; at < text.size(); at += length) {
+    length = code_point_at(text, at).length;
+    if (length == 0) return false;
   }
   return true;
 }
