@@ -318,6 +318,16 @@ void refuse_bad_values(const CLI::App& command) {
                                   "a tab), got '" +
                                   training::one_line(value) + "'");
       }
+      // What is written under a name a listing shows as another's (" runs" as "runs").
+      const std::string name = option->get_name();
+      if ((name == "--output-dir" || name == "--output" || name == "--json" ||
+           name == "--snapshot") &&
+          training::blank_at_an_end(value)) {
+        throw training::UserError(name +
+                                  ": expected a path that starts and ends with a visible "
+                                  "character, got '" +
+                                  value + "'");
+      }
     }
   }
   for (const CLI::App* subcommand : command.get_subcommands()) refuse_bad_values(*subcommand);

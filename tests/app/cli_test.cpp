@@ -120,6 +120,21 @@ TEST(Cli, UnknownFlagIsABadInput) {
                           "break, a tab), got 'runs/a\\nb'"),
             std::string::npos)
       << r.output;
+  // Nineteenth pass: what is written is named so that a listing shows it as itself (" x" as "x").
+  for (const auto& [bad, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"--config x.yaml --output-dir 'runs/x '", "--output-dir"},
+           {"compare a b --output ' plots'", "--output"},
+           {"plan --config " PROJECT_SOURCE_DIR
+            "/configs/quick_cpu.yaml --memory 4GiB --json \"$(printf 'p.json\\302\\240')\"",
+            "--json"}}) {
+    const auto refused = run_train(bad);
+    EXPECT_EQ(refused.code, 2) << bad << ": " << refused.output;
+    EXPECT_NE(
+        refused.output.find("[error] " + flag +
+                            ": expected a path that starts and ends with a visible character"),
+        std::string::npos)
+        << refused.output;
+  }
 }
 
 // `train cards --card NAME... --json`: the cards asked for, each found as --card finds it (the

@@ -89,7 +89,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.integer("image_size", c.data.image_size, kMinImageSize, kMaxImageSize);
   });
   v.section("training", [&] {
-    v.text("device", c.training.device);
+    v.word("device", c.training.device);
     v.integer("epochs", c.training.epochs, 1, 100000);
     v.integer("max_steps", c.training.max_steps, 0, kMaxInt);
     v.integer("batch_size", c.training.batch_size, 1, kMaxBatchSize);

@@ -75,6 +75,7 @@ class Writer {
   void text(const std::string& name, const std::string& value, const std::string& = "") {
     out_ << YAML::Key << name << YAML::Value << YAML::DoubleQuoted << value;
   }
+  void word(const std::string& name, const std::string& value) { text(name, value); }
   template <class E>
   void choice(const std::string& name, const E& value, const Choices<E>& choices) {
     emit(name, choice_text(choices, value));

@@ -168,6 +168,37 @@ bool decimal_integer(const YAML::Node& node, int64_t& out) {
   return true;
 }
 
+void Reader::optional_texts(const std::string& name, std::optional<std::vector<std::string>>& out) {
+  const auto node = field(name);
+  if (!node) return;
+  if (node->IsNull() || node->Tag() == kNullTag) return out.reset();  // not `--set key=`
+  if (!node->IsSequence()) fail(name, "expected a list of names or null, got " + describe(*node));
+  std::vector<std::string> values;
+  for (const auto& item : *node) {
+    if (!item.IsScalar() || item.IsNull()) {
+      fail(name, "expected a list of names or null, got " + describe(item) + " in the list");
+    }
+    values.push_back(item.Scalar());
+  }
+  out = std::move(values);
+}
+
+void Reader::bytes(const std::string& name, int64_t& out) {
+  const auto node = field(name);
+  if (!node) return;
+  // Nothing (`limit:`, --memory-limit ' ') is not none: what was written must be what is taken.
+  if (!node->IsScalar() || nothing(*node))
+    fail(name, "expected a size like 12GiB, or none, got " + describe(*node));
+  if (trimmed(node->Scalar()) == "none") return void(out = 0);
+  try {
+    out = parse_byte_size(node->Scalar());
+  } catch (const std::invalid_argument& e) {
+    fail(name, e.what());
+  }
+  // 0 would read as none (no limit, no budget): what was written must be what is taken.
+  if (out == 0) fail(name, "expected a size above 0, or none, got '" + node->Scalar() + "'");
+}
+
 Reader::Scope Reader::enter(const std::string& name) {
   const bool nested = !section_.empty();
   if (nested) {
@@ -280,7 +311,9 @@ void apply_override(YAML::Node& root, const Override& override,
     throw ConfigError(one_line(flag) + ": expected a value on one line");
   YAML::Node value;
   try {
-    value = YAML::Load(text);
+    // After a byte-order mark of its own, which yaml-cpp drops at a stream's start: a value that
+    // starts with U+FEFF keeps it, as a file's does.
+    value = YAML::Load("\xEF\xBB\xBF" + text);
   } catch (const YAML::Exception& e) {
     throw ConfigError(flag + ": value is not valid YAML (" + e.msg + ")");
   }

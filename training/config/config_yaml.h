@@ -112,7 +112,7 @@ class Reader {
     const std::string expected = "expected an integer in [" + std::to_string(lo) + ", " +
                                  (hi == kMaxInt ? std::string("inf") : std::to_string(hi)) + "]";
     int64_t value = 0;
-    if (!node->IsScalar() || !decimal_integer(*node, value)) {
+    if (!node->IsScalar() || !decimal_integer(bare(*node), value)) {
       fail(name, expected + ", got " + describe(*node));
     }
     if (value < lo || value > hi) fail(name, expected + ", got " + std::to_string(value));
@@ -123,9 +123,9 @@ class Reader {
   void integer_or_auto(const std::string& name, int64_t& out, int64_t lo, int64_t hi) {
     const auto node = field(name);
     if (!node) return;
-    if (node->IsScalar() && node->Scalar() == "auto") return void(out = kAuto);
+    if (node->IsScalar() && trimmed(node->Scalar()) == "auto") return void(out = kAuto);
     int64_t value = 0;
-    if (!node->IsScalar() || !decimal_integer(*node, value) || value < lo || value > hi) {
+    if (!node->IsScalar() || !decimal_integer(bare(*node), value) || value < lo || value > hi) {
       fail(name, "expected auto or an integer in [" + std::to_string(lo) + ", " +
                      std::to_string(hi) + "], got " + describe(*node));
     }
@@ -158,20 +158,7 @@ class Reader {
   }
 
   // A list of strings, or null (nullopt): a value that is set or not yet.
-  void optional_texts(const std::string& name, std::optional<std::vector<std::string>>& out) {
-    const auto node = field(name);
-    if (!node) return;
-    if (node->IsNull() || node->Tag() == kNullTag) return out.reset();  // not `--set key=`
-    if (!node->IsSequence()) fail(name, "expected a list of names or null, got " + describe(*node));
-    std::vector<std::string> values;
-    for (const auto& item : *node) {
-      if (!item.IsScalar() || item.IsNull()) {
-        fail(name, "expected a list of names or null, got " + describe(item) + " in the list");
-      }
-      values.push_back(item.Scalar());
-    }
-    out = std::move(values);
-  }
+  void optional_texts(const std::string& name, std::optional<std::vector<std::string>>& out);
 
   // `percent`: a share, also taken as a percentage ("10%" is 0.1), as the program prints one.
   void real(const std::string& name, double& out, double lo, double hi, bool percent = false) {
@@ -181,7 +168,7 @@ class Reader {
         "expected a number in [" + shortest_double(lo) + ", " + shortest_double(hi) + "]" +
         (percent ? " or a percentage up to " + shortest_double(100 * hi) + "%" : "");
     const std::optional<double> value =
-        node->IsScalar() ? real_number(node->Scalar(), percent) : std::nullopt;
+        node->IsScalar() ? real_number(trimmed(node->Scalar()), percent) : std::nullopt;
     if (!value) fail(name, expected + ", got " + describe(*node));
     if (*value < lo || *value > hi) fail(name, expected + ", got " + node->Scalar());
     out = *value;
@@ -190,7 +177,7 @@ class Reader {
   void boolean(const std::string& name, bool& out) {
     const auto node = field(name);
     if (!node) return;
-    if (!node->IsScalar() || !YAML::convert<bool>::decode(*node, out)) {
+    if (!node->IsScalar() || !YAML::convert<bool>::decode(bare(*node), out)) {
       fail(name, "expected true or false, got " + describe(*node));
     }
   }
@@ -215,6 +202,13 @@ class Reader {
     out = node->Scalar();
   }
 
+  // A choice whose spellings are not listed (a device: cpu, cuda:1), read as a choice is: without
+  // the ASCII white space around it.
+  void word(const std::string& name, std::string& out) {
+    text(name, out);
+    out = trimmed(out);
+  }
+
   template <class E>
   void choice(const std::string& name, E& out, const Choices<E>& choices) {
     const auto node = field(name);
@@ -222,7 +216,7 @@ class Reader {
     std::vector<std::string> names;
     for (const auto& [text, value] : choices) {
       names.push_back(text);
-      if (node->IsScalar() && node->Scalar() == text) {
+      if (node->IsScalar() && trimmed(node->Scalar()) == text) {
         out = value;
         return;
       }
@@ -236,7 +230,7 @@ class Reader {
                                  "list of integers in [" + std::to_string(lo) + ", " +
                                  std::to_string(hi) + "]";
     list(name, out, non_empty, expected, [&](const YAML::Node& item, int64_t& value) {
-      return decimal_integer(item, value) && value >= lo && value <= hi;
+      return decimal_integer(bare(item), value) && value >= lo && value <= hi;
     });
   }
 
@@ -244,8 +238,8 @@ class Reader {
     const std::string expected =
         "expected a list of numbers in [" + shortest_double(lo) + ", " + shortest_double(hi) + "]";
     list(name, out, false, expected, [&](const YAML::Node& item, double& value) {
-      return YAML::convert<double>::decode(item, value) && std::isfinite(value) && value >= lo &&
-             value <= hi;
+      return YAML::convert<double>::decode(bare(item), value) && std::isfinite(value) &&
+             value >= lo && value <= hi;
     });
   }
 
@@ -256,27 +250,14 @@ class Reader {
     list(name, out, true, "expected a non-empty list of " + join(names, ", "),
          [&](const YAML::Node& item, E& value) {
            for (const auto& [text, option] : choices) {
-             if (item.Scalar() == text) return value = option, true;
+             if (trimmed(item.Scalar()) == text) return value = option, true;
            }
            return false;
          });
   }
 
-  void bytes(const std::string& name, int64_t& out) {
-    const auto node = field(name);
-    if (!node) return;
-    // Nothing (`limit:`, --memory-limit ' ') is not none: what was written must be what is taken.
-    if (!node->IsScalar() || nothing(*node))
-      fail(name, "expected a size like 12GiB, or none, got " + describe(*node));
-    if (node->Scalar() == "none") return void(out = 0);
-    try {
-      out = parse_byte_size(node->Scalar());
-    } catch (const std::invalid_argument& e) {
-      fail(name, e.what());
-    }
-    // 0 would read as none (no limit, no budget): what was written must be what is taken.
-    if (out == 0) fail(name, "expected a size above 0, or none, got '" + node->Scalar() + "'");
-  }
+  // A size with its unit, or none (0).
+  void bytes(const std::string& name, int64_t& out);
 
   void byte_sizes(const std::string& name, std::vector<int64_t>& out) {
     // Card sizes: each with its unit ("24" read as 24 bytes was meant as 24GiB), as --card takes,
@@ -357,12 +338,20 @@ class Reader {
     return found != overridden_.end() ? found->second : origin_;
   }
 
+  // A number's, a boolean's or a choice's scalar without the ASCII white space around it (a quoted
+  // " 32", a block scalar's last line break), as a size is read and a flag's value is; only a
+  // string is taken as typed.
+  static YAML::Node bare(const YAML::Node& node) {
+    const std::string text = trimmed(node.Scalar());
+    return text == node.Scalar() ? node : YAML::Node(text);
+  }
+
   template <class E>
   static bool decode_boolean_or_auto(const YAML::Node& node, E& out, E off, E on, E automatic) {
     if (!node.IsScalar()) return false;
-    if (node.Scalar() == "auto") return out = automatic, true;
+    if (trimmed(node.Scalar()) == "auto") return out = automatic, true;
     bool flag = false;
-    if (!YAML::convert<bool>::decode(node, flag)) return false;
+    if (!YAML::convert<bool>::decode(bare(node), flag)) return false;
     return out = flag ? on : off, true;
   }
 

@@ -39,6 +39,13 @@ void check_output(const OutputConfig& output, Fail&& fail) {
       fail(std::string(key) +
            ": expected a folder name in UTF-8 without control characters (a line break, a tab)");
     }
+    // Folders a listing shows as another's name: " run" and "run\u00a0" look like "run".
+    if (blank_at_an_end(*value)) {
+      fail(std::string(key) +
+           ": expected a folder name that starts and ends with a visible "
+           "character, got '" +
+           *value + "'");
+    }
   }
 }
 

@@ -91,27 +91,55 @@ inline std::string one_line(const std::string& text) {
   return line;
 }
 
-// Whether `text` is only white space or invisible characters (or empty): Unicode's White_Space
-// and Default_Ignorable_Code_Point and the blank-looking U+2800, and the lone bytes 0x85 and 0xA0
-// that yaml-cpp makes of YAML's "\N" and "\_"; a name of only these shows as nothing.
-inline bool blank(const std::string& text) {
+// Whether `code` is white space or invisible: Unicode's White_Space and
+// Default_Ignorable_Code_Point and the blank-looking U+2800.
+inline bool is_blank(char32_t code) {
   static const std::pair<char32_t, char32_t> kBlanks[] = {
       {0x09, 0x0D},     {0x20, 0x20},       {0x85, 0x85},       {0xA0, 0xA0},      {0xAD, 0xAD},
       {0x34F, 0x34F},   {0x61C, 0x61C},     {0x115F, 0x1160},   {0x1680, 0x1680},  {0x17B4, 0x17B5},
       {0x180B, 0x180F}, {0x2000, 0x200F},   {0x2028, 0x202F},   {0x205F, 0x206F},  {0x2800, 0x2800},
       {0x3000, 0x3000}, {0x3164, 0x3164},   {0xFE00, 0xFE0F},   {0xFEFF, 0xFEFF},  {0xFFA0, 0xFFA0},
       {0xFFF0, 0xFFF8}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0000, 0xE0FFF}};
+  return std::any_of(std::begin(kBlanks), std::end(kBlanks),
+                     [&](const auto& r) { return code >= r.first && code <= r.second; });
+}
+
+// Each character of `text` in turn, whether it is blank (is_blank; the lone bytes 0x85 and 0xA0
+// that yaml-cpp makes of YAML's "\N" and "\_" too, other bytes that are no UTF-8 not).
+template <class Visit>
+void visit_blanks(const std::string& text, Visit&& visit) {
   for (size_t at = 0; at < text.size();) {
     CodePoint c = code_point_at(text, at);
     const auto byte = static_cast<unsigned char>(text[at]);
     if (c.length == 0 && (byte == 0x85 || byte == 0xA0)) c = {byte, 1};
-    if (c.length == 0 || std::none_of(std::begin(kBlanks), std::end(kBlanks), [&](const auto& r) {
-          return c.code >= r.first && c.code <= r.second;
-        }))
-      return false;
-    at += c.length;
+    visit(c.length > 0 && is_blank(c.code));
+    at += std::max<size_t>(c.length, 1);
   }
-  return true;
+}
+
+// Whether `text` is only white space or invisible characters (or empty): a name of only these
+// shows as nothing.
+inline bool blank(const std::string& text) {
+  bool all = true;
+  visit_blanks(text, [&](bool is) { all = all && is; });
+  return all;
+}
+
+// Whether a part of `path` (between '/') starts or ends with a blank character: a folder a listing
+// shows as another's (" run", "run\u00a0" as "run").
+inline bool blank_at_an_end(const std::string& path) {
+  bool first = false, last = false;
+  for (size_t begin = 0; begin <= path.size() && !first && !last;) {
+    const size_t end = std::min(path.find('/', begin), path.size());
+    bool seen = false;
+    visit_blanks(path.substr(begin, end - begin), [&](bool is) {
+      if (!seen) first = is;
+      seen = true;
+      last = is;
+    });
+    begin = end + 1;
+  }
+  return first || last;
 }
 
 }  // namespace training

@@ -884,11 +884,23 @@ TEST(Config, NothingWhereANameListOrPathGoesIsRefusedNotReadAsTheDefault) {
             "--set memory.limit=1\\nGiB: expected a value on one line");
   EXPECT_EQ(error_of("", {"checkpointing.budget=1\r\nGiB"}),
             "--set checkpointing.budget=1\\r\\nGiB: expected a value on one line");
-  // Only ASCII white space is trimmed, as YAML reads a file: "x\u00a0" is the same from both.
-  EXPECT_EQ(
-      training::parse_config("output: {name: x}\n", "c.yaml", {"output.name=x\u00a0"}).output.name,
-      "x\u00a0");
-  EXPECT_EQ(training::parse_config("output: {name: x\u00a0}\n", "c.yaml").output.name, "x\u00a0");
+  // Nineteenth pass: a folder's name that starts or ends with a blank shows as another's (" x",
+  // "x\u00a0" as "x"): refused from --set as from a file, a leading U+FEFF too (yaml-cpp dropped
+  // it from --set as a byte-order mark and took "x").
+  for (const std::string name : {" x", "x ", "x\u00a0", "\u3000x", "\ufeffx", "x\u200b"}) {
+    const std::string said =
+        ": expected a folder name that starts and ends with a visible character, got '";
+    EXPECT_EQ(error_of("output: {name: \"" + name + "\"}\n"),
+              "c.yaml: output.name" + said + name + "'");
+    EXPECT_EQ(error_of("", {"output.name=\"" + name + "\""}),
+              "--set output.name: output.name" + said + name + "'");
+    EXPECT_EQ(error_of("", {"output.dir=\"runs/" + name + "\""}),
+              "--set output.dir: output.dir" + said + "runs/" + name + "'");
+  }
+  EXPECT_EQ(error_of("", {"output.name=\ufeffx"}),
+            "--set output.name: output.name: expected a folder name that starts and ends with a "
+            "visible character, got '\ufeffx'");
+  EXPECT_EQ(training::parse_config("", "c.yaml", {"output.name=a\u00a0b"}).output.name, "a\u00a0b");
   // `!!null` is null from --set as in a file; a duplicate key in a mapping --set gives is refused.
   EXPECT_FALSE(training::parse_config("checkpointing: {enabled: auto}\n", "c.yaml",
                                       {"checkpointing.blocks=!!null"})
@@ -935,6 +947,53 @@ TEST(Config, NothingWhereANameListOrPathGoesIsRefusedNotReadAsTheDefault) {
                 .checkpointing.blocks()
                 ->size(),
             0u);
+}
+
+}  // namespace
+
+namespace {
+
+// Nineteenth pass: white space around a number, a boolean or a choice (`--set
+// 'training.precision=" bf16"'`, a file's `epochs: "2 "`) was refused where a flag's plain value
+// and a size had it trimmed. One rule: only a string is taken as typed.
+TEST(Config, WhiteSpaceAroundANumberABooleanOrAChoiceIsIgnoredAsAroundASize) {
+  const Config c = training::parse_config(
+      "training:\n  precision: \" bf16\"\n  epochs: \"2 \"\n  batch_size: \"\\t16\"\n"
+      "  allow_tf32: \" false\"\n  cuda_graph: \" auto \"\n  max_steps: |\n    7\n"
+      "optimizer: {lr: \" 0.5\"}\ncheckpointing: {enabled: \" auto\", headroom: \" 5%\"}\n"
+      "profiler: {steps: [\" 1\", \"2 \"]}\nsweep: {precisions: [\" fp32\", \"bf16 \"]}\n",
+      "c.yaml", {"model.arch=\" resnet18\"", "data.prefetch=\"auto \"", "memory.limit=\"none \""});
+  EXPECT_EQ(c.training.precision, training::Precision::BF16);
+  EXPECT_EQ(c.training.epochs, 2);
+  EXPECT_EQ(c.training.batch_size, 16);
+  EXPECT_FALSE(c.training.allow_tf32);
+  EXPECT_EQ(c.training.max_steps, 7);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr(), 0.5);
+  EXPECT_DOUBLE_EQ(c.checkpointing.headroom(), 0.05);
+  EXPECT_EQ(c.profiler.steps, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(c.model.depth(), 18);
+  EXPECT_EQ(c.data.prefetch, training::kAutoPrefetch);
+  EXPECT_EQ(c.memory.limit, 0);
+  EXPECT_EQ(c.checkpointing.mode(), training::CheckpointMode::Auto);
+  EXPECT_EQ(c.training.cuda_graph, training::CudaGraphMode::Auto);
+  EXPECT_EQ(c.sweep.precisions, (std::vector<training::Precision>{training::Precision::FP32,
+                                                                  training::Precision::BF16}));
+  EXPECT_EQ(c.data.prefetch, training::kAutoPrefetch);
+  EXPECT_EQ(c.memory.limit, 0);
+  EXPECT_EQ(c.checkpointing.mode(), training::CheckpointMode::Auto);
+  EXPECT_EQ(c.training.cuda_graph, training::CudaGraphMode::Auto);
+  EXPECT_EQ(c.sweep.precisions, (std::vector<training::Precision>{training::Precision::FP32,
+                                                                  training::Precision::BF16}));
+  // Inside a value, white space is no part of any spelling.
+  EXPECT_EQ(error_of("training: {precision: \"bf 16\"}\n"),
+            "c.yaml: training.precision: expected one of fp32, bf16, fp16, got 'bf 16'");
+  EXPECT_EQ(error_of("training: {epochs: \"2 0\"}\n"),
+            "c.yaml: training.epochs: expected an integer in [1, 100000], got '2 0'");
+  EXPECT_EQ(training::parse_config("training: {device: \" cpu\"}\n", "c.yaml").training.device,
+            "cpu");
+  // A string is taken as typed.
+  EXPECT_EQ(training::parse_config("", "c.yaml", {"data.root=\" my data\""}).data.dataset.root(),
+            " my data");
 }
 
 }  // namespace

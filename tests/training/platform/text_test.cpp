@@ -46,4 +46,14 @@ TEST(Text, BlankIsWhiteSpaceOrWhatIsDrawnAsNothing) {
   EXPECT_FALSE(training::blank("\xe0\x80\xa0"));  // an overlong space is none
 }
 
+// Nineteenth pass: a folder named " run" or "run\u00a0" shows as "run" in a listing.
+TEST(Text, ABlankAtAnEndOfAPartOfAPathIsFound) {
+  for (const std::string shown_as_another :
+       {" run", "run ", "\u00a0run", "run\u3000", "\ufeffrun", "runs/ x", "runs/x\u200b/y", "\xa0"})
+    EXPECT_TRUE(training::blank_at_an_end(shown_as_another)) << shown_as_another;
+  for (const std::string fine :
+       {"", "run", "a b", "a\u00a0b", "/abs/runs/", "runs//x", "caf\u00e9"})
+    EXPECT_FALSE(training::blank_at_an_end(fine)) << fine;
+}
+
 }  // namespace
