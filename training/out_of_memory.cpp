@@ -56,8 +56,11 @@ std::string evaluation_remedies(const Config& config, int64_t limit, bool one_im
            std::to_string(config.training.eval_batch_size) +
            "; evaluation needs no gradients and its batch size does not change the result).";
   }
+  // The gradients are freed before the evaluation, but a graph-captured step's (trainer.h).
   return "evaluation went down to one image per forward pass, beside what training holds (the "
-         "weights, their gradients" +
+         "weights" +
+         (config.training.cuda_graph != CudaGraphMode::Off ? std::string(", their gradients")
+                                                           : "") +
          (config.optimizer.momentum() > 0 ? std::string(", the optimizer's momentum") : "") +
          (config.training.ema_decay > 0 ? std::string(", the weight average") : "") +
          (config.training.precision != Precision::FP32

@@ -271,7 +271,7 @@ TEST(OutOfMemory, AnEvaluationDownToOneImageIsNotToldToShrinkItsBatch) {
   const auto message = training::out_of_memory_message(config, torch::kCPU, one, "");
   EXPECT_EQ(message.find("eval_batch_size"), std::string::npos) << message;
   EXPECT_NE(message.find("evaluation went down to one image per forward pass, beside what "
-                         "training holds (the weights, their gradients, the optimizer's "
+                         "training holds (the weights, the optimizer's "
                          "momentum, autocast's copies of the weights): more memory "
                          "(memory.limit), training.precision: fp32 or a smaller model.arch. The "
                          "last checkpoint is intact."),
@@ -283,11 +283,17 @@ TEST(OutOfMemory, AnEvaluationDownToOneImageIsNotToldToShrinkItsBatch) {
   config.optimizer.nesterov(false);
   config.data.device_resident = true;
   const auto plain = training::out_of_memory_message(config, torch::kCPU, one, "");
-  EXPECT_NE(plain.find("(the weights, their gradients, autocast's copies of the weights): more "
+  EXPECT_NE(plain.find("(the weights, autocast's copies of the weights): more "
                        "memory (memory.limit), training.precision: fp32, data.device_resident: "
                        "false or a smaller model.arch."),
             std::string::npos)
       << plain;
+  // The gradients are freed before the evaluation, but a graph-captured step's.
+  config.training.cuda_graph = training::CudaGraphMode::Auto;
+  const auto graphed = training::out_of_memory_message(config, torch::kCPU, one, "");
+  EXPECT_NE(graphed.find("(the weights, their gradients, autocast's copies of the weights): more "),
+            std::string::npos)
+      << graphed;
 }
 
 }  // namespace

@@ -154,7 +154,7 @@ std::vector<torch::Tensor> Trainer::held_from_the_first_update() const {
   const bool momentum = config_.optimizer.momentum() > 0;
   const auto& state = parts_.optimizer->state();
   for (const auto& p : parts_.model->parameters()) {
-    if (!p.grad().defined()) held.push_back(torch::empty_like(p));
+    if (graphed_ && !p.grad().defined()) held.push_back(torch::empty_like(p));
     if (momentum && state.find(p.unsafeGetTensorImpl()) == state.end()) {
       held.push_back(torch::empty_like(p));
     }
@@ -162,11 +162,18 @@ std::vector<torch::Tensor> Trainer::held_from_the_first_update() const {
   return held;
 }
 
+Evaluation Trainer::evaluate() {
+  // Held through the evaluation, they made it need more than the step: bf16, offered for an fp32
+  // run out of memory, then ran out of memory evaluating one image.
+  if (!graphed_) parts_.optimizer->zero_grad(/*set_to_none=*/true);
+  return evaluator_.run(evaluated_model(), *test_loader_);
+}
+
 FitEnd Trainer::fit() {
   const bool training = state_.epoch < config_.training.epochs && state_.step < total_steps_;
   if (training && evaluator_.memory_bounded()) {
-    // Evaluation runs after training's updates, beside their gradients and momentum: the probe
-    // that says before the first step whether it fits holds them too.
+    // Evaluation runs after training's updates, beside their momentum: the probe that says
+    // before the first step whether it fits holds it too.
     const auto held = held_from_the_first_update();
     evaluator_.check_fits(evaluated_model(), *test_loader_);
   }

@@ -88,12 +88,15 @@ class Trainer {
   // training.batch_size: the rest of that epoch would be other samples (trainer_checkpoint.cpp).
   void resume(const std::filesystem::path& checkpoint);
   FitEnd fit();
-  // What training holds from its first update on and the run does not yet (a gradient, with
-  // momentum a momentum buffer, per parameter): the evaluation probe before the first step runs
-  // beside them.
+  // What the evaluation holds from training's first update on and the run does not yet (with
+  // momentum a momentum buffer per parameter; a graph-captured step's gradients): the evaluation
+  // probe before the first step runs beside them.
   std::vector<torch::Tensor> held_from_the_first_update() const;
 
-  Evaluation evaluate() { return evaluator_.run(evaluated_model(), *test_loader_); }
+  // The evaluation, after an epoch's last optimizer step: its gradients are freed first (the next
+  // step's first micro-batch frees them anyway), but a graph-captured step's, which it replays
+  // into.
+  Evaluation evaluate();
   // True while evaluate() runs (an out-of-memory error there needs other remedies).
   bool evaluating() const { return evaluator_.evaluating(); }
   bool evaluating_one_image() const { return evaluator_.at_one_image(); }
