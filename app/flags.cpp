@@ -74,9 +74,15 @@ std::vector<training::Override> ConfigFlags::overrides() const {
   std::vector<training::Override> overrides(sets.begin(), sets.end());
   for (const auto& flag : shorthands) {
     if (flag.option->count() == 0) continue;
-    if (flag.list) training::config_yaml::split_items(flag.value, flag.name);  // refuses "a,"
-    overrides.emplace_back(flag.key + "=" + (flag.list ? "[" + flag.value + "]" : flag.value),
-                           flag.name);
+    // The value as one scalar (a list's items each one), quoted where YAML would read more into
+    // it: `--batch-sizes '8]#,16'` was the list [8], `--memory-limit '1GiB #x'` 1GiB.
+    YAML::Node value(flag.value);
+    if (flag.list) {
+      value = YAML::Node(YAML::NodeType::Sequence);
+      for (const auto& item : training::config_yaml::split_items(flag.value, flag.name))
+        value.push_back(item);  // split_items refuses "a,"
+    }
+    overrides.emplace_back(flag.key + "=" + training::config_yaml::flow_text(value), flag.name);
   }
   return overrides;
 }
@@ -285,7 +291,9 @@ std::string flag_error(const CLI::App& app, const CLI::Error& error) {
     const std::string expected = type == "INT"     ? "a whole number"
                                  : type == "UINT"  ? "a whole number, 0 or more"
                                  : type == "FLOAT" ? "a number"
-                                                   : "";
+                                 : flag && type.empty()
+                                     ? "nothing, or true or false after '='"  // an on/off flag
+                                     : "";
     // Only blanks is nothing, as for every flag (the line is made one line below).
     if (!expected.empty()) {
       what = name + ": expected " +
@@ -321,7 +329,7 @@ void refuse_bad_values(const CLI::App& command) {
       // What is written under a name a listing shows as another's (" runs" as "runs").
       const std::string name = option->get_name();
       if ((name == "--output-dir" || name == "--output" || name == "--json" ||
-           name == "--snapshot") &&
+           name == "--snapshot" || (name == "output" && command.get_name() == "convert")) &&
           training::blank_at_an_end(value)) {
         throw training::UserError(name +
                                   ": expected a path that starts and ends with a visible "
@@ -347,6 +355,21 @@ void refuse_small_sweep_flags_with_from(const CLI::App& plan) {
   }
 }
 
+namespace {
+
+// A number's or an on/off flag's value without the ASCII white space around it, as a key's value
+// and a size are read (CLI11 refused `--budget '300 '` and took `--budget ' 300'`).
+void trim_number_values(CLI::App& command) {
+  for (CLI::Option* option : command.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type == "INT" || type == "UINT" || type == "FLOAT" || type.empty())  // "": an on/off flag
+      option->transform([](std::string value) { return training::config_yaml::trimmed(value); });
+  }
+  for (CLI::App* subcommand : command.get_subcommands({})) trim_number_values(*subcommand);
+}
+
+}  // namespace
+
 Commands add_commands(CLI::App& app, Arguments& a) {
   Commands c{};
   add_train_options(app, a);
@@ -364,6 +387,7 @@ Commands add_commands(CLI::App& app, Arguments& a) {
   c.trial = app.add_subcommand("sweep-trial", "")->group("");  // hidden: run by sweep
   c.trial->add_option("--config", a.trial_config)->required();
   c.trial->add_option("--result", a.trial_result)->required();
+  trim_number_values(app);
   return c;
 }
 

@@ -424,6 +424,56 @@ TEST(Cli, PrintConfigShowsTheEffectiveConfig) {
   EXPECT_NE(r.output.find("  arch: resnet18\n"), std::string::npos) << r.output;
 }
 
+// Nineteenth pass: a flag that stands for a key was pasted into YAML (`--batch-sizes '8]#,16'`
+// swept [8] alone, `--memory-limit '1GiB #x'` was 1GiB), and a --set value was read as a stream of
+// its own (`training.epochs=--- 2` was 2, a file's `epochs: --- 2` refused). A flag's value is one
+// scalar (a list flag's items each one); a --set value is read as a file reads a key's line.
+TEST(Cli, AFlagsValueIsOneScalarAndASetValueIsReadAsAFilesLine) {
+  test_support::TempDir dir;
+  const std::string config = "--config " + write_tiny_config(dir).string();
+  for (const auto& [flags, said] : std::vector<std::pair<std::string, std::string>>{
+           {"sweep --batch-sizes '8]#,16' --output-dir " + (dir / "s").string(),
+            "--batch-sizes: sweep.batch_sizes: expected a non-empty list of integers in [1, "
+            "1048576], got '8]#' in the list"},
+           {"--memory-limit '1GiB #x' --print-config",
+            "--memory-limit: memory.limit: expected a size with its unit, like 12GiB, 512MiB or "
+            "1.5GB, got '1GiB #x'"},
+           {"--device 'cuda: 0' --print-config",
+            "--device: training.device: expected auto, cpu, cuda or cuda:<index>, got 'cuda: 0'"},
+           {"--set 'training.epochs=--- 2' --print-config",
+            "--set training.epochs: training.epochs: expected an integer in [1, 100000], got "
+            "'--- 2'"}}) {
+    const auto r = run_train(flags.substr(0, 6) == "sweep " ? "sweep " + config + flags.substr(5)
+                                                            : config + " " + flags);
+    EXPECT_EQ(r.code, 2) << flags << ": " << r.output;
+    EXPECT_NE(r.output.find("[error] " + said), std::string::npos) << r.output;
+    EXPECT_EQ(count_lines(r.output), 1) << r.output;
+  }
+  EXPECT_FALSE(fs::exists(dir / "s"));
+  // White space around a number's or an on/off flag's value is ignored, as around a key's value
+  // (`--budget '300 '` was refused and `--budget ' 300'` taken); a bad one says what it takes.
+  const auto padded = run_train(config + " --print-config=' true' --set 'training.epochs=\" 3\"'");
+  EXPECT_EQ(padded.code, 0) << padded.output;
+  EXPECT_NE(padded.output.find("  epochs: 3\n"), std::string::npos) << padded.output;
+  const auto maybe = run_train("sweep " + config + " --find-max=maybe");
+  EXPECT_NE(maybe.output.find("[error] --find-max: expected nothing, or true or false after '=', "
+                              "got 'maybe'"),
+            std::string::npos)
+      << maybe.output;
+  const auto number = run_train("bench loader --batches 'x '");
+  EXPECT_NE(number.output.find("[error] --batches: expected a whole number, got 'x'"),
+            std::string::npos)
+      << number.output;
+  // convert's folder is named as every folder the program creates.
+  const auto convert = run_train("convert " + dir.path().string() + " ' conv'");
+  EXPECT_NE(convert.output.find("[error] output: expected a path that starts and ends with a "
+                                "visible character, got ' conv'"),
+            std::string::npos)
+      << convert.output;
+  const auto kept = run_train(config + " --set 'output.name=---' --print-config");
+  EXPECT_NE(kept.output.find("  name: \"---\"\n"), std::string::npos) << kept.output;
+}
+
 TEST(Cli, TrainsWritesTheRunDirectoryAndResumes) {
   test_support::TempDir dir;
   const auto run = dir / "run";

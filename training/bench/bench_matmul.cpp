@@ -142,8 +142,10 @@ MatmulBenchOptions parse_matmul_options(const MatmulRequest& request) {
   }
   options.repeats = request.repeats;
   std::vector<std::string> peak_keys;  // device:dtype, each once (a repeat would overwrite)
-  for (const auto& peak : request.peaks) {
-    // device:dtype=GFLOPS, the device in the device grammar (device.h).
+  for (const auto& given : request.peaks) {
+    // device:dtype=GFLOPS, the device in the device grammar (device.h); white space around it
+    // ignored, as around every value.
+    const std::string peak = config_yaml::trimmed(given);
     const std::string expected =
         "--peak: expected device:dtype=GFLOPS, e.g. cuda:bf16=989000, got '" + peak + "'";
     const auto equals = peak.find('=');

@@ -147,8 +147,8 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
   });
   v.section("monitor", [&] {
     v.real("sample_period", c.monitor.sample_period, 0.0, 3600.0);
-    v.real("data_wait_threshold", c.monitor.data_wait_threshold, 0.0, 1.0);
-    v.real("utilization_threshold", c.monitor.utilization_threshold, 0.0, 1.0);
+    v.real("data_wait_threshold", c.monitor.data_wait_threshold, 0.0, 1.0, /*percent=*/true);
+    v.real("utilization_threshold", c.monitor.utilization_threshold, 0.0, 1.0, /*percent=*/true);
     v.boolean("tensorboard", c.monitor.tensorboard);
   });
   v.section("profiler", [&] {

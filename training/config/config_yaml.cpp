@@ -134,6 +134,9 @@ std::string shortest_double(double value) {
 std::optional<double> real_number(std::string text, bool percent) {
   const bool as_percent = percent && !text.empty() && text.back() == '%';
   if (as_percent) text.pop_back();
+  // At most one space before the '%', as between a size and its unit ("10 %", not "10\t%").
+  if (as_percent && !text.empty() && text.back() == ' ') text.pop_back();
+  if (text != trimmed(text)) return std::nullopt;
   double value = 0;
   if (!YAML::convert<double>::decode(YAML::Node(text), value) || !std::isfinite(value))
     return std::nullopt;
@@ -178,7 +181,7 @@ void Reader::optional_texts(const std::string& name, std::optional<std::vector<s
     if (!item.IsScalar() || item.IsNull()) {
       fail(name, "expected a list of names or null, got " + describe(item) + " in the list");
     }
-    values.push_back(item.Scalar());
+    values.push_back(trimmed(item.Scalar()));  // a block's name, read as a choice is
   }
   out = std::move(values);
 }
@@ -311,25 +314,19 @@ void apply_override(YAML::Node& root, const Override& override,
     throw ConfigError(one_line(flag) + ": expected a value on one line");
   YAML::Node value;
   try {
-    // After a byte-order mark of its own, which yaml-cpp drops at a stream's start: a value that
-    // starts with U+FEFF keeps it, as a file's does.
-    value = YAML::Load("\xEF\xBB\xBF" + text);
+    // Read as a file reads a key's value on its line: as a stream of its own, "--- 2" was 2 and a
+    // leading U+FEFF was dropped as a byte-order mark.
+    value = YAML::Load("v: " + text)["v"];
   } catch (const YAML::Exception& e) {
     throw ConfigError(flag + ": value is not valid YAML (" + e.msg + ")");
   }
   static const std::set<std::string> kNull = {"~", "null", "Null", "NULL"};
-  if (value.IsNull() && kNull.count(text) == 0) {
-    // yaml-cpp drops the tag of a document's only node when it is empty: read as a key's value,
-    // as a file's is. `!!null` is null; another tag an empty scalar (`!!str`: ""); none, nothing.
-    std::string tag;
-    try {
-      tag = YAML::Load("v: " + text)["v"].Tag();
-    } catch (const YAML::Exception&) {
-    }
-    if (tag != kNullTag) {
-      value = YAML::Node(std::string{});
-      if (tag != "?" && !tag.empty()) value.SetTag(tag);
-    }
+  if (value.IsNull() && value.Tag() != kNullTag && kNull.count(text) == 0) {
+    // No value, or an empty one tagged (`!!str`: ""), is an empty scalar that keeps its tag;
+    // only `~`, `null` and `!!null` say null.
+    const std::string tag = value.Tag();
+    value = YAML::Node(std::string{});
+    if (tag != "?" && !tag.empty()) value.SetTag(tag);
   }
   check_duplicate_keys(value, flag, path + ".");
   if (!is_map(root)) root = YAML::Node(YAML::NodeType::Map);

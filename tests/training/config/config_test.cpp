@@ -984,6 +984,23 @@ TEST(Config, WhiteSpaceAroundANumberABooleanOrAChoiceIsIgnoredAsAroundASize) {
   EXPECT_EQ(c.training.cuda_graph, training::CudaGraphMode::Auto);
   EXPECT_EQ(c.sweep.precisions, (std::vector<training::Precision>{training::Precision::FP32,
                                                                   training::Precision::BF16}));
+  // A share is a percentage too, with at most one space before its '%' (as before a size's unit);
+  // a block's name is read as a choice is.
+  const Config shares = training::parse_config(
+      "monitor: {data_wait_threshold: \"20 %\", utilization_threshold: 50%}\n"
+      "checkpointing: {enabled: auto, blocks: [\" layer1.0\"]}\n",
+      "c.yaml");
+  EXPECT_DOUBLE_EQ(shares.monitor.data_wait_threshold, 0.2);
+  EXPECT_DOUBLE_EQ(shares.monitor.utilization_threshold, 0.5);
+  EXPECT_EQ(*shares.checkpointing.blocks(), std::vector<std::string>{"layer1.0"});
+  EXPECT_NE(error_of("checkpointing: {headroom: \"10\\t%\"}\n").find("got '10\\t%'"),
+            std::string::npos);
+  for (const std::string bad : {"10  %", "10\u00a0%"}) {
+    EXPECT_EQ(error_of("checkpointing: {headroom: \"" + bad + "\"}\n"),
+              "c.yaml: checkpointing.headroom: expected a number in [0, 0.9] or a percentage up to "
+              "90%, got '" +
+                  bad + "'");
+  }
   // Inside a value, white space is no part of any spelling.
   EXPECT_EQ(error_of("training: {precision: \"bf 16\"}\n"),
             "c.yaml: training.precision: expected one of fp32, bf16, fp16, got 'bf 16'");
