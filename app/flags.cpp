@@ -295,11 +295,10 @@ std::string flag_error(const CLI::App& app, const CLI::Error& error) {
                                      ? "nothing, or true or false after '='"  // an on/off flag
                                      : "";
     // Only blanks is nothing, as for every flag (the line is made one line below).
-    if (!expected.empty()) {
+    if (!expected.empty())
       what = name + ": expected " +
              (training::blank(value) ? "a value, got only blanks"
                                      : expected + ", got '" + value + "'");
-    }
   }
   std::string command = training::advised_program();  // with the (sub)command whose flags they are
   for (const CLI::App* at = &app; !at->get_subcommands().empty(); at = at->get_subcommands()[0])
@@ -315,26 +314,26 @@ void refuse_bad_values(const CLI::App& command) {
         throw training::UserError(option->get_name() + ": expected a value, got an empty string");
       }
       // One of only blanks is nothing too (`compare --output ' '` made a folder named " ").
-      if (training::blank(value)) {
+      if (training::blank(value))
         throw training::UserError(option->get_name() + ": expected a value, got only blanks");
-      }
       // A path or name with a line break or tab breaks every line and command naming it (--set's
       // values are the config's to judge).
-      if (option->get_name() != "--set" && training::has_control_character(value)) {
-        throw training::UserError(option->get_name() +
-                                  ": expected a value without control characters (a line break, "
-                                  "a tab), got '" +
+      const std::string name = option->get_name();
+      if (name != "--set" && training::has_control_character(value)) {
+        throw training::UserError(name +
+                                  ": expected a value without control characters (a line "
+                                  "break, a tab), got '" +
                                   training::one_line(value) + "'");
       }
       // What is written under a name a listing shows as another's (" runs" as "runs").
-      const std::string name = option->get_name();
       if ((name == "--output-dir" || name == "--output" || name == "--json" ||
            name == "--snapshot" || (name == "output" && command.get_name() == "convert")) &&
           training::blank_at_an_end(value)) {
-        throw training::UserError(name +
-                                  ": expected a path that starts and ends with a visible "
-                                  "character, got '" +
-                                  value + "'");
+        throw training::UserError(
+            name +
+            ": expected a path whose every part starts and ends with a visible "
+            "character, got '" +
+            training::blanks_shown(value) + "'");
       }
     }
   }
@@ -357,13 +356,20 @@ void refuse_small_sweep_flags_with_from(const CLI::App& plan) {
 
 namespace {
 
-// A number's or an on/off flag's value without the ASCII white space around it, as a key's value
-// and a size are read (CLI11 refused `--budget '300 '` and took `--budget ' 300'`).
+// A number's or an on/off flag's value without the spaces around it, as a size flag's is read
+// (CLI11 refused `--budget '300 '` and took `--budget ' 300'`); a tab or line break stays, for
+// refuse_bad_values to refuse, and so does a value of only spaces.
 void trim_number_values(CLI::App& command) {
   for (CLI::Option* option : command.get_options()) {
     const std::string type = option->get_type_name();
-    if (type == "INT" || type == "UINT" || type == "FLOAT" || type.empty())  // "": an on/off flag
-      option->transform([](std::string value) { return training::config_yaml::trimmed(value); });
+    if (type == "INT" || type == "UINT" || type == "FLOAT" || type.empty()) {  // "": on/off
+      option->transform([](std::string value) {
+        const size_t first = value.find_first_not_of(' ');
+        return first == std::string::npos
+                   ? value
+                   : value.erase(value.find_last_not_of(' ') + 1).substr(first);
+      });
+    }
   }
   for (CLI::App* subcommand : command.get_subcommands({})) trim_number_values(*subcommand);
 }

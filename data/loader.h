@@ -91,6 +91,10 @@ class Loader {
   // ready, the epoch's order), as between epochs; next() gives nullopt until start_epoch.
   virtual void stop() = 0;
   virtual Ahead ahead() const = 0;
+  // Images per batch; set_batch_size stops the epoch under way and takes effect from the next
+  // start_epoch (an evaluation that runs out of memory making a batch goes on in smaller ones).
+  virtual int64_t batch_size() const = 0;
+  virtual void set_batch_size(int64_t images) = 0;
 };
 
 // The next batch, starting `loader`'s next epoch (++epoch) when the current one is over: batches
@@ -133,6 +137,11 @@ class BatchLoader : public Loader {
   // Rethrows a producer's error.
   std::optional<Batch> next() override;
   void stop() override;
+  int64_t batch_size() const override { return options_.batch_size(); }
+  void set_batch_size(int64_t images) override {
+    stop();
+    options_.batch_size(images);
+  }
 
  private:
   // A batch from the background thread and, on CUDA, the event its stream recorded after it.

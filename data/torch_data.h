@@ -92,6 +92,11 @@ class TorchDataLoader : public Loader {
   void start_epoch(int64_t epoch, int64_t first_batch = 0) override;
   std::optional<Batch> next() override;
   void stop() override;
+  int64_t batch_size() const override { return options_.batch_size(); }
+  void set_batch_size(int64_t images) override {
+    stop();
+    options_.batch_size(images);
+  }
   // torch::data keeps 2 x workers batches under way (DataLoaderOptions::max_jobs), at most one in
   // preparation per worker: in host memory, so on the CPU only.
   Ahead ahead() const override;

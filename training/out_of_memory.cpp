@@ -48,7 +48,8 @@ std::string setup_remedies(const Config& config) {
          " or a smaller model.arch.";
 }
 
-std::string evaluation_remedies(const Config& config, int64_t limit, bool one_image) {
+std::string evaluation_remedies(const Config& config, int64_t limit, bool one_image,
+                                bool gradients) {
   // Where what the run holds leaves less than one image needs, no batch helps.
   if (std::string held = weights_alone_remedy(config, limit); !held.empty()) return held + ".";
   if (!one_image) {  // making the evaluation batch
@@ -59,8 +60,7 @@ std::string evaluation_remedies(const Config& config, int64_t limit, bool one_im
   // The gradients are freed before the evaluation, but a graph-captured step's (trainer.h).
   return "evaluation went down to one image per forward pass, beside what training holds (the "
          "weights" +
-         (config.training.cuda_graph != CudaGraphMode::Off ? std::string(", their gradients")
-                                                           : "") +
+         (gradients ? std::string(", their gradients") : "") +
          (config.optimizer.momentum() > 0 ? std::string(", the optimizer's momentum") : "") +
          (config.training.ema_decay > 0 ? std::string(", the weight average") : "") +
          (config.training.precision != Precision::FP32
@@ -123,7 +123,7 @@ std::string worded(const LineParts& line, const Config& config, const OutOfMemor
     case OutOfMemoryWhere::Setup:
       return line.head + setup_remedies(config) + line.intact;
     case OutOfMemoryWhere::Evaluation:
-      return line.head + evaluation_remedies(config, line.limit, where.one_image) + line.intact;
+      return line.head + evaluation_remedies(config, line.limit, where.one_image, where.gradients) + line.intact;
     case OutOfMemoryWhere::Training:
       break;
   }

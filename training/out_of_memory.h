@@ -21,6 +21,7 @@ struct OutOfMemoryWhere {
   std::string text;
   bool checkpointed = true;  // a checkpoint of the run exists (said to be intact)
   bool one_image = false;    // Evaluation: its forward passes were down to one image
+  bool gradients = false;    // Evaluation: the step's gradients held beside it (a captured step's)
 };
 
 // Out of memory's one line: where, the peak reached, the limit, and the phase's remedies.

@@ -201,11 +201,11 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
            const ProcessGroup* group) {
   auto position = [&] {
     const bool evaluating = trainer.evaluating();
-    return OutOfMemoryWhere{evaluating ? OutOfMemoryWhere::Evaluation : OutOfMemoryWhere::Training,
-                            std::string(evaluating ? "in the evaluation of" : "in") + " epoch " +
-                                std::to_string(trainer.state().epoch + 1) + " after " +
-                                std::to_string(trainer.state().step) + " steps",
-                            trainer.checkpoint_exists(), trainer.evaluating_one_image()};
+    return OutOfMemoryWhere{
+        evaluating ? OutOfMemoryWhere::Evaluation : OutOfMemoryWhere::Training,
+        fmt::format("{} epoch {} after {} steps", evaluating ? "in the evaluation of" : "in",
+                    trainer.state().epoch + 1, trainer.state().step),
+        trainer.checkpoint_exists(), trainer.evaluating_one_image(), trainer.keeps_gradients()};
   };
   try {
     return out_of_memory_is_exit_3(config, device, position, [&] { return trainer.fit(); });

@@ -264,6 +264,12 @@ TEST(OutOfMemory, AnEvaluationDownToOneImageIsNotToldToShrinkItsBatch) {
   const auto making = training::out_of_memory_message(config, torch::kCPU, batch, "");
   EXPECT_NE(making.find("a smaller training.eval_batch_size (now 500"), std::string::npos)
       << making;
+  // A fresh run's probe before its first step has no checkpoint to be intact.
+  auto fresh = batch;
+  fresh.checkpointed = false;
+  const auto probe = training::out_of_memory_message(config, torch::kCPU, fresh, "");
+  EXPECT_EQ(probe.find("checkpoint is intact"), std::string::npos) << probe;
+  EXPECT_NE(probe.find("in the evaluation of epoch 1"), std::string::npos) << probe;
   auto one = batch;
   one.one_image = true;
   // A hostile helper: in bf16 evaluation down to one image offered only more memory, where fp32
@@ -289,7 +295,7 @@ TEST(OutOfMemory, AnEvaluationDownToOneImageIsNotToldToShrinkItsBatch) {
             std::string::npos)
       << plain;
   // The gradients are freed before the evaluation, but a graph-captured step's.
-  config.training.cuda_graph = training::CudaGraphMode::Auto;
+  one.gradients = true;
   const auto graphed = training::out_of_memory_message(config, torch::kCPU, one, "");
   EXPECT_NE(graphed.find("(the weights, their gradients, autocast's copies of the weights): more "),
             std::string::npos)

@@ -104,7 +104,7 @@ void walk(V& v, Config& c) {  // NOLINT(readability-function-size): one table, s
     v.boolean("cudnn_benchmark", c.training.cudnn_benchmark);
     v.boolean("allow_tf32", c.training.allow_tf32);
     v.boolean("eval_flip", c.training.eval_flip);
-    v.reals("accuracy_thresholds", c.training.accuracy_thresholds, 0.0, 1.0);
+    v.reals("accuracy_thresholds", c.training.accuracy_thresholds, 0.0, 1.0, /*percent=*/true);
     v.choice("cuda_graph", c.training.cuda_graph, kCudaGraphModes);
     v.real("ema_decay", c.training.ema_decay, 0.0, 0.99999);
   });

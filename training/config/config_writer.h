@@ -84,7 +84,8 @@ class Writer {
                 bool = false) {
     out_ << YAML::Key << name << YAML::Value << YAML::Flow << values;
   }
-  void reals(const std::string& name, const std::vector<double>& values, double, double) {
+  void reals(const std::string& name, const std::vector<double>& values, double, double,
+             bool = false) {
     std::vector<std::string> texts;
     for (double value : values) texts.push_back(shortest_double(value));
     out_ << YAML::Key << name << YAML::Value << YAML::Flow << texts;

@@ -318,7 +318,10 @@ void apply_override(YAML::Node& root, const Override& override,
     // leading U+FEFF was dropped as a byte-order mark.
     value = YAML::Load("v: " + text)["v"];
   } catch (const YAML::Exception& e) {
-    throw ConfigError(flag + ": value is not valid YAML (" + e.msg + ")");
+    // A block form on one line (`options: [a]`, `- 8`), as a file refuses it after a key.
+    const bool block = !text.empty() && text[0] != '[' && text[0] != '{';
+    throw ConfigError(flag + ": value is not valid YAML (" + e.msg +
+                      (block ? "; a mapping or list is written {key: value} or [a, b]" : "") + ")");
   }
   static const std::set<std::string> kNull = {"~", "null", "Null", "NULL"};
   if (value.IsNull() && value.Tag() != kNullTag && kNull.count(text) == 0) {

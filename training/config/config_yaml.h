@@ -234,12 +234,14 @@ class Reader {
     });
   }
 
-  void reals(const std::string& name, std::vector<double>& out, double lo, double hi) {
-    const std::string expected =
-        "expected a list of numbers in [" + shortest_double(lo) + ", " + shortest_double(hi) + "]";
+  // `percent`: each a share, also taken as a percentage, as real() takes one.
+  void reals(const std::string& name, std::vector<double>& out, double lo, double hi,
+             bool percent = false) {
+    const std::string expected = "expected a list of numbers in [" + shortest_double(lo) + ", " +
+                                 shortest_double(hi) + "]" + (percent ? " or percentages" : "");
     list(name, out, false, expected, [&](const YAML::Node& item, double& value) {
-      return YAML::convert<double>::decode(bare(item), value) && std::isfinite(value) &&
-             value >= lo && value <= hi;
+      const auto read = real_number(trimmed(item.Scalar()), percent);
+      return read && (value = *read, value >= lo && value <= hi);
     });
   }
 

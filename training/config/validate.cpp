@@ -41,10 +41,9 @@ void check_output(const OutputConfig& output, Fail&& fail) {
     }
     // Folders a listing shows as another's name: " run" and "run\u00a0" look like "run".
     if (blank_at_an_end(*value)) {
-      fail(std::string(key) +
-           ": expected a folder name that starts and ends with a visible "
-           "character, got '" +
-           *value + "'");
+      fail(std::string(key) + ": expected a folder " +
+           (value == &output.dir ? "path whose every part" : "name that") +
+           " starts and ends with a visible character, got '" + blanks_shown(*value) + "'");
     }
   }
 }

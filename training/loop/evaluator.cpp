@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "training/platform/device.h"
 #include "training/platform/duration.h"
@@ -36,12 +37,22 @@ Evaluation Evaluator::run(models::ResNet& model, data::Loader& loader) {
   auto correct = zero(torch::kInt64, device_);
   if (group_) group_->broadcast_buffers(*model);  // every rank evaluates with rank 0's statistics
   loader.start_epoch(0);
-  Heartbeat beat("evaluation", loader.batches_per_epoch(), "batches");
+  std::optional<Heartbeat> beat(std::in_place, "evaluation", loader.batches_per_epoch(), "batches");
   int64_t batches = 0, images = 0;
-  while (auto batch = loader.next()) {
+  for (;;) {
+    bool restarted = false;
+    auto batch = next_batch(loader, restarted);
+    if (restarted) {  // in smaller batches, from the first: nothing summed so far counts twice
+      loss_sum.zero_();
+      correct.zero_();
+      batches = images = 0;
+      beat.reset();
+      beat.emplace("evaluation", loader.batches_per_epoch(), "batches");
+    }
+    if (!batch) break;
     add_batch(model, batch->images, batch->labels, loss_sum, correct);
     images += batch->labels.size(0);
-    beat.advance(++batches, images);
+    beat->advance(++batches, images);
   }
   auto count = torch::full({}, static_cast<double>(loader.shard_size()),
                            torch::TensorOptions(torch::kFloat64).device(device_));
@@ -55,6 +66,26 @@ Evaluation Evaluator::run(models::ResNet& model, data::Loader& loader) {
   evaluation.memory = memory_stats(device_);
   evaluating_ = false;
   return evaluation;
+}
+
+std::optional<data::Batch> Evaluator::next_batch(data::Loader& loader, bool& restarted) {
+  for (;;) {
+    const int64_t size = loader.batch_size();
+    try {
+      return loader.next();
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e)) throw;
+      failed_at_one_image_ = size == 1;
+      if (size == 1) throw;
+      loader.set_batch_size(size / 2);
+      spdlog::warn(
+          "memory: evaluation ran out of memory making a batch of {} images; it starts again in "
+          "batches of {} (training.eval_batch_size {}; the results do not depend on it)",
+          size, size / 2, config_.training.eval_batch_size);
+      loader.start_epoch(0);
+      restarted = true;
+    }
+  }
 }
 
 void Evaluator::add_batch(models::ResNet& model, const torch::Tensor& images,
@@ -100,7 +131,8 @@ void Evaluator::check_fits(models::ResNet& model, data::Loader& loader) {
   AutocastGuard autocast(device_.type(), config_.training.precision);
   loader.start_epoch(0);
   evaluating_ = true;  // making the test batch is the evaluation's too (its out of memory says so)
-  if (auto batch = loader.next()) {
+  bool restarted = false;
+  if (auto batch = next_batch(loader, restarted)) {
     auto loss_sum = zero(torch::kFloat64, device_);
     auto correct = zero(torch::kInt64, device_);
     Heartbeat beat("evaluation probe: one test batch of " + std::to_string(batch->labels.size(0)) +

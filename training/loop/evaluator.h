@@ -1,8 +1,9 @@
 // The evaluation of the test split: every batch through the model in eval mode, the loss and
 // top-1 accuracy summed over all ranks' shards. A forward pass that runs out of memory is redone
-// in halves (said once per halving; the results do not depend on it), and a first batch is tried
-// before the first training step where memory is bounded (check_fits). An evaluation longer than
-// 10 s says where it is (platform/heartbeat.h: batches done, images/s, time left).
+// in halves, a batch that runs out of memory being made starts the split again in batches of half
+// as many images (each said once per halving; the results do not depend on it), and a first batch
+// is tried before the first training step where memory is bounded (check_fits). An evaluation
+// longer than 10 s says where it is (platform/heartbeat.h: batches done, images/s, time left).
 #pragma once
 
 #include <torch/torch.h>
@@ -40,6 +41,9 @@ class Evaluator {
   bool at_one_image() const { return failed_at_one_image_; }
 
  private:
+  // The loader's next batch; where making it runs out of memory, the split starts again in
+  // batches of half as many images (`restarted`), down to one image.
+  std::optional<data::Batch> next_batch(data::Loader& loader, bool& restarted);
   // One batch into the sums, in chunks of chunk_ images.
   void add_batch(models::ResNet& model, const torch::Tensor& images, const torch::Tensor& labels,
                  torch::Tensor& loss_sum, torch::Tensor& correct);

@@ -154,7 +154,7 @@ std::vector<torch::Tensor> Trainer::held_from_the_first_update() const {
   const bool momentum = config_.optimizer.momentum() > 0;
   const auto& state = parts_.optimizer->state();
   for (const auto& p : parts_.model->parameters()) {
-    if (graphed_ && !p.grad().defined()) held.push_back(torch::empty_like(p));
+    if (keeps_gradients() && !p.grad().defined()) held.push_back(torch::empty_like(p));
     if (momentum && state.find(p.unsafeGetTensorImpl()) == state.end()) {
       held.push_back(torch::empty_like(p));
     }
@@ -165,7 +165,7 @@ std::vector<torch::Tensor> Trainer::held_from_the_first_update() const {
 Evaluation Trainer::evaluate() {
   // Held through the evaluation, they made it need more than the step: bf16, offered for an fp32
   // run out of memory, then ran out of memory evaluating one image.
-  if (!graphed_) parts_.optimizer->zero_grad(/*set_to_none=*/true);
+  if (!keeps_gradients()) parts_.optimizer->zero_grad(/*set_to_none=*/true);
   return evaluator_.run(evaluated_model(), *test_loader_);
 }
 

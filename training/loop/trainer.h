@@ -94,9 +94,11 @@ class Trainer {
   std::vector<torch::Tensor> held_from_the_first_update() const;
 
   // The evaluation, after an epoch's last optimizer step: its gradients are freed first (the next
-  // step's first micro-batch frees them anyway), but a graph-captured step's, which it replays
-  // into.
+  // step's first micro-batch frees them anyway), but those keeps_gradients() keeps.
   Evaluation evaluate();
+  // Whether the step's gradients stay between steps: a graph-captured step replays into them (an
+  // eager fallback frees them as every eager step does).
+  bool keeps_gradients() const { return graphed_ && !graphed_->fell_back_to_eager(); }
   // True while evaluate() runs (an out-of-memory error there needs other remedies).
   bool evaluating() const { return evaluator_.evaluating(); }
   bool evaluating_one_image() const { return evaluator_.at_one_image(); }

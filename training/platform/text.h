@@ -61,15 +61,18 @@ inline bool is_utf8(const std::string& text) {
   return true;
 }
 
+// `value`'s last `digits` hexadecimal digits, lower case ("00a0").
+inline std::string hex_text(char32_t value, int digits) {
+  std::string out;
+  for (int i = digits - 1; i >= 0; --i) out += "0123456789abcdef"[(value >> (4 * i)) & 15];
+  return out;
+}
+
 // `text` on one line: a value quoted in a message, and every error line as the app prints it (a
 // file name may hold anything): \n, \r, \t, other control characters \xNN or \uNNNN, and each
 // byte that is no UTF-8 \xNN.
 inline std::string one_line(const std::string& text) {
-  auto hex = [](char32_t value, int digits) {
-    std::string out;
-    for (int i = digits - 1; i >= 0; --i) out += "0123456789abcdef"[(value >> (4 * i)) & 15];
-    return out;
-  };
+  const auto hex = hex_text;
   std::string line;
   for (size_t at = 0; at < text.size();) {
     const CodePoint c = code_point_at(text, at);
@@ -104,42 +107,72 @@ inline bool is_blank(char32_t code) {
                      [&](const auto& r) { return code >= r.first && code <= r.second; });
 }
 
-// Each character of `text` in turn, whether it is blank (is_blank; the lone bytes 0x85 and 0xA0
-// that yaml-cpp makes of YAML's "\N" and "\_" too, other bytes that are no UTF-8 not).
-template <class Visit>
-void visit_blanks(const std::string& text, Visit&& visit) {
-  for (size_t at = 0; at < text.size();) {
-    CodePoint c = code_point_at(text, at);
-    const auto byte = static_cast<unsigned char>(text[at]);
-    if (c.length == 0 && (byte == 0x85 || byte == 0xA0)) c = {byte, 1};
-    visit(c.length > 0 && is_blank(c.code));
-    at += std::max<size_t>(c.length, 1);
-  }
+// The character at `at` in `text`: its code point, its length in bytes (1 for a byte that is no
+// UTF-8) and whether it is blank (is_blank; the lone bytes 0x85 and 0xA0 that yaml-cpp makes of
+// YAML's "\N" and "\_" too, other bytes that are no UTF-8 not).
+struct Character {
+  char32_t code;
+  size_t length;
+  bool blank;
+};
+inline Character character_at(const std::string& text, size_t at) {
+  const CodePoint c = code_point_at(text, at);
+  const auto byte = static_cast<unsigned char>(text[at]);
+  if (c.length == 0) return {byte, 1, byte == 0x85 || byte == 0xA0};
+  return {c.code, c.length, is_blank(c.code)};
 }
 
 // Whether `text` is only white space or invisible characters (or empty): a name of only these
 // shows as nothing.
 inline bool blank(const std::string& text) {
-  bool all = true;
-  visit_blanks(text, [&](bool is) { all = all && is; });
-  return all;
+  for (size_t at = 0; at < text.size();) {
+    const Character c = character_at(text, at);
+    if (!c.blank) return false;
+    at += c.length;
+  }
+  return true;
+}
+
+// `text` with its blank characters but the ASCII space written \uNNNN (a byte that is no UTF-8
+// \xNN): a name refused for an invisible character shows it.
+inline std::string blanks_shown(const std::string& text) {
+  std::string out;
+  for (size_t at = 0; at < text.size();) {
+    const Character c = character_at(text, at);
+    if (c.blank && c.code > 0x7F) {
+      out += c.length == 1     ? "\\x" + hex_text(c.code, 2)
+             : c.code > 0xFFFF ? "\\U" + hex_text(c.code, 8)
+                               : "\\u" + hex_text(c.code, 4);
+    } else {
+      out.append(text, at, c.length);
+    }
+    at += c.length;
+  }
+  return out;
 }
 
 // Whether a part of `path` (between '/') starts or ends with a blank character: a folder a listing
-// shows as another's (" run", "run\u00a0" as "run").
+// shows as another's (" run", "run\u00a0" as "run"). A variation selector, a zero-width joiner or
+// a tag character after a visible character is part of it ("run\u2764\ufe0f" ends visibly).
 inline bool blank_at_an_end(const std::string& path) {
-  bool first = false, last = false;
-  for (size_t begin = 0; begin <= path.size() && !first && !last;) {
+  const auto attaches = [](char32_t c) {
+    return c == 0x200D || (c >= 0xFE00 && c <= 0xFE0F) || (c >= 0xE0020 && c <= 0xE007F) ||
+           (c >= 0xE0100 && c <= 0xE01EF);
+  };
+  for (size_t begin = 0; begin <= path.size();) {
     const size_t end = std::min(path.find('/', begin), path.size());
-    bool seen = false;
-    visit_blanks(path.substr(begin, end - begin), [&](bool is) {
-      if (!seen) first = is;
-      seen = true;
-      last = is;
-    });
+    bool first = true, last = false;
+    for (size_t at = begin; at < end;) {
+      const Character c = character_at(path, at);
+      if (first && c.blank) return true;
+      if (first || !(attaches(c.code) && !last)) last = c.blank;
+      first = false;
+      at += c.length;
+    }
+    if (last) return true;
     begin = end + 1;
   }
-  return first || last;
+  return false;
 }
 
 }  // namespace training

@@ -51,9 +51,14 @@ TEST(Text, ABlankAtAnEndOfAPartOfAPathIsFound) {
   for (const std::string shown_as_another :
        {" run", "run ", "\u00a0run", "run\u3000", "\ufeffrun", "runs/ x", "runs/x\u200b/y", "\xa0"})
     EXPECT_TRUE(training::blank_at_an_end(shown_as_another)) << shown_as_another;
-  for (const std::string fine :
-       {"", "run", "a b", "a\u00a0b", "/abs/runs/", "runs//x", "caf\u00e9"})
+  // A variation selector or joiner after a visible character is part of it (an emoji's).
+  EXPECT_TRUE(training::blank_at_an_end("run \ufe0f"));
+  for (const std::string fine : {"", "run", "a b", "a\u00a0b", "/abs/runs/", "runs//x", "caf\u00e9",
+                                 "run\u2764\ufe0f", "x\U0001f3f4\U000e0067\U000e007f"})
     EXPECT_FALSE(training::blank_at_an_end(fine)) << fine;
+  // A refused name shows its invisible characters escaped; the ASCII space and the rest as typed.
+  EXPECT_EQ(training::blanks_shown("\ufeffa b\u00a0\u3000c\u200b\U000e0020\xa0\u00e9"),
+            "\\ufeffa b\\u00a0\\u3000c\\u200b\\U000e0020\\xa0\u00e9");
 }
 
 }  // namespace
