@@ -68,6 +68,9 @@ std::string evaluation_remedies(const Config& config, int64_t limit, bool one_im
               : "") +
          "): more memory (memory.limit)" +
          (config.training.precision != Precision::FP32 ? ", training.precision: fp32" : "") +
+         (config.data.image_size > kStoredImageSize
+              ? ", a smaller data.image_size (now " + std::to_string(config.data.image_size) + ")"
+              : "") +
          (config.data.device_resident ? ", data.device_resident: false" : "") +
          " or a smaller model.arch.";
 }
@@ -123,7 +126,8 @@ std::string worded(const LineParts& line, const Config& config, const OutOfMemor
     case OutOfMemoryWhere::Setup:
       return line.head + setup_remedies(config) + line.intact;
     case OutOfMemoryWhere::Evaluation:
-      return line.head + evaluation_remedies(config, line.limit, where.one_image, where.gradients) + line.intact;
+      return line.head + evaluation_remedies(config, line.limit, where.one_image, where.gradients) +
+             line.intact;
     case OutOfMemoryWhere::Training:
       break;
   }

@@ -210,6 +210,23 @@ TEST(OutOfMemory, TheImageSizeAndTheWeightAverageAreRemediesOfAStep) {
             ", a smaller training.batch_size (now " + batch +
                 "), training.precision: bf16 or fp16 (now fp32), a smaller data.image_size (now "
                 "1024), training.ema_decay: 0");
+  // Nineteenth pass, a helper: where one image is what does not fit beside what the run holds,
+  // and where evaluation went down to one image, the image size was no remedy.
+  training::Config large;
+  large.data.image_size = 1024;
+  const int64_t held = training::held_whatever_the_batch(large).bytes;
+  EXPECT_NE(training::weights_alone_remedy(large, held + (1 << 20))
+                .find(", a smaller data.image_size (now 1024) or a smaller model.arch"),
+            std::string::npos);
+  EXPECT_EQ(training::weights_alone_remedy(large, held - (1 << 20)).find("data.image_size"),
+            std::string::npos);  // the weights alone do not fit: no image size helps
+  large.memory.limit = held * 2;
+  const training::OutOfMemoryWhere one{training::OutOfMemoryWhere::Evaluation,
+                                       "in the evaluation of epoch 1 after 8 steps", true, true};
+  message = training::out_of_memory_message(large, torch::kCPU, one, "");
+  EXPECT_NE(message.find(", a smaller data.image_size (now 1024) or a smaller model.arch."),
+            std::string::npos)
+      << message;
   config.data.image_size = 16;  // already below the images as stored
   config.training.ema_decay = 0;
   config.training.precision = training::Precision::BF16;

@@ -70,7 +70,8 @@ Evaluation Evaluator::run(models::ResNet& model, data::Loader& loader) {
 
 std::optional<data::Batch> Evaluator::next_batch(data::Loader& loader, bool& restarted) {
   for (;;) {
-    const int64_t size = loader.batch_size();
+    // A batch holds at most the shard (eval_batch_size may be larger than the split).
+    const int64_t size = std::min(loader.batch_size(), loader.shard_size());
     try {
       return loader.next();
     } catch (const std::exception& e) {

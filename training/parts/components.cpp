@@ -147,6 +147,10 @@ std::string weights_alone_remedy(const Config& config, int64_t limit, const std:
          held_apart + left + ": " + more +
          (average && held.without_average + image <= limit ? ", training.ema_decay: 0" : "") +
          (held.casts > 0 && held.bytes - held.casts + fp32_image <= limit ? ", " + fp32 : "") +
+         // Where the image is what does not fit beside them, a smaller one may.
+         (held.bytes < limit && config.data.image_size > kStoredImageSize
+              ? ", a smaller data.image_size (now " + std::to_string(config.data.image_size) + ")"
+              : "") +
          " or a smaller model.arch";
 }
 
