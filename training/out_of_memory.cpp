@@ -68,9 +68,7 @@ std::string evaluation_remedies(const Config& config, int64_t limit, bool one_im
               : "") +
          "): more memory (memory.limit)" +
          (config.training.precision != Precision::FP32 ? ", training.precision: fp32" : "") +
-         (config.data.image_size > kStoredImageSize
-              ? ", a smaller data.image_size (now " + std::to_string(config.data.image_size) + ")"
-              : "") +
+         image_size_remedy(config) +
          (config.data.device_resident ? ", data.device_resident: false" : "") +
          " or a smaller model.arch.";
 }

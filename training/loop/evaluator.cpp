@@ -40,9 +40,9 @@ Evaluation Evaluator::run(models::ResNet& model, data::Loader& loader) {
   std::optional<Heartbeat> beat(std::in_place, "evaluation", loader.batches_per_epoch(), "batches");
   int64_t batches = 0, images = 0;
   for (;;) {
-    bool restarted = false;
-    auto batch = next_batch(loader, restarted);
-    if (restarted) {  // in smaller batches, from the first: nothing summed so far counts twice
+    const int64_t size = loader.batch_size();
+    auto batch = next_batch(loader);
+    if (loader.batch_size() != size) {  // in smaller batches, from the first: none counted twice
       loss_sum.zero_();
       correct.zero_();
       batches = images = 0;
@@ -68,7 +68,7 @@ Evaluation Evaluator::run(models::ResNet& model, data::Loader& loader) {
   return evaluation;
 }
 
-std::optional<data::Batch> Evaluator::next_batch(data::Loader& loader, bool& restarted) {
+std::optional<data::Batch> Evaluator::next_batch(data::Loader& loader) {
   for (;;) {
     // A batch holds at most the shard (eval_batch_size may be larger than the split).
     const int64_t size = std::min(loader.batch_size(), loader.shard_size());
@@ -84,7 +84,6 @@ std::optional<data::Batch> Evaluator::next_batch(data::Loader& loader, bool& res
           "batches of {} (training.eval_batch_size {}; the results do not depend on it)",
           size, size / 2, config_.training.eval_batch_size);
       loader.start_epoch(0);
-      restarted = true;
     }
   }
 }
@@ -132,8 +131,7 @@ void Evaluator::check_fits(models::ResNet& model, data::Loader& loader) {
   AutocastGuard autocast(device_.type(), config_.training.precision);
   loader.start_epoch(0);
   evaluating_ = true;  // making the test batch is the evaluation's too (its out of memory says so)
-  bool restarted = false;
-  if (auto batch = next_batch(loader, restarted)) {
+  if (auto batch = next_batch(loader)) {
     auto loss_sum = zero(torch::kFloat64, device_);
     auto correct = zero(torch::kInt64, device_);
     Heartbeat beat("evaluation probe: one test batch of " + std::to_string(batch->labels.size(0)) +

@@ -42,8 +42,8 @@ class Evaluator {
 
  private:
   // The loader's next batch; where making it runs out of memory, the split starts again in
-  // batches of half as many images (`restarted`), down to one image.
-  std::optional<data::Batch> next_batch(data::Loader& loader, bool& restarted);
+  // batches of half as many images (the loader's batch size says so), down to one image.
+  std::optional<data::Batch> next_batch(data::Loader& loader);
   // One batch into the sums, in chunks of chunk_ images.
   void add_batch(models::ResNet& model, const torch::Tensor& images, const torch::Tensor& labels,
                  torch::Tensor& loss_sum, torch::Tensor& correct);

@@ -148,15 +148,18 @@ std::string weights_alone_remedy(const Config& config, int64_t limit, const std:
          (average && held.without_average + image <= limit ? ", training.ema_decay: 0" : "") +
          (held.casts > 0 && held.bytes - held.casts + fp32_image <= limit ? ", " + fp32 : "") +
          // Where the image is what does not fit beside them, a smaller one may.
-         (held.bytes < limit && config.data.image_size > kStoredImageSize
-              ? ", a smaller data.image_size (now " + std::to_string(config.data.image_size) + ")"
-              : "") +
-         " or a smaller model.arch";
+         (held.bytes < limit ? image_size_remedy(config) : "") + " or a smaller model.arch";
 }
 
 bool smaller_batch_trains(const Config& config) {
   return config.training.batch_size >
          models::smallest_trainable_batch(config.model, config.data.image_size);
+}
+
+std::string image_size_remedy(const Config& config) {
+  return config.data.image_size > kStoredImageSize
+             ? ", a smaller data.image_size (now " + std::to_string(config.data.image_size) + ")"
+             : "";
 }
 
 std::string step_remedies(const Config& config, int64_t limit) {
@@ -183,8 +186,7 @@ std::string step_remedies(const Config& config, int64_t limit) {
     more += std::string(", training.precision: bf16") +
             (config.training.cuda_graph == CudaGraphMode::On ? "" : " or fp16") + " (now fp32)";
   }
-  if (config.data.image_size > kStoredImageSize)
-    more += ", a smaller data.image_size (now " + std::to_string(config.data.image_size) + ")";
+  more += image_size_remedy(config);
   if (config.training.ema_decay > 0) more += ", training.ema_decay: 0";
   return more;
 }

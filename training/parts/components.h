@@ -79,6 +79,9 @@ std::string weights_alone_remedy(const Config& config, int64_t limit,
 // 1 does not where its last map is 1x1).
 bool smaller_batch_trains(const Config& config);
 
+// ", a smaller data.image_size (now N)" where the images are resized up; else "".
+std::string image_size_remedy(const Config& config);
+
 // The remedies of a step that runs out of memory in its own settings, each with a leading ", ":
 // a smaller training.batch_size where a smaller one trains, bf16 or fp16 for fp32 where autocast's
 // copies beside the weights leave room under `limit` (they did not: bf16 was offered, and then

@@ -72,12 +72,11 @@ inline std::string hex_text(char32_t value, int digits) {
 // file name may hold anything): \n, \r, \t, other control characters \xNN or \uNNNN, and each
 // byte that is no UTF-8 \xNN.
 inline std::string one_line(const std::string& text) {
-  const auto hex = hex_text;
   std::string line;
   for (size_t at = 0; at < text.size();) {
     const CodePoint c = code_point_at(text, at);
     if (c.length == 0) {
-      line += "\\x" + hex(static_cast<unsigned char>(text[at++]), 2);
+      line += "\\x" + hex_text(static_cast<unsigned char>(text[at++]), 2);
       continue;
     }
     at += c.length;
@@ -87,8 +86,8 @@ inline std::string one_line(const std::string& text) {
       line += c.code == '\n'   ? "\\n"
               : c.code == '\r' ? "\\r"
               : c.code == '\t' ? "\\t"
-              : c.code < 0x80  ? "\\x" + hex(c.code, 2)
-                               : "\\u" + hex(c.code, 4);
+              : c.code < 0x80  ? "\\x" + hex_text(c.code, 2)
+                               : "\\u" + hex_text(c.code, 4);
     }
   }
   return line;
