@@ -1000,6 +1000,13 @@ TEST(Config, WhiteSpaceAroundANumberABooleanOrAChoiceIsIgnoredAsAroundASize) {
   EXPECT_DOUBLE_EQ(shares.monitor.utilization_threshold, 0.5);
   EXPECT_EQ(shares.training.accuracy_thresholds, (std::vector<double>{0.5, 0.9}));
   EXPECT_EQ(*shares.checkpointing.blocks(), std::vector<std::string>{"layer1.0"});
+  // Refused as a share is: above its range, or with other white space before its '%'.
+  EXPECT_EQ(error_of("training: {accuracy_thresholds: [0.5, 120%]}\n"),
+            "c.yaml: training.accuracy_thresholds: expected a list of numbers in [0, 1] or "
+            "percentages, got '120%' in the list");
+  EXPECT_EQ(error_of("monitor: {data_wait_threshold: \"10  %\"}\n"),
+            "c.yaml: monitor.data_wait_threshold: expected a number in [0, 1] or a percentage up "
+            "to 100%, got '10  %'");
   EXPECT_NE(error_of("checkpointing: {headroom: \"10\\t%\"}\n").find("got '10\\t%'"),
             std::string::npos);
   for (const std::string bad : {"10  %", "10\u00a0%"}) {
