@@ -11,8 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "data/split.h"
 #include "training/cards/alloc_conf.h"
+#include "training/error_exit.h"
 #include "training/platform/errors.h"
 #include "training/platform/memory.h"
 #include "training/platform/stop_signal.h"
@@ -40,35 +40,11 @@ int guarded(const std::function<int()>& action) {
   };
   try {
     return action();
-  } catch (const training::OutOfMemory& e) {
-    error(e.what());
-    return kExitOutOfMemory;
-  } catch (const training::DistributedError& e) {
-    error(e.what());
-    return kExitDistributed;
-  } catch (const training::CannotWrite& e) {
-    error(e.what());
-    return kExitCannotWrite;
-  } catch (const std::filesystem::filesystem_error& e) {
-    // A path that cannot be used (a loop of symbolic links, a name too long, a folder where a
-    // file is expected): the user's to fix, unless the disk is full.
-    const int code = e.code().value();
-    error((e.path1().empty() ? std::string("filesystem") : e.path1().string()) + ": " +
-          e.code().message());
-    return code == ENOSPC || code == EDQUOT || code == EFBIG || code == EIO ? kExitCannotWrite
-                                                                            : kExitBadInput;
-  } catch (const data::DataError& e) {
-    error(e.what());
-  } catch (const training::UserError& e) {
-    error(e.what());
-  } catch (const c10::Error& e) {
-    error("LibTorch error: " + first_line(e.what_without_backtrace()));
-    return kExitInternalError;
   } catch (const std::exception& e) {
-    error("internal error: " + first_line(e.what()));
-    return kExitInternalError;
+    const training::ErrorExit exit = training::error_exit(e);
+    error(exit.line);
+    return exit.code;
   }
-  return kExitBadInput;
 }
 
 void set_up_process() {

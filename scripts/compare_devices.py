@@ -51,6 +51,7 @@ an error while another device ran).
 """
 import argparse
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -340,14 +341,24 @@ def parse_args(argv):
     unknown = [t for t in args.tables if t not in TABLE_TITLES]
     if unknown:
         fail(f"--tables: {','.join(unknown)}: expected some of seed,study,fastest")
-    if any(d != "cpu" and not d.startswith("cuda") for d in args.devices):
+    # train's device grammar (training/platform/device.h): an index is a number, so cuda:01 is
+    # cuda:1, and cuda is cuda:0 (one GPU measured twice otherwise).
+    grammar = [re.fullmatch(r"cpu|cuda(?::0*([0-9]{1,4}))?", d) for d in args.devices]
+    if not all(grammar):
         fail(f"--devices: expected cpu and/or cuda[:N], comma-separated")
+    args.devices = [d if d == "cpu" or ":" not in d else "cuda:%d" % int(m.group(1))
+                    for d, m in zip(args.devices, grammar)]
+    same_device = ["cpu" if d == "cpu" else "cuda:%d" % int(m.group(1) or 0)
+                   for d, m in zip(args.devices, grammar)]
+    if repeat := script_support.first_repeat(same_device):
+        spelled_apart = len(set(args.devices)) == len(args.devices)
+        fail(f"--devices: {','.join(args.devices)}: {repeat}" + (" (cuda is cuda:0)" if spelled_apart else ""))
     precisions = args.fastest_precisions.split(",")
     if any(p not in PRECISIONS for p in precisions):
         fail(f"--fastest-precisions: {args.fastest_precisions}: expected some of {','.join(PRECISIONS)}")
     if args.batch_size is not None and args.batch_size > MAX_BATCH:
         fail(f"--batch-size: {args.batch_size}: expected at most {MAX_BATCH} (training.batch_size's largest)")
-    for flag, items in (("--tables", args.tables), ("--devices", args.devices),
+    for flag, items in (("--tables", args.tables),
                         ("--fastest-precisions", precisions)):
         if repeat := script_support.first_repeat(items):  # the same run folder or trial twice
             fail(f"{flag}: {','.join(items)}: {repeat}")

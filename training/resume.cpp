@@ -45,9 +45,9 @@ std::vector<Override> with_hand_edits(const fs::path& config_yaml, const std::st
   std::error_code ec;
   if (!fs::is_regular_file(config_yaml, ec)) return overrides;
   // A run's keys only: the sweep section is no input of a run.
-  const std::string edited = run_yaml(load_config(config_yaml.string()));
-  const auto edits =
-      config_yaml::differing_assignments(run_yaml(parse_config(stored, origin)), edited);
+  const std::string edited = run_yaml(load_config(config_yaml.string(), {}, ConfigRead::Record));
+  const auto edits = config_yaml::differing_assignments(
+      run_yaml(parse_config(stored, origin, {}, ConfigRead::Record)), edited);
   if (edits.empty()) return overrides;
   spdlog::info(
       "{}: differs from the config {} holds; its edits are taken as --set would take them: {}",
@@ -108,7 +108,8 @@ std::string continues_in_its_own_folder(const fs::path& run, const std::string& 
 // recorded ones (from --set, --config or an edit of its config.yaml) would record another there.
 void refuse_another_output(const Config& config, const std::string& recorded_yaml,
                            const fs::path& run) {
-  const Config recorded = parse_config(recorded_yaml, "the run's recorded config");
+  const Config recorded =
+      parse_config(recorded_yaml, "the run's recorded config", {}, ConfigRead::Record);
   const OutputConfig &now = config.output, &was = recorded.output;
   if (now.dir == was.dir && now.name == was.name) return;
   const std::string key = now.dir != was.dir ? "output.dir" : "output.name";
@@ -197,21 +198,24 @@ Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
   if (resume.run_dir.empty() && request.config_path.empty()) {
     throw UserError("no config: pass --config FILE (or --resume RUN to continue a run)");
   }
+  // A resume continues in the run's own folder: its output.* name no folder to make, whatever
+  // file gives them (refuse_another_output refuses others).
+  const ConfigRead read =
+      resume.run_dir.empty() && resume.checkpoint.empty() ? ConfigRead::New : ConfigRead::Record;
   if (resume.checkpoint.empty()) {
-    const std::string path = !request.config_path.empty()
-                                 ? request.config_path
-                                 : (resume.run_dir / "config.yaml").string();
-    return load_config(path, overrides);
+    if (!request.config_path.empty()) return load_config(request.config_path, overrides, read);
+    return load_config((resume.run_dir / "config.yaml").string(), overrides, read);
   }
   const RunInputs stored = checkpoint_inputs(resume.checkpoint);
   Config config;
   if (!request.config_path.empty()) {  // --resume with --config: that file instead
-    config = load_config(request.config_path, overrides);
+    config = load_config(request.config_path, overrides, read);
   } else {
     const std::string origin = resume.checkpoint.string() + " (stored config)";
     config = parse_config(
         stored.config_yaml, origin,
-        with_hand_edits(resume.run_dir / "config.yaml", stored.config_yaml, origin, overrides));
+        with_hand_edits(resume.run_dir / "config.yaml", stored.config_yaml, origin, overrides),
+        ConfigRead::Record);
   }
   refuse_another_output(config, stored.config_yaml, resume.run_dir);
   // Without checkpoints a resume leaves the run's checkpoint.pt behind the epochs it trains: its

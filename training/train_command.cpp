@@ -7,21 +7,21 @@
 #include <iostream>
 #include <optional>
 
-#include "data/dataset.h"
 #include "training/config/config.h"
 #include "training/config/config_yaml.h"
 #include "training/config/decisions.h"
+#include "training/error_exit.h"
 #include "training/loop/trainer.h"
 #include "training/out_of_memory.h"
 #include "training/parts/checkpoint_choice.h"
 #include "training/parts/components.h"
 #include "training/parts/memory_format.h"
+#include "training/parts/run_data.h"
 #include "training/parts/setup.h"
 #include "training/platform/device.h"
 #include "training/platform/distributed.h"
 #include "training/platform/duration.h"
 #include "training/platform/errors.h"
-#include "training/platform/heartbeat.h"
 #include "training/platform/memory.h"
 #include "training/platform/process.h"
 #include "training/platform/stop_signal.h"
@@ -37,14 +37,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// How the log names a data source.
-const char* source_description(data::Source source) {
-  return source == data::Source::Binary      ? "binary batches"
-         : source == data::Source::Images    ? "image folders"
-         : source == data::Source::Synthetic ? "synthetic"
-                                             : "auto";
-}
-
 // The model's parameters, counted; what they hold before any activation (weights, their
 // gradients, SGD momentum buffers) in the log.
 int64_t log_model_memory(torch::nn::Module& model, const Config& config) {
@@ -59,55 +51,6 @@ int64_t log_model_memory(torch::nn::Module& model, const Config& config) {
       "before activations",
       format_bytes(bytes), format_bytes(momentum), format_bytes(2 * bytes + momentum));
   return count;
-}
-
-// The decoded splits, as host data (not counted against memory.limit, as on CUDA).
-struct LoadedData {
-  data::Source source = data::Source::Auto;
-  std::string root;
-  data::Split train, test;
-  double seconds = 0;
-};
-
-LoadedData load_data(const Config& config) {
-  const auto start = std::chrono::steady_clock::now();
-  auto dataset = config.data.dataset;
-  dataset.synthetic_seed(static_cast<uint64_t>(config.training.seed));
-  LoadedData loaded;
-  loaded.source = data::resolve_source(dataset);
-  loaded.root = loaded.source == data::Source::Synthetic ? "memory" : dataset.root();
-  if (loaded.source == data::Source::Synthetic) {
-    // A size the machine cannot hold is a bad value, said before memory runs out.
-    const int64_t host = total_memory(torch::Device(torch::kCPU));
-    for (const auto& [key, images] :
-         {std::pair<const char*, int64_t>{"data.synthetic_train_size",
-                                          dataset.synthetic_train_size()},
-          {"data.synthetic_test_size", dataset.synthetic_test_size()}}) {
-      const int64_t bytes = images * data::kChannels * data::kImageSide * data::kImageSide;
-      if (bytes > host) {
-        const auto [decoded, has] = format_bytes_apart(bytes, host);
-        throw KeyError(key, std::to_string(images) + " images are " + decoded +
-                                " decoded, more than this machine's " + has + " of memory");
-      }
-    }
-  }
-  TrackingCpuAllocator::HostData host_data;
-  const OutOfMemory no_room("out of host memory while loading the data set (" +
-                            std::string(source_description(loaded.source)) +
-                            "); lower data.train_limit or data.synthetic_train_size");
-  try {
-    Heartbeat beat(std::string("data: reading ") + source_description(loaded.source), 2, "splits");
-    loaded.train = data::load_split(dataset, data::SplitName::Train);
-    beat.advance(1);
-    loaded.test = data::load_split(dataset, data::SplitName::Test);
-  } catch (const std::bad_alloc&) {
-    throw no_room;
-  } catch (const c10::Error& e) {
-    if (!is_out_of_memory(e)) throw;
-    throw no_room;
-  }
-  loaded.seconds = seconds_since(start);
-  return loaded;
 }
 
 // Opens rank 0's run directory into `run` (new, or resumed in place; never moved: it holds a lock
@@ -162,26 +105,6 @@ void log_start(const Config& config, const RunInputs& inputs, const torch::Devic
   }
 }
 
-// checkpointing auto: the choice made now, the one recorded (a resume), or the blocks given.
-void log_checkpointing(const Config& config, const Decisions& decisions,
-                       const std::optional<CheckpointChoice>& choice) {
-  const auto& c = config.checkpointing;
-  if (c.mode() != CheckpointMode::Auto) return;
-  if (choice) {
-    if (!choice->note.empty()) spdlog::info("checkpointing auto: {}", choice->note);
-    spdlog::info("checkpointing auto: {}", describe_choice(*choice));
-    spdlog::debug("checkpointing auto: {}", describe_measurement(*choice));
-    return;
-  }
-  const auto& blocks = decisions.checkpointing ? decisions.checkpointing->blocks
-                                               : c.blocks().value_or(std::vector<std::string>{});
-  spdlog::info("checkpointing auto: {}: {}",
-               decisions.checkpointing ? "the run's recorded choice, not measured again"
-                                       : "the blocks checkpointing.blocks gives",
-               blocks.empty() ? std::string("no block recomputed")
-                              : "recompute " + config_yaml::join(blocks, ", "));
-}
-
 // checkpointing auto verified: the training peak the run measured beside the prediction.
 void log_checkpointing_outcome(const Config& config, const Decisions& decisions,
                                const RunDirectory& run) {
@@ -219,9 +142,12 @@ FitEnd fit(const Config& config, const torch::Device& device, Trainer& trainer,
         "rank " + std::to_string(group->rank()) + ": lost contact with the other ranks in epoch " +
         std::to_string(trainer.state().epoch + 1) + " after " +
         std::to_string(trainer.state().step) + " steps (" + group->describe_peers(e.what()) + ": " +
-        error_line(e) +
-        "); the last checkpoint is intact: --resume continues from it once every host is back "
-        "(a peer slower than distributed.timeout_seconds counts as lost)");
+        error_line(e) + "); " +
+        (trainer.checkpoint_missing()
+             ? "no checkpoint was written: start the run again"
+             : "the last checkpoint is intact: --resume continues from it") +
+        " once every host is back (a peer slower than distributed.timeout_seconds counts as "
+        "lost)");
   }
 }
 
@@ -297,52 +223,90 @@ Position check_before_measuring(const ResumeTarget& resume, const OutputFolder& 
   return {position.step, trained};
 }
 
-// The run from the config asked and the decisions recorded: set up, decide, train, report.
-int train(const TrainRequest& request, const ResumeTarget& resume, const Config& asked,
-          Decisions decisions) {
-  const auto launch = launch_env_from_environment();
-  // Everything that can be refused is checked, and everything that can run out of memory before
-  // the first step is built, before the run directory (named once: `folder`) is claimed.
-  const torch::Device device = set_up_device(asked, DeviceUse::Step, launch);
-  LoadedData data = load_data(asked);
-  const bool data_parallel = launch && launch->world_size > 1;
-  const auto folder = output_folder(request.output_dir, asked, arch_name(asked.model), true);
-  const Position position = check_before_measuring(resume, folder, asked, device, data, launch);
-  auto where = [&resume](OutOfMemoryWhere::Phase phase, const char* doing) {  // out of memory
-    return [phase, doing, &resume] {  // a fresh run has no checkpoint to call intact
-      return OutOfMemoryWhere{phase, doing, !resume.checkpoint.empty()};
-    };
+// Where out of memory happened before the first step, for its line (a fresh run has no
+// checkpoint to call intact).
+std::function<OutOfMemoryWhere()> oom_where(const ResumeTarget& resume,
+                                            OutOfMemoryWhere::Phase phase, const char* doing) {
+  return [phase, doing, intact = !resume.checkpoint.empty()] {
+    return OutOfMemoryWhere{phase, doing, intact};
   };
-  const auto building = where(OutOfMemoryWhere::Setup, "while building the model and its data");
-  // The autos become this run's decisions (decisions.json, the checkpoint; a resume keeps those
-  // that hold): the layout, then checkpointing's blocks; the parts are built with them in place.
-  const auto timing = where(OutOfMemoryWhere::Training,  // neither layout is a candidate
-                            "in the training step timed in each layout (training.memory_format: "
-                            "auto): in contiguous and in channels_last");
-  const MemoryFormatChoice layout = out_of_memory_is_exit_3(asked, device, timing, [&] {
-    if (position.trained) return kept_decisions(asked, decisions);
+}
+
+// A rank's start-up before its peers are joined: what it can refuse by itself, then the autos
+// become this run's decisions (decisions.json, the checkpoint; a resume keeps those that hold):
+// the layout, then checkpointing's blocks.
+struct Started {
+  LoadedData data;
+  OutputFolder folder;
+  Position position;
+  MemoryFormatChoice layout;
+  std::optional<CheckpointChoice> checkpointing;
+};
+Started start_up(const TrainRequest& request, const ResumeTarget& resume, const Config& asked,
+                 Decisions& decisions, const torch::Device& device,
+                 const std::optional<LaunchEnv>& launch) {
+  const bool data_parallel = launch && launch->world_size > 1;
+  Started s{load_data(asked),
+            output_folder(request.output_dir, asked, arch_name(asked.model), true),
+            {},
+            {},
+            {}};
+  s.position = check_before_measuring(resume, s.folder, asked, device, s.data, launch);
+  const auto timing =
+      oom_where(resume, OutOfMemoryWhere::Training,  // neither layout fits
+                "in the training step timed in each layout (training.memory_format: "
+                "auto): in contiguous and in channels_last");
+  s.layout = out_of_memory_is_exit_3(asked, device, timing, [&] {
+    if (s.position.trained) return kept_decisions(asked, decisions);
     // Under a budget, each layout is timed with what the run holds beside its step.
     const int64_t beside =
         !asked.training.memory_format && device.is_cpu() && layout_timing_budget(asked) > 0
-            ? held_beside_step(asked, device, data.train, data.test.size())
+            ? held_beside_step(asked, device, s.data.train, s.data.test.size())
             : 0;
     return decide_memory_format(asked, decisions, device, data_parallel, {}, beside);
   });
-  const auto checkpointing = out_of_memory_is_exit_3(asked, device, building, [&] {
-    if (position.trained) return std::optional<CheckpointChoice>();
+  const auto building =
+      oom_where(resume, OutOfMemoryWhere::Setup, "while building the model and its data");
+  s.checkpointing = out_of_memory_is_exit_3(asked, device, building, [&] {
+    if (s.position.trained) return std::optional<CheckpointChoice>();
     const Config laid_out = decided(asked, {decisions.layout, std::nullopt});
     const bool choosing = laid_out.checkpointing.mode() == CheckpointMode::Auto;
     auto made = resolve_checkpointing(
         laid_out, decisions, device, data_parallel, {},
-        choosing ? held_beside_step(laid_out, device, data.train, data.test.size()) : 0);
-    if (made) decisions.checkpointing->from_step = position.step;  // chosen now
+        choosing ? held_beside_step(laid_out, device, s.data.train, s.data.test.size()) : 0);
+    if (made) decisions.checkpointing->from_step = s.position.step;  // chosen now
     return made;
   });
+  return s;
+}
+
+// The run from the config asked and the decisions recorded: set up, decide, train, report.
+int train(const TrainRequest& request, const ResumeTarget& resume, const Config& asked,
+          Decisions decisions, bool& joined) {
+  const auto launch = launch_env_from_environment();
+  // Everything that can be refused is checked, and everything that can run out of memory before
+  // the first step is built, before the run directory (named once: `folder`) is claimed.
+  const torch::Device device = set_up_device(asked, DeviceUse::Step, launch);
+  Started started = start_up(request, resume, asked, decisions, device, launch);
+  const auto building =
+      oom_where(resume, OutOfMemoryWhere::Setup, "while building the model and its data");
+  LoadedData& data = started.data;
+  const Position& position = started.position;
   const RunInputs inputs{run_yaml(asked), decisions_json(decisions)};
   const Config config = decided(asked, decisions);
-  // The peers are joined once what this rank can refuse by itself has been checked.
+  // The peers are joined once what this rank can refuse by itself has been checked; one that
+  // cannot start tells them instead (train_command), as one whose interface or backend the join
+  // refuses before it meets them does. Past that the join tells them, or they time out.
   std::unique_ptr<ProcessGroup> group;
-  if (data_parallel) group = join_group(*launch, config.distributed, device);
+  try {
+    if (launch && launch->world_size > 1) group = join_group(*launch, config.distributed, device);
+  } catch (const KeyError&) {
+    throw;
+  } catch (...) {
+    joined = true;
+    throw;
+  }
+  joined = true;
   Trainer trainer = out_of_memory_is_exit_3(config, device, building, [&] {
     return Trainer(config, device, std::move(data.train), std::move(data.test), group.get());
   });
@@ -352,7 +316,7 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   trainer.record_inputs(inputs,
                         /*with_checkpoint=*/!resume.checkpoint.empty() && !position.trained);
   std::optional<RunDirectory> run;
-  open_run(folder, resume, group.get(), trainer, run);
+  open_run(started.folder, resume, group.get(), trainer, run);
   if (group) {
     spdlog::info(
         "rank {} of {} ({}, local rank {}, rendezvous {}:{}; {}); only rank 0 writes the run "
@@ -360,9 +324,9 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
         group->rank(), group->world_size(), group->backend_name(), launch->local_rank,
         launch->master_addr, launch->master_port, group->network_description());
   }
-  log_start(config, inputs, device, data, trainer, layout, !resume.checkpoint.empty(),
+  log_start(config, inputs, device, data, trainer, started.layout, !resume.checkpoint.empty(),
             position.trained);
-  log_checkpointing(config, decisions, checkpointing);
+  log_checkpointing_choice(config, decisions, started.checkpointing);
   load_resumed(resume, config, device, trainer, position.trained);
   if (run) {
     if (resume.checkpoint.empty()) run->write_inputs(inputs);
@@ -381,20 +345,33 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
 }  // namespace
 
 int train_command(const TrainRequest& request) {
-  const ResumeTarget resume = resume_target(request.resume);
-  refuse_another_folder(request, resume);
-  const auto resumed_log = resumed_run_log(resume);  // a stop's or an error's line goes there too
-  Decisions recorded;
-  const Config config = effective_config(request, resume, recorded);
-  if (request.print_config) return std::cout << to_yaml(config), kExitOk;
-  return with_key_origins(config, [&] {
-    try {
-      return train(request, resume, config, recorded);
-    } catch (const UnconfirmedOutOfMemory& e) {  // the run's weights and state freed by now
-      const ClosedRunLog log;  // the measuring line and a stop's in the run's train.log too
-      throw OutOfMemory(confirmed_out_of_memory(e));
+  const auto launch = launch_env_from_environment();
+  bool joined = false;  // a data-parallel rank's group
+  auto timeout = std::chrono::seconds(DistributedOptions{}.timeout_seconds);
+  try {
+    const ResumeTarget resume = resume_target(request.resume);
+    refuse_another_folder(request, resume);
+    const auto resumed_log = resumed_run_log(resume);  // a stop's or an error's line goes there
+    Decisions recorded;
+    const Config config = effective_config(request, resume, recorded);
+    timeout = std::chrono::seconds(config.distributed.timeout_seconds);
+    if (request.print_config) return std::cout << to_yaml(config), kExitOk;
+    return with_key_origins(config, [&] {
+      try {
+        return train(request, resume, config, recorded, joined);
+      } catch (const UnconfirmedOutOfMemory& e) {  // the run's weights and state freed by now
+        const ClosedRunLog log;  // the measuring line and a stop's in the run's train.log too
+        throw OutOfMemory(confirmed_out_of_memory(e));
+      }
+    });
+  } catch (const std::exception& e) {
+    // A rank that cannot start tells its peers why, so that they do not wait for it.
+    if (launch && launch->world_size > 1 && !joined) {
+      const ErrorExit exit = error_exit(e);
+      tell_peers_this_rank_cannot_start(*launch, timeout, exit.code, one_line(exit.line));
     }
-  });
+    throw;
+  }
 }
 
 }  // namespace training

@@ -956,6 +956,10 @@ TEST(Cli, MatmulBenchRefusesBadArguments) {
            // One rule for every list: each value once (round 5).
            {"--size 64,128,64", "--size: item 3 repeats item 1; list each value once"},
            {"--devices cpu,cpu", "--devices: item 2 repeats item 1; list each value once"},
+           // One device however it is spelled: cuda is cuda:0, cuda:01 is cuda:1.
+           {"--devices cuda,cuda:0", "--devices: item 2 repeats item 1; list each value once"},
+           {"--devices cuda:1,cpu,cuda:01",
+            "--devices: item 3 repeats item 1; list each value once"},
            {"--dtypes fp32,bf16,bf16", "--dtypes: item 3 repeats item 2; list each value once"},
            {"--peak cpu=5", "--peak: expected device:dtype=GFLOPS"},
            // A device and dtype's peak given twice: the last one won in silence.

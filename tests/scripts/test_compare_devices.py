@@ -160,6 +160,10 @@ class CompareDevicesArgumentsTest(unittest.TestCase):
                     (["--config", str(config), "--fastest-precisions", "fp64"],
                      "--fastest-precisions: fp64: expected some of fp32,bf16,fp16"),
                     (["--config", str(config), "--tables", "seed,seed"], "item 2 repeats item 1"),
+                    # One GPU however it is spelled, as train reads a device: cuda is cuda:0.
+                    (["--config", str(config), "--devices", "cuda,cuda:00"],
+                     "--devices: cuda,cuda:0: item 2 repeats item 1; list each value once (cuda is cuda:0)"),
+                    (["--config", str(config), "--devices", "cudax"], "--devices: expected cpu"),
                     (["--config", str(config), "--batch-size", "1048577"], "--batch-size: 1048577: expected at most"),
                     # argparse's own errors are one line too, not its usage block.
                     (["--config", str(config), "--cpu-steps", "abc"], "argument --cpu-steps: invalid int value"),

@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 
 // A checkpoint of ResNet-18 storing `inputs`, in `dir`.
 fs::path checkpoint_storing(const fs::path& dir, const training::RunInputs& inputs) {
-  auto config = training::parse_config(inputs.config_yaml, "stored");
+  auto config =
+      training::parse_config(inputs.config_yaml, "stored", {}, training::ConfigRead::Record);
   config.checkpointing.mode(training::CheckpointMode::Off);  // the same weights, no blocks needed
   auto parts = training::build_step_parts(config, torch::kCPU);
   const fs::path file = dir / "checkpoint.pt";
@@ -131,6 +132,54 @@ TEST(Resume, AFolderThatIsNoRunIsSaidToBeNoneAndAdviceQuotesItsPath) {
   EXPECT_EQ(training::shell_word("runs/rn50-cpu_2"), "runs/rn50-cpu_2");
   EXPECT_EQ(training::shell_word("it's"), "'it'\\''s'");
   EXPECT_EQ(training::shell_word(""), "''");
+}
+
+// A run an earlier build named with a blank at an end (" r1"), or with only blanks or invisible
+// characters, before such names were refused, is read back by report, compare and --resume (with
+// or without --config) as it was named: a record's own name names a folder that exists. A name
+// given for a new folder, or a flag's on a record, is judged as before.
+TEST(Resume, ARecordsOwnNameIsReadAsNamedAndOnlyANewNameIsJudged) {
+  auto error_of = [](const std::function<void()>& read) {
+    try {
+      read();
+    } catch (const training::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  for (const auto& [name, refused] : std::vector<std::pair<std::string, std::string>>{
+           {" r1",
+            "output.name: expected a folder name that starts and ends with a visible character, "
+            "got ' r1'"},
+           {"   ", "output.name: expected a string that is not only blanks, got '   '"},
+           {"\u200b", "output.name: expected a string that is not only blanks, got '\\u200b'"}}) {
+    test_support::TempDir dir;
+    const std::string yaml = kModel + "output: {name: \"" + name + "\"}\n";
+    const auto file = checkpoint_storing(dir.path(), {yaml, ""});
+    std::ofstream(dir / "config.yaml") << training::run_yaml(
+        training::parse_config(yaml, "earlier", {}, training::ConfigRead::Record));
+    const std::string named =
+        training::parse_config(yaml, "earlier", {}, training::ConfigRead::Record).output.name;
+    training::Decisions recorded;
+    EXPECT_EQ(training::effective_config({}, {dir.path(), file}, recorded).output.name, named);
+    training::TrainRequest with_config;  // --resume RUN --config RUN/config.yaml
+    with_config.config_path = (dir / "config.yaml").string();
+    EXPECT_EQ(training::effective_config(with_config, {dir.path(), file}, recorded).output.name,
+              named);
+    const auto inputs = training::recorded_inputs(dir.path());  // report's and compare's reading
+    EXPECT_EQ(inputs.asked.output.name, named);
+    EXPECT_EQ(inputs.note, "");
+
+    EXPECT_EQ(error_of([&] { training::parse_config(yaml, "c.yaml"); }), "c.yaml: " + refused);
+    training::TrainRequest fresh;  // a new run from the record's config
+    fresh.config_path = with_config.config_path;
+    EXPECT_NE(error_of([&] { training::effective_config(fresh, {}, recorded); }), "accepted");
+    EXPECT_EQ(error_of([&] {
+                training::parse_config(yaml, "c.yaml", {"output.name=\"" + name + "\""},
+                                       training::ConfigRead::Record);
+              }),
+              "--set output.name: " + refused);
+  }
 }
 
 }  // namespace

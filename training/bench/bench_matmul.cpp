@@ -115,11 +115,14 @@ MatmulBenchOptions parse_matmul_options(const MatmulRequest& request) {
   }
   if (options.sizes.empty()) throw UserError("--size: expected at least one size");
   options.devices = config_yaml::split_items(request.devices, "--devices");
-  for (const auto& device : options.devices) {
+  std::vector<std::string> device_keys;  // one key for one device: cuda, cuda:0 and cuda:00
+  for (auto& device : options.devices) {
     const auto spec = parse_device_spec(device);
     if (!spec || spec->kind == DeviceSpec::Kind::Auto) {
       throw UserError("--devices: expected cpu, cuda or cuda:N, got '" + device + "'");
     }
+    device = device_spec_text(device);
+    device_keys.push_back(peak_key(*spec, ""));
   }
   options.dtypes = config_yaml::split_items(request.dtypes, "--dtypes");
   for (const auto& dtype : options.dtypes) {
@@ -129,7 +132,7 @@ MatmulBenchOptions parse_matmul_options(const MatmulRequest& request) {
   }
   for (const auto& [flag, repeat] :
        {std::pair{"--size", config_yaml::first_repeat(options.sizes)},
-        std::pair{"--devices", config_yaml::first_repeat(options.devices)},
+        std::pair{"--devices", config_yaml::first_repeat(device_keys)},
         std::pair{"--dtypes", config_yaml::first_repeat(options.dtypes)}}) {
     if (!repeat.empty()) throw UserError(std::string(flag) + ": " + repeat);
   }

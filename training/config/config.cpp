@@ -208,7 +208,7 @@ std::string yaml_without(const Config& config, std::vector<std::string> omitted)
 static_assert(kAutoPrefetch == config_yaml::kAuto, "data.prefetch's auto is the reader's auto");
 
 Config parse_config(const std::string& yaml_text, const std::string& origin,
-                    const std::vector<Override>& overrides) {
+                    const std::vector<Override>& overrides, ConfigRead read) {
   YAML::Node root;
   try {
     const auto documents = YAML::LoadAll(yaml_text);
@@ -233,12 +233,14 @@ Config parse_config(const std::string& yaml_text, const std::string& origin,
   for (const auto& override : overrides) config_yaml::apply_override(root, override, overridden);
 
   Config config;
-  config_yaml::Reader reader(root, origin, overridden);
+  config_yaml::Reader reader(root, origin, overridden, read == ConfigRead::Record);
   walk(reader, config);
   reader.check_sections();
+  config.training.device = device_spec_text(config.training.device);  // "cuda:01" is cuda:1
   config.origin = origin;
   config.flags = std::move(overridden);
-  validate(config, [&](const std::string& key) { return config.origin_of(key); });
+  validate(
+      config, [&](const std::string& key) { return config.origin_of(key); }, read);
   return config;
 }
 
@@ -254,7 +256,8 @@ std::string Config::origin_of(const std::vector<std::string>& keys) const {
   return origin;
 }
 
-Config load_config(const std::string& path, const std::vector<Override>& overrides) {
+Config load_config(const std::string& path, const std::vector<Override>& overrides,
+                   ConfigRead read) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (std::filesystem::is_directory(status)) {
@@ -272,7 +275,7 @@ Config load_config(const std::string& path, const std::vector<Override>& overrid
   if (!in) throw ConfigError(path + ": cannot open config file");
   std::stringstream text;
   text << in.rdbuf();
-  return parse_config(text.str(), path, overrides);
+  return parse_config(text.str(), path, overrides, read);
 }
 
 int64_t effective_batch_size(const Config& config, int64_t ranks) {

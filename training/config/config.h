@@ -217,13 +217,20 @@ auto with_key_origins(const Config& config, Work&& work) -> decltype(work()) {
   }
 }
 
+// What a config is read as. A record (a run's, a sweep's or a trial's own config, read back) names
+// folders that exist: the rules for a new folder's name (output.dir, output.name) apply only to
+// what a flag changes in it, so that a run an earlier build named (" r1") is read, reported and
+// resumed as it was named.
+enum class ConfigRead { New, Record };
+
 // Reads `path` (YAML), applies `overrides` in order and validates. Keys absent from the file keep
 // their defaults. Refuses a path that is not a readable file, and duplicate keys.
-Config load_config(const std::string& path, const std::vector<Override>& overrides = {});
+Config load_config(const std::string& path, const std::vector<Override>& overrides = {},
+                   ConfigRead read = ConfigRead::New);
 
 // Same, from YAML text; `origin` names the source in error messages.
 Config parse_config(const std::string& yaml_text, const std::string& origin,
-                    const std::vector<Override>& overrides = {});
+                    const std::vector<Override>& overrides = {}, ConfigRead read = ConfigRead::New);
 
 // Images per optimizer step: training.batch_size x training.accumulate_steps x `ranks`.
 int64_t effective_batch_size(const Config& config, int64_t ranks);

@@ -93,9 +93,14 @@ std::string percent_text(double share);
 class Reader {
  public:
   // `overridden`: the paths ("section.key", and "section" for sections that only an override
-  // created) that flags set, with the text that names the flag in messages.
-  Reader(YAML::Node root, std::string origin, std::map<std::string, std::string> overridden)
-      : root_(std::move(root)), origin_(std::move(origin)), overridden_(std::move(overridden)) {}
+  // created) that flags set, with the text that names the flag in messages. `record`: the text is
+  // a record read back (ConfigRead::Record), whose strings an earlier build took as they are.
+  Reader(YAML::Node root, std::string origin, std::map<std::string, std::string> overridden,
+         bool record = false)
+      : root_(std::move(root)),
+        origin_(std::move(origin)),
+        overridden_(std::move(overridden)),
+        record_(record) {}
 
   // A section ("sweep") or a sub-section of the one being read ("sweep.slurm"); unknown keys get
   // the nearest name among its keys and sub-keys ("slurm_options": 'sweep.slurm.options'?).
@@ -197,8 +202,10 @@ class Reader {
     if (!node->IsScalar() || nothing(*node))
       fail(name, "expected a string" + (empty.empty() ? "" : " (" + empty + ")") + ", got " +
                      describe(*node));
-    if (!node->Scalar().empty() && blank(node->Scalar()))
-      fail(name, "expected a string that is not only blanks, got " + describe(*node));
+    const bool judged = !record_ || overridden_.count(section_ + "." + name) > 0;
+    if (judged && !node->Scalar().empty() && blank(node->Scalar()))
+      fail(name, "expected a string that is not only blanks, got '" +
+                     blanks_shown(one_line(node->Scalar())) + "'");
     out = node->Scalar();
   }
 
@@ -366,6 +373,7 @@ class Reader {
   const YAML::Node root_;
   std::string origin_;
   std::map<std::string, std::string> overridden_;
+  bool record_ = false;
   std::vector<std::string> sections_;
   std::string section_;  // the section being read, "sweep" or "sweep.slurm"; "" between them
   YAML::Node node_;

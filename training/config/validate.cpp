@@ -27,14 +27,18 @@ void check_checkpointing(const CheckpointingOptions& c, const models::ResNetOpti
 }
 
 // output.name a folder's name, output.dir a path, neither with a control character (a line break or
-// tab in a folder's name breaks every line and command that names it).
-template <class Fail>
-void check_output(const OutputConfig& output, Fail&& fail) {
-  if (output.name.find('/') != std::string::npos || output.name == "." || output.name == "..")
+// tab in a folder's name breaks every line and command that names it). `judged(key)`: whether the
+// key's value names a folder to make (not a record's own, ConfigRead).
+template <class Judged, class Fail>
+void check_output(const OutputConfig& output, Judged&& judged, Fail&& fail) {
+  if (judged("output.name") &&
+      (output.name.find('/') != std::string::npos || output.name == "." || output.name == ".."))
     fail("output.name: expected a folder name without '/', got '" + output.name + "'");
-  if (output.dir.empty()) fail("output.dir: expected a folder path, got an empty string");
+  if (judged("output.dir") && output.dir.empty())
+    fail("output.dir: expected a folder path, got an empty string");
   for (const auto& [key, value] :
        {std::pair{"output.dir", &output.dir}, std::pair{"output.name", &output.name}}) {
+    if (!judged(key)) continue;
     if (has_control_character(*value) || !is_utf8(*value)) {
       fail(std::string(key) +
            ": expected a folder name in UTF-8 without control characters (a line break, a tab)");
@@ -160,7 +164,8 @@ std::string batch_norm_refusal(const Config& config, int64_t batch) {
          std::to_string(larger) + " or more";
 }
 
-void validate(const Config& c, const std::function<std::string(const std::string&)>& origin_for) {
+void validate(const Config& c, const std::function<std::string(const std::string&)>& origin_for,
+              ConfigRead read) {
   auto fail = [&](const std::string& message) {
     const std::string key = message.substr(0, message.find(':'));
     throw ConfigError(origin_for(key) + ": " + message);
@@ -197,7 +202,10 @@ void validate(const Config& c, const std::function<std::string(const std::string
   if (!std::is_sorted(m.begin(), m.end()) || std::adjacent_find(m.begin(), m.end()) != m.end()) {
     fail("schedule.milestones: expected strictly increasing epochs");
   }
-  check_output(c.output, fail);
+  check_output(
+      c.output,
+      [&](const std::string& key) { return read == ConfigRead::New || c.flags.count(key) > 0; },
+      fail);
   const auto& window = c.profiler.steps;
   if (window.size() != 2 || window[0] > window[1]) {
     fail("profiler.steps: expected [first, last] optimizer steps with first <= last, e.g. [5, 7]");

@@ -19,7 +19,9 @@ std::string blocks_problem(const std::vector<std::string>& blocks,
 // channel (batch x models::smallest_feature_map); "" when it trains. Batches it names are refused.
 std::string batch_norm_refusal(const Config& config, int64_t batch);
 
-// Throws ConfigError naming the key and where it was set (`origin_for(key)`: file or flag).
-void validate(const Config& c, const std::function<std::string(const std::string&)>& origin_for);
+// Throws ConfigError naming the key and where it was set (`origin_for(key)`: file or flag). A
+// record's own output.dir and output.name are not judged as a new folder's (ConfigRead).
+void validate(const Config& c, const std::function<std::string(const std::string&)>& origin_for,
+              ConfigRead read = ConfigRead::New);
 
 }  // namespace training

@@ -76,6 +76,13 @@ class Trainer {
   bool checkpoint_exists() const {
     return run_ && std::filesystem::exists(run_->checkpoint_path());
   }
+  // Whether the run's folder, seen from this host (rank 0's, or the one name_run gave), is there
+  // without a checkpoint: rank 0 ended before its first (a full disk), and nothing resumes.
+  bool checkpoint_missing() const {
+    const std::filesystem::path dir = run_ ? run_->path() : run_path_;
+    return !dir.empty() && std::filesystem::is_directory(dir) &&
+           !std::filesystem::exists(dir / "checkpoint.pt");
+  }
   // The run's inputs its checkpoints store (default: the config it was built from, no decisions);
   // `with_checkpoint`: also config.yaml and decisions.json, before its first row or checkpoint.
   void record_inputs(RunInputs inputs, bool with_checkpoint = false) {

@@ -1,6 +1,7 @@
 #include "training/parts/checkpoint_choice.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
@@ -183,6 +184,26 @@ std::string describe_choice(const CheckpointChoice& c) {
                       "recomputed {}), {:.0f} ms added to a step (every block: {:.0f} ms)",
                       blocks, c.blocks.size(), c.blocks.size() == 1 ? "" : "s", peak, peaks[1],
                       peaks[2], 1000 * c.extra_seconds, 1000 * c.all_extra_seconds);
+}
+
+// checkpointing auto: the choice made now, the one recorded (a resume), or the blocks given.
+void log_checkpointing_choice(const Config& config, const Decisions& decisions,
+                              const std::optional<CheckpointChoice>& choice) {
+  const auto& c = config.checkpointing;
+  if (c.mode() != CheckpointMode::Auto) return;
+  if (choice) {
+    if (!choice->note.empty()) spdlog::info("checkpointing auto: {}", choice->note);
+    spdlog::info("checkpointing auto: {}", describe_choice(*choice));
+    spdlog::debug("checkpointing auto: {}", describe_measurement(*choice));
+    return;
+  }
+  const auto& blocks = decisions.checkpointing ? decisions.checkpointing->blocks
+                                               : c.blocks().value_or(std::vector<std::string>{});
+  spdlog::info("checkpointing auto: {}: {}",
+               decisions.checkpointing ? "the run's recorded choice, not measured again"
+                                       : "the blocks checkpointing.blocks gives",
+               blocks.empty() ? std::string("no block recomputed")
+                              : "recompute " + config_yaml::join(blocks, ", "));
 }
 
 std::string describe_measurement(const CheckpointChoice& c) {

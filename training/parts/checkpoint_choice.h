@@ -144,6 +144,11 @@ std::optional<std::pair<std::vector<std::string>, int64_t>> auto_blocks(const Co
 // One line for the log: the budget, the blocks, the predicted peaks and the time added.
 std::string describe_choice(const CheckpointChoice& choice);
 
+// checkpointing auto's lines in the log: the choice made now (its note, the choice, at debug its
+// measurement), the one recorded (a resume), or the blocks given.
+void log_checkpointing_choice(const Config& config, const Decisions& decisions,
+                              const std::optional<CheckpointChoice>& choice);
+
 // The measurement behind a choice, a line per block (kept bytes, recomputation time, chosen or
 // not) and per window (peak, blocks before it), for train.log.
 std::string describe_measurement(const CheckpointChoice& choice);

@@ -62,12 +62,20 @@ int64_t DeviceGraph::stream_id() const {
 #endif
 
 std::optional<DeviceSpec> parse_device_spec(const std::string& text) {
-  static const std::regex kGrammar("(auto)|(cpu)|cuda(:([0-9]{1,4}))?");
+  static const std::regex kGrammar("(auto)|(cpu)|cuda(:0*([0-9]{1,4}))?");
   std::smatch match;
   if (!std::regex_match(text, match, kGrammar)) return std::nullopt;
   if (match[1].matched) return DeviceSpec{DeviceSpec::Kind::Auto, 0};
   if (match[2].matched) return DeviceSpec{DeviceSpec::Kind::Cpu, 0};
   return DeviceSpec{DeviceSpec::Kind::Cuda, match[4].matched ? std::stoll(match[4].str()) : 0};
+}
+
+std::string device_spec_text(const std::string& text) {
+  const auto spec = parse_device_spec(text);
+  if (!spec || spec->kind != DeviceSpec::Kind::Cuda || text.find(':') == std::string::npos) {
+    return text;
+  }
+  return "cuda:" + std::to_string(spec->index);
 }
 
 torch::Device resolve_device(const std::string& spec) {

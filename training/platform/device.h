@@ -25,8 +25,12 @@ struct DeviceSpec {
   enum class Kind { Auto, Cpu, Cuda } kind = Kind::Auto;
   int64_t index = 0;  // for Cuda
 };
-// nullopt when `text` is not in the grammar.
+// nullopt when `text` is not in the grammar. An index may be written with leading zeros, as a
+// number may ("cuda:01" is cuda:1).
 std::optional<DeviceSpec> parse_device_spec(const std::string& text);
+// `text` as it is written back: its index without leading zeros ("cuda:01" -> "cuda:1"), as
+// PyTorch writes a device; text outside the grammar unchanged (validate refuses it).
+std::string device_spec_text(const std::string& text);
 
 // "auto" (cuda:0 when a CUDA device is usable, else cpu), "cpu", "cuda" or "cuda:N".
 // Throws UserError (the fact, no key: the caller names what set `spec`) when `spec` is not in the

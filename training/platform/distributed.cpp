@@ -18,6 +18,7 @@
 #include "training/platform/join_deadline.h"
 #include "training/platform/memory.h"
 #include "training/platform/network.h"
+#include "training/platform/rendezvous_store.h"
 
 #ifdef TRAIN_WITH_NCCL
 #include "training/platform/device_cuda.h"
@@ -36,20 +37,6 @@ struct ProcessGroup::Impl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) the agent of node 0 already hosts the store on
-// MASTER_ADDR:MASTER_PORT: every rank is its client. Otherwise rank 0 hosts it. The keys of each
-// elastic restart are kept apart.
-c10::intrusive_ptr<c10d::Store> join_store(const LaunchEnv& env,
-                                           std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<uint16_t>(env.master_port);
-  options.isServer = !env.agent_store && env.rank == 0;
-  options.waitWorkers = false;  // the ranks meet below, where a missing one can be named
-  options.timeout = timeout;
-  auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
-  return c10::make_intrusive<c10d::PrefixStore>("train/attempt_" + env.restart, store);
-}
 
 // Why the store's server could not listen, from c10d's text ("... message: address already in
 // use"): its message, else the whole text.
@@ -178,6 +165,8 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
     meet_peers(deadline.remaining(), within);
   } catch (const DistributedError&) {
     throw;
+  } catch (const PeerCannotStart& e) {
+    throw_of_exit_code(e.code, e.what());
   } catch (const std::exception& e) {
     throw DistributedError(me + ": lost the store at " + store_address + " (hosted by " +
                            store_host(env) + ") while meeting the other ranks: " + error_line(e));
@@ -206,7 +195,8 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
 }
 
 // Every rank publishes the address its peers reach it at and reads theirs: the rendezvous (a rank
-// that does not come is named) and what the error messages name.
+// that does not come is named, one that cannot start is passed on) and what the error messages
+// name.
 void ProcessGroup::meet_peers(std::chrono::milliseconds timeout, const std::string& within) {
   auto& store = *impl_->store;
   const auto& first = network_.interfaces.front();
@@ -228,6 +218,15 @@ void ProcessGroup::meet_peers(std::chrono::milliseconds timeout, const std::stri
       missing.push_back(std::to_string(r));
       // The others are not waited for again: the whole timeout is spent.
       store.setTimeout(std::chrono::milliseconds(1));
+      continue;
+    }
+    if (peers_[r].rfind(kCannotStart, 0) == 0) {  // "cannot start <code> <line>"
+      const std::string told = peers_[r].substr(kCannotStart.size());
+      const auto space = told.find(' ');
+      leave_the_join(store, env_, Clock::now() + timeout);
+      throw PeerCannotStart(std::atoi(told.substr(0, space).c_str()),
+                            "rank " + std::to_string(env_.rank) + ": rank " + std::to_string(r) +
+                                " could not start, so no rank trains: " + told.substr(space + 1));
     }
   }
   store.setTimeout(std::chrono::seconds(options_.timeout_seconds));

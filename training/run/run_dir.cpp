@@ -64,7 +64,7 @@ RecordedInputs recorded_inputs(const fs::path& run_dir) {
   const fs::path config_file = run_dir / "config.yaml";
   if (!fs::exists(config_file)) throw UserError(config_file.string() + ": not found");
   // The files are read and checked first: one that train never writes is refused naming it.
-  RecordedInputs files{load_config(config_file.string()), {}, ""};
+  RecordedInputs files{load_config(config_file.string(), {}, ConfigRead::Record), {}, ""};
   files.decisions = read_decisions(run_dir, files.asked);
   std::error_code ec;
   const fs::path checkpoint = run_dir / "checkpoint.pt";
@@ -77,7 +77,8 @@ RecordedInputs recorded_inputs(const fs::path& run_dir) {
   }
   if (!stored) return files;
   const std::string origin = checkpoint.string() + " (stored inputs)";
-  RecordedInputs recorded{parse_config(stored->config_yaml, origin), {}, ""};
+  RecordedInputs recorded{
+      parse_config(stored->config_yaml, origin, {}, ConfigRead::Record), {}, ""};
   if (!stored->decisions_json.empty()) {
     recorded.decisions = parse_decisions(stored->decisions_json, origin);
     check_decisions(recorded.decisions, recorded.asked, origin);

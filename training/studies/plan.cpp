@@ -337,7 +337,7 @@ Plan make_plan(const fs::path& sweep_dir, int64_t card_bytes, double headroom,
   plan.speed_source = "measured on " + sweep.device;
   // The sweep's config, read once: its checkpointing granularity, its model's smallest batch that
   // trains, and its gradient bytes and setting for a target batch and a card.
-  const Config swept = load_config((sweep_dir / "config.yaml").string());
+  const Config swept = load_config((sweep_dir / "config.yaml").string(), {}, ConfigRead::Record);
   check_sweeps_config(sweep, swept, sweep_dir);
   plan.per_block_checkpointing = swept.checkpointing.granularity() == CheckpointGranularity::Block;
   const int64_t smallest_batch =

@@ -217,8 +217,8 @@ std::string SweepRunner::why_not_kept(const fs::path& yaml, const fs::path& resu
   std::string before;
   try {
     std::ifstream in(yaml);
-    before = measured_part(
-        parse_config(std::string(std::istreambuf_iterator<char>(in), {}), yaml.string()));
+    before = measured_part(parse_config(std::string(std::istreambuf_iterator<char>(in), {}),
+                                        yaml.string(), {}, ConfigRead::Record));
   } catch (const std::exception& e) {
     return "its config " + yaml.string() + " is unreadable (" + first_line(e.what()) + ")";
   }

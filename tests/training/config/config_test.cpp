@@ -873,10 +873,11 @@ TEST(Config, NothingWhereANameListOrPathGoesIsRefusedNotReadAsTheDefault) {
             "c.yaml: output.dir: expected a folder path, got an empty string");
   EXPECT_EQ(error_of("", {"output.dir=!!str"}),
             "--set output.dir: output.dir: expected a folder path, got an empty string");
-  // A name of only Unicode's white space (a no-break space, U+3000) shows as nothing too.
+  // A name of only Unicode's white space (a no-break space, U+3000) shows as nothing too, and is
+  // shown escaped.
   EXPECT_EQ(error_of("output: {name: \"\u00a0\u3000\"}\n"),
             "c.yaml: output.name: expected a string that is not only blanks, got "
-            "'\u00a0\u3000'");
+            "'\\u00a0\\u3000'");
   EXPECT_EQ(error_of("", {"output.dir=\u200b"}),
             "--set output.dir: output.dir: expected a string, got nothing");
   // A --set value is one line: YAML joined "1\nGiB" into "1 GiB", which no other flag takes.
@@ -1025,6 +1026,24 @@ TEST(Config, WhiteSpaceAroundANumberABooleanOrAChoiceIsIgnoredAsAroundASize) {
   // A string is taken as typed.
   EXPECT_EQ(training::parse_config("", "c.yaml", {"data.root=\" my data\""}).data.dataset.root(),
             " my data");
+}
+
+// A device's index is a number: its leading zeros are dropped as a number's are (epochs: 010 is
+// 10), and the config written back names the device as PyTorch does.
+TEST(Config, ADevicesIndexIsWrittenBackWithoutLeadingZerosAsANumberIs) {
+  for (const auto& [given, read] :
+       std::vector<std::pair<std::string, std::string>>{{"cuda:00", "cuda:0"},
+                                                        {"cuda:01", "cuda:1"},
+                                                        {"cuda:0012", "cuda:12"},
+                                                        {"cuda:7", "cuda:7"},
+                                                        {"cuda", "cuda"},
+                                                        {"cpu", "cpu"}}) {
+    const Config c = training::parse_config("training: {device: \"" + given + "\"}\n", "c.yaml");
+    EXPECT_EQ(c.training.device, read) << given;
+    EXPECT_NE(training::to_yaml(c).find("device: \"" + read + "\"\n"), std::string::npos) << given;
+  }
+  EXPECT_EQ(error_of("training: {device: \"cuda:12345\"}\n"),
+            "c.yaml: training.device: expected auto, cpu, cuda or cuda:<index>, got 'cuda:12345'");
 }
 
 }  // namespace

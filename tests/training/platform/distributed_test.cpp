@@ -268,6 +268,60 @@ TEST(DataParallel, AnUnreachableRendezvousIsAClearErrorWithinTheTimeout) {
       << test_support::read_text(dir / "rank1.log");
 }
 
+// What one rank refuses by itself at start-up (rank 0's run folder, a host without the data, a
+// recorded choice made on another host's CPU, its own flags) ended that rank while the others
+// waited for the group until distributed.timeout_seconds and exited 4. A rank that cannot start
+// tells its peers in the store, and every rank ends at once with its line and exit code.
+TEST(DataParallel, ARankThatCannotStartEndsEveryRankAtOnceWithItsReason) {
+  test_support::TempDir dir;
+  const auto config = tiny_config(dir, 1, 60).string();
+  fs::create_directories(dir / "taken");
+  std::ofstream(dir / "taken" / "mine.txt") << "not a run\n";
+  auto both = [&](const std::vector<std::string>& rank0, const std::vector<std::string>& rank1) {
+    const int port = free_port();
+    const auto start = std::chrono::steady_clock::now();
+    const pid_t zero = start_rank(rank0, 0, 2, port, dir / "rank0.log");
+    const pid_t one = start_rank(rank1, 1, 2, port, dir / "rank1.log");
+    const std::pair<int, int> codes = {wait_exit(zero), wait_exit(one)};
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(45));
+    return codes;
+  };
+  const std::vector<std::string> taken = {TRAIN_BINARY, "--config", config, "--output-dir",
+                                          (dir / "taken").string()};
+  EXPECT_EQ(both(taken, taken), std::make_pair(2, 2));
+  const auto refusal = test_support::read_text(dir / "rank0.log");
+  const auto line = refusal.substr(refusal.rfind("[error] ") + 8);
+  EXPECT_NE(line.find("taken"), std::string::npos) << refusal;
+  EXPECT_NE(test_support::read_text(dir / "rank1.log")
+                .find("rank 1: rank 0 could not start, so no rank trains: " + line),
+            std::string::npos)
+      << test_support::read_text(dir / "rank1.log");
+  EXPECT_FALSE(fs::exists(dir / "taken" / "config.yaml"));
+
+  // Rank 1's host without the data: rank 0 ends with rank 1's reason.
+  const std::vector<std::string> fresh = {TRAIN_BINARY, "--config", config, "--output-dir",
+                                          (dir / "run").string()};
+  auto without_data = fresh;
+  without_data.insert(without_data.end(), {"--set", "data.source=binary", "--set",
+                                           "data.root=" + (dir / "missing").string()});
+  EXPECT_EQ(both(fresh, without_data), std::make_pair(2, 2));
+  EXPECT_NE(test_support::read_text(dir / "rank0.log")
+                .find("rank 0: rank 1 could not start, so no rank trains: "),
+            std::string::npos)
+      << test_support::read_text(dir / "rank0.log");
+  EXPECT_FALSE(fs::exists(dir / "run" / "checkpoint.pt"));
+
+  // Refused before its config is read through: rank 1's own flag.
+  auto bad_flag = fresh;
+  bad_flag.insert(bad_flag.end(), {"--set", "training.epochs=abc"});
+  EXPECT_EQ(both(fresh, bad_flag), std::make_pair(2, 2));
+  EXPECT_NE(test_support::read_text(dir / "rank0.log")
+                .find("rank 0: rank 1 could not start, so no rank trains: --set training.epochs: "
+                      "training.epochs: expected an integer"),
+            std::string::npos)
+      << test_support::read_text(dir / "rank0.log");
+}
+
 TEST(DataParallel, AKilledRankMakesTheOtherExitWithAClearError) {
   test_support::TempDir dir;
   const int port = free_port();
