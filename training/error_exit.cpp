@@ -11,6 +11,7 @@
 namespace training {
 
 ErrorExit error_exit(const std::exception& error) {
+  if (const auto* e = dynamic_cast<const PeerError*>(&error)) return {e->code(), e->what()};
   if (dynamic_cast<const OutOfMemory*>(&error)) return {kExitOutOfMemory, error.what()};
   if (dynamic_cast<const DistributedError*>(&error)) return {kExitDistributed, error.what()};
   if (dynamic_cast<const CannotWrite*>(&error)) return {kExitCannotWrite, error.what()};

@@ -13,8 +13,9 @@ struct ErrorExit {
   std::string line;
 };
 
-// Out of memory 3, a lost peer 4, an output that cannot be written 5 (a path on a full disk
-// too), bad input 2 (a config, flag, data file or path), anything else an internal error, 1.
+// A peer's error passed on (PeerError): its code. Out of memory 3, a lost peer 4, an output that
+// cannot be written 5 (a path on a full disk too), bad input 2 (a config, flag, data file or path),
+// anything else an internal error, 1.
 ErrorExit error_exit(const std::exception& error);
 
 }  // namespace training

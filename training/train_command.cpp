@@ -296,13 +296,14 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   const Config config = decided(asked, decisions);
   // The peers are joined once what this rank can refuse by itself has been checked; one that
   // cannot start tells them instead (train_command), as one whose interface or backend the join
-  // refuses before it meets them does. Past that the join tells them, or they time out.
+  // refuses before it meets them does. A join that met them, or timed out, has nothing to tell.
   std::unique_ptr<ProcessGroup> group;
   try {
     if (launch && launch->world_size > 1) group = join_group(*launch, config.distributed, device);
-  } catch (const KeyError&) {
+  } catch (const PeerError&) {
+    joined = true;
     throw;
-  } catch (...) {
+  } catch (const DistributedError&) {
     joined = true;
     throw;
   }
@@ -368,6 +369,8 @@ int train_command(const TrainRequest& request) {
     // A rank that cannot start tells its peers why, so that they do not wait for it.
     if (launch && launch->world_size > 1 && !joined) {
       const ErrorExit exit = error_exit(e);
+      spdlog::info("rank {} cannot start; it tells the other ranks why ({} s at most)",
+                   launch->rank, kTellPeersWithin.count());
       tell_peers_this_rank_cannot_start(*launch, timeout, exit.code, one_line(exit.line));
     }
     throw;

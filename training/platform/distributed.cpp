@@ -165,8 +165,8 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
     meet_peers(deadline.remaining(), within);
   } catch (const DistributedError&) {
     throw;
-  } catch (const PeerCannotStart& e) {
-    throw_of_exit_code(e.code, e.what());
+  } catch (const PeerError&) {
+    throw;
   } catch (const std::exception& e) {
     throw DistributedError(me + ": lost the store at " + store_address + " (hosted by " +
                            store_host(env) + ") while meeting the other ranks: " + error_line(e));
@@ -223,10 +223,10 @@ void ProcessGroup::meet_peers(std::chrono::milliseconds timeout, const std::stri
     if (peers_[r].rfind(kCannotStart, 0) == 0) {  // "cannot start <code> <line>"
       const std::string told = peers_[r].substr(kCannotStart.size());
       const auto space = told.find(' ');
-      leave_the_join(store, env_, Clock::now() + timeout);
-      throw PeerCannotStart(std::atoi(told.substr(0, space).c_str()),
-                            "rank " + std::to_string(env_.rank) + ": rank " + std::to_string(r) +
-                                " could not start, so no rank trains: " + told.substr(space + 1));
+      leave_the_join(store, env_);
+      throw PeerError(std::atoi(told.substr(0, space).c_str()),
+                      "rank " + std::to_string(env_.rank) + ": rank " + std::to_string(r) +
+                          " could not start, so no rank trains: " + told.substr(space + 1));
     }
   }
   store.setTimeout(std::chrono::seconds(options_.timeout_seconds));

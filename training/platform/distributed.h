@@ -57,13 +57,17 @@ std::vector<std::vector<size_t>> gradient_buckets(const std::vector<torch::Tenso
 // checks it before waiting for anyone; a sweep's trials before the first starts.
 bool uses_nccl(DistributedBackend backend, const torch::Device& device);
 
+// How long a rank that cannot start spends telling its peers: to reach the store, and, on the
+// store's host, for the others to read why (their connection retries back off to about 4 s).
+inline constexpr auto kTellPeersWithin = std::chrono::seconds(10);
+
 // A rank that ends before it has joined the group (its config, device, data, checkpoint or
 // interface refused; out of memory deciding an auto) tells its peers, so that they end at once
 // with its line rather than wait for it until distributed.timeout_seconds: it puts `code` (its
 // exit code) and `line` where its address would go, and each peer meeting it ends with "rank 1:
-// rank 0 could not start, so no rank trains: <line>", of the same kind (throw_of_exit_code).
-// Rank 0, the store's host, first waits (kJoinGrace at most) for the others to read it. Throws
-// nothing: a store it cannot reach leaves the peers their own timeout.
+// rank 0 could not start, so no rank trains: <line>" and that code (PeerError). It waits for the
+// store, and on the store's host for the others to read it, kTellPeersWithin at most
+// (rendezvous_store.h). Throws nothing: a store it cannot reach leaves the peers their timeout.
 void tell_peers_this_rank_cannot_start(const LaunchEnv& env, std::chrono::seconds timeout, int code,
                                        const std::string& line);
 

@@ -141,15 +141,15 @@ class OutOfMemory : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Throws the error of the kind that ends a process with exit code `code` (OutOfMemory for 3,
-// DistributedError for 4, CannotWrite for 5, an internal error for 1, else UserError), saying
-// `what`: another process's error, passed on with its kind.
-[[noreturn]] inline void throw_of_exit_code(int code, const std::string& what) {
-  if (code == kExitOutOfMemory) throw OutOfMemory(what);
-  if (code == kExitDistributed) throw DistributedError(what);
-  if (code == kExitCannotWrite) throw CannotWrite(what);
-  if (code == kExitInternalError) throw std::logic_error(what);
-  throw UserError(what);
-}
+// Another data-parallel rank's error, passed on where it could not start: this rank ends with
+// that rank's exit code and line.
+class PeerError : public std::runtime_error {
+ public:
+  PeerError(int code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
 
 }  // namespace training

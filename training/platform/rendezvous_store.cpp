@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "training/platform/join_deadline.h"
-
 #ifdef TRAIN_WITH_DISTRIBUTED
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -27,30 +25,32 @@ c10::intrusive_ptr<c10d::Store> join_store(const LaunchEnv& env,
   return c10::make_intrusive<c10d::PrefixStore>("train/attempt_" + env.restart, store);
 }
 
-void leave_the_join(c10d::Store& store, const LaunchEnv& env,
-                    std::chrono::steady_clock::time_point deadline) {
-  store.set("left/" + std::to_string(env.rank), "");
-  if (env.rank != 0 || env.agent_store) return;
-  for (int64_t r = 1; r < env.world_size; ++r) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return;
-    store.setTimeout(left);
-    store.wait({"left/" + std::to_string(r)});
+void leave_the_join(c10d::Store& store, const LaunchEnv& env) {
+  const auto deadline = std::chrono::steady_clock::now() + kTellPeersWithin;
+  try {
+    store.set("left/" + std::to_string(env.rank), "");
+    if (env.rank != 0 || env.agent_store) return;
+    for (int64_t r = 1; r < env.world_size; ++r) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return;
+      store.setTimeout(left);
+      store.wait({"left/" + std::to_string(r)});
+    }
+  } catch (const std::exception&) {
   }
 }
 
 void tell_peers_this_rank_cannot_start(const LaunchEnv& env, std::chrono::seconds timeout, int code,
                                        const std::string& line) {
   try {
-    // Rank 0 waits for its peers to read it a short while only: a rank that has not come by then
-    // is not waited for (it meets no store, as when rank 0 was not started).
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::min<std::chrono::seconds>(timeout, kJoinGrace);
-    const auto store = join_store(env, timeout);
+    // The store is waited for a short while only: one that is not there by then (rank 0 not
+    // started) leaves the peers their own timeout, as before.
+    const auto store =
+        join_store(env, std::min<std::chrono::milliseconds>(timeout, kTellPeersWithin));
     store->set("peer/" + std::to_string(env.rank),
                kCannotStart + std::to_string(code) + " " + line);
-    leave_the_join(*store, env, deadline);
+    leave_the_join(*store, env);
   } catch (const std::exception&) {  // the peers' own timeout says the rest
   }
 }

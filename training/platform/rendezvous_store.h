@@ -22,18 +22,11 @@ c10::intrusive_ptr<c10d::Store> join_store(const LaunchEnv& env, std::chrono::mi
 // its line where it cannot start.
 inline const std::string kCannotStart = "cannot start ";
 
-// A peer's "cannot start" read in the store: its exit code and the line to end with.
-struct PeerCannotStart : std::runtime_error {
-  PeerCannotStart(int code, const std::string& what) : std::runtime_error(what), code(code) {}
-  int code;
-};
-
 // Ends this rank's part in a join that will not happen: sets "left/<rank>", and on the store's
-// host (rank 0 without torchrun's agent) waits, until `deadline` at most, for every other rank to
-// have left too, so that none loses the store before it has read why (a rank that cannot start
-// waits kJoinGrace at most; one that read why, what is left of its join).
-void leave_the_join(c10d::Store& store, const LaunchEnv& env,
-                    std::chrono::steady_clock::time_point deadline);
+// host (rank 0 without torchrun's agent) waits, kTellPeersWithin at most, for every other rank to
+// have left too, so that none loses the store before it has read why. Throws nothing: a rank
+// that does not come, or a store lost, leaves the others their own timeout.
+void leave_the_join(c10d::Store& store, const LaunchEnv& env);
 
 }  // namespace training
 #endif

@@ -320,6 +320,28 @@ TEST(DataParallel, ARankThatCannotStartEndsEveryRankAtOnceWithItsReason) {
                       "training.epochs: expected an integer"),
             std::string::npos)
       << test_support::read_text(dir / "rank0.log");
+
+  // Refused by the join before it met anyone (an environment variable, no key): passed on too.
+  const int port = free_port();
+  const pid_t zero = start_rank(fresh, 0, 2, port, dir / "rank0.log");
+  const pid_t one = start_rank(fresh, 1, 2, port, dir / "rank1.log", {"GLOO_SOCKET_IFNAME=nope0"});
+  EXPECT_EQ(std::make_pair(wait_exit(zero), wait_exit(one)), std::make_pair(2, 2));
+  EXPECT_NE(
+      test_support::read_text(dir / "rank0.log")
+          .find("rank 0: rank 1 could not start, so no rank trains: GLOO_SOCKET_IFNAME=nope0"),
+      std::string::npos)
+      << test_support::read_text(dir / "rank0.log");
+
+  // Of three ranks, rank 2 never started: rank 0, told by rank 1, ends with rank 1's line and
+  // code, not as a rank that lost its store waiting for rank 2.
+  const int three = free_port();
+  const pid_t first = start_rank(fresh, 0, 3, three, dir / "rank0.log");
+  const pid_t second = start_rank(bad_flag, 1, 3, three, dir / "rank1.log");
+  EXPECT_EQ(std::make_pair(wait_exit(first), wait_exit(second)), std::make_pair(2, 2));
+  EXPECT_NE(test_support::read_text(dir / "rank0.log")
+                .find("rank 0: rank 1 could not start, so no rank trains: --set training.epochs"),
+            std::string::npos)
+      << test_support::read_text(dir / "rank0.log");
 }
 
 TEST(DataParallel, AKilledRankMakesTheOtherExitWithAClearError) {
