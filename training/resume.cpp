@@ -198,18 +198,16 @@ Config effective_config(const TrainRequest& request, const ResumeTarget& resume,
   if (resume.run_dir.empty() && request.config_path.empty()) {
     throw UserError("no config: pass --config FILE (or --resume RUN to continue a run)");
   }
-  // A resume continues in the run's own folder: its output.* name no folder to make, whatever
-  // file gives them (refuse_another_output refuses others).
-  const ConfigRead read =
-      resume.run_dir.empty() && resume.checkpoint.empty() ? ConfigRead::New : ConfigRead::Record;
   if (resume.checkpoint.empty()) {
-    if (!request.config_path.empty()) return load_config(request.config_path, overrides, read);
-    return load_config((resume.run_dir / "config.yaml").string(), overrides, read);
+    if (!request.config_path.empty()) return load_config(request.config_path, overrides);
+    return load_config((resume.run_dir / "config.yaml").string(), overrides, ConfigRead::Record);
   }
   const RunInputs stored = checkpoint_inputs(resume.checkpoint);
   Config config;
   if (!request.config_path.empty()) {  // --resume with --config: that file instead
-    config = load_config(request.config_path, overrides, read);
+    // A resume from a checkpoint continues in the run's own folder: the file's output.* name no
+    // folder to make (refuse_another_output refuses others than the recorded ones).
+    config = load_config(request.config_path, overrides, ConfigRead::Record);
   } else {
     const std::string origin = resume.checkpoint.string() + " (stored config)";
     config = parse_config(

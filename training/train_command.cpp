@@ -295,19 +295,11 @@ int train(const TrainRequest& request, const ResumeTarget& resume, const Config&
   const RunInputs inputs{run_yaml(asked), decisions_json(decisions)};
   const Config config = decided(asked, decisions);
   // The peers are joined once what this rank can refuse by itself has been checked; one that
-  // cannot start tells them instead (train_command), as one whose interface or backend the join
-  // refuses before it meets them does. A join that met them, or timed out, has nothing to tell.
-  std::unique_ptr<ProcessGroup> group;
-  try {
-    if (launch && launch->world_size > 1) group = join_group(*launch, config.distributed, device);
-  } catch (const PeerError&) {
-    joined = true;
-    throw;
-  } catch (const DistributedError&) {
-    joined = true;
-    throw;
-  }
+  // cannot start tells them instead (train_command). The join tells them what it refuses before
+  // it meets them (its interface, its backend) itself.
   joined = true;
+  std::unique_ptr<ProcessGroup> group;
+  if (launch && launch->world_size > 1) group = join_group(*launch, config.distributed, device);
   Trainer trainer = out_of_memory_is_exit_3(config, device, building, [&] {
     return Trainer(config, device, std::move(data.train), std::move(data.test), group.get());
   });

@@ -179,6 +179,12 @@ TEST(Resume, ARecordsOwnNameIsReadAsNamedAndOnlyANewNameIsJudged) {
                                        training::ConfigRead::Record);
               }),
               "--set output.name: " + refused);
+    // A run without a checkpoint resumed with --config: that file is new input, not the record.
+    fs::remove(file);
+    EXPECT_EQ(error_of([&] {
+                training::effective_config(with_config, {dir.path(), {}}, recorded);
+              }),
+              with_config.config_path + ": " + refused);
   }
 }
 

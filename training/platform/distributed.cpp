@@ -124,11 +124,20 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
                         (interface_setting.empty() ? "" : " (or " + interface_setting + ")")),
       device_(device),
       impl_(std::make_unique<Impl>()) {
-  const bool nccl = uses_nccl(options.backend, device);
-  // Refused here, before any other rank is waited for: a named interface this host lacks.
-  network_ =
-      choose_peer_network({options.interface, interface_setting}, env.gloo_socket_ifname.c_str(),
-                          env.master_addr, static_cast<int>(env.master_port));
+  bool nccl = false;
+  try {
+    nccl = uses_nccl(options.backend, device);
+    // Refused here, before any other rank is waited for: a named interface this host lacks.
+    network_ =
+        choose_peer_network({options.interface, interface_setting}, env.gloo_socket_ifname.c_str(),
+                            env.master_addr, static_cast<int>(env.master_port));
+  } catch (const std::exception& e) {  // the others are told, and do not wait for this rank
+    const bool keyed = dynamic_cast<const InterfaceRefused*>(&e) && !interface_setting.empty();
+    tell_peers_this_rank_cannot_start(env, std::chrono::seconds(options.timeout_seconds),
+                                      kExitBadInput,
+                                      (keyed ? interface_setting + ": " : "") + error_line(e));
+    throw;
+  }
   const std::string me = "rank " + std::to_string(env.rank);
   network_description_ = "reached by its peers through " + describe(network_.interfaces) +
                          ", chosen by " + network_.chosen_by;
@@ -198,6 +207,7 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
 // that does not come is named, one that cannot start is passed on) and what the error messages
 // name.
 void ProcessGroup::meet_peers(std::chrono::milliseconds timeout, const std::string& within) {
+  const auto join_ends = Clock::now() + timeout;
   auto& store = *impl_->store;
   const auto& first = network_.interfaces.front();
   store.set("peer/" + std::to_string(env_.rank), first.address + " " + first.name);
@@ -223,7 +233,8 @@ void ProcessGroup::meet_peers(std::chrono::milliseconds timeout, const std::stri
     if (peers_[r].rfind(kCannotStart, 0) == 0) {  // "cannot start <code> <line>"
       const std::string told = peers_[r].substr(kCannotStart.size());
       const auto space = told.find(' ');
-      leave_the_join(store, env_);
+      // Within the join's own deadline (JoinDeadline would end this rank with exit 4).
+      leave_the_join(store, env_, std::min(Clock::now() + kTellPeersWithin, join_ends));
       throw PeerError(std::atoi(told.substr(0, space).c_str()),
                       "rank " + std::to_string(env_.rank) + ": rank " + std::to_string(r) +
                           " could not start, so no rank trains: " + told.substr(space + 1));

@@ -25,14 +25,14 @@ c10::intrusive_ptr<c10d::Store> join_store(const LaunchEnv& env,
   return c10::make_intrusive<c10d::PrefixStore>("train/attempt_" + env.restart, store);
 }
 
-void leave_the_join(c10d::Store& store, const LaunchEnv& env) {
-  const auto deadline = std::chrono::steady_clock::now() + kTellPeersWithin;
+void leave_the_join(c10d::Store& store, const LaunchEnv& env,
+                    std::chrono::steady_clock::time_point until) {
   try {
     store.set("left/" + std::to_string(env.rank), "");
     if (env.rank != 0 || env.agent_store) return;
     for (int64_t r = 1; r < env.world_size; ++r) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
+          until - std::chrono::steady_clock::now());
       if (left.count() <= 0) return;
       store.setTimeout(left);
       store.wait({"left/" + std::to_string(r)});
@@ -50,7 +50,7 @@ void tell_peers_this_rank_cannot_start(const LaunchEnv& env, std::chrono::second
         join_store(env, std::min<std::chrono::milliseconds>(timeout, kTellPeersWithin));
     store->set("peer/" + std::to_string(env.rank),
                kCannotStart + std::to_string(code) + " " + line);
-    leave_the_join(*store, env);
+    leave_the_join(*store, env, std::chrono::steady_clock::now() + kTellPeersWithin);
   } catch (const std::exception&) {  // the peers' own timeout says the rest
   }
 }

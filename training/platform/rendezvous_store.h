@@ -23,10 +23,11 @@ c10::intrusive_ptr<c10d::Store> join_store(const LaunchEnv& env, std::chrono::mi
 inline const std::string kCannotStart = "cannot start ";
 
 // Ends this rank's part in a join that will not happen: sets "left/<rank>", and on the store's
-// host (rank 0 without torchrun's agent) waits, kTellPeersWithin at most, for every other rank to
+// host (rank 0 without torchrun's agent) waits, until `until` at most, for every other rank to
 // have left too, so that none loses the store before it has read why. Throws nothing: a rank
 // that does not come, or a store lost, leaves the others their own timeout.
-void leave_the_join(c10d::Store& store, const LaunchEnv& env);
+void leave_the_join(c10d::Store& store, const LaunchEnv& env,
+                    std::chrono::steady_clock::time_point until);
 
 }  // namespace training
 #endif

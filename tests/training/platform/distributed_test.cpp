@@ -333,9 +333,12 @@ TEST(DataParallel, ARankThatCannotStartEndsEveryRankAtOnceWithItsReason) {
       << test_support::read_text(dir / "rank0.log");
 
   // Of three ranks, rank 2 never started: rank 0, told by rank 1, ends with rank 1's line and
-  // code, not as a rank that lost its store waiting for rank 2.
+  // code, not as a rank that lost its store waiting for rank 2, nor killed by its join's deadline
+  // (3 s + 5) while it waits for rank 2 to read it.
   const int three = free_port();
-  const pid_t first = start_rank(fresh, 0, 3, three, dir / "rank0.log");
+  auto short_join = fresh;
+  short_join.insert(short_join.end(), {"--set", "distributed.timeout_seconds=3"});
+  const pid_t first = start_rank(short_join, 0, 3, three, dir / "rank0.log");
   const pid_t second = start_rank(bad_flag, 1, 3, three, dir / "rank1.log");
   EXPECT_EQ(std::make_pair(wait_exit(first), wait_exit(second)), std::make_pair(2, 2));
   EXPECT_NE(test_support::read_text(dir / "rank0.log")
