@@ -45,6 +45,22 @@ std::string listen_failure(const std::string& error) {
   return at == std::string::npos ? error : error.substr(at + 9);
 }
 
+// `check`'s result; what it refuses (before any other rank is waited for) is told to the others,
+// so that they do not wait for this rank, and thrown.
+template <class Check>
+auto told_if_refused(const LaunchEnv& env, const DistributedOptions& options,
+                     const std::string& interface_setting, Check&& check) {
+  try {
+    return check();
+  } catch (const std::exception& e) {
+    const bool keyed = dynamic_cast<const InterfaceRefused*>(&e) && !interface_setting.empty();
+    tell_peers_this_rank_cannot_start(env, std::chrono::seconds(options.timeout_seconds),
+                                      kExitBadInput,
+                                      (keyed ? interface_setting + ": " : "") + error_line(e));
+    throw;
+  }
+}
+
 // Who hosts the store, for messages.
 std::string store_host(const LaunchEnv& env) {
   return env.agent_store ? "torchrun's agent on node 0" : "rank 0";
@@ -124,20 +140,14 @@ ProcessGroup::ProcessGroup(const LaunchEnv& env, const DistributedOptions& optio
                         (interface_setting.empty() ? "" : " (or " + interface_setting + ")")),
       device_(device),
       impl_(std::make_unique<Impl>()) {
-  bool nccl = false;
-  try {
-    nccl = uses_nccl(options.backend, device);
+  const bool nccl = told_if_refused(env, options, interface_setting, [&] {
+    const bool uses = uses_nccl(options.backend, device);
     // Refused here, before any other rank is waited for: a named interface this host lacks.
     network_ =
         choose_peer_network({options.interface, interface_setting}, env.gloo_socket_ifname.c_str(),
                             env.master_addr, static_cast<int>(env.master_port));
-  } catch (const std::exception& e) {  // the others are told, and do not wait for this rank
-    const bool keyed = dynamic_cast<const InterfaceRefused*>(&e) && !interface_setting.empty();
-    tell_peers_this_rank_cannot_start(env, std::chrono::seconds(options.timeout_seconds),
-                                      kExitBadInput,
-                                      (keyed ? interface_setting + ": " : "") + error_line(e));
-    throw;
-  }
+    return uses;
+  });
   const std::string me = "rank " + std::to_string(env.rank);
   network_description_ = "reached by its peers through " + describe(network_.interfaces) +
                          ", chosen by " + network_.chosen_by;
