@@ -1,15 +1,12 @@
 #include "app/process.h"
 
-#include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 
 #include "training/cards/alloc_conf.h"
 #include "training/error_exit.h"
@@ -22,12 +19,7 @@ namespace app {
 
 namespace {
 
-using training::first_line;
 using training::kExitBadInput;
-using training::kExitCannotWrite;
-using training::kExitDistributed;
-using training::kExitInternalError;
-using training::kExitOutOfMemory;
 using training::one_line;
 
 }  // namespace
